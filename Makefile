@@ -1,0 +1,31 @@
+# Everything runs inside .venv, created on first use from the system Python.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
+
+.PHONY: demo test venv docs bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+docs: $(STAMP)
+	$(BIN)/python -m isa_spec.docgen
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/assembler.py
+
+clean:
+	rm -rf $(VENV) .numba_cache build *.egg-info

@@ -1,0 +1,146 @@
+"""Machine configuration: every size, bandwidth, latency and count, from TOML."""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    """A configuration file is malformed or names an unknown key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """NNP-1 configuration; the defaults are the hardware brief's."""
+
+    clock_ghz: float = 1.0
+    # CU
+    cu_registers: int = 32
+    branch_penalty: int = 2
+    # NU
+    nu_count: int = 1
+    nu_rows: int = 32
+    nu_cols: int = 32
+    nu_latency: int = 64
+    ibuf_bytes: int = 256 * 1024
+    wbuf_bytes: int = 256 * 1024
+    abuf_bytes: int = 128 * 1024
+    # VU
+    vu_count: int = 1
+    vu_bytes_per_cycle: int = 64
+    vu_latency: int = 8
+    vbuf_bytes: int = 256 * 1024
+    # DMA and queues
+    dma_channels: int = 4
+    queue_depth: int = 16
+    semaphores: int = 32
+    # memories: DMA port bandwidth (bytes per cycle) and access latency (cycles)
+    ddr_bytes: int = 256 * 1024 * 1024
+    ddr_bytes_per_cycle: int = 32
+    ddr_latency: int = 100
+    dm_bytes: int = 2 * 1024 * 1024
+    dm_bytes_per_cycle: int = 128
+    dm_latency: int = 8
+    local_bytes_per_cycle: int = 64
+    local_latency: int = 2
+
+
+    @property
+    def peak_macs_per_cycle(self) -> int:
+        return self.nu_count * self.nu_rows * self.nu_cols
+
+    def validate(self) -> "Config":
+        """Check ranges; raise ConfigError naming the key."""
+        limits = {"nu_count": (1, 4), "vu_count": (1, 4), "dma_channels": (1, 8),
+                  "semaphores": (1, 63), "cu_registers": (32, 32), "queue_depth": (1, 4096)}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            lo, hi = limits.get(f.name, (0 if f.name in ("branch_penalty",) or f.name.endswith("latency") else 1, None))
+            if f.name == "clock_ghz":
+                if not v > 0:
+                    raise ConfigError(f"clock.ghz must be positive, got {v}")
+                continue
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ConfigError(f"{_key_of(f.name)} must be an integer, got {v!r}")
+            if v < lo or (hi is not None and v > hi):
+                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+                raise ConfigError(f"{_key_of(f.name)} = {v} is out of range {rng}")
+        if self.ddr_bytes > 1 << 32:
+            raise ConfigError("memory.ddr.size must fit 32-bit addresses (at most 4 GiB)")
+        return self
+
+
+_TOML_KEYS = {
+    "clock": {"ghz": "clock_ghz"},
+    "cu": {"registers": "cu_registers", "branch_penalty": "branch_penalty"},
+    "nu": {"count": "nu_count", "rows": "nu_rows", "cols": "nu_cols", "latency": "nu_latency",
+           "ibuf_bytes": "ibuf_bytes", "wbuf_bytes": "wbuf_bytes", "abuf_bytes": "abuf_bytes"},
+    "vu": {"count": "vu_count", "bytes_per_cycle": "vu_bytes_per_cycle", "latency": "vu_latency",
+           "vbuf_bytes": "vbuf_bytes"},
+    "dma": {"channels": "dma_channels"},
+    "queues": {"depth": "queue_depth"},
+    "sync": {"semaphores": "semaphores"},
+    "memory.ddr": {"size": "ddr_bytes", "bytes_per_cycle": "ddr_bytes_per_cycle", "latency": "ddr_latency"},
+    "memory.dm": {"size": "dm_bytes", "bytes_per_cycle": "dm_bytes_per_cycle", "latency": "dm_latency"},
+    "memory.local": {"bytes_per_cycle": "local_bytes_per_cycle", "latency": "local_latency"},
+}
+
+
+def _key_of(attr: str) -> str:
+    for section, keys in _TOML_KEYS.items():
+        for key, a in keys.items():
+            if a == attr:
+                return f"{section}.{key}"
+    return attr
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for k, v in data.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def config_from_dict(data: dict) -> Config:
+    """Build a Config from parsed TOML; unknown keys are an error."""
+    known = {f"{s}.{k}": a for s, keys in _TOML_KEYS.items() for k, a in keys.items()}
+    values = {}
+    for key, v in _flatten(data).items():
+        if key not in known:
+            raise ConfigError(f"unknown configuration key '{key}' (known: {', '.join(sorted(known))})")
+        values[known[key]] = v
+    return replace(Config(), **values).validate()
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load a TOML configuration file (the defaults when path is None)."""
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def config_toml(cfg: Config | None = None) -> str:
+    """The configuration as an editable TOML file."""
+    cfg = cfg or Config()
+    lines = ["# NNP-1 configuration (defaults from the hardware brief).", ""]
+    for section, keys in _TOML_KEYS.items():
+        lines.append(f"[{section}]")
+        for key, attr in keys.items():
+            lines.append(f"{key} = {getattr(cfg, attr)}")
+        lines.append("")
+    return "\n".join(lines)

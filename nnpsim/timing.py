@@ -1,0 +1,67 @@
+"""Every timing formula of NNP-1, shared by the simulator and the compiler's cost model.
+
+The functions take plain integers so that numba-compiled engine code and
+plain Python (the compiler) call the very same code.  docs/timing.md states
+each formula in words.
+"""
+from __future__ import annotations
+
+from numba import njit
+
+from .config import Config
+
+
+@njit(cache=True)
+def cu_cycles(taken: bool, branch_penalty: int) -> int:
+    """Cycles of one CU instruction: 1, plus the penalty for a taken branch."""
+    return 1 + branch_penalty if taken else 1
+
+
+@njit(cache=True)
+def nu_conv_cycles(out_cb: int, in_cb: int, k_h: int, k_w: int, out_h: int, out_w: int,
+                   rows: int, latency: int) -> int:
+    """Cycles of nu.conv: pipeline fill, then per weight block max(pixels, weight load)."""
+    pixels = out_h * out_w
+    per_block = pixels if pixels > rows else rows
+    return latency + out_cb * in_cb * k_h * k_w * per_block
+
+
+@njit(cache=True)
+def vu_cycles(n_out: int, window: int, elem_bytes: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of a VU command: latency plus its bytes of work over the datapath width."""
+    work = n_out * window * elem_bytes
+    return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
+
+
+@njit(cache=True)
+def dma_latency(src_latency: int, dst_latency: int) -> int:
+    """Cycles a DMA transfer waits before its first byte moves."""
+    return src_latency if src_latency > dst_latency else dst_latency
+
+
+@njit(cache=True)
+def port_share(bytes_per_cycle: int, streams: int) -> int:
+    """Bytes per cycle one of `streams` concurrent transfers gets from a memory port."""
+    share = bytes_per_cycle // streams
+    return share if share > 0 else 1
+
+
+@njit(cache=True)
+def dma_cycles_alone(nbytes: int, src_bw: int, src_lat: int, dst_bw: int, dst_lat: int) -> int:
+    """Cycles of a DMA transfer that shares no memory port with another."""
+    rate = src_bw if src_bw < dst_bw else dst_bw
+    return dma_latency(src_lat, dst_lat) + (nbytes + rate - 1) // rate
+
+
+def memory_port(cfg: Config, space: int) -> tuple[int, int]:
+    """(bytes per cycle, latency) of the DMA port of memory space `space`."""
+    if space == 0:
+        return cfg.ddr_bytes_per_cycle, cfg.ddr_latency
+    if space == 1:
+        return cfg.dm_bytes_per_cycle, cfg.dm_latency
+    return cfg.local_bytes_per_cycle, cfg.local_latency
+
+
+VU_ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
+                 "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None}
+"""Widest element in bytes per VU op; None: decided by the dtype operands (max of them)."""
