@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m demo
+	$(BIN)/python -m compiler.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -1,0 +1,49 @@
+"""Configuration: defaults from the brief, TOML round trip, clear errors."""
+import pytest
+
+from nnpsim.config import Config, ConfigError, config_from_dict, config_toml, load_config
+
+
+def test_defaults_are_the_briefs():
+    c = Config()
+    assert (c.nu_rows, c.nu_cols, c.peak_macs_per_cycle) == (32, 32, 1024)
+    assert (c.ddr_bytes_per_cycle, c.ddr_latency, c.dm_bytes_per_cycle, c.dm_latency) == (32, 100, 128, 8)
+    assert (c.local_bytes_per_cycle, c.local_latency, c.vu_bytes_per_cycle) == (64, 2, 64)
+    assert (c.dma_channels, c.queue_depth, c.semaphores) == (4, 16, 32)
+    assert (c.dm_bytes, c.ibuf_bytes, c.wbuf_bytes, c.abuf_bytes, c.vbuf_bytes) == (
+        2 << 20, 256 << 10, 256 << 10, 128 << 10, 256 << 10)
+    assert c.ddr_bytes == 256 << 20
+
+
+def test_printed_defaults_load_back(tmp_path):
+    p = tmp_path / "hw.toml"
+    p.write_text(config_toml())
+    assert load_config(p) == Config()
+
+
+def test_edited_file_changes_only_that_key(tmp_path):
+    p = tmp_path / "hw.toml"
+    p.write_text(config_toml().replace("channels = 4", "channels = 8"))
+    assert load_config(p) == Config(dma_channels=8)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"nu": {"rowz": 3}}, "unknown configuration key 'nu.rowz'"),
+    ({"dma": {"channels": 9}}, "dma.channels = 9 is out of range [1, 8]"),
+    ({"sync": {"semaphores": 0}}, "sync.semaphores = 0 is out of range"),
+    ({"memory": {"ddr": {"latency": "x"}}}, "memory.ddr.latency must be an integer"),
+    ({"clock": {"ghz": -1.0}}, "clock.ghz must be positive"),
+])
+def test_bad_values_are_named(data, words):
+    with pytest.raises(ConfigError) as exc:
+        config_from_dict(data)
+    assert words in str(exc.value)
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read configuration"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[nu\ncount = 1\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
