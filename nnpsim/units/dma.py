@@ -1,0 +1,182 @@
+"""DMA: the 4-D box copy with per-dimension padding (docs/architecture.md, DMA).
+
+Parameter snapshot p[j] = dma parameter j: size0..3 (0-3), src_stride0..3 (4-7),
+dst_stride0..3 (8-11), pad_lo0..3 (12-15), pad_hi0..3 (16-19), pad_value (20), elem (21).
+Check order: parameter ranges, elem, sizes, padding, spaces (dst, src), alignment
+(an ABUF side needs elem 4 and 4-aligned address and strides), bounds (dst, src).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import errors
+from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
+                     check_param_range, check_space, fail, footprint)
+
+P_SIZE = 0
+P_SRC_STRIDE = 4
+P_DST_STRIDE = 8
+P_PAD_LO = 12
+P_PAD_HI = 16
+P_PAD_VALUE = 20
+P_ELEM = 21
+ABUF_SPACES = (24, 32)   # [first, end) of the int32 accumulator buffers' space ids
+
+
+@njit(cache=True)
+def _is_abuf(space: int) -> bool:
+    return ABUF_SPACES[0] <= space < ABUF_SPACES[1]
+
+
+@njit(cache=True)
+def _check_params(p: np.ndarray, err: np.ndarray) -> int:
+    rc = check_param_range(p, 0, 0, P_ELEM, err)
+    if rc != errors.OK:
+        return rc
+    elem = p[P_ELEM]
+    if elem != 1 and elem != 2 and elem != 4:
+        return bad_param(err, P_ELEM, elem, 0)
+    rc = check_counts(p, 0, P_SIZE, 4, MAX_ELEMENTS, err)
+    if rc != errors.OK:
+        return rc
+    for k in range(4):
+        lo = p[P_PAD_LO + k]
+        hi = p[P_PAD_HI + k]
+        if lo < 0:
+            return bad_param(err, P_PAD_LO + k, lo, 0)
+        if hi < 0:
+            return bad_param(err, P_PAD_HI + k, hi, 0)
+        if lo + hi > p[P_SIZE + k]:
+            return bad_param(err, P_PAD_LO + k, lo, hi)
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_aligned_side(space: int, addr: int, counts: np.ndarray, strides: np.ndarray,
+                        stride_param: int, elem: int, err: np.ndarray) -> int:
+    """An ABUF side moves whole int32s: elem 4, 4-aligned address and strides."""
+    if not _is_abuf(space):
+        return errors.OK
+    if elem != 4:
+        return fail(err, errors.MISALIGNED, space, addr, addr + 3, P_ELEM, elem, 4, 0)
+    return check_aligned(space, addr, counts, strides, stride_param, 4, err)
+
+
+@njit(cache=True)
+def _check_inside(space_size: np.ndarray, space: int, addr: int, counts: np.ndarray,
+                  strides: np.ndarray, elem: int, err: np.ndarray) -> int:
+    first, last = footprint(addr, counts, strides, elem)
+    return check_bounds(space_size, space, first, last, err)
+
+
+@njit(cache=True)
+def _gather(mem: np.ndarray, base: int, counts: np.ndarray, strides: np.ndarray, elem: int,
+            out: np.ndarray) -> None:
+    """Read the source box, dimension 0 fastest, into out (elem bytes per element)."""
+    t = 0
+    row = counts[0] * elem
+    for j3 in range(counts[3]):
+        for j2 in range(counts[2]):
+            for j1 in range(counts[1]):
+                a = base + j3 * strides[3] + j2 * strides[2] + j1 * strides[1]
+                if strides[0] == elem:
+                    out[t:t + row] = mem[a:a + row]
+                    t += row
+                else:
+                    for j0 in range(counts[0]):
+                        a0 = a + j0 * strides[0]
+                        for b in range(elem):
+                            out[t] = mem[a0 + b]
+                            t += 1
+
+
+@njit(cache=True)
+def _scatter(mem: np.ndarray, base: int, sizes: np.ndarray, strides: np.ndarray,
+             pad_lo: np.ndarray, pad_hi: np.ndarray, elem: int, pad: np.ndarray,
+             src: np.ndarray) -> None:
+    """Write the destination box: src elements in order inside the padding, pad bytes outside."""
+    t = 0
+    lo0 = pad_lo[0]
+    hi0 = sizes[0] - pad_hi[0]
+    for i3 in range(sizes[3]):
+        in3 = pad_lo[3] <= i3 < sizes[3] - pad_hi[3]
+        for i2 in range(sizes[2]):
+            in2 = in3 and pad_lo[2] <= i2 < sizes[2] - pad_hi[2]
+            for i1 in range(sizes[1]):
+                inside = in2 and pad_lo[1] <= i1 < sizes[1] - pad_hi[1]
+                a = base + i3 * strides[3] + i2 * strides[2] + i1 * strides[1]
+                if inside and strides[0] == elem and hi0 > lo0:
+                    row = (hi0 - lo0) * elem
+                    start = a + lo0 * elem
+                    mem[start:start + row] = src[t:t + row]
+                    t += row
+                    for b in range(lo0 * elem):
+                        mem[a + b] = pad[b % elem]
+                    for b in range(hi0 * elem, sizes[0] * elem):
+                        mem[a + b] = pad[b % elem]
+                    continue
+                for i0 in range(sizes[0]):
+                    a0 = a + i0 * strides[0]
+                    if inside and lo0 <= i0 < hi0:
+                        for b in range(elem):
+                            mem[a0 + b] = src[t]
+                            t += 1
+                    else:
+                        for b in range(elem):
+                            mem[a0 + b] = pad[b]
+
+
+@njit(cache=True)
+def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, dspace: int,
+             daddr: int, sspace: int, saddr: int, p: np.ndarray, err: np.ndarray) -> int:
+    """Run one dma command (all checks first); return an errors code, filling err on failure."""
+    rc = _check_params(p, err)
+    if rc != errors.OK:
+        return rc
+    rc = check_space(space_size, dspace, err)
+    if rc != errors.OK:
+        return rc
+    rc = check_space(space_size, sspace, err)
+    if rc != errors.OK:
+        return rc
+    elem = p[P_ELEM]
+    sizes = p[P_SIZE:P_SIZE + 4].copy()
+    pad_lo = p[P_PAD_LO:P_PAD_LO + 4].copy()
+    pad_hi = p[P_PAD_HI:P_PAD_HI + 4].copy()
+    inner = sizes - pad_lo - pad_hi
+    dst_strides = p[P_DST_STRIDE:P_DST_STRIDE + 4].copy()
+    src_strides = p[P_SRC_STRIDE:P_SRC_STRIDE + 4].copy()
+    reads = inner.min() > 0
+    rc = _check_aligned_side(dspace, daddr, sizes, dst_strides, P_DST_STRIDE, elem, err)
+    if rc == errors.OK and reads:
+        rc = _check_aligned_side(sspace, saddr, inner, src_strides, P_SRC_STRIDE, elem, err)
+    if rc == errors.OK:
+        rc = _check_inside(space_size, dspace, daddr, sizes, dst_strides, elem, err)
+    if rc == errors.OK and reads:
+        rc = _check_inside(space_size, sspace, saddr, inner, src_strides, elem, err)
+    if rc != errors.OK:
+        return rc
+    n_inner = inner[0] * inner[1] * inner[2] * inner[3] if reads else 0
+    src = np.empty(n_inner * elem, dtype=np.uint8)
+    if reads:
+        _gather(mem, space_base[sspace] + saddr, inner, src_strides, elem, src)
+    pad = np.empty(elem, dtype=np.uint8)
+    for b in range(elem):
+        pad[b] = (p[P_PAD_VALUE] >> (8 * b)) & 0xFF
+    _scatter(mem, space_base[dspace] + daddr, sizes, dst_strides, pad_lo, pad_hi, elem, pad, src)
+    return errors.OK
+
+
+@njit(cache=True)
+def dma_bytes(p: np.ndarray) -> int:
+    """Bytes the transfer moves: prod(size_k) * elem (0 for parameters dma_copy rejects)."""
+    n = p[P_ELEM]
+    if n != 1 and n != 2 and n != 4:
+        return 0
+    for k in range(4):
+        s = p[P_SIZE + k]
+        if s < 1 or s > MAX_ELEMENTS * 4 // n:
+            return 0
+        n *= s
+    return n

@@ -1,0 +1,146 @@
+"""NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution (docs/architecture.md, NU).
+
+Parameter snapshot p[j] = parameter 32 + j: in_h, in_w, in_cb, out_h, out_w, out_cb, k_h, k_w,
+stride_h, stride_w, dil_h, dil_w, x_zp.  Check order: parameter ranges, counts >= 1 (in
+parameter order), x_zp, array shape, window fits the tile (height, width), unit, spaces (abuf,
+ibuf, wbuf), alignment (racc % 4, rin % rows, rw % rows), bounds (abuf, ibuf, wbuf).
+
+The product runs as a float64 matrix product (BLAS through numba, which needs scipy): every
+term |x - x_zp| * |w| <= 255 * 128 < 2**15, so sums of fewer than 2**38 terms are exact.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import errors
+from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
+                     load_i32, load_i8, sat_mul, span, store_i32)
+
+GROUP = 32
+IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = range(13)
+IBUF0, WBUF0, ABUF0 = 8, 16, 24
+MAX_UNITS = 8
+CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (8 MiB of float64)
+
+
+@njit(cache=True)
+def _check_params(p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    rc = check_param_range(p, GROUP, 0, X_ZP, err)
+    if rc != errors.OK:
+        return rc
+    for j in range(X_ZP):
+        if p[j] < 1:
+            return bad_param(err, GROUP + j, p[j], 0)
+    if p[X_ZP] < -128 or p[X_ZP] > 127:
+        return bad_param(err, GROUP + X_ZP, p[X_ZP], 0)
+    if rows < 1 or cols < 1:
+        return bad_param(err, -1, rows if rows < 1 else cols, 0)
+    for d in range(2):
+        need = span(p[OUT_H + d], p[STRIDE_H + d]) + span(p[K_H + d], p[DIL_H + d]) + 1
+        if need > p[IN_H + d]:
+            return bad_param(err, GROUP + IN_H + d, p[IN_H + d], need)
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int,
+                    p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    if unit < 0 or unit >= MAX_UNITS:
+        return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
+    abuf, ibuf, wbuf = ABUF0 + unit, IBUF0 + unit, WBUF0 + unit
+    for s in (abuf, ibuf, wbuf):
+        rc = check_space(space_size, s, err)
+        if rc != errors.OK:
+            return rc
+    if racc % 4 != 0:
+        return fail(err, errors.MISALIGNED, abuf, racc, racc + 3, -1, racc, 4, 0)
+    if rin % rows != 0:
+        return fail(err, errors.MISALIGNED, ibuf, rin, rin + rows - 1, -1, rin, rows, 0)
+    if rw % rows != 0:
+        return fail(err, errors.MISALIGNED, wbuf, rw, rw + rows - 1, -1, rw, rows, 0)
+    acc_bytes = sat_mul(sat_mul(sat_mul(p[OUT_CB], p[OUT_H]), p[OUT_W]), cols * 4)
+    in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
+    w_bytes = sat_mul(sat_mul(sat_mul(sat_mul(p[OUT_CB], p[IN_CB]), p[K_H]), p[K_W]), rows * cols)
+    for s, a, n in ((abuf, racc, acc_bytes), (ibuf, rin, in_bytes), (wbuf, rw, w_bytes)):
+        first = clamp_addr(a)
+        rc = check_bounds(space_size, s, first, first + n - 1, err)
+        if rc != errors.OK:
+            return rc
+    return errors.OK
+
+
+@njit(cache=True)
+def _weights(mem: np.ndarray, wb: int, out_cb: int, k: int, cols: int) -> np.ndarray:
+    """WBUF [out_cb][K][C] as a float64 [K][out_cb * C] matrix."""
+    w = np.empty((k, out_cb * cols), dtype=np.float64)
+    for ob in range(out_cb):
+        for j in range(k):
+            row = wb + (ob * k + j) * cols
+            for c in range(cols):
+                w[j, ob * cols + c] = load_i8(mem, row + c)
+    return w
+
+
+@njit(cache=True)
+def _im2col(mem: np.ndarray, ib: int, p: np.ndarray, rows: int, p0: int, x: np.ndarray) -> None:
+    """Fill x[q, k] = I[cb, ih, iw, r] - x_zp for output pixels p0 .. p0 + len(x) - 1."""
+    in_h, in_w, in_cb = p[IN_H], p[IN_W], p[IN_CB]
+    out_w, k_h, k_w = p[OUT_W], p[K_H], p[K_W]
+    zp = p[X_ZP]
+    for q in range(x.shape[0]):
+        oh = (p0 + q) // out_w
+        ow = (p0 + q) % out_w
+        for cb in range(in_cb):
+            for kh in range(k_h):
+                ih = oh * p[STRIDE_H] + kh * p[DIL_H]
+                for kw in range(k_w):
+                    iw = ow * p[STRIDE_W] + kw * p[DIL_W]
+                    src = ib + ((cb * in_h + ih) * in_w + iw) * rows
+                    kb = ((cb * k_h + kh) * k_w + kw) * rows
+                    for r in range(rows):
+                        x[q, kb + r] = load_i8(mem, src + r) - zp
+
+
+@njit(cache=True)
+def nu_conv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int,
+            racc: int, rin: int, rw: int, p: np.ndarray, accumulate: bool, rows: int, cols: int,
+            err: np.ndarray) -> int:
+    """Run nu.conv (accumulate False) or nu.conv.acc (True); return an errors code."""
+    rc = _check_params(p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    rc = _check_memories(space_size, unit, racc, rin, rw, p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    ib = space_base[IBUF0 + unit] + rin
+    wb = space_base[WBUF0 + unit] + rw
+    ab = space_base[ABUF0 + unit] + racc
+    out_cb = p[OUT_CB]
+    pixels = p[OUT_H] * p[OUT_W]
+    k = p[IN_CB] * p[K_H] * p[K_W] * rows
+    w = _weights(mem, wb, out_cb, k, cols)
+    chunk = max(1, min(pixels, CHUNK_ELEMS // k))
+    for p0 in range(0, pixels, chunk):
+        n = min(chunk, pixels - p0)
+        x = np.empty((n, k), dtype=np.float64)
+        _im2col(mem, ib, p, rows, p0, x)
+        y = np.dot(x, w)
+        for ob in range(out_cb):
+            for q in range(n):
+                at = ab + ((ob * pixels + p0 + q) * cols) * 4
+                for c in range(cols):
+                    v = np.int64(y[q, ob * cols + c])
+                    if accumulate:
+                        v += load_i32(mem, at + 4 * c)
+                    store_i32(mem, at + 4 * c, v)
+    return errors.OK
+
+
+@njit(cache=True)
+def nu_macs(p: np.ndarray, rows: int, cols: int) -> int:
+    """MACs of the command on the array: out_cb*in_cb*k_h*k_w*out_h*out_w*rows*cols (saturated)."""
+    n = sat_mul(rows, cols)
+    for j in (OUT_CB, IN_CB, K_H, K_W, OUT_H, OUT_W):
+        n = sat_mul(n, max(p[j], 0))
+    return n

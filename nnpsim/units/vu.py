@@ -1,0 +1,323 @@
+"""VU: every vector-unit command over its 4-D iteration space (docs/architecture.md, VU).
+
+Parameter snapshot p[j] = parameter 64 + j: n0..n3 (0-3), d/a/b byte strides (4-7, 8-11,
+12-15), win_h, win_w, win_stride_h, win_stride_w (16-19), za, zb, ma, mb, shift, zp_out, lo,
+hi (20-27).  Check order: op and unit, dtypes, parameter ranges, counts (n0..n3, then the
+window of pool ops), scalar parameters of the op (shift, lo, hi, ma, mb), the VBUF space,
+alignment of int32 operands (d, a, b), bounds (d, a, b); then, reading the sources in
+element order (n0 fastest), per-element checks (table M and S, divisor, overflow).  Results
+go to a temporary first, so a failing command writes nothing and in-place commands see
+only old values.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .. import errors
+from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
+                     check_param_range, check_space, fail, footprint, load_i32, load_i8,
+                     store_i32)
+
+VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = range(9)
+VU_OPS: dict[str, int] = {
+    "vu.requant": VU_REQUANT, "vu.requant.pc": VU_REQUANT_PC, "vu.add": VU_ADD, "vu.mul": VU_MUL,
+    "vu.clip": VU_CLIP, "vu.pool.max": VU_POOL_MAX, "vu.pool.sum": VU_POOL_SUM,
+    "vu.divr": VU_DIVR, "vu.mov": VU_MOV,
+}
+"""Internal op code of each VU mnemonic (the engine's translation table)."""
+
+GROUP = 64
+N0, D_STRIDE, A_STRIDE, B_STRIDE = 0, 4, 8, 12
+WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W = 16, 17, 18, 19
+ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = 20, 21, 22, 23, 24, 25, 26, 27
+VBUF0 = 32
+MAX_UNITS = 8
+DT_I8, DT_I32 = 0, 2
+FIT_LIMIT = 1 << 62      # |intermediate| must stay below this (room for the rounding term)
+M_LIMIT = 1 << 31
+# ILLEGAL_INSTRUCTION err[6]: what was illegal
+BAD_OP, BAD_UNIT, BAD_SDT, BAD_DDT = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def _is_window(op: int) -> bool:
+    return op == VU_POOL_MAX or op == VU_POOL_SUM
+
+
+@njit(cache=True)
+def _operand_bytes(op: int, sdt: int, ddt: int) -> tuple[int, int, int]:
+    """Element bytes of d, a, b (b = 0: no b operand; a requant.pc entry is an (M, S) pair)."""
+    if op == VU_REQUANT:
+        return 1, 1 << sdt, 0
+    if op == VU_REQUANT_PC:
+        return 1, 1 << sdt, 8
+    if op == VU_ADD or op == VU_MUL:
+        return 1, 1, 1
+    if op == VU_POOL_SUM:
+        return 4, 1, 0
+    if op == VU_DIVR:
+        return 1, 4, 4
+    if op == VU_MOV:
+        return 1 << ddt, 1 << sdt, 0
+    return 1, 1, 0
+
+
+@njit(cache=True)
+def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
+    ill = errors.ILLEGAL_INSTRUCTION
+    if op < VU_REQUANT or op > VU_MOV:
+        return fail(err, ill, -1, -1, -1, -1, op, BAD_OP, 0)
+    if unit < 0 or unit >= MAX_UNITS:
+        return fail(err, ill, -1, -1, -1, -1, unit, BAD_UNIT, 0)
+    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_MOV:
+        if sdt != DT_I8 and sdt != DT_I32:
+            return fail(err, ill, -1, -1, -1, -1, sdt, BAD_SDT, 0)
+    if op == VU_MOV and ddt != DT_I8 and ddt != DT_I32:
+        return fail(err, ill, -1, -1, -1, -1, ddt, BAD_DDT, 0)
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
+    if op == VU_REQUANT or op == VU_ADD or op == VU_MUL:
+        if p[SHIFT] < 0 or p[SHIFT] > 62:
+            return bad_param(err, GROUP + SHIFT, p[SHIFT], 0)
+    if op <= VU_CLIP:
+        lo, hi = p[LO], p[HI]
+        if lo < -128 or lo > 127:
+            return bad_param(err, GROUP + LO, lo, 0)
+        if hi < -128 or hi > 127:
+            return bad_param(err, GROUP + HI, hi, 0)
+        if lo > hi:
+            return bad_param(err, GROUP + LO, lo, hi)
+    if op == VU_REQUANT or op == VU_ADD or op == VU_MUL:
+        if p[MA] < 0 or p[MA] >= M_LIMIT:
+            return bad_param(err, GROUP + MA, p[MA], 0)
+    if op == VU_ADD:
+        if p[MB] < 0 or p[MB] >= M_LIMIT:
+            return bad_param(err, GROUP + MB, p[MB], 0)
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_params(op: int, p: np.ndarray, err: np.ndarray) -> int:
+    rc = check_param_range(p, GROUP, 0, HI, err)
+    if rc != errors.OK:
+        return rc
+    rc = check_counts(p, GROUP, N0, 4, MAX_ELEMENTS, err)
+    if rc != errors.OK:
+        return rc
+    if _is_window(op):
+        n_out = p[N0] * p[N0 + 1] * p[N0 + 2] * p[N0 + 3]
+        rc = check_counts(p, GROUP, WIN_H, 2, MAX_ELEMENTS // n_out, err)
+        if rc != errors.OK:
+            return rc
+    return _check_scalars(op, p, err)
+
+
+@njit(cache=True)
+def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: int, rb: int,
+                    sdt: int, ddt: int, p: np.ndarray, err: np.ndarray) -> int:
+    """Alignment of the int32 operands (d, a, b), then bounds (d, a with its window, b)."""
+    d_bytes, a_bytes, b_bytes = _operand_bytes(op, sdt, ddt)
+    counts = np.ones((3, 6), dtype=np.int64)
+    strides = np.zeros((3, 6), dtype=np.int64)
+    addrs = (rd, ra, rb)
+    nbytes = (d_bytes, a_bytes, b_bytes)
+    for x in range(3):
+        counts[x, :4] = p[N0:N0 + 4]
+        strides[x, :4] = p[D_STRIDE + 4 * x:D_STRIDE + 4 * x + 4]
+    if _is_window(op):
+        counts[1, 4] = p[WIN_H]
+        counts[1, 5] = p[WIN_W]
+        strides[1, 4] = p[WIN_STRIDE_H]
+        strides[1, 5] = p[WIN_STRIDE_W]
+    n_operands = 3 if b_bytes > 0 else 2
+    for x in range(n_operands):
+        if nbytes[x] >= 4:
+            rc = check_aligned(space, addrs[x], counts[x, :4], strides[x, :4],
+                               GROUP + D_STRIDE + 4 * x, 4, err)
+            if rc != errors.OK:
+                return rc
+    for x in range(n_operands):
+        first, last = footprint(addrs[x], counts[x], strides[x], nbytes[x])
+        rc = check_bounds(space_size, space, first, last, err)
+        if rc != errors.OK:
+            return rc
+    return errors.OK
+
+
+@njit(cache=True)
+def _mul_fits(x: int, y: int) -> bool:
+    """|x * y| < 2**62, decided without overflow (|x|, |y| < 2**62)."""
+    ax = x if x >= 0 else -x
+    ay = y if y >= 0 else -y
+    if ax < M_LIMIT and ay < M_LIMIT:
+        return True
+    if ax == 0 or ay == 0:
+        return True
+    return ay <= (FIT_LIMIT - 1) // ax
+
+
+@njit(cache=True)
+def rshift_round(v: int, s: int) -> int:
+    """(v + 2**(s-1)) >> s for s >= 1 (round half up), v for s = 0."""
+    if s == 0:
+        return v
+    return (v + (np.int64(1) << (s - 1))) >> s
+
+
+@njit(cache=True)
+def _clip(v: int, lo: int, hi: int) -> int:
+    return lo if v < lo else (hi if v > hi else v)
+
+
+@njit(cache=True)
+def _load(mem: np.ndarray, at: int, nbytes: int) -> int:
+    return load_i8(mem, at) if nbytes == 1 else load_i32(mem, at)
+
+
+@njit(cache=True)
+def _overflow(err: np.ndarray, space: int, at: int, nbytes: int, e: int) -> int:
+    return fail(err, errors.ARITH_OVERFLOW, space, at, at + nbytes - 1, -1, e, 0, 0)
+
+
+@njit(cache=True)
+def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
+             p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
+    """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
+    za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
+    zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a_row = ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                b_row = rb + i3 * p[B_STRIDE + 3] + i2 * p[B_STRIDE + 2] + i1 * p[B_STRIDE + 1]
+                for i0 in range(p[N0]):
+                    a_at = a_row + i0 * p[A_STRIDE]
+                    b_at = b_row + i0 * p[B_STRIDE]
+                    if op == VU_POOL_MAX or op == VU_POOL_SUM:
+                        best = -128
+                        total = 0
+                        for wh in range(p[WIN_H]):
+                            for ww in range(p[WIN_W]):
+                                x = load_i8(mem, base + a_at + wh * p[WIN_STRIDE_H]
+                                            + ww * p[WIN_STRIDE_W])
+                                best = max(best, x)
+                                total += x
+                        if op == VU_POOL_MAX:
+                            out[e] = best
+                        elif total < -M_LIMIT or total >= M_LIMIT:
+                            return _overflow(err, space, a_at, 1, e)
+                        else:
+                            out[e] = total
+                        e += 1
+                        continue
+                    x = _load(mem, base + a_at, a_bytes)
+                    if op == VU_REQUANT or op == VU_REQUANT_PC:
+                        m, s = ma, shift
+                        if op == VU_REQUANT_PC:
+                            m = load_i32(mem, base + b_at)
+                            s = load_i32(mem, base + b_at + 4)
+                            if m <= 0:
+                                return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, m, e, 0)
+                            if s < 0 or s > 62:
+                                return fail(err, errors.BAD_PARAM, space, b_at + 4, b_at + 7, -1, s, e, 1)
+                        if not _mul_fits(x - za, m):
+                            return _overflow(err, space, a_at, a_bytes, e)
+                        v = rshift_round((x - za) * m, s) + zp_out
+                        out[e] = _clip(v, lo, hi)
+                    elif op == VU_ADD or op == VU_MUL:
+                        y = load_i8(mem, base + b_at)
+                        if op == VU_ADD:
+                            if not (_mul_fits(x - za, ma) and _mul_fits(y - zb, mb)):
+                                return _overflow(err, space, a_at, 1, e)
+                            t = (x - za) * ma + (y - zb) * mb
+                            if t >= FIT_LIMIT or t <= -FIT_LIMIT:
+                                return _overflow(err, space, a_at, 1, e)
+                        else:
+                            if not _mul_fits(x - za, y - zb):
+                                return _overflow(err, space, a_at, 1, e)
+                            t = (x - za) * (y - zb)
+                            if not _mul_fits(t, ma):
+                                return _overflow(err, space, a_at, 1, e)
+                            t = t * ma
+                        out[e] = _clip(rshift_round(t, shift) + zp_out, lo, hi)
+                    elif op == VU_CLIP:
+                        out[e] = _clip(x, lo, hi)
+                    elif op == VU_DIVR:
+                        n = load_i32(mem, base + b_at)
+                        if n <= 0:
+                            return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
+                        q = ((x if x >= 0 else -x) + n // 2) // n
+                        out[e] = _clip(q if x >= 0 else -q, -128, 127)
+                    else:
+                        out[e] = x
+                    e += 1
+    return errors.OK
+
+
+@njit(cache=True)
+def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
+           out: np.ndarray) -> None:
+    """Write out (n0 fastest) to d: int8 saturated, or int32."""
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                row = base + rd + i3 * p[D_STRIDE + 3] + i2 * p[D_STRIDE + 2] + i1 * p[D_STRIDE + 1]
+                for i0 in range(p[N0]):
+                    at = row + i0 * p[D_STRIDE]
+                    if d_bytes == 1:
+                        mem[at] = _clip(out[e], -128, 127) & 0xFF
+                    else:
+                        store_i32(mem, at, out[e])
+                    e += 1
+
+
+@njit(cache=True)
+def vu_exec(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int, op: int,
+            rd: int, ra: int, rb: int, sdt: int, ddt: int, p: np.ndarray, err: np.ndarray) -> int:
+    """Run one VU command (op from VU_OPS); return an errors code, filling err on failure."""
+    rc = _check_op(op, unit, sdt, ddt, err)
+    if rc != errors.OK:
+        return rc
+    rc = _check_params(op, p, err)
+    if rc != errors.OK:
+        return rc
+    space = VBUF0 + unit
+    rc = check_space(space_size, space, err)
+    if rc != errors.OK:
+        return rc
+    rc = _check_operands(space_size, space, op, rd, ra, rb, sdt, ddt, p, err)
+    if rc != errors.OK:
+        return rc
+    d_bytes, a_bytes, _ = _operand_bytes(op, sdt, ddt)
+    out = np.empty(p[N0] * p[N0 + 1] * p[N0 + 2] * p[N0 + 3], dtype=np.int64)
+    base = space_base[space]
+    rc = _compute(mem, base, space, op, ra, rb, a_bytes, p, out, err)
+    if rc != errors.OK:
+        return rc
+    _store(mem, base, rd, p, d_bytes, out)
+    return errors.OK
+
+
+@njit(cache=True)
+def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
+    """(n_out, window, elem_bytes) of a command, the inputs of timing.vu_cycles (0s when invalid)."""
+    n_out = 1
+    for j in range(4):
+        if p[N0 + j] < 1 or p[N0 + j] > MAX_ELEMENTS // n_out:
+            return 0, 0, 0
+        n_out *= p[N0 + j]
+    window = 1
+    if _is_window(op):
+        if p[WIN_H] < 1 or p[WIN_W] < 1 or p[WIN_H] > MAX_ELEMENTS or p[WIN_W] > MAX_ELEMENTS:
+            return 0, 0, 0
+        window = p[WIN_H] * p[WIN_W]
+    if op < VU_REQUANT or op > VU_MOV or sdt < 0 or sdt > 2 or ddt < 0 or ddt > 2:
+        return 0, 0, 0
+    d_bytes, a_bytes, b_bytes = _operand_bytes(op, sdt, ddt)
+    return n_out, window, max(d_bytes, a_bytes, min(b_bytes, 4))

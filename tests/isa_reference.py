@@ -1,0 +1,366 @@
+"""An independent numpy model of one DMA, NU or VU command, for tests only.
+
+Written from docs/architecture.md (DMA, NU, VU) without reference to nnpsim.  Memories are
+a dict {space id: np.uint8 array}; parameters are a dict of named command parameters
+({"dma.size0": 5, ...}), missing ones taking their ISA defaults.  A command either applies
+its effect to the memories or raises Fault before changing anything.
+
+Checks follow the order documented in nnpsim/units: parameters (in parameter order),
+memory spaces, alignment, bounds (operands in assembly order), then per-element checks.
+Addresses are enumerated element by element here (the kernels compute footprints in O(1)).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from isa_spec import load_isa
+
+GROUP_BASE = {"dma": 0, "nu": 32, "vu": 64}
+ABUF_IDS = range(24, 32)
+VBUF0 = 32
+LIMIT62 = 1 << 62
+
+
+class Fault(Exception):
+    """A command the machine refuses: kind is param, memory, align, bounds, overflow, div0, illegal."""
+
+    def __init__(self, kind: str, space: int = -1, first: int = -1, last: int = -1,
+                 param: int = -1):
+        super().__init__(f"{kind} space={space} bytes={first}..{last} param={param}")
+        self.kind, self.space, self.first, self.last, self.param = kind, space, first, last, param
+
+
+def param_values(named: dict[str, int], group: str) -> dict[str, int]:
+    """Every parameter of the group, short name -> value (ISA defaults, then `named`)."""
+    isa = load_isa()
+    out = {}
+    for name in isa.params:
+        if name.startswith(group + "."):
+            out[name.split(".", 1)[1]] = isa.param_defaults.get(name, 0)
+    for name, v in named.items():
+        assert name.startswith(group + "."), name
+        out[name.split(".", 1)[1]] = int(v)
+    return out
+
+
+def snapshot(named: dict[str, int], group: str) -> np.ndarray:
+    """The int64[32] parameter snapshot p the kernels take (p[j] = parameter group_base + j)."""
+    isa = load_isa()
+    p = np.zeros(32, dtype=np.int64)
+    for short, v in param_values(named, group).items():
+        p[isa.params[f"{group}.{short}"] - GROUP_BASE[group]] = v
+    return p
+
+
+def _pnum(group: str, short: str) -> int:
+    return load_isa().params[f"{group}.{short}"]
+
+
+def _need_memory(mems: dict, space: int) -> np.ndarray:
+    if space not in mems:
+        raise Fault("memory", space=space)
+    return mems[space]
+
+
+def _check_inside(mem: np.ndarray, space: int, addrs: list[int], nbytes: int) -> None:
+    if not addrs:
+        return
+    first, last = min(addrs), max(addrs) + nbytes - 1
+    if first < 0 or last >= mem.size:
+        raise Fault("bounds", space=space, first=first, last=last)
+
+
+def _int(mem: np.ndarray, at: int, nbytes: int) -> int:
+    return int.from_bytes(bytes(mem[at:at + nbytes]), "little", signed=True)
+
+
+def _put(mem: np.ndarray, at: int, nbytes: int, value: int) -> None:
+    mem[at:at + nbytes] = np.frombuffer((value % (1 << (8 * nbytes))).to_bytes(nbytes, "little"),
+                                        dtype=np.uint8)
+
+
+def _box(sizes: list[int]):
+    """Every index (i0, i1, i2, i3) of the box, i0 fastest."""
+    for i3, i2, i1, i0 in itertools.product(*(range(n) for n in reversed(sizes))):
+        yield (i0, i1, i2, i3)
+
+
+# --------------------------------------------------------------------------- DMA
+
+def dma(mems: dict, dspace: int, daddr: int, sspace: int, saddr: int, named: dict) -> None:
+    """dma ch, dspace[daddr], sspace[saddr] with the named dma.* parameters."""
+    q = param_values(named, "dma")
+    elem = q["elem"]
+    if elem not in (1, 2, 4):
+        raise Fault("param", param=_pnum("dma", "elem"))
+    sizes = [q[f"size{k}"] for k in range(4)]
+    for k in range(4):
+        if sizes[k] < 1:
+            raise Fault("param", param=_pnum("dma", f"size{k}"))
+    lo = [q[f"pad_lo{k}"] for k in range(4)]
+    hi = [q[f"pad_hi{k}"] for k in range(4)]
+    for k in range(4):
+        if lo[k] < 0:
+            raise Fault("param", param=_pnum("dma", f"pad_lo{k}"))
+        if hi[k] < 0:
+            raise Fault("param", param=_pnum("dma", f"pad_hi{k}"))
+        if lo[k] + hi[k] > sizes[k]:
+            raise Fault("param", param=_pnum("dma", f"pad_lo{k}"))
+    dmem = _need_memory(mems, dspace)
+    smem = _need_memory(mems, sspace)
+    dst, src = [], []
+    for i in _box(sizes):
+        d = daddr + sum(i[k] * q[f"dst_stride{k}"] for k in range(4))
+        if all(lo[k] <= i[k] < sizes[k] - hi[k] for k in range(4)):
+            src.append(saddr + sum((i[k] - lo[k]) * q[f"src_stride{k}"] for k in range(4)))
+            dst.append((d, len(src) - 1))
+        else:
+            dst.append((d, None))
+    for space, addrs in ((dspace, [d for d, _ in dst]), (sspace, src)):
+        if space in ABUF_IDS and addrs and (elem != 4 or any(a % 4 for a in addrs)):
+            raise Fault("align", space=space)
+    _check_inside(dmem, dspace, [d for d, _ in dst], elem)
+    _check_inside(smem, sspace, src, elem)
+    data = [bytes(smem[a:a + elem]) for a in src]
+    pad = (q["pad_value"] % (1 << (8 * elem))).to_bytes(elem, "little")
+    for d, j in dst:
+        dmem[d:d + elem] = np.frombuffer(pad if j is None else data[j], dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------- NU
+
+def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+            rows: int, cols: int) -> None:
+    """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
+    q = param_values(named, "nu")
+    names = ["in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
+             "stride_h", "stride_w", "dil_h", "dil_w"]
+    for n in names:
+        if q[n] < 1:
+            raise Fault("param", param=_pnum("nu", n))
+    if not -128 <= q["x_zp"] <= 127:
+        raise Fault("param", param=_pnum("nu", "x_zp"))
+    for d in ("h", "w"):
+        last = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"]
+        if last >= q[f"in_{d}"]:
+            raise Fault("param", param=_pnum("nu", f"in_{d}"))
+    abuf = _need_memory(mems, 24 + unit)
+    ibuf = _need_memory(mems, 8 + unit)
+    wbuf = _need_memory(mems, 16 + unit)
+    if racc % 4:
+        raise Fault("align", space=24 + unit)
+    if rin % rows:
+        raise Fault("align", space=8 + unit)
+    if rw % rows:
+        raise Fault("align", space=16 + unit)
+    in_cb, out_cb, k_h, k_w = q["in_cb"], q["out_cb"], q["k_h"], q["k_w"]
+    oh, ow = q["out_h"], q["out_w"]
+    shapes = ((abuf, 24 + unit, racc, (out_cb, oh, ow, cols), 4),
+              (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
+              (wbuf, 16 + unit, rw, (out_cb, in_cb, k_h, k_w, rows, cols), 1))
+    for mem, space, addr, shape, nbytes in shapes:
+        n = int(np.prod(shape)) * nbytes
+        if addr < 0 or addr + n > mem.size:
+            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    n_in = in_cb * q["in_h"] * q["in_w"] * rows
+    x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
+    n_w = out_cb * in_cb * k_h * k_w * rows * cols
+    w = wbuf[rw:rw + n_w].view(np.int8).astype(np.int64).reshape(out_cb, in_cb, k_h, k_w, rows, cols)
+    acc = np.zeros((out_cb, oh, ow, cols), dtype=np.int64)
+    for kh in range(k_h):
+        for kw in range(k_w):
+            h0, w0 = kh * q["dil_h"], kw * q["dil_w"]
+            patch = x[:, h0:h0 + (oh - 1) * q["stride_h"] + 1:q["stride_h"],
+                      w0:w0 + (ow - 1) * q["stride_w"] + 1:q["stride_w"], :] - q["x_zp"]
+            acc += np.einsum("bhwr,obrc->ohwc", patch, w[:, :, kh, kw])
+    n_acc = acc.size * 4
+    old = abuf[racc:racc + n_acc].view("<i4").astype(np.int64).reshape(acc.shape)
+    total = acc + old if accumulate else acc
+    wrapped = ((total + (1 << 31)) % (1 << 32)) - (1 << 31)
+    abuf[racc:racc + n_acc] = wrapped.astype("<i4").view(np.uint8).ravel()
+
+
+# --------------------------------------------------------------------------- VU
+
+VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
+                "vu.pool.sum", "vu.divr", "vu.mov")
+
+
+def rshift_round(v: int, s: int) -> int:
+    """(v + 2**(s-1)) >> s for s >= 1, v for s = 0 (Python ints: exact)."""
+    return v if s == 0 else (v + (1 << (s - 1))) >> s
+
+
+def _clip(v: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, v))
+
+
+def _fits(*values: int) -> bool:
+    return all(abs(v) < LIMIT62 for v in values)
+
+
+def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
+    """Bytes per element of d, a and b (0: no b) of each VU instruction."""
+    return {"vu.requant": (1, 1 << sdt, 0), "vu.requant.pc": (1, 1 << sdt, 8),
+            "vu.add": (1, 1, 1), "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0),
+            "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
+            "vu.mov": (1 << ddt, 1 << sdt, 0)}[mnemonic]
+
+
+def _vu_check_params(mnemonic: str, q: dict) -> None:
+    pool = mnemonic in ("vu.pool.max", "vu.pool.sum")
+    for n in ["n0", "n1", "n2", "n3"] + (["win_h", "win_w"] if pool else []):
+        if q[n] < 1:
+            raise Fault("param", param=_pnum("vu", n))
+    if mnemonic in ("vu.requant", "vu.add", "vu.mul") and not 0 <= q["shift"] <= 62:
+        raise Fault("param", param=_pnum("vu", "shift"))
+    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip"):
+        if not -128 <= q["lo"] <= 127:
+            raise Fault("param", param=_pnum("vu", "lo"))
+        if not -128 <= q["hi"] <= 127:
+            raise Fault("param", param=_pnum("vu", "hi"))
+        if q["lo"] > q["hi"]:
+            raise Fault("param", param=_pnum("vu", "lo"))
+    if mnemonic in ("vu.requant", "vu.add", "vu.mul") and not 0 <= q["ma"] < 1 << 31:
+        raise Fault("param", param=_pnum("vu", "ma"))
+    if mnemonic == "vu.add" and not 0 <= q["mb"] < 1 << 31:
+        raise Fault("param", param=_pnum("vu", "mb"))
+
+
+def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: dict,
+       sdt: int = 0, ddt: int = 0) -> None:
+    """One VU instruction `mnemonic` on VU `unit` with the named vu.* parameters."""
+    q = param_values(named, "vu")
+    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.mov") and sdt not in (0, 2):
+        raise Fault("illegal")
+    if mnemonic == "vu.mov" and ddt not in (0, 2):
+        raise Fault("illegal")
+    _vu_check_params(mnemonic, q)
+    space = VBUF0 + unit
+    mem = _need_memory(mems, space)
+    d_bytes, a_bytes, b_bytes = _vu_layout(mnemonic, sdt, ddt)
+    sizes = [q[f"n{k}"] for k in range(4)]
+    window = [(0, 0)]
+    if mnemonic in ("vu.pool.max", "vu.pool.sum"):
+        window = [(wh * q["win_stride_h"], ww * q["win_stride_w"])
+                  for wh in range(q["win_h"]) for ww in range(q["win_w"])]
+    elems = []
+    for i in _box(sizes):
+        elems.append(tuple(base + sum(i[k] * q[f"{x}_stride{k}"] for k in range(4))
+                           for x, base in (("d", rd), ("a", ra), ("b", rb))))
+    d_addrs = [e[0] for e in elems]
+    a_addrs = [e[1] + dh + dw for e in elems for dh, dw in window]
+    b_addrs = [e[2] for e in elems] if b_bytes else []
+    for addrs, nbytes in ((d_addrs, d_bytes), (a_addrs, a_bytes), (b_addrs, b_bytes)):
+        if nbytes >= 4 and any(a % 4 for a in addrs):
+            raise Fault("align", space=space)
+    for addrs, nbytes in ((d_addrs, d_bytes), (a_addrs, a_bytes), (b_addrs, b_bytes)):
+        _check_inside(mem, space, addrs, nbytes)
+    results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
+    for d, v in zip(d_addrs, results):
+        if d_bytes == 1:
+            v = _clip(v, -128, 127)
+        _put(mem, d, d_bytes, v)
+
+
+def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_bytes: int,
+                q: dict, window: list) -> int:
+    """The value one element of a VU instruction computes, in exact integers."""
+    za, zb, ma, mb, shift = q["za"], q["zb"], q["ma"], q["mb"], q["shift"]
+    if mnemonic in ("vu.pool.max", "vu.pool.sum"):
+        xs = [_int(mem, a + dh + dw, 1) for dh, dw in window]
+        if mnemonic == "vu.pool.max":
+            return max(xs)
+        if not -(1 << 31) <= sum(xs) < 1 << 31:
+            raise Fault("overflow", space=space, first=a, last=a)
+        return sum(xs)
+    x = _int(mem, a, a_bytes)
+    if mnemonic in ("vu.requant", "vu.requant.pc"):
+        m, s = ma, shift
+        if mnemonic == "vu.requant.pc":
+            m, s = _int(mem, b, 4), _int(mem, b + 4, 4)
+            if not 0 < m < 1 << 31:
+                raise Fault("param", space=space, first=b, last=b + 3)
+            if not 0 <= s <= 62:
+                raise Fault("param", space=space, first=b + 4, last=b + 7)
+        if not _fits((x - za) * m):
+            raise Fault("overflow", space=space, first=a, last=a + a_bytes - 1)
+        return _clip(rshift_round((x - za) * m, s) + q["zp_out"], q["lo"], q["hi"])
+    if mnemonic == "vu.add":
+        y = _int(mem, b, 1)
+        ta, tb = (x - za) * ma, (y - zb) * mb
+        if not _fits(ta, tb, ta + tb):
+            raise Fault("overflow", space=space, first=a, last=a)
+        return _clip(rshift_round(ta + tb, shift) + q["zp_out"], q["lo"], q["hi"])
+    if mnemonic == "vu.mul":
+        y = _int(mem, b, 1)
+        prod = (x - za) * (y - zb)
+        if not _fits(prod, prod * ma):
+            raise Fault("overflow", space=space, first=a, last=a)
+        return _clip(rshift_round(prod * ma, shift) + q["zp_out"], q["lo"], q["hi"])
+    if mnemonic == "vu.clip":
+        return _clip(x, q["lo"], q["hi"])
+    if mnemonic == "vu.divr":
+        n = _int(mem, b, 4)
+        if n <= 0:
+            raise Fault("div0", space=space, first=b, last=b + 3)
+        mag = (abs(x) + n // 2) // n
+        return _clip(mag if x >= 0 else -mag, -128, 127)
+    assert mnemonic == "vu.mov", mnemonic
+    return x
+
+
+# --------------------------------------------------------------------------- test harness
+
+FAULT_ERRORS = {"param": "BAD_PARAM", "memory": "NO_SUCH_MEMORY", "align": "MISALIGNED",
+                "bounds": "OUT_OF_BOUNDS", "overflow": "ARITH_OVERFLOW", "div0": "DIV_BY_ZERO",
+                "illegal": "ILLEGAL_INSTRUCTION"}
+"""Name of the error code (in the simulator's errors module) each Fault kind stands for."""
+
+
+def pack(mems: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The simulator's memory model: one flat uint8 array, 64-aligned bases, sizes per space id."""
+    base = np.zeros(64, dtype=np.int64)
+    size = np.zeros(64, dtype=np.int64)
+    at = 0
+    for space in sorted(mems):
+        base[space], size[space] = at, mems[space].size
+        at += -(-mems[space].size // 64) * 64 + 64
+    flat = np.zeros(at, dtype=np.uint8)
+    for space, m in mems.items():
+        flat[base[space]:base[space] + m.size] = m
+    return flat, base, size
+
+
+def run_reference(fn, mems: dict, *args) -> tuple[dict, Fault | None]:
+    """Run fn on copies of mems: (memories after, the Fault raised or None)."""
+    out = {s: m.copy() for s, m in mems.items()}
+    try:
+        fn(out, *args)
+    except Fault as f:
+        return out, f
+    return out, None
+
+
+def assert_same(rc: int, err: np.ndarray, flat: np.ndarray, flat_before: np.ndarray,
+                base: np.ndarray, ref_mems: dict, fault: Fault | None, codes: dict) -> None:
+    """The kernel's outcome (rc, err, flat memory) equals the reference's (memories, fault)."""
+    if fault is not None:
+        assert rc == codes[fault.kind], (rc, err, fault)
+        assert err[0] == rc
+        if fault.space != -1:
+            assert err[1] == fault.space, (err, fault)
+        if fault.first != -1:
+            assert (err[2], err[3]) == (fault.first, fault.last), (err, fault)
+        if fault.param != -1:
+            assert err[4] == fault.param, (err, fault)
+        assert np.array_equal(flat, flat_before), "a failing command changed memory"
+        return
+    assert rc == 0, (rc, err)
+    expected = flat_before.copy()
+    for space, m in ref_mems.items():
+        expected[base[space]:base[space] + m.size] = m
+    diff = np.flatnonzero(flat != expected)
+    assert diff.size == 0, f"bytes differ at flat offsets {diff[:10]} (bases {base[base > 0]})"

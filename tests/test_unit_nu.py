@@ -1,0 +1,187 @@
+"""NU kernel (nu.conv, nu.conv.acc) against the independent numpy model, and its error reports."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nnpsim import errors
+from nnpsim.units import nu_conv, nu_macs
+from tests import isa_reference as ref
+
+CODES = {kind: getattr(errors, name) for kind, name in ref.FAULT_ERRORS.items()}
+NAMES = ["in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
+         "stride_h", "stride_w", "dil_h", "dil_w", "x_zp"]
+
+
+def _memories(seed: int, unit: int, sizes=(1024, 2048, 1024)) -> dict:
+    rng = np.random.default_rng(seed)
+    return {8 + unit: rng.integers(0, 256, sizes[0], dtype=np.uint8),
+            16 + unit: rng.integers(0, 256, sizes[1], dtype=np.uint8),
+            24 + unit: rng.integers(0, 256, sizes[2], dtype=np.uint8)}
+
+
+def run(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+        rows: int, cols: int) -> tuple:
+    """Run kernel and model on the same command; assert identical outcomes; return (rc, err)."""
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    rc = nu_conv(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), accumulate,
+                 rows, cols, err)
+    ref_mems, fault = ref.run_reference(ref.nu_conv, mems, unit, racc, rin, rw, named,
+                                        accumulate, rows, cols)
+    ref.assert_same(rc, err, flat, before, base, ref_mems, fault, CODES)
+    return rc, err
+
+
+@st.composite
+def nu_commands(draw):
+    rows = draw(st.sampled_from([1, 2, 3, 4, 8, 32]))
+    cols = draw(st.sampled_from([1, 2, 5, 8, 32]))
+    q = {n: draw(st.integers(1, 3)) for n in ["in_cb", "out_cb", "k_h", "k_w",
+                                               "stride_h", "stride_w"]}
+    q.update({n: draw(st.integers(1, 2)) for n in ["dil_h", "dil_w"]})
+    q.update({n: draw(st.integers(1, 4)) for n in ["out_h", "out_w"]})
+    for d in "hw":
+        need = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"] + 1
+        q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
+    q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
+    in_bytes = q["in_cb"] * q["in_h"] * q["in_w"] * rows
+    w_bytes = q["out_cb"] * q["in_cb"] * q["k_h"] * q["k_w"] * rows * cols
+    acc_bytes = q["out_cb"] * q["out_h"] * q["out_w"] * cols * 4
+    sizes = (64 * (in_bytes // 64 + draw(st.integers(1, 3))),
+             64 * (w_bytes // 64 + draw(st.integers(1, 3))),
+             64 * (acc_bytes // 64 + draw(st.integers(1, 3))))
+    rin = rows * draw(st.integers(0, (sizes[0] - in_bytes) // rows))
+    rw = rows * draw(st.integers(0, (sizes[1] - w_bytes) // rows))
+    racc = 4 * draw(st.integers(0, (sizes[2] - acc_bytes) // 4))
+    if draw(st.integers(0, 9)) == 0:   # sometimes misplace one operand
+        which = draw(st.integers(0, 2))
+        shift = draw(st.sampled_from([1, 2, 4, 64, -4, -64, 4096]))
+        rin, rw, racc = [a + shift if i == which else a for i, a in enumerate((rin, rw, racc))]
+    named = {f"nu.{n}": v for n, v in q.items()}
+    return (draw(st.integers(0, 3)), racc, rin, rw, named, draw(st.booleans()), rows, cols,
+            sizes, draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=250, deadline=None)
+@given(nu_commands())
+def test_nu_matches_reference(cmd):
+    unit, racc, rin, rw, named, accumulate, rows, cols, sizes, seed = cmd
+    run(_memories(seed, unit, sizes), unit, racc, rin, rw, named, accumulate, rows, cols)
+
+
+def _full_array_case(x_byte: int, w_byte: int, acc_byte: int, x_zp: int, accumulate: bool):
+    """A 32x32-array tile with constant contents (extremes) and 3x3 window, stride 2, dilation 1."""
+    named = {"nu.in_h": 7, "nu.in_w": 9, "nu.in_cb": 2, "nu.out_h": 3, "nu.out_w": 4,
+             "nu.out_cb": 2, "nu.k_h": 3, "nu.k_w": 3, "nu.stride_h": 2, "nu.stride_w": 2,
+             "nu.x_zp": x_zp}
+    mems = {8: np.full(2 * 7 * 9 * 32, x_byte, np.uint8),
+            16: np.full(2 * 2 * 9 * 32 * 32, w_byte, np.uint8),
+            24: np.full(2 * 12 * 32 * 4, acc_byte, np.uint8)}
+    return run(mems, 0, 0, 0, 0, named, accumulate, 32, 32)
+
+
+@pytest.mark.parametrize("x_byte, w_byte, acc_byte, x_zp, accumulate", [
+    (0x80, 0x80, 0x00, 127, False),   # (-128 - 127) * -128 summed: the largest magnitude
+    (0x7F, 0x80, 0x00, -128, False),
+    (0x7F, 0x7F, 0x7F, -128, True),   # accumulate onto 0x7F7F7F7F: wraps past 2**31
+    (0x80, 0x7F, 0x80, 127, True),    # onto 0x80808080 (negative), wraps below -2**31
+])
+def test_nu_extremes_full_array(x_byte, w_byte, acc_byte, x_zp, accumulate):
+    rc, _ = _full_array_case(x_byte, w_byte, acc_byte, x_zp, accumulate)
+    assert rc == errors.OK
+
+
+def test_nu_known_value():
+    """One pixel, one channel: (5 - 2) * -3 + 7 (accumulated) = -2, hand computed."""
+    mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 24: np.zeros(64, np.uint8)}
+    mems[8][0] = 5
+    mems[16][0] = np.uint8(256 - 3)
+    mems[24][:4] = np.array([7, 0, 0, 0], np.uint8)
+    flat, base, size = ref.pack(mems)
+    err = np.zeros(8, dtype=np.int64)
+    p = ref.snapshot({"nu.x_zp": 2}, "nu")
+    assert nu_conv(flat, base, size, 0, 0, 0, 0, p, True, 1, 1, err) == errors.OK
+    assert flat[base[24]:base[24] + 4].view("<i4")[0] == -2
+
+
+def _expect(named: dict, code: int, fields: dict, unit: int = 0, racc: int = 0, rin: int = 0,
+            rw: int = 0, rows: int = 4, cols: int = 4, mems: dict | None = None) -> None:
+    mems = mems if mems is not None else _memories(5, 0)
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    rc = nu_conv(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), False,
+                 rows, cols, err)
+    assert rc == code and err[0] == code, (rc, err)
+    for i, v in fields.items():
+        assert err[i] == v, (i, err)
+    assert np.array_equal(flat, before)
+
+
+@pytest.mark.parametrize("name", NAMES[:-1])
+@pytest.mark.parametrize("value", [0, -1])
+def test_nu_counts_must_be_positive(name, value):
+    _expect({f"nu.{name}": value}, errors.BAD_PARAM, {4: 32 + NAMES.index(name), 5: value})
+
+
+@pytest.mark.parametrize("named, fields", [
+    ({"nu.x_zp": 128}, {4: 44, 5: 128}),
+    ({"nu.x_zp": -129}, {4: 44, 5: -129}),
+    ({"nu.in_h": 3, "nu.out_h": 2, "nu.k_h": 2, "nu.stride_h": 2}, {4: 32, 5: 3, 6: 4}),
+    ({"nu.in_w": 6, "nu.in_h": 6, "nu.k_w": 3, "nu.k_h": 3, "nu.dil_w": 3}, {4: 33, 5: 6, 6: 7}),
+    ({"nu.in_h": 2**31 - 1, "nu.out_h": 2**31 - 1, "nu.stride_h": 2**31 - 1}, {4: 32}),
+    ({"nu.in_cb": 2**33}, {4: 34, 5: 2**33}),
+])
+def test_nu_bad_params(named, fields):
+    _expect(named, errors.BAD_PARAM, fields)
+
+
+@pytest.mark.parametrize("rows, cols", [(0, 4), (4, 0), (-1, 4)])
+def test_nu_array_size_must_be_positive(rows, cols):
+    _expect({}, errors.BAD_PARAM, {4: -1, 5: min(rows, cols)}, rows=rows, cols=cols)
+
+
+def test_nu_unit_and_memories():
+    _expect({}, errors.ILLEGAL_INSTRUCTION, {5: 8}, unit=8)
+    _expect({}, errors.ILLEGAL_INSTRUCTION, {5: -1}, unit=-1)
+    _expect({}, errors.NO_SUCH_MEMORY, {1: 25}, unit=1)
+    mems = _memories(5, 0)
+    del mems[16]
+    _expect({}, errors.NO_SUCH_MEMORY, {1: 16}, mems=mems)
+
+
+@pytest.mark.parametrize("racc, rin, rw, fields", [
+    (2, 0, 0, {1: 24, 2: 2, 3: 5}),
+    (0, 6, 0, {1: 8, 2: 6, 3: 9, 6: 4}),
+    (0, 0, 3, {1: 16, 2: 3, 3: 6, 6: 4}),
+])
+def test_nu_misaligned(racc, rin, rw, fields):
+    _expect({}, errors.MISALIGNED, fields, racc=racc, rin=rin, rw=rw)
+
+
+@pytest.mark.parametrize("named, racc, rin, rw, fields", [
+    ({"nu.out_cb": 8, "nu.out_w": 9, "nu.in_w": 9}, 0, 0, 0, {1: 24, 2: 0, 3: 8 * 9 * 16 - 1}),
+    ({}, 1024, 0, 0, {1: 24, 2: 1024, 3: 1039}),
+    ({}, -4, 0, 0, {1: 24, 2: -4, 3: 11}),
+    ({"nu.in_h": 300}, 0, 0, 0, {1: 8, 2: 0, 3: 1199}),
+    ({}, 0, 1024, 0, {1: 8, 2: 1024, 3: 1027}),
+    ({"nu.k_w": 9, "nu.in_w": 9, "nu.in_cb": 4, "nu.out_cb": 4}, 0, 0, 0, {1: 16, 2: 0, 3: 2303}),
+    ({}, 0, 0, 2**40, {1: 16, 2: 2**40}),
+    ({"nu.in_cb": 2**31 - 1, "nu.in_h": 2**31 - 1, "nu.in_w": 2**31 - 1}, 0, 0, 0, {1: 8, 2: 0}),
+])
+def test_nu_out_of_bounds(named, racc, rin, rw, fields):
+    _expect(named, errors.OUT_OF_BOUNDS, fields, racc=racc, rin=rin, rw=rw)
+
+
+@pytest.mark.parametrize("named, rows, cols, expected", [
+    ({}, 32, 32, 1024),
+    ({"nu.out_cb": 2, "nu.in_cb": 3, "nu.k_h": 3, "nu.k_w": 3, "nu.out_h": 5, "nu.out_w": 7},
+     32, 32, 2 * 3 * 9 * 35 * 1024),
+    ({"nu.out_h": 4}, 8, 2, 64),
+])
+def test_nu_macs(named, rows, cols, expected):
+    assert nu_macs(ref.snapshot(named, "nu"), rows, cols) == expected
