@@ -1,0 +1,22 @@
+"""nnpasm: the NNP-1 assembler (and, re-exported, its disassembler)."""
+from __future__ import annotations
+
+from isa_spec.program import Program
+
+from .assembler import Assembler
+from .diagnostics import AsmError, Diagnostic
+
+__all__ = ["AsmError", "Diagnostic", "Program", "assemble", "disassemble"]
+
+
+def assemble(source: str, filename: str = "<string>", include_dirs=(), defines=None) -> Program:
+    """Assemble NNP-1 source text; raises AsmError listing every error found."""
+    return Assembler(include_dirs, defines).run(source, filename)
+
+
+def __getattr__(name: str):
+    # The disassembler lives in its own module; import it only when asked for.
+    if name == "disassemble":
+        from .disasm import disassemble
+        return disassemble
+    raise AttributeError(f"module 'nnpasm' has no attribute {name!r}")
