@@ -1,0 +1,214 @@
+"""The control unit: internal op codes, the decoded program table and pure-instruction semantics.
+
+The engine never sees ISA opcode numbers: `decode_for_engine` maps every
+instruction, by mnemonic, to an internal op code and packs its operands into
+fixed columns, so renumbering opcodes in nnp1.toml changes nothing here.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isa_spec import Isa, decode_program, load_isa
+
+from .timing import cu_cycles
+
+# Internal op codes.  Below OP_SYNC: pure CU instructions (registers, pc and
+# parameter file only); the engine runs them in a tight loop.  From OP_SYNC:
+# instructions that touch queues, semaphores or the run state.
+(OP_NOP, OP_ADD, OP_SUB, OP_MUL, OP_AND, OP_OR, OP_XOR, OP_SLL, OP_SRL, OP_SRA, OP_SLT,
+ OP_SLTU, OP_MIN, OP_MAX, OP_ADDI, OP_MULI, OP_ANDI, OP_ORI, OP_XORI, OP_SLTI, OP_SLTIU,
+ OP_SLLI, OP_SRLI, OP_SRAI, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
+ OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(36)
+OP_SYNC = 64
+OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU = range(OP_SYNC, OP_SYNC + 7)
+
+CU_OPS = {
+    "nop": OP_NOP, "add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "and": OP_AND, "or": OP_OR,
+    "xor": OP_XOR, "sll": OP_SLL, "srl": OP_SRL, "sra": OP_SRA, "slt": OP_SLT, "sltu": OP_SLTU,
+    "min": OP_MIN, "max": OP_MAX, "addi": OP_ADDI, "muli": OP_MULI, "andi": OP_ANDI,
+    "ori": OP_ORI, "xori": OP_XORI, "slti": OP_SLTI, "sltiu": OP_SLTIU, "slli": OP_SLLI,
+    "srli": OP_SRLI, "srai": OP_SRAI, "li": OP_LI, "la": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
+    "blt": OP_BLT, "bge": OP_BGE, "bltu": OP_BLTU, "bgeu": OP_BGEU, "jal": OP_JAL,
+    "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "halt": OP_HALT,
+    "sem.signal": OP_SEM_SIGNAL, "sem.wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
+}
+UNIT_OPS = {"DMA": OP_DMA, "NU": OP_NU, "VU": OP_VU}
+
+# Columns of the engine's program table (int64 [n, N_COLS]).
+C_OP = 0       # internal op code
+C_RD = 1       # rd / DMA rd / NU racc / VU rd
+C_RS1 = 2      # rs1 / DMA rs / NU rin / VU ra
+C_RS2 = 3      # rs2 / NU rw / VU rb
+C_IMM = 4      # imm, branch offset (bytes), semaphore, barrier mask
+C_PARAM = 5    # parameter register number (setp, setpi)
+C_UNIT = 6     # unit index or DMA channel
+C_WAIT = 7     # wait semaphore or -1
+C_SIGNAL = 8   # signal semaphore or -1
+C_F0 = 9       # DMA dspace; NU accumulate 0/1; VU internal op code
+C_F1 = 10      # DMA sspace; VU sdt
+C_F2 = 11      # VU ddt
+C_ISA = 12     # index into isa.instructions (for logs and messages)
+N_COLS = 13
+
+MASK32 = 0xFFFFFFFF
+
+
+def wrap32_py(v: int) -> int:
+    """A Python int as the signed 32-bit value of its low 32 bits."""
+    v &= MASK32
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def decode_for_engine(words: np.ndarray, vu_ops: dict[str, int], isa: Isa | None = None) -> np.ndarray:
+    """Decode program words into the engine's table (int64 [n, N_COLS])."""
+    isa = isa or load_isa()
+    dec = decode_program(np.asarray(words, dtype=np.uint64), isa)
+    col = {name: 1 + j for j, name in enumerate(isa.slots)}
+    out = np.zeros((len(dec), N_COLS), dtype=np.int64)
+    out[:, C_ISA] = dec[:, 0]
+    out[:, C_WAIT] = -1
+    out[:, C_SIGNAL] = -1
+    for index, ins in enumerate(isa.instructions):
+        rows = dec[:, 0] == index
+        if not rows.any():
+            continue
+        d = dec[rows]
+        block = out[rows]
+        block[:, C_OP] = _internal_op(ins.mnemonic, ins.unit)
+        for name, dst in _COLUMN_OF.items():
+            if name in ins.fields:
+                block[:, dst] = d[:, col[name]]
+        if ins.unit == "NU":
+            block[:, C_F0] = 1 if ins.mnemonic.endswith(".acc") else 0
+        if ins.unit == "VU":
+            if ins.mnemonic not in vu_ops:
+                raise ValueError(f"the VU has no kernel for {ins.mnemonic}")
+            block[:, C_F0] = vu_ops[ins.mnemonic]
+        if "imm" in ins.fields and ins.fields["imm"].kind.cls in ("imm32", "addr"):
+            block[:, C_IMM] = [wrap32_py(int(v)) for v in block[:, C_IMM]]
+        out[rows] = block
+    return out
+
+
+_COLUMN_OF = {
+    "rd": C_RD, "rs1": C_RS1, "rs2": C_RS2, "imm": C_IMM, "off": C_IMM, "sem": C_IMM,
+    "mask": C_IMM, "param": C_PARAM, "ch": C_UNIT, "unit": C_UNIT, "wait": C_WAIT,
+    "signal": C_SIGNAL, "rs": C_RS1, "dspace": C_F0, "sspace": C_F1, "racc": C_RD,
+    "rin": C_RS1, "rw": C_RS2, "ra": C_RS1, "rb": C_RS2, "sdt": C_F1, "ddt": C_F2,
+}
+
+
+def _internal_op(mnemonic: str, unit: str) -> int:
+    if unit in UNIT_OPS:
+        return UNIT_OPS[unit]
+    if mnemonic not in CU_OPS:
+        raise ValueError(f"the CU has no semantics for instruction {mnemonic}")
+    return CU_OPS[mnemonic]
+
+
+@njit(cache=True)
+def wrap32(v: int) -> int:
+    """The signed 32-bit value of the low 32 bits of v."""
+    return ((v + 0x80000000) & MASK32) - 0x80000000
+
+
+@njit(cache=True, inline="always")
+def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
+              branch_penalty: int) -> tuple:
+    """Execute pure instruction i; return (next pc in bytes, cycles it took)."""
+    op = prog[i, C_OP]
+    rd = prog[i, C_RD]
+    a = regs[prog[i, C_RS1]]
+    b = regs[prog[i, C_RS2]]
+    imm = prog[i, C_IMM]
+    pc = i * 8
+    nxt = pc + 8
+    taken = False
+    v = 0
+    write = True
+    if op == OP_ADD:
+        v = a + b
+    elif op == OP_SUB:
+        v = a - b
+    elif op == OP_MUL:
+        v = a * b
+    elif op == OP_AND:
+        v = a & b
+    elif op == OP_OR:
+        v = a | b
+    elif op == OP_XOR:
+        v = a ^ b
+    elif op == OP_SLL:
+        v = a << (b & 31)
+    elif op == OP_SRL:
+        v = (a & MASK32) >> (b & 31)
+    elif op == OP_SRA:
+        v = a >> (b & 31)
+    elif op == OP_SLT:
+        v = 1 if a < b else 0
+    elif op == OP_SLTU:
+        v = 1 if (a & MASK32) < (b & MASK32) else 0
+    elif op == OP_MIN:
+        v = a if a < b else b
+    elif op == OP_MAX:
+        v = a if a > b else b
+    elif op == OP_ADDI:
+        v = a + imm
+    elif op == OP_MULI:
+        v = a * imm
+    elif op == OP_ANDI:
+        v = a & imm
+    elif op == OP_ORI:
+        v = a | imm
+    elif op == OP_XORI:
+        v = a ^ imm
+    elif op == OP_SLTI:
+        v = 1 if a < imm else 0
+    elif op == OP_SLTIU:
+        v = 1 if (a & MASK32) < (imm & MASK32) else 0
+    elif op == OP_SLLI:
+        v = a << (imm & 31)
+    elif op == OP_SRLI:
+        v = (a & MASK32) >> (imm & 31)
+    elif op == OP_SRAI:
+        v = a >> (imm & 31)
+    elif op == OP_LI:
+        v = imm
+    else:
+        write = False
+        if op == OP_BEQ:
+            taken = a == b
+        elif op == OP_BNE:
+            taken = a != b
+        elif op == OP_BLT:
+            taken = a < b
+        elif op == OP_BGE:
+            taken = a >= b
+        elif op == OP_BLTU:
+            taken = (a & MASK32) < (b & MASK32)
+        elif op == OP_BGEU:
+            taken = (a & MASK32) >= (b & MASK32)
+        elif op == OP_JAL:
+            write = True
+            v = nxt
+            taken = True
+        elif op == OP_JALR:
+            write = True
+            v = nxt
+            taken = True
+            imm = (wrap32(a + imm) & ~7) - pc
+        elif op == OP_LOOP:
+            cnt = wrap32(regs[rd] - 1)
+            if rd != 0:
+                regs[rd] = cnt
+            taken = regs[rd] != 0
+        elif op == OP_SETP:
+            params[prog[i, C_PARAM]] = wrap32(a + imm)
+        elif op == OP_SETPI:
+            params[prog[i, C_PARAM]] = imm
+        if taken:
+            nxt = pc + imm
+    if write and rd != 0:
+        regs[rd] = wrap32(v)
+    return nxt, cu_cycles(taken, branch_penalty)

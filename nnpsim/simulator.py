@@ -1,0 +1,230 @@
+"""The Simulator: load a Program, write inputs, run, read outputs, get stats and the RunLog."""
+from __future__ import annotations
+
+import numpy as np
+
+from isa_spec import DecodeError, decode, load_isa
+from isa_spec.layout import from_stored, stored_shape, to_stored
+
+from . import errors, races
+from .config import Config
+from .cu import decode_for_engine
+from .engine import (N_STATE, ST_CU_STATE, ST_CYCLE, ST_ERR_AGENT, ST_ERR_CMD, ST_ERR_PC,
+                     ST_INSTR, ST_NCMD, ST_NCTR, ST_NSTALL, ST_NSYNC, ST_PC, ST_STALL_ARG,
+                     ST_STALL_REASON, CU_HALTED, CU_STALLED, engine, new_tables)
+from .errors import SimError
+from .runlog import STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, RunLog
+from .state import SPACE_DDR, Memory, agent_names, config_vector, space_name
+from .stats import Stats, summarize
+from .trace import write_trace
+from .units.vu import VU_OPS
+
+DEFAULT_MAX_CYCLES = 10 ** 9
+DTYPES = {"int8": np.dtype("<i1"), "int32": np.dtype("<i4")}
+
+
+class Simulator:
+    """One NNP-1 machine: its memories, a loaded program and the log of its last run."""
+
+    def __init__(self, config: Config | None = None):
+        self.config = (config or Config()).validate()
+        self.isa = load_isa()
+        self.memory = Memory.for_config(self.config)
+        self.program = None
+        self.last_log: RunLog | None = None
+        self._table: np.ndarray | None = None
+
+    def load(self, program) -> None:
+        """Decode `program`, clear every memory and place its data in DDR."""
+        try:
+            table = decode_for_engine(program.code, VU_OPS, self.isa)
+        except DecodeError as exc:
+            raise SimError(f"cannot load program: {exc}", errors.ILLEGAL_INSTRUCTION) from None
+        data = bytes(program.data)
+        extent = max(int(program.data_size), len(data))
+        if program.data_base < 0 or program.data_base + extent > self.config.ddr_bytes:
+            raise SimError(f"cannot load program: its data [{program.data_base:#x}, "
+                           f"{program.data_base + extent:#x}) does not fit DDR of "
+                           f"{self.config.ddr_bytes:#x} bytes", errors.OUT_OF_BOUNDS)
+        self.memory = Memory.for_config(self.config)
+        self.memory.view(SPACE_DDR, program.data_base, len(data))[:] = np.frombuffer(data, np.uint8)
+        self.program = program
+        self._table = table
+        self.last_log = None
+
+    def write(self, name: str, array) -> None:
+        """Store a tensor, given in the buffer's logical shape and dtype, into its DDR buffer."""
+        buf = self._buffer(name)
+        a = np.asarray(array)
+        want = DTYPES[buf.dtype]
+        if a.shape != tuple(buf.shape) or a.dtype.newbyteorder("<") != want:
+            raise ValueError(f"buffer {name} holds {buf.dtype} of shape {tuple(buf.shape)}; "
+                             f"got {a.dtype} of shape {a.shape}")
+        stored = to_stored(buf.layout, a).astype(want, copy=False)
+        raw = stored.view(np.uint8).reshape(-1)
+        self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
+
+    def read(self, name: str) -> np.ndarray:
+        """A buffer's contents in its logical shape and dtype."""
+        buf = self._buffer(name)
+        want = DTYPES[buf.dtype]
+        shape = stored_shape(buf.layout, tuple(buf.shape))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * want.itemsize
+        raw = self.memory.view(SPACE_DDR, buf.addr, nbytes).copy()
+        return from_stored(buf.layout, raw.view(want).reshape(shape), tuple(buf.shape))
+
+    def run(self, max_cycles: int | None = None, trace=None, check_races: bool = False) -> Stats:
+        """Run the loaded program to halt; return its Stats (SimError, with .log and .stats, on failure)."""
+        if self._table is None:
+            raise SimError("no program loaded: call load(program) first")
+        limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
+        if limit < 0:
+            raise ValueError(f"max_cycles must be >= 0, got {limit}")
+        log, failure = run_program(self._table, self.memory, self.config, limit, self.program)
+        self.last_log = log
+        if failure is None and check_races:
+            failure = _check_races(log, self.program, self.config)
+        if trace is not None:
+            write_trace(trace, log, self.program, self.config)
+        stats = summarize(log, self.program, self.config)
+        if failure is not None:
+            log.error = failure
+            failure.stats = stats
+            failure.log = log
+            raise failure
+        return stats
+
+    def _buffer(self, name: str):
+        if self.program is None:
+            raise SimError("no program loaded: call load(program) first")
+        buf = self.program.buffers.get(name)
+        if buf is None:
+            known = ", ".join(sorted(self.program.buffers)) or "none"
+            raise ValueError(f"no buffer named {name!r} (known buffers: {known})")
+        if buf.dtype not in DTYPES:
+            raise ValueError(f"buffer {name}: unknown dtype {buf.dtype!r}")
+        return buf
+
+
+def _check_races(log: RunLog, program, config: Config) -> SimError | None:
+    try:
+        races.check(log, program, config)
+    except SimError as exc:
+        return exc
+    return None
+
+
+def run_program(table: np.ndarray, memory: Memory, config: Config, max_cycles: int,
+                program=None) -> tuple[RunLog, SimError | None]:
+    """Run a decoded program on `memory` with the event engine; the RunLog and the error (or None)."""
+    isa = load_isa()
+    regs = np.zeros(32, dtype=np.int64)
+    params = np.array(isa.param_file(), dtype=np.int64)
+    st = np.zeros(N_STATE, dtype=np.int64)
+    err = np.zeros(8, dtype=np.int64)
+    cfg = config_vector(config, max_cycles, isa)
+    cmd, sync, ctr, stall = new_tables()
+    cmd, sync, ctr, stall, sems, heads = engine()(
+        table, memory.mem, memory.table, cfg, regs, params, st, err, cmd, sync, ctr, stall)
+    log = RunLog.from_tables(st[ST_CYCLE], st[ST_INSTR], agent_names(config), cmd[:st[ST_NCMD]],
+                             sync[:st[ST_NSYNC]], ctr[:st[ST_NCTR]], stall[:st[ST_NSTALL]])
+    log.registers = regs
+    log.params = params
+    log.pc = int(st[ST_PC])
+    failure = None
+    if err[0] != errors.OK:
+        failure = SimError(error_message(int(err[0]), err, st, log, program, sems, heads),
+                           int(err[0]), int(st[ST_CYCLE]))
+        log.error = failure
+    return log, failure
+
+
+def instruction_text(pc: int, program, isa=None) -> str:
+    """'mnemonic at 0xADDR (file:line)' for the instruction at byte address pc."""
+    isa = isa or load_isa()
+    i = pc // 8
+    if program is None or pc < 0 or i >= len(program.code):
+        return f"pc {pc:#x}"
+    try:
+        mnemonic = decode(int(program.code[i]), isa)[0].mnemonic
+    except DecodeError:
+        mnemonic = "?"
+    where = ""
+    if program.lines is not None and i < len(program.lines) and program.lines[i] is not None:
+        file, line = program.lines[i]
+        where = f" ({file}:{line})"
+    return f"{mnemonic} at {pc:#x}{where}"
+
+
+def _param_name(number: int, isa) -> str:
+    for name, value in isa.params.items():
+        if value == number:
+            return name
+    return f"parameter {number}"
+
+
+def error_message(code: int, err: np.ndarray, st: np.ndarray, log: RunLog, program,
+                  sems: np.ndarray, heads: np.ndarray) -> str:
+    """What went wrong, where and when, in words."""
+    isa = load_isa()
+    cycle = int(st[ST_CYCLE])
+    name = errors.NAMES.get(code, f"error {code}")
+    if code == errors.DEADLOCK:
+        return f"deadlock at cycle {cycle}: " + _waiters(st, log, program, sems, heads, isa)
+    if code == errors.CYCLE_LIMIT:
+        return (f"cycle limit exceeded: the program had not finished at cycle {cycle} "
+                f"(cu at {instruction_text(int(st[ST_PC]), program, isa)}, "
+                f"{int((log.cmd_end < 0).sum())} commands not finished)")
+    agent = log.agents[int(st[ST_ERR_AGENT])]
+    where = instruction_text(int(st[ST_ERR_PC]), program, isa)
+    parts = [f"{name} on {agent} at cycle {cycle}", f"instruction {where}"]
+    if int(st[ST_ERR_CMD]) >= 0:
+        parts.append(f"command #{int(st[ST_ERR_CMD])}")
+    if code == errors.PC_OUT_OF_RANGE:
+        size = f"{8 * len(program.code):#x} bytes" if program is not None else "unknown size"
+        parts = [f"{name} on cu at cycle {cycle}",
+                 f"pc {int(err[5]):#x} is outside the program ({size}; did it run past its end without halt?)"]
+    elif code == errors.BAD_SEMAPHORE:
+        parts.append(f"semaphore s{int(err[4])} does not exist (the configuration has "
+                     f"{len(sems)}: s0..s{len(sems) - 1})")
+    elif code == errors.ILLEGAL_INSTRUCTION and int(st[ST_ERR_AGENT]) == 0:
+        parts.append(_missing_unit(int(st[ST_ERR_PC]), int(err[4]), program, log.agents))
+    else:
+        if int(err[1]) >= 0 and int(err[2]) >= 0:
+            parts.append(f"memory {space_name(int(err[1]))} bytes [{int(err[2]):#x}, {int(err[3]):#x}]")
+        elif code == errors.NO_SUCH_MEMORY:
+            parts.append(f"memory space {int(err[5])} ({space_name(int(err[5]))}) is not in this configuration")
+        if code in (errors.BAD_PARAM, errors.MISALIGNED) and int(err[4]) >= 0:
+            parts.append(f"{_param_name(int(err[4]), isa)} = {int(err[5])}")
+        if code == errors.ARITH_OVERFLOW:
+            parts.append(f"element {int(err[5])}")
+    return ": ".join(parts[:1]) + ("; " + "; ".join(parts[1:]) if len(parts) > 1 else "")
+
+
+def _missing_unit(pc: int, unit: int, program, agents: list[str]) -> str:
+    kind = "unit"
+    if program is not None and 0 <= pc // 8 < len(program.code):
+        kind = {"NU": "nu", "VU": "vu", "DMA": "dma"}[decode(int(program.code[pc // 8]))[0].unit]
+    have = sum(1 for a in agents if a.rstrip("0123456789") == kind)
+    return f"{kind}{unit} does not exist in this configuration (it has {have})"
+
+
+def _waiters(st: np.ndarray, log: RunLog, program, sems: np.ndarray, heads: np.ndarray, isa) -> str:
+    who = []
+    at = instruction_text(int(st[ST_PC]), program, isa)
+    if int(st[ST_CU_STATE]) == CU_HALTED:
+        who.append("cu has halted")
+    elif int(st[ST_CU_STATE]) == CU_STALLED:
+        reason, arg = int(st[ST_STALL_REASON]), int(st[ST_STALL_ARG])
+        if reason == STALL_SEMAPHORE:
+            who.append(f"cu waits on s{arg} (0 tokens) at {at}")
+        elif reason == STALL_BARRIER:
+            who.append(f"cu waits at barrier {arg:#06x} at {at}")
+        elif reason == STALL_QUEUE_FULL:
+            who.append(f"cu waits for room in the full queue of {log.agents[arg]} at {at}")
+    for a, c in enumerate(heads):
+        if c >= 0:
+            s = int(log.cmd_wait[c])
+            who.append(f"{log.agents[a]} command #{c} ({instruction_text(int(log.cmd_pc[c]), program, isa)}) "
+                       f"waits on s{s} ({int(sems[s])} tokens)")
+    return "; ".join(who) + "; nothing is in flight that could signal"
