@@ -95,6 +95,23 @@ def test_nu_extremes_full_array(x_byte, w_byte, acc_byte, x_zp, accumulate):
     assert rc == errors.OK
 
 
+def test_nu_single_product_wraps_past_int32():
+    """One pixel whose 67,584-term sum of (-255) * (-128) exceeds 2**31: the kernel wraps like the model."""
+    named = {"nu.in_h": 33, "nu.in_w": 32, "nu.in_cb": 2, "nu.out_h": 1, "nu.out_w": 1,
+             "nu.out_cb": 1, "nu.k_h": 33, "nu.k_w": 32, "nu.x_zp": 127}
+    mems = {8: np.full(2 * 33 * 32 * 32, 0x80, np.uint8),
+            16: np.full(2 * 33 * 32 * 32 * 32, 0x80, np.uint8),
+            24: np.zeros(32 * 4, np.uint8)}
+    assert run(mems, 0, 0, 0, 0, named, False, 32, 32)[0] == errors.OK
+    flat, base, size = ref.pack(mems)
+    err = np.zeros(8, dtype=np.int64)
+    assert nu_conv(flat, base, size, 0, 0, 0, 0, ref.snapshot(named, "nu"), False, 32, 32, err) == errors.OK
+    total = 2 * 33 * 32 * 32 * 255 * 128
+    assert total > 2**31
+    wrapped = (total + 2**31) % 2**32 - 2**31
+    assert (flat[base[24]:base[24] + 128].view("<i4") == wrapped).all()
+
+
 def test_nu_known_value():
     """One pixel, one channel: (5 - 2) * -3 + 7 (accumulated) = -2, hand computed."""
     mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 24: np.zeros(64, np.uint8)}
