@@ -1,0 +1,303 @@
+"""Exact byte footprints of DMA, NU and VU commands, as affine access patterns.
+
+A pattern is one operand of one command: elements of `WIDTH` bytes at
+`BASE + sum(i_k * S_k)` for `i_k < N_k`, k = 0..5, in memory space `SPACE`,
+read (`WRITE` = 0) or written (1).  A command has at most `MAX_PATTERNS`
+patterns (unused rows have WIDTH 0).  Duplicated elements (overlapping
+convolution or pooling windows) are allowed: the union is the exact byte set.
+
+The rules follow docs/architecture.md: a DMA reads the inner (unpadded) box of
+its source and writes the whole destination box, padding included; an NU
+reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
+reads it for nu.conv.acc); a VU reads a (every pooling window) and b (when the
+op has one) and writes d.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from numba import njit
+
+from isa_spec import load_isa
+
+from .config import Config
+
+N_SPACES = 64
+DDR, DM, IBUF, WBUF, ABUF, VBUF = 0, 1, 8, 16, 24, 32
+MAX_PATTERNS = 4
+DIMS = 6
+SPACE, WRITE, BASE, WIDTH, N, S = 0, 1, 2, 3, 4, 4 + DIMS
+PATTERN_COLS = 4 + 2 * DIMS
+
+# Command classes (by mnemonic) the pattern builder distinguishes.
+OTHER, DMA_COPY, NU_CONV, NU_CONV_ACC = 0, 1, 2, 3
+VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = range(10, 19)
+OP_CLASS = {"dma": DMA_COPY, "nu.conv": NU_CONV, "nu.conv.acc": NU_CONV_ACC,
+            "vu.requant": VU_REQUANT, "vu.requant.pc": VU_REQUANT_PC, "vu.add": VU_ADD,
+            "vu.mul": VU_MUL, "vu.clip": VU_CLIP, "vu.pool.max": VU_POOL_MAX,
+            "vu.pool.sum": VU_POOL_SUM, "vu.divr": VU_DIVR, "vu.mov": VU_MOV}
+
+# Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
+CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
+_AGENT_KINDS = {"cu": CU, "nu": NU_AGENT, "vu": VU_AGENT, "dma": DMA_AGENT}
+_AGENT_NAME = re.compile(r"(cu|nu|vu|dma)(\d*)\Z")
+
+# Parameter positions inside a command's 32-entry group snapshot.
+_P = load_isa().params
+DMA_SIZE0 = _P["dma.size0"]
+DMA_SRC_STRIDE0 = _P["dma.src_stride0"]
+DMA_DST_STRIDE0 = _P["dma.dst_stride0"]
+DMA_PAD_LO0 = _P["dma.pad_lo0"]
+DMA_PAD_HI0 = _P["dma.pad_hi0"]
+DMA_ELEM = _P["dma.elem"]
+NU_BASE = _P["nu.in_h"]
+NU_IN_H, NU_IN_W, NU_IN_CB = _P["nu.in_h"] - NU_BASE, _P["nu.in_w"] - NU_BASE, _P["nu.in_cb"] - NU_BASE
+NU_OUT_H, NU_OUT_W, NU_OUT_CB = _P["nu.out_h"] - NU_BASE, _P["nu.out_w"] - NU_BASE, _P["nu.out_cb"] - NU_BASE
+NU_K_H, NU_K_W = _P["nu.k_h"] - NU_BASE, _P["nu.k_w"] - NU_BASE
+NU_STRIDE_H, NU_STRIDE_W = _P["nu.stride_h"] - NU_BASE, _P["nu.stride_w"] - NU_BASE
+NU_DIL_H, NU_DIL_W = _P["nu.dil_h"] - NU_BASE, _P["nu.dil_w"] - NU_BASE
+VU_BASE = _P["vu.n0"]
+GROUP_BASE = {"DMA": _P["dma.size0"], "NU": NU_BASE, "VU": VU_BASE}
+"""Parameter number of entry 0 of each unit's 32-entry parameter snapshot (RunLog.cmd_params)."""
+VU_N0 = _P["vu.n0"] - VU_BASE
+VU_D_STRIDE0 = _P["vu.d_stride0"] - VU_BASE
+VU_A_STRIDE0 = _P["vu.a_stride0"] - VU_BASE
+VU_B_STRIDE0 = _P["vu.b_stride0"] - VU_BASE
+VU_WIN_H, VU_WIN_W = _P["vu.win_h"] - VU_BASE, _P["vu.win_w"] - VU_BASE
+VU_WIN_STRIDE_H, VU_WIN_STRIDE_W = _P["vu.win_stride_h"] - VU_BASE, _P["vu.win_stride_w"] - VU_BASE
+
+
+def op_classes() -> np.ndarray:
+    """Command class of every instruction, indexed like load_isa().instructions."""
+    return np.array([OP_CLASS.get(i.mnemonic, OTHER) for i in load_isa().instructions], np.int64)
+
+
+def space_sizes(config: Config) -> np.ndarray:
+    """Size in bytes of every memory space id (0 for ids the configuration lacks)."""
+    size = np.zeros(N_SPACES, np.int64)
+    size[DDR], size[DM] = config.ddr_bytes, config.dm_bytes
+    for k in range(config.nu_count):
+        size[IBUF + k], size[WBUF + k], size[ABUF + k] = config.ibuf_bytes, config.wbuf_bytes, config.abuf_bytes
+    for k in range(config.vu_count):
+        size[VBUF + k] = config.vbuf_bytes
+    return size
+
+
+def space_name(space: int) -> str:
+    """Assembly name of memory space `space` (ibuf0, not ibuf)."""
+    if space == DDR:
+        return "ddr"
+    if space == DM:
+        return "dm"
+    for base, name in ((IBUF, "ibuf"), (WBUF, "wbuf"), (ABUF, "abuf"), (VBUF, "vbuf")):
+        if base <= space < base + 8:
+            return f"{name}{space - base}"
+    return f"space{space}"
+
+
+def agent_units(agents: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(kind, unit index) of every agent name; ValueError on a name that is not cu/nuK/vuK/dmaK."""
+    kind = np.zeros(len(agents), np.int64)
+    unit = np.zeros(len(agents), np.int64)
+    for a, name in enumerate(agents):
+        m = _AGENT_NAME.match(name)
+        if m is None:
+            raise ValueError(f"agent name {name!r} is not cu, nuK, vuK or dmaK")
+        kind[a], unit[a] = _AGENT_KINDS[m.group(1)], int(m.group(2) or 0)
+    return kind, unit
+
+
+@njit(cache=True)
+def _clear(pat: np.ndarray) -> None:
+    pat[:] = 0
+    for k in range(DIMS):
+        pat[N + k] = 1
+
+
+@njit(cache=True)
+def window_dims(out: int, step: int, k: int, dil: int) -> tuple[int, int, int, int]:
+    """Index set {o*step + j*dil}: as one dense dim when it has no holes, else two dims."""
+    if k == 1:
+        return out, step, 1, 0
+    if out == 1:
+        return k, dil, 1, 0
+    if step == 1 and dil <= out:
+        return out + (k - 1) * dil, 1, 1, 0
+    if dil == 1 and step <= k:
+        return (out - 1) * step + k, 1, 1, 0
+    return out, step, k, dil
+
+
+@njit(cache=True)
+def _dma(pats: np.ndarray, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+    elem = p[DMA_ELEM]
+    dst, src = pats[0], pats[1]
+    _clear(dst)
+    dst[SPACE], dst[WRITE], dst[BASE], dst[WIDTH] = fields[0], 1, regs[0], elem
+    _clear(src)
+    src[SPACE], src[WRITE], src[BASE], src[WIDTH] = fields[1], 0, regs[1], elem
+    for k in range(4):
+        size = p[DMA_SIZE0 + k]
+        inner = size - p[DMA_PAD_LO0 + k] - p[DMA_PAD_HI0 + k]
+        dst[N + k], dst[S + k] = max(size, 0), p[DMA_DST_STRIDE0 + k]
+        src[N + k], src[S + k] = max(inner, 0), p[DMA_SRC_STRIDE0 + k]
+
+
+@njit(cache=True)
+def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
+        rows: int, cols: int) -> None:
+    in_w, in_h, in_cb = p[NU_IN_W], p[NU_IN_H], p[NU_IN_CB]
+    out_h, out_w, out_cb = p[NU_OUT_H], p[NU_OUT_W], p[NU_OUT_CB]
+    k_h, k_w = p[NU_K_H], p[NU_K_W]
+    ibuf, wbuf, abuf = pats[0], pats[1], pats[2]
+    _clear(ibuf)
+    ibuf[SPACE], ibuf[BASE], ibuf[WIDTH] = IBUF + unit, regs[1], rows
+    pix = in_w * rows
+    nw0, sw0, nw1, sw1 = window_dims(out_w, p[NU_STRIDE_W], k_w, p[NU_DIL_W])
+    nh0, sh0, nh1, sh1 = window_dims(out_h, p[NU_STRIDE_H], k_h, p[NU_DIL_H])
+    ibuf[N + 0], ibuf[S + 0] = nw0, sw0 * rows
+    ibuf[N + 1], ibuf[S + 1] = nw1, sw1 * rows
+    ibuf[N + 2], ibuf[S + 2] = nh0, sh0 * pix
+    ibuf[N + 3], ibuf[S + 3] = nh1, sh1 * pix
+    ibuf[N + 4], ibuf[S + 4] = in_cb, in_h * pix
+    _clear(wbuf)
+    wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], out_cb * in_cb * k_h * k_w * rows * cols
+    _clear(abuf)
+    abuf[SPACE], abuf[WRITE], abuf[BASE], abuf[WIDTH] = ABUF + unit, 1, regs[0], out_cb * out_h * out_w * cols * 4
+    if acc:
+        pats[3, :] = abuf
+        pats[3, WRITE] = 0
+
+
+@njit(cache=True)
+def _vu_operand(pat: np.ndarray, space: int, write: int, base: int, width: int,
+                p: np.ndarray, stride0: int) -> None:
+    _clear(pat)
+    pat[SPACE], pat[WRITE], pat[BASE], pat[WIDTH] = space, write, base, width
+    for k in range(4):
+        pat[N + k], pat[S + k] = p[VU_N0 + k], p[stride0 + k]
+
+
+@njit(cache=True)
+def _vu(pats: np.ndarray, cls: int, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+    space = VBUF + unit
+    sdt, ddt = 1 << fields[1], 1 << fields[2]
+    d_width, a_width, b_width = 1, 1, 0
+    if cls == VU_REQUANT:
+        a_width = sdt
+    elif cls == VU_REQUANT_PC:
+        a_width, b_width = sdt, 8
+    elif cls == VU_ADD or cls == VU_MUL:
+        b_width = 1
+    elif cls == VU_POOL_SUM:
+        d_width = 4
+    elif cls == VU_DIVR:
+        a_width, b_width = 4, 4
+    elif cls == VU_MOV:
+        d_width, a_width = ddt, sdt
+    _vu_operand(pats[0], space, 1, regs[0], d_width, p, VU_D_STRIDE0)
+    _vu_operand(pats[1], space, 0, regs[1], a_width, p, VU_A_STRIDE0)
+    if cls == VU_POOL_MAX or cls == VU_POOL_SUM:
+        pats[1, N + 4], pats[1, S + 4] = p[VU_WIN_W], p[VU_WIN_STRIDE_W]
+        pats[1, N + 5], pats[1, S + 5] = p[VU_WIN_H], p[VU_WIN_STRIDE_H]
+    if b_width:
+        _vu_operand(pats[2], space, 0, regs[2], b_width, p, VU_B_STRIDE0)
+
+
+@njit(cache=True)
+def build_patterns(op_class: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
+                   cmd_regs: np.ndarray, cmd_fields: np.ndarray, cmd_params: np.ndarray,
+                   rows: int, cols: int) -> np.ndarray:
+    """Access patterns [n, MAX_PATTERNS, PATTERN_COLS] of every command (see the module doc)."""
+    n = cmd_op.shape[0]
+    pats = np.zeros((n, MAX_PATTERNS, PATTERN_COLS), np.int64)
+    for c in range(n):
+        op = cmd_op[c]
+        cls = op_class[op] if 0 <= op < op_class.shape[0] else OTHER
+        if cls == DMA_COPY:
+            _dma(pats[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
+        elif cls == NU_CONV or cls == NU_CONV_ACC:
+            _nu(pats[c], cmd_unit[c], cls == NU_CONV_ACC or cmd_fields[c, 0] != 0,
+                cmd_regs[c], cmd_params[c], rows, cols)
+        elif cls >= VU_REQUANT:
+            _vu(pats[c], cls, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
+    return pats
+
+
+# The run walkers are inlined into their callers at numba IR level: with cache=True a call
+# across cached functions is not inlined by LLVM, and per-run calls cost 15x the work.
+# numba's cache does not track that dependency: after editing them, touch races.py (or
+# clear NUMBA_CACHE_DIR) so that its cached functions are rebuilt.
+@njit(cache=True, inline="always")
+def _walked(pat: np.ndarray, k: int, dense: int) -> bool:
+    """Dim k is iterated run by run: not the dense (run) dim, and not a repeat of the same bytes (stride 0)."""
+    return k != dense and pat[S + k] != 0
+
+
+@njit(cache=True, inline="always")
+def run_dim(pat: np.ndarray) -> int:
+    """A dim whose elements touch end to end, walked as one contiguous run; -1 if none."""
+    for k in range(DIMS):
+        if pat[N + k] > 1 and (pat[S + k] == pat[WIDTH] or pat[S + k] == -pat[WIDTH]):
+            return k
+    return -1
+
+
+@njit(cache=True, inline="always")
+def run_count(pat: np.ndarray) -> int:
+    """Number of contiguous runs pattern `pat` is walked as (0 if it is empty).
+
+    The byte set, not the access order, is what counts: one dim with elements
+    end to end becomes a run, and dims of stride 0 (the same bytes again) are
+    walked once.
+    """
+    if pat[WIDTH] <= 0:
+        return 0
+    for k in range(DIMS):
+        if pat[N + k] <= 0:
+            return 0
+    d = run_dim(pat)
+    count = 1
+    for k in range(DIMS):
+        if _walked(pat, k, d):
+            count *= pat[N + k]
+    return count
+
+
+@njit(cache=True, inline="always")
+def run_at(pat: np.ndarray, r: int) -> tuple[int, int]:
+    """(first byte, length) of run number r of `pat` (0 <= r < run_count(pat))."""
+    addr = pat[BASE]
+    length = pat[WIDTH]
+    d = run_dim(pat)
+    if d >= 0:
+        length = pat[N + d] * pat[WIDTH]
+        if pat[S + d] < 0:
+            addr += (pat[N + d] - 1) * pat[S + d]
+    for k in range(DIMS):
+        if _walked(pat, k, d):
+            n = pat[N + k]
+            addr += (r % n) * pat[S + k]
+            r //= n
+    return addr, length
+
+
+@njit(cache=True)
+def pattern_bytes(pat: np.ndarray, size: int) -> np.ndarray:
+    """Sorted distinct byte addresses of `pat` inside [0, size)."""
+    runs = run_count(pat)
+    total = 0
+    for r in range(runs):
+        a, n = run_at(pat, r)
+        lo, hi = max(a, 0), min(a + n, size)
+        if hi > lo:
+            total += hi - lo
+    out = np.empty(total, np.int64)
+    i = 0
+    for r in range(runs):
+        a, n = run_at(pat, r)
+        for b in range(max(a, 0), min(a + n, size)):
+            out[i] = b
+            i += 1
+    return np.unique(out)

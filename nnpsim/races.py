@@ -1,0 +1,337 @@
+"""Data-race checker: replays a run's synchronisation as vector clocks over exact byte footprints.
+
+Happens-before (docs/architecture.md, "Synchronisation") runs through
+program order in each queue, the CU's issue of a command, semaphore tokens
+(FIFO per semaphore: the k-th take of a semaphore receives the k-th signal's
+token, which carries the signaller's vector clock) and barriers (the CU joins
+the clocks of every unit in the mask).  The clock component of an agent is
+the 1-based index of its command, so an epoch (agent, clock) names a command.
+
+Accesses are replayed in the order commands start, which extends
+happens-before (a command that happens before another ended before the other
+started).  Shadow memory keeps, per byte, the epoch of the last write and,
+per agent, the clock of its last read (FastTrack); it is paged, so only the
+4 KiB pages a run touches cost memory.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from isa_spec import load_isa
+
+from . import errors
+from .config import Config
+from .errors import SimError
+from .footprint import (DMA_AGENT, NU_AGENT, SPACE, VU_AGENT, WIDTH, WRITE, agent_units, build_patterns,
+                        op_classes, pattern_bytes, run_at, run_count, space_name, space_sizes)
+from .runlog import BARRIER, ISSUE, SIGNAL, START, TAKE
+
+PAGE_BITS = 12
+PAGE = 1 << PAGE_BITS
+MASK_BITS = 16
+MAX_AGENTS = 31     # reader sets are int32 bit masks
+# Barrier mask bit of unit 0 of each kind (Q_NU0, Q_VU0, Q_DMA0); unit k is that bit + k.
+FIRST_MASK_BIT = {kind: load_isa().constants[q].bit_length() - 1
+                  for kind, q in ((NU_AGENT, "Q_NU0"), (VU_AGENT, "Q_VU0"), (DMA_AGENT, "Q_DMA0"))}
+
+# _command_clocks error codes (a malformed RunLog, not a program error)
+LOG_OK, LOG_BAD_INDEX, LOG_EMPTY_SEMAPHORE = 0, 1, 2
+
+
+class RunLogError(ValueError):
+    """The RunLog contradicts itself (an engine bug, not a program error)."""
+
+
+@njit(cache=True)
+def _join(dst: np.ndarray, src: np.ndarray) -> None:
+    for i in range(dst.shape[0]):
+        if src[i] > dst[i]:
+            dst[i] = src[i]
+
+
+@njit(cache=True)
+def _command_clocks(kind: np.ndarray, agent: np.ndarray, sem: np.ndarray, cmd: np.ndarray,
+                    cmd_agent: np.ndarray, cmd_clock: np.ndarray, n_agents: int,
+                    mask_agent: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Vector clock each command runs with; (clocks, status, index of the bad event)."""
+    n = cmd_agent.shape[0]
+    m = kind.shape[0]
+    clocks = np.zeros((n, n_agents), np.int32)
+    pending = np.zeros((n, n_agents), np.int32)
+    started = np.zeros(n, np.bool_)
+    vc = np.zeros((n_agents, n_agents), np.int32)   # vc[0] is the CU's
+    n_sem = 1
+    n_sig = 0
+    for e in range(m):
+        if kind[e] == SIGNAL or kind[e] == TAKE:
+            if sem[e] < 0 or sem[e] > 1 << 20:
+                return clocks, LOG_BAD_INDEX, e
+            n_sem = max(n_sem, sem[e] + 1)
+            if kind[e] == SIGNAL:
+                n_sig += 1
+    tokens = np.zeros((max(n_sig, 1), n_agents), np.int32)
+    nxt = np.full(max(n_sig, 1), -1, np.int64)
+    head = np.full(n_sem, -1, np.int64)
+    tail = np.full(n_sem, -1, np.int64)
+    sig = 0
+    for e in range(m):
+        k, c, a = kind[e], cmd[e], agent[e]
+        if c < -1 or c >= n or a < 0 or a >= n_agents or (c >= 0 and cmd_agent[c] != a and k != ISSUE):
+            return clocks, LOG_BAD_INDEX, e
+        if k == ISSUE:
+            if c < 0:
+                return clocks, LOG_BAD_INDEX, e
+            _join(pending[c], vc[0])
+        elif k == START:
+            if c < 0:
+                return clocks, LOG_BAD_INDEX, e
+            _join(vc[a], pending[c])
+            vc[a, a] = cmd_clock[c]
+            clocks[c, :] = vc[a]
+            started[c] = True
+        elif k == SIGNAL:
+            s = sem[e]
+            tokens[sig, :] = clocks[c] if c >= 0 else vc[0]
+            if tail[s] >= 0:
+                nxt[tail[s]] = sig
+            else:
+                head[s] = sig
+            tail[s] = sig
+            sig += 1
+        elif k == TAKE:
+            s = sem[e]
+            t = head[s]
+            if t < 0:
+                return clocks, LOG_EMPTY_SEMAPHORE, e
+            head[s] = nxt[t]
+            if head[s] < 0:
+                tail[s] = -1
+            if c < 0:
+                _join(vc[0], tokens[t])
+            elif started[c]:
+                _join(vc[a], tokens[t])
+                _join(clocks[c], tokens[t])
+            else:
+                _join(pending[c], tokens[t])
+        elif k == BARRIER:
+            for bit in range(MASK_BITS):
+                if (sem[e] >> bit) & 1 and mask_agent[bit] >= 0:
+                    _join(vc[0], vc[mask_agent[bit]])
+    return clocks, LOG_OK, -1
+
+
+@njit(cache=True, inline="always")
+def _clipped_run(pat: np.ndarray, r: int, size: np.ndarray) -> tuple[int, int]:
+    """Bytes [lo, hi) of run r of pat clipped to its memory (empty for a space that does not exist)."""
+    sp = pat[SPACE]
+    if sp < 0 or sp >= size.shape[0]:
+        return 0, 0
+    a, length = run_at(pat, r)
+    return max(a, 0), min(a + length, size[sp])
+
+
+@njit(cache=True)
+def _hit(found: np.ndarray, c: int, writes: int, other: int, other_clock: int, other_writes: int,
+         space: int, byte: int) -> np.ndarray:
+    found[0], found[1], found[2], found[3] = 1, c, writes, other
+    found[4], found[5], found[6], found[7] = other_clock, other_writes, space, byte
+    return found
+
+
+@njit(cache=True)
+def _mark_pages(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, size: np.ndarray,
+                page_base: np.ndarray, total_pages: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per global page: written at all, and a bit mask of the agents that read it."""
+    written = np.zeros(total_pages, np.bool_)
+    readers = np.zeros(total_pages, np.int32)
+    for c in order:
+        for pat in pats[c]:
+            sp = pat[SPACE]
+            for r in range(run_count(pat)):
+                lo, hi = _clipped_run(pat, r, size)
+                if hi <= lo:
+                    continue
+                for p in range(lo >> PAGE_BITS, ((hi - 1) >> PAGE_BITS) + 1):
+                    g = page_base[sp] + p
+                    if pat[WRITE]:
+                        written[g] = True
+                    else:
+                        readers[g] |= 1 << cmd_agent[c]
+    return written, readers
+
+
+@njit(cache=True)
+def _shadow_blocks(written: np.ndarray, readers: np.ndarray,
+                   n_agents: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
+    """Shadow block numbers: write block per page, read block per (read page, agent); -1 for none."""
+    wblk = np.full(written.shape[0], -1, np.int32)
+    nw = 0
+    read_page = np.full(written.shape[0], -1, np.int32)
+    n_read_pages = 0
+    for g in range(written.shape[0]):
+        if written[g]:
+            wblk[g] = nw
+            nw += 1
+        if readers[g]:
+            read_page[g] = n_read_pages
+            n_read_pages += 1
+    rblk = np.full((n_read_pages, n_agents), -1, np.int32)
+    nr = 0
+    for g in range(written.shape[0]):
+        if read_page[g] >= 0:
+            for a in range(n_agents):
+                if (readers[g] >> a) & 1:
+                    rblk[read_page[g], a] = nr
+                    nr += 1
+    return wblk, nw, read_page, rblk, nr
+
+
+@njit(cache=True)
+def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_clock: np.ndarray,
+               clocks: np.ndarray, size: np.ndarray, n_agents: int) -> np.ndarray:
+    """First race in start order: [found, cmd, writes, other agent, other clock, other writes, space, byte]."""
+    found = np.zeros(8, np.int64)
+    page_base = np.zeros(size.shape[0] + 1, np.int64)
+    for sp in range(size.shape[0]):
+        page_base[sp + 1] = page_base[sp] + (size[sp] + PAGE - 1) // PAGE
+    total = page_base[-1]
+    written, readers_of = _mark_pages(pats, order, cmd_agent, size, page_base, total)
+    wblk, nw, read_page, rblk, nr = _shadow_blocks(written, readers_of, n_agents)
+    w_agent = np.zeros((nw, PAGE), np.int16)
+    w_clock = np.zeros((nw, PAGE), np.int32)
+    r_clock = np.zeros((nr, PAGE), np.int32)
+    readers = np.empty(n_agents, np.int64)
+    reader_blk = np.empty(n_agents, np.int64)
+    for c in order:
+        me, clock, vc = cmd_agent[c], cmd_clock[c], clocks[c]
+        for pat in pats[c]:
+            sp, is_write = pat[SPACE], pat[WRITE]
+            for r in range(run_count(pat)):
+                lo, hi = _clipped_run(pat, r, size)
+                addr = lo
+                while addr < hi:
+                    g = page_base[sp] + (addr >> PAGE_BITS)
+                    off0 = addr & (PAGE - 1)
+                    off1 = min(PAGE, off0 + hi - addr)
+                    wb = wblk[g]
+                    rp = read_page[g]
+                    n_readers = 0
+                    if is_write and rp >= 0:
+                        for o in range(n_agents):
+                            if o != me and rblk[rp, o] >= 0:
+                                readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
+                                n_readers += 1
+                    rb = rblk[rp, me] if rp >= 0 else -1
+                    for off in range(off0, off1):
+                        if wb >= 0:
+                            wa, wc = w_agent[wb, off], w_clock[wb, off]
+                            if wc > 0 and wa != me and wc > vc[wa]:
+                                return _hit(found, c, is_write, wa, wc, 1, sp, addr + off - off0)
+                        if is_write:
+                            for i in range(n_readers):
+                                o = readers[i]
+                                if r_clock[reader_blk[i], off] > vc[o]:
+                                    return _hit(found, c, 1, o, r_clock[reader_blk[i], off], 0, sp,
+                                                addr + off - off0)
+                            w_agent[wb, off], w_clock[wb, off] = me, clock
+                        else:
+                            r_clock[rb, off] = clock
+                    addr += off1 - off0
+    return found
+
+
+def _local_clocks(cmd_agent: np.ndarray, n_agents: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """1-based position of each command in its agent's queue, and each agent's command ids."""
+    clock = np.zeros(cmd_agent.shape[0], np.int32)
+    per_agent = []
+    for a in range(n_agents):
+        ids = np.flatnonzero(cmd_agent == a)
+        clock[ids] = np.arange(1, ids.size + 1)
+        per_agent.append(ids)
+    return clock, per_agent
+
+
+def _mask_agents(kind: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """Agent id of every barrier mask bit (-1 where the configuration has no such unit)."""
+    out = np.full(MASK_BITS, -1, np.int64)
+    for a in range(kind.shape[0]):
+        if int(kind[a]) in FIRST_MASK_BIT:
+            bit = FIRST_MASK_BIT[int(kind[a])] + unit[a]
+            if bit < MASK_BITS:
+                out[bit] = a
+    return out
+
+
+def describe_command(log, program, c: int) -> str:
+    """'dma0 `dma` at pc 0x40 (k.s:12)' for command c."""
+    isa = load_isa()
+    op = int(log.cmd_op[c])
+    mnemonic = isa.instructions[op].mnemonic if 0 <= op < len(isa.instructions) else f"op{op}"
+    pc = int(log.cmd_pc[c])
+    where = source_of(program, pc)
+    return f"{log.agents[int(log.cmd_agent[c])]} `{mnemonic}` at pc {pc:#x}" + (f" ({where})" if where else "")
+
+
+def source_of(program, pc: int) -> str:
+    """'file:line' of the instruction at byte address pc, or '' when unknown."""
+    lines = getattr(program, "lines", None)
+    i = pc // 8
+    if lines is None or not 0 <= i < len(lines) or lines[i] is None:
+        return ""
+    return f"{lines[i][0]}:{lines[i][1]}"
+
+
+def _bytes_of(pats: np.ndarray, c: int, space: int, write: int, size: int) -> np.ndarray:
+    parts = [pattern_bytes(p, size) for p in pats[c] if p[WIDTH] > 0 and p[SPACE] == space and p[WRITE] == write]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def _race_message(log, program, pats, size, hit, other: int) -> str:
+    _, c, writes, _, _, other_writes, space, _ = (int(v) for v in hit)
+    overlap = np.intersect1d(_bytes_of(pats, c, space, writes, size[space]),
+                             _bytes_of(pats, other, space, other_writes, size[space]))
+    lo, hi = int(overlap[0]), int(overlap[-1])
+    span = f"byte {lo:#x}" if lo == hi else f"bytes {lo:#x}..{hi:#x}"
+    count = "" if overlap.size == hi - lo + 1 else f", {overlap.size} of them overlap"
+    verb = {0: "reads", 1: "writes"}
+
+    def side(cmd: int, w: int) -> str:
+        end = int(log.cmd_end[cmd])
+        cycles = f"cycles {int(log.cmd_start[cmd])}..{end}" if end >= 0 else f"from cycle {int(log.cmd_start[cmd])}"
+        return f"{describe_command(log, program, cmd)} {verb[w]} them ({cycles})"
+
+    return (f"data race on {space_name(space)} {span}{count}: {side(other, other_writes)}, and "
+            f"{side(c, writes)}; no semaphore, issue order or barrier orders the two")
+
+
+def check(log, program, config: Config) -> None:
+    """Raise SimError(DATA_RACE) for the first race (earliest start) in the run `log`."""
+    n = int(np.asarray(log.cmd_op).shape[0])
+    if n == 0:
+        return
+    if len(log.agents) > MAX_AGENTS:
+        raise RunLogError(f"run log: {len(log.agents)} agents, the checker handles at most {MAX_AGENTS}")
+    kind, unit = agent_units(log.agents)
+    cmd_agent = np.asarray(log.cmd_agent, np.int64)
+    if cmd_agent.min() < 0 or cmd_agent.max() >= len(log.agents):
+        raise RunLogError("run log: a command's agent is not in the agent list")
+    cmd_clock, per_agent = _local_clocks(cmd_agent, len(log.agents))
+    sync = [np.asarray(getattr(log, f), np.int64) for f in ("sync_kind", "sync_agent", "sync_sem", "sync_cmd")]
+    clocks, status, bad = _command_clocks(*sync, cmd_agent, cmd_clock, len(log.agents), _mask_agents(kind, unit))
+    if status != LOG_OK:
+        what = ("takes a token no signal gave" if status == LOG_EMPTY_SEMAPHORE
+                else "names a bad agent, command or semaphore")
+        raise RunLogError(f"run log: sync event {bad} {what}")
+    pats = build_patterns(op_classes(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
+                          np.asarray(log.cmd_regs, np.int64), np.asarray(log.cmd_fields, np.int64),
+                          np.asarray(log.cmd_params, np.int64), config.nu_rows, config.nu_cols)
+    starts = sync[0] == START
+    order = sync[3][starts]
+    size = space_sizes(config)
+    hit = _find_race(pats, order, cmd_agent, cmd_clock, clocks, size, len(log.agents))
+    if not hit[0]:
+        return
+    other = int(per_agent[int(hit[3])][int(hit[4]) - 1])
+    raise SimError(_race_message(log, program, pats, size, hit, other), code=errors.DATA_RACE,
+                   cycle=int(log.cmd_start[int(hit[1])]))
