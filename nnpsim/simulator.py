@@ -84,11 +84,11 @@ class Simulator:
         self.last_log = log
         if failure is None and check_races:
             failure = _check_races(log, self.program, self.config)
+        log.error = failure
         if trace is not None:
             write_trace(trace, log, self.program, self.config)
         stats = summarize(log, self.program, self.config)
         if failure is not None:
-            log.error = failure
             failure.stats = stats
             failure.log = log
             raise failure

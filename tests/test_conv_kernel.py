@@ -8,6 +8,8 @@ import pytest
 import nnpasm
 from nnpsim import Simulator
 
+pytestmark = pytest.mark.usefixtures("warm_engine")
+
 _spec = importlib.util.spec_from_file_location(
     "conv_kernel", Path(__file__).parents[1] / "benchmarks" / "conv_kernel.py")
 conv_kernel = importlib.util.module_from_spec(_spec)
