@@ -7,8 +7,9 @@
 (b) the hand-scheduled tiled conv of benchmarks/conv_kernel.py, 1x64x56x56 by
     64x64x3x3 (pad 1), simulated, against numpy computing the same conv by
     im2col and a float64 matmul, interleaved in one run (ratio of medians);
-(c) the start-up time of a fresh process running a small program with the
-    numba cache warm and, with --cold, with an empty cache (first compile).
+(c) the wall time of `nnpsim run small.bin` in a fresh process: the second
+    run (numba cache warm) and, with --cold, the first run on an empty cache
+    (the one-time compile).
 """
 from __future__ import annotations
 
@@ -50,9 +51,7 @@ DMAS = """
         halt
 """
 
-SMALL = ("from nnpasm import assemble; from nnpsim import Simulator, Config; "
-         "s = Simulator(Config(ddr_bytes=1 << 20)); "
-         "s.load(assemble('li r1, 10\\n.l: addi r2, r2, 1\\nloop r1, .l\\nhalt')); s.run()")
+SMALL = "li r1, 10\n.l: addi r2, r2, 1\nloop r1, .l\nhalt\n"
 
 
 def _timed_run(source: str) -> tuple[float, object]:
@@ -63,11 +62,25 @@ def _timed_run(source: str) -> tuple[float, object]:
     return time.perf_counter() - t0, sim.last_log
 
 
-def _process_start(cache_dir: str) -> float:
+def _nnpsim_run(binary: str, cache_dir: str) -> float:
+    """Wall time of `nnpsim run binary` in a fresh process using `cache_dir` as numba's cache."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", SMALL], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "nnpsim.cli", "run", binary], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
+
+
+def startup(cold: bool) -> None:
+    """(c): first (empty cache, with --cold) and second run of `nnpsim run` on a small program."""
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = os.path.join(tmp, "small.bin")
+        assemble(SMALL, "small.s").save(binary)
+        cache = os.path.join(tmp, "cache") if cold else os.environ.get("NUMBA_CACHE_DIR", "")
+        if cold:
+            print(f"nnpsim run, first run (empty cache, compiles): {_nnpsim_run(binary, cache):.2f} s")
+        if cache:
+            print(f"nnpsim run, second run (cache warm): {_nnpsim_run(binary, cache):.2f} s")
 
 
 def numpy_conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -123,12 +136,7 @@ def main() -> None:
     print(f"dma stream: {log.n_commands:,} commands, {log.cycles:,} cycles in {dt:.3f} s "
           f"= {log.n_commands / dt / 1e3:.0f} k commands/s")
     conv_vs_numpy(args.repeats)
-    cache = os.environ.get("NUMBA_CACHE_DIR")
-    if cache:
-        print(f"process start, warm cache: {_process_start(cache):.2f} s")
-    if args.cold:
-        with tempfile.TemporaryDirectory() as empty:
-            print(f"process start, empty cache (first compile): {_process_start(empty):.2f} s")
+    startup(args.cold)
 
 
 if __name__ == "__main__":
