@@ -26,6 +26,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/assembler.py
+	$(BIN)/python benchmarks/simulator.py
 
 clean:
 	rm -rf $(VENV) .numba_cache build *.egg-info
