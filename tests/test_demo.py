@@ -16,3 +16,7 @@ def test_demo_runs_every_example(tmp_path, monkeypatch, capsys):
         assert f"==== {path.name}" in printed
         trace = json.loads((tmp_path / f"{path.stem}.trace.json").read_text())
         assert any(e.get("ph") == "X" for e in trace["traceEvents"]) or path.stem == "scalar_loop"
+    assert "dense 32->10" in printed and "cycles/roofline" in printed
+    cnn = json.loads((tmp_path / "cnn.trace.json").read_text())
+    layers = {e["args"]["name"] for e in cnn["traceEvents"] if e.get("name") == "process_name"}
+    assert len(layers) == 7

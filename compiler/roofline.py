@@ -1,0 +1,36 @@
+"""The roofline bound of an op or fused chain: the cycles no schedule can beat."""
+from __future__ import annotations
+
+from nnpsim.config import Config
+
+from .ops import Op
+
+
+def macs(op: Op) -> int:
+    """Multiply-accumulates the op needs (0 for ops that run on the VU)."""
+    return int(getattr(op, "macs", 0))
+
+
+def constant_bytes(op: Op) -> int:
+    """Bytes of the op's compile-time constants in DDR: int8 weights and int32 bias."""
+    weight, bias = getattr(op, "weight", None), getattr(op, "bias", None)
+    return (weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0)
+
+
+def min_ddr_bytes(ops: tuple[Op, ...] | list[Op]) -> int:
+    """Least DDR traffic of a chain: its inputs, every op's constants and its output, once each.
+
+    The first op's inputs all come from DDR; a later op's first input is the
+    previous op's output (kept on chip), its other inputs come from DDR.
+    """
+    total = sum(t.nbytes for t in ops[0].inputs) + ops[-1].output.nbytes
+    total += sum(t.nbytes for op in ops[1:] for t in op.inputs[1:])
+    return total + sum(constant_bytes(op) for op in ops)
+
+
+def bound_cycles(ops: tuple[Op, ...] | list[Op], cfg: Config | None = None) -> int:
+    """max(MACs / peak MACs per cycle, least DDR bytes / DDR bytes per cycle), rounded up."""
+    cfg = cfg or Config()
+    compute = -(-sum(macs(op) for op in ops) // cfg.peak_macs_per_cycle)
+    memory = -(-min_ddr_bytes(ops) // cfg.ddr_bytes_per_cycle)
+    return max(compute, memory)

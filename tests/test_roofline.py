@@ -1,0 +1,22 @@
+"""The roofline bound follows the brief: max(MACs / 1024, least DDR bytes / 32)."""
+import numpy as np
+
+from compiler import ops
+from compiler.roofline import bound_cycles, min_ddr_bytes
+
+
+def test_compute_bound_conv():
+    w = np.ones((64, 64, 3, 3), np.int8)
+    conv = ops.conv2d((1, 64, 56, 56), w, np.zeros(64, np.int32), padding=1, multiplier=1 << 30, shift=40)
+    macs = 64 * 56 * 56 * 64 * 9
+    ddr = 64 * 56 * 56 * 2 + w.size + 4 * 64
+    assert min_ddr_bytes([conv]) == ddr
+    assert bound_cycles([conv]) == max(-(-macs // 1024), -(-ddr // 32)) == -(-macs // 1024)
+
+
+def test_memory_bound_chain_counts_the_intermediate_once_on_chip():
+    relu = ops.relu((1, 8, 10, 10), zp=3)
+    add = ops.add((1, 8, 10, 10), ma=1 << 30, mb=1 << 30, shift=31)
+    # relu's x, add's second input b, and the output: the relu output stays on chip
+    assert min_ddr_bytes([relu, add]) == 3 * 800
+    assert bound_cycles([relu, add]) == -(-2400 // 32)
