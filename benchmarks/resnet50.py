@@ -1,0 +1,92 @@
+"""Every conv2d layer of ResNet-50 (batch 1, 224x224), compiled and simulated on the default config.
+
+    python benchmarks/resnet50.py [--layers N] [--no-check]
+
+For each layer: random int8 input and weights, int32 bias, per-channel
+requantisation; the compiled kernel runs on the simulator and its output is
+compared with the compiler's numpy model.  Reports cycles, the roofline bound
+(max of MACs / peak MACs per cycle and least DDR bytes / DDR bytes per
+cycle), their ratio, and the compile time of the whole set.
+Targets: geometric mean of cycles / bound <= 1.25, no layer above 2.0, the
+whole set compiled in under 60 s.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from compiler import ops  # noqa: E402
+from compiler.kernel import build  # noqa: E402
+from compiler.quant import quantize_multipliers  # noqa: E402
+from compiler.roofline import bound_cycles  # noqa: E402
+
+
+def resnet50_convs() -> list[tuple[str, int, int, int, int, int, int]]:
+    """(name, in channels, out channels, input size, kernel, stride, padding) of every conv2d."""
+    layers = [("conv1", 3, 64, 224, 7, 2, 3)]
+    size, cin = 56, 64
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)], start=1):
+        for b in range(blocks):
+            stride = 2 if b == 0 and stage > 1 else 1
+            name = f"layer{stage}.{b}"
+            layers.append((f"{name}.conv1", cin, width, size, 1, 1, 0))
+            layers.append((f"{name}.conv2", width, width, size, 3, stride, 1))
+            out = size // stride
+            layers.append((f"{name}.conv3", width, 4 * width, out, 1, 1, 0))
+            if b == 0:
+                layers.append((f"{name}.downsample", cin, 4 * width, size, 1, stride, 0))
+            cin, size = 4 * width, out
+    return layers
+
+
+def make_op(c: int, o: int, hw: int, k: int, stride: int, pad: int, rng: np.random.Generator):
+    """A quantised conv2d+bias+requant with random weights and sensible scales."""
+    w = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
+    bias = rng.integers(-20000, 20000, o, dtype=np.int32)
+    m, s = quantize_multipliers(rng.uniform(20, 40, o) / (74.0 * 74.0 * math.sqrt(c * k * k)))
+    return ops.conv2d((1, c, hw, hw), w, bias, stride=stride, padding=pad, x_zp=-1,
+                      multiplier=m, shift=s, zp_out=3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=None, help="only the first N layers")
+    ap.add_argument("--no-check", action="store_true", help="skip the numpy comparison")
+    args = ap.parse_args()
+    rng = np.random.default_rng(50)
+    layers = resnet50_convs()[:args.layers]
+    compile_s = 0.0
+    print(f"{'layer':24} {'shape':>22} {'cycles':>11} {'predicted':>11} {'bound':>11} {'ratio':>6}")
+    ratios = []
+    for name, c, o, hw, k, stride, pad in layers:
+        op = make_op(c, o, hw, k, stride, pad, rng)
+        t0 = time.perf_counter()
+        kernel = build(op)
+        compile_s += time.perf_counter() - t0
+        x = rng.integers(-128, 128, (1, c, hw, hw), dtype=np.int8)
+        y = kernel(x)
+        if not args.no_check and not np.array_equal(y, op.reference(x)):
+            print(f"{name}: output differs from the numpy model", file=sys.stderr)
+            return 1
+        bound = bound_cycles([op], kernel.config)
+        ratio = kernel.stats.cycles / bound
+        ratios.append(ratio)
+        shape = f"{c}x{hw}x{hw}->{o} k{k}s{stride}"
+        print(f"{name:24} {shape:>22} {kernel.stats.cycles:>11,} {kernel.predicted_cycles:>11,} "
+              f"{bound:>11,} {ratio:>6.2f}")
+    geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    print(f"{len(ratios)} layers: geometric mean cycles/bound {geo:.3f} "
+          f"(target <= 1.25), worst {max(ratios):.2f} (target <= 2.0), "
+          f"compile {compile_s:.1f} s (target < 60 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
