@@ -38,7 +38,7 @@ from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DEPTH, K_DMA, K_DMA_BASE, 
                     K_NU, K_NU_BASE, K_NU_LAT, K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_CB,
                     K_P_OUT_H, K_P_OUT_W, K_PENALTY, K_ROWS, K_SEMS, K_VU, K_VU_BASE, K_VU_BPC,
                     K_VU_LAT, S_BASE, S_BW, S_LAT, S_SIZE, SPACE_DDR)
-from .timing import dma_latency, nu_conv_cycles, port_share, vu_cycles
+from .timing import PORT_SPACES, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles, write_port
 from .units.dma import dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
@@ -248,18 +248,19 @@ def _share_ports(t: int, ag: np.ndarray, dma0: int, space: np.ndarray, port_n: n
     port_n[:] = 0
     for a in range(dma0, ag.shape[0]):
         if ag[a, A_RUN] >= 0 and ag[a, A_STREAM] <= t:
-            port_n[ag[a, A_SRC]] += 1
-            if ag[a, A_DST] != ag[a, A_SRC]:
-                port_n[ag[a, A_DST]] += 1
+            src, dst = read_port(ag[a, A_SRC]), write_port(ag[a, A_DST])
+            port_n[src] += 1
+            if dst != src:
+                port_n[dst] += 1
     ddr = 0
     for a in range(dma0, ag.shape[0]):
         if ag[a, A_RUN] < 0 or ag[a, A_STREAM] > t:
             continue
-        src = ag[a, A_SRC]
-        dst = ag[a, A_DST]
-        r = min(port_share(space[S_BW, src], port_n[src]), port_share(space[S_BW, dst], port_n[dst]))
+        src, dst = read_port(ag[a, A_SRC]), write_port(ag[a, A_DST])
+        r = min(port_share(space[S_BW, src % PORT_SPACES], port_n[src]),
+                port_share(space[S_BW, dst % PORT_SPACES], port_n[dst]))
         ag[a, A_RATE] = r
-        if src == SPACE_DDR or dst == SPACE_DDR:
+        if ag[a, A_SRC] == SPACE_DDR or ag[a, A_DST] == SPACE_DDR:
             ddr += r
         if r < ag[a, A_FULL]:
             if ag[a, A_BW_STALL] < 0:
@@ -455,7 +456,7 @@ def _build(stamp: int):
         ag[:, A_RUN] = -1
         ag[:, A_BW_STALL] = -1
         sems = np.zeros(cfg[K_SEMS], dtype=np.int64)
-        port_n = np.zeros(space.shape[1], dtype=np.int64)
+        port_n = np.zeros(2 * PORT_SPACES, dtype=np.int64)
         p = np.zeros(32, dtype=np.int64)
         st[ST_STAMP] = stamp
         st[ST_CU_STATE] = CU_RUNNING

@@ -24,7 +24,7 @@ from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BY
 from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P_K_W,
                     K_P_OUT_CB, K_P_OUT_H, K_P_OUT_W, K_VU_BASE, S_BASE, S_BW, S_LAT, S_SIZE,
                     SPACE_DDR, Memory, agent_names, config_vector)
-from .timing import dma_latency, nu_conv_cycles, port_share, vu_cycles
+from .timing import PORT_SPACES, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles, write_port
 from .units.dma import dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
@@ -175,7 +175,7 @@ class Stepper:
                     self.remaining[a] = int(row[M_BYTES])
                     lat, bw = mem.table[S_LAT], mem.table[S_BW]
                     self.stream_at[a] = t + dma_latency(int(lat[f1]), int(lat[f0]))
-                    self.ports[a] = (f1, f0)
+                    self.ports[a] = (read_port(f1), write_port(f0))
                     self.full_rate[a] = min(int(bw[f1]), int(bw[f0]))
             if code != 0:
                 raise _Stop(code)
@@ -195,7 +195,8 @@ class Stepper:
         ddr = 0
         for a in streaming:
             src, dst = self.ports[a]
-            r = min(port_share(int(bw[src]), users[src]), port_share(int(bw[dst]), users[dst]))
+            r = min(port_share(int(bw[src % PORT_SPACES]), users[src]),
+                    port_share(int(bw[dst % PORT_SPACES]), users[dst]))
             self.remaining[a] -= r
             if SPACE_DDR in (src, dst):
                 ddr += r

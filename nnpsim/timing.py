@@ -39,6 +39,23 @@ def dma_latency(src_latency: int, dst_latency: int) -> int:
     return src_latency if src_latency > dst_latency else dst_latency
 
 
+PORT_SPACES = 64
+"""Port numbers: a memory space's read port is its space id, its write port the id plus
+PORT_SPACES; DDR has one port for both directions (its bandwidth is shared "in all")."""
+
+
+@njit(cache=True)
+def read_port(space: int) -> int:
+    """The DMA port a transfer reading memory space `space` streams through."""
+    return space
+
+
+@njit(cache=True)
+def write_port(space: int) -> int:
+    """The DMA port a transfer writing memory space `space` streams through."""
+    return space if space == 0 else space + PORT_SPACES
+
+
 @njit(cache=True)
 def port_share(bytes_per_cycle: int, streams: int) -> int:
     """Bytes per cycle one of `streams` concurrent transfers gets from a memory port."""

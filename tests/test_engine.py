@@ -189,6 +189,22 @@ def test_two_dma_channels_share_ddr():
     assert list(zip(log.ctr_cycle[ddr], log.ctr_value[ddr])) == [(a0, 32), (e1, 0)]
 
 
+def test_local_buffers_have_separate_read_and_write_ports():
+    # ch0 copies dm -> vbuf while ch1 copies vbuf -> dm: each memory is read by one and written
+    # by the other, so neither is slowed: min(128 B/cycle dm, 64 B/cycle vbuf) after
+    # max(8, 2) cycles of latency.  Two copies that both write vbuf share its write port.
+    cfg = small_config()
+    n = 1280
+    setup = ([ins("li", rd=1, imm=0), ins("li", rd=2, imm=0x2000), ins("li", rd=3, imm=0x1000)]
+             + dma_words(0, 32, 1, 1, 2, n))
+    log = run(setup + [ins("dma", ch=1, dspace=1, rd=1, sspace=32, rs=3), ins("halt")], cfg).last_log
+    assert [int(e - s) for s, e in zip(log.cmd_start, log.cmd_end)] == [8 + n // 64] * 2
+    assert not (log.stall_reason == STALL_BANDWIDTH).any()
+    log = run(setup + [ins("dma", ch=1, dspace=32, rd=3, sspace=1, rs=1), ins("halt")], cfg).last_log
+    assert (log.stall_reason == STALL_BANDWIDTH).sum() == 2
+    assert int(log.cmd_end[1] - log.cmd_start[1]) > 8 + n // 64 + n // 256
+
+
 def nu_words(unit=0, acc=False, **sync):
     p = {"nu.in_h": 3, "nu.in_w": 4, "nu.k_h": 2, "nu.k_w": 2, "nu.out_h": 2, "nu.out_w": 3}
     return setp_all(p) + [ins("nu.conv.acc" if acc else "nu.conv", unit=unit, racc=0, rin=0, rw=0, **sync)]
