@@ -1,0 +1,277 @@
+"""A small kernel IR: buffers in memory spaces, and a flat schedule of unit commands.
+
+A kernel is a list of buffers and a list of statements in CU issue order.
+Statements are commands for a queue (Dma, NuConv, Vu), CU semaphore waits
+(CuWait) and comments (Note) that name the op, the tile (loop indices) and the
+buffers of the block that follows.  Loops over tiles are unrolled by the
+lowering: each tile has its own descriptors, so the emitted code is straight
+line.  Passes fill in what the lowering leaves open: buffer addresses (alloc),
+semaphores (sync); emit turns the result into assembly text.
+
+Footprints are byte intervals [lo, hi) relative to a buffer, or absolute once
+the buffer has an address; an interval bounds every byte the command can touch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SPACES = ("ddr", "dm", "ibuf", "wbuf", "abuf", "vbuf")
+ON_CHIP = SPACES[1:]
+DTYPE_BYTES = {"i8": 1, "i32": 4}
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A named region of one memory space; `addr` is fixed by alloc (DDR by emit)."""
+
+    name: str
+    space: str
+    nbytes: int
+    align: int = 32
+    addr: int | None = None
+    # DDR buffers only: what the binary declares (dtype, logical shape, layout) and constant data
+    dtype: str = "int8"
+    shape: tuple[int, ...] = ()
+    layout: str = ""
+    data: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.space not in SPACES:
+            raise ValueError(f"buffer {self.name}: unknown space {self.space!r}")
+        if self.nbytes <= 0:
+            raise ValueError(f"buffer {self.name}: size must be positive, got {self.nbytes}")
+
+
+@dataclass(frozen=True, eq=False)
+class Ref:
+    """An address: a buffer plus a byte offset."""
+
+    buf: Buffer
+    offset: int = 0
+
+    def __add__(self, delta: int) -> "Ref":
+        return Ref(self.buf, self.offset + int(delta))
+
+    @property
+    def addr(self) -> int:
+        if self.buf.addr is None:
+            raise ValueError(f"buffer {self.buf.name} has no address yet (run alloc)")
+        return self.buf.addr + self.offset
+
+
+@dataclass(frozen=True)
+class Access:
+    """Bytes [lo, hi) of buffer `buf` (offsets relative to it), read or written."""
+
+    buf: Buffer
+    lo: int
+    hi: int
+    write: bool
+
+    @property
+    def space(self) -> str:
+        return self.buf.space
+
+    def absolute(self) -> tuple[str, int, int]:
+        """(space, first byte, end byte) once the buffer has an address."""
+        base = self.buf.addr
+        if base is None:
+            raise ValueError(f"buffer {self.buf.name} has no address yet (run alloc)")
+        return self.buf.space, base + self.lo, base + self.hi
+
+
+def box_extent(sizes, strides, elem: int) -> tuple[int, int]:
+    """[lo, hi) byte interval covered by a strided box of elements of `elem` bytes."""
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(sizes, strides))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(sizes, strides))
+    return lo, hi + elem
+
+
+def _access(ref: Ref, extent: tuple[int, int], write: bool) -> Access:
+    return Access(ref.buf, ref.offset + extent[0], ref.offset + extent[1], write)
+
+
+@dataclass(eq=False)
+class Command:
+    """A command for one queue; wait/signal are semaphore numbers filled in by sync."""
+
+    comment: str = field(default="", kw_only=True)
+    wait: int | None = field(default=None, kw_only=True)
+    signal: int | None = field(default=None, kw_only=True)
+
+    @property
+    def queue(self) -> str:
+        raise NotImplementedError
+
+    def accesses(self) -> list[Access]:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Dma(Command):
+    """A 4-D strided copy (dim 0 innermost) with padding fill, as docs/architecture.md says."""
+
+    chan: int
+    dst: Ref
+    src: Ref
+    size: tuple[int, ...]
+    src_stride: tuple[int, ...]
+    dst_stride: tuple[int, ...]
+    pad_lo: tuple[int, ...] = (0, 0, 0, 0)
+    pad_hi: tuple[int, ...] = (0, 0, 0, 0)
+    pad_value: int = 0
+    elem: int = 1
+
+    def __post_init__(self):
+        self.size, self.src_stride, self.dst_stride, self.pad_lo, self.pad_hi = (
+            _dims4(v, fill) for v, fill in ((self.size, 1), (self.src_stride, 0), (self.dst_stride, 0),
+                                              (self.pad_lo, 0), (self.pad_hi, 0)))
+        for k in range(4):
+            if self.size[k] < 1 or self.pad_lo[k] + self.pad_hi[k] > self.size[k]:
+                raise ValueError(f"dma: bad size/padding in dim {k}: {self.size}, {self.pad_lo}, {self.pad_hi}")
+
+    @property
+    def queue(self) -> str:
+        return f"dma{self.chan}"
+
+    @property
+    def inner(self) -> tuple[int, ...]:
+        """Source box sizes (the destination box without its padding)."""
+        return tuple(n - a - b for n, a, b in zip(self.size, self.pad_lo, self.pad_hi))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes written to the destination."""
+        return math.prod(self.size) * self.elem
+
+    def accesses(self) -> list[Access]:
+        out = [_access(self.dst, box_extent(self.size, self.dst_stride, self.elem), True)]
+        if min(self.inner) > 0:
+            out.append(_access(self.src, box_extent(self.inner, self.src_stride, self.elem), False))
+        return out
+
+
+def _dims4(v, fill: int) -> tuple[int, ...]:
+    """v padded to 4 dimensions with `fill` (hot: called for every command built)."""
+    n = len(v)
+    if n > 4:
+        raise ValueError(f"at most 4 dimensions, got {v}")
+    return tuple(v) + _FILL[fill][n] if n < 4 else tuple(v)
+
+
+_FILL = {f: [(f,) * (4 - n) for n in range(4)] for f in (0, 1)}
+
+
+NU_PARAMS = ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
+             "stride_h", "stride_w", "dil_h", "dil_w", "x_zp")
+
+
+@dataclass(eq=False)
+class NuConv(Command):
+    """nu.conv / nu.conv.acc on NU 0 with its parameters (names as in NU_PARAMS)."""
+
+    acc: bool
+    racc: Ref
+    rin: Ref
+    rw: Ref
+    params: dict[str, int]
+    rows: int = 32
+    cols: int = 32
+
+    @property
+    def queue(self) -> str:
+        return "nu0"
+
+    @property
+    def macs(self) -> int:
+        p = self.params
+        return (p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * p["out_h"] * p["out_w"]
+                * self.rows * self.cols)
+
+    def accesses(self) -> list[Access]:
+        p, r, c = self.params, self.rows, self.cols
+        a_bytes = p["out_cb"] * p["out_h"] * p["out_w"] * c * 4
+        out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
+               _access(self.rw, (0, p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c), False),
+               _access(self.racc, (0, a_bytes), True)]
+        if self.acc:
+            out.append(_access(self.racc, (0, a_bytes), False))
+        return out
+
+
+VU_SCALARS = ("za", "zb", "ma", "mb", "shift", "zp_out", "lo", "hi")
+
+
+@dataclass(eq=False)
+class Vu(Command):
+    """A VU command on VU 0: mnemonic, operands with dtypes, iteration space, window, scalars."""
+
+    mnemonic: str
+    d: Ref
+    a: Ref
+    b: Ref | None = None
+    d_type: str = "i8"
+    a_type: str = "i8"
+    b_bytes: int = 0            # bytes per element of b (8 for (M, S) pairs, 4 for divisors, 1 for int8)
+    n: tuple[int, ...] = (1, 1, 1, 1)
+    d_stride: tuple[int, ...] = (0, 0, 0, 0)
+    a_stride: tuple[int, ...] = (0, 0, 0, 0)
+    b_stride: tuple[int, ...] = (0, 0, 0, 0)
+    win: tuple[int, int] = (1, 1)
+    win_stride: tuple[int, int] = (0, 0)
+    scalars: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.n = _dims4(self.n, 1)
+        self.d_stride, self.a_stride, self.b_stride = (_dims4(s, 0) for s in
+                                                       (self.d_stride, self.a_stride, self.b_stride))
+
+    @property
+    def queue(self) -> str:
+        return "vu0"
+
+    def accesses(self) -> list[Access]:
+        a_lo, a_hi = box_extent(self.n, self.a_stride, DTYPE_BYTES[self.a_type])
+        wlo, whi = box_extent(self.win, self.win_stride, 1)
+        out = [_access(self.d, box_extent(self.n, self.d_stride, DTYPE_BYTES[self.d_type]), True),
+               _access(self.a, (a_lo + wlo, a_hi + whi - 1), False)]
+        if self.b is not None:
+            out.append(_access(self.b, box_extent(self.n, self.b_stride, self.b_bytes), False))
+        return out
+
+
+@dataclass(eq=False)
+class CuWait:
+    """The CU stalls until semaphore `sem` holds a token (inserted by sync)."""
+
+    sem: int
+    comment: str = ""
+
+
+@dataclass(eq=False)
+class Note:
+    """A comment line in the emitted assembly (op, tile, buffers of the block that follows)."""
+
+    text: str
+
+
+Stmt = Dma | NuConv | Vu | CuWait | Note
+
+
+@dataclass(eq=False)
+class KernelIR:
+    """Buffers plus a schedule; `inputs` and `output` name the DDR tensors the caller sees."""
+
+    name: str
+    buffers: list[Buffer]
+    body: list[Stmt]
+    inputs: list[Buffer]
+    output: Buffer
+    notes: list[str] = field(default_factory=list)
+
+    def commands(self) -> list[Command]:
+        """The commands of the body, in issue order."""
+        return [s for s in self.body if isinstance(s, Command)]

@@ -1,0 +1,140 @@
+"""build(): ops to a Kernel that runs on the simulator; the pass pipeline in one place."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import nnpasm
+from nnpsim.config import Config
+
+from . import cost
+from .errors import CompileError
+from .ir import Dma, KernelIR
+from .ops import Op, check_inputs
+from .passes import alloc, emit, fusion, sync
+
+
+FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
+
+
+@dataclass
+class Kernel:
+    """A compiled kernel: call it with numpy inputs to run it on the simulator."""
+
+    ops: tuple[Op, ...]
+    ir: KernelIR
+    asm: str
+    program: object
+    config: Config
+    predicted_cycles: int
+    usage: dict[str, int]
+    files: dict[str, bytes]
+    check_races: bool = False
+    stats: object = None
+
+    @property
+    def roofline_cycles(self) -> int:
+        """Cycles no schedule can beat on this configuration (compiler.roofline.bound_cycles)."""
+        from .roofline import bound_cycles
+
+        return bound_cycles(self.ops, self.config)
+
+    @property
+    def input_names(self) -> list[str]:
+        """Names of the DDR input buffers, in call order."""
+        return [b.name for b in self.ir.inputs]
+
+    def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """Run on the simulator; inputs in logical layout, the output likewise."""
+        from nnpsim.simulator import Simulator   # the simulator is only needed to run
+
+        arrays = check_inputs(_Signature(self), inputs)
+        sim = Simulator(self.config)
+        sim.load(self.program)
+        for buf, a in zip(self.ir.inputs, arrays):
+            sim.write(buf.name, a)
+        races = self.check_races if check_races is None else check_races
+        self.stats = sim.run(check_races=races)
+        return sim.read(self.ir.output.name)
+
+    def save(self, path: str | Path) -> None:
+        """Write the binary that `nnpsim run` accepts."""
+        self.program.save(path)
+
+    def save_asm(self, path: str | Path) -> None:
+        """Write the assembly and, beside it, the weight files it includes with .incbin."""
+        path = Path(path)
+        path.write_text(self.asm)
+        for name, blob in self.files.items():
+            path.with_name(name).write_bytes(blob)
+
+
+class _Signature:
+    """The kernel's inputs as an op-like object for check_inputs."""
+
+    def __init__(self, k: Kernel):
+        from .ops import Tensor
+        self.kind = "kernel"
+        self.inputs = tuple(Tensor(b.name, b.shape, b.dtype) for b in k.ir.inputs)
+
+
+def _check_ops(ops) -> tuple[Op, ...]:
+    for k, o in enumerate(ops):
+        if not isinstance(o, Op):
+            raise CompileError(f"argument {k} is not an op from compiler.ops: {o!r}")
+    return tuple(ops)
+
+
+def schedule(kir: KernelIR, cfg: Config):
+    """Allocate and synchronise kir in place; (predicted cycles, usage, sync report)."""
+    for cmd in kir.commands():
+        if isinstance(cmd, Dma):
+            cmd.chan %= cfg.dma_channels       # lowerings use four logical channels
+    usage = alloc.allocate(kir, cfg)
+    kir.body, report = sync.synchronise(kir.body, cfg.semaphores)
+    return cost.schedule_cycles(kir.body, cfg), usage, report
+
+
+def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
+    """Every lowering of the chain, best first by the quick estimate (build one with .make())."""
+    return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
+
+
+def build(op: Op, *more_ops: Op, config: Config | None = None) -> Kernel:
+    """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel."""
+    cfg = (config or Config()).validate()
+    ops = _check_ops((op,) + more_ops)
+    best, why = None, ""
+    for cand in candidates(ops, cfg)[:FINALISTS]:
+        kir, _ = cand.make()
+        try:
+            priced = schedule(kir, cfg)
+        except CompileError as exc:
+            why = str(exc)
+            continue
+        if best is None or priced[0] < best[1][0]:
+            best = (kir, priced)
+    if best is None:
+        raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    return finish(ops, best[0], cfg, *best[1])
+
+
+def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usage, report) -> Kernel:
+    """Emit and assemble a scheduled KernelIR into a Kernel."""
+    header = [f"kernel {kir.name}: " + " -> ".join(repr(o) for o in ops)] + kir.notes + [
+        "on-chip bytes used: " + ", ".join(f"{k} {v}" for k, v in usage.items()),
+        f"sync: {report.waits} command waits, {report.cu_waits} CU waits, "
+        f"{len(report.semaphores)} semaphores", f"predicted cycles: {predicted}"]
+    asm = emit.emit(kir, header)
+    files = emit.constant_files(kir)
+    with tempfile.TemporaryDirectory(prefix="nnpc") as tmp:
+        for name, blob in files.items():
+            Path(tmp, name).write_bytes(blob)
+        try:
+            program = nnpasm.assemble(asm, filename=f"{kir.name}.s", include_dirs=[tmp])
+        except nnpasm.AsmError as exc:
+            raise CompileError(f"internal: the emitted assembly does not assemble: {exc}") from None
+    return Kernel(ops, kir, asm, program, cfg, predicted, usage, files)

@@ -1,0 +1,428 @@
+"""Lowering of conv2d and dense (with their fused epilogue) onto the NU path.
+
+Per tile of output rows x columns x output blocks: the input tile (halo
+filled with x_zp by the DMA, channels blocked into IBUF rows) and, when they
+change, the weight blocks are loaded; the bias is broadcast from DM into ABUF
+by a stride-0 DMA; one nu.conv(.acc) per output block and input-block chunk
+accumulates into ABUF; the result is drained ABUF -> VBUF, requantised per
+channel in place by vu.requant.pc (or, with the bias in the requantiser, by
+one vu.requant per channel into an int8 slot), an optional residual add
+follows, and the tile is stored to DDR in NCHW.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnpsim.config import Config
+
+from .ir import Buffer, Dma, NuConv, Note, Ref, Vu
+from .passes.double_buffer import Slots, Step
+from .passes.layout import ConvView, NuWeights, bias_blocks, bias_table, nu_weights, requant_table
+
+CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
+VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """Output rows and columns per tile, output blocks per tile, input blocks per NU chunk.
+
+    resident: every weight block stays in WBUF for the whole kernel (one chunk),
+    so the loops run over pixels outside and output blocks inside.
+    bias: how a bias gets into the accumulators.  "fill": broadcast from DM
+    into ABUF before the first nu.conv.acc (two ABUF port cycles per pixel and
+    block, beside the drain's two).  "requant": requantise one channel per VU
+    command with za = -bias (the requantiser computes (a - za) * M) into a
+    separate int8 slot.  "nu": a first 1x1 nu.conv over a constant input tile
+    with weights that multiply out to the bias (layout.bias_blocks).
+    """
+
+    th: int
+    tw: int
+    obt: int
+    cbt: int
+    resident: bool = False
+    bias: str = "fill"
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A fused residual add: y = add(conv(x), b) with the add's quantisation."""
+
+    za: int
+    zb: int
+    ma: int
+    mb: int
+    shift: int
+    zp_out: int
+    lo: int
+    hi: int
+
+
+@dataclass
+class NuPlan:
+    """Everything the lowering derives once per op, independent of the tiling."""
+
+    view: ConvView
+    w: NuWeights
+    rows: int
+    cols: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+
+    @property
+    def n_ob(self) -> int:
+        return self.w.out_cb
+
+
+def plan(view: ConvView, cfg: Config) -> NuPlan:
+    """Weights in NU order plus the output geometry."""
+    w = nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols)
+    return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
+                  view.weight.shape[2], view.weight.shape[3])
+
+
+def input_extent(p: NuPlan, t: int, axis: int) -> int:
+    """Input rows (axis 0) or columns (axis 1) a tile of t outputs reads."""
+    k = (p.kh, p.kw)[axis]
+    return (t - 1) * p.view.stride[axis] + (k - 1) * p.view.dilation[axis] + 1
+
+
+def chunks(p: NuPlan, cbt: int) -> list[tuple[int, int]]:
+    """(first, count) of the span-relative input blocks of each NU chunk."""
+    return [(j, min(cbt, p.w.span - j)) for j in range(0, p.w.span, cbt)]
+
+
+def block_hull(p: NuPlan, obs: range, first: int, count: int) -> tuple[int, int]:
+    """Absolute input blocks [lo, hi) the chunk needs for the output blocks obs."""
+    lo = min(p.w.cb_start[ob] for ob in obs) + first
+    hi = max(p.w.cb_start[ob] for ob in obs) + first + count
+    return lo, hi
+
+
+def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool) -> dict[str, int]:
+    """Bytes per memory a tiling needs (two slots per double-buffered role)."""
+    ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
+    if t.resident:
+        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
+        blocks = hi - lo
+    else:
+        blocks = max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
+                     for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    acc = t.obt * t.th * t.tw * p.cols * 4
+    res = t.obt * t.th * t.tw * p.cols if residual else 0
+    out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
+    on_nu = t.bias == "nu"
+    return {"ibuf": 2 * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
+            "wbuf": ((p.w.blocks.nbytes if t.resident else 2 * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
+                     + on_nu * p.n_ob * p.rows * p.cols),
+            "abuf": 2 * acc,
+            "vbuf": VACC_DEPTH * acc + 2 * res + 2 * out + p.n_ob * p.cols * 8,
+            "dm": p.n_ob * p.cols * 4}
+
+
+def fits(needs: dict[str, int], caps: dict[str, int]) -> bool:
+    """Does every memory's need fit its capacity?"""
+    return all(needs[k] <= caps[k] for k in needs)
+
+
+class NuLowering:
+    """Builds the Steps of one conv2d / dense for a given tiling."""
+
+    def __init__(self, p: NuPlan, t: ConvTiling, x: Buffer, y: Buffer, name: str,
+                 residual: Residual | None = None, res_buf: Buffer | None = None):
+        self.p, self.t, self.x, self.y, self.name = p, t, x, y, name
+        self.residual, self.res_buf = residual, res_buf
+        v, cols = p.view, p.cols
+        # groups = 1: declared in its logical shape with the layout spec that blocks it, so the
+        # binary records how the weights are stored; block-diagonal weights: as stored
+        w_shape, w_layout = ((v.weight.shape, p.w.layout) if p.w.layout else (p.w.blocks.shape, ""))
+        self.w_ddr = Buffer(f"{name}_w", "ddr", p.w.blocks.nbytes, dtype="int8", shape=w_shape,
+                            layout=w_layout, data=p.w.blocks)
+        self.bias_ddr = Buffer(f"{name}_bias", "ddr", p.n_ob * cols * 4, dtype="int32",
+                               shape=(p.n_ob * cols,), data=bias_table(v.bias, p.n_ob, cols))
+        self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
+                             data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
+        self.bias_dm = Buffer(f"{name}_bias_dm", "dm", p.n_ob * cols * 4)
+        self.ms_vbuf = Buffer(f"{name}_ms_vbuf", "vbuf", p.n_ob * cols * 8)
+        if t.bias == "nu":
+            lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)
+            self.bias_lanes_ddr = Buffer(f"{name}_bias_rows", "ddr", p.rows, dtype="int8", shape=(p.rows,),
+                                         data=lanes)
+            self.bias_w_ddr = Buffer(f"{name}_bias_w", "ddr", blocks.nbytes, dtype="int8", shape=blocks.shape,
+                                     data=blocks)
+            self.bias_in = Buffer(f"{name}_bias_in", "ibuf", t.th * t.tw * p.rows)
+            self.bias_w = Buffer(f"{name}_bias_wbuf", "wbuf", blocks.nbytes)
+        needs = buffer_needs(p, t, residual is not None)
+        self.slots = Slots()
+        self.slots.declare(f"{name}_in", "ibuf", needs["ibuf"] // 2)
+        self.w_res = Buffer(f"{name}_wres", "wbuf", p.w.blocks.nbytes) if t.resident else None
+        if not t.resident:
+            self.slots.declare(f"{name}_wt", "wbuf", needs["wbuf"] // 2)
+        self.slots.declare(f"{name}_acc", "abuf", needs["abuf"] // 2)
+        self.slots.declare(f"{name}_vacc", "vbuf", t.obt * t.th * t.tw * cols * 4, depth=VACC_DEPTH)
+        if residual is not None:
+            self.slots.declare(f"{name}_res", "vbuf", t.obt * t.th * t.tw * cols)
+        if t.bias == "requant":
+            self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols)
+
+    def _bias_mode(self, mode: str) -> bool:
+        return self.p.view.bias is not None and self.t.bias == mode
+
+    @property
+    def fills_bias(self) -> bool:
+        """Is the bias broadcast into ABUF before the NU accumulates?"""
+        return self._bias_mode("fill")
+
+    def buffers(self) -> list[Buffer]:
+        """Every buffer the lowering uses, DDR constants included."""
+        out = [self.w_ddr]
+        if self.fills_bias:
+            out += [self.bias_ddr, self.bias_dm]
+        if not self._bias_mode("requant"):
+            out += [self.ms_ddr, self.ms_vbuf]
+        if self._bias_mode("nu"):
+            out += [self.bias_lanes_ddr, self.bias_w_ddr, self.bias_in, self.bias_w]
+        return out + ([self.w_res] if self.t.resident else []) + self.slots.all()
+
+    # ---------------------------------------------------------------- steps
+
+    def tiles(self):
+        """(output blocks, n, row, column, chunk index, load weights?, load input?) in loop order.
+
+        Streamed weights: ob group > n > rows > columns > input chunk; a group's
+        weights load with its first tile (every tile when there are several
+        chunks).  Resident weights: n > rows > columns > ob group; the input
+        tile loads once for all groups.
+        """
+        p, t = self.p, self.t
+        groups = [range(ob0, min(p.n_ob, ob0 + t.obt)) for ob0 in range(0, p.n_ob, t.obt)]
+        spatial = [(n, oh0, ow0) for n in range(p.view.x_shape[0]) for oh0 in range(0, p.oh, t.th)
+                   for ow0 in range(0, p.ow, t.tw)]
+        n_chunks = len(chunks(p, t.cbt))
+        if t.resident:
+            for n, oh0, ow0 in spatial:
+                for g, obs in enumerate(groups):
+                    yield obs, n, oh0, ow0, 0, False, g == 0
+            return
+        for obs in groups:
+            for k, (n, oh0, ow0) in enumerate(spatial):
+                for j in range(n_chunks):
+                    yield obs, n, oh0, ow0, j, k == 0 or n_chunks > 1, True
+
+    def n_tiles(self) -> int:
+        """How many tiles (Steps after the constants) the op has."""
+        return sum(1 for _ in self.tiles())
+
+    def steps(self, limit: int | None = None) -> list[Step]:
+        """Every tile of the op as a pipeline Step (the constants, then the first `limit` tiles)."""
+        p, t = self.p, self.t
+        steps = [self._constants()]
+        chunk_list = chunks(p, t.cbt)
+        inp = lo = None
+        for k, (obs, n, oh0, ow0, j, load_w, load_x) in enumerate(self.tiles()):
+            if limit is not None and k >= limit:
+                break
+            first, count = chunk_list[j]
+            th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
+            if j == 0:
+                acc = self.slots.next(f"{self.name}_acc")
+            step = Step()
+            where = (f"{self.name}: tile ob {obs.start}..{obs.stop - 1} n {n} "
+                     f"oh {oh0}..{oh0 + th - 1} ow {ow0}..{ow0 + tw - 1} chunk {j}")
+            step.loads.append(Note(where + ": loads"))
+            if load_w:
+                self._load_weights(step, obs, first, count)
+            if load_x:
+                lo, hi = (block_hull(p, range(p.n_ob), first, count) if t.resident
+                          else block_hull(p, obs, first, count))
+                inp = self._load_input(step, n, oh0, ow0, th, tw, lo, hi)
+            step.compute.append(Note(where + ": NU"))
+            if j == 0 and self.fills_bias:
+                self._fill_bias(step, acc, obs, th * tw)
+            if j == 0 and self._bias_mode("nu"):
+                self._bias_pass(step, acc, obs, th, tw)
+            self._convs(step, acc, inp, obs, first, count, lo, th, tw,
+                        accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"))
+            if j == len(chunk_list) - 1:
+                step.epilogue.append(Note(where + ": epilogue"))
+                self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
+            steps.append(step)
+        return steps
+
+    def _constants(self) -> Step:
+        p, cols = self.p, self.p.cols
+        step = Step()
+        step.loads.append(Note(f"{self.name}: constants"))
+        n = p.n_ob * cols
+        if self.fills_bias:
+            step.loads.append(Dma(CH_W, Ref(self.bias_dm), Ref(self.bias_ddr), (n,), (4,), (4,), elem=4,
+                                  comment=f"{self.name}: bias table -> dm"))
+        if self._bias_mode("nu"):
+            rows, pix = p.rows, self.t.th * self.t.tw
+            step.loads.append(Dma(CH_W, Ref(self.bias_in), Ref(self.bias_lanes_ddr), (rows, pix), (1, 0), (1, rows),
+                                  comment=f"{self.name}: constant input rows of the bias pass -> ibuf"))
+            step.loads.append(Dma(CH_W, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,), (1,),
+                                  comment=f"{self.name}: bias weight blocks -> wbuf"))
+        if not self._bias_mode("requant"):
+            step.loads.append(Dma(CH_W, Ref(self.ms_vbuf), Ref(self.ms_ddr), (2 * n,), (4,), (4,), elem=4,
+                                  comment=f"{self.name}: (M, S) table -> vbuf"))
+        if self.t.resident:
+            step.loads.append(Dma(CH_W, Ref(self.w_res), Ref(self.w_ddr), (self.w_ddr.nbytes,), (1,), (1,),
+                                  comment=f"{self.name}: every weight block, resident"))
+        return step
+
+    def _load_weights(self, step: Step, obs: range, first: int, count: int) -> None:
+        p = self.p
+        wt = self.slots.next(f"{self.name}_wt")
+        blk = p.w.block_bytes
+        src = Ref(self.w_ddr, (obs.start * p.w.span + first) * blk)
+        step.loads.append(Dma(CH_W, Ref(wt), src, (count * blk, len(obs)), (1, p.w.span * blk),
+                              (1, count * blk), comment=f"{self.name}: weights ob {obs.start}.. -> {wt.name}"))
+
+    def _load_input(self, step: Step, n: int, oh0: int, ow0: int, th: int, tw: int, lo: int, hi: int):
+        """DMA the input tile, blocks [lo, hi), with its halo, into the next IBUF slot."""
+        p, v, rows = self.p, self.p.view, self.p.rows
+        inp = self.slots.next(f"{self.name}_in")
+        ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
+        sn, sc, sh, sw = v.x_strides
+        _, c, h, w = v.x_shape
+        r0, plo_h, phi_h = _halo(oh0 * v.stride[0] - v.padding[0], ih, h)
+        if v.fold is not None:
+            self._load_folded(step, inp, n, r0, plo_h, phi_h, ow0, tw, ih)
+            return inp
+        c0, plo_w, phi_w = _halo(ow0 * v.stride[1] - v.padding[1], iw, w)
+        full = min(hi, c // rows)                 # blocks with every channel real
+        groups = [(lo, full, rows)] if full > lo else []
+        if hi > max(lo, full):
+            groups.append((max(lo, full), hi, c - max(lo, full) * rows))
+        for b0, b1, real in groups:
+            src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
+            dst = Ref(inp, (b0 - lo) * ih * iw * rows)
+            step.loads.append(Dma(
+                CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
+                (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
+                pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}"))
+        return inp
+
+    def _load_folded(self, step: Step, inp: Buffer, n: int, r0: int, plo_h: int, phi_h: int,
+                     ow0: int, tw: int, ih: int) -> None:
+        """One DMA per kernel column j: rows j*C..j*C+C-1 get x shifted by j*dil_w (layout.fold_columns)."""
+        v, rows = self.p.view, self.p.rows
+        kw, sw, dw = v.fold
+        sn, sc, sh, sx = v.x_strides
+        _, c, h, w = v.x_shape
+        for j in range(kw):
+            first, plo, phi = _strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w)
+            src = Ref(self.x, n * sn + r0 * sh + first * sx)
+            step.loads.append(Dma(
+                CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
+                (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
+                comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}"))
+
+    def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
+        """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
+        p = self.p
+        params = {"in_h": th, "in_w": tw, "in_cb": 1, "out_h": th, "out_w": tw, "out_cb": 1, "k_h": 1, "k_w": 1,
+                  "stride_h": 1, "stride_w": 1, "dil_h": 1, "dil_w": 1, "x_zp": p.view.x_zp}
+        for k, ob in enumerate(obs):
+            step.compute.append(NuConv(False, Ref(acc, k * th * tw * p.cols * 4), Ref(self.bias_in),
+                                       Ref(self.bias_w, ob * p.rows * p.cols), dict(params), p.rows, p.cols,
+                                       comment=f"{self.name}: bias pass ob {ob}"))
+
+    def _fill_bias(self, step: Step, acc: Buffer, obs: range, pixels: int) -> None:
+        # compute stage, not loads: loads run two tiles ahead of the drain that frees this slot;
+        # on the drain channel, behind that drain, not behind the next input load
+        cols = self.p.cols
+        step.compute.append(Dma(CH_DRAIN, Ref(acc), Ref(self.bias_dm, obs.start * cols * 4),
+                              (cols, pixels, len(obs)), (4, 0, cols * 4), (4, cols * 4, pixels * cols * 4),
+                              elem=4, comment=f"{self.name}: bias broadcast -> {acc.name}"))
+
+    def _convs(self, step, acc, inp, obs, first, count, lo, th, tw, accumulate) -> None:
+        p, v = self.p, self.p.view
+        ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
+        params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
+                  "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
+                  "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
+        for k, ob in enumerate(obs):
+            rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
+            rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
+                  else Ref(self.slots.current(f"{self.name}_wt"), k * count * p.w.block_bytes))
+            racc = Ref(acc, k * th * tw * p.cols * 4)
+            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
+                                       comment=f"{self.name}: conv ob {ob}"))
+
+    def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
+        p, v, cols = self.p, self.p.view, self.p.cols
+        pix, nob = th * tw, len(obs)
+        vacc = self.slots.next(f"{self.name}_vacc")
+        step.epilogue.append(Dma(CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
+                                 comment=f"{self.name}: drain {acc.name} -> {vacc.name}"))
+        clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
+        if self._bias_mode("requant"):
+            out = self.slots.next(f"{self.name}_out")
+            for ob in obs:
+                for c in range(min(cols, v.y_shape[1] - ob * cols)):
+                    o, k = ob * cols + c, (ob - obs.start) * pix * cols
+                    step.epilogue.append(Vu(
+                        "vu.requant", Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
+                        (cols,), (4 * cols,), scalars={"za": -int(v.bias[o]), "ma": int(v.multiplier[o]),
+                                                       "shift": int(v.shift[o]), **clamp},
+                        comment=f"{self.name}: add bias and requantise channel {o}"))
+        else:
+            out = vacc
+            step.epilogue.append(Vu(
+                "vu.requant.pc", Ref(vacc), Ref(vacc), Ref(self.ms_vbuf, obs.start * cols * 8), "i8", "i32", 8,
+                (cols, pix, nob), (1, cols, pix * cols), (4, cols * 4, pix * cols * 4), (8, 0, cols * 8),
+                scalars={"za": 0, **clamp}, comment=f"{self.name}: requantise in place in {vacc.name}"))
+        if self.residual is not None:
+            self._residual(step, out, obs, n, oh0, ow0, th, tw)
+        sn, sc, sh, sw = v.y_strides
+        o = v.y_shape[1]
+        for b0, b1, real in _block_groups(obs, o, cols):
+            dst = Ref(self.y, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
+            src = Ref(out, (b0 - obs.start) * pix * cols)
+            step.epilogue.append(Dma(CH_OUT, dst, src, (real, tw, th, b1 - b0), (1, cols, tw * cols, pix * cols),
+                                     (sc, sw, sh, cols * sc), comment=f"{self.name}: store {out.name} -> y"))
+
+    def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
+        p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
+        pix, nob = th * tw, len(obs)
+        res = self.slots.next(f"{self.name}_res")
+        sn, sc, sh, sw = v.y_strides
+        for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
+            src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
+            dst = Ref(res, (b0 - obs.start) * pix * cols)
+            step.epilogue.append(Dma(CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
+                                     (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
+                                     comment=f"{self.name}: residual -> {res.name}"))
+        n_el = nob * pix * cols
+        step.epilogue.append(Vu("vu.add", Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
+                                scalars={"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift,
+                                         "zp_out": r.zp_out, "lo": r.lo, "hi": r.hi},
+                                comment=f"{self.name}: residual add in {vacc.name}"))
+
+
+def _halo(start: int, extent: int, size: int) -> tuple[int, int, int]:
+    """(first real index, padding before, padding after) of a window [start, start + extent)."""
+    plo = min(extent, max(0, -start))
+    phi = min(extent - plo, max(0, start + extent - size))
+    return max(0, min(start, size - 1)), plo, phi
+
+
+def _strided_halo(start: int, step: int, n: int, size: int) -> tuple[int, int, int]:
+    """(first real index, padding before, padding after) of the indices start + q * step, q < n."""
+    plo = min(n, -(start // step)) if start < 0 else 0
+    inside = max(plo, min(n, -(-(size - start) // step)) if size > start else 0)
+    return (start + plo * step if plo < inside else 0), plo, n - inside
+
+
+def _block_groups(obs: range, channels: int, cols: int) -> list[tuple[int, int, int]]:
+    """(first block, end block, real channels per block): full blocks, then a partial last one."""
+    full = min(obs.stop, channels // cols)
+    out = [(obs.start, full, cols)] if full > obs.start else []
+    if obs.stop > max(obs.start, full):
+        out.append((max(obs.start, full), obs.stop, channels - max(obs.start, full) * cols))
+    return out

@@ -1,0 +1,240 @@
+"""Lowering of pooling and elementwise ops onto the VU.
+
+Elementwise ops see their tensor as [N, C, R] (R = the product of the axes
+after the channel axis) and run over tiles of whole rows of R, or of part of
+one row; pooling runs over tiles of channels x output rows with the input
+rows (and the halo, filled by the DMA) in VBUF.  Every tile is loaded, computed
+and stored through double-buffered VBUF slots.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from nnpsim.config import Config
+
+from .errors import CompileError
+from .ir import Buffer, Dma, Note, Ref, Vu
+from .ops import Elementwise, Pool2d
+from .passes.double_buffer import Slots, Step
+from .semantics import real_counts
+
+CH_A, CH_B, CH_OUT = 0, 1, 3
+MIN_TILES = 4      # split work at least this far, so loads, compute and stores overlap
+DT = {"int8": "i8", "int32": "i32"}
+
+
+def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    if len(shape) == 1:
+        return 1, 1, shape[0]
+    return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
+
+
+def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int, int, int]]:
+    """(n, c0, c1, r0, r1) tiles of at most `budget` elements."""
+    n, c, r = _ncr(op.shape)
+    out = []
+    for ni in range(n):
+        if r <= budget:
+            step = max(1, budget // r)
+            out += [(ni, c0, min(c, c0 + step), 0, r) for c0 in range(0, c, step)]
+        else:
+            out += [(ni, ci, ci + 1, r0, min(r, r0 + budget)) for ci in range(c) for r0 in range(0, r, budget)]
+    return out
+
+
+class ElementwiseLowering:
+    """add / mul / clip / requantize over VBUF tiles."""
+
+    def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
+                 budget: int | None = None):
+        self.op, self.ins, self.y, self.name = op, ins, y, name
+        in_bytes = 4 if op.in_dtype == "int32" else 1
+        # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
+        per_elem = 3 * in_bytes + (2 if op.binary else 0)
+        self.per_channel = op.mode == "requantize" and np.ndim(op.ma) > 0
+        n, c, r = _ncr(op.shape)
+        table = c * 8 if self.per_channel else 0
+        fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
+        self.budget = budget or max(1, min(fit, -(-n * c * r // MIN_TILES)))
+        self.slots = Slots()
+        self.slots.declare(f"{name}_a", "vbuf", self.budget * in_bytes, depth=3)
+        if op.binary:
+            self.slots.declare(f"{name}_b", "vbuf", self.budget)
+        self.table_ddr = self.table_vbuf = None
+        if self.per_channel:
+            t = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32)
+            self.table_ddr = Buffer(f"{name}_ms", "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t)
+            self.table_vbuf = Buffer(f"{name}_ms_vbuf", "vbuf", t.nbytes)
+
+    def buffers(self) -> list[Buffer]:
+        """Every buffer the lowering uses."""
+        extra = [self.table_ddr, self.table_vbuf] if self.per_channel else []
+        return extra + self.slots.all()
+
+    def steps(self) -> list[Step]:
+        """The table load (per-channel requantize), then one Step per tile."""
+        op = self.op
+        n, c, r = _ncr(op.shape)
+        steps = []
+        if self.per_channel:
+            s = Step()
+            s.loads.append(Dma(CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (2 * c,), (4,), (4,), elem=4,
+                               comment=f"{self.name}: (M, S) table"))
+            steps.append(s)
+        esz = 4 if op.in_dtype == "int32" else 1
+        for ni, c0, c1, r0, r1 in elementwise_tiles(op, self.budget):
+            s = Step()
+            where = f"{self.name}: tile n {ni} c {c0}..{c1 - 1} r {r0}..{r1 - 1}"
+            nc, nr = c1 - c0, r1 - r0
+            base = (ni * c + c0) * r + r0
+            s.loads.append(Note(where + ": loads"))
+            a = self.slots.next(f"{self.name}_a")
+            s.loads.append(Dma(CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc), (esz, r * esz),
+                               (esz, nr * esz), elem=esz, comment=f"{self.name}: {self.ins[0].name} -> {a.name}"))
+            b = None
+            if op.binary:
+                b = self.slots.next(f"{self.name}_b")
+                s.loads.append(Dma(CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (1, r), (1, nr),
+                                   comment=f"{self.name}: {self.ins[1].name} -> {b.name}"))
+            s.compute.append(Note(where + ": VU"))
+            s.compute.append(self._vu(a, b, nc, nr, c0))
+            s.epilogue.append(Dma(CH_OUT, Ref(self.y, base), Ref(a), (nr, nc), (1, nr), (1, r),
+                                  comment=f"{self.name}: {a.name} -> {self.y.name}"))
+            steps.append(s)
+        return steps
+
+    def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int) -> Vu:
+        op, name = self.op, self.name
+        lohi = {"zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+        d1 = (1, nr)
+        if op.mode == "clip":
+            return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
+                      scalars={"lo": op.lo, "hi": op.hi}, comment=f"{name}: clip in place")
+        if op.mode in ("add", "mul"):
+            sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
+            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+                      scalars=sc, comment=f"{name}: {op.mode} in place")
+        esz = 4 if op.in_dtype == "int32" else 1
+        a1 = (esz, nr * esz)
+        if self.per_channel:
+            return Vu("vu.requant.pc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 8), "i8", DT[op.in_dtype], 8,
+                      (nr, nc), d1, a1, (0, 8), scalars={"za": op.za, **lohi},
+                      comment=f"{name}: requantise per channel in place")
+        return Vu("vu.requant", Ref(a), Ref(a), None, "i8", DT[op.in_dtype], 0, (nr, nc), d1, a1,
+                  scalars={"za": op.za, "ma": op.ma, "shift": op.shift, **lohi},
+                  comment=f"{name}: requantise in place")
+
+
+class PoolLowering:
+    """max / sum / avg pooling over tiles of channels x output rows."""
+
+    def __init__(self, op: Pool2d, x: Buffer, y: Buffer, cfg: Config, name: str,
+                 tile: tuple[int, int] | None = None):
+        self.op, self.x, self.y, self.name = op, x, y, name
+        n, c, h, w = op.x_shape
+        oh, ow = op.out_hw
+        t, l, b, r = op.padding
+        self.iw = w + l + r
+        self.out_bytes = 4 if op.mode == "sum" else 1
+        self.div = None
+        table = 0
+        if op.mode == "avg":
+            if op.count_include_pad:
+                div = np.full((1,), op.kernel[0] * op.kernel[1], dtype=np.int32)
+            else:
+                div = real_counts(h, w, op.kernel, op.stride, op.padding).astype(np.int32)
+            self.div = Buffer(f"{name}_div", "ddr", div.nbytes, dtype="int32", shape=div.shape, data=div)
+            self.div_vbuf = Buffer(f"{name}_div_vbuf", "vbuf", div.nbytes)
+            table = div.nbytes
+        self.cc, self.th = tile or self._choose(cfg.vbuf_bytes - table - 256)
+        ih = self.in_rows(self.th)
+        self.slots = Slots()
+        self.slots.declare(f"{name}_in", "vbuf", self.cc * ih * self.iw)
+        self.slots.declare(f"{name}_out", "vbuf", self.cc * self.th * ow * 4)
+
+    def in_rows(self, th: int) -> int:
+        """Input rows (halo included) that th output rows read."""
+        return (th - 1) * self.op.stride[0] + self.op.kernel[0]
+
+    def tile_bytes(self, cc: int, th: int) -> int:
+        """VBUF bytes of a tile of cc channels x th output rows, both slots."""
+        return 2 * (cc * self.in_rows(th) * self.iw + cc * th * self.op.out_hw[1] * 4)
+
+    def _choose(self, cap: int) -> tuple[int, int]:
+        c = self.op.x_shape[1]
+        oh = self.op.out_hw[0]
+        for th in sorted({oh} | {v for v in (64, 32, 16, 8, 4, 2, 1) if v < oh}, reverse=True):
+            if self.tile_bytes(1, th) <= cap:
+                tiles_per_channel = -(-oh // th) * self.op.x_shape[0]
+                cc = min(c, max(1, cap // self.tile_bytes(1, th)),
+                         max(1, -(-c * tiles_per_channel // MIN_TILES)))
+                return cc, th
+        raise CompileError(f"{self.op.kind}: one output row of one channel needs "
+                           f"{self.tile_bytes(1, 1)} bytes of VBUF, more than its {cap}")
+
+    def buffers(self) -> list[Buffer]:
+        """Every buffer the lowering uses."""
+        extra = [self.div, self.div_vbuf] if self.div is not None else []
+        return extra + self.slots.all()
+
+    def steps(self) -> list[Step]:
+        """The divisor load (average pooling), then one Step per tile."""
+        op = self.op
+        n, c, h, w = op.x_shape
+        oh, ow = op.out_hw
+        steps = []
+        if self.div is not None:
+            s = Step()
+            s.loads.append(Dma(CH_B, Ref(self.div_vbuf), Ref(self.div), (self.div.nbytes // 4,), (4,), (4,),
+                               elem=4, comment=f"{self.name}: divisors"))
+            steps.append(s)
+        for ni in range(n):
+            for c0 in range(0, c, self.cc):
+                for oh0 in range(0, oh, self.th):
+                    steps.append(self._tile(ni, c0, min(c, c0 + self.cc) - c0, oh0, min(self.th, oh - oh0)))
+        return steps
+
+    def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
+        op, iw = self.op, self.iw
+        n, c, h, w = op.x_shape
+        oh, ow = op.out_hw
+        t, l, b, r = op.padding
+        sh, sw = op.stride
+        ih = self.in_rows(th)
+        s = Step()
+        where = f"{self.name}: tile n {ni} c {c0}..{c0 + cc - 1} oh {oh0}..{oh0 + th - 1}"
+        s.loads.append(Note(where + ": load with halo"))
+        inp = self.slots.next(f"{self.name}_in")
+        start = oh0 * sh - t
+        plo = min(ih, max(0, -start))
+        phi = min(ih - plo, max(0, start + ih - h))
+        row0 = max(0, min(start, h - 1))
+        fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad else 0}[op.mode]
+        s.loads.append(Dma(CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
+                           (1, w, h * w), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0), pad_value=fill,
+                           comment=f"{self.name}: x -> {inp.name}"))
+        out = self.slots.next(f"{self.name}_out")
+        s.compute.append(Note(where + ": VU"))
+        win = dict(win=op.kernel, win_stride=(iw, 1))
+        n3 = (ow, th, cc)
+        a_st = (sw, sh * iw, ih * iw)
+        if op.mode == "max":
+            s.compute.append(Vu("vu.pool.max", Ref(out), Ref(inp), None, "i8", "i8", 0, n3, (1, ow, th * ow),
+                                a_st, **win, comment=f"{self.name}: window max"))
+            res_bytes = 1
+        else:
+            s.compute.append(Vu("vu.pool.sum", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
+                                (4, 4 * ow, 4 * th * ow), a_st, **win, comment=f"{self.name}: window sum"))
+            res_bytes = 4
+            if op.mode == "avg":
+                per_pos = not op.count_include_pad
+                b_ref = Ref(self.div_vbuf, oh0 * ow * 4 if per_pos else 0)
+                b_st = (4, 4 * ow, 0) if per_pos else (0, 0, 0)
+                s.compute.append(Vu("vu.divr", Ref(out), Ref(out), b_ref, "i8", "i32", 4, n3, (1, ow, th * ow),
+                                    (4, 4 * ow, 4 * th * ow), b_st, comment=f"{self.name}: divide, round"))
+                res_bytes = 1
+        dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * res_bytes)
+        s.epilogue.append(Dma(CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),
+                              (res_bytes, oh * ow * res_bytes), elem=res_bytes,
+                              comment=f"{self.name}: {out.name} -> {self.y.name}"))
+        return s

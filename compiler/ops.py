@@ -1,0 +1,493 @@
+"""The public op constructors: validated, immutable descriptions of quantised layers.
+
+Each constructor checks every argument and raises CompileError naming the
+argument and saying why.  An op knows its input and output tensors (names,
+shapes, dtypes) and computes its own reference result with compiler.semantics.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import semantics as sem
+from .errors import CompileError
+
+INT8 = (-128, 127)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+ACC_LIMIT = 1 << 31
+PRODUCT_LIMIT = 1 << 62
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named DDR tensor of an op: logical shape and dtype ("int8" or "int32")."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """Base of every op: inputs, output, and a reference computed by compiler.semantics."""
+
+    kind: str = field(init=False, default="op")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        raise NotImplementedError
+
+    @property
+    def output(self) -> Tensor:
+        raise NotImplementedError
+
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        """The op's result on numpy inputs (checked against the op's input tensors)."""
+        arrays = check_inputs(self, inputs)
+        return self._compute(*arrays)
+
+    def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.inputs)
+        return f"{self.kind}({ins}) -> {list(self.output.shape)} {self.output.dtype}"
+
+
+def check_inputs(op: Op, inputs) -> list[np.ndarray]:
+    """The inputs as numpy arrays, or CompileError naming the one that does not fit."""
+    if len(inputs) != len(op.inputs):
+        names = ", ".join(t.name for t in op.inputs)
+        raise CompileError(f"{op.kind} takes {len(op.inputs)} input(s) ({names}), got {len(inputs)}")
+    out = []
+    for t, a in zip(op.inputs, inputs):
+        a = np.asarray(a)
+        if a.shape != t.shape:
+            raise CompileError(f"{op.kind}: input {t.name} has shape {a.shape}, expected {t.shape}")
+        if a.dtype != np.dtype(t.dtype):
+            raise CompileError(f"{op.kind}: input {t.name} has dtype {a.dtype}, expected {t.dtype}")
+        out.append(a)
+    return out
+
+
+# ---------------------------------------------------------------- argument checks
+
+def _int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, (bool, np.bool_)):
+        raise CompileError(f"{name} must be an integer, got {v!r}")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise CompileError(f"{name} must be an integer, got {v!r}") from None
+    if (lo is not None and i < lo) or (hi is not None and i > hi):
+        rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise CompileError(f"{name} = {i} is out of range {rng}")
+    return int(i)
+
+
+def _shape(name: str, v, ndim: int | None = None) -> tuple[int, ...]:
+    try:
+        dims = tuple(v)
+    except TypeError:
+        raise CompileError(f"{name} must be a tuple of dimensions, got {v!r}") from None
+    if ndim is not None and len(dims) != ndim:
+        raise CompileError(f"{name} must have {ndim} dimensions, got {len(dims)}: {dims}")
+    if not dims:
+        raise CompileError(f"{name} must have at least one dimension")
+    return tuple(_int(f"{name}[{i}]", d, 1, 1 << 30) for i, d in enumerate(dims))
+
+
+def _pair(name: str, v, lo: int = 1) -> tuple[int, int]:
+    if np.ndim(v) == 0:
+        i = _int(name, v, lo, 1 << 16)
+        return i, i
+    vals = tuple(v)
+    if len(vals) != 2:
+        raise CompileError(f"{name} must be an int or a pair, got {v!r}")
+    return _int(f"{name}[0]", vals[0], lo, 1 << 16), _int(f"{name}[1]", vals[1], lo, 1 << 16)
+
+
+def _padding(name: str, v) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) from an int, an (h, w) pair or a 4-tuple."""
+    if np.ndim(v) == 0:
+        p = _int(name, v, 0, 1 << 16)
+        return p, p, p, p
+    vals = tuple(v)
+    if len(vals) == 2:
+        h, w = _pair(name, vals, 0)
+        return h, w, h, w
+    if len(vals) == 4:
+        return tuple(_int(f"{name}[{i}]", p, 0, 1 << 16) for i, p in enumerate(vals))  # type: ignore
+    raise CompileError(f"{name} must be an int, a pair or (top, left, bottom, right), got {v!r}")
+
+
+def _int_array(name: str, v, rng: tuple[int, int], shape: tuple[int, ...] | None = None,
+               ndim: int | None = None) -> np.ndarray:
+    a = np.asarray(v)
+    if a.dtype.kind not in "iu":
+        raise CompileError(f"{name} must be an integer array, got dtype {a.dtype}")
+    if ndim is not None and a.ndim != ndim:
+        raise CompileError(f"{name} must have {ndim} dimensions, got shape {a.shape}")
+    if shape is not None and a.shape != shape:
+        raise CompileError(f"{name} must have shape {shape}, got {a.shape}")
+    if a.size == 0:
+        raise CompileError(f"{name} must not be empty")
+    if a.min() < rng[0] or a.max() > rng[1]:
+        raise CompileError(f"{name} has values outside [{rng[0]}, {rng[1]}]")
+    return a.astype(np.int64)
+
+
+def _per_channel(name: str, v, n: int, lo: int, hi: int) -> np.ndarray:
+    """A scalar broadcast to n channels, or exactly n values, each in [lo, hi]."""
+    if np.ndim(v) == 0:
+        return np.full(n, _int(name, v, lo, hi), dtype=np.int64)
+    return _int_array(name, v, (lo, hi), shape=(n,))
+
+
+def _clamp(zp_out, lo, hi) -> tuple[int, int, int]:
+    zp_out = _int("zp_out", zp_out, *INT8)
+    lo, hi = _int("lo", lo, *INT8), _int("hi", hi, *INT8)
+    if lo > hi:
+        raise CompileError(f"lo = {lo} must not exceed hi = {hi}")
+    return zp_out, lo, hi
+
+
+def _out_size(what: str, n: int, k: int, stride: int, dil: int, p0: int, p1: int) -> int:
+    span = dil * (k - 1) + 1
+    if n + p0 + p1 < span:
+        raise CompileError(f"{what}: the window ({span}) is larger than the padded input ({n + p0 + p1})")
+    return (n + p0 + p1 - span) // stride + 1
+
+
+def _x_range(x_zp: int) -> int:
+    """Largest |x - x_zp| over int8 x."""
+    return max(127 - x_zp, x_zp + 128)
+
+
+def check_accumulator(what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> None:
+    """Prove every int32 accumulator stays in range: |bias| + max|x - x_zp| * sum|w| < 2**31."""
+    bound = _x_range(x_zp) * wabs_sum
+    if bias is not None:
+        bound = bound + np.abs(bias)
+    worst = int(bound.max())
+    if worst >= ACC_LIMIT:
+        o = int(bound.argmax())
+        raise CompileError(f"{what}: output channel {o} can reach |acc| = {worst} >= 2**31: the int32 "
+                           "accumulator could overflow (fewer input channels, smaller weights or bias)")
+
+
+# ---------------------------------------------------------------- NU ops
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Conv2d(Op):
+    """Quantised grouped 2-D convolution, NCHW int8 in and out."""
+
+    x_shape: tuple[int, int, int, int]
+    weight: np.ndarray          # int64 [O, C/groups, KH, KW]
+    bias: np.ndarray | None     # int64 [O]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+    x_zp: int
+    multiplier: np.ndarray      # int64 [O]
+    shift: np.ndarray           # int64 [O]
+    zp_out: int
+    lo: int
+    hi: int
+    kind: str = field(init=False, default="conv2d")
+
+    @property
+    def out_channels(self) -> int:
+        return self.weight.shape[0]
+
+    @property
+    def kernel(self) -> tuple[int, int]:
+        return self.weight.shape[2], self.weight.shape[3]
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        (_, _, h, w), (kh, kw) = self.x_shape, self.kernel
+        t, l, b, r = self.padding
+        return (_out_size("conv2d height", h, kh, self.stride[0], self.dilation[0], t, b),
+                _out_size("conv2d width", w, kw, self.stride[1], self.dilation[1], l, r))
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.x_shape, "int8"),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", (self.x_shape[0], self.out_channels) + self.out_hw, "int8")
+
+    @property
+    def macs(self) -> int:
+        _, o, oh, ow = self.output.shape
+        return self.x_shape[0] * o * oh * ow * int(np.prod(self.weight.shape[1:]))
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return sem.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                          self.groups, self.x_zp, self.multiplier, self.shift, self.zp_out, self.lo, self.hi)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Dense(Op):
+    """Quantised dense layer: x [N, K] int8 times weight [K, O], int8 [N, O] out."""
+
+    x_shape: tuple[int, int]
+    weight: np.ndarray          # int64 [K, O]
+    bias: np.ndarray | None
+    x_zp: int
+    multiplier: np.ndarray
+    shift: np.ndarray
+    zp_out: int
+    lo: int
+    hi: int
+    kind: str = field(init=False, default="dense")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.x_shape, "int8"),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", (self.x_shape[0], self.weight.shape[1]), "int8")
+
+    @property
+    def macs(self) -> int:
+        return self.x_shape[0] * self.weight.shape[0] * self.weight.shape[1]
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return sem.dense(x, self.weight, self.bias, self.x_zp, self.multiplier, self.shift,
+                         self.zp_out, self.lo, self.hi)
+
+
+def _requant_args(o: int, multiplier, shift, zp_out, lo, hi):
+    m = _per_channel("multiplier", multiplier, o, 1, (1 << 31) - 1)
+    s = _per_channel("shift", shift, o, 0, 62)
+    return (m, s) + _clamp(zp_out, lo, hi)
+
+
+def _bias(bias, o: int) -> np.ndarray | None:
+    return None if bias is None else _int_array("bias", bias, INT32, shape=(o,))
+
+
+def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
+           multiplier, shift, zp_out=0, lo=-128, hi=127) -> Conv2d:
+    """A quantised conv2d (section 4 of the brief), validated."""
+    x_shape = _shape("x_shape", x_shape, 4)
+    w = _int_array("weight", weight, INT8, ndim=4)
+    groups = _int("groups", groups, 1, x_shape[1])
+    o, cg, kh, kw = w.shape
+    if x_shape[1] % groups:
+        raise CompileError(f"groups = {groups} does not divide the {x_shape[1]} input channels")
+    if o % groups:
+        raise CompileError(f"groups = {groups} does not divide the {o} output channels of weight")
+    if cg != x_shape[1] // groups:
+        raise CompileError(f"weight has {cg} input channels per group, expected "
+                           f"{x_shape[1]} / {groups} = {x_shape[1] // groups}")
+    x_zp = _int("x_zp", x_zp, *INT8)
+    bias = _bias(bias, o)
+    op = Conv2d(x_shape, w, bias, _pair("stride", stride), _padding("padding", padding),
+                _pair("dilation", dilation), groups, x_zp,
+                *_requant_args(o, multiplier, shift, zp_out, lo, hi))
+    op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
+    check_accumulator("conv2d", np.abs(w).sum(axis=(1, 2, 3)), bias, x_zp)
+    return op
+
+
+def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier, shift, zp_out=0, lo=-128,
+          hi=127) -> Dense:
+    """A quantised dense layer with weight [K, O], validated."""
+    x_shape = _shape("x_shape", x_shape, 2)
+    w = _int_array("weight", weight, INT8, ndim=2)
+    if w.shape[0] != x_shape[1]:
+        raise CompileError(f"weight has {w.shape[0]} rows, expected K = {x_shape[1]} (weight is [K, O])")
+    x_zp = _int("x_zp", x_zp, *INT8)
+    bias = _bias(bias, w.shape[1])
+    check_accumulator("dense", np.abs(w).sum(axis=0), bias, x_zp)
+    return Dense(x_shape, w, bias, x_zp, *_requant_args(w.shape[1], multiplier, shift, zp_out, lo, hi))
+
+
+# ---------------------------------------------------------------- pooling
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Pool2d(Op):
+    """max / avg / sum pooling over NCHW int8 (global average pooling is avg over the plane)."""
+
+    mode: str                   # "max", "avg" or "sum"
+    x_shape: tuple[int, int, int, int]
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    count_include_pad: bool = True
+    x_zp: int = 0
+    kind: str = field(init=False, default="pool2d")
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", f"{self.mode}_pool2d")
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        (_, _, h, w), (kh, kw), (t, l, b, r) = self.x_shape, self.kernel, self.padding
+        return (_out_size("pool height", h, kh, self.stride[0], 1, t, b),
+                _out_size("pool width", w, kw, self.stride[1], 1, l, r))
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.x_shape, "int8"),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.x_shape[:2] + self.out_hw, "int32" if self.mode == "sum" else "int8")
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        if self.mode == "max":
+            return sem.max_pool2d(x, self.kernel, self.stride, self.padding)
+        if self.mode == "sum":
+            return sem.sum_pool2d(x, self.kernel, self.stride, self.padding)
+        return sem.avg_pool2d(x, self.kernel, self.stride, self.padding, self.count_include_pad, self.x_zp)
+
+
+def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x_zp=0) -> Pool2d:
+    x_shape = _shape("x_shape", x_shape, 4)
+    k = _pair("kernel", kernel)
+    s = k if stride is None else _pair("stride", stride)
+    pad = _padding("padding", padding)
+    for side, p, kk in zip(("top", "left", "bottom", "right"), pad, k + k):
+        if p >= kk:
+            raise CompileError(f"padding {side} = {p} must be smaller than the kernel ({kk}): "
+                               "otherwise a window can lie entirely in the padding")
+    if not isinstance(count_include_pad, (bool, np.bool_)):
+        raise CompileError(f"count_include_pad must be a bool, got {count_include_pad!r}")
+    op = Pool2d(mode, x_shape, k, s, pad, bool(count_include_pad), _int("x_zp", x_zp, *INT8))
+    op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
+    return op
+
+
+def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
+    """Max pooling; padding never wins."""
+    return _pool("max", x_shape, kernel, stride, padding)
+
+
+def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0) -> Pool2d:
+    """Average pooling, rounding half away from zero."""
+    return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp)
+
+
+def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
+    """Window sums as int32."""
+    return _pool("sum", x_shape, kernel, stride, padding)
+
+
+def global_avg_pool2d(x_shape) -> Pool2d:
+    """Average over the whole plane: [N, C, 1, 1]."""
+    x_shape = _shape("x_shape", x_shape, 4)
+    return _pool("avg", x_shape, x_shape[2:], None, 0)
+
+
+# ---------------------------------------------------------------- elementwise
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Elementwise(Op):
+    """add, mul, clip (relu) or requantize over a tensor of any shape."""
+
+    mode: str                   # "add", "mul", "clip", "requantize"
+    shape: tuple[int, ...]
+    in_dtype: str = "int8"
+    za: int = 0                 # zero point of a (zx for requantize)
+    zb: int = 0
+    ma: np.ndarray | int = 0    # multiplier (per channel along axis 1 for requantize)
+    mb: int = 0
+    shift: np.ndarray | int = 0
+    zp_out: int = 0
+    lo: int = -128
+    hi: int = 127
+    kind: str = field(init=False, default="elementwise")
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", self.mode)
+
+    @property
+    def binary(self) -> bool:
+        return self.mode in ("add", "mul")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        if self.binary:
+            return Tensor("a", self.shape, "int8"), Tensor("b", self.shape, "int8")
+        return (Tensor("x", self.shape, self.in_dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.shape, "int8")
+
+    def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.mode == "add":
+            return sem.add(*arrays, self.za, self.zb, self.ma, self.mb, self.shift, self.zp_out,
+                           self.lo, self.hi)
+        if self.mode == "mul":
+            return sem.mul(*arrays, self.za, self.zb, self.ma, self.shift, self.zp_out, self.lo, self.hi)
+        if self.mode == "clip":
+            return sem.clip(arrays[0], self.lo, self.hi)
+        return sem.requantize(arrays[0], self.za, self.ma, self.shift, self.zp_out, self.lo, self.hi)
+
+
+def add(shape, *, za=0, zb=0, ma, mb, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
+    """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi)."""
+    return Elementwise("add", _shape("shape", shape), "int8", _int("za", za, *INT8),
+                       _int("zb", zb, *INT8), _int("ma", ma, 0, (1 << 31) - 1),
+                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62),
+                       *_clamp(zp_out, lo, hi))
+
+
+def mul(shape, *, za=0, zb=0, multiplier, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
+    """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi)."""
+    return Elementwise("mul", _shape("shape", shape), "int8", _int("za", za, *INT8),
+                       _int("zb", zb, *INT8), _int("multiplier", multiplier, 1, (1 << 31) - 1), 0,
+                       _int("shift", shift, 0, 62), *_clamp(zp_out, lo, hi))
+
+
+def relu(shape, zp=0) -> Elementwise:
+    """max(x, zp)."""
+    zp = _int("zp", zp, *INT8)
+    return Elementwise("clip", _shape("shape", shape), lo=zp, hi=127)
+
+
+def clip(shape, lo, hi) -> Elementwise:
+    """clip(x, lo, hi)."""
+    _, lo, hi = _clamp(0, lo, hi)
+    return Elementwise("clip", _shape("shape", shape), lo=lo, hi=hi)
+
+
+def requantize(shape, *, in_dtype, zx=0, multiplier, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
+    """clip(rshift_round((x - zx) * M, S) + zp_out, lo, hi) for int8 or int32 x.
+
+    multiplier and shift are scalars, or one per channel (axis 1) of a shape with two or more axes.
+    """
+    shape = _shape("shape", shape)
+    if in_dtype not in ("int8", "int32"):
+        raise CompileError(f"in_dtype must be 'int8' or 'int32', got {in_dtype!r}")
+    zx = _int("zx", zx, *(INT8 if in_dtype == "int8" else INT32))
+    per_channel = np.ndim(multiplier) or np.ndim(shift)
+    if per_channel and len(shape) < 2:
+        raise CompileError("per-channel multiplier/shift need a shape with a channel axis (axis 1)")
+    n = shape[1] if per_channel else 1
+    m = _per_channel("multiplier", multiplier, n, 1, (1 << 31) - 1)
+    s = _per_channel("shift", shift, n, 0, 62)
+    x_range = (_x_range(zx) if in_dtype == "int8" else (1 << 31) + abs(zx))
+    if x_range * int(m.max()) >= PRODUCT_LIMIT:
+        raise CompileError(f"zx = {zx} with multiplier {int(m.max())}: (x - zx) * M can leave 62 bits")
+    if not per_channel:
+        m, s = int(m[0]), int(s[0])
+    return Elementwise("requantize", shape, in_dtype, zx, 0, m, 0, s, *_clamp(zp_out, lo, hi))

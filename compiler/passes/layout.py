@@ -1,0 +1,189 @@
+"""Layout rewrites done at compile time: NU weight blocks, bias and (M, S) tables, activation views.
+
+The NU reads weights as [out_cb][in_cb][k_h][k_w][rows][cols].  For groups = 1
+that is the isa_spec.layout spec WEIGHT_SPEC applied to [O, C, KH, KW] weights.
+Grouped (and depthwise) convolutions become block-diagonal: output block ob
+only reads the `span` input blocks starting at `cb_start[ob]`, so the stored
+array is [out_cb][span][k_h][k_w][rows][cols] with zeros outside the group.
+Activations stay in logical NCHW (layout spec "") in DDR; the DMA does the
+blocking on the way in and out.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from isa_spec.layout import to_stored
+
+from ..ops import Conv2d, Dense
+
+
+def weight_spec(rows: int, cols: int) -> str:
+    """The isa_spec.layout spec taking [O, C, KH, KW] to the NU order (groups = 1)."""
+    return f"split(0,{cols}) split(2,{rows}) reorder(0,2,4,5,3,1)"
+
+
+@dataclass(frozen=True)
+class NuWeights:
+    """Weights in NU order plus, per output block, the first input block it reads."""
+
+    blocks: np.ndarray          # int8 [out_cb, span, KH, KW, rows, cols]
+    cb_start: tuple[int, ...]   # per output block
+    in_cb: int                  # input blocks of the whole tensor
+    layout: str                 # the layout spec when expressible (groups = 1), else ""
+
+    @property
+    def out_cb(self) -> int:
+        return self.blocks.shape[0]
+
+    @property
+    def span(self) -> int:
+        return self.blocks.shape[1]
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one (ob, cb) block over the whole window."""
+        return math.prod(self.blocks.shape[2:])
+
+
+@dataclass(frozen=True)
+class ConvView:
+    """A conv2d seen by the NU path: weights [O, C/g, KH, KW] and NCHW-like strided activations."""
+
+    x_shape: tuple[int, int, int, int]
+    x_strides: tuple[int, int, int, int]      # elements, for (n, c, h, w)
+    y_shape: tuple[int, int, int, int]
+    y_strides: tuple[int, int, int, int]
+    weight: np.ndarray
+    bias: np.ndarray | None
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+    x_zp: int
+    multiplier: np.ndarray
+    shift: np.ndarray
+    zp_out: int
+    lo: int
+    hi: int
+    fold: tuple[int, int, int] | None = None   # (kw, stride_w, dil_w) folded into IBUF rows
+
+    @property
+    def in_channels(self) -> int:
+        """Channels the NU sees (kernel columns times channels when folded)."""
+        return self.weight.shape[1] * self.groups
+
+
+def nchw_strides(shape) -> tuple[int, int, int, int]:
+    """Element strides of a contiguous NCHW array."""
+    n, c, h, w = shape
+    return c * h * w, h * w, w, 1
+
+
+def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
+    """The conv2d the NU computes for op (dense is a 1x1 conv over N pixels of K channels).
+
+    With `rows` (the array's), kernel columns are folded into unused input rows (fold_columns).
+    """
+    if isinstance(op, Dense):
+        (n, k), o = op.x_shape, op.weight.shape[1]
+        return ConvView((1, k, 1, n), (0, 1, 0, k), (1, o, 1, n), (0, 1, 0, o),
+                        op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
+                        op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi)
+    y = op.output.shape
+    view = ConvView(op.x_shape, nchw_strides(op.x_shape), y, nchw_strides(y), op.weight, op.bias,
+                    op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
+                    op.zp_out, op.lo, op.hi)
+    return fold_columns(view, rows) if rows else view
+
+
+def fold_columns(view: ConvView, rows: int) -> ConvView:
+    """Fold kernel columns into input rows when the channels leave rows empty.
+
+    A conv with C * KW <= rows input channels and groups = 1 becomes one with
+    C * KW channels and a KW = 1 kernel: IBUF row j * C + c of output column q
+    holds x[c, ., q * stride_w + j * dil_w - pad_left] (each j is one DMA), and
+    the weights become w'[o, j * C + c, i, 0] = w[o, c, i, j].  The NU then
+    spends one pass per kernel row instead of one per tap.
+    """
+    o, c, kh, kw = view.weight.shape
+    if view.groups != 1 or kw == 1 or c * kw > rows:
+        return view
+    w = view.weight.transpose(0, 3, 1, 2).reshape(o, kw * c, kh)[..., None]
+    return replace(view, weight=w, stride=(view.stride[0], 1), dilation=(view.dilation[0], 1),
+                   fold=(kw, view.stride[1], view.dilation[1]))
+
+
+def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int) -> NuWeights:
+    """Rearrange [O, C/groups, KH, KW] weights into zero-padded NU blocks."""
+    o, cg, kh, kw = weight.shape
+    og = o // groups
+    n_ob, n_cb = -(-o // cols), -(-in_channels // rows)
+    if groups == 1:
+        spec = weight_spec(rows, cols)
+        return NuWeights(to_stored(spec, weight.astype(np.int8)), (0,) * n_ob, n_cb, spec)
+    full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=np.int8)
+    for g in range(groups):
+        full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = weight[g * og:(g + 1) * og]
+    first = [(ob * cols // og) * cg // rows for ob in range(n_ob)]
+    last = [(((min((ob + 1) * cols, o) - 1) // og + 1) * cg - 1) // rows for ob in range(n_ob)]
+    span = max(b - a + 1 for a, b in zip(first, last))
+    start = tuple(min(a, n_cb - span) for a in first)
+    blocks = np.zeros((n_ob, span, kh, kw, rows, cols), dtype=np.int8)
+    for ob, s in enumerate(start):
+        tile = full[ob * cols:(ob + 1) * cols, s * rows:(s + span) * rows]     # [cols, span*rows, kh, kw]
+        blocks[ob] = tile.reshape(cols, span, rows, kh, kw).transpose(1, 3, 4, 2, 0)
+    return NuWeights(blocks, start, n_cb, "")
+
+
+def bias_table(bias: np.ndarray | None, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols] bias, zero-padded."""
+    t = np.zeros(out_cb * cols, dtype=np.int32)
+    if bias is not None:
+        t[:len(bias)] = bias
+    return t
+
+
+def requant_table(multiplier: np.ndarray, shift: np.ndarray, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols, 2] (M, S) pairs for vu.requant.pc; padding lanes get (1, 0)."""
+    t = np.zeros((out_cb * cols, 2), dtype=np.int32)
+    t[:, 0] = 1
+    t[:len(multiplier), 0] = multiplier
+    t[:len(shift), 1] = shift
+    return t
+
+
+def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int, cols: int):
+    """A constant input row vector and weight blocks whose NU product is the bias, or None.
+
+    The NU computes sum over rows r of (I[r] - x_zp) * W[r, c].  Rows 0..rows-3 hold
+    I = x_zp + D with |D| >= 128 (127 or -128, whichever is farther from x_zp), the last
+    two hold x_zp +- 1.  A bias b = q * |D| + r (0 <= r < |D| <= 255) puts q, split into
+    int8 pieces, on the D rows and r on the two unit rows.  Returns (I: int8 [rows],
+    W: int8 [out_cb, rows, cols]) or None when some |bias| is too large for that (about
+    (rows - 2) * 127 * |D|, at least 483,000 for a 32-row array) or rows < 3.
+    """
+    if rows < 3:
+        return None
+    d = 127 - x_zp if 127 - x_zp >= x_zp + 128 else -128 - x_zp
+    unit = 1 if x_zp <= 126 else -1
+    lanes = np.array([x_zp + d] * (rows - 2) + [x_zp + unit] * 2, dtype=np.int64)
+    b = np.zeros(out_cb * cols, dtype=np.int64)
+    b[:len(bias)] = bias
+    q, r = np.divmod(b, abs(d))
+    q = q * (1 if d > 0 else -1)
+    if np.abs(q).max() > 127 * (rows - 2):
+        return None
+    w = np.zeros((rows, out_cb * cols), dtype=np.int64)
+    rest = q.copy()
+    for lane in range(rows - 2):
+        w[lane] = np.clip(rest, -128, 127)
+        rest -= w[lane]
+    w[rows - 2] = np.minimum(r, 127) * unit
+    w[rows - 1] = (r - np.minimum(r, 127)) * unit
+    if (((lanes - x_zp)[:, None] * w).sum(axis=0) != b).any():
+        return None
+    blocks = w.reshape(rows, out_cb, cols).transpose(1, 0, 2)
+    return lanes.astype(np.int8), blocks.astype(np.int8)

@@ -1,0 +1,184 @@
+"""Insert the semaphores a schedule needs: none missing, none more than needed.
+
+Two commands conflict when their footprints overlap in one memory and one of
+them writes.  Commands of one queue are ordered by the queue; commands of
+different queues need a happens-before path from the earlier-issued to the
+later-issued one.  This pass tracks, at compile time, what each queue and the
+CU know has completed (vector clocks over per-queue sequence numbers, the same
+happens-before the simulator's race checker uses) and adds an edge only for a
+conflict that is not already ordered.
+
+Each command has one `wait` and one `signal`.  An edge P -> C uses semaphore
+(P, C): producers in P signal it in P's order, consumers in C wait on it in C's
+order, so the k-th wait is released by the k-th signal.  A producer needed by
+two queues (a tile's NU command is needed by the drain of its result and by
+the load that reuses its input buffer), or a consumer needing two producers,
+goes through the CU instead: the CU waits on (P, cu) before issuing the
+consumer, which orders everything issued after.  A first sweep plans which
+producers go through the CU; the second assigns semaphores, giving a producer
+its signal only when some wait actually takes it, so every token is consumed.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CompileError
+from ..ir import Command, CuWait, Stmt
+
+CU = "cu"
+
+
+@dataclass
+class SyncReport:
+    """What sync inserted: command waits, CU waits, and the semaphores per (producer, consumer)."""
+
+    waits: int
+    cu_waits: int
+    semaphores: dict[tuple[str, str], int]
+
+
+def _region(acc) -> tuple[tuple[str, str], int, int]:
+    """(memory key, lo, hi): DDR by buffer (the assembler places it), on-chip by address."""
+    if acc.space == "ddr":
+        return ("ddr", acc.buf.name), acc.lo, acc.hi
+    space, lo, hi = acc.absolute()
+    return (space, ""), lo, hi
+
+
+class _Log:
+    """The accesses made so far to one memory, as growing numpy columns."""
+
+    def __init__(self):
+        self.n = 0
+        self.cols = np.zeros((5, 64), dtype=np.int64)     # lo, hi, write, command, queue
+
+    def add(self, lo: int, hi: int, write: bool, cmd: int, queue: int) -> None:
+        if self.n == self.cols.shape[1]:
+            self.cols = np.concatenate([self.cols, np.zeros_like(self.cols)], axis=1)
+        self.cols[:, self.n] = (lo, hi, write, cmd, queue)
+        self.n += 1
+
+    def conflicts(self, lo: int, hi: int, write: bool, queue: int) -> tuple[np.ndarray, np.ndarray]:
+        """(commands, queues) of earlier accesses in other queues that conflict with this one."""
+        c = self.cols[:, :self.n]
+        hit = (c[0] < hi) & (lo < c[1]) & (c[4] != queue)
+        if not write:
+            hit &= c[2] == 1
+        return c[3][hit], c[4][hit]
+
+
+def dependencies(cmds: list[Command]) -> list[dict[str, int]]:
+    """For each command, the latest earlier conflicting command in each other queue."""
+    logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
+    names = sorted({c.queue for c in cmds})
+    qid = {q: k for k, q in enumerate(names)}
+    deps: list[dict[str, int]] = []
+    for i, c in enumerate(cmds):
+        latest = np.full(len(names), -1, dtype=np.int64)
+        regions = [_region(acc) + (acc.write,) for acc in c.accesses()]
+        for key, lo, hi, write in regions:
+            if hi > lo:
+                who, queues = logs[key].conflicts(lo, hi, write, qid[c.queue])
+                np.maximum.at(latest, queues, who)
+        for key, lo, hi, write in regions:
+            if hi > lo:
+                logs[key].add(lo, hi, write, i, qid[c.queue])
+        deps.append({names[k]: int(j) for k, j in enumerate(latest) if j >= 0})
+    return deps
+
+
+class _Clocks:
+    """Compile-time vector clocks: per queue, how many of its commands are known complete."""
+
+    def __init__(self, cmds: list[Command]):
+        self.queues = sorted({c.queue for c in cmds})
+        self.qi = {q: k for k, q in enumerate(self.queues)}
+        counts: dict[str, int] = defaultdict(int)
+        self.seq = []
+        for c in cmds:
+            self.seq.append(counts[c.queue])
+            counts[c.queue] += 1
+        self.done = [None] * len(cmds)
+
+    def zero(self) -> np.ndarray:
+        return np.zeros(len(self.queues), dtype=np.int64)
+
+    def knows(self, vc: np.ndarray, cmds: list[Command], j: int) -> bool:
+        return vc[self.qi[cmds[j].queue]] > self.seq[j]
+
+
+def _frontier(unsat: list[int], cmds: list[Command], clocks: _Clocks) -> list[int]:
+    """The producers not already implied by another one's completion, in issue order."""
+    return sorted(p for p in unsat
+                  if not any(o != p and clocks.knows(clocks.done[o], cmds, p) for o in unsat))
+
+
+def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets, sems, limit):
+    """One pass in issue order; plans targets (targets None) or assigns semaphores."""
+    index = {id(c): i for i, c in enumerate(cmds)}
+    plan: dict[int, set[str]] = defaultdict(set)
+    cu_vc = clocks.zero()
+    last: dict[str, int] = {}
+    out: list[Stmt] = []
+    waits = cu_waits = 0
+
+    def sem(p: int, consumer: str) -> int:
+        key = (cmds[p].queue, consumer)
+        if key not in sems:
+            if len(sems) >= limit:
+                raise CompileError(f"the schedule needs more than the {limit} semaphores of the configuration")
+            sems[key] = len(sems)
+        cmds[p].signal = sems[key]
+        return sems[key]
+
+    for stmt in body:
+        if not isinstance(stmt, Command):
+            out.append(stmt)
+            continue
+        i, q = index[id(stmt)], stmt.queue
+        vc = cu_vc.copy() if q not in last else np.maximum(cu_vc, clocks.done[last[q]])
+        unsat = _frontier([p for p in deps[i].values() if not clocks.knows(vc, cmds, p)], cmds, clocks)
+        if targets is None:
+            for p in unsat[:-1]:
+                plan[p].add(CU)
+                cu_vc = np.maximum(cu_vc, clocks.done[p])
+            if unsat:
+                plan[unsat[-1]].add(q)
+                vc = np.maximum(np.maximum(vc, cu_vc), clocks.done[unsat[-1]])
+        else:
+            for p in unsat:
+                if targets[p] == CU and not clocks.knows(cu_vc, cmds, p):
+                    out.append(CuWait(sem(p, CU), f"cu waits for {cmds[p].queue}: {cmds[p].comment}"))
+                    cu_waits += 1
+                    cu_vc = np.maximum(cu_vc, clocks.done[p])
+            vc = np.maximum(vc, cu_vc)
+            rest = [p for p in unsat if not clocks.knows(vc, cmds, p)]
+            if len(rest) > 1 or (rest and targets[rest[0]] != q):
+                raise CompileError(f"internal: sync plan inconsistent at {stmt.comment!r}")
+            if rest:
+                stmt.wait = sem(rest[0], q)
+                waits += 1
+                vc = np.maximum(vc, clocks.done[rest[0]])
+        vc[clocks.qi[q]] = clocks.seq[i] + 1
+        clocks.done[i] = vc
+        last[q] = i
+        out.append(stmt)
+    return out, plan, waits, cu_waits
+
+
+def synchronise(body: list[Stmt], semaphores: int = 32) -> tuple[list[Stmt], SyncReport]:
+    """The body with waits, signals and CU waits inserted (buffers must have addresses)."""
+    body = [s for s in body if not isinstance(s, CuWait)]
+    cmds = [s for s in body if isinstance(s, Command)]
+    for c in cmds:
+        c.wait = c.signal = None
+    deps = dependencies(cmds)
+    _, plan, _, _ = _sweep(body, cmds, deps, _Clocks(cmds), None, {}, semaphores)
+    targets = {p: next(iter(cons)) if len(cons) == 1 else CU for p, cons in plan.items()}
+    sems: dict[tuple[str, str], int] = {}
+    out, _, waits, cu_waits = _sweep(body, cmds, deps, _Clocks(cmds), targets, sems, semaphores)
+    return out, SyncReport(waits, cu_waits, dict(sems))
+

@@ -1,0 +1,79 @@
+"""Tile-size choice: candidates that fit the on-chip buffers, ranked by the cost model.
+
+For the NU path a tiling is (output rows, output columns, output blocks, input
+blocks per chunk, weights resident or streamed).  For each (output blocks, chunk) pair the largest spatial
+tile that fits is taken (whole rows first, then fewer columns); the candidates
+are lowered, allocated, synchronised and priced by compiler.cost.schedule_cycles
+(compiler.kernel.build does that), and the cheapest wins.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nnpsim.config import Config
+
+from ..errors import CompileError
+from ..lower_nu import ConvTiling, NuPlan, buffer_needs, fits
+from .layout import bias_blocks
+from .alloc import capacities
+
+
+# NU passes per output pixel and block at or below which the bias broadcast (two ABUF port cycles
+# per pixel and block, beside the drain's two) would dominate: offer the other bias modes.
+SHALLOW = 16
+
+
+MIN_TILES = 4           # below this many spatial tiles, smaller ones are worth pricing
+
+
+def _tiles(p: NuPlan, t: ConvTiling) -> int:
+    return p.view.x_shape[0] * -(-p.oh // t.th) * -(-p.ow // t.tw)
+
+
+def _powers_up_to(n: int) -> list[int]:
+    out, v = [], 1
+    while v < n:
+        out.append(v)
+        v *= 2
+    return out + [n]
+
+
+def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
+                     resident: bool = False) -> ConvTiling | None:
+    for tw in sorted(set([p.ow] + _powers_up_to(p.ow)), reverse=True):
+        best = None
+        for th in _powers_up_to(p.oh):
+            t = ConvTiling(th, tw, obt, cbt, resident)
+            if fits(buffer_needs(p, t, residual), caps):
+                best = t
+        if best is not None:
+            return best
+    return None
+
+
+def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False) -> list[ConvTiling]:
+    """Tilings that fit the buffers: per (output blocks, chunk) pair the largest spatial tile
+    (and, when that leaves few tiles, the same split by rows), in every offered bias mode."""
+    caps = capacities(cfg)
+    out = []
+    for obt in _powers_up_to(p.n_ob):
+        for cbt in _powers_up_to(p.w.span):
+            t = _largest_spatial(p, obt, cbt, caps, residual)
+            if t is not None:
+                out.append(t)
+        t = _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
+        if t is not None:
+            out.append(t)
+    # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
+    out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
+            if t.th >= k and _tiles(p, t) < MIN_TILES]
+    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW:
+        modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
+        out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
+                if fits(buffer_needs(p, c, residual), caps)]
+    if not out:
+        needs = buffer_needs(p, ConvTiling(1, 1, 1, 1), residual)
+        worst = max(needs, key=lambda k: needs[k] / caps[k])
+        raise CompileError(f"no tile fits: even a 1x1 tile needs {needs[worst]} bytes of {worst} "
+                           f"(capacity {caps[worst]})")
+    return out

@@ -1,0 +1,51 @@
+"""nnpc: the command line compiles an op to a .s file that assembles and runs."""
+from __future__ import annotations
+
+import numpy as np
+
+import nnpasm
+from compiler.cli import main
+from nnpsim.simulator import Simulator
+from tests import reference as ref
+
+
+def assemble_and_run(path, **inputs):
+    prog = nnpasm.assemble(path.read_text(), str(path), include_dirs=[str(path.parent)])
+    sim = Simulator()
+    sim.load(prog)
+    for name, a in inputs.items():
+        sim.write(name, a)
+    sim.run(check_races=True)
+    return sim.read("y")
+
+
+def test_conv2d_from_the_command_line(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    w = rng.integers(-128, 128, size=(40, 8, 3, 3)).astype(np.int8)
+    b = rng.integers(-500, 500, size=40).astype(np.int32)
+    np.save(tmp_path / "w.npy", w)
+    np.save(tmp_path / "b.npy", b)
+    out = tmp_path / "conv.s"
+    assert main(["conv2d", "--x-shape", "1,8,9,9", "--weight", str(tmp_path / "w.npy"), "--bias",
+                 str(tmp_path / "b.npy"), "--stride", "2", "--padding", "1,0,1,1", "--x-zp", "-3",
+                 "--multiplier", str(2**30), "--shift", "20", "--zp-out", "4", "--relu", "-o", str(out),
+                 "--binary", str(tmp_path / "conv.bin")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    x = rng.integers(-128, 128, size=(1, 8, 9, 9)).astype(np.int8)
+    want = ref.relu(ref.conv2d(x, w, b, stride=2, padding=(1, 0, 1, 1), x_zp=-3, multiplier=2**30,
+                               shift=20, zp_out=4), 4)
+    np.testing.assert_array_equal(assemble_and_run(out, x=x), want)
+    assert (tmp_path / "conv.bin").stat().st_size > 0
+
+
+def test_pool_and_scale_and_errors(tmp_path, capsys):
+    out = tmp_path / "p.s"
+    assert main(["max_pool2d", "--x-shape", "1,2,5,5", "--kernel", "3", "--stride", "2", "--padding", "1",
+                 "-o", str(out)]) == 0
+    x = np.random.default_rng(2).integers(-128, 128, size=(1, 2, 5, 5)).astype(np.int8)
+    np.testing.assert_array_equal(assemble_and_run(out, x=x), ref.max_pool2d(x, 3, 2, 1))
+    assert main(["requantize", "--x-shape", "4,4", "--scale", "0.001", "-o", str(tmp_path / "r.s")]) == 0
+    assert main(["conv2d", "--x-shape", "1,2,4,4", "--scale", "0.5", "-o", str(out)]) == 1
+    assert "needs --weight" in capsys.readouterr().err
+    assert main(["relu", "--x-shape", "4", "--zp-out", "300", "-o", str(out)]) == 1
+    assert "zp" in capsys.readouterr().err

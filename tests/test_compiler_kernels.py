@@ -1,0 +1,377 @@
+"""Compiled kernels on the simulator (race checking on) against tests/reference.py, bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from compiler import ops
+from compiler.errors import CompileError
+from compiler.kernel import build
+from tests import reference as ref
+
+seeds = st.integers(0, 2**32 - 1)
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def rand8(rng, shape):
+    return rng.integers(-128, 128, size=shape).astype(np.int8)
+
+
+def requant_params(rng, o, k_terms):
+    """Per-channel (M, S) scaled so outputs spread over int8 rather than saturate."""
+    m = rng.integers(2**30, 2**31, size=o)
+    bits = int(np.ceil(np.log2(max(2, k_terms * 128 * 64))))
+    s = rng.integers(max(0, bits + 31 - 8), bits + 31 - 4, size=o)
+    return m, s
+
+
+def run(kernel, *inputs):
+    return kernel(*inputs, check_races=True)
+
+
+@st.composite
+def conv_case(draw):
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans()) and groups > 1
+    cg = 1 if depthwise else draw(st.integers(1, 40))
+    og = 1 if depthwise else draw(st.integers(1, 40))
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pad = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, dil[0] * (k[0] - 1) + 1 - pad[0] - pad[2]), 12))
+    w = draw(st.integers(max(1, dil[1] * (k[1] - 1) + 1 - pad[1] - pad[3]), 12))
+    return groups, cg, og, k, stride, dil, pad, (draw(st.integers(1, 2)), groups * cg, h, w)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(conv_case(), seeds, st.booleans())
+def test_conv2d_matches_reference(case, seed, with_bias):
+    groups, cg, og, k, stride, dil, pad, xshape = case
+    rng = np.random.default_rng(seed)
+    o = groups * og
+    w = rand8(rng, (o, cg) + k)
+    bias = rng.integers(-(2**16), 2**16, size=o).astype(np.int32) if with_bias else None
+    m, s = requant_params(rng, o, cg * k[0] * k[1])
+    x_zp, zp = int(rng.integers(-128, 128)), int(rng.integers(-20, 20))
+    lo = int(rng.integers(-128, 0))
+    hi = int(rng.integers(0, 128))
+    kw = dict(stride=stride, padding=pad, dilation=dil, groups=groups, x_zp=x_zp, multiplier=m, shift=s,
+              zp_out=zp, lo=lo, hi=hi)
+    kernel = build(ops.conv2d(xshape, w, bias, **kw))
+    x = rand8(rng, xshape)
+    np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, w, bias, **kw))
+
+
+def test_conv2d_larger_than_the_array_and_buffers():
+    rng = np.random.default_rng(7)
+    xshape, w = (1, 70, 30, 30), rand8(rng, (40, 70, 3, 3))
+    bias = rng.integers(-5000, 5000, size=40).astype(np.int32)
+    m, s = requant_params(rng, 40, 70 * 9)
+    kw = dict(stride=1, padding=1, x_zp=-3, multiplier=m, shift=s, zp_out=1)
+    kernel = build(ops.conv2d(xshape, w, bias, **kw))
+    x = rand8(rng, xshape)
+    np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, w, bias, **kw))
+    assert kernel.stats.cycles > 0 and kernel.predicted_cycles > 0
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(st.integers(1, 40), st.integers(1, 80), st.integers(1, 70), seeds)
+def test_dense_matches_reference(n, k, o, seed):
+    rng = np.random.default_rng(seed)
+    w, bias = rand8(rng, (k, o)), rng.integers(-3000, 3000, size=o).astype(np.int32)
+    m, s = requant_params(rng, o, k)
+    kw = dict(x_zp=int(rng.integers(-128, 128)), multiplier=m, shift=s, zp_out=-2, lo=-100, hi=110)
+    kernel = build(ops.dense((n, k), w, bias, **kw))
+    x = rand8(rng, (n, k))
+    np.testing.assert_array_equal(run(kernel, x), ref.dense(x, w, bias, **kw))
+
+
+@st.composite
+def pool_case(draw):
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = None if draw(st.booleans()) else (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pad = tuple(draw(st.integers(0, kk - 1)) for kk in k + k)
+    h = draw(st.integers(max(1, k[0] - pad[0] - pad[2]), 14))
+    w = draw(st.integers(max(1, k[1] - pad[1] - pad[3]), 14))
+    return k, stride, pad, (draw(st.integers(1, 2)), draw(st.integers(1, 5)), h, w)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(pool_case(), seeds, st.sampled_from(["max", "sum", "avg", "avg_nopad"]))
+def test_pooling_matches_reference(case, seed, mode):
+    k, stride, pad, shape = case
+    rng = np.random.default_rng(seed)
+    x = rand8(rng, shape)
+    if mode == "max":
+        op, want = ops.max_pool2d(shape, k, stride, pad), ref.max_pool2d(x, k, stride, pad)
+    elif mode == "sum":
+        op, want = ops.sum_pool2d(shape, k, stride, pad), ref.sum_pool2d(x, k, stride, pad)
+    else:
+        cip, zp = mode == "avg", int(rng.integers(-128, 128))
+        op = ops.avg_pool2d(shape, k, stride, pad, cip, zp)
+        want = ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zp)
+    got = run(build(op), x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_global_avg_pool():
+    rng = np.random.default_rng(3)
+    x = rand8(rng, (2, 5, 7, 9))
+    np.testing.assert_array_equal(run(build(ops.global_avg_pool2d(x.shape)), x), ref.global_avg_pool2d(x))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=4), seeds, st.sampled_from(["add", "mul", "relu", "clip",
+                                                                                   "rq8", "rq32", "rqpc"]))
+def test_elementwise_matches_reference(shape, seed, mode):
+    rng = np.random.default_rng(seed)
+    a, b = rand8(rng, shape), rand8(rng, shape)
+    za, zb, zp = (int(v) for v in rng.integers(-128, 128, size=3))
+    ma, mb = (int(v) for v in rng.integers(2**29, 2**31, size=2))
+    lo = int(rng.integers(-128, 0))
+    q = dict(zp_out=zp, lo=lo, hi=127)
+    if mode == "add":
+        kw = dict(za=za, zb=zb, ma=ma, mb=mb, shift=31, **q)
+        got, want = run(build(ops.add(shape, **kw)), a, b), ref.add(a, b, **kw)
+    elif mode == "mul":
+        kw = dict(za=za, zb=zb, multiplier=ma, shift=38, **q)
+        got, want = run(build(ops.mul(shape, **kw)), a, b), ref.mul(a, b, **kw)
+    elif mode == "relu":
+        got, want = run(build(ops.relu(shape, za)), a), ref.relu(a, za)
+    elif mode == "clip":
+        got, want = run(build(ops.clip(shape, lo, 100)), a), ref.clip(a, lo, 100)
+    elif mode == "rq8":
+        kw = dict(zx=za, multiplier=ma, shift=30, **q)
+        got, want = run(build(ops.requantize(shape, in_dtype="int8", **kw)), a), ref.requantize(a, **kw)
+    else:
+        x = rng.integers(-(2**20), 2**20, size=shape).astype(np.int32)
+        if mode == "rqpc" and len(shape) >= 2:
+            m, s = rng.integers(2**30, 2**31, size=shape[1]), rng.integers(40, 46, size=shape[1])
+            op = ops.requantize(shape, in_dtype="int32", multiplier=m, shift=s, **q)
+            want = ref.requantize(x, multiplier=m, shift=s, axis=1, **q)
+        else:
+            op = ops.requantize(shape, in_dtype="int32", multiplier=ma, shift=44, **q)
+            want = ref.requantize(x, multiplier=ma, shift=44, **q)
+        got = run(build(op), x)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(seeds, st.booleans())
+def test_fused_conv_relu_residual_add(seed, clip_after):
+    rng = np.random.default_rng(seed)
+    c, o = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    xshape = (1, c, int(rng.integers(3, 10)), int(rng.integers(3, 10)))
+    w, bias = rand8(rng, (o, c, 3, 3)), rng.integers(-2000, 2000, size=o).astype(np.int32)
+    m, s = requant_params(rng, o, c * 9)
+    conv = ops.conv2d(xshape, w, bias, padding=1, x_zp=5, multiplier=m, shift=s, zp_out=-3)
+    relu = ops.relu(conv.output.shape, zp=-3)
+    add = ops.add(conv.output.shape, za=-3, zb=4, ma=2**30, mb=3 * 2**28, shift=31, zp_out=2)
+    chain = [conv, relu, add] + ([ops.clip(conv.output.shape, -50, 60)] if clip_after else [])
+    kernel = build(*chain)
+    assert "fused" in kernel.asm
+    x, b = rand8(rng, xshape), rand8(rng, conv.output.shape)
+    want = ref.relu(ref.conv2d(x, w, bias, padding=1, x_zp=5, multiplier=m, shift=s, zp_out=-3), -3)
+    want = ref.add(want, b, za=-3, zb=4, ma=2**30, mb=3 * 2**28, shift=31, zp_out=2)
+    if clip_after:
+        want = ref.clip(want, -50, 60)
+    np.testing.assert_array_equal(run(kernel, x, b), want)
+
+
+def test_kernel_interface(tmp_path):
+    w = np.ones((4, 3, 1, 1), np.int8)
+    kernel = build(ops.conv2d((1, 3, 4, 4), w, multiplier=2**30, shift=31))
+    assert kernel.input_names == ["x"]
+    assert "nu.conv" in kernel.asm and "halt" in kernel.asm and ".buffer y, int8" in kernel.asm
+    kernel.save(tmp_path / "k.bin")
+    assert (tmp_path / "k.bin").read_bytes()[:4] == b"\x7fELF"
+    with pytest.raises(CompileError, match="shape"):
+        kernel(np.zeros((1, 3, 4, 5), np.int8))
+    with pytest.raises(CompileError, match="takes int8"):
+        build(ops.relu((4,)), ops.relu((5,)))
+    with pytest.raises(CompileError, match="not an op"):
+        build("conv")
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(st.integers(1, 4), st.integers(2, 7), st.integers(1, 3), st.integers(1, 2),
+       st.tuples(*[st.integers(0, 3)] * 4), seeds)
+def test_conv2d_with_kernel_columns_folded_into_rows(c, kw, sw, dw, pad, seed):
+    rng = np.random.default_rng(seed)
+    span = dw * (kw - 1) + 1
+    w_in = int(rng.integers(max(1, span - pad[1] - pad[3]), span + 12))
+    xshape = (1, c, int(rng.integers(3, 9)), w_in)
+    w = rand8(rng, (35, c, 3, kw))
+    m, s = requant_params(rng, 35, c * 3 * kw)
+    kw_ = dict(stride=(2, sw), padding=(min(pad[0], 2), pad[1], min(pad[2], 2), pad[3]), dilation=(1, dw),
+               x_zp=int(rng.integers(-128, 128)), multiplier=m, shift=s)
+    kernel = build(ops.conv2d(xshape, w, None, **kw_))
+    assert "kernel column" in kernel.asm
+    x = rand8(rng, xshape)
+    np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, w, None, **kw_))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(seeds, st.sampled_from(["conv-pool", "conv-conv", "conv-add-conv", "pool-relu", "conv-big"]))
+def test_chains_keep_intermediates_on_chip(seed, kind):
+    rng = np.random.default_rng(seed)
+    c, o = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    hw = (int(rng.integers(4, 12)), int(rng.integers(4, 12)))
+    if kind == "conv-big":
+        c, hw = 64, (96, 96)          # 64 x 96 x 96 = 576 KiB intermediate: half of DM is 1 MiB
+    x = rand8(rng, (1, c) + hw)
+    w1 = rand8(rng, (o, c, 3, 3))
+    m1, s1 = requant_params(rng, o, c * 9)
+    conv1 = ops.conv2d(x.shape, w1, None, padding=1, x_zp=3, multiplier=m1, shift=s1, zp_out=-5)
+    want = ref.conv2d(x, w1, None, padding=1, x_zp=3, multiplier=m1, shift=s1, zp_out=-5)
+    chain, inputs = [conv1], [x]
+    if kind in ("conv-pool", "conv-big"):
+        chain.append(ops.max_pool2d(conv1.output.shape, 3, 2, 1))
+        want = ref.max_pool2d(want, 3, 2, 1)
+    elif kind == "pool-relu":
+        chain = [ops.avg_pool2d(x.shape, 2), ops.relu((1, c, hw[0] // 2, hw[1] // 2), 4)]
+        want = ref.relu(ref.avg_pool2d(x, 2), 4)
+    else:
+        if kind == "conv-add-conv":
+            b = rand8(rng, conv1.output.shape)
+            chain.append(ops.add(conv1.output.shape, za=-5, zb=1, ma=2**30, mb=2**30, shift=31))
+            want = ref.add(want, b, za=-5, zb=1, ma=2**30, mb=2**30, shift=31)
+            inputs.append(b)
+        w2 = rand8(rng, (7, o, 1, 3))
+        m2, s2 = requant_params(rng, 7, o * 3)
+        chain.append(ops.conv2d(conv1.output.shape, w2, np.arange(7, dtype=np.int32), stride=(1, 2),
+                                padding=(0, 1), x_zp=-5, multiplier=m2, shift=s2))
+        want = ref.conv2d(want, w2, np.arange(7), stride=(1, 2), padding=(0, 1), x_zp=-5, multiplier=m2, shift=s2)
+    kernel = build(*chain)
+    assert "stays on chip in DM" in kernel.asm
+    np.testing.assert_array_equal(run(kernel, *inputs), want)
+
+
+@pytest.mark.parametrize("case", ["conv-bias-residual", "dense-bias", "grouped"])
+def test_every_tiling_candidate_is_exact(case):
+    """Not only the tiling build() picks: resident / streamed weights, chunks, bias modes."""
+    from compiler.kernel import candidates, finish, schedule
+    from nnpsim.config import Config
+    rng = np.random.default_rng(11)
+    cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
+    if case == "dense-bias":
+        w, b = rand8(rng, (70, 40)), rng.integers(-9000, 9000, size=40).astype(np.int32)
+        m, s = requant_params(rng, 40, 70)
+        chain = [ops.dense((9, 70), w, b, x_zp=2, multiplier=m, shift=s)]
+        inputs = [rand8(rng, (9, 70))]
+        want = ref.dense(inputs[0], w, b, x_zp=2, multiplier=m, shift=s)
+    else:
+        groups = 2 if case == "grouped" else 1
+        c, o = 80, 36
+        w, b = rand8(rng, (o, c // groups, 1, 3)), rng.integers(-9000, 9000, size=o).astype(np.int32)
+        m, s = requant_params(rng, o, c // groups * 3)
+        kw = dict(stride=(1, 2), padding=(1, 1, 0, 2), groups=groups, x_zp=-4, multiplier=m, shift=s, zp_out=3)
+        conv = ops.conv2d((2, c, 6, 11), w, b, **kw)
+        inputs = [rand8(rng, conv.x_shape)]
+        want = ref.conv2d(inputs[0], w, b, **kw)
+        chain = [conv]
+        if case == "conv-bias-residual":
+            chain.append(ops.add(conv.output.shape, za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1))
+            inputs.append(rand8(rng, conv.output.shape))
+            want = ref.add(want, inputs[1], za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1)
+    kinds = set()
+    for cand in candidates(tuple(chain), cfg):
+        kir, _ = cand.make()
+        kinds.add(kir.notes[-1].split("tiling ")[1])
+        kernel = finish(tuple(chain), kir, cfg, *schedule(kir, cfg))
+        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=kir.notes[-1])
+    assert len(kinds) >= 3
+    assert any("resident" in k for k in kinds)
+    if case != "grouped":
+        assert any("bias added by the requantiser" in k for k in kinds) and any("NU pass" in k for k in kinds)
+
+
+@pytest.mark.parametrize("c,o,hw,k,s,bias", [(64, 64, 28, 3, 1, False), (256, 64, 28, 1, 1, True),
+                                             (128, 128, 28, 3, 2, True), (3, 32, 64, 7, 2, False)])
+def test_predicted_cycles_within_ten_percent(c, o, hw, k, s, bias):
+    rng = np.random.default_rng(c + o)
+    w = rand8(rng, (o, c, k, k))
+    b = rng.integers(-1000, 1000, size=o).astype(np.int32) if bias else None
+    op = ops.conv2d((1, c, hw, hw), w, b, stride=s, padding=k // 2, multiplier=2**30, shift=24)
+    kernel = build(op)
+    x = rand8(rng, op.x_shape)
+    np.testing.assert_array_equal(kernel(x), op.reference(x))
+    assert abs(kernel.predicted_cycles / kernel.stats.cycles - 1) <= 0.10, (kernel.predicted_cycles,
+                                                                            kernel.stats.cycles)
+
+
+@pytest.mark.parametrize("cfg", [dict(dma_channels=1), dict(nu_rows=16, nu_cols=8), dict(dma_channels=2, nu_rows=8),
+                                 dict(vbuf_bytes=8192, ibuf_bytes=8192, abuf_bytes=4096)])
+def test_other_configurations(cfg):
+    from nnpsim.config import Config
+    config = Config(**cfg)
+    rng = np.random.default_rng(5)
+    w, b = rand8(rng, (20, 12, 3, 3)), rng.integers(-500, 500, size=20).astype(np.int32)
+    m, s = requant_params(rng, 20, 108)
+    conv = ops.conv2d((1, 12, 9, 10), w, b, stride=(1, 2), padding=1, x_zp=1, multiplier=m, shift=s)
+    pool = ops.max_pool2d(conv.output.shape, 2, 1, (1, 0, 0, 1))
+    x = rand8(rng, conv.x_shape)
+    kernel = build(conv, pool, config=config)
+    want = ref.max_pool2d(ref.conv2d(x, w, b, stride=(1, 2), padding=1, x_zp=1, multiplier=m, shift=s),
+                          2, 1, (1, 0, 0, 1))
+    np.testing.assert_array_equal(run(kernel, x), want)
+
+
+def test_elementwise_head_with_folded_relu_then_conv_and_residual():
+    rng = np.random.default_rng(9)
+    sh = (1, 5, 6, 7)
+    a, b, c = rand8(rng, sh), rand8(rng, sh), rand8(rng, (1, 3, 6, 7))
+    w = rand8(rng, (3, 5, 3, 3))
+    chain = [ops.add(sh, za=2, ma=2**30, mb=2**30, shift=31, zp_out=-1), ops.relu(sh, -1), ops.clip(sh, -128, 90),
+             ops.conv2d(sh, w, padding=1, x_zp=-1, multiplier=2**30, shift=20),
+             ops.add((1, 3, 6, 7), ma=2**30, mb=2**29, shift=31)]
+    kernel = build(*chain)
+    assert kernel.input_names == ["a", "b", "b2"]
+    assert kernel.asm.count("vu.clip") == 0          # relu and clip folded into the add's clamp
+    h = ref.clip(ref.relu(ref.add(a, b, za=2, ma=2**30, mb=2**30, shift=31, zp_out=-1), -1), -128, 90)
+    want = ref.add(ref.conv2d(h, w, padding=1, x_zp=-1, multiplier=2**30, shift=20), c, ma=2**30, mb=2**29,
+                   shift=31)
+    np.testing.assert_array_equal(run(kernel, a, b, c), want)
+
+
+def test_chain_through_ddr_when_the_intermediate_does_not_fit_dm():
+    from nnpsim.config import Config
+    rng = np.random.default_rng(4)
+    w = rand8(rng, (16, 8, 3, 3))
+    conv = ops.conv2d((1, 8, 20, 20), w, padding=1, multiplier=2**30, shift=20)
+    pool = ops.avg_pool2d(conv.output.shape, 2, count_include_pad=False, padding=1)
+    kernel = build(conv, pool, config=Config(dm_bytes=8192))
+    assert "does not fit DM: DDR scratch buffer" in kernel.asm and ".buffer t1, int8" in kernel.asm
+    x = rand8(rng, conv.x_shape)
+    want = ref.avg_pool2d(ref.conv2d(x, w, padding=1, multiplier=2**30, shift=20), 2, padding=1,
+                          count_include_pad=False)
+    np.testing.assert_array_equal(run(kernel, x), want)
+
+
+def test_roofline():
+    from nnpsim.config import Config
+    w = np.ones((64, 32, 3, 3), np.int8)
+    conv = ops.conv2d((1, 32, 16, 16), w, np.zeros(64, np.int32), padding=1, multiplier=1, shift=0)
+    kernel = build(conv, ops.relu(conv.output.shape))
+    macs = 64 * 32 * 9 * 16 * 16
+    ddr = 32 * 16 * 16 + 64 * 32 * 9 + 4 * 64 + 64 * 16 * 16
+    assert kernel.roofline_cycles == max(-(-macs // 1024), -(-ddr // 32))
+    run(kernel, rand8(np.random.default_rng(0), conv.x_shape))
+    assert kernel.stats.cycles >= kernel.roofline_cycles
+    add = ops.add((4, 8), ma=1, mb=1, shift=0)
+    assert build(add).roofline_cycles == 3 * 32 / Config().ddr_bytes_per_cycle
+
+
+def test_configuration_errors_say_why():
+    from nnpsim.config import Config
+    w = np.ones((32, 32, 3, 3), np.int8)
+    conv = ops.conv2d((1, 32, 8, 8), w, multiplier=1, shift=0)
+    with pytest.raises(CompileError, match="semaphores"):
+        build(conv, config=Config(semaphores=3))
+    with pytest.raises(CompileError, match="abuf"):
+        build(conv, config=Config(abuf_bytes=64))
+    with pytest.raises(CompileError, match="VBUF"):
+        build(ops.max_pool2d((1, 1, 4, 200000), 3, 1, 1))

@@ -1,0 +1,125 @@
+"""compiler.passes.sync on random schedules: every conflict ordered, no wait more than needed."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from compiler.errors import CompileError
+from compiler.ir import Access, Buffer, Command, CuWait, Note
+from compiler.passes.sync import synchronise
+
+MEM = Buffer("m", "vbuf", 64, addr=0)
+DDR = Buffer("x", "ddr", 64)
+
+
+@dataclass(eq=False)
+class Fake(Command):
+    """A command with given queue and byte ranges."""
+
+    q: str
+    ranges: tuple  # ((buf, lo, hi, write), ...)
+
+    @property
+    def queue(self) -> str:
+        return self.q
+
+    def accesses(self):
+        return [Access(b, lo, hi, w) for b, lo, hi, w in self.ranges]
+
+
+def conflicts(a: Fake, b: Fake) -> bool:
+    return any(x[0] is y[0] and x[1] < y[2] and y[1] < x[2] and (x[3] or y[3])
+               for x in a.ranges for y in b.ranges)
+
+
+def happens_before(body, drop=None):
+    """Is end(p) -> start(c) ordered for every conflict, over the annotated program?
+
+    Nodes in order (CU step k, start k, end k) only have edges forward, so one
+    pass computes every node's ancestors as a bitmask.  `drop` ignores one wait.
+    """
+    cmds = [s for s in body if isinstance(s, Command)]
+    signals: dict[int, list] = {}
+    for c in cmds:
+        if c.signal is not None:
+            signals.setdefault(c.signal, []).append(c)
+    taken: dict[int, int] = {}
+    bit = {}
+    end_anc: dict[int, int] = {}           # id(cmd) -> ancestors of its end, itself included
+    start_anc: dict[int, int] = {}
+    cu, last = 0, {}
+    for s in body:
+        if isinstance(s, Note):
+            continue
+        sem = s.sem if isinstance(s, CuWait) else s.wait
+        token = 0
+        if sem is not None:
+            n = taken.get(sem, 0)
+            taken[sem] = n + 1
+            if s is not drop:
+                token = end_anc[id(signals[sem][n])]
+        if isinstance(s, CuWait):
+            cu |= token
+            continue
+        anc = cu | token | (end_anc[id(last[s.queue])] if s.queue in last else 0)
+        start_anc[id(s)] = anc
+        bit[id(s)] = 1 << len(bit)
+        end_anc[id(s)] = anc | bit[id(s)]
+        last[s.queue] = s
+    assert {k: len(v) for k, v in signals.items()} == taken, "every token is consumed exactly once"
+    return all(start_anc[id(c)] & bit[id(p)]
+               for i, c in enumerate(cmds) for p in cmds[:i]
+               if p.queue != c.queue and conflicts(p, c))
+
+
+@st.composite
+def schedules(draw):
+    n = draw(st.integers(1, 14))
+    body = []
+    for i in range(n):
+        ranges = []
+        for _ in range(draw(st.integers(1, 2))):
+            buf = draw(st.sampled_from([MEM, MEM, DDR]))
+            lo = draw(st.integers(0, 56))
+            ranges.append((buf, lo, lo + draw(st.integers(1, 8)), draw(st.booleans())))
+        body.append(Fake(q=draw(st.sampled_from(["nu0", "vu0", "dma0", "dma1"])), ranges=tuple(ranges),
+                         comment=f"c{i}"))
+        if draw(st.booleans()):
+            body.append(Note(f"after c{i}"))
+    return body
+
+
+@settings(max_examples=100, deadline=None)
+@given(schedules())
+def test_every_conflict_is_ordered_and_no_wait_is_spare(body):
+    out, report = synchronise(body)
+    assert [s for s in out if isinstance(s, Command)] == [s for s in body if isinstance(s, Command)]
+    assert sum(isinstance(s, Note) for s in out) == sum(isinstance(s, Note) for s in body)
+    assert happens_before(out)
+    waiting = [s for s in out if isinstance(s, CuWait) or (isinstance(s, Command) and s.wait is not None)]
+    assert len(waiting) == report.waits + report.cu_waits
+    for w in waiting:
+        assert not happens_before(out, drop=w), f"wait at {w.comment} is not needed"
+
+
+def test_double_buffered_pipeline_uses_the_cu_for_fan_out():
+    ibuf = [Buffer(f"i{k}", "vbuf", 64, addr=64 * k) for k in range(2)]
+    acc = [Buffer(f"a{k}", "vbuf", 64, addr=128 + 64 * k) for k in range(2)]
+    body = []
+    for k in range(4):
+        body.append(Fake(q="dma0", ranges=((ibuf[k % 2], 0, 64, True),), comment=f"load{k}"))
+        body.append(Fake(q="nu0", ranges=((ibuf[k % 2], 0, 64, False), (acc[k % 2], 0, 64, True)),
+                         comment=f"conv{k}"))
+        body.append(Fake(q="dma1", ranges=((acc[k % 2], 0, 64, False), (DDR, 0, 64, True)),
+                         comment=f"drain{k}"))
+    out, report = synchronise(body)
+    assert happens_before(out)
+    assert report.cu_waits >= 1 and report.waits >= 4
+
+
+def test_too_few_semaphores_is_a_compile_error():
+    body = [Fake(q=q, ranges=((MEM, 0, 8, True),), comment=q) for q in ("dma0", "nu0", "vu0", "dma1")]
+    with pytest.raises(CompileError, match="semaphores"):
+        synchronise(body, semaphores=2)
