@@ -27,6 +27,7 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/assembler.py
 	$(BIN)/python benchmarks/simulator.py
+	$(BIN)/python benchmarks/resnet50.py
 
 clean:
 	rm -rf $(VENV) .numba_cache build *.egg-info
