@@ -12,25 +12,35 @@ happens-before (a command that happens before another ended before the other
 started).  Shadow memory keeps, per byte, the epoch of the last write and,
 per agent, the clock of its last read (FastTrack); it is paged, so only the
 4 KiB pages a run touches cost memory.
+
+A run stopped by a command that read a bad value (a zero divisor, a bad
+per-channel multiplier) is checked a little further: the read may have come
+before a write it was meant to wait for.  The failing command is replayed as
+if it had started, then every issued command that will start whatever the
+failing one does (its queue ahead of it needs no token, or only tokens already
+signalled to a semaphore that no other unit and no `sem.wait` takes), with the
+clock it will have.  None of them can be ordered after the failing command, so
+a conflict between them is a race in every run, never a false report.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from isa_spec import load_isa
+from isa_spec import DecodeError, decode, load_isa
 
 from . import errors
 from .config import Config
 from .errors import SimError
-from .footprint import (DMA_AGENT, NU_AGENT, SPACE, VU_AGENT, WIDTH, WRITE, agent_units, build_patterns,
-                        op_classes, pattern_bytes, run_at, run_count, space_name, space_sizes)
+from .footprint import (BASE, DIMS, DMA_AGENT, NU_AGENT, N, S, SPACE, VU_AGENT, WIDTH, WRITE, agent_units,
+                        build_patterns, op_classes, pattern_bytes, run_at, run_count, space_name, space_sizes)
 from .runlog import BARRIER, ISSUE, SIGNAL, START, TAKE
 
 PAGE_BITS = 12
 PAGE = 1 << PAGE_BITS
 MASK_BITS = 16
 MAX_AGENTS = 31     # reader sets are int32 bit masks
+MAX_PENDING_ELEMENTS = 1 << 24     # a command that never ran is replayed only if its footprint is this small
 # Barrier mask bit of unit 0 of each kind (Q_NU0, Q_VU0, Q_DMA0); unit k is that bit + k.
 FIRST_MASK_BIT = {kind: load_isa().constants[q].bit_length() - 1
                   for kind, q in ((NU_AGENT, "Q_NU0"), (VU_AGENT, "Q_VU0"), (DMA_AGENT, "Q_DMA0"))}
@@ -287,7 +297,7 @@ def _bytes_of(pats: np.ndarray, c: int, space: int, write: int, size: int) -> np
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
-def _race_message(log, program, pats, size, hit, other: int) -> str:
+def _race_message(log, program, pats, size, hit, other: int, fault_cmd: int) -> str:
     _, c, writes, _, _, other_writes, space, _ = (int(v) for v in hit)
     overlap = np.intersect1d(_bytes_of(pats, c, space, writes, size[space]),
                              _bytes_of(pats, other, space, other_writes, size[space]))
@@ -297,16 +307,22 @@ def _race_message(log, program, pats, size, hit, other: int) -> str:
     verb = {0: "reads", 1: "writes"}
 
     def side(cmd: int, w: int) -> str:
-        end = int(log.cmd_end[cmd])
-        cycles = f"cycles {int(log.cmd_start[cmd])}..{end}" if end >= 0 else f"from cycle {int(log.cmd_start[cmd])}"
+        end, start = int(log.cmd_end[cmd]), int(log.cmd_start[cmd])
+        cycles = f"cycles {start}..{end}" if end >= 0 else f"from cycle {start}"
+        if start < 0:
+            cycles = ("failing at cycle " if cmd == fault_cmd else "issued, not started by cycle ") + str(log.cycles)
         return f"{describe_command(log, program, cmd)} {verb[w]} them ({cycles})"
 
     return (f"data race on {space_name(space)} {span}{count}: {side(other, other_writes)}, and "
             f"{side(c, writes)}; no semaphore, issue order or barrier orders the two")
 
 
-def check(log, program, config: Config) -> None:
-    """Raise SimError(DATA_RACE) for the first race (earliest start) in the run `log`."""
+def check(log, program, config: Config, fault_cmd: int = -1) -> None:
+    """Raise SimError(DATA_RACE) for the first race (earliest start) in the run `log`.
+
+    fault_cmd: the command that stopped the run by reading a bad value (-1: none); the
+    check then also covers it and the commands that start whatever it does (module doc).
+    """
     n = int(np.asarray(log.cmd_op).shape[0])
     if n == 0:
         return
@@ -318,20 +334,94 @@ def check(log, program, config: Config) -> None:
         raise RunLogError("run log: a command's agent is not in the agent list")
     cmd_clock, per_agent = _local_clocks(cmd_agent, len(log.agents))
     sync = [np.asarray(getattr(log, f), np.int64) for f in ("sync_kind", "sync_agent", "sync_sem", "sync_cmd")]
+    pats = build_patterns(op_classes(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
+                          np.asarray(log.cmd_regs, np.int64), np.asarray(log.cmd_fields, np.int64),
+                          np.asarray(log.cmd_params, np.int64), config.nu_rows, config.nu_cols)
+    size = space_sizes(config)
+    if 0 <= fault_cmd < n and program is not None:
+        sync = [np.concatenate(pair) for pair in zip(sync, _continuation(log, program, fault_cmd, pats, size))]
     clocks, status, bad = _command_clocks(*sync, cmd_agent, cmd_clock, len(log.agents), _mask_agents(kind, unit))
     if status != LOG_OK:
         what = ("takes a token no signal gave" if status == LOG_EMPTY_SEMAPHORE
                 else "names a bad agent, command or semaphore")
         raise RunLogError(f"run log: sync event {bad} {what}")
-    pats = build_patterns(op_classes(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
-                          np.asarray(log.cmd_regs, np.int64), np.asarray(log.cmd_fields, np.int64),
-                          np.asarray(log.cmd_params, np.int64), config.nu_rows, config.nu_cols)
     starts = sync[0] == START
     order = sync[3][starts]
-    size = space_sizes(config)
     hit = _find_race(pats, order, cmd_agent, cmd_clock, clocks, size, len(log.agents))
     if not hit[0]:
         return
     other = int(per_agent[int(hit[3])][int(hit[4]) - 1])
-    raise SimError(_race_message(log, program, pats, size, hit, other), code=errors.DATA_RACE,
-                   cycle=int(log.cmd_start[int(hit[1])]))
+    start = int(log.cmd_start[int(hit[1])])
+    raise SimError(_race_message(log, program, pats, size, hit, other, fault_cmd), code=errors.DATA_RACE,
+                   cycle=start if start >= 0 else int(log.cycles))
+
+
+def _continuation(log, program, fault_cmd: int, pats: np.ndarray, size: np.ndarray) -> list[np.ndarray]:
+    """Sync events (kind, agent, sem, cmd) for the failing command's start and the starts that follow regardless."""
+    private = _private_semaphores(program, log.agents)
+    kind, sem = np.asarray(log.sync_kind, np.int64), np.asarray(log.sync_sem, np.int64)
+    known = (sem >= 0) & (sem < len(private))
+    tokens = (np.bincount(sem[known & (kind == SIGNAL)], minlength=len(private))
+              - np.bincount(sem[known & (kind == TAKE)], minlength=len(private)))     # signalled, not yet taken
+    queues: dict[int, list[int]] = {}
+    for c in np.flatnonzero(np.asarray(log.cmd_start) < 0):
+        queues.setdefault(int(log.cmd_agent[c]), []).append(int(c))
+    events = [(START, int(log.cmd_agent[fault_cmd]), -1, fault_cmd)]
+    queues.pop(int(log.cmd_agent[fault_cmd]), None)      # nothing behind the failing command starts
+    progress = True
+    while progress:
+        progress = False
+        for a, pending in queues.items():
+            while pending:
+                c, s = pending[0], int(log.cmd_wait[pending[0]])
+                if not _replayable(pats[c], size) or (s >= 0 and not (s < len(private) and private[s] == a
+                                                                         and tokens[s] > 0)):
+                    break
+                if s >= 0:
+                    tokens[s] -= 1
+                    events.append((TAKE, a, s, c))
+                events.append((START, a, -1, c))
+                pending.pop(0)
+                progress = True
+    return [np.array(col, np.int64) for col in zip(*events)]
+
+
+def _private_semaphores(program, agents: list[str]) -> list[int]:
+    """Per semaphore, the one agent whose commands wait on it anywhere in the program (-1: none, or shared)."""
+    names = {name: a for a, name in enumerate(agents)}
+    waiters: dict[int, set[int]] = {}
+    for word in np.unique(np.asarray(program.code, np.uint64)):
+        try:
+            instr, operands = decode(int(word))
+        except DecodeError:
+            continue
+        sem = operands.get("sem") if instr.mnemonic == "sem.wait" else operands.get("wait")
+        if sem is None:
+            continue
+        if instr.unit == "CU":
+            who = -1
+        else:
+            who = names.get(f"{instr.unit.lower()}{operands.get('ch', operands.get('unit'))}", -1)
+        waiters.setdefault(sem, set()).add(who)
+    out = [-1] * (max(waiters, default=-1) + 1)
+    for sem, who in waiters.items():
+        if len(who) == 1:
+            out[sem] = next(iter(who))
+    return out
+
+
+def _replayable(pats: np.ndarray, size: np.ndarray) -> bool:
+    """Every pattern of a command that never ran lies inside its memory and is small enough to replay."""
+    for pat in pats:
+        if pat[WIDTH] <= 0:
+            continue
+        sp = int(pat[SPACE])
+        n, stride = pat[N:N + DIMS], pat[S:S + DIMS]
+        if not 0 <= sp < size.shape[0] or (n < 1).any() or int(np.prod(n, dtype=np.float64)) > MAX_PENDING_ELEMENTS:
+            return False
+        reach = (n - 1) * stride
+        lo = int(pat[BASE] + reach[reach < 0].sum())
+        hi = int(pat[BASE] + reach[reach > 0].sum() + pat[WIDTH])
+        if lo < 0 or hi > size[sp]:
+            return False
+    return True

@@ -82,8 +82,9 @@ class Simulator:
             raise ValueError(f"max_cycles must be >= 0, got {limit}")
         log, failure = run_program(self._table, self.memory, self.config, limit, self.program)
         self.last_log = log
-        if failure is None and check_races:
-            failure = _check_races(log, self.program, self.config)
+        if check_races and (failure is None or failure.code not in (errors.DEADLOCK, errors.CYCLE_LIMIT)):
+            # A fault (a parameter table overwritten early, say) is often a race's symptom: name the race.
+            failure = _check_races(log, self.program, self.config, failure) or failure
         log.error = failure
         if trace is not None:
             write_trace(trace, log, self.program, self.config)
@@ -106,10 +107,13 @@ class Simulator:
         return buf
 
 
-def _check_races(log: RunLog, program, config: Config) -> SimError | None:
+def _check_races(log: RunLog, program, config: Config, fault: SimError | None = None) -> SimError | None:
+    """The run's first data race, or None; after a fault, the race names it (and races.check looks past it)."""
     try:
-        races.check(log, program, config)
+        races.check(log, program, config, getattr(fault, "bad_value_cmd", -1))
     except SimError as exc:
+        if fault is not None:
+            exc.args = (f"{exc}; the run stopped with {fault}",)
         return exc
     return None
 
@@ -135,8 +139,15 @@ def run_program(table: np.ndarray, memory: Memory, config: Config, max_cycles: i
     if err[0] != errors.OK:
         failure = SimError(error_message(int(err[0]), err, st, log, program, sems, heads),
                            int(err[0]), int(st[ST_CYCLE]))
+        failure.bad_value_cmd = int(st[ST_ERR_CMD]) if _read_bad_value(err) else -1
         log.error = failure
     return log, failure
+
+
+def _read_bad_value(err: np.ndarray) -> bool:
+    """The command failed on a value it read from memory (its footprint had passed the checks)."""
+    code = int(err[0])
+    return code in (errors.DIV_BY_ZERO, errors.ARITH_OVERFLOW) or (code == errors.BAD_PARAM and int(err[1]) >= 0)
 
 
 def instruction_text(pc: int, program, isa=None) -> str:

@@ -1,0 +1,359 @@
+"""Mutation tests of the compiler's synchronisation, judged by the simulator's race checker.
+
+For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
+fused and chained kernels, each in several tilings or configurations) and for
+random kernels drawn like tests/test_compiler_kernels.py draws them, every
+semaphore wait the compiler emitted is removed, one at a time: a command's
+`wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
+becomes `nop` (addresses stay put).  A second mutant also drops the signal
+paired with that wait, so that later waits keep their own tokens and exactly
+one ordering edge is lost.  Each mutant runs with race checking on and must
+stop with a data race or a deadlock: a survivor is a wait the compiler did not
+need or a hole in the checker.  Run with `-s` for the table of kernels and
+mutants killed.  The last tests pin down how a race that makes a command fault
+(a divisor or multiplier read before it is loaded) is reported: as the race.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from compiler import ops
+from compiler.kernel import build, candidates, finish, schedule
+from isa_spec import decode, encode, load_isa
+from nnpasm import assemble
+from nnpsim import errors
+from nnpsim.config import Config
+from nnpsim.errors import SimError
+from nnpsim.simulator import Simulator
+from tests import test_compiler_kernels as kernels_test
+
+pytestmark = pytest.mark.usefixtures("warm_engine")
+
+MAX_CYCLES = 2_000_000
+KILLED_BY = {errors.DATA_RACE: "race", errors.DEADLOCK: "deadlock"}
+SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)   # more tiles, more tilings
+SMALL_VU = dict(vbuf_bytes=2048)
+ONE_DMA = dict(dma_channels=1)       # every transfer in one queue: other semaphores
+MUTATIONS = {"wait removed": False, "wait and its signal removed": True}
+SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind)
+
+
+def rand8(rng, shape) -> np.ndarray:
+    return rng.integers(-128, 128, size=shape).astype(np.int8)
+
+
+def requant(rng, o: int) -> dict:
+    return dict(multiplier=rng.integers(2**30, 2**31, size=o), shift=rng.integers(20, 26, size=o))
+
+
+def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
+    """(what was removed, mutant program) for every semaphore wait in the program.
+
+    With drop_signal the k-th signal of the semaphore goes too (the compiler pairs the k-th
+    signal with the k-th wait), so later waits keep their tokens and exactly one edge is lost.
+    """
+    isa = load_isa()
+    decoded = [decode(int(word), isa) for word in program.code]
+    waits, signals = defaultdict(list), defaultdict(list)
+    for i, (instr, operands) in enumerate(decoded):
+        sem = operands["sem"] if instr.mnemonic == "sem.wait" else operands.get("wait")
+        if sem is not None:
+            waits[sem].append(i)
+        if operands.get("signal") is not None:
+            signals[operands["signal"]].append(i)
+    out = []
+    for sem, at in waits.items():
+        assert len(signals[sem]) == len(at), f"s{sem}: {len(signals[sem])} signals for {len(at)} waits"
+        for k, i in enumerate(at):
+            code = program.code.copy()
+            code[i] = _without(decoded[i], "wait", isa)
+            what = f"{decoded[i][0].mnemonic} s{sem} at {i * 8:#x}"
+            if drop_signal:
+                code[signals[sem][k]] = _without(decoded[signals[sem][k]], "signal", isa)
+                what += f" and its signal at {signals[sem][k] * 8:#x}"
+            out.append((what, dataclasses.replace(program, code=code)))
+    return out
+
+
+def _without(decoded, field: str, isa) -> int:
+    """The instruction word with its `field` semaphore cleared (a CU sem.wait becomes nop)."""
+    instr, operands = decoded
+    if instr.mnemonic == "sem.wait":
+        return encode("nop", {}, isa)
+    return encode(instr, {**operands, field: None}, isa)
+
+
+def run(kernel, program, inputs) -> None:
+    """Run `program` (the kernel's or a mutant) on the kernel's inputs with race checking on."""
+    sim = Simulator(kernel.config)
+    sim.load(program)
+    for buf, a in zip(kernel.ir.inputs, inputs):
+        sim.write(buf.name, a)
+    sim.run(max_cycles=MAX_CYCLES, check_races=True)
+
+
+def conv_case(rng, xshape, o, k, bias=True, **kw):
+    w = rand8(rng, (o, xshape[1] // kw.get("groups", 1)) + k)
+    b = rng.integers(-3000, 3000, size=o).astype(np.int32) if bias else None
+    return [ops.conv2d(xshape, w, b, **kw, **requant(rng, o))], [rand8(rng, xshape)]
+
+
+def fused(rng):
+    (conv,), (x,) = conv_case(rng, (1, 12, 8, 7), 20, (3, 3), padding=1, x_zp=5)
+    out = conv.output.shape
+    chain = [conv, ops.relu(out, conv.zp_out), ops.add(out, zb=4, ma=2**30, mb=3 * 2**28, shift=31),
+             ops.clip(out, -50, 60)]
+    return chain, [x, rand8(rng, out)]
+
+
+def chain(rng, kind):
+    (c1,), (x,) = conv_case(rng, (1, 8, 8, 8), 12, (3, 3), bias=False, padding=1, x_zp=3)
+    out = c1.output.shape
+    (c2,), _ = conv_case(rng, out, 7, (1, 3), stride=(1, 2), padding=(0, 1))
+    if kind == "conv-conv":
+        return [c1, c2], [x]
+    if kind == "conv-pool":
+        return [c1, ops.max_pool2d(out, 3, 2, 1)], [x]
+    if kind == "conv-add-conv":
+        return [c1, ops.add(out, zb=1, ma=2**30, mb=2**30, shift=31), c2], [x, rand8(rng, out)]
+    if kind == "pool-relu":
+        return [ops.avg_pool2d(x.shape, 2), ops.relu((1, 8, 4, 4), 4)], [x]
+    sh = (1, 5, 6, 7)           # elementwise head, folded relu and clip, conv, residual add
+    w = rand8(rng, (3, 5, 3, 3))
+    head = [ops.add(sh, za=2, ma=2**30, mb=2**30, shift=31, zp_out=-1), ops.relu(sh, -1), ops.clip(sh, -128, 90),
+            ops.conv2d(sh, w, padding=1, x_zp=-1, multiplier=2**30, shift=20),
+            ops.add((1, 3, 6, 7), ma=2**30, mb=2**29, shift=31)]
+    return head, [rand8(rng, sh), rand8(rng, sh), rand8(rng, (1, 3, 6, 7))]
+
+
+def vu_case(rng, make):
+    x = rand8(rng, (2, 5, 9, 11))
+    op = make(x.shape)
+    inputs = [x] + ([rand8(rng, x.shape)] if len(op.inputs) == 2 else [])
+    if op.inputs[0].dtype == "int32":
+        inputs = [rng.integers(-2**20, 2**20, size=x.shape).astype(np.int32)]
+    return [op], inputs
+
+
+# name -> (chain builder(rng), configurations, at most this many tilings per configuration)
+CASES = {
+    "conv 3x3 40->36 stride (2,1) asym pad, bias": (
+        lambda r: conv_case(r, (1, 40, 7, 9), 36, (3, 3), stride=(2, 1), padding=(1, 0, 1, 2), x_zp=3),
+        [SMALL_NU], 6),
+    "conv 3x3 dilated 2, no bias": (
+        lambda r: conv_case(r, (1, 10, 9, 8), 9, (3, 3), bias=False, dilation=2, padding=1, x_zp=-7),
+        [{}], 4),
+    "conv 1x3 small bias (all bias modes)": (
+        lambda r: conv_case(r, (2, 24, 6, 11), 16, (1, 3), stride=(1, 2), padding=(1, 1, 0, 2)), [SMALL_NU], 8),
+    "conv depthwise 3x3": (
+        lambda r: conv_case(r, (1, 6, 7, 7), 6, (3, 3), groups=6, padding=1), [{}], 4),
+    "conv grouped 80->36 groups 2": (
+        lambda r: conv_case(r, (2, 80, 6, 11), 36, (1, 3), bias=False, stride=(1, 2), padding=(1, 1, 0, 2),
+                            groups=2, x_zp=-4), [SMALL_NU], 6),
+    "conv stem 3ch 3x5 stride 2 (columns folded)": (
+        lambda r: conv_case(r, (1, 3, 12, 12), 16, (3, 5), stride=2, padding=2), [{}], 4),
+    "dense 9x70 -> 40, bias": (
+        lambda r: ([ops.dense((9, 70), rand8(r, (70, 40)), r.integers(-99, 99, 40).astype(np.int32),
+                              **requant(r, 40))], [rand8(r, (9, 70))]), [SMALL_NU], 6),
+    "fused conv+relu+residual add+clip": (fused, [SMALL_NU], 6),
+    "max_pool 3x3/2 pad 1": (lambda r: vu_case(r, lambda s: ops.max_pool2d(s, 3, 2, 1)), [{}, ONE_DMA], 1),
+    "avg_pool 3x3/2 pad 1 no pad count": (
+        lambda r: vu_case(r, lambda s: ops.avg_pool2d(s, 3, 2, 1, False, 4)), [{}, ONE_DMA], 1),
+    "avg_pool 2x2": (lambda r: vu_case(r, lambda s: ops.avg_pool2d(s, 2)), [{}], 1),
+    "sum_pool 2x3/(1,2)": (lambda r: vu_case(r, lambda s: ops.sum_pool2d(s, (2, 3), (1, 2), (1, 1, 0, 0))),
+                           [{}, SMALL_VU], 1),
+    "global_avg_pool": (lambda r: vu_case(r, ops.global_avg_pool2d), [{}], 1),
+    "add": (lambda r: vu_case(r, lambda s: ops.add(s, za=3, ma=2**30, mb=2**30, shift=31)),
+            [{}, ONE_DMA], 1),
+    "mul": (lambda r: vu_case(r, lambda s: ops.mul(s, zb=-2, multiplier=2**30, shift=36)), [{}], 1),
+    "relu": (lambda r: vu_case(r, lambda s: ops.relu(s, 3)), [{}], 1),
+    "clip": (lambda r: vu_case(r, lambda s: ops.clip(s, -5, 50)), [ONE_DMA], 1),
+    "requantize int8": (lambda r: vu_case(r, lambda s: ops.requantize(s, in_dtype="int8", zx=3, multiplier=2**30,
+                                                                       shift=30)), [{}], 1),
+    "requantize int32 per channel": (
+        lambda r: vu_case(r, lambda s: ops.requantize(s, in_dtype="int32", multiplier=r.integers(2**30, 2**31, 5),
+                                                      shift=r.integers(40, 45, 5))), [{}, SMALL_VU], 1),
+    "chain conv->conv": (lambda r: chain(r, "conv-conv"), [{}, ONE_DMA], 1),
+    "chain conv->max_pool": (lambda r: chain(r, "conv-pool"), [SMALL_NU, dict(dma_channels=2, nu_rows=8)], 1),
+    "chain conv->add->conv": (lambda r: chain(r, "conv-add-conv"), [{}], 1),
+    "chain avg_pool->relu": (lambda r: chain(r, "pool-relu"), [{}], 1),
+    "chain add+relu+clip->conv->add": (lambda r: chain(r, "head"), [{}, dict(nu_rows=16, nu_cols=8)], 1),
+    "chain conv->avg_pool through DDR": (
+        lambda r: ([(c := conv_case(r, (1, 8, 12, 12), 16, (3, 3), padding=1)[0][0]),
+                    ops.avg_pool2d(c.output.shape, 2, padding=1, count_include_pad=False)],
+                   [rand8(r, (1, 8, 12, 12))]), [dict(dm_bytes=8192)], 1),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary():
+    """Print, after the module, every kernel and how many of its mutants were killed and how."""
+    yield
+    total, killed = sum(n for _, n, _ in SUMMARY), sum(sum(how.values()) for *_, how in SUMMARY)
+    print(f"\nsynchronisation mutants: {killed} of {total} killed over {len(SUMMARY)} kernels")
+    for label, n, how in SUMMARY:
+        print(f"  {sum(how.values()):4d}/{n:<4d} {dict(how)}  {label}")
+
+
+def kill_all(kernel, inputs, label: str) -> None:
+    """Run every mutant of the kernel and record the tally for the summary; fail naming any survivor."""
+    run(kernel, kernel.program, inputs)         # the compiler's own program is race-free
+    mutants = [(f"{kind}: {what}", m) for kind, drop in MUTATIONS.items()
+               for what, m in wait_mutants(kernel.program, drop)]
+    assert mutants, f"{label}: the compiler emitted no waits to remove"
+    how, survivors = Counter(), []
+    for what, mutant in mutants:
+        try:
+            run(kernel, mutant, inputs)
+            survivors.append(f"{what}: ran to halt")
+        except SimError as exc:
+            if exc.code in KILLED_BY:
+                how[KILLED_BY[exc.code]] += 1
+            else:
+                survivors.append(f"{what}: {exc}")
+    SUMMARY.append((label, len(mutants), how))
+    tally = f"{sum(how.values())}/{len(mutants)} killed {dict(how)}: {label}"
+    assert not survivors, f"{len(survivors)} mutants survive:\n" + "\n".join(survivors) + "\n" + tally
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_removed_wait_is_caught(case):
+    build_chain, configs, max_tilings = CASES[case]
+    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    for overrides in configs:
+        cfg = Config(**overrides).validate()
+        for cand in candidates(tuple(chain_ops), cfg)[:max_tilings]:
+            kir, _ = cand.make()
+            kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
+            kill_all(kernel, inputs, f"{case}: {overrides or 'default config'} {kir.notes[-1]}")
+
+
+@st.composite
+def random_kernel(draw):
+    """A kernel as the compiler tests draw them (random shapes, strides, padding, groups), on a random configuration."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    kind = draw(st.sampled_from(["conv", "pool", "elementwise", "chain"]))
+    if kind == "conv":
+        groups, cg, og, k, stride, dil, pad, xshape = draw(kernels_test.conv_case())
+        chain_ops, inputs = conv_case(rng, xshape, groups * og, k, bias=draw(st.booleans()), stride=stride,
+                                      dilation=dil, padding=pad, groups=groups, x_zp=int(rng.integers(-128, 128)))
+    elif kind == "pool":
+        k, stride, pad, shape = draw(kernels_test.pool_case())
+        mode = draw(st.sampled_from(["max", "sum", "avg", "avg_nopad"]))
+        op = {"max": lambda: ops.max_pool2d(shape, k, stride, pad),
+              "sum": lambda: ops.sum_pool2d(shape, k, stride, pad),
+              "avg": lambda: ops.avg_pool2d(shape, k, stride, pad, True, int(rng.integers(-128, 128))),
+              "avg_nopad": lambda: ops.avg_pool2d(shape, k, stride, pad, False)}[mode]()
+        chain_ops, inputs = [op], [rand8(rng, shape)]
+    elif kind == "elementwise":
+        shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=4)))
+        op = draw(st.sampled_from([lambda s: ops.add(s, za=3, ma=2**30, mb=2**29, shift=31),
+                                   lambda s: ops.mul(s, multiplier=2**30, shift=38), lambda s: ops.relu(s, -2),
+                                   lambda s: ops.requantize(s, in_dtype="int32", multiplier=2**30, shift=44)]))(shape)
+        chain_ops = [op]
+        inputs = [rand8(rng, shape) for _ in op.inputs]
+        if op.inputs[0].dtype == "int32":
+            inputs = [rng.integers(-2**20, 2**20, size=shape).astype(np.int32)]
+    else:
+        chain_ops, inputs = chain(rng, draw(st.sampled_from(["conv-conv", "conv-pool", "conv-add-conv", "pool-relu"])))
+    config = draw(st.sampled_from([{}, SMALL_NU, ONE_DMA, dict(dma_channels=2, nu_rows=8),
+                                   dict(nu_rows=16, nu_cols=8)]))
+    return f"random {kind} seed {seed}", chain_ops, inputs, config
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_kernel())
+def test_every_removed_wait_is_caught_in_random_kernels(case):
+    label, chain_ops, inputs, config = case
+    kernel = build(*chain_ops, config=Config(**config))
+    kill_all(kernel, inputs, f"{label}: {config or 'default config'} {kernel.ir.notes[-1]}")
+
+
+DIVISOR = """
+        la      r10, four
+        la      r11, zero
+        la      r12, big
+        li      r20, 0              ; the divisor, int32, in VBUF
+        li      r21, 64             ; the dividend (VBUF starts zeroed)
+        li      r22, 128            ; the quotient
+        li      r23, 1024
+        setpi   dma.src_stride0, 1
+        setpi   dma.dst_stride0, 1
+{body}
+        halt
+        .data
+        .buffer four, int32, (1,)
+        .word   4
+        .align  64
+        .buffer zero, int32, (1,)
+        .word   0
+        .align  64
+        .buffer big, int8, (4096,)
+        .space  4096
+"""
+DIVISOR_PROGRAMS = {
+    # the divr reads the divisor while a DMA that began after the first divr zeroes it
+    "clobbered": ("""
+        setpi   dma.size0, 4
+        dma     ch0, vbuf0[r20], ddr[r10], signal=s0
+        sem.wait s0
+        vu.divr vu0, r22, r21, r20
+        dma     ch1, vbuf0[r20], ddr[r11]
+        vu.divr vu0, r22, r21, r20""", True),
+    # the divr reads the divisor before the DMA queued behind a long copy has loaded it
+    "not yet loaded": ("""
+        setpi   dma.size0, 4096
+        dma     ch0, vbuf0[r23], ddr[r12]
+        setpi   dma.size0, 4
+        dma     ch0, vbuf0[r20], ddr[r10]
+        vu.divr vu0, r22, r21, r20""", True),
+    # the load behind the long copy needs a token, and one is already there for it
+    "token already there": ("""
+        setpi   dma.size0, 4096
+        dma     ch0, vbuf0[r23], ddr[r12]
+        sem.signal s2
+        setpi   dma.size0, 4
+        dma     ch0, vbuf0[r20], ddr[r10], wait=s2
+        vu.divr vu0, r22, r21, r20""", True),
+    # ... but the CU takes that token first: the load never runs (the run would deadlock), no race
+    "token taken by the cu": ("""
+        setpi   dma.size0, 4096
+        dma     ch0, vbuf0[r23], ddr[r12]
+        sem.signal s2
+        setpi   dma.size0, 4
+        dma     ch0, vbuf0[r20], ddr[r10], wait=s2
+        vu.divr vu0, r22, r21, r20
+        sem.wait s2""", False),
+    # the same load, but ordered after the divr: a genuine division by zero, not a race
+    "loaded after": ("""
+        setpi   dma.size0, 4
+        vu.divr vu0, r22, r21, r20, signal=s0
+        dma     ch0, vbuf0[r20], ddr[r10], wait=s0""", False),
+}
+
+
+@pytest.mark.parametrize("name", list(DIVISOR_PROGRAMS))
+def test_a_fault_caused_by_a_race_is_reported_as_the_race(name):
+    """Removed waits can let a VU read a table before or while a DMA writes it: the race is the finding."""
+    body, racy = DIVISOR_PROGRAMS[name]
+    program = assemble(DIVISOR.format(body=body), filename="divisor.s")
+    sim = Simulator(Config())
+    sim.load(program)
+    with pytest.raises(SimError) as plain:
+        sim.run()
+    assert plain.value.code == errors.DIV_BY_ZERO, str(plain.value)
+    sim.load(program)
+    with pytest.raises(SimError) as checked:
+        sim.run(check_races=True)
+    message = str(checked.value)
+    if not racy:
+        assert checked.value.code == errors.DIV_BY_ZERO, message
+        return
+    assert checked.value.code == errors.DATA_RACE, message
+    assert "vu0 `vu.divr`" in message and "the run stopped with division by zero" in message
