@@ -1,7 +1,11 @@
 """nnpsim: the event-driven, cycle-level NNP-1 simulator."""
-from .config import Config, load_config
-from .errors import SimError
-from .simulator import Simulator
-from .stats import Stats
+from .jitcache import use_versioned_cache
+
+use_versioned_cache()  # before any submodule defines a cached jitted function
+
+from .config import Config, load_config  # noqa: E402
+from .errors import SimError  # noqa: E402
+from .simulator import Simulator  # noqa: E402
+from .stats import Stats  # noqa: E402
 
 __all__ = ["Config", "SimError", "Simulator", "Stats", "load_config"]

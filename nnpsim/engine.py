@@ -20,9 +20,6 @@ which cost about a third of the engine's time per command.
 """
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 from numba import njit
 
@@ -49,32 +46,14 @@ CU_RUNNING, CU_STALLED, CU_HALTED = range(3)
 # Slots of the scalar state vector `st` (int64): the CU's registers of state,
 # row counts of the tables, and what the caller reads back after the run.
 (ST_CYCLE, ST_PC, ST_CU_STATE, ST_INSTR, ST_NCMD, ST_NSYNC, ST_NCTR, ST_NSTALL, ST_ERR_AGENT,
- ST_ERR_CMD, ST_ERR_PC, ST_STALL_REASON, ST_STALL_ARG, ST_STAMP, ST_CU_TIME, ST_CU_STALL_ROW,
- ST_DDR_USE) = range(17)
-N_STATE = 17
+ ST_ERR_CMD, ST_ERR_PC, ST_STALL_REASON, ST_STALL_ARG, ST_CU_TIME, ST_CU_STALL_ROW,
+ ST_DDR_USE) = range(16)
+N_STATE = 16
 
 # Columns of the per-agent table `ag` (int64 [agents, N_AG]).
 (A_RUN, A_END, A_IDLE, A_QHEAD, A_QCOUNT, A_STREAM, A_LEFT, A_RATE, A_FULL, A_SRC, A_DST,
  A_BW_STALL) = range(12)
 N_AG = 12
-
-_DEPENDENCIES = ("engine.py", "cu.py", "timing.py", "state.py", "runlog.py", "errors.py", "units/*.py")
-
-
-def _dependency_stamp() -> int:
-    """Hash of the engine's and its callees' sources.
-
-    numba's cache checks only the caller's file; folding this stamp into the
-    compiled closure makes an edit to any callee (a unit kernel, a timing
-    formula) recompile the engine instead of running stale cached code.
-    """
-    root = Path(__file__).parent
-    h = hashlib.sha256()
-    for pattern in _DEPENDENCIES:
-        for path in sorted(root.glob(pattern)):
-            h.update(path.read_bytes())
-    return int(h.hexdigest()[:15], 16)
-
 
 @njit(cache=True)
 def _reserve(table: np.ndarray, used: int, room: int) -> np.ndarray:
@@ -444,7 +423,7 @@ def _open_waits(t: int, ag: np.ndarray, queue: np.ndarray, cmd: np.ndarray, stal
                 _log(stall, st, ST_NSTALL, a, STALL_SEMAPHORE, ready, -1, 0)
 
 
-def _build(stamp: int):
+def _build():
     @njit(cache=True)
     def run_engine(prog, mem, space, cfg, regs, params, st, err, cmd, sync, ctr, stall):
         """Run the program from pc 0 at cycle 0 to halt or an error; see the module docstring."""
@@ -458,7 +437,6 @@ def _build(stamp: int):
         sems = np.zeros(cfg[K_SEMS], dtype=np.int64)
         port_n = np.zeros(2 * PORT_SPACES, dtype=np.int64)
         p = np.zeros(32, dtype=np.int64)
-        st[ST_STAMP] = stamp
         st[ST_CU_STATE] = CU_RUNNING
         t = 0
         since = 0
@@ -523,7 +501,7 @@ def engine():
     """The compiled engine (built on first use, then cached on disk by numba)."""
     global _run_engine
     if _run_engine is None:
-        _run_engine = _build(_dependency_stamp())
+        _run_engine = _build()
     return _run_engine
 
 

@@ -227,8 +227,8 @@ def build_patterns(op_class: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarra
 
 # The run walkers are inlined into their callers at numba IR level: with cache=True a call
 # across cached functions is not inlined by LLVM, and per-run calls cost 15x the work.
-# numba's cache does not track that dependency: after editing them, touch races.py (or
-# clear NUMBA_CACHE_DIR) so that its cached functions are rebuilt.
+# (numba's cache would not see an edit here from races.py; nnpsim.jitcache keys the whole
+# cache on the sources, so it does.)
 @njit(cache=True, inline="always")
 def _walked(pat: np.ndarray, k: int, dense: int) -> bool:
     """Dim k is iterated run by run: not the dense (run) dim, and not a repeat of the same bytes (stride 0)."""

@@ -136,8 +136,9 @@ def _expect(named: dict, code: int, fields: dict, dspace: int = DM, daddr: int =
     ({"dma.src_stride2": 2**32 + 1}, {4: 6, 5: 2**32 + 1}),
     ({"dma.pad_value": -2**40}, {4: 20}),
     # 2**31 elements in each of 4 dims: the product would overflow int64
-    ({f"dma.size{k}": 2**31 - 1 for k in range(4)}, {4: 1, 5: 2**31 - 1}),
-    ({"dma.size0": 2**16, "dma.size1": 2**16, "dma.size2": 2}, {4: 2, 5: 2, 6: 2**32}),
+    ({f"dma.size{k}": 2**31 - 1 for k in range(4)}, {4: 0, 5: 2**31 - 1, 6: 2**24}),
+    # more than 2**24 elements in one command (the copy's temporary must stay allocatable)
+    ({"dma.size0": 2**12, "dma.size1": 2**12, "dma.size2": 2}, {4: 2, 5: 2, 6: 2**24}),
 ])
 def test_dma_bad_params(named, fields):
     _expect(named, errors.BAD_PARAM, fields)
@@ -176,7 +177,7 @@ def test_dma_abuf_stride_of_unit_dim_is_ignored():
     ({"dma.size1": 2, "dma.src_stride1": -2**31}, 0, 100, {1: DDR, 2: 100 - 2**31, 3: 100}),
     ({}, 2**62, 0, {1: DM}),
     ({}, 0, -2**63, {1: DDR}),
-    ({"dma.size0": 2**20, "dma.size1": 2**11, "dma.dst_stride0": 2**31 - 1,
+    ({"dma.size0": 2**13, "dma.size1": 2**11, "dma.dst_stride0": 2**31 - 1,
       "dma.dst_stride1": 2**31 - 1}, 0, 0, {1: DM, 2: 0}),
 ])
 def test_dma_out_of_bounds(named, daddr, saddr, fields):

@@ -225,9 +225,9 @@ def _expect(mnemonic, named, code, fields, mem=None, **kw):
 
 @pytest.mark.parametrize("mnemonic, named, fields", [
     ("vu.clip", {"vu.n2": 0}, {4: 66, 5: 0}),
-    ("vu.clip", {"vu.n0": 2**16, "vu.n1": 2**16, "vu.n2": 2}, {4: 66, 5: 2}),
+    ("vu.clip", {"vu.n0": 2**12, "vu.n1": 2**12, "vu.n2": 2}, {4: 66, 5: 2, 6: 2**24}),
     ("vu.pool.max", {"vu.win_w": 0}, {4: 81, 5: 0}),
-    ("vu.pool.sum", {"vu.n0": 2**20, "vu.win_h": 2**12, "vu.win_w": 2}, {4: 81}),
+    ("vu.pool.sum", {"vu.n0": 2**12, "vu.win_h": 2**11, "vu.win_w": 4}, {4: 81, 5: 4}),
     ("vu.requant", {"vu.shift": 63}, {4: 88, 5: 63}),
     ("vu.add", {"vu.shift": -1}, {4: 88, 5: -1}),
     ("vu.clip", {"vu.lo": -129}, {4: 90, 5: -129}),
@@ -285,7 +285,7 @@ def test_vu_misaligned(mnemonic, named, kw, fields):
     ("vu.requant.pc", {}, {"rb": 508}, {2: 508, 3: 515}),
     ("vu.divr", {"vu.n1": 2, "vu.a_stride1": 2**31 - 4}, {}, {2: 0, 3: 2**31 - 1}),
     ("vu.add", {}, {"rb": -2**62}, {1: 32}),
-    ("vu.add", {"vu.n0": 2**31 - 1, "vu.n1": 2, "vu.d_stride0": 2**31 - 1,
+    ("vu.add", {"vu.n0": 2**23, "vu.n1": 2, "vu.d_stride0": 2**31 - 1,
                 "vu.d_stride1": 2**31 - 1}, {}, {2: 0}),
 ])
 def test_vu_out_of_bounds(mnemonic, named, kw, fields):
@@ -319,7 +319,13 @@ def test_vu_data_errors():
             {5: 0}, mem=mem, rd=8, ra=0, rb=1)
     _expect("vu.add", {"vu.za": 2**32, "vu.zb": 2**32, "vu.ma": 2**30 - 1, "vu.mb": 2**30 - 1},
             errors.ARITH_OVERFLOW, {5: 0}, mem=mem, rd=8, ra=0, rb=1)
-    # pool.sum of 2**25 bytes of -128 leaves int32 (window stride 0 repeats one byte)
-    mem[0] = 0x80
-    _expect("vu.pool.sum", {"vu.win_h": 2**13, "vu.win_w": 2**12}, errors.ARITH_OVERFLOW,
-            {2: 0, 5: 0}, mem=mem, rd=8)
+
+
+
+def test_vu_largest_pool_sum_fits_int32():
+    """At most 2**24 window elements per command: -128 * 2**24 = -2**31 is the extreme sum, and fits."""
+    mem = np.zeros(64, np.uint8)
+    mem[0] = 0x80   # window strides 0 repeat this one byte
+    rc, err, out, _ = _snapshot_case("vu.pool.sum", {"vu.win_h": 2**12, "vu.win_w": 2**12}, mem, rd=8)
+    assert rc == errors.OK, err
+    assert out[8:12].view("<i4")[0] == -2**31

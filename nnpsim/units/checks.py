@@ -14,7 +14,7 @@ from .. import errors
 
 N_SPACES = 64
 PARAM_LIMIT = 1 << 32      # |parameter| above this is BAD_PARAM (unreachable from 32-bit registers)
-MAX_ELEMENTS = 1 << 32     # most elements (times window) one command may iterate over
+MAX_ELEMENTS = 1 << 24     # most elements (times window) one command may iterate over: its temporaries stay allocatable
 SPAN_LIMIT = 1 << 40       # a saturated byte span: far beyond any memory (<= 4 GiB)
 ADDR_LIMIT = 1 << 48       # register addresses are clamped here before footprint sums
 
