@@ -539,20 +539,25 @@ MEMS = ("ddr", "dm", "ibuf0", "vbuf0", "vbuf1", "abuf0")
 TWO_OF_EACH = Config(nu_rows=4, nu_cols=4, nu_count=2, vu_count=2)
 
 
+def _random_dma(draw, wait: int | None, signal: int | None, **extra) -> Cmd:
+    """A random small 2-D DMA between two of MEMS, aligned for ABUF, overlapping others."""
+    dspace, sspace = draw(st.sampled_from(MEMS)), draw(st.sampled_from(MEMS))
+    elem = 4 if "abuf0" in (dspace, sspace) else draw(st.sampled_from([1, 2, 4]))
+    sizes = [draw(st.integers(1, 4)) for _ in range(2)] + [1, 1]
+    lo = [draw(st.integers(0, 1)) if n > 1 else 0 for n in sizes]
+    return dma(draw(st.integers(0, 3)), (dspace, 4 * draw(st.integers(0, 8))),
+               (sspace, 4 * draw(st.integers(0, 8))), sizes,
+               [elem * draw(st.integers(1, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
+               [elem * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
+               elem, lo, [0, 0, 0, 0], wait=wait, signal=signal, **extra)
+
+
 def _command(draw, wait: int | None, signal: int | None) -> Cmd:
     """A random DMA, VU or NU command over small, overlapping regions."""
     dur = draw(st.integers(1, 30))
     what = draw(st.sampled_from(["dma", "dma", "vu", "nu"]))
     if what == "dma":
-        dspace, sspace = draw(st.sampled_from(MEMS)), draw(st.sampled_from(MEMS))
-        elem = 4 if "abuf0" in (dspace, sspace) else draw(st.sampled_from([1, 2, 4]))
-        sizes = [draw(st.integers(1, 4)) for _ in range(2)] + [1, 1]
-        lo = [draw(st.integers(0, 1)) if n > 1 else 0 for n in sizes]
-        return dma(draw(st.integers(0, 3)), (dspace, 4 * draw(st.integers(0, 8))),
-                   (sspace, 4 * draw(st.integers(0, 8))), sizes,
-                   [elem * draw(st.integers(1, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
-                   [elem * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
-                   elem, lo, [0, 0, 0, 0], wait=wait, signal=signal, dur=dur)
+        return _random_dma(draw, wait, signal, dur=dur)
     if what == "vu":
         mn = draw(st.sampled_from(sorted(VU_OP_CODE)))
         kw = {f"{x}_stride0": draw(st.integers(0, 8)) for x in "dab"}
@@ -851,15 +856,7 @@ def _engine_command(draw, wait: int | None, signal: int | None) -> Cmd:
     """A random command the engine accepts (aligned, in bounds, legal scalars)."""
     what = draw(st.sampled_from(["dma", "dma", "vu", "nu"]))
     if what == "dma":
-        dspace, sspace = draw(st.sampled_from(MEMS)), draw(st.sampled_from(MEMS))
-        elem = 4 if "abuf0" in (dspace, sspace) else draw(st.sampled_from([1, 2, 4]))
-        sizes = [draw(st.integers(1, 4)) for _ in range(2)] + [1, 1]
-        lo = [draw(st.integers(0, 1)) if n > 1 else 0 for n in sizes]
-        return dma(draw(st.integers(0, 3)), (dspace, 4 * draw(st.integers(0, 8))),
-                   (sspace, 4 * draw(st.integers(0, 8))), sizes,
-                   [elem * draw(st.integers(1, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
-                   [elem * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)), 0, 0],
-                   elem, lo, [0, 0, 0, 0], wait=wait, signal=signal)
+        return _random_dma(draw, wait, signal)
     if what == "vu":
         mn = draw(st.sampled_from(ENGINE_VU_OPS))
         kw = {f"{x}_stride0": 4 * draw(st.integers(0, 2)) for x in "dab"}
