@@ -77,7 +77,7 @@ class Assembler:
         self.config: dict[str, int | str] = {}
         self.loc: tuple | None = None
         self.rows: list[tuple] | None = [] if listing else None
-        self.ctx: tuple = ("", "<string>", 0, 0, (), 0)  # text, file, line, lead, notes, order
+        self.ctx: tuple = ("", "<string>", 0, 0, (), 0, None)  # text, file, line, lead, notes, order, origin
         self.impure = False
         self.registers = {k.name: {f"{k.prefix}{i}": i for i in range(k.count)}
                           for k in self.isa.kinds.values() if k.prefix}
@@ -136,13 +136,13 @@ class Assembler:
                 return
             if item is None:
                 return
-            text, file, line, notes = item
+            text, file, line, notes, origin = item
             code, lead = split_code(text)
             if not code:
                 if self.rows is not None:
                     self._row(0, text, file, line)
                 continue
-            self.ctx = (text, file, line, lead, notes, src.expanded)
+            self.ctx = (text, file, line, lead, notes, src.expanded, origin)
             try:
                 stmt = parse_line(code)
             except ParseFailure as exc:
@@ -185,8 +185,13 @@ class Assembler:
 
     # ------------------------------------------------------------- diagnostics
     def _error(self, column: int, message: str, ctx: tuple | None = None) -> None:
-        text, file, line, lead, notes, order = ctx or self.ctx
-        self.diags.error(file, line, lead + column, message, text, notes, order)
+        text, file, line, lead, notes, order, origin = ctx or self.ctx
+        column += lead
+        if origin is not None:   # a macro argument was substituted: point into the body as written
+            body, colmap = origin
+            notes = (f"after substitution: {text.strip()}", *notes)
+            text, column = body, colmap[min(column - 1, len(colmap) - 1)] + 1
+        self.diags.error(file, line, column, message, text, notes, order)
 
     def _unknown(self, name: str) -> None:
         known = [*self.isa.by_mnemonic, *self.directives, *self.macros]
@@ -543,7 +548,7 @@ class Assembler:
 
     def _expand(self, stmt: Statement) -> None:
         macro = self.macros[stmt.name]
-        text, file, line, lead, notes, order = self.ctx
+        text, file, line, lead, notes, order, _ = self.ctx
         code = text[lead:]
         args = [code[a:b] for a, b in stmt.spans]
         if len(args) != len(macro.params):
@@ -557,7 +562,7 @@ class Assembler:
             self._error(stmt.name.column, exc.message)
             return
         for ln, exc in bad:
-            self._error(exc.column, exc.message, (ln.text, ln.file, ln.line, 0, ln.notes, order))
+            self._error(exc.column, exc.message, (ln.text, ln.file, ln.line, 0, ln.notes, order, None))
 
     def _align(self, stmt: Statement) -> None:
         self._args(stmt, 1, 1, "a power of two")

@@ -30,12 +30,19 @@ class SourceError(Exception):
 
 
 class Line(NamedTuple):
-    """One source line as the assembler sees it (after macro substitution)."""
+    """One source line as the assembler sees it (after macro substitution).
+
+    `origin`, for a line a macro argument was substituted into, is the body
+    line as written and, for every column of `text` (and one past its end),
+    the column of the body line it came from: so a diagnostic points into
+    the real file.
+    """
 
     text: str
     file: str
     line: int
     notes: tuple[str, ...] = ()
+    origin: tuple[str, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -110,7 +117,9 @@ class LineSource:
         body, bad = [], []
         for ln in macro.body:
             try:
-                body.append(Line(_substitute(ln.text, values), ln.file, ln.line, notes))
+                text, colmap = _substitute(ln.text, values)
+                origin = (ln.text, colmap) if colmap is not None else None
+                body.append(Line(text, ln.file, ln.line, notes, origin))
             except SourceError as exc:
                 bad.append((Line(ln.text, ln.file, ln.line, notes), exc))
         self.frames.append(_Frame(body, "macro"))
@@ -124,8 +133,8 @@ class LineSource:
         if count and body:
             self.frames.append(_Frame(body, "rept", repeats=count))
 
-    def next(self) -> tuple | None:
-        """The next line as (text, file, line, notes), None at the end."""
+    def next(self) -> Line | None:
+        """The next line, None at the end."""
         frames = self.frames
         while frames:
             f = frames[-1]
@@ -136,7 +145,7 @@ class LineSource:
                 if self.expanded > MAX_EXPANDED_LINES:
                     raise SourceError(f"more than {MAX_EXPANDED_LINES} lines after expansion")
                 if f.kind == "file":
-                    return f.lines[i], f.file, i + 1, ()
+                    return Line(f.lines[i], f.file, i + 1)
                 return f.lines[i]
             f.repeats -= 1
             if f.repeats > 0:
@@ -179,12 +188,23 @@ class LineSource:
         return "<string>"
 
 
-def _substitute(text: str, values: dict[str, str]) -> str:
-    def repl(m: re.Match) -> str:
+def _substitute(text: str, values: dict[str, str]) -> tuple[str, tuple[int, ...] | None]:
+    """The body line with \\name replaced, and the column map (None when nothing was replaced)."""
+    if "\\" not in text:
+        return text, None
+    out, colmap, pos = [], [], 0
+    for m in _PARAM.finditer(text):
         if m.group(1) not in values:
             raise SourceError(f"unknown macro parameter '\\{m.group(1)}'", m.start() + 1)
-        return values[m.group(1)]
-    return _PARAM.sub(repl, text) if "\\" in text else text
+        out.append(text[pos:m.start()])
+        colmap.extend(range(pos, m.start()))
+        value = values[m.group(1)]
+        out.append(value)
+        colmap.extend([m.start()] * len(value))   # anything in an argument points at its reference
+        pos = m.end()
+    out.append(text[pos:])
+    colmap.extend(range(pos, len(text) + 1))
+    return "".join(out), tuple(colmap)
 
 
 def real_path(p: Path) -> str:

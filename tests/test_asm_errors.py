@@ -120,8 +120,16 @@ def test_error_inside_macro_points_at_the_body_line_with_a_note():
     src = ".macro m x\n    nop\n    addi r1, r1, \\x\n.endm\n\nm 1\nm 1 << 40\n"
     (d,) = errors(src, "k.s")
     assert (d.file, d.line, d.column) == ("k.s", 3, 18)
-    assert d.source == "    addi r1, r1, 1 << 40"
-    assert d.notes == ("in expansion of macro 'm' at k.s:7",)
+    assert d.source == "    addi r1, r1, \\x"
+    assert d.notes == ("after substitution: addi r1, r1, 1 << 40", "in expansion of macro 'm' at k.s:7")
+
+
+def test_error_after_a_long_argument_points_inside_the_body_line():
+    """Found by the fuzzer: a column in the substituted text past the end of the body line."""
+    src = ".macro m x, y\n    li r1, \\x + \\y + zz\n.endm\nm 123456789, 987654321\n"
+    (d,) = errors(src, "k.s")
+    assert (d.line, d.message) == (2, "undefined symbol 'zz'")
+    assert d.source == "    li r1, \\x + \\y + zz" and d.column == d.source.index("zz") + 1
 
 
 def test_error_inside_an_include_points_at_the_included_file(tmp_path):
