@@ -21,7 +21,7 @@ from isa_spec.program import DTYPES, Buffer, Program, Symbol
 
 from .diagnostics import AsmError, Diagnostics, TooManyErrors
 from .expr import EvalError, Undefined, evaluate
-from .macros import LineSource, Macro, SourceError, real_path, resolve_file
+from .macros import LineSource, Macro, SourceError, read_source, real_path, resolve_file
 from .parser import Keyword, Mem, ParseFailure, Shape, Statement, Str, parse_line, split_code
 
 DDR_BYTES = 256 << 20
@@ -502,7 +502,7 @@ class Assembler:
     def _include(self, stmt: Statement) -> None:
         path = self._file_arg(stmt)
         try:
-            text = path.read_text()
+            text = read_source(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise _OperandError(stmt.cols[0], f".include: cannot read '{path}': {exc}") from None
         try:

@@ -11,6 +11,7 @@ from .assembler import assemble_text
 from .diagnostics import AsmError
 from .expr import EvalError, evaluate
 from .listing import format_listing
+from .macros import read_source
 from .parser import ParseFailure, parse_line
 
 
@@ -57,7 +58,7 @@ def _no_symbol(name: str) -> int:
 
 def _assemble(args) -> int:
     try:
-        source = Path(args.input).read_text()
+        source = read_source(args.input)
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageError(f"cannot read {args.input}: {getattr(exc, 'strerror', None) or exc}") from None
     defines = dict(parse_define(d) for d in args.defines)

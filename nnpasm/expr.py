@@ -3,7 +3,10 @@
 An expression node is an int (a literal or a folded constant), a NAME token
 (a symbol reference; lark Tokens are str subclasses carrying their column) or
 a tuple: (op, a, b) for a binary operator, (op, a) for a unary one and
-("?", cond, a, b) for the conditional.  Values are unbounded Python ints.
+("?", cond, a, b) for the conditional, and ("#", token) for a literal too
+long to hold.  Values are Python ints kept within [-2**64, 2**64]: every
+64-bit pattern, signed or unsigned, fits, and a runaway `.set x, x * x` in a
+`.rept` is an error instead of a billion-digit number.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ PRECEDENCE = {"||": 1, "&&": 2, "|": 3, "^": 4, "&": 5, "==": 6, "!=": 6,
               "<": 7, "<=": 7, ">": 7, ">=": 7, "<<": 8, ">>": 8,
               "+": 9, "-": 9, "*": 10, "/": 10, "%": 10}
 MAX_SHIFT = 63
+LIMIT = 1 << 64
+MAX_LITERAL_CHARS = 66   # "0b" and 64 binary digits: any longer literal exceeds LIMIT
 
 
 class EvalError(Exception):
@@ -64,6 +69,20 @@ BINARY: dict[str, Callable[[int, int], int]] = {
 UNARY: dict[str, Callable[[int], int]] = {"-": lambda a: -a, "~": lambda a: ~a, "!": lambda a: int(not a)}
 
 
+def literal(text: str) -> object:
+    """A number literal's value, or a ("#", text) node that fails when evaluated."""
+    if len(text) > MAX_LITERAL_CHARS:
+        return ("#", text)
+    value = int(text, 0) if text[:2].lower() in ("0x", "0b") else int(text)
+    return value if value <= LIMIT else ("#", text)
+
+
+def _bounded(v: int) -> int:
+    if not -LIMIT <= v <= LIMIT:
+        raise EvalError("value out of the 64-bit range [-2**64, 2**64]")
+    return v
+
+
 def evaluate(node, lookup: Callable[[str], int]) -> int:
     """Value of an expression node; `lookup` maps a NAME token to its value or raises Undefined."""
     if type(node) is int:
@@ -71,8 +90,10 @@ def evaluate(node, lookup: Callable[[str], int]) -> int:
     if type(node) is not tuple:
         return lookup(node)
     op = node[0]
+    if op == "#":
+        raise EvalError(f"number {node[1][:24]}{'...' if len(node[1]) > 24 else ''} exceeds 64 bits")
     if len(node) == 2:
-        return UNARY[op](evaluate(node[1], lookup))
+        return _bounded(UNARY[op](evaluate(node[1], lookup)))
     if op == "?":
         return evaluate(node[2] if evaluate(node[1], lookup) else node[3], lookup)
     a = evaluate(node[1], lookup)
@@ -80,7 +101,7 @@ def evaluate(node, lookup: Callable[[str], int]) -> int:
         return int(bool(a) and bool(evaluate(node[2], lookup)))
     if op == "||":
         return int(bool(a) or bool(evaluate(node[2], lookup)))
-    return BINARY[op](a, evaluate(node[2], lookup))
+    return _bounded(BINARY[op](a, evaluate(node[2], lookup)))
 
 
 def climb(items: list) -> object:

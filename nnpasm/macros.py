@@ -71,6 +71,13 @@ def directive_of(text: str) -> str | None:
     return m.group(1) if m else None
 
 
+def read_source(path: str | Path) -> str:
+    """A source file's text exactly as stored: lines end at \\n only (a \\r is blank space),
+    the same as for source handed over as a string, so line numbers agree with the file."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        return fh.read()
+
+
 def resolve_file(name: str, including_file: str, include_dirs: tuple[str, ...]) -> Path | None:
     """Find an .include/.incbin file: next to the including file, then in each -I directory."""
     base = Path(including_file).parent if not including_file.startswith("<") else Path(".")

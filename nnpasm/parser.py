@@ -8,7 +8,7 @@ from pathlib import Path
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from .expr import climb, fold
+from .expr import climb, fold, literal
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 CACHE_LIMIT = 200_000
@@ -162,7 +162,7 @@ class _Build(Transformer):
         return fold(("!", _n(c[0])))
 
     def number(self, c):
-        return int(c[0], 0) if c[0][:2].lower() in ("0x", "0b") else int(c[0])
+        return literal(c[0])
 
     def char(self, c):
         return ord(unescape(c[0][1:-1]))

@@ -58,8 +58,8 @@ class Config:
             v = getattr(self, f.name)
             lo, hi = limits.get(f.name, (0 if f.name in ("branch_penalty",) or f.name.endswith("latency") else 1, None))
             if f.name == "clock_ghz":
-                if not v > 0:
-                    raise ConfigError(f"clock.ghz must be positive, got {v}")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+                    raise ConfigError(f"clock.ghz must be a positive number, got {v!r}")
                 continue
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ConfigError(f"{_key_of(f.name)} must be an integer, got {v!r}")

@@ -212,3 +212,29 @@ def test_random_input_gives_a_program_or_diagnostics_never_a_crash(src):
         assemble(src)
     except AsmError as exc:
         assert exc.diagnostics and all(d.line >= 1 and d.column >= 1 for d in exc.diagnostics)
+
+
+@pytest.mark.parametrize("expr, words", [
+    ("9" * 5000, "exceeds 64 bits"),
+    ("0x" + "f" * 17, "exceeds 64 bits"),
+    ("(1 << 63) * 4", "value out of the 64-bit range"),
+    ("-(1 << 63) * 4", "value out of the 64-bit range"),
+])
+def test_values_beyond_64_bits_are_errors(expr, words):
+    (d,) = errors(f"li r1, {expr}\n")
+    assert words in d.message and (d.line, d.column) == (1, 8)
+
+
+def test_squaring_in_a_loop_stops_at_64_bits():
+    diags = errors(".set X, 3\n.rept 6\n.set X, X * X\n.endr\n")
+    assert diags and all("64-bit range" in d.message and d.line == 3 for d in diags)
+
+
+def test_carriage_returns_count_lines_the_same_in_files_and_strings(tmp_path):
+    """Found by the fuzzer: read_text turned lone \\r into line breaks in included files only."""
+    (tmp_path / "inner.s").write_bytes(b"\radd \r\nnop\nli r1, zz\n")
+    (tmp_path / "main.s").write_text('.include "inner.s"\n')
+    d_file = errors('.include "inner.s"\n', str(tmp_path / "main.s"))
+    d_text = errors("\radd \r\nnop\nli r1, zz\n", str(tmp_path / "inner.s"))
+    assert [(d.line, d.column, d.message) for d in d_file] == [(d.line, d.column, d.message) for d in d_text]
+    assert [d.line for d in d_text] == [1, 3]

@@ -32,7 +32,10 @@ def test_edited_file_changes_only_that_key(tmp_path):
     ({"dma": {"channels": 9}}, "dma.channels = 9 is out of range [1, 8]"),
     ({"sync": {"semaphores": 0}}, "sync.semaphores = 0 is out of range"),
     ({"memory": {"ddr": {"latency": "x"}}}, "memory.ddr.latency must be an integer"),
-    ({"clock": {"ghz": -1.0}}, "clock.ghz must be positive"),
+    ({"clock": {"ghz": -1.0}}, "clock.ghz must be a positive number"),
+    ({"clock": {"ghz": "8"}}, "clock.ghz must be a positive number, got '8'"),
+    ({"clock": {"ghz": True}}, "clock.ghz must be a positive number, got True"),
+    ({"clock": {"ghz": float("nan")}}, "clock.ghz must be a positive number"),
 ])
 def test_bad_values_are_named(data, words):
     with pytest.raises(ConfigError) as exc:
