@@ -6,7 +6,9 @@ machine; in the ELF view they are kept apart like this:
     .text      CU instruction memory, ELF address = CU byte address (from 0)
     .data*     DDR contents, ELF address = DDR_BASE (0x80000000) + DDR address
 
-so DDR data may use DDR addresses 0 .. 2**31 - 1 and code up to 2**31 bytes.
+so DDR data may use DDR addresses 0 .. 2**31 - 1 and code up to 2**31 bytes; the
+initialised part of the data (up to its last non-zero byte) is at most
+MAX_IMAGE (256 MiB) bytes, so that reading a small file never builds a huge image.
 
 File layout, in this order (every offset canonical, see `read_elf`):
 
@@ -20,8 +22,9 @@ File layout, in this order (every offset canonical, see `read_elf`):
     .bss       NOBITS WA: the zero tail up to data_base + data_size (if any)
     .symtab    SYMTAB: the null symbol, then every symbol (STB_GLOBAL, STT_NOTYPE) in
                the order the caller gives (isa_spec.program: text, data, abs by value);
-               text symbols in .text, data symbols in the data section at or
-               before their address, absolute symbols SHN_ABS (low 32 bits)
+               text symbols in .text (at instruction addresses, multiples of 8), data
+               symbols in the data section at or before their address, absolute
+               symbols SHN_ABS (low 32 bits)
     .strtab    STRTAB: symbol names
     .nnp.meta  PROGBITS, no flags: JSON metadata (see isa_spec.program)
     .shstrtab  STRTAB: section names
@@ -38,6 +41,9 @@ import numpy as np
 
 DDR_BASE = 0x80000000
 ZERO_GAP = 4096          # zero runs at least this long between data chunks are left out of the file
+# The stored DDR image (data_base up to the last non-zero byte) is read into one dense buffer, so
+# a small file must not be able to claim a huge sparse one: the assembler's .data limit (256 MiB).
+MAX_IMAGE = 1 << 28
 
 ET_EXEC, EV_CURRENT = 2, 1
 PT_LOAD, PF_X, PF_W, PF_R = 1, 1, 2, 4
@@ -108,12 +114,14 @@ def _strtab(names: list[str]) -> tuple[bytes, dict[str, int]]:
     return bytes(out), offsets
 
 
-def _check_writable(text: bytes, data_base: int, data_size: int, symbols) -> None:
+def _check_writable(text: bytes, data: bytes, data_base: int, data_size: int, symbols) -> None:
     if len(text) % 8 or len(text) > DDR_BASE:
         raise BinaryError(f"code of {len(text)} bytes is not whole words or exceeds {DDR_BASE:#x} bytes")
     if data_base < 0 or data_size < 0 or data_base + data_size > DDR_BASE:
         raise BinaryError(f"data extent [{data_base:#x}, {data_base + data_size:#x}) does not fit "
                           f"DDR addresses 0..{DDR_BASE - 1:#x}")
+    if len(data) > MAX_IMAGE:
+        raise BinaryError(f"initialised data of {len(data)} bytes exceeds the limit of {MAX_IMAGE} bytes")
     for name, value, section in symbols:
         if not name or "\0" in name:
             raise BinaryError(f"symbol name {name!r} is empty or holds a NUL")
@@ -123,12 +131,14 @@ def _check_writable(text: bytes, data_base: int, data_size: int, symbols) -> Non
         if not lo <= value <= hi:
             raise BinaryError(f"{section} symbol {name} = {value:#x} lies outside its section "
                               f"[{lo:#x}, {hi:#x}]")
+        if section == "text" and value % 8:
+            raise BinaryError(f"text symbol {name} = {value:#x} is not an instruction address (a multiple of 8)")
 
 
 def write_elf(text: bytes, data: bytes, data_base: int, data_size: int,
               symbols: list[tuple[str, int, str]], meta: bytes, machine: int, flags: int) -> bytes:
     """Serialise an NNP-1 image (see the module docstring for the layout)."""
-    _check_writable(text, data_base, data_size, symbols)
+    _check_writable(text, data, data_base, data_size, symbols)
     chunks = data_chunks(data)
     secs = [_Section("", 0), _Section(".text", SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, 0, text, align=8)]
     for k, (a, b) in enumerate(chunks):
@@ -292,6 +302,9 @@ def _read_data(blob: bytes, secs: dict[str, tuple], h: tuple) -> tuple[bytes, in
         end += s[6]
     if end > 1 << 32:
         raise BinaryError(f"data runs past the 32-bit address space (to {end:#x})")
+    if spans[-1][2] - base > MAX_IMAGE:
+        raise BinaryError(f"initialised data spans {spans[-1][2] - base} bytes, more than the limit of "
+                          f"{MAX_IMAGE} bytes")
     _check_segments(blob, h, spans, end)
     try:
         data = bytearray(spans[-1][2] - base)

@@ -7,7 +7,7 @@ place for lives in the `.nnp.meta` section as canonical JSON
     {"abs": {NAME: VALUE, ...},          exact values of the absolute symbols
      "buffers": [{"addr": A, "dtype": "int8" | "int32", "layout": SPEC,
                   "name": NAME, "shape": [D0, ...]}, ...],
-     "config": {KEY: INT | STRING, ...},
+     "config": {KEY: INT | STRING, ...},  (abs and config integers fit 64 bits)
      "format": "nnp-elf", "format_version": 1,
      "isa": {"name": ISA_NAME, "version": ISA_VERSION},
      "lines": null | {"files": [FILE, ...], "table": [[FILE_INDEX, LINE], ...]}}
@@ -142,8 +142,8 @@ def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
     for key, sym in prog.symbols.items():
         if key != sym.name or not NAME.match(sym.name) or sym.section not in SECTIONS:
             raise BinaryError(f"symbol {key!r}: bad name or section {sym.section!r}")
-        if sym.section == "abs" and not -(1 << 63) <= sym.value < (1 << 64):
-            raise BinaryError(f"absolute symbol {sym.name} = {sym.value} does not fit 64 bits")
+        if sym.section == "abs" and not _fits64(sym.value):
+            raise BinaryError(f"absolute symbol {sym.name} = {_show(sym.value)} does not fit 64 bits")
     lines = None
     if prog.lines is not None:
         if len(prog.lines) != ninstr:
@@ -152,8 +152,9 @@ def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
         index = {f: i for i, f in enumerate(files)}
         lines = {"files": files, "table": [[index[f], int(n)] for f, n in prog.lines]}
     for key, value in prog.config.items():
-        if not isinstance(key, str) or not NAME.match(key) or not (isinstance(value, str) or _is_int(value)):
-            raise BinaryError(f"config {key!r} = {value!r}: keys are identifiers, values integers or strings")
+        if not isinstance(key, str) or not NAME.match(key) or not (isinstance(value, str) or _fits64(value)):
+            raise BinaryError(f"config {key!r} = {_show(value)}: keys are identifiers, values strings or "
+                              "integers that fit 64 bits")
     meta = {
         "abs": {s.name: int(s.value) for s in prog.symbols.values() if s.section == "abs"},
         "buffers": [{"addr": int(b.addr), "dtype": b.dtype, "layout": b.layout, "name": b.name,
@@ -174,7 +175,10 @@ def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
 
 
 def _canonical(meta: dict) -> bytes:
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    try:
+        return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError as exc:   # an integer too long for decimal text (sys.get_int_max_str_digits)
+        raise BinaryError(f"metadata cannot be written: {exc}") from None
 
 
 def _fail(what: str) -> BinaryError:
@@ -183,6 +187,18 @@ def _fail(what: str) -> BinaryError:
 
 def _is_int(v) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _fits64(v) -> bool:
+    """An integer the binary can hold: signed or unsigned 64-bit."""
+    return _is_int(v) and -(1 << 63) <= v < (1 << 64)
+
+
+def _show(v) -> str:
+    """A value for a message (an integer too long to print is described by its size)."""
+    if _is_int(v) and not _fits64(v):
+        return f"<{int(v).bit_length()}-bit integer>"
+    return repr(v)[:80]
 
 
 def _load_meta(blob: bytes) -> dict:
@@ -201,12 +217,12 @@ def _load_meta(blob: bytes) -> dict:
                     f"{FORMAT!r} version {FORMAT_VERSION}")
     if meta["isa"] != {"name": isa.name, "version": isa.version}:
         raise _fail(f"built for ISA {meta['isa']!r}, this is {isa.name} version {isa.version}")
-    if not isinstance(meta["abs"], dict) or not all(_is_int(v) for v in meta["abs"].values()):
-        raise _fail("abs must map names to integers")
+    if not isinstance(meta["abs"], dict) or not all(_fits64(v) for v in meta["abs"].values()):
+        raise _fail("abs must map names to integers that fit 64 bits")
     config = meta["config"]
-    if not isinstance(config, dict) or not all(NAME.match(k) and (_is_int(v) or isinstance(v, str))
+    if not isinstance(config, dict) or not all(NAME.match(k) and (_fits64(v) or isinstance(v, str))
                                                for k, v in config.items()):
-        raise _fail("config must map identifiers to integers or strings")
+        raise _fail("config must map identifiers to strings or integers that fit 64 bits")
     if not isinstance(meta["buffers"], list):
         raise _fail("buffers must be a list")
     if _canonical(meta) != blob:
@@ -230,6 +246,9 @@ def _symbols(rows: list[tuple[str, int, str]], abs_values: dict[str, int]) -> di
     extra = set(abs_values) - {n for n, s in out.items() if s.section == "abs"}
     if extra:
         raise _fail(f"abs names {sorted(extra)} that are not absolute symbols")
+    if list(out) != [s.name for s in _symbol_order(out)]:
+        raise BinaryError("section .symtab: symbols are not in canonical order (text, data, abs; "
+                          "by value, then name)")
     return out
 
 
@@ -242,7 +261,7 @@ def _buffers(rows: list) -> dict[str, Buffer]:
         name, addr, dtype, shape, layout = (row[k] for k in ("name", "addr", "dtype", "shape", "layout"))
         if not isinstance(name, str) or not NAME.match(name) or name in out:
             raise _fail(f"buffer {n}: name {name!r} is not an identifier or is repeated")
-        if not _is_int(addr) or dtype not in DTYPES or not isinstance(layout, str):
+        if not _is_int(addr) or not isinstance(dtype, str) or dtype not in DTYPES or not isinstance(layout, str):
             raise _fail(f"buffer {name}: bad addr {addr!r}, dtype {dtype!r} or layout {layout!r}")
         if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
             raise _fail(f"buffer {name}: shape {shape!r} is not a non-empty list of non-negative integers")
@@ -279,4 +298,6 @@ def _lines(lines, ninstr: int) -> list[tuple[str, int]] | None:
                 or not 0 <= row[0] < len(files) or row[1] < 0):
             raise _fail(f"lines.table[{n}] = {row!r} is not [file index, line >= 0]")
         out.append((files[row[0]], row[1]))
+    if files != list(dict.fromkeys(f for f, _ in out)):
+        raise _fail("lines.files must list every file of the table once, in order of first use")
     return out

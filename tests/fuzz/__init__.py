@@ -1,0 +1,1 @@
+"""Fuzzing suite: hostile inputs for the assembler, binaries, simulator and command lines."""
