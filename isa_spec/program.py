@@ -13,7 +13,11 @@ place for lives in the `.nnp.meta` section as canonical JSON
      "lines": null | {"files": [FILE, ...], "table": [[FILE_INDEX, LINE], ...]}}
 
 `lines.table` has one entry per instruction.  Reading validates every part
-and raises BinaryError (never another exception) naming the problem.
+and raises BinaryError (never another exception) naming the problem.  The
+writer and the reader hold a binary to what the assembler can write, so the
+disassembler's round trip is exact: every word decodes, every pc-relative
+target lies inside .text, every buffer has a data symbol of its name at its
+address, text symbols are instruction addresses.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import numpy as np
 from .elf import BinaryError, read_elf, write_elf
 from .encoding import DecodeError, decode_program
 from .layout import LayoutError, stored_shape
-from .model import load_isa
+from .model import Isa, load_isa
 
 FORMAT, FORMAT_VERSION = "nnp-elf", 1
 DTYPES = {"int8": 1, "int32": 4}
@@ -78,11 +82,12 @@ class Program:
     def to_bytes(self) -> bytes:
         """The ELF binary; BinaryError if the program cannot be represented."""
         code = _code_array(self.code)
+        isa = load_isa()
+        _check_code(code, isa)
         data = bytes(self.data)
         size = max(int(self.data_size), len(data))
         syms = [(s.name, int(s.value), s.section) for s in _symbol_order(self.symbols)]
         meta = _dump_meta(self, len(code), size)
-        isa = load_isa()
         return write_elf(code.astype("<u8").tobytes(), data.rstrip(b"\0"), int(self.data_base), size,
                          syms, meta, isa.elf_machine, isa.version)
 
@@ -96,10 +101,7 @@ class Program:
         if img.flags != isa.version:
             raise BinaryError(f"e_flags {img.flags} is not ISA version {isa.version}")
         code = np.frombuffer(img.text, dtype="<u8").astype(np.uint64)
-        try:
-            decode_program(code, isa)
-        except DecodeError as exc:
-            raise BinaryError(f"section .text: {exc}") from None
+        _check_code(code, isa)
         meta = _load_meta(img.meta)
         symbols = _symbols(img.symbols, meta["abs"])
         prog = cls(code, img.data, img.data_base, img.data_size, symbols,
@@ -137,6 +139,26 @@ def _code_array(code) -> np.ndarray:
     return a.astype(np.uint64)
 
 
+def _check_code(code: np.ndarray, isa: Isa) -> None:
+    """Every word must decode and every branch land inside .text (what the assembler can write)."""
+    try:
+        table = decode_program(code, isa)
+    except DecodeError as exc:
+        raise BinaryError(f"section .text: {exc}") from None
+    end = 8 * len(code)
+    for n, instr in enumerate(isa.instructions):
+        for name, fld in instr.fields.items():
+            if fld.kind.cls != "pcrel":
+                continue
+            rows = np.nonzero(table[:, 0] == n)[0]
+            targets = 8 * rows + table[rows, 1 + isa.slots.index(name)]
+            bad = np.nonzero((targets < 0) | (targets >= end))[0]
+            if len(bad):
+                pc = int(rows[bad[0]])
+                raise BinaryError(f"section .text: instruction {pc} (byte {8 * pc:#x}): {instr.mnemonic} "
+                                  f"branches to {int(targets[bad[0]]):#x}, outside .text [0, {end:#x})")
+
+
 def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
     isa = load_isa()
     for key, sym in prog.symbols.items():
@@ -169,7 +191,7 @@ def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
     blob = _canonical(meta)
     _load_meta(blob)
     _lines(lines, ninstr)
-    _check_buffers(Program(np.zeros(0, np.uint64), b"", prog.data_base, data_size, {},
+    _check_buffers(Program(np.zeros(0, np.uint64), b"", prog.data_base, data_size, prog.symbols,
                            _buffers(meta["buffers"]), None, {}))
     return blob
 
@@ -270,7 +292,11 @@ def _buffers(rows: list) -> dict[str, Buffer]:
 
 
 def _check_buffers(prog: Program) -> None:
-    """Every buffer must have a valid layout and lie inside the data extent."""
+    """Every buffer must have a valid layout, lie inside the data extent and carry its label.
+
+    The label (a data symbol of the buffer's name at its address) is what `.buffer` defines, so a
+    binary without it could not be written in assembly.
+    """
     lo, hi = prog.data_base, prog.data_base + prog.data_size
     for b in prog.buffers.values():
         try:
@@ -280,6 +306,10 @@ def _check_buffers(prog: Program) -> None:
         if not lo <= b.addr <= b.addr + nbytes <= hi:
             raise _fail(f"buffer {b.name} [{b.addr:#x}, {b.addr + nbytes:#x}) lies outside the "
                         f"data section [{lo:#x}, {hi:#x})")
+        sym = prog.symbols.get(b.name)
+        if sym is None or sym.section != "data" or sym.value != b.addr:
+            raise _fail(f"buffer {b.name} at {b.addr:#x} has no data symbol '{b.name}' at that address "
+                        "(the label .buffer defines)")
 
 
 def _lines(lines, ninstr: int) -> list[tuple[str, int]] | None:

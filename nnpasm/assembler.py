@@ -76,6 +76,7 @@ class Assembler:
         self.globals: list[tuple] = []
         self.config: dict[str, int | str] = {}
         self.loc: tuple | None = None
+        self.keep_lines = True
         self.rows: list[tuple] | None = [] if listing else None
         self.ctx: tuple = ("", "<string>", 0, 0, (), 0, None)  # text, file, line, lead, notes, order, origin
         self.impure = False
@@ -83,7 +84,7 @@ class Assembler:
                           for k in self.isa.kinds.values() if k.prefix}
         self.directives = {".text": self._section, ".data": self._section, ".equ": self._equ,
                            ".set": self._equ, ".global": self._global, ".target": self._target,
-                           ".loc": self._loc, ".include": self._include, ".incbin": self._incbin,
+                           ".loc": self._loc, ".nolines": self._nolines, ".include": self._include, ".incbin": self._incbin,
                            ".macro": self._macro, ".rept": self._rept, ".endm": self._stray_end,
                            ".endr": self._stray_end, ".align": self._align, ".org": self._org,
                            ".space": self._space, ".buffer": self._buffer,
@@ -422,7 +423,7 @@ class Assembler:
             if kind != "constant" and "/" not in key:
                 symbols[key] = Symbol(key, self.values[key], section)
         return Program(np.array(self.words, dtype=np.uint64), bytes(self.data), 0, self.cursor,
-                       symbols, self.buffers, self.lines, self.config)
+                       symbols, self.buffers, self.lines if self.keep_lines else None, self.config)
 
     # -------------------------------------------------------------- directives
     def _args(self, stmt: Statement, lo: int, hi: int, usage: str) -> list:
@@ -481,6 +482,10 @@ class Assembler:
         key = self._name_arg(stmt, 0, "a key name")
         value = stmt.operands[1]
         self.config[str(key)] = value.value if type(value) is Str else self._int_arg(stmt, 1)
+
+    def _nolines(self, stmt: Statement) -> None:
+        self._args(stmt, 0, 0, "no operands")
+        self.keep_lines = False
 
     def _loc(self, stmt: Statement) -> None:
         self._args(stmt, 2, 2, '"file", line')

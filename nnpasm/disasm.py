@@ -2,7 +2,8 @@
 
 Output, in order: `.target` lines (configuration), `.equ` lines (absolute
 symbols), `.text` with a label at every text symbol and branch target and a
-`.loc` wherever the line table departs from counting source lines, then `.data` (`.org` if the data does
+`.loc` wherever the line table departs from counting source lines (`.nolines`
+if the binary has no line table), then `.data` (`.org` if the data does
 not start at 0) with `.buffer` declarations, `.byte` lines (16 bytes each),
 `.space` for zero runs, and a label at every data symbol.  Every symbol of the
 binary is declared `.global`; labels the disassembler invents for branch
@@ -121,7 +122,7 @@ def _text(prog: Program, out: list[str], data_labels: dict[int, str]) -> None:
     """Append the .text section to `out` (line numbers matter: `.loc` counts source lines)."""
     decoded = [decode(int(w)) for w in prog.code]
     names, targets_from = _text_labels(prog, decoded)
-    out.append(".text")
+    out += [".text"] if prog.lines is not None else [".text", "    .nolines"]
     loc = None   # (file, line, output line of the .loc): the assembler advances line with the source
     for pc, (instr, values) in enumerate(decoded):
         out += [f"{n}:" for n in names.get(8 * pc, [])]

@@ -16,10 +16,9 @@ ISA = load_isa()
 MNEMONICS = [i.mnemonic for i in ISA.instructions]
 
 
-def near_branch(fld, pc: int, n: int):
-    """Branch offsets from byte address pc that often land inside the program of n words, else anywhere."""
-    inside = st.integers(-pc // 8, n - pc // 8).map(lambda d: 8 * d)
-    return inside | field_values(fld)
+def near_branch(pc: int, n: int):
+    """Branch offsets from byte address pc that land inside the program of n words (as a binary requires)."""
+    return st.integers(-pc // 8, n - 1 - pc // 8).map(lambda d: 8 * d)
 
 
 @st.composite
@@ -30,7 +29,7 @@ def instruction_lists(draw, min_size=1, max_size=30, mnemonics=None):
         instr = ISA.by_mnemonic[mnemonics[pc % len(mnemonics)] if mnemonics else draw(st.sampled_from(MNEMONICS))]
         values = {}
         for name, f in instr.fields.items():
-            values[name] = draw(near_branch(f, 8 * pc, n) if f.kind.cls == "pcrel" else field_values(f))
+            values[name] = draw(near_branch(8 * pc, n) if f.kind.cls == "pcrel" else field_values(f))
         out.append((instr, values))
     return out
 
@@ -80,6 +79,8 @@ def read_listing(text):
             equs[args[0]] = int(args[1], 0)
         elif word == ".loc":
             loc = (args[0][1:-1], int(args[1]), number)
+        elif word == ".nolines":
+            lines = None
         elif word == ".byte":
             data += bytes(int(a) for a in args)
         elif word == ".space":
@@ -92,7 +93,8 @@ def read_listing(text):
         else:
             assert section == "text", line
             instrs.append((word, args))
-            lines.append(loc and (loc[0], loc[1] + number - loc[2] - 1))
+            if lines is not None:
+                lines.append(loc and (loc[0], loc[1] + number - loc[2] - 1))
     return dict(instrs=instrs, text_labels=text_labels, data_labels=data_labels, data=bytes(data), org=org,
                 buffers=buffers, lines=lines, targets=targets, equs=equs, glob=glob)
 
@@ -230,6 +232,28 @@ def test_program_with_illegal_word_is_refused():
         disassemble(prog)
 
 
+def test_program_with_branch_outside_text_is_refused():
+    jal, halt = ISA.by_mnemonic["jal"], ISA.by_mnemonic["halt"]
+    prog = program_of([(jal, {"rd": 31, "off": 16}), (halt, {})])
+    with pytest.raises(BinaryError, match=r"instruction 0 \(byte 0x0\): jal branches to 0x10, outside .text \[0, 0x10\)"):
+        prog.to_bytes()
+    good = program_of([(jal, {"rd": 31, "off": 8}), (halt, {})]).to_bytes()
+    off = good.index(encode(jal, {"rd": 31, "off": 8}).to_bytes(8, "little"))
+    bad = good[:off] + encode(jal, {"rd": 31, "off": -8}).to_bytes(8, "little") + good[off + 8:]
+    with pytest.raises(BinaryError, match="branches to -0x8, outside .text"):
+        Program.from_bytes(bad)
+
+
+def test_stripped_binary_round_trips():
+    prog = program_of([(ISA.by_mnemonic["nop"], {}), (ISA.by_mnemonic["halt"], {})])
+    text = disassemble(prog)
+    assert ".nolines" in text and ".loc" not in text
+    again = assemble(text, "s.s")
+    assert again.lines is None and again.to_bytes() == prog.to_bytes()
+    assert assemble(".nolines\nnop\nhalt\n", "k.s").lines is None
+    assert assemble("nop\nhalt\n", "k.s").lines == [("k.s", 1), ("k.s", 2)]
+
+
 def test_invented_labels_respect_local_scopes():
     beq = ISA.by_mnemonic["beq"]
     nop = ISA.by_mnemonic["nop"]
@@ -289,6 +313,8 @@ def programs(draw, every_mnemonic=False):
             file = draw(st.sampled_from(FILES))
         line = {"next": line + 1, "same": line}.get(step, draw(st.integers(0, 10_000)))
         lines.append((file, line))
+    if draw(st.integers(0, 4)) == 0:
+        lines = None                                   # a stripped binary
     config = draw(st.dictionaries(st.sampled_from(["nu_rows", "vu_count", "name", "dma_channels"]),
                                   st.integers(-2**40, 2**40) | st.text("ab \"\\;#\n", max_size=8),
                                   max_size=3))

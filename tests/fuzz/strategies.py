@@ -131,7 +131,7 @@ _SMALL_VALUES = (0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 63, 64, 128, 256, 1024, 4096, 
 _PREFERRED = {"nu_unit": [0], "vu_unit": [0], "dma_chan": [0, 1, 2, 3], "space": [0, 1, 8, 16, 24, 32]}
 
 
-def _operand_value(draw, instr: Instruction, name: str, pc: int, n_instr: int):
+def _operand_value(draw, instr: Instruction, name: str, pc: int, n_instr: int, in_text: bool):
     fld = instr.fields[name]
     k = fld.kind
     lo, hi = fld.value_range()
@@ -145,6 +145,8 @@ def _operand_value(draw, instr: Instruction, name: str, pc: int, n_instr: int):
     if k.cls == "sem":
         return draw(st.integers(0, 7) | st.integers(lo, hi))
     if k.cls == "pcrel":
+        if in_text:                      # what a binary may hold: a target inside .text
+            return draw(st.integers(0, n_instr - 1).map(lambda i: 8 * i - pc))
         # Mostly targets inside (or just past) the program; sometimes anywhere the field reaches.
         inside = st.integers(0, n_instr).map(lambda i: 8 * i - pc)
         return draw(inside | st.integers(lo // 8, hi // 8).map(lambda v: 8 * v))
@@ -152,10 +154,11 @@ def _operand_value(draw, instr: Instruction, name: str, pc: int, n_instr: int):
 
 
 @st.composite
-def instruction_word(draw, pc: int = 0, n_instr: int = 1) -> int:
-    """One encodable word: any mnemonic, every operand inside its field's range."""
+def instruction_word(draw, pc: int = 0, n_instr: int = 1, in_text: bool = False) -> int:
+    """One encodable word: any mnemonic, every operand inside its field's range (branch targets
+    inside the first n_instr words if in_text)."""
     instr = draw(st.sampled_from(ISA.instructions))
-    return encode(instr, {n: _operand_value(draw, instr, n, pc, n_instr) for n in instr.fields}, ISA)
+    return encode(instr, {n: _operand_value(draw, instr, n, pc, n_instr, in_text) for n in instr.fields}, ISA)
 
 
 _PARAM_VALUES = st.sampled_from([0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 255, 1024, -1, -4, -128, 127,
@@ -163,9 +166,10 @@ _PARAM_VALUES = st.sampled_from([0, 1, 2, 3, 4, 8, 16, 32, 64, 128, 255, 1024, -
 
 
 @st.composite
-def random_program(draw, max_len: int = 40) -> Program:
+def random_program(draw, max_len: int = 40, writable: bool = False) -> Program:
     """A random instruction stream: registers and parameters seeded with plausible values,
-    then any instructions, then (usually) a barrier and halt; random DDR data."""
+    then any instructions, then (usually) a barrier and halt; random DDR data.  Branches may leave
+    .text (the simulator must stop them) unless `writable`: a binary holds only branches inside."""
     words = []
     for r in draw(st.lists(st.integers(1, 31), max_size=8, unique=True)):
         value = draw(st.integers(0, 64).map(lambda v: 64 * v) | st.integers(-(1 << 31), (1 << 32) - 1))
@@ -173,9 +177,9 @@ def random_program(draw, max_len: int = 40) -> Program:
     for p in draw(st.lists(st.sampled_from(sorted(ISA.params.values())), max_size=12, unique=True)):
         words.append(_word("setpi", param=p, imm=draw(_PARAM_VALUES)))
     n_body = draw(st.integers(0, max_len))
-    n_total = len(words) + n_body + 2
+    n_total = len(words) + n_body + (0 if writable else 2)
     for _ in range(n_body):
-        words.append(draw(instruction_word(8 * len(words), n_total)))
+        words.append(draw(instruction_word(8 * len(words), n_total, writable)))
     if draw(st.booleans()) or not words:
         words += [_word("barrier", mask=ISA.constants["Q_ALL"]), _word("halt")]
     data = draw(st.binary(max_size=512))

@@ -78,7 +78,7 @@ def test_mutated_examples(source):
 @st.composite
 def generated_source(draw) -> str:
     """Valid source written by the disassembler from a random program, then mutated."""
-    text = disassemble(draw(random_program(max_len=20)))
+    text = disassemble(draw(random_program(max_len=20, writable=True)))
     return draw(mutated_source((text,)))
 
 

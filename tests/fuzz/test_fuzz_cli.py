@@ -273,7 +273,7 @@ def test_cycle_limit_and_deadlock_keep_their_reports(files, capsys, tmp_path):
     assert "deadlock" in err
 
 
-@given(prog=random_program(max_len=20))
+@given(prog=random_program(max_len=20, writable=True))
 @budget(40)
 def test_random_failing_runs_keep_their_reports(capsys, tmp_path_factory, prog):
     d = tmp_path_factory.mktemp("run")
