@@ -6,6 +6,8 @@ import sys
 
 import numpy as np
 
+from nnpsim.config import ConfigError, load_config
+
 from . import ops
 from .errors import CompileError
 from .kernel import build
@@ -23,7 +25,9 @@ int8 [K, O] for dense, int32 [O] biases).  Give requantisation either as
 --multiplier/--shift (an int, or a .npy with one per output channel) or as
 --scale (a float, or a .npy of floats), converted as docs/compiler.md says.
 The .s file takes large weights from .incbin files written beside it; its
-input buffer is x (add and mul: a and b), its output y.
+input buffer is x (add and mul: a and b), its output y.  It records the
+machine it was built for (--config) with .target lines; nnpsim refuses to
+run it on a machine with other unit counts, array or buffer sizes.
 """
 
 
@@ -95,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lo", type=int, default=-128)
     p.add_argument("--hi", type=int, default=127)
     p.add_argument("--relu", action="store_true", help="fuse a ReLU at zp-out (conv2d, dense)")
+    p.add_argument("--config", help="machine configuration (TOML, as `nnpsim config` prints); default: the brief's")
     p.add_argument("-o", "--output", required=True, help="assembly file to write")
     p.add_argument("--binary", help="also write the assembled binary here")
     return p
@@ -144,11 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the nnpc console script."""
     args = _parser().parse_args(argv)
     try:
-        kernel = build(*make_ops(args))
+        kernel = build(*make_ops(args), config=load_config(args.config))
         kernel.save_asm(args.output)
         if args.binary:
             kernel.save(args.binary)
-    except (CompileError, OSError) as exc:
+    except (CompileError, ConfigError, OSError) as exc:
         print(f"nnpc: error: {exc}", file=sys.stderr)
         return 1
     print(f"nnpc: wrote {args.output} ({kernel.predicted_cycles} cycles predicted; "

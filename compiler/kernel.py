@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 import nnpasm
-from nnpsim.config import Config
+from nnpsim.config import Config, shape_target
 
 from . import cost
 from .errors import CompileError
@@ -128,7 +128,7 @@ def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usag
         "on-chip bytes used: " + ", ".join(f"{k} {v}" for k, v in usage.items()),
         f"sync: {report.waits} command waits, {report.cu_waits} CU waits, "
         f"{len(report.semaphores)} semaphores", f"predicted cycles: {predicted}"]
-    asm = emit.emit(kir, header)
+    asm = emit.emit(kir, header, target=shape_target(cfg))
     files = emit.constant_files(kir)
     with tempfile.TemporaryDirectory(prefix="nnpc") as tmp:
         for name, blob in files.items():

@@ -87,6 +87,37 @@ _TOML_KEYS = {
 }
 
 
+# The keys that decide what a program may name or address (units, channels, semaphores, array and
+# buffer sizes).  The compiler records them with `.target`; timing keys are left out so that one
+# binary can be simulated under any latencies and bandwidths.
+SHAPE_KEYS = ("nu.count", "nu.rows", "nu.cols", "nu.ibuf_bytes", "nu.wbuf_bytes", "nu.abuf_bytes",
+              "vu.count", "vu.vbuf_bytes", "dma.channels", "sync.semaphores", "memory.dm.size")
+
+
+def _attr_of(key: str) -> str | None:
+    """The Config field a `.target` key names: a TOML key (`nu.count`) or a field name (`nu_count`)."""
+    known = {f"{s}.{k}": a for s, keys in _TOML_KEYS.items() for k, a in keys.items()}
+    return known.get(key) or (key if key in known.values() else None)
+
+
+def shape_target(cfg: Config) -> dict[str, int]:
+    """The `.target` entries a program built for `cfg` records (SHAPE_KEYS and their values)."""
+    return {key: getattr(cfg, _attr_of(key)) for key in SHAPE_KEYS}
+
+
+def target_mismatches(cfg: Config, target: dict[str, int | str]) -> list[str]:
+    """Each `.target` entry naming a configuration key whose value differs from `cfg`'s, described.
+
+    Other keys (notes such as a kernel name) are not configuration and are ignored.
+    """
+    out = []
+    for key, value in target.items():
+        attr = _attr_of(key)
+        if attr is not None and value != getattr(cfg, attr):
+            out.append(f"{key} = {value!r} (this machine: {_key_of(attr)} = {getattr(cfg, attr)})")
+    return out
+
+
 def _key_of(attr: str) -> str:
     for section, keys in _TOML_KEYS.items():
         for key, a in keys.items():

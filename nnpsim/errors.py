@@ -23,6 +23,7 @@ ARITH_OVERFLOW = 9       # a VU intermediate would leave int64 (err[5] = element
 DIV_BY_ZERO = 10         # vu.divr divisor <= 0 (err[2] = byte address of the divisor)
 DATA_RACE = 11           # reported by the race checker, not by jitted units
 BAD_SEMAPHORE = 12       # a semaphore number beyond the configuration
+TARGET_MISMATCH = 13     # the program's .target names another machine (raised at load)
 
 NAMES = {
     OUT_OF_BOUNDS: "out-of-bounds access",
@@ -37,6 +38,7 @@ NAMES = {
     DIV_BY_ZERO: "division by zero",
     DATA_RACE: "data race",
     BAD_SEMAPHORE: "no such semaphore",
+    TARGET_MISMATCH: "built for another machine",
 }
 
 

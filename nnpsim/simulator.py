@@ -7,7 +7,7 @@ from isa_spec import DecodeError, decode, load_isa
 from isa_spec.layout import from_stored, stored_shape, to_stored
 
 from . import errors, races
-from .config import Config
+from .config import Config, target_mismatches
 from .cu import decode_for_engine
 from .engine import (N_STATE, ST_CU_STATE, ST_CYCLE, ST_ERR_AGENT, ST_ERR_CMD, ST_ERR_PC,
                      ST_INSTR, ST_NCMD, ST_NCTR, ST_NSTALL, ST_NSYNC, ST_PC, ST_STALL_ARG,
@@ -35,7 +35,11 @@ class Simulator:
         self._table: np.ndarray | None = None
 
     def load(self, program) -> None:
-        """Decode `program`, clear every memory and place its data in DDR."""
+        """Check its `.target` against this machine, decode it, clear every memory, place its data in DDR."""
+        wrong = target_mismatches(self.config, program.config)
+        if wrong:
+            raise SimError("cannot load program: it was built (.target) for another machine: "
+                           + "; ".join(wrong), errors.TARGET_MISMATCH)
         try:
             table = decode_for_engine(program.code, VU_OPS, self.isa)
         except DecodeError as exc:

@@ -49,3 +49,30 @@ def test_pool_and_scale_and_errors(tmp_path, capsys):
     assert "needs --weight" in capsys.readouterr().err
     assert main(["relu", "--x-shape", "4", "--zp-out", "300", "-o", str(out)]) == 1
     assert "zp" in capsys.readouterr().err
+
+
+def test_kernel_records_its_machine_and_nnpsim_checks_it(tmp_path, capsys):
+    from nnpsim.cli import main as nnpsim_main
+    from nnpsim.config import config_toml
+    from tests.conftest import small_config
+
+    machine = tmp_path / "m.toml"
+    machine.write_text(config_toml(small_config(nu_count=2, vu_count=2, ddr_bytes=1 << 20)))
+    out, binary = tmp_path / "pool.s", tmp_path / "pool.bin"
+    assert main(["max_pool2d", "--x-shape", "1,40,7,6", "--kernel", "2", "--config", str(machine),
+                 "-o", str(out), "--binary", str(binary)]) == 0
+    text = out.read_text()
+    assert "        .target nu.count, 2\n" in text and "        .target vu.vbuf_bytes, 8192\n" in text
+    x = np.random.default_rng(3).integers(-128, 128, size=(1, 40, 7, 6)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    capsys.readouterr()
+    assert nnpsim_main(["run", str(binary), "--config", str(machine), "--input", f"x={tmp_path / 'x.npy'}",
+                        "--output", f"y={tmp_path / 'y.npy'}", "--check-races"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), ref.max_pool2d(x, 2, 2, 0))
+    capsys.readouterr()
+    assert nnpsim_main(["run", str(binary)]) == 1          # the brief's machine: one NU, one VU
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "built (.target) for another machine" in err[0], err
+    assert "nu.count = 2 (this machine: nu.count = 1)" in err[0] and "vu.count = 2" in err[0]
+    assert main(["relu", "--x-shape", "4", "--config", str(tmp_path / "none.toml"), "-o", str(out)]) == 1
+    assert "cannot read configuration" in capsys.readouterr().err

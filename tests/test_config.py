@@ -50,3 +50,14 @@ def test_unreadable_and_malformed_files(tmp_path):
     bad.write_text("[nu\ncount = 1\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+def test_target_mismatches_name_configuration_keys_only():
+    from nnpsim.config import SHAPE_KEYS, shape_target, target_mismatches
+    cfg = Config(nu_count=2)
+    assert target_mismatches(cfg, shape_target(cfg)) == []
+    assert set(shape_target(cfg)) == set(SHAPE_KEYS) and shape_target(cfg)["nu.count"] == 2
+    assert target_mismatches(cfg, {"name": "conv1", "note": 7, "nu.count": 2, "nu_rows": 32}) == []
+    assert target_mismatches(cfg, {"nu.count": 1, "vu_count": 3, "memory.ddr.latency": "slow"}) == [
+        "nu.count = 1 (this machine: nu.count = 2)", "vu_count = 3 (this machine: vu.count = 1)",
+        "memory.ddr.latency = 'slow' (this machine: memory.ddr.latency = 100)"]

@@ -129,3 +129,16 @@ def test_default_config_and_data_that_does_not_fit():
     prog.data_base = Config().ddr_bytes - 16
     with pytest.raises(SimError, match="does not fit DDR"):
         sim.load(prog)
+
+
+def test_load_refuses_a_program_built_for_another_machine():
+    prog = assemble(".target nu.count, 2\n.target kernel, \"conv1\"\n.target memory.dm.size, 16384\nnop\nhalt\n",
+                    "t.s")
+    with pytest.raises(SimError) as e:
+        Simulator(small_config()).load(prog)
+    assert e.value.code == errors.TARGET_MISMATCH
+    assert str(e.value) == ("cannot load program: it was built (.target) for another machine: "
+                            "nu.count = 2 (this machine: nu.count = 1)")
+    sim = Simulator(small_config(nu_count=2))
+    sim.load(prog)
+    assert sim.run().cycles > 0

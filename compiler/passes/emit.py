@@ -183,10 +183,15 @@ def _data_lines(buf: Buffer, threshold: int) -> list[str]:
     return out
 
 
-def emit(kir: KernelIR, header: list[str] | None = None, threshold: int = INCBIN_BYTES) -> str:
-    """The assembly text of an allocated, synchronised kernel (constants_files() lists its .incbin files)."""
+def emit(kir: KernelIR, header: list[str] | None = None, threshold: int = INCBIN_BYTES,
+         target: dict[str, int] | None = None) -> str:
+    """The assembly text of an allocated, synchronised kernel (constants_files() lists its .incbin files).
+
+    `target` (configuration key -> value) becomes `.target` lines: the machine the kernel was built for.
+    """
     em = Emitter()
     em.lines += [f"; {line}" for line in (header or [])]
+    em.lines += [""] + [f"        .target {key}, {value}" for key, value in (target or {}).items()]
     em.lines += ["", "        .text", "main:"]
     for stmt in kir.body:
         if isinstance(stmt, Note):
