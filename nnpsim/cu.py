@@ -16,23 +16,24 @@ from .timing import cu_cycles
 # Internal op codes.  Below OP_SYNC: pure CU instructions (registers, pc and
 # parameter file only); the engine runs them in a tight loop.  From OP_SYNC:
 # instructions that touch queues, semaphores or the run state.
+# The immediate forms (addi, slli, ...) share the register forms' op codes: their
+# rows have C_BIMM set, and the immediate stands in for rs2's value.
 (OP_NOP, OP_ADD, OP_SUB, OP_MUL, OP_AND, OP_OR, OP_XOR, OP_SLL, OP_SRL, OP_SRA, OP_SLT,
- OP_SLTU, OP_MIN, OP_MAX, OP_ADDI, OP_MULI, OP_ANDI, OP_ORI, OP_XORI, OP_SLTI, OP_SLTIU,
- OP_SLLI, OP_SRLI, OP_SRAI, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
- OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(36)
+ OP_SLTU, OP_MIN, OP_MAX, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
+ OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(26)
 OP_SYNC = 64
 OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU = range(OP_SYNC, OP_SYNC + 7)
 
 CU_OPS = {
     "nop": OP_NOP, "add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "and": OP_AND, "or": OP_OR,
     "xor": OP_XOR, "sll": OP_SLL, "srl": OP_SRL, "sra": OP_SRA, "slt": OP_SLT, "sltu": OP_SLTU,
-    "min": OP_MIN, "max": OP_MAX, "addi": OP_ADDI, "muli": OP_MULI, "andi": OP_ANDI,
-    "ori": OP_ORI, "xori": OP_XORI, "slti": OP_SLTI, "sltiu": OP_SLTIU, "slli": OP_SLLI,
-    "srli": OP_SRLI, "srai": OP_SRAI, "li": OP_LI, "la": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
+    "min": OP_MIN, "max": OP_MAX, "li": OP_LI, "la": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
     "blt": OP_BLT, "bge": OP_BGE, "bltu": OP_BLTU, "bgeu": OP_BGEU, "jal": OP_JAL,
     "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "halt": OP_HALT,
     "sem.signal": OP_SEM_SIGNAL, "sem.wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
 }
+IMMEDIATE_FORMS = {"addi": OP_ADD, "muli": OP_MUL, "andi": OP_AND, "ori": OP_OR, "xori": OP_XOR,
+                   "slti": OP_SLT, "sltiu": OP_SLTU, "slli": OP_SLL, "srli": OP_SRL, "srai": OP_SRA}
 UNIT_OPS = {"DMA": OP_DMA, "NU": OP_NU, "VU": OP_VU}
 
 # Columns of the engine's program table (int64 [n, N_COLS]).
@@ -49,7 +50,8 @@ C_F0 = 9       # DMA dspace; NU accumulate 0/1; VU internal op code
 C_F1 = 10      # DMA sspace; VU sdt
 C_F2 = 11      # VU ddt
 C_ISA = 12     # index into isa.instructions (for logs and messages)
-N_COLS = 13
+C_BIMM = 13    # 1: an immediate-form ALU op (the second operand is C_IMM, not rs2's value)
+N_COLS = 14
 
 MASK32 = 0xFFFFFFFF
 
@@ -76,6 +78,7 @@ def decode_for_engine(words: np.ndarray, vu_ops: dict[str, int], isa: Isa | None
         d = dec[rows]
         block = out[rows]
         block[:, C_OP] = _internal_op(ins.mnemonic, ins.unit)
+        block[:, C_BIMM] = ins.mnemonic in IMMEDIATE_FORMS
         for name, dst in _COLUMN_OF.items():
             if name in ins.fields:
                 block[:, dst] = d[:, col[name]]
@@ -102,6 +105,8 @@ _COLUMN_OF = {
 def _internal_op(mnemonic: str, unit: str) -> int:
     if unit in UNIT_OPS:
         return UNIT_OPS[unit]
+    if mnemonic in IMMEDIATE_FORMS:
+        return IMMEDIATE_FORMS[mnemonic]
     if mnemonic not in CU_OPS:
         raise ValueError(f"the CU has no semantics for instruction {mnemonic}")
     return CU_OPS[mnemonic]
@@ -120,8 +125,8 @@ def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
     op = prog[i, C_OP]
     rd = prog[i, C_RD]
     a = regs[prog[i, C_RS1]]
-    b = regs[prog[i, C_RS2]]
     imm = prog[i, C_IMM]
+    b = imm if prog[i, C_BIMM] else regs[prog[i, C_RS2]]
     pc = i * 8
     nxt = pc + 8
     taken = False
@@ -153,26 +158,6 @@ def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
         v = a if a < b else b
     elif op == OP_MAX:
         v = a if a > b else b
-    elif op == OP_ADDI:
-        v = a + imm
-    elif op == OP_MULI:
-        v = a * imm
-    elif op == OP_ANDI:
-        v = a & imm
-    elif op == OP_ORI:
-        v = a | imm
-    elif op == OP_XORI:
-        v = a ^ imm
-    elif op == OP_SLTI:
-        v = 1 if a < imm else 0
-    elif op == OP_SLTIU:
-        v = 1 if (a & MASK32) < (imm & MASK32) else 0
-    elif op == OP_SLLI:
-        v = a << (imm & 31)
-    elif op == OP_SRLI:
-        v = (a & MASK32) >> (imm & 31)
-    elif op == OP_SRAI:
-        v = a >> (imm & 31)
     elif op == OP_LI:
         v = imm
     else:
