@@ -188,6 +188,8 @@ def _run(args) -> int:
                 print(f"nnpsim: error: {report_error}", file=sys.stderr)
         return EXIT_SIM
     print(format_summary(stats), end="")
+    if args.check_races:
+        print(f"race check: no data race among {len(sim.last_log.cmd_op):,} commands")
     _reports(args, sim.last_log, program, config)
     for name, path in outputs:
         _write(path, "output", lambda p, n=name: _save_npy(p, sim.read(n)))

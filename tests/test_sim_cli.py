@@ -52,6 +52,7 @@ def test_run_writes_outputs_stats_and_trace(tmp_path, capsys):
     assert np.array_equal(np.load(y_path), conv_inputs(3)[2])      # exact path, no .npy appended
     doc = json.loads(stats.read_text())
     assert f"cycles       {doc['cycles']:,}" in out and "nu0" in out and "dma2" in out
+    assert out.endswith(f"race check: no data race among {doc['commands']:,} commands\n")
     assert doc["macs"] == 2 * 2 * 9 * 32 * 32
     assert json.loads(trace.read_text())["otherData"]["cycles"] == doc["cycles"]
 
