@@ -17,7 +17,7 @@ and raises BinaryError (never another exception) naming the problem.  The
 writer and the reader hold a binary to what the assembler can write, so the
 disassembler's round trip is exact: every word decodes, every pc-relative
 target lies inside .text, every buffer has a data symbol of its name at its
-address, text symbols are instruction addresses.
+address and no two buffers overlap, text symbols are instruction addresses.
 """
 from __future__ import annotations
 
@@ -292,11 +292,9 @@ def _buffers(rows: list) -> dict[str, Buffer]:
 
 
 def _check_buffers(prog: Program) -> None:
-    """Every buffer must have a valid layout, lie inside the data extent and carry its label.
-
-    The label (a data symbol of the buffer's name at its address) is what `.buffer` defines, so a
-    binary without it could not be written in assembly.
-    """
+    """Every buffer must have a valid layout, lie inside the data extent, carry its label and
+    overlap no other buffer: what `.buffer` can write (it defines the label, and a buffer's bytes
+    end before the next `.buffer`)."""
     lo, hi = prog.data_base, prog.data_base + prog.data_size
     for b in prog.buffers.values():
         try:
@@ -310,6 +308,16 @@ def _check_buffers(prog: Program) -> None:
         if sym is None or sym.section != "data" or sym.value != b.addr:
             raise _fail(f"buffer {b.name} at {b.addr:#x} has no data symbol '{b.name}' at that address "
                         "(the label .buffer defines)")
+    order = buffer_order(prog.buffers)
+    for a, b in zip(order, order[1:]):
+        if a.addr + a.nbytes > b.addr:
+            raise _fail(f"buffers {a.name} [{a.addr:#x}, {a.addr + a.nbytes:#x}) and {b.name} "
+                        f"[{b.addr:#x}, {b.addr + b.nbytes:#x}) overlap")
+
+
+def buffer_order(buffers: dict[str, Buffer]) -> list[Buffer]:
+    """Buffers in DDR order (an empty one before a sized one at the same address), as `.buffer`s are written."""
+    return sorted(buffers.values(), key=lambda b: (b.addr, b.nbytes, b.name))
 
 
 def _lines(lines, ninstr: int) -> list[tuple[str, int]] | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from isa_spec import Instruction, decode, load_isa
-from isa_spec.program import BinaryError, Program
+from isa_spec.program import BinaryError, Program, buffer_order
 
 BYTES_PER_LINE = 16
 
@@ -163,7 +163,7 @@ def _data(prog: Program) -> list[str]:
     base, end = prog.data_base, prog.data_base + prog.data_size
     labels: dict[int, list[str]] = {}
     buffers: dict[int, list[str]] = {}
-    for b in prog.buffers.values():
+    for b in buffer_order(prog.buffers):
         layout = f", {_quote(b.layout)}" if b.layout else ""
         buffers.setdefault(b.addr, []).append(f".buffer {b.name}, {b.dtype}, {_shape(b.shape)}{layout}")
     for s in prog.symbols.values():

@@ -473,3 +473,30 @@ def test_binary_without_line_table_reassembles():
     blob = Program(np.array([encode("nop", {}, isa), encode("halt", {}, isa)], dtype=np.uint64)).to_bytes()
     assert "    .nolines" in disassemble(blob).splitlines()
     assert assemble(disassemble(blob), "<disassembly>").to_bytes() == blob
+
+
+def test_overlapping_buffers_are_rejected():
+    """Regression, bug I (found by test_bit_flips in the long run: a flipped bit grew buffer A of
+    examples/matmul_db.s to (16, 328) over B): the reader accepted overlapping buffers, which
+    `.buffer` cannot write (a buffer's bytes end before the next one), so the disassembly did not
+    assemble.  The format now forbids the overlap, naming both buffers."""
+    blob = valid_binaries()["matmul_db.s"]
+    prog = Program.from_bytes(blob)
+    row = sections(blob)[".nnp.meta"][1]
+    meta = json.loads(blob[row[4]:row[4] + row[5]])
+    a = next(b for b in meta["buffers"] if b["name"] == "A")
+    a["shape"] = [16, 328]
+    with pytest.raises(BinaryError, match=r"buffers A \[0x0, 0x1480\) and B \[0x800, .*overlap"):
+        Program.from_bytes(rebuild(prog, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()))
+    prog.buffers["A"].shape = (16, 328)
+    with pytest.raises(BinaryError, match="overlap"):
+        prog.to_bytes()
+
+
+def test_empty_buffer_beside_a_sized_one_round_trips():
+    """Two buffers at one address, the empty one first (as `.buffer` must write them), whatever
+    their names: the disassembler writes them in that order."""
+    src = ".data\n.buffer zz, int8, (0, 4)\n.buffer aa, int8, (4,)\n.byte 1, 2, 3, 4\n"
+    blob = assemble(src, "b.s").to_bytes()
+    assert check(blob) is not None
+    assert assemble(disassemble(blob), "<disassembly>").to_bytes() == blob
