@@ -60,15 +60,15 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
     ld = Load()
     for c in cmds:
         if isinstance(c, NuConv):
-            ld.add("nu", nu_cycles(c, cfg))
+            ld.add(c.queue, nu_cycles(c, cfg))
         elif isinstance(c, Vu):
-            ld.add("vu", vu_cycles(c, cfg))
+            ld.add(c.queue, vu_cycles(c, cfg))
         elif isinstance(c, Dma):
             ld.add(c.queue, dma_cycles(c, cfg))
             ld.latency = max(ld.latency, dma_cycles(c, cfg) - c.nbytes // max(1, _rate(c, cfg)))
-            for space in {c.src.buf.space, c.dst.buf.space}:
-                bw, _ = timing.memory_port(cfg, SPACE_ID[space])
-                ld.add(space, c.nbytes / bw)
+            for buf in {c.src.buf.memory: c.src.buf, c.dst.buf.memory: c.dst.buf}.values():
+                bw, _ = timing.memory_port(cfg, SPACE_ID[buf.space])
+                ld.add(buf.memory, c.nbytes / bw)
     return ld
 
 
@@ -157,8 +157,8 @@ def _finish(c: Command, start: int, port_busy: dict[str, float],
         return start + nu_cycles(c, cfg)
     if isinstance(c, Vu):
         return start + vu_cycles(c, cfg)
-    spaces = {c.src.buf.space, c.dst.buf.space}
-    ports = {s: timing.memory_port(cfg, SPACE_ID[s]) for s in spaces}
+    spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
+    ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
     rate = None
     for s, (bw, _) in ports.items():

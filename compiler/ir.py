@@ -23,15 +23,22 @@ ON_CHIP = SPACES[1:]
 DTYPE_BYTES = {"i8": 1, "i32": 4}
 
 
+LOCAL = ("ibuf", "wbuf", "abuf", "vbuf")      # one of each per NU (ibuf, wbuf, abuf) or VU (vbuf)
+
+
 @dataclass(eq=False)
 class Buffer:
-    """A named region of one memory space; `addr` is fixed by alloc (DDR by emit)."""
+    """A named region of one memory space; `addr` is fixed by alloc (DDR by emit).
+
+    `unit` says whose local buffer (ibuf, wbuf, abuf: an NU's; vbuf: a VU's) holds it.
+    """
 
     name: str
     space: str
     nbytes: int
     align: int = 32
     addr: int | None = None
+    unit: int = 0
     # DDR buffers only: what the binary declares (dtype, logical shape, layout) and constant data
     dtype: str = "int8"
     shape: tuple[int, ...] = ()
@@ -43,6 +50,11 @@ class Buffer:
             raise ValueError(f"buffer {self.name}: unknown space {self.space!r}")
         if self.nbytes <= 0:
             raise ValueError(f"buffer {self.name}: size must be positive, got {self.nbytes}")
+
+    @property
+    def memory(self) -> str:
+        """The memory that holds it, as the assembler names it: ddr, dm, ibuf0, vbuf1 ..."""
+        return f"{self.space}{self.unit}" if self.space in LOCAL else self.space
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,11 +88,11 @@ class Access:
         return self.buf.space
 
     def absolute(self) -> tuple[str, int, int]:
-        """(space, first byte, end byte) once the buffer has an address."""
+        """(memory, first byte, end byte) once the buffer has an address."""
         base = self.buf.addr
         if base is None:
             raise ValueError(f"buffer {self.buf.name} has no address yet (run alloc)")
-        return self.buf.space, base + self.lo, base + self.hi
+        return self.buf.memory, base + self.lo, base + self.hi
 
 
 def box_extent(sizes, strides, elem: int) -> tuple[int, int]:
@@ -171,7 +183,7 @@ NU_PARAMS = ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
 
 @dataclass(eq=False)
 class NuConv(Command):
-    """nu.conv / nu.conv.acc on NU 0 with its parameters (names as in NU_PARAMS)."""
+    """nu.conv / nu.conv.acc on NU `unit` with its parameters (names as in NU_PARAMS)."""
 
     acc: bool
     racc: Ref
@@ -180,10 +192,11 @@ class NuConv(Command):
     params: dict[str, int]
     rows: int = 32
     cols: int = 32
+    unit: int = 0
 
     @property
     def queue(self) -> str:
-        return "nu0"
+        return f"nu{self.unit}"
 
     @property
     def macs(self) -> int:
@@ -207,7 +220,7 @@ VU_SCALARS = ("za", "zb", "ma", "mb", "shift", "zp_out", "lo", "hi")
 
 @dataclass(eq=False)
 class Vu(Command):
-    """A VU command on VU 0: mnemonic, operands with dtypes, iteration space, window, scalars."""
+    """A VU command on VU `unit`: mnemonic, operands with dtypes, iteration space, window, scalars."""
 
     mnemonic: str
     d: Ref
@@ -223,6 +236,7 @@ class Vu(Command):
     win: tuple[int, int] = (1, 1)
     win_stride: tuple[int, int] = (0, 0)
     scalars: dict[str, int] = field(default_factory=dict)
+    unit: int = 0
 
     def __post_init__(self):
         self.n = _dims4(self.n, 1)
@@ -231,7 +245,7 @@ class Vu(Command):
 
     @property
     def queue(self) -> str:
-        return "vu0"
+        return f"vu{self.unit}"
 
     def accesses(self) -> list[Access]:
         a_lo, a_hi = box_extent(self.n, self.a_stride, DTYPE_BYTES[self.a_type])

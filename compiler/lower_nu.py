@@ -17,6 +17,7 @@ from nnpsim.config import Config
 
 from .ir import Buffer, Dma, NuConv, Note, Ref, Vu
 from .passes.double_buffer import Slots, Step
+from .passes.units import Part
 from .passes.layout import ConvView, NuWeights, bias_blocks, bias_table, nu_weights, requant_table
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
@@ -129,12 +130,51 @@ def fits(needs: dict[str, int], caps: dict[str, int]) -> bool:
 
 
 class NuLowering:
-    """Builds the Steps of one conv2d / dense for a given tiling."""
+    """Builds the Steps of one conv2d / dense (or one Part of it) for a given tiling.
+
+    Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
+    """
 
     def __init__(self, p: NuPlan, t: ConvTiling, x: Buffer, y: Buffer, name: str,
-                 residual: Residual | None = None, res_buf: Buffer | None = None):
-        self.p, self.t, self.x, self.y, self.name = p, t, x, y, name
-        self.residual, self.res_buf = residual, res_buf
+                 residual: Residual | None = None, res_buf: Buffer | None = None,
+                 part: Part | None = None, shared: "NuLowering | None" = None):
+        self.p, self.t, self.x, self.y = p, t, x, y
+        self.residual, self.res_buf, self.part = residual, res_buf, part
+        self.name = name if part is None else name + part.suffix
+        self.nu, self.vu = (0, 0) if part is None else (part.nu, part.vu)
+        self.ch = 0 if part is None else part.ch    # logical DMA channels (schedule folds them)
+        cols = p.cols
+        if shared is not None:
+            self._share_constants(shared)
+        else:
+            self._make_constants(name)
+        if t.bias == "nu":
+            self.bias_in = Buffer(f"{self.name}_bias_in", "ibuf", t.th * t.tw * p.rows, unit=self.nu)
+            self.bias_w = Buffer(f"{self.name}_bias_wbuf", "wbuf", self.bias_w_ddr.nbytes, unit=self.nu)
+        self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
+        self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * 8, unit=self.vu)
+        needs = buffer_needs(p, t, residual is not None)
+        self.slots = Slots()
+        name, nu, vu = self.name, self.nu, self.vu
+        self.slots.declare(f"{name}_in", "ibuf", needs["ibuf"] // 2, unit=nu)
+        self.w_res = Buffer(f"{name}_wres", "wbuf", p.w.blocks.nbytes, unit=nu) if t.resident else None
+        if not t.resident:
+            self.slots.declare(f"{name}_wt", "wbuf", needs["wbuf"] // 2, unit=nu)
+        self.slots.declare(f"{name}_acc", "abuf", needs["abuf"] // 2, unit=nu)
+        self.slots.declare(f"{name}_vacc", "vbuf", t.obt * t.th * t.tw * cols * 4, depth=VACC_DEPTH, unit=vu)
+        if residual is not None:
+            self.slots.declare(f"{name}_res", "vbuf", t.obt * t.th * t.tw * cols, unit=vu)
+        if t.bias == "requant":
+            self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, unit=vu)
+
+    def _share_constants(self, other: "NuLowering") -> None:
+        self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
+        if self.t.bias == "nu":
+            self.bias_lanes_ddr, self.bias_w_ddr = other.bias_lanes_ddr, other.bias_w_ddr
+
+    def _make_constants(self, name: str) -> None:
+        """The DDR constants: weights in NU order, the bias and (M, S) tables (and the bias pass's)."""
+        p, t = self.p, self.t
         v, cols = p.view, p.cols
         # groups = 1: declared in its logical shape with the layout spec that blocks it, so the
         # binary records how the weights are stored; block-diagonal weights: as stored
@@ -145,28 +185,12 @@ class NuLowering:
                                shape=(p.n_ob * cols,), data=bias_table(v.bias, p.n_ob, cols))
         self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
                              data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
-        self.bias_dm = Buffer(f"{name}_bias_dm", "dm", p.n_ob * cols * 4)
-        self.ms_vbuf = Buffer(f"{name}_ms_vbuf", "vbuf", p.n_ob * cols * 8)
         if t.bias == "nu":
             lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)
             self.bias_lanes_ddr = Buffer(f"{name}_bias_rows", "ddr", p.rows, dtype="int8", shape=(p.rows,),
                                          data=lanes)
             self.bias_w_ddr = Buffer(f"{name}_bias_w", "ddr", blocks.nbytes, dtype="int8", shape=blocks.shape,
                                      data=blocks)
-            self.bias_in = Buffer(f"{name}_bias_in", "ibuf", t.th * t.tw * p.rows)
-            self.bias_w = Buffer(f"{name}_bias_wbuf", "wbuf", blocks.nbytes)
-        needs = buffer_needs(p, t, residual is not None)
-        self.slots = Slots()
-        self.slots.declare(f"{name}_in", "ibuf", needs["ibuf"] // 2)
-        self.w_res = Buffer(f"{name}_wres", "wbuf", p.w.blocks.nbytes) if t.resident else None
-        if not t.resident:
-            self.slots.declare(f"{name}_wt", "wbuf", needs["wbuf"] // 2)
-        self.slots.declare(f"{name}_acc", "abuf", needs["abuf"] // 2)
-        self.slots.declare(f"{name}_vacc", "vbuf", t.obt * t.th * t.tw * cols * 4, depth=VACC_DEPTH)
-        if residual is not None:
-            self.slots.declare(f"{name}_res", "vbuf", t.obt * t.th * t.tw * cols)
-        if t.bias == "requant":
-            self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols)
 
     def _bias_mode(self, mode: str) -> bool:
         return self.p.view.bias is not None and self.t.bias == mode
@@ -201,6 +225,9 @@ class NuLowering:
         groups = [range(ob0, min(p.n_ob, ob0 + t.obt)) for ob0 in range(0, p.n_ob, t.obt)]
         spatial = [(n, oh0, ow0) for n in range(p.view.x_shape[0]) for oh0 in range(0, p.oh, t.th)
                    for ow0 in range(0, p.ow, t.tw)]
+        if self.part is not None:
+            k, n = self.part.index, self.part.count
+            spatial, groups = (spatial[k::n], groups) if self.part.by == "spatial" else (spatial, groups[k::n])
         n_chunks = len(chunks(p, t.cbt))
         if t.resident:
             for n, oh0, ow0 in spatial:
@@ -256,21 +283,21 @@ class NuLowering:
         p, cols = self.p, self.p.cols
         step = Step()
         step.loads.append(Note(f"{self.name}: constants"))
-        n = p.n_ob * cols
+        n, ch = p.n_ob * cols, self.ch + CH_W
         if self.fills_bias:
-            step.loads.append(Dma(CH_W, Ref(self.bias_dm), Ref(self.bias_ddr), (n,), (4,), (4,), elem=4,
+            step.loads.append(Dma(ch, Ref(self.bias_dm), Ref(self.bias_ddr), (n,), (4,), (4,), elem=4,
                                   comment=f"{self.name}: bias table -> dm"))
         if self._bias_mode("nu"):
             rows, pix = p.rows, self.t.th * self.t.tw
-            step.loads.append(Dma(CH_W, Ref(self.bias_in), Ref(self.bias_lanes_ddr), (rows, pix), (1, 0), (1, rows),
-                                  comment=f"{self.name}: constant input rows of the bias pass -> ibuf"))
-            step.loads.append(Dma(CH_W, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,), (1,),
-                                  comment=f"{self.name}: bias weight blocks -> wbuf"))
+            step.loads.append(Dma(ch, Ref(self.bias_in), Ref(self.bias_lanes_ddr), (rows, pix), (1, 0),
+                                  (1, rows), comment=f"{self.name}: constant input rows of the bias pass -> ibuf"))
+            step.loads.append(Dma(ch, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,),
+                                  (1,), comment=f"{self.name}: bias weight blocks -> wbuf"))
         if not self._bias_mode("requant"):
-            step.loads.append(Dma(CH_W, Ref(self.ms_vbuf), Ref(self.ms_ddr), (2 * n,), (4,), (4,), elem=4,
+            step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (2 * n,), (4,), (4,), elem=4,
                                   comment=f"{self.name}: (M, S) table -> vbuf"))
         if self.t.resident:
-            step.loads.append(Dma(CH_W, Ref(self.w_res), Ref(self.w_ddr), (self.w_ddr.nbytes,), (1,), (1,),
+            step.loads.append(Dma(ch, Ref(self.w_res), Ref(self.w_ddr), (self.w_ddr.nbytes,), (1,), (1,),
                                   comment=f"{self.name}: every weight block, resident"))
         return step
 
@@ -279,7 +306,7 @@ class NuLowering:
         wt = self.slots.next(f"{self.name}_wt")
         blk = p.w.block_bytes
         src = Ref(self.w_ddr, (obs.start * p.w.span + first) * blk)
-        step.loads.append(Dma(CH_W, Ref(wt), src, (count * blk, len(obs)), (1, p.w.span * blk),
+        step.loads.append(Dma(self.ch + CH_W, Ref(wt), src, (count * blk, len(obs)), (1, p.w.span * blk),
                               (1, count * blk), comment=f"{self.name}: weights ob {obs.start}.. -> {wt.name}"))
 
     def _load_input(self, step: Step, n: int, oh0: int, ow0: int, th: int, tw: int, lo: int, hi: int):
@@ -302,7 +329,7 @@ class NuLowering:
             src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
             step.loads.append(Dma(
-                CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
+                self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}"))
         return inp
@@ -318,7 +345,7 @@ class NuLowering:
             first, plo, phi = _strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w)
             src = Ref(self.x, n * sn + r0 * sh + first * sx)
             step.loads.append(Dma(
-                CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
+                self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
                 (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
                 comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}"))
 
@@ -330,13 +357,13 @@ class NuLowering:
         for k, ob in enumerate(obs):
             step.compute.append(NuConv(False, Ref(acc, k * th * tw * p.cols * 4), Ref(self.bias_in),
                                        Ref(self.bias_w, ob * p.rows * p.cols), dict(params), p.rows, p.cols,
-                                       comment=f"{self.name}: bias pass ob {ob}"))
+                                       unit=self.nu, comment=f"{self.name}: bias pass ob {ob}"))
 
     def _fill_bias(self, step: Step, acc: Buffer, obs: range, pixels: int) -> None:
         # compute stage, not loads: loads run two tiles ahead of the drain that frees this slot;
         # on the drain channel, behind that drain, not behind the next input load
         cols = self.p.cols
-        step.compute.append(Dma(CH_DRAIN, Ref(acc), Ref(self.bias_dm, obs.start * cols * 4),
+        step.compute.append(Dma(self.ch + CH_DRAIN, Ref(acc), Ref(self.bias_dm, obs.start * cols * 4),
                               (cols, pixels, len(obs)), (4, 0, cols * 4), (4, cols * 4, pixels * cols * 4),
                               elem=4, comment=f"{self.name}: bias broadcast -> {acc.name}"))
 
@@ -352,13 +379,13 @@ class NuLowering:
                   else Ref(self.slots.current(f"{self.name}_wt"), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * 4)
             step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
-                                       comment=f"{self.name}: conv ob {ob}"))
+                                       unit=self.nu, comment=f"{self.name}: conv ob {ob}"))
 
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols
         pix, nob = th * tw, len(obs)
         vacc = self.slots.next(f"{self.name}_vacc")
-        step.epilogue.append(Dma(CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
+        step.epilogue.append(Dma(self.ch + CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
                                  comment=f"{self.name}: drain {acc.name} -> {vacc.name}"))
         clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
         if self._bias_mode("requant"):
@@ -370,13 +397,14 @@ class NuLowering:
                         "vu.requant", Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
                         (cols,), (4 * cols,), scalars={"za": -int(v.bias[o]), "ma": int(v.multiplier[o]),
                                                        "shift": int(v.shift[o]), **clamp},
-                        comment=f"{self.name}: add bias and requantise channel {o}"))
+                        unit=self.vu, comment=f"{self.name}: add bias and requantise channel {o}"))
         else:
             out = vacc
             step.epilogue.append(Vu(
                 "vu.requant.pc", Ref(vacc), Ref(vacc), Ref(self.ms_vbuf, obs.start * cols * 8), "i8", "i32", 8,
                 (cols, pix, nob), (1, cols, pix * cols), (4, cols * 4, pix * cols * 4), (8, 0, cols * 8),
-                scalars={"za": 0, **clamp}, comment=f"{self.name}: requantise in place in {vacc.name}"))
+                scalars={"za": 0, **clamp}, unit=self.vu,
+                comment=f"{self.name}: requantise in place in {vacc.name}"))
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
         sn, sc, sh, sw = v.y_strides
@@ -384,8 +412,9 @@ class NuLowering:
         for b0, b1, real in _block_groups(obs, o, cols):
             dst = Ref(self.y, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(CH_OUT, dst, src, (real, tw, th, b1 - b0), (1, cols, tw * cols, pix * cols),
-                                     (sc, sw, sh, cols * sc), comment=f"{self.name}: store {out.name} -> y"))
+            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
+                                     (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
+                                     comment=f"{self.name}: store {out.name} -> y"))
 
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
@@ -395,14 +424,14 @@ class NuLowering:
         for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
             src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             dst = Ref(res, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
+            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
                                      (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
                                      comment=f"{self.name}: residual -> {res.name}"))
         n_el = nob * pix * cols
         step.epilogue.append(Vu("vu.add", Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
                                 scalars={"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift,
                                          "zp_out": r.zp_out, "lo": r.lo, "hi": r.hi},
-                                comment=f"{self.name}: residual add in {vacc.name}"))
+                                unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
 
 
 def _halo(start: int, extent: int, size: int) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from .errors import CompileError
 from .ir import Buffer, Dma, Note, Ref, Vu
 from .ops import Elementwise, Pool2d
 from .passes.double_buffer import Slots, Step
+from .passes.units import Part
 from .semantics import real_counts
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
@@ -43,11 +44,17 @@ def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int,
 
 
 class ElementwiseLowering:
-    """add / mul / clip / requantize over VBUF tiles."""
+    """add / mul / clip / requantize over VBUF tiles (or a Part of them: every count-th tile).
+
+    Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
+    """
 
     def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
-                 budget: int | None = None):
-        self.op, self.ins, self.y, self.name = op, ins, y, name
+                 budget: int | None = None, part: Part | None = None,
+                 shared: "ElementwiseLowering | None" = None):
+        self.op, self.ins, self.y, self.part = op, ins, y, part
+        self.name = name if part is None else name + part.suffix
+        self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         in_bytes = 4 if op.in_dtype == "int32" else 1
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
         per_elem = 3 * in_bytes + (2 if op.binary else 0)
@@ -57,14 +64,24 @@ class ElementwiseLowering:
         fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
         self.budget = budget or max(1, min(fit, -(-n * c * r // MIN_TILES)))
         self.slots = Slots()
-        self.slots.declare(f"{name}_a", "vbuf", self.budget * in_bytes, depth=3)
+        self.slots.declare(f"{self.name}_a", "vbuf", self.budget * in_bytes, depth=3, unit=self.vu)
         if op.binary:
-            self.slots.declare(f"{name}_b", "vbuf", self.budget)
+            self.slots.declare(f"{self.name}_b", "vbuf", self.budget, unit=self.vu)
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
             t = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32)
-            self.table_ddr = Buffer(f"{name}_ms", "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t)
-            self.table_vbuf = Buffer(f"{name}_ms_vbuf", "vbuf", t.nbytes)
+            self.table_ddr = (shared.table_ddr if shared is not None else
+                              Buffer(f"{name}_ms", "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
+            self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
+
+    def tiles(self) -> list[tuple[int, int, int, int, int]]:
+        """(n, c0, c1, r0, r1) of this lowering's tiles (its part's share)."""
+        tiles = elementwise_tiles(self.op, self.budget)
+        return tiles if self.part is None else tiles[self.part.index::self.part.count]
+
+    def n_tiles(self) -> int:
+        """How many tiles the lowering has."""
+        return len(self.tiles())
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
@@ -78,27 +95,27 @@ class ElementwiseLowering:
         steps = []
         if self.per_channel:
             s = Step()
-            s.loads.append(Dma(CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (2 * c,), (4,), (4,), elem=4,
-                               comment=f"{self.name}: (M, S) table"))
+            s.loads.append(Dma(self.ch + CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (2 * c,), (4,), (4,),
+                               elem=4, comment=f"{self.name}: (M, S) table"))
             steps.append(s)
         esz = 4 if op.in_dtype == "int32" else 1
-        for ni, c0, c1, r0, r1 in elementwise_tiles(op, self.budget):
+        for ni, c0, c1, r0, r1 in self.tiles():
             s = Step()
             where = f"{self.name}: tile n {ni} c {c0}..{c1 - 1} r {r0}..{r1 - 1}"
             nc, nr = c1 - c0, r1 - r0
             base = (ni * c + c0) * r + r0
             s.loads.append(Note(where + ": loads"))
             a = self.slots.next(f"{self.name}_a")
-            s.loads.append(Dma(CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc), (esz, r * esz),
+            s.loads.append(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc), (esz, r * esz),
                                (esz, nr * esz), elem=esz, comment=f"{self.name}: {self.ins[0].name} -> {a.name}"))
             b = None
             if op.binary:
                 b = self.slots.next(f"{self.name}_b")
-                s.loads.append(Dma(CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (1, r), (1, nr),
+                s.loads.append(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (1, r), (1, nr),
                                    comment=f"{self.name}: {self.ins[1].name} -> {b.name}"))
             s.compute.append(Note(where + ": VU"))
             s.compute.append(self._vu(a, b, nc, nr, c0))
-            s.epilogue.append(Dma(CH_OUT, Ref(self.y, base), Ref(a), (nr, nc), (1, nr), (1, r),
+            s.epilogue.append(Dma(self.ch + CH_OUT, Ref(self.y, base), Ref(a), (nr, nc), (1, nr), (1, r),
                                   comment=f"{self.name}: {a.name} -> {self.y.name}"))
             steps.append(s)
         return steps
@@ -109,28 +126,34 @@ class ElementwiseLowering:
         d1 = (1, nr)
         if op.mode == "clip":
             return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
-                      scalars={"lo": op.lo, "hi": op.hi}, comment=f"{name}: clip in place")
+                      scalars={"lo": op.lo, "hi": op.hi}, unit=self.vu, comment=f"{name}: clip in place")
         if op.mode in ("add", "mul"):
             sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
             return Vu(f"vu.{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
-                      scalars=sc, comment=f"{name}: {op.mode} in place")
+                      scalars=sc, unit=self.vu, comment=f"{name}: {op.mode} in place")
         esz = 4 if op.in_dtype == "int32" else 1
         a1 = (esz, nr * esz)
         if self.per_channel:
             return Vu("vu.requant.pc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 8), "i8", DT[op.in_dtype], 8,
                       (nr, nc), d1, a1, (0, 8), scalars={"za": op.za, **lohi},
-                      comment=f"{name}: requantise per channel in place")
+                      unit=self.vu, comment=f"{name}: requantise per channel in place")
         return Vu("vu.requant", Ref(a), Ref(a), None, "i8", DT[op.in_dtype], 0, (nr, nc), d1, a1,
                   scalars={"za": op.za, "ma": op.ma, "shift": op.shift, **lohi},
-                  comment=f"{name}: requantise in place")
+                  unit=self.vu, comment=f"{name}: requantise in place")
 
 
 class PoolLowering:
-    """max / sum / avg pooling over tiles of channels x output rows."""
+    """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
+
+    Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
+    """
 
     def __init__(self, op: Pool2d, x: Buffer, y: Buffer, cfg: Config, name: str,
-                 tile: tuple[int, int] | None = None):
-        self.op, self.x, self.y, self.name = op, x, y, name
+                 tile: tuple[int, int] | None = None, part: Part | None = None,
+                 shared: "PoolLowering | None" = None):
+        self.op, self.x, self.y, self.part = op, x, y, part
+        self.name = name if part is None else name + part.suffix
+        self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         n, c, h, w = op.x_shape
         oh, ow = op.out_hw
         t, l, b, r = op.padding
@@ -143,14 +166,15 @@ class PoolLowering:
                 div = np.full((1,), op.kernel[0] * op.kernel[1], dtype=np.int32)
             else:
                 div = real_counts(h, w, op.kernel, op.stride, op.padding).astype(np.int32)
-            self.div = Buffer(f"{name}_div", "ddr", div.nbytes, dtype="int32", shape=div.shape, data=div)
-            self.div_vbuf = Buffer(f"{name}_div_vbuf", "vbuf", div.nbytes)
+            self.div = (shared.div if shared is not None else
+                        Buffer(f"{name}_div", "ddr", div.nbytes, dtype="int32", shape=div.shape, data=div))
+            self.div_vbuf = Buffer(f"{self.name}_div_vbuf", "vbuf", div.nbytes, unit=self.vu)
             table = div.nbytes
         self.cc, self.th = tile or self._choose(cfg.vbuf_bytes - table - 256)
         ih = self.in_rows(self.th)
         self.slots = Slots()
-        self.slots.declare(f"{name}_in", "vbuf", self.cc * ih * self.iw)
-        self.slots.declare(f"{name}_out", "vbuf", self.cc * self.th * ow * 4)
+        self.slots.declare(f"{self.name}_in", "vbuf", self.cc * ih * self.iw, unit=self.vu)
+        self.slots.declare(f"{self.name}_out", "vbuf", self.cc * self.th * ow * 4, unit=self.vu)
 
     def in_rows(self, th: int) -> int:
         """Input rows (halo included) that th output rows read."""
@@ -185,14 +209,23 @@ class PoolLowering:
         steps = []
         if self.div is not None:
             s = Step()
-            s.loads.append(Dma(CH_B, Ref(self.div_vbuf), Ref(self.div), (self.div.nbytes // 4,), (4,), (4,),
-                               elem=4, comment=f"{self.name}: divisors"))
+            s.loads.append(Dma(self.ch + CH_B, Ref(self.div_vbuf), Ref(self.div), (self.div.nbytes // 4,), (4,),
+                               (4,), elem=4, comment=f"{self.name}: divisors"))
             steps.append(s)
-        for ni in range(n):
-            for c0 in range(0, c, self.cc):
-                for oh0 in range(0, oh, self.th):
-                    steps.append(self._tile(ni, c0, min(c, c0 + self.cc) - c0, oh0, min(self.th, oh - oh0)))
+        for ni, c0, oh0 in self.tiles():
+            steps.append(self._tile(ni, c0, min(c, c0 + self.cc) - c0, oh0, min(self.th, oh - oh0)))
         return steps
+
+    def tiles(self) -> list[tuple[int, int, int]]:
+        """(n, first channel, first output row) of this lowering's tiles (its part's share)."""
+        n, c, _, _ = self.op.x_shape
+        tiles = [(ni, c0, oh0) for ni in range(n) for c0 in range(0, c, self.cc)
+                 for oh0 in range(0, self.op.out_hw[0], self.th)]
+        return tiles if self.part is None else tiles[self.part.index::self.part.count]
+
+    def n_tiles(self) -> int:
+        """How many tiles the lowering has."""
+        return len(self.tiles())
 
     def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
         op, iw = self.op, self.iw
@@ -210,7 +243,7 @@ class PoolLowering:
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
         fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad else 0}[op.mode]
-        s.loads.append(Dma(CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
+        s.loads.append(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
                            (1, w, h * w), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0), pad_value=fill,
                            comment=f"{self.name}: x -> {inp.name}"))
         out = self.slots.next(f"{self.name}_out")
@@ -220,21 +253,23 @@ class PoolLowering:
         a_st = (sw, sh * iw, ih * iw)
         if op.mode == "max":
             s.compute.append(Vu("vu.pool.max", Ref(out), Ref(inp), None, "i8", "i8", 0, n3, (1, ow, th * ow),
-                                a_st, **win, comment=f"{self.name}: window max"))
+                                a_st, **win, unit=self.vu, comment=f"{self.name}: window max"))
             res_bytes = 1
         else:
             s.compute.append(Vu("vu.pool.sum", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
-                                (4, 4 * ow, 4 * th * ow), a_st, **win, comment=f"{self.name}: window sum"))
+                                (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
+                                comment=f"{self.name}: window sum"))
             res_bytes = 4
             if op.mode == "avg":
                 per_pos = not op.count_include_pad
                 b_ref = Ref(self.div_vbuf, oh0 * ow * 4 if per_pos else 0)
                 b_st = (4, 4 * ow, 0) if per_pos else (0, 0, 0)
                 s.compute.append(Vu("vu.divr", Ref(out), Ref(out), b_ref, "i8", "i32", 4, n3, (1, ow, th * ow),
-                                    (4, 4 * ow, 4 * th * ow), b_st, comment=f"{self.name}: divide, round"))
+                                    (4, 4 * ow, 4 * th * ow), b_st, unit=self.vu,
+                                    comment=f"{self.name}: divide, round"))
                 res_bytes = 1
         dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * res_bytes)
-        s.epilogue.append(Dma(CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),
+        s.epilogue.append(Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),
                               (res_bytes, oh * ow * res_bytes), elem=res_bytes,
                               comment=f"{self.name}: {out.name} -> {self.y.name}"))
         return s

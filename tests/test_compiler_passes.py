@@ -50,7 +50,7 @@ def test_live_buffers_never_overlap(uses):
     used = [b for b in bufs if b in spans]
     for b in used:
         assert b.addr % b.align == 0 and b.addr + b.nbytes <= capacities(cfg)[b.space]
-        assert b.addr + b.nbytes <= usage[b.space]
+        assert b.addr + b.nbytes <= usage[b.memory]
     for i, a in enumerate(used):
         for b in used[i + 1:]:
             live = spans[a][0] <= spans[b][1] and spans[b][0] <= spans[a][1]

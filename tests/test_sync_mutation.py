@@ -233,6 +233,39 @@ def test_every_removed_wait_is_caught(case):
             kill_all(kernel, inputs, f"{case}: {overrides or 'default config'} {kir.notes[-1]}")
 
 
+# Kernels spread over several units (compiler.passes.units): only their split candidates.
+SPLIT_CASES = {
+    "conv 3x3 40->36 asym pad, bias, on 2 NUs + 2 VUs": (
+        lambda r: conv_case(r, (1, 40, 9, 9), 36, (3, 3), stride=(2, 1), padding=(1, 0, 1, 2), x_zp=3),
+        dict(SMALL_NU, nu_count=2, vu_count=2)),
+    "fused conv+relu+residual add+clip on 3 NUs + 1 VU": (fused, dict(SMALL_NU, nu_count=3)),
+    "dense 9x70 -> 100 on 2 NUs": (
+        lambda r: ([ops.dense((9, 70), rand8(r, (70, 100)), r.integers(-99, 99, 100).astype(np.int32),
+                              **requant(r, 100))], [rand8(r, (9, 70))]), dict(SMALL_NU, nu_count=2)),
+    "max_pool 3x3/2 pad 1 on 3 VUs": (lambda r: vu_case(r, lambda s: ops.max_pool2d(s, 3, 2, 1)),
+                                      dict(vu_count=3)),
+    "avg_pool no pad count on 2 VUs, one DMA": (
+        lambda r: vu_case(r, lambda s: ops.avg_pool2d(s, 3, 2, 1, False, 4)), dict(ONE_DMA, vu_count=2)),
+    "add on 2 VUs": (lambda r: vu_case(r, lambda s: ops.add(s, za=3, ma=2**30, mb=2**30, shift=31)),
+                     dict(vu_count=2)),
+    "chain conv->max_pool on 2 NUs + 2 VUs": (lambda r: chain(r, "conv-pool"),
+                                              dict(SMALL_NU, nu_count=2, vu_count=2)),
+}
+
+
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+def test_every_removed_wait_is_caught_in_split_kernels(case):
+    build_chain, overrides = SPLIT_CASES[case]
+    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    cfg = Config(**overrides).validate()
+    split = [c for c in candidates(tuple(chain_ops), cfg) if "over" in c.make()[0].notes[-1]][:4]
+    assert split, f"{case}: no candidate spreads over several units"
+    for cand in split:
+        kir, _ = cand.make()
+        kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
+        kill_all(kernel, inputs, f"{case}: {overrides} {kir.notes[-1]}")
+
+
 @st.composite
 def random_kernel(draw):
     """A kernel as the compiler tests draw them (random shapes, strides, padding, groups), on a random configuration."""

@@ -15,7 +15,7 @@ from ..ir import ON_CHIP, Buffer, Command, KernelIR
 
 
 def capacities(config: Config) -> dict[str, int]:
-    """Bytes of each on-chip memory of unit 0."""
+    """Bytes of each on-chip memory (every unit's local buffers have the same size)."""
     return {"dm": config.dm_bytes, "ibuf": config.ibuf_bytes, "wbuf": config.wbuf_bytes,
             "abuf": config.abuf_bytes, "vbuf": config.vbuf_bytes}
 
@@ -58,11 +58,12 @@ def place(buffers: list[Buffer], spans: dict[Buffer, tuple[int, int]], capacity:
 
 
 def allocate(kir: KernelIR, config: Config) -> dict[str, int]:
-    """Fix the address of every on-chip buffer of kir; returns peak bytes per memory."""
+    """Fix the address of every on-chip buffer of kir; returns peak bytes per memory (dm, ibuf0, ...)."""
     spans = lifetimes(kir)
     caps = capacities(config)
     usage = {}
     for space in ON_CHIP:
-        bufs = [b for b in kir.buffers if b.space == space and b in spans]
-        usage[space] = place(bufs, spans, caps[space], space)
+        mine = [b for b in kir.buffers if b.space == space and b in spans]
+        for memory in sorted({b.memory for b in mine}) or [space if space == "dm" else f"{space}0"]:
+            usage[memory] = place([b for b in mine if b.memory == memory], spans, caps[space], memory)
     return usage

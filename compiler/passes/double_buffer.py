@@ -31,10 +31,11 @@ class Slots:
         self.buffers: dict[str, list[Buffer]] = {}
         self.count: dict[str, int] = {}
 
-    def declare(self, role: str, space: str, nbytes: int, align: int = 32, depth: int | None = None) -> None:
-        """Create the slots of a role (`depth` of them, the default depth unless given)."""
+    def declare(self, role: str, space: str, nbytes: int, align: int = 32, depth: int | None = None,
+                unit: int = 0) -> None:
+        """Create the slots of a role (`depth` of them, the default depth unless given) on unit `unit`."""
         n = depth or self.depth
-        self.buffers[role] = [Buffer(f"{role}{k}", space, nbytes, align) for k in range(n)]
+        self.buffers[role] = [Buffer(f"{role}{k}", space, nbytes, align, unit=unit) for k in range(n)]
         self.count[role] = 0
 
     def next(self, role: str) -> Buffer:

@@ -57,7 +57,7 @@ def _addr_expr(ref: Ref) -> str:
 
 
 def _space(ref: Ref) -> str:
-    return f"{ref.buf.space}0" if ref.buf.space not in ("ddr", "dm") else ref.buf.space
+    return ref.buf.memory
 
 
 class Emitter:
@@ -119,7 +119,7 @@ class Emitter:
         for name, value in c.params.items():
             self.setp(f"nu.{name}", value)
         racc, rin, rw = self.regs_for(c.racc, c.rin, c.rw)
-        return f"{'nu.conv.acc' if c.acc else 'nu.conv':<8} nu0, r{racc}, r{rin}, r{rw}"
+        return f"{'nu.conv.acc' if c.acc else 'nu.conv':<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
 
     def _vu(self, c: Vu) -> str:
         for k in range(4):
@@ -137,16 +137,16 @@ class Emitter:
         for name, value in c.scalars.items():
             self.setp(f"vu.{name}", value)
         rd, ra, rb = self.regs_for(c.d, c.a, c.b)
-        m = c.mnemonic
+        m, vu = c.mnemonic, f"vu{c.unit}"
         if m == "vu.mov":
-            return f"{m:<8} vu0, {c.d_type}, r{rd}, {c.a_type}, r{ra}"
+            return f"{m:<8} {vu}, {c.d_type}, r{rd}, {c.a_type}, r{ra}"
         if m in ("vu.requant",):
-            return f"{m:<8} vu0, r{rd}, r{ra}, {c.a_type}"
+            return f"{m:<8} {vu}, r{rd}, r{ra}, {c.a_type}"
         if m == "vu.requant.pc":
-            return f"{m:<8} vu0, r{rd}, r{ra}, r{rb}, {c.a_type}"
+            return f"{m:<8} {vu}, r{rd}, r{ra}, r{rb}, {c.a_type}"
         if c.b is not None:
-            return f"{m:<8} vu0, r{rd}, r{ra}, r{rb}"
-        return f"{m:<8} vu0, r{rd}, r{ra}"
+            return f"{m:<8} {vu}, r{rd}, r{ra}, r{rb}"
+        return f"{m:<8} {vu}, r{rd}, r{ra}"
 
 
 def constant_bytes(buf: Buffer) -> bytes:

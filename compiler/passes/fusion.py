@@ -25,7 +25,8 @@ from ..lower_vu import ElementwiseLowering, PoolLowering
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from .double_buffer import Step, pipeline
 from .layout import conv_view
-from .tiling import conv_candidates
+from .tiling import MIN_TILES, conv_candidates, tile_count
+from .units import SplitLowering, parts, shared_capacity
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
@@ -104,17 +105,36 @@ class _Names:
 
 
 def _nu_lowerings(seg, x: Buffer, y: Buffer, names: _Names, cfg: Config, name: str):
-    """(factory of a fresh lowering, note) for every tiling candidate of an NU segment."""
+    """(factory of a fresh lowering, note) for every tiling candidate of an NU segment.
+
+    With several NUs, also every tiling of the op split over all of them, by spatial tiles
+    and (when there are enough output block groups) by output channels.
+    """
     nu_op, residual, add_op = fuse_nu_chain(seg)
     p = plan(conv_view(nu_op, cfg.nu_rows), cfg)
     res_buf = names.extra(add_op.inputs[1]) if residual is not None else None
-    for t in conv_candidates(p, cfg, residual is not None):
-        note = (f"{name} {' + '.join(o.kind for o in seg)}: tiling {t.th} rows x {t.tw} cols x {t.obt} output "
+
+    def note(t, spread: str = "") -> str:
+        return (f"{name} {' + '.join(o.kind for o in seg)}: tiling {t.th} rows x {t.tw} cols x {t.obt} output "
                 f"blocks, {t.cbt} input blocks per NU chunk, weights {'resident' if t.resident else 'streamed'}"
                 + {"fill": "", "requant": ", bias added by the requantiser",
                    "nu": ", bias by a NU pass"}[t.bias if nu_op.bias is not None else "fill"]
-                + (", residual add fused in VBUF before the store" if residual is not None else ""))
-        yield (lambda t=t: NuLowering(p, t, x, y, name, residual, res_buf)), note
+                + (", residual add fused in VBUF before the store" if residual is not None else "") + spread)
+
+    for t in conv_candidates(p, cfg, residual is not None):
+        yield (lambda t=t: NuLowering(p, t, x, y, name, residual, res_buf)), note(t)
+    k = cfg.nu_count
+    if k == 1:
+        return
+    for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual is not None, MIN_TILES * k):
+        ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
+        for by in (by for by, n in ways.items() if n >= k):      # every part gets work
+            def make(t=t, by=by):
+                first, *rest = parts(by, k, cfg)
+                low = NuLowering(p, t, x, y, name, residual, res_buf, first)
+                return SplitLowering([low] + [NuLowering(p, t, x, y, name, residual, res_buf, pt, low)
+                                              for pt in rest])
+            yield make, note(t, f", split by {by} tiles over {k} NUs")
 
 
 def estimate(make, cfg: Config) -> float:
@@ -142,11 +162,19 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
 
 
 def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
+    """The lowering of a VU op, its tiles dealt round robin over every VU, and its note."""
+    lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering
+    args = (ins[0],) if isinstance(op, Pool2d) else (ins,)
+    lows = []
+    for part in parts("tile", cfg.vu_count, cfg) if cfg.vu_count > 1 else [None]:
+        lows.append(lowering(op, *args, y, cfg, name, part=part, shared=lows[0] if lows else None))
+    low, split = lows[0], SplitLowering(lows)
+    spread = f", tiles dealt over {len(split.parts)} VUs" if len(split.parts) > 1 else ""
     if isinstance(op, Pool2d):
-        low = PoolLowering(op, ins[0], y, cfg, name)
-        return low, f"{name} {op.kind}: tiling {low.cc} channels x {low.th} output rows per tile"
-    low = ElementwiseLowering(op, ins, y, cfg, name)
-    return low, f"{name} {op.kind}: tiling up to {low.budget} elements per tile"
+        note = f"{name} {op.kind}: tiling {low.cc} channels x {low.th} output rows per tile{spread}"
+    else:
+        note = f"{name} {op.kind}: tiling up to {low.budget} elements per tile{spread}"
+    return (split if len(split.parts) > 1 else low), note
 
 
 def _intermediate(k: int, tensor, cfg: Config) -> tuple[Buffer, str]:

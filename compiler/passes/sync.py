@@ -44,8 +44,8 @@ def _region(acc) -> tuple[tuple[str, str], int, int]:
     """(memory key, lo, hi): DDR by buffer (the assembler places it), on-chip by address."""
     if acc.space == "ddr":
         return ("ddr", acc.buf.name), acc.lo, acc.hi
-    space, lo, hi = acc.absolute()
-    return (space, ""), lo, hi
+    memory, lo, hi = acc.absolute()
+    return (memory, ""), lo, hi
 
 
 class _Log:

@@ -26,7 +26,8 @@ SHALLOW = 16
 MIN_TILES = 4           # below this many spatial tiles, smaller ones are worth pricing
 
 
-def _tiles(p: NuPlan, t: ConvTiling) -> int:
+def tile_count(p: NuPlan, t: ConvTiling) -> int:
+    """Spatial tiles of a tiling."""
     return p.view.x_shape[0] * -(-p.oh // t.th) * -(-p.ow // t.tw)
 
 
@@ -51,9 +52,10 @@ def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
     return None
 
 
-def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False) -> list[ConvTiling]:
+def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
+                    min_tiles: int = MIN_TILES) -> list[ConvTiling]:
     """Tilings that fit the buffers: per (output blocks, chunk) pair the largest spatial tile
-    (and, when that leaves few tiles, the same split by rows), in every offered bias mode."""
+    (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode."""
     caps = capacities(cfg)
     out = []
     for obt in _powers_up_to(p.n_ob):
@@ -66,7 +68,7 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False) -> list[Conv
             out.append(t)
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
-            if t.th >= k and _tiles(p, t) < MIN_TILES]
+            if t.th >= k and tile_count(p, t) < min_tiles]
     if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW:
         modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
         out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
