@@ -296,7 +296,8 @@ def random_kernel(draw):
     else:
         chain_ops, inputs = chain(rng, draw(st.sampled_from(["conv-conv", "conv-pool", "conv-add-conv", "pool-relu"])))
     config = draw(st.sampled_from([{}, SMALL_NU, ONE_DMA, dict(dma_channels=2, nu_rows=8),
-                                   dict(nu_rows=16, nu_cols=8)]))
+                                   dict(nu_rows=16, nu_cols=8), dict(SMALL_NU, nu_count=2, vu_count=2),
+                                   dict(nu_count=3, vu_count=2, dma_channels=2)]))
     return f"random {kind} seed {seed}", chain_ops, inputs, config
 
 
