@@ -36,6 +36,7 @@ from .model import Isa, load_isa
 FORMAT, FORMAT_VERSION = "nnp-elf", 1
 DTYPES = {"int8": 1, "int32": 4}
 SECTIONS = ("text", "data", "abs")
+MAX_LINE = 2**32 - 1        # line numbers in the line table are 32-bit
 NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$]*\Z")  # the assembler's NAME token
 
 __all__ = ["BinaryError", "Buffer", "Symbol", "Program"]
@@ -333,8 +334,8 @@ def _lines(lines, ninstr: int) -> list[tuple[str, int]] | None:
     out = []
     for n, row in enumerate(table):
         if (not isinstance(row, list) or len(row) != 2 or not all(_is_int(v) for v in row)
-                or not 0 <= row[0] < len(files) or row[1] < 0):
-            raise _fail(f"lines.table[{n}] = {row!r} is not [file index, line >= 0]")
+                or not 0 <= row[0] < len(files) or not 0 <= row[1] <= MAX_LINE):
+            raise _fail(f"lines.table[{n}] is not [file index, line in [0, {MAX_LINE}]]")
         out.append((files[row[0]], row[1]))
     if files != list(dict.fromkeys(f for f, _ in out)):
         raise _fail("lines.files must list every file of the table once, in order of first use")

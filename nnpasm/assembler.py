@@ -17,7 +17,7 @@ import numpy as np
 
 from isa_spec import EncodeError, Instruction, encode, load_isa
 from isa_spec.layout import LayoutError, stored_shape
-from isa_spec.program import DTYPES, Buffer, Program, Symbol
+from isa_spec.program import DTYPES, MAX_LINE, Buffer, Program, Symbol
 
 from .diagnostics import AsmError, Diagnostics, TooManyErrors
 from .expr import EvalError, Undefined, evaluate
@@ -259,7 +259,7 @@ class Assembler:
                 self._error(stmt.name.column, f"more than {MAX_INSTRUCTIONS} instructions in .text")
                 self.words.append(0)
             return
-        self.lines.append(self._srcloc())
+        self._record_line(stmt.name.column)
         if stmt.word is not None:
             self.words.append(stmt.word)
             return
@@ -283,6 +283,14 @@ class Assembler:
     def _defer(self, stmt: Statement, instr: Instruction) -> None:
         self.deferred.append((len(self.words), stmt, instr, self.ctx, self.scope))
         self.words.append(0)
+
+    def _record_line(self, col: int) -> None:
+        """The line-table entry of the instruction being emitted."""
+        file, line = self._srcloc()
+        if line > MAX_LINE:
+            self._error(col, f"line number {line} (counted from .loc) is past the line table's limit {MAX_LINE}")
+            line = MAX_LINE
+        self.lines.append((file, line))
 
     def _srcloc(self) -> tuple[str, int]:
         file, line = self.ctx[1], self.ctx[2]
@@ -490,8 +498,8 @@ class Assembler:
     def _loc(self, stmt: Statement) -> None:
         self._args(stmt, 2, 2, '"file", line')
         file, line = self._string_arg(stmt, 0), self._int_arg(stmt, 1)
-        if line < 0:
-            raise _OperandError(stmt.cols[1], f".loc line {line} is negative")
+        if not 0 <= line <= MAX_LINE:
+            raise _OperandError(stmt.cols[1], f".loc line {line} is outside [0, {MAX_LINE}]")
         self.loc = (self.ctx[1], self.ctx[2] + 1, file, line)
 
     def _file_arg(self, stmt: Statement) -> Path:
@@ -577,7 +585,7 @@ class Assembler:
         if self.section == "text":
             while (8 * len(self.words)) % n:
                 self.words.append(self.nop)
-                self.lines.append(self._srcloc())
+                self._record_line(stmt.cols[0])
         else:
             self._skip((-self.cursor) % n, stmt.cols[0])
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from isa_spec import elf, encode, load_isa
 from isa_spec.elf import EHDR, PHDR, SHDR, SYM, write_elf
 from isa_spec.program import BinaryError, Program, Symbol, _symbol_order
-from nnpasm import assemble, disassemble
+from nnpasm import AsmError, assemble, disassemble
 
 from .strategies import assert_clean_exit, budget, rich_program, run_python, time_limit, valid_binaries
 
@@ -500,3 +500,29 @@ def test_empty_buffer_beside_a_sized_one_round_trips():
     blob = assemble(src, "b.s").to_bytes()
     assert check(blob) is not None
     assert assemble(disassemble(blob), "<disassembly>").to_bytes() == blob
+
+
+def test_line_numbers_past_32_bits_are_rejected():
+    """Regression, bug J (found by test_corrupted_metadata in the long run: a line-table entry set
+    to 2**64 + 1): the reader accepted line numbers the assembler's `.loc` cannot write, so the
+    disassembly did not assemble.  Line numbers are now 32-bit in the format and in `.loc`, and a
+    line counted past the limit from a `.loc` is a located error."""
+    blob = valid_binaries()["rich"]
+    prog = Program.from_bytes(blob)
+    row = sections(blob)[".nnp.meta"][1]
+    meta = json.loads(blob[row[4]:row[4] + row[5]])
+    for line in (2**32, 2**64 + 1):
+        meta["lines"]["table"][3][1] = line
+        with pytest.raises(BinaryError, match=r"lines.table\[3\] is not \[file index, line in \[0, 4294967295\]\]"):
+            Program.from_bytes(rebuild(prog, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()))
+    prog.lines[2] = ("k.s", 2**32)
+    with pytest.raises(BinaryError, match="line in"):
+        prog.to_bytes()
+    top = assemble('.loc "k.s", 4294967295\nnop\n', "t.s")
+    assert top.lines == [("k.s", 2**32 - 1)] and Program.from_bytes(top.to_bytes()).lines == top.lines
+    with pytest.raises(AsmError) as e:
+        assemble('.loc "k.s", 4294967294\nnop\nnop\nhalt\n', "t.s")
+    assert str(e.value).splitlines()[0] == ("t.s:4:1: error: line number 4294967296 (counted from .loc) is past "
+                                            "the line table's limit 4294967295")
+    with pytest.raises(AsmError, match=r"t.s:1:13: error: .loc line 18446744073709551615 is outside"):
+        assemble('.loc "k.s", 0xFFFFFFFFFFFFFFFF\nnop\n', "t.s")
