@@ -39,7 +39,8 @@ class Simulator:
         wrong = target_mismatches(self.config, program.config)
         if wrong:
             raise SimError("cannot load program: it was built (.target) for another machine: "
-                           + "; ".join(wrong), errors.TARGET_MISMATCH)
+                           + "; ".join(wrong) + "; run it on the machine it was built for, or rebuild it "
+                           "for this one", errors.TARGET_MISMATCH)
         try:
             table = decode_for_engine(program.code, VU_OPS, self.isa)
         except DecodeError as exc:

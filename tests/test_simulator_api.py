@@ -138,7 +138,8 @@ def test_load_refuses_a_program_built_for_another_machine():
         Simulator(small_config()).load(prog)
     assert e.value.code == errors.TARGET_MISMATCH
     assert str(e.value) == ("cannot load program: it was built (.target) for another machine: "
-                            "nu.count = 2 (this machine: nu.count = 1)")
+                            "nu.count = 2 (this machine: nu.count = 1); run it on the machine it was "
+                            "built for, or rebuild it for this one")
     sim = Simulator(small_config(nu_count=2))
     sim.load(prog)
     assert sim.run().cycles > 0
