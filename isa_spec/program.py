@@ -197,7 +197,7 @@ def _dump_meta(prog: Program, ninstr: int, data_size: int) -> bytes:
     return blob
 
 
-def _canonical(meta: dict) -> bytes:
+def _canonical(meta: object) -> bytes:
     try:
         return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     except ValueError as exc:   # an integer too long for decimal text (sys.get_int_max_str_digits)
@@ -235,11 +235,12 @@ def _load_meta(blob: bytes) -> dict:
         got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
         raise _fail(f"expected an object with keys {sorted(keys)}, got {got}")
     isa = load_isa()
-    if meta["format"] != FORMAT or meta["format_version"] != FORMAT_VERSION:
-        raise _fail(f"format {meta['format']!r} version {meta['format_version']!r} is not "
+    # compared as JSON text: true == 1 in Python, but a file saying true is not the canonical file
+    if _canonical([meta["format"], meta["format_version"]]) != _canonical([FORMAT, FORMAT_VERSION]):
+        raise _fail(f"format {_show(meta['format'])} version {_show(meta['format_version'])} is not "
                     f"{FORMAT!r} version {FORMAT_VERSION}")
-    if meta["isa"] != {"name": isa.name, "version": isa.version}:
-        raise _fail(f"built for ISA {meta['isa']!r}, this is {isa.name} version {isa.version}")
+    if _canonical(meta["isa"]) != _canonical({"name": isa.name, "version": isa.version}):
+        raise _fail(f"built for ISA {_show(meta['isa'])}, this is {isa.name} version {isa.version}")
     if not isinstance(meta["abs"], dict) or not all(_fits64(v) for v in meta["abs"].values()):
         raise _fail("abs must map names to integers that fit 64 bits")
     config = meta["config"]
@@ -289,6 +290,8 @@ def _buffers(rows: list) -> dict[str, Buffer]:
         if not isinstance(shape, list) or not shape or not all(_is_int(d) and d >= 0 for d in shape):
             raise _fail(f"buffer {name}: shape {shape!r} is not a non-empty list of non-negative integers")
         out[name] = Buffer(name, addr, dtype, tuple(shape), layout)
+    if list(out) != sorted(out, key=lambda n: (out[n].addr, n)):
+        raise _fail("buffers are not in canonical order (by address, then name)")
     return out
 
 

@@ -526,3 +526,33 @@ def test_line_numbers_past_32_bits_are_rejected():
                                             "the line table's limit 4294967295")
     with pytest.raises(AsmError, match=r"t.s:1:13: error: .loc line 18446744073709551615 is outside"):
         assemble('.loc "k.s", 0xFFFFFFFFFFFFFFFF\nnop\n', "t.s")
+
+
+@pytest.mark.parametrize("path", [("isa", "version"), ("format_version",)])
+def test_booleans_for_version_numbers_are_rejected(path):
+    """Regression, bug K (found by test_corrupted_metadata in the long run: isa.version replaced
+    by true): Python compares true == 1, so the reader accepted the file, and the Program wrote
+    1 back: two files read as one program.  Versions are compared as JSON text now."""
+    blob = valid_binaries()["scalar_loop.s"]
+    prog = Program.from_bytes(blob)
+    row = sections(blob)[".nnp.meta"][1]
+    meta = json.loads(blob[row[4]:row[4] + row[5]])
+    where = meta
+    for key in path[:-1]:
+        where = where[key]
+    where[path[-1]] = True
+    with pytest.raises(BinaryError, match="version"):
+        Program.from_bytes(rebuild(prog, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()))
+
+
+def test_buffers_out_of_canonical_order_are_rejected():
+    """Regression, bug L (found reviewing bug K's class: values the writer normalises): the reader
+    took the metadata's buffer list in any order, and the Program wrote it sorted (by address,
+    then name): two files read as one program."""
+    blob = valid_binaries()["matmul_db.s"]
+    prog = Program.from_bytes(blob)
+    row = sections(blob)[".nnp.meta"][1]
+    meta = json.loads(blob[row[4]:row[4] + row[5]])
+    meta["buffers"] = meta["buffers"][::-1]
+    with pytest.raises(BinaryError, match="buffers are not in canonical order"):
+        Program.from_bytes(rebuild(prog, json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()))
