@@ -101,8 +101,10 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     k-th wait on a semaphore takes the k-th signal); a full queue stalls the CU.
     A DMA spends its latency, then streams at the smaller share of its two
     ports, a port's bandwidth being split between it and the transfers placed
-    before it that are still streaming there (nnpsim.timing.port_share); and
-    the kernel takes at least as long as its busiest port needs for its bytes.
+    before it that are still streaming there (nnpsim.timing.port_share), and
+    a DDR transfer ends no sooner than DDR's one port, serving the transfers
+    placed so far back to back, could have moved its bytes; the kernel takes
+    at least as long as its busiest port needs for its bytes.
     """
     from .ir import CuWait
     from .passes.emit import Emitter
@@ -113,6 +115,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     starts: dict[str, list[int]] = {}
     port_busy: dict[str, float] = {}
     port_streams: dict[str, list[tuple[int, int]]] = {}
+    served: dict[str, float] = {}      # when DDR, serving its transfers back to back, is through
     tokens: dict[int, list[int]] = {}
     taken: dict[int, int] = {}
     end = 0
@@ -142,7 +145,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
             t = token_time(stmt.wait)
             taken[stmt.wait] = taken.get(stmt.wait, 0) + 1
             start = max(start, t if t is not None else start)
-        finish = _finish(stmt, start, port_busy, port_streams, cfg)
+        finish = _finish(stmt, start, port_busy, port_streams, served, cfg)
         mine.append(start)
         queue_free[q] = finish
         if stmt.signal is not None:
@@ -152,7 +155,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
 
 
 def _finish(c: Command, start: int, port_busy: dict[str, float],
-            port_streams: dict[str, list[tuple[int, int]]], cfg: Config) -> int:
+            port_streams: dict[str, list[tuple[int, int]]], served: dict[str, float], cfg: Config) -> int:
     if isinstance(c, NuConv):
         return start + nu_cycles(c, cfg)
     if isinstance(c, Vu):
@@ -168,6 +171,14 @@ def _finish(c: Command, start: int, port_busy: dict[str, float],
         share = timing.port_share(bw, streams)
         rate = share if rate is None else min(rate, share)
     finish = first + -(-c.nbytes // rate)
+    if "ddr" in ports:
+        # DDR's one port (both directions) never moves more than its bandwidth: transfers that
+        # start later and share it slow this one down too, which the share above (taken when it
+        # begins) does not see.  So a transfer also ends no sooner than the port, serving the
+        # transfers placed before it back to back, could have moved its bytes.
+        bw = ports["ddr"][0]
+        served["ddr"] = max(served.get("ddr", 0), first) + c.nbytes / bw
+        finish = max(finish, int(-(-served["ddr"] // 1)))
     for s in spaces:
         port_streams.setdefault(s, []).append((first, finish))
         port_streams[s] = port_streams[s][-16:]
