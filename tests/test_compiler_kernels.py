@@ -250,33 +250,40 @@ def test_chains_keep_intermediates_on_chip(seed, kind):
     np.testing.assert_array_equal(run(kernel, *inputs), want)
 
 
+def candidate_case(rng, case: str, o: int, k: tuple[int, int], h: int):
+    """(chain, inputs, want) for case "dense-bias" (9x70 -> o), "grouped" (a conv of 80 channels
+    in 2 groups, kernel k, input height h) or "conv-bias-residual" (the same ungrouped, then a
+    residual add)."""
+    if case == "dense-bias":
+        w, b = rand8(rng, (70, o)), rng.integers(-9000, 9000, size=o).astype(np.int32)
+        m, s = requant_params(rng, o, 70)
+        chain = [ops.dense((9, 70), w, b, x_zp=2, multiplier=m, shift=s)]
+        inputs = [rand8(rng, (9, 70))]
+        return chain, inputs, ref.dense(inputs[0], w, b, x_zp=2, multiplier=m, shift=s)
+    groups = 2 if case == "grouped" else 1
+    c = 80
+    w, b = rand8(rng, (o, c // groups) + k), rng.integers(-9000, 9000, size=o).astype(np.int32)
+    m, s = requant_params(rng, o, c // groups * k[0] * k[1])
+    kw = dict(stride=(1, 2), padding=(1, 1, 0, 2), groups=groups, x_zp=-4, multiplier=m, shift=s, zp_out=3)
+    conv = ops.conv2d((2, c, h, 11), w, b, **kw)
+    inputs = [rand8(rng, conv.x_shape)]
+    want = ref.conv2d(inputs[0], w, b, **kw)
+    chain = [conv]
+    if case == "conv-bias-residual":
+        chain.append(ops.add(conv.output.shape, za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1))
+        inputs.append(rand8(rng, conv.output.shape))
+        want = ref.add(want, inputs[1], za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1)
+    return chain, inputs, want
+
+
 @pytest.mark.parametrize("case", ["conv-bias-residual", "dense-bias", "grouped"])
 def test_every_tiling_candidate_is_exact(case):
     """Not only the tiling build() picks: resident / streamed weights, chunks, bias modes."""
     from compiler.kernel import candidates, finish, schedule
     from nnpsim.config import Config
-    rng = np.random.default_rng(11)
     cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
-    if case == "dense-bias":
-        w, b = rand8(rng, (70, 40)), rng.integers(-9000, 9000, size=40).astype(np.int32)
-        m, s = requant_params(rng, 40, 70)
-        chain = [ops.dense((9, 70), w, b, x_zp=2, multiplier=m, shift=s)]
-        inputs = [rand8(rng, (9, 70))]
-        want = ref.dense(inputs[0], w, b, x_zp=2, multiplier=m, shift=s)
-    else:
-        groups = 2 if case == "grouped" else 1
-        c, o = 80, 36
-        w, b = rand8(rng, (o, c // groups, 1, 3)), rng.integers(-9000, 9000, size=o).astype(np.int32)
-        m, s = requant_params(rng, o, c // groups * 3)
-        kw = dict(stride=(1, 2), padding=(1, 1, 0, 2), groups=groups, x_zp=-4, multiplier=m, shift=s, zp_out=3)
-        conv = ops.conv2d((2, c, 6, 11), w, b, **kw)
-        inputs = [rand8(rng, conv.x_shape)]
-        want = ref.conv2d(inputs[0], w, b, **kw)
-        chain = [conv]
-        if case == "conv-bias-residual":
-            chain.append(ops.add(conv.output.shape, za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1))
-            inputs.append(rand8(rng, conv.output.shape))
-            want = ref.add(want, inputs[1], za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1)
+    chain, inputs, want = candidate_case(np.random.default_rng(11), case, 40 if case == "dense-bias" else 36,
+                                         (1, 3), 6)
     kinds = set()
     for cand in candidates(tuple(chain), cfg):
         kir, _ = cand.make()

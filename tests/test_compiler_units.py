@@ -13,7 +13,7 @@ from compiler.passes.double_buffer import Step
 from compiler.passes.units import SplitLowering, parts, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, conv_case, rand8, requant_params, seeds
+from tests.test_compiler_kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds
 
 SMALL = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768, vbuf_bytes=65536, dm_bytes=65536)
 MACHINES = [dict(nu_count=2, vu_count=1), dict(nu_count=2, vu_count=2), dict(nu_count=3, vu_count=2),
@@ -75,28 +75,8 @@ def test_alloc_places_each_units_buffers_in_its_own_memory():
 @pytest.mark.parametrize("case", ["conv-bias-residual", "grouped", "dense-bias"])
 def test_every_split_candidate_is_exact(machine, case):
     """Every split the compiler offers (by spatial tiles, by output channels; each tiling) is exact."""
-    rng = np.random.default_rng(17)
     cfg = Config(**SMALL, **machine)
-    if case == "dense-bias":
-        w, b = rand8(rng, (70, 100)), rng.integers(-9000, 9000, size=100).astype(np.int32)
-        m, s = requant_params(rng, 100, 70)
-        chain = [ops.dense((9, 70), w, b, x_zp=2, multiplier=m, shift=s)]
-        inputs = [rand8(rng, (9, 70))]
-        want = ref.dense(inputs[0], w, b, x_zp=2, multiplier=m, shift=s)
-    else:
-        groups = 2 if case == "grouped" else 1
-        c, o = 80, 100
-        w, b = rand8(rng, (o, c // groups, 3, 3)), rng.integers(-9000, 9000, size=o).astype(np.int32)
-        m, s = requant_params(rng, o, c // groups * 9)
-        kw = dict(stride=(1, 2), padding=(1, 1, 0, 2), groups=groups, x_zp=-4, multiplier=m, shift=s, zp_out=3)
-        conv = ops.conv2d((2, c, 9, 11), w, b, **kw)
-        inputs = [rand8(rng, conv.x_shape)]
-        want = ref.conv2d(inputs[0], w, b, **kw)
-        chain = [conv]
-        if case == "conv-bias-residual":
-            chain.append(ops.add(conv.output.shape, za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1))
-            inputs.append(rand8(rng, conv.output.shape))
-            want = ref.add(want, inputs[1], za=3, zb=-1, ma=2**30, mb=2**29, shift=31, zp_out=1)
+    chain, inputs, want = candidate_case(np.random.default_rng(17), case, 100, (3, 3), 9)
     kinds = set()
     for cand in candidates(tuple(chain), cfg):
         kir, _ = cand.make()
