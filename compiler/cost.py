@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from nnpsim import timing
 from nnpsim.config import Config
+from nnpsim.semantics import element_bytes
 
-from .ir import Command, Dma, NuConv, Vu
+from .ir import DTYPE_BYTES, Command, Dma, NuConv, Vu
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 
@@ -23,7 +24,7 @@ def dma_cycles(cmd: Dma, cfg: Config) -> int:
     """Cycles of a DMA that shares no port."""
     sbw, slat = timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space])
     dbw, dlat = timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space])
-    return int(timing.dma_cycles_alone(cmd.nbytes, sbw, slat, dbw, dlat))
+    return int(timing.dma_cycles(cmd.nbytes, sbw, slat, dbw, dlat))
 
 
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
@@ -34,8 +35,8 @@ def nu_cycles(cmd: NuConv, cfg: Config) -> int:
 
 
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
-    """Cycles of a VU command (element width: its widest operand)."""
-    elem = max(4 if cmd.d_type == "i32" or cmd.a_type == "i32" else 1, cmd.b_bytes if cmd.b_bytes == 4 else 1)
+    """Cycles of a VU command (element width: its widest operand, by its row of nnpsim.semantics)."""
+    elem = timing.vu_elem_bytes(*element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type]))
     n_out = cmd.n[0] * cmd.n[1] * cmd.n[2] * cmd.n[3]
     return int(timing.vu_cycles(n_out, cmd.win[0] * cmd.win[1], elem, cfg.vu_bytes_per_cycle, cfg.vu_latency))
 

@@ -140,6 +140,14 @@ def _constants(isa: Isa) -> list[str]:
             + _table(["name", "value"], rows))
 
 
+def _timing(isa: Isa) -> list[str]:
+    rows = [[f"`{name}`", text] for name, text in isa.timing.items()]
+    return (["## Timing formulas", "",
+             "Each instruction's `timing` column names one of these functions of `nnpsim/timing.py`;",
+             "`docs/timing.md` states them in full.", ""]
+            + _table(["formula", "cycles"], rows))
+
+
 def _instructions(isa: Isa) -> list[str]:
     rows = [[f"`{i.mnemonic}`", f"{i.opcode:#04x}", i.unit, f"`{operand_syntax(i)}`", i.format,
              ", ".join(i.sync) or "-", f"`{i.timing}`", i.summary] for i in isa.instructions]
@@ -151,7 +159,7 @@ def render(isa: Isa | None = None) -> str:
     """The full text of docs/isa.md."""
     isa = isa or load_isa()
     parts = (_overview(isa) + _kinds(isa) + _enums(isa) + _formats(isa) + _params(isa)
-             + _constants(isa) + _instructions(isa))
+             + _constants(isa) + _timing(isa) + _instructions(isa))
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -125,6 +125,8 @@ class Isa:
     instructions: tuple[Instruction, ...]
     constants: dict[str, int]
     param_defaults: dict[str, int]
+    timing: dict[str, str]
+    """Timing formula names (functions of nnpsim/timing.py) and what each computes."""
 
     @functools.cached_property
     def by_mnemonic(self) -> dict[str, Instruction]:
@@ -227,7 +229,8 @@ def _parse_operand(text: str, fields: dict[str, Field], where: str) -> Operand:
     return Operand((text,))
 
 
-def _parse_instructions(raw: list, formats: dict, opcode_width: int) -> tuple[Instruction, ...]:
+def _parse_instructions(raw: list, formats: dict, opcode_width: int,
+                        timing: dict[str, str]) -> tuple[Instruction, ...]:
     out, opcodes, mnemonics = [], {}, set()
     for spec in raw:
         m = spec["mnemonic"]
@@ -258,6 +261,9 @@ def _parse_instructions(raw: list, formats: dict, opcode_width: int) -> tuple[In
         for key in ("timing", "summary"):
             if not spec.get(key):
                 raise IsaError(f"{where}: missing {key}")
+        if spec["timing"] not in timing:
+            raise IsaError(f"{where}: timing {spec['timing']!r} is not a formula of [timing] "
+                           f"({', '.join(timing)})")
         out.append(Instruction(m, op, spec["unit"], spec["format"], fields, operands, sync,
                                spec["timing"], spec["summary"]))
     return tuple(out)
@@ -279,14 +285,15 @@ def parse_isa(data: dict) -> Isa:
         raise IsaError("two parameters share a number")
     opcode_mask = ((1 << owidth) - 1) << olsb
     formats = _parse_formats(data["formats"], kinds, word_bits, opcode_mask)
-    instrs = _parse_instructions(data["instr"], formats, owidth)
+    timing = {str(k): str(v) for k, v in data["timing"].items()}
+    instrs = _parse_instructions(data["instr"], formats, owidth, timing)
     constants = {str(k): int(v) for k, v in data.get("constants", {}).items()}
     defaults = {str(k): int(v) for k, v in data.get("param_defaults", {}).items()}
     for name in defaults:
         if name not in params:
             raise IsaError(f"param_defaults: {name} is not a parameter")
     return Isa(meta["name"], int(meta["version"]), word_bits, olsb, owidth,
-               int(meta["elf_machine"]), kinds, formats, instrs, constants, defaults)
+               int(meta["elf_machine"]), kinds, formats, instrs, constants, defaults, timing)
 
 
 @functools.lru_cache(maxsize=None)

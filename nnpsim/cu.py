@@ -1,8 +1,9 @@
 """The control unit: internal op codes, the decoded program table and pure-instruction semantics.
 
 The engine never sees ISA opcode numbers: `decode_for_engine` maps every
-instruction, by mnemonic, to an internal op code and packs its operands into
-fixed columns, so renumbering opcodes in nnp1.toml changes nothing here.
+instruction, through its row of nnpsim.semantics, to an internal op code and
+packs its operands into fixed columns, so renumbering opcodes in nnp1.toml
+changes nothing here.
 """
 from __future__ import annotations
 
@@ -11,29 +12,27 @@ from numba import njit
 
 from isa_spec import Isa, decode_program, load_isa
 
+from .semantics import SEMANTICS, unit_op_codes
 from .timing import cu_cycles
 
 # Internal op codes.  Below OP_SYNC: pure CU instructions (registers, pc and
 # parameter file only); the engine runs them in a tight loop.  From OP_SYNC:
 # instructions that touch queues, semaphores or the run state.
-# The immediate forms (addi, slli, ...) share the register forms' op codes: their
-# rows have C_BIMM set, and the immediate stands in for rs2's value.
 (OP_NOP, OP_ADD, OP_SUB, OP_MUL, OP_AND, OP_OR, OP_XOR, OP_SLL, OP_SRL, OP_SRA, OP_SLT,
  OP_SLTU, OP_MIN, OP_MAX, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
  OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(26)
 OP_SYNC = 64
 OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU = range(OP_SYNC, OP_SYNC + 7)
 
-CU_OPS = {
+CU_OPERATIONS = {
     "nop": OP_NOP, "add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "and": OP_AND, "or": OP_OR,
     "xor": OP_XOR, "sll": OP_SLL, "srl": OP_SRL, "sra": OP_SRA, "slt": OP_SLT, "sltu": OP_SLTU,
-    "min": OP_MIN, "max": OP_MAX, "li": OP_LI, "la": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
+    "min": OP_MIN, "max": OP_MAX, "li": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
     "blt": OP_BLT, "bge": OP_BGE, "bltu": OP_BLTU, "bgeu": OP_BGEU, "jal": OP_JAL,
     "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "halt": OP_HALT,
-    "sem.signal": OP_SEM_SIGNAL, "sem.wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
+    "sem_signal": OP_SEM_SIGNAL, "sem_wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
 }
-IMMEDIATE_FORMS = {"addi": OP_ADD, "muli": OP_MUL, "andi": OP_AND, "ori": OP_OR, "xori": OP_XOR,
-                   "slti": OP_SLT, "sltiu": OP_SLTU, "slli": OP_SLL, "srli": OP_SRL, "srai": OP_SRA}
+"""The operations the CU implements, by the name a semantics row gives in its `op`."""
 UNIT_OPS = {"DMA": OP_DMA, "NU": OP_NU, "VU": OP_VU}
 
 # Columns of the engine's program table (int64 [n, N_COLS]).
@@ -46,7 +45,7 @@ C_PARAM = 5    # parameter register number (setp, setpi)
 C_UNIT = 6     # unit index or DMA channel
 C_WAIT = 7     # wait semaphore or -1
 C_SIGNAL = 8   # signal semaphore or -1
-C_F0 = 9       # DMA dspace; NU accumulate 0/1; VU internal op code
+C_F0 = 9       # DMA dspace; NU accumulate 0/1; VU op code
 C_F1 = 10      # DMA sspace; VU sdt
 C_F2 = 11      # VU ddt
 C_ISA = 12     # index into isa.instructions (for logs and messages)
@@ -62,11 +61,12 @@ def wrap32_py(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
-def decode_for_engine(words: np.ndarray, vu_ops: dict[str, int], isa: Isa | None = None) -> np.ndarray:
+def decode_for_engine(words: np.ndarray, isa: Isa | None = None) -> np.ndarray:
     """Decode program words into the engine's table (int64 [n, N_COLS])."""
     isa = isa or load_isa()
     dec = decode_program(np.asarray(words, dtype=np.uint64), isa)
     col = {name: 1 + j for j, name in enumerate(isa.slots)}
+    vu_codes = unit_op_codes("VU")
     out = np.zeros((len(dec), N_COLS), dtype=np.int64)
     out[:, C_ISA] = dec[:, 0]
     out[:, C_WAIT] = -1
@@ -75,19 +75,18 @@ def decode_for_engine(words: np.ndarray, vu_ops: dict[str, int], isa: Isa | None
         rows = dec[:, 0] == index
         if not rows.any():
             continue
+        sem = SEMANTICS[ins.mnemonic]
         d = dec[rows]
         block = out[rows]
-        block[:, C_OP] = _internal_op(ins.mnemonic, ins.unit)
-        block[:, C_BIMM] = ins.mnemonic in IMMEDIATE_FORMS
+        block[:, C_OP] = UNIT_OPS[sem.unit] if sem.unit in UNIT_OPS else CU_OPERATIONS[sem.op]
+        block[:, C_BIMM] = sem.imm
         for name, dst in _COLUMN_OF.items():
             if name in ins.fields:
                 block[:, dst] = d[:, col[name]]
-        if ins.unit == "NU":
-            block[:, C_F0] = 1 if ins.mnemonic.endswith(".acc") else 0
-        if ins.unit == "VU":
-            if ins.mnemonic not in vu_ops:
-                raise ValueError(f"the VU has no kernel for {ins.mnemonic}")
-            block[:, C_F0] = vu_ops[ins.mnemonic]
+        if sem.unit == "NU":
+            block[:, C_F0] = sem.op == "conv_acc"
+        if sem.unit == "VU":
+            block[:, C_F0] = vu_codes[sem.op]
         if "imm" in ins.fields and ins.fields["imm"].kind.cls in ("imm32", "addr"):
             block[:, C_IMM] = [wrap32_py(int(v)) for v in block[:, C_IMM]]
         out[rows] = block
@@ -100,16 +99,6 @@ _COLUMN_OF = {
     "signal": C_SIGNAL, "rs": C_RS1, "dspace": C_F0, "sspace": C_F1, "racc": C_RD,
     "rin": C_RS1, "rw": C_RS2, "ra": C_RS1, "rb": C_RS2, "sdt": C_F1, "ddt": C_F2,
 }
-
-
-def _internal_op(mnemonic: str, unit: str) -> int:
-    if unit in UNIT_OPS:
-        return UNIT_OPS[unit]
-    if mnemonic in IMMEDIATE_FORMS:
-        return IMMEDIATE_FORMS[mnemonic]
-    if mnemonic not in CU_OPS:
-        raise ValueError(f"the CU has no semantics for instruction {mnemonic}")
-    return CU_OPS[mnemonic]
 
 
 @njit(cache=True)

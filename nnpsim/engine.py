@@ -35,7 +35,8 @@ from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DEPTH, K_DMA, K_DMA_BASE, 
                     K_NU, K_NU_BASE, K_NU_LAT, K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_CB,
                     K_P_OUT_H, K_P_OUT_W, K_PENALTY, K_ROWS, K_SEMS, K_VU, K_VU_BASE, K_VU_BPC,
                     K_VU_LAT, S_BASE, S_BW, S_LAT, S_SIZE, SPACE_DDR)
-from .timing import PORT_SPACES, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles, write_port
+from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles,
+                     write_port)
 from .units.dma import dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
@@ -407,7 +408,7 @@ def _cu_phase(t: int, t_units: int, prog: np.ndarray, regs: np.ndarray, params: 
         st[ST_CU_STATE] = CU_RUNNING
     st[ST_INSTR] += 1
     st[ST_PC] = pc + 8
-    st[ST_CU_TIME] = t + 1
+    st[ST_CU_TIME] = t + cu_sync_cycles()
     return 0
 
 

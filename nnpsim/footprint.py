@@ -10,7 +10,8 @@ The rules follow docs/architecture.md: a DMA reads the inner (unpadded) box of
 its source and writes the whole destination box, padding included; an NU
 reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
 reads it for nu.conv.acc); a VU reads a (every pooling window) and b (when the
-op has one) and writes d.
+op has one) and writes d.  Which rule an instruction follows, and its VU
+operands' widths, come from its row of nnpsim.semantics.
 """
 from __future__ import annotations
 
@@ -22,78 +23,43 @@ from numba import njit
 from isa_spec import load_isa
 
 from .config import Config
+from .isa_layout import ABUF, IBUF, VBUF, WBUF, offset, space_name  # noqa: F401  (space_name: re-exported)
+from .state import space_sizes  # noqa: F401  (re-exported for the race checker)
+from .semantics import FOOTPRINTS, SEMANTICS
+from .units.vu import N_CODES, operand_bytes
 
-N_SPACES = 64
-DDR, DM, IBUF, WBUF, ABUF, VBUF = 0, 1, 8, 16, 24, 32
 MAX_PATTERNS = 4
 DIMS = 6
 SPACE, WRITE, BASE, WIDTH, N, S = 0, 1, 2, 3, 4, 4 + DIMS
 PATTERN_COLS = 4 + 2 * DIMS
 
-# Command classes (by mnemonic) the pattern builder distinguishes.
-OTHER, DMA_COPY, NU_CONV, NU_CONV_ACC = 0, 1, 2, 3
-VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = range(10, 19)
-OP_CLASS = {"dma": DMA_COPY, "nu.conv": NU_CONV, "nu.conv.acc": NU_CONV_ACC,
-            "vu.requant": VU_REQUANT, "vu.requant.pc": VU_REQUANT_PC, "vu.add": VU_ADD,
-            "vu.mul": VU_MUL, "vu.clip": VU_CLIP, "vu.pool.max": VU_POOL_MAX,
-            "vu.pool.sum": VU_POOL_SUM, "vu.divr": VU_DIVR, "vu.mov": VU_MOV}
+# Footprint rules, numbered in the order of semantics.FOOTPRINTS.
+RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW = range(len(FOOTPRINTS))
+assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
 _AGENT_KINDS = {"cu": CU, "nu": NU_AGENT, "vu": VU_AGENT, "dma": DMA_AGENT}
 _AGENT_NAME = re.compile(r"(cu|nu|vu|dma)(\d*)\Z")
 
-# Parameter positions inside a command's 32-entry group snapshot.
-_P = load_isa().params
-DMA_SIZE0 = _P["dma.size0"]
-DMA_SRC_STRIDE0 = _P["dma.src_stride0"]
-DMA_DST_STRIDE0 = _P["dma.dst_stride0"]
-DMA_PAD_LO0 = _P["dma.pad_lo0"]
-DMA_PAD_HI0 = _P["dma.pad_hi0"]
-DMA_ELEM = _P["dma.elem"]
-NU_BASE = _P["nu.in_h"]
-NU_IN_H, NU_IN_W, NU_IN_CB = _P["nu.in_h"] - NU_BASE, _P["nu.in_w"] - NU_BASE, _P["nu.in_cb"] - NU_BASE
-NU_OUT_H, NU_OUT_W, NU_OUT_CB = _P["nu.out_h"] - NU_BASE, _P["nu.out_w"] - NU_BASE, _P["nu.out_cb"] - NU_BASE
-NU_K_H, NU_K_W = _P["nu.k_h"] - NU_BASE, _P["nu.k_w"] - NU_BASE
-NU_STRIDE_H, NU_STRIDE_W = _P["nu.stride_h"] - NU_BASE, _P["nu.stride_w"] - NU_BASE
-NU_DIL_H, NU_DIL_W = _P["nu.dil_h"] - NU_BASE, _P["nu.dil_w"] - NU_BASE
-VU_BASE = _P["vu.n0"]
-GROUP_BASE = {"DMA": _P["dma.size0"], "NU": NU_BASE, "VU": VU_BASE}
-"""Parameter number of entry 0 of each unit's 32-entry parameter snapshot (RunLog.cmd_params)."""
-VU_N0 = _P["vu.n0"] - VU_BASE
-VU_D_STRIDE0 = _P["vu.d_stride0"] - VU_BASE
-VU_A_STRIDE0 = _P["vu.a_stride0"] - VU_BASE
-VU_B_STRIDE0 = _P["vu.b_stride0"] - VU_BASE
-VU_WIN_H, VU_WIN_W = _P["vu.win_h"] - VU_BASE, _P["vu.win_w"] - VU_BASE
-VU_WIN_STRIDE_H, VU_WIN_STRIDE_W = _P["vu.win_stride_h"] - VU_BASE, _P["vu.win_stride_w"] - VU_BASE
+# Parameter positions inside a command's 32-entry group snapshot (from nnp1.toml).
+DMA_SIZE0, DMA_SRC_STRIDE0, DMA_DST_STRIDE0 = offset("dma.size0"), offset("dma.src_stride0"), offset("dma.dst_stride0")
+DMA_PAD_LO0, DMA_PAD_HI0, DMA_ELEM = offset("dma.pad_lo0"), offset("dma.pad_hi0"), offset("dma.elem")
+NU_IN_H, NU_IN_W, NU_IN_CB = offset("nu.in_h"), offset("nu.in_w"), offset("nu.in_cb")
+NU_OUT_H, NU_OUT_W, NU_OUT_CB = offset("nu.out_h"), offset("nu.out_w"), offset("nu.out_cb")
+NU_K_H, NU_K_W = offset("nu.k_h"), offset("nu.k_w")
+NU_STRIDE_H, NU_STRIDE_W = offset("nu.stride_h"), offset("nu.stride_w")
+NU_DIL_H, NU_DIL_W = offset("nu.dil_h"), offset("nu.dil_w")
+VU_N0 = offset("vu.n0")
+VU_D_STRIDE0, VU_A_STRIDE0, VU_B_STRIDE0 = offset("vu.d_stride0"), offset("vu.a_stride0"), offset("vu.b_stride0")
+VU_WIN_H, VU_WIN_W = offset("vu.win_h"), offset("vu.win_w")
+VU_WIN_STRIDE_H, VU_WIN_STRIDE_W = offset("vu.win_stride_h"), offset("vu.win_stride_w")
 
 
-def op_classes() -> np.ndarray:
-    """Command class of every instruction, indexed like load_isa().instructions."""
-    return np.array([OP_CLASS.get(i.mnemonic, OTHER) for i in load_isa().instructions], np.int64)
-
-
-def space_sizes(config: Config) -> np.ndarray:
-    """Size in bytes of every memory space id (0 for ids the configuration lacks)."""
-    size = np.zeros(N_SPACES, np.int64)
-    size[DDR], size[DM] = config.ddr_bytes, config.dm_bytes
-    for k in range(config.nu_count):
-        size[IBUF + k], size[WBUF + k], size[ABUF + k] = config.ibuf_bytes, config.wbuf_bytes, config.abuf_bytes
-    for k in range(config.vu_count):
-        size[VBUF + k] = config.vbuf_bytes
-    return size
-
-
-def space_name(space: int) -> str:
-    """Assembly name of memory space `space` (ibuf0, not ibuf)."""
-    if space == DDR:
-        return "ddr"
-    if space == DM:
-        return "dm"
-    for base, name in ((IBUF, "ibuf"), (WBUF, "wbuf"), (ABUF, "abuf"), (VBUF, "vbuf")):
-        if base <= space < base + 8:
-            return f"{name}{space - base}"
-    return f"space{space}"
+def footprint_rules() -> np.ndarray:
+    """Footprint rule (RULE_*) of every instruction, indexed like load_isa().instructions."""
+    return np.array([FOOTPRINTS.index(SEMANTICS[i.mnemonic].footprint) for i in load_isa().instructions],
+                    np.int64)
 
 
 def agent_units(agents: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -180,25 +146,13 @@ def _vu_operand(pat: np.ndarray, space: int, write: int, base: int, width: int,
 
 
 @njit(cache=True)
-def _vu(pats: np.ndarray, cls: int, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+def _vu(pats: np.ndarray, window: bool, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+    op, sdt, ddt = fields[0], fields[1], fields[2]
+    d_width, a_width, b_width = operand_bytes(op, sdt, ddt)
     space = VBUF + unit
-    sdt, ddt = 1 << fields[1], 1 << fields[2]
-    d_width, a_width, b_width = 1, 1, 0
-    if cls == VU_REQUANT:
-        a_width = sdt
-    elif cls == VU_REQUANT_PC:
-        a_width, b_width = sdt, 8
-    elif cls == VU_ADD or cls == VU_MUL:
-        b_width = 1
-    elif cls == VU_POOL_SUM:
-        d_width = 4
-    elif cls == VU_DIVR:
-        a_width, b_width = 4, 4
-    elif cls == VU_MOV:
-        d_width, a_width = ddt, sdt
     _vu_operand(pats[0], space, 1, regs[0], d_width, p, VU_D_STRIDE0)
     _vu_operand(pats[1], space, 0, regs[1], a_width, p, VU_A_STRIDE0)
-    if cls == VU_POOL_MAX or cls == VU_POOL_SUM:
+    if window:
         pats[1, N + 4], pats[1, S + 4] = p[VU_WIN_W], p[VU_WIN_STRIDE_W]
         pats[1, N + 5], pats[1, S + 5] = p[VU_WIN_H], p[VU_WIN_STRIDE_H]
     if b_width:
@@ -206,22 +160,25 @@ def _vu(pats: np.ndarray, cls: int, unit: int, regs: np.ndarray, fields: np.ndar
 
 
 @njit(cache=True)
-def build_patterns(op_class: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
+def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
                    cmd_regs: np.ndarray, cmd_fields: np.ndarray, cmd_params: np.ndarray,
                    rows: int, cols: int) -> np.ndarray:
-    """Access patterns [n, MAX_PATTERNS, PATTERN_COLS] of every command (see the module doc)."""
+    """Access patterns [n, MAX_PATTERNS, PATTERN_COLS] of every command (see the module doc).
+
+    `rules` is footprint_rules(); a VU command's op code (its fields[0]) gives its widths.
+    """
     n = cmd_op.shape[0]
     pats = np.zeros((n, MAX_PATTERNS, PATTERN_COLS), np.int64)
     for c in range(n):
         op = cmd_op[c]
-        cls = op_class[op] if 0 <= op < op_class.shape[0] else OTHER
-        if cls == DMA_COPY:
+        rule = rules[op] if 0 <= op < rules.shape[0] else RULE_NONE
+        if rule == RULE_DMA:
             _dma(pats[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
-        elif cls == NU_CONV or cls == NU_CONV_ACC:
-            _nu(pats[c], cmd_unit[c], cls == NU_CONV_ACC or cmd_fields[c, 0] != 0,
+        elif rule == RULE_NU or rule == RULE_NU_ACC:
+            _nu(pats[c], cmd_unit[c], rule == RULE_NU_ACC or cmd_fields[c, 0] != 0,
                 cmd_regs[c], cmd_params[c], rows, cols)
-        elif cls >= VU_REQUANT:
-            _vu(pats[c], cls, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
+        elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:
+            _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
     return pats
 
 

@@ -33,7 +33,7 @@ from . import errors
 from .config import Config
 from .errors import SimError
 from .footprint import (BASE, DIMS, DMA_AGENT, NU_AGENT, N, S, SPACE, VU_AGENT, WIDTH, WRITE, agent_units,
-                        build_patterns, op_classes, pattern_bytes, run_at, run_count, space_name, space_sizes)
+                        build_patterns, footprint_rules, pattern_bytes, run_at, run_count, space_name, space_sizes)
 from .runlog import BARRIER, ISSUE, SIGNAL, START, TAKE
 
 PAGE_BITS = 12
@@ -334,7 +334,7 @@ def check(log, program, config: Config, fault_cmd: int = -1) -> None:
         raise RunLogError("run log: a command's agent is not in the agent list")
     cmd_clock, per_agent = _local_clocks(cmd_agent, len(log.agents))
     sync = [np.asarray(getattr(log, f), np.int64) for f in ("sync_kind", "sync_agent", "sync_sem", "sync_cmd")]
-    pats = build_patterns(op_classes(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
+    pats = build_patterns(footprint_rules(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
                           np.asarray(log.cmd_regs, np.int64), np.asarray(log.cmd_fields, np.int64),
                           np.asarray(log.cmd_params, np.int64), config.nu_rows, config.nu_cols)
     size = space_sizes(config)

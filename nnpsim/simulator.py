@@ -17,7 +17,6 @@ from .runlog import STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, RunLog
 from .state import SPACE_DDR, Memory, agent_names, config_vector, space_name
 from .stats import Stats, summarize
 from .trace import write_trace
-from .units.vu import VU_OPS
 
 DEFAULT_MAX_CYCLES = 10 ** 9
 DTYPES = {"int8": np.dtype("<i1"), "int32": np.dtype("<i4")}
@@ -42,7 +41,7 @@ class Simulator:
                            + "; ".join(wrong) + "; run it on the machine it was built for, or rebuild it "
                            "for this one", errors.TARGET_MISMATCH)
         try:
-            table = decode_for_engine(program.code, VU_OPS, self.isa)
+            table = decode_for_engine(program.code, self.isa)
         except DecodeError as exc:
             raise SimError(f"cannot load program: {exc}", errors.ILLEGAL_INSTRUCTION) from None
         data = bytes(program.data)

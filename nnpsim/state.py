@@ -8,11 +8,11 @@ import numpy as np
 from isa_spec import Isa, load_isa
 
 from .config import Config
+from .isa_layout import DDR as SPACE_DDR
+from .isa_layout import DM as SPACE_DM
+from .isa_layout import GROUP_BASE, LOCAL_SPACES, N_SPACES, offset, space_name
 from .timing import memory_port
 
-N_SPACES = 64
-SPACE_DDR, SPACE_DM = 0, 1
-LOCAL_SPACES = {"ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 PORT_ALIGN = 64
 
 # Rows of the `space` table handed to the engine (int64 [4, N_SPACES]).
@@ -29,18 +29,6 @@ K_AGENT_MASK = 24          # barrier mask bit of agent a at K_AGENT_MASK + a
 N_CONFIG = K_AGENT_MASK + 1 + 4 + 4 + 8
 
 NU_TIMING_PARAMS = ("nu.out_cb", "nu.in_cb", "nu.k_h", "nu.k_w", "nu.out_h", "nu.out_w")
-
-
-def space_name(space: int) -> str:
-    """Assembly name of memory space `space`."""
-    if space == SPACE_DDR:
-        return "ddr"
-    if space == SPACE_DM:
-        return "dm"
-    for name, base in LOCAL_SPACES.items():
-        if base <= space < base + 8:
-            return f"{name}{space - base}"
-    return f"space{space}"
 
 
 def space_sizes(cfg: Config) -> np.ndarray:
@@ -84,11 +72,6 @@ def agent_of(cfg: Config, kind: int, index: int) -> int:
     return 1 + cfg.nu_count + cfg.vu_count + index
 
 
-def param_group_base(isa: Isa, prefix: str) -> int:
-    """First parameter register of a command's group (`dma`, `nu` or `vu`)."""
-    return min(v for k, v in isa.params.items() if k.startswith(prefix + "."))
-
-
 def config_vector(cfg: Config, max_cycles: int, isa: Isa | None = None) -> np.ndarray:
     """Every number the engine needs from the configuration and the ISA, as int64."""
     isa = isa or load_isa()
@@ -99,10 +82,9 @@ def config_vector(cfg: Config, max_cycles: int, isa: Isa | None = None) -> np.nd
     k[K_ROWS], k[K_COLS], k[K_NU_LAT] = cfg.nu_rows, cfg.nu_cols, cfg.nu_latency
     k[K_VU_BPC], k[K_VU_LAT] = cfg.vu_bytes_per_cycle, cfg.vu_latency
     k[K_MAX_CYCLES] = max_cycles
-    bases = {p: param_group_base(isa, p) for p in ("dma", "nu", "vu")}
-    k[K_DMA_BASE], k[K_NU_BASE], k[K_VU_BASE] = bases["dma"], bases["nu"], bases["vu"]
+    k[K_DMA_BASE], k[K_NU_BASE], k[K_VU_BASE] = GROUP_BASE["DMA"], GROUP_BASE["NU"], GROUP_BASE["VU"]
     for slot, name in zip(range(K_P_OUT_CB, K_P_OUT_W + 1), NU_TIMING_PARAMS):
-        k[slot] = isa.params[name] - bases["nu"]
+        k[slot] = offset(name)
     for kind, prefix, count in ((NU, "Q_NU", cfg.nu_count), (VU, "Q_VU", cfg.vu_count),
                                 (DMA, "Q_DMA", cfg.dma_channels)):
         for i in range(count):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .config import Config
-from .footprint import DMA_COPY, DMA_PAD_HI0, DMA_PAD_LO0, DMA_ELEM, DMA_SIZE0, op_classes, space_name
+from .footprint import DMA_ELEM, DMA_PAD_HI0, DMA_PAD_LO0, DMA_SIZE0, RULE_DMA, footprint_rules, space_name
 from .runlog import STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, TAKE, RunLog
 
 STALL_NAMES = {STALL_QUEUE_FULL: "queue_full", STALL_SEMAPHORE: "semaphore_wait",
@@ -107,9 +107,9 @@ def _dma_read_bytes(params: np.ndarray) -> np.ndarray:
 
 def _memory(log: RunLog) -> dict[str, MemoryTraffic]:
     ops = np.asarray(log.cmd_op, np.int64)
-    classes = op_classes()
+    classes = footprint_rules()
     valid = (ops >= 0) & (ops < classes.size)
-    is_dma = valid & (classes[np.where(valid, ops, 0)] == DMA_COPY) & (np.asarray(log.cmd_start) >= 0)
+    is_dma = valid & (classes[np.where(valid, ops, 0)] == RULE_DMA) & (np.asarray(log.cmd_start) >= 0)
     fields = np.asarray(log.cmd_fields, np.int64)[is_dma]
     written = np.asarray(log.cmd_bytes, np.int64)[is_dma]
     read = _dma_read_bytes(np.asarray(log.cmd_params, np.int64)[is_dma])

@@ -24,7 +24,8 @@ from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BY
 from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P_K_W,
                     K_P_OUT_CB, K_P_OUT_H, K_P_OUT_W, K_VU_BASE, S_BASE, S_BW, S_LAT, S_SIZE,
                     SPACE_DDR, Memory, agent_names, config_vector)
-from .timing import PORT_SPACES, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles, write_port
+from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles,
+                     write_port)
 from .units.dma import dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
@@ -240,7 +241,7 @@ class Stepper:
             self.cu_state = "halted"
         self.instructions += 1
         self.pc += 8
-        self.cu_time = t + 1
+        self.cu_time = t + int(cu_sync_cycles())
 
     def _cu_sync(self, op: int, i: int) -> int | None:
         """Execute a synchronising instruction; its stall reason if it must wait, else None."""

@@ -2,19 +2,28 @@
 
 The functions take plain integers so that numba-compiled engine code and
 plain Python (the compiler) call the very same code.  docs/timing.md states
-each formula in words.
+each formula in words.  The formulas an instruction's `timing` key may name
+are listed in nnp1.toml's [timing] table; nnpsim.semantics checks at import
+that each is a function here.
 """
 from __future__ import annotations
 
 from numba import njit
 
 from .config import Config
+from .isa_layout import DDR, DM
 
 
 @njit(cache=True)
 def cu_cycles(taken: bool, branch_penalty: int) -> int:
     """Cycles of one CU instruction: 1, plus the penalty for a taken branch."""
     return 1 + branch_penalty if taken else 1
+
+
+@njit(cache=True)
+def cu_sync_cycles() -> int:
+    """Cycles of a synchronising CU instruction (halt, sem.*, barrier, a command issue) once it completes."""
+    return 1
 
 
 @njit(cache=True)
@@ -31,6 +40,12 @@ def vu_cycles(n_out: int, window: int, elem_bytes: int, bytes_per_cycle: int, la
     """Cycles of a VU command: latency plus its bytes of work over the datapath width."""
     work = n_out * window * elem_bytes
     return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
+
+
+@njit(cache=True)
+def vu_elem_bytes(d_bytes: int, a_bytes: int, b_bytes: int) -> int:
+    """The elem_bytes of vu_cycles: the widest operand element, an (M, S) pair counting as one int32."""
+    return max(d_bytes, a_bytes, min(b_bytes, 4))
 
 
 @njit(cache=True)
@@ -53,7 +68,7 @@ def read_port(space: int) -> int:
 @njit(cache=True)
 def write_port(space: int) -> int:
     """The DMA port a transfer writing memory space `space` streams through."""
-    return space if space == 0 else space + PORT_SPACES
+    return space if space == DDR else space + PORT_SPACES
 
 
 @njit(cache=True)
@@ -64,7 +79,7 @@ def port_share(bytes_per_cycle: int, streams: int) -> int:
 
 
 @njit(cache=True)
-def dma_cycles_alone(nbytes: int, src_bw: int, src_lat: int, dst_bw: int, dst_lat: int) -> int:
+def dma_cycles(nbytes: int, src_bw: int, src_lat: int, dst_bw: int, dst_lat: int) -> int:
     """Cycles of a DMA transfer that shares no memory port with another."""
     rate = src_bw if src_bw < dst_bw else dst_bw
     return dma_latency(src_lat, dst_lat) + (nbytes + rate - 1) // rate
@@ -72,13 +87,8 @@ def dma_cycles_alone(nbytes: int, src_bw: int, src_lat: int, dst_bw: int, dst_la
 
 def memory_port(cfg: Config, space: int) -> tuple[int, int]:
     """(bytes per cycle, latency) of the DMA port of memory space `space`."""
-    if space == 0:
+    if space == DDR:
         return cfg.ddr_bytes_per_cycle, cfg.ddr_latency
-    if space == 1:
+    if space == DM:
         return cfg.dm_bytes_per_cycle, cfg.dm_latency
     return cfg.local_bytes_per_cycle, cfg.local_latency
-
-
-VU_ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
-                 "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None}
-"""Widest element in bytes per VU op; None: decided by the dtype operands (max of them)."""

@@ -21,7 +21,8 @@ import numpy as np
 from isa_spec import load_isa
 
 from .config import Config
-from .footprint import ABUF, GROUP_BASE, IBUF, VBUF, WBUF, agent_units, space_name
+from .footprint import agent_units
+from .isa_layout import ABUF, GROUP_BASE, IBUF, VBUF, WBUF, space_name
 from .races import source_of
 from .runlog import CTR_DDR_BYTES, STALL_SEMAPHORE, RunLog
 from .stats import STALL_NAMES, taken_semaphores

@@ -12,7 +12,7 @@ from nnpsim.errors import SimError
 from nnpsim.runlog import (BARRIER, END, ISSUE, SIGNAL, STALL_BANDWIDTH, STALL_QUEUE_FULL,
                            STALL_SEMAPHORE, START, TAKE)
 from nnpsim.simulator import Simulator
-from nnpsim.timing import dma_cycles_alone, nu_conv_cycles, vu_cycles
+from nnpsim.timing import dma_cycles, nu_conv_cycles, vu_cycles
 
 from .conftest import ins, program, setp_all, small_config
 
@@ -161,7 +161,7 @@ def test_dma_alone_matches_formula_and_moves_bytes():
     issue = log.cmd_issue[0]
     assert log.cmd_start[0] == issue + 1
     assert log.cmd_bytes[0] == 600
-    assert log.cmd_end[0] - log.cmd_start[0] == dma_cycles_alone(
+    assert log.cmd_end[0] - log.cmd_start[0] == dma_cycles(
         600, cfg.ddr_bytes_per_cycle, cfg.ddr_latency, cfg.dm_bytes_per_cycle, cfg.dm_latency)
     assert log.cycles == log.cmd_end[0]
     assert sim.memory.view(1, 0x100, 600).tobytes() == data

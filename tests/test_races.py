@@ -22,7 +22,8 @@ from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError
-from nnpsim.footprint import (SPACE, WIDTH, WRITE, agent_units, build_patterns, op_classes, pattern_bytes,
+from nnpsim.units.vu import VU_OPS
+from nnpsim.footprint import (SPACE, WIDTH, WRITE, agent_units, build_patterns, footprint_rules, pattern_bytes,
                               space_sizes, window_dims)
 from nnpsim.races import check
 from nnpsim.runlog import BARRIER, CMD_COLS, END, ISSUE, M_PARAMS, SIGNAL, START, TAKE, RunLog
@@ -31,8 +32,7 @@ ISA = load_isa()
 PARAMS = ISA.params
 SPACES = ISA.kinds["space"].values
 GROUP_BASE = {"DMA": 0, "NU": 32, "VU": 64}
-VU_OP_CODE = {"vu.requant": 0, "vu.requant.pc": 1, "vu.add": 2, "vu.mul": 3, "vu.clip": 4,
-              "vu.pool.max": 5, "vu.pool.sum": 6, "vu.divr": 7, "vu.mov": 8}
+VU_OP_CODE = VU_OPS   # what the engine's decoder writes into a VU command's fields[0]
 DT = {"i8": 0, "i32": 2}
 SMALL = Config(nu_rows=4, nu_cols=4)
 
@@ -664,7 +664,7 @@ def test_footprints_are_the_exact_byte_sets(data):
     cmd = _command(data.draw, None, None)
     log = schedule([cmd], TWO_OF_EACH)
     _, unit = agent_units(log.agents)
-    pats = build_patterns(op_classes(), log.cmd_op, unit[log.cmd_agent], log.cmd_regs, log.cmd_fields,
+    pats = build_patterns(footprint_rules(), log.cmd_op, unit[log.cmd_agent], log.cmd_regs, log.cmd_fields,
                           log.cmd_params, TWO_OF_EACH.nu_rows, TWO_OF_EACH.nu_cols)[0]
     size = space_sizes(TWO_OF_EACH)
     got = (set(), set())

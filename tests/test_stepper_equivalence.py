@@ -12,7 +12,6 @@ from nnpsim.cu import decode_for_engine
 from nnpsim.simulator import run_program
 from nnpsim.state import Memory
 from nnpsim.stepper import step_program
-from nnpsim.units.vu import VU_OPS
 
 from .conftest import ins, small_config
 
@@ -171,7 +170,7 @@ def random_memory(cfg, seed):
 
 
 def run_both(cfg, words, seed, max_cycles=10**6):
-    table = decode_for_engine(words, VU_OPS)
+    table = decode_for_engine(words)
     mem_e, mem_s = random_memory(cfg, seed), random_memory(cfg, seed)
     log_e, failure = run_program(table, mem_e, cfg, max_cycles)
     log_s, code = step_program(table, mem_s, cfg, max_cycles)
@@ -236,7 +235,7 @@ def test_cycle_limit_alike(case, limit):
 @given(programs())
 def test_event_engine_is_deterministic(case):
     cfg, words, seed = case
-    table = decode_for_engine(words, VU_OPS)
+    table = decode_for_engine(words)
     runs = []
     for _ in range(2):
         mem = random_memory(cfg, seed)

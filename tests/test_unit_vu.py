@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from isa_spec import load_isa
-from nnpsim import errors, timing
+from nnpsim import errors
 from nnpsim.units import VU_OPS, vu_exec, vu_work
 from tests import isa_reference as ref
 
@@ -156,14 +156,22 @@ def test_every_vu_mnemonic_is_mapped():
     assert set(ref.VU_MNEMONICS) == isa_vu
 
 
-@pytest.mark.parametrize("mnemonic", sorted(timing.VU_ELEM_BYTES))
+NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU instruction
+
+# Widest element in bytes per VU op, written out independently of nnpsim.semantics;
+# None: decided by the dtype operands.
+ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
+              "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None}
+
+
+@pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
 @pytest.mark.parametrize("sdt, ddt", [(I8, I8), (I32, I8), (I8, I32), (I32, I32)])
 def test_vu_work_matches_timing_table(mnemonic, sdt, ddt):
     named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5, "vu.n3": 1, "vu.win_h": 3, "vu.win_w": 2}
     n_out, window, elem = vu_work(VU_OPS[mnemonic], ref.snapshot(named, "vu"), sdt, ddt)
     assert n_out == 30
     assert window == (6 if mnemonic in ("vu.pool.max", "vu.pool.sum") else 1)
-    want = timing.VU_ELEM_BYTES[mnemonic]
+    want = ELEM_BYTES[mnemonic]
     if want is None:   # decided by the dtype operands
         want = max(1 << sdt, 1 << ddt) if mnemonic == "vu.mov" else 1 << sdt
     assert elem == want
@@ -172,7 +180,9 @@ def test_vu_work_matches_timing_table(mnemonic, sdt, ddt):
 @pytest.mark.parametrize("op, named, sdt", [
     (VU_OPS["vu.clip"], {"vu.n1": 0}, I8),
     (VU_OPS["vu.pool.max"], {"vu.win_w": -1}, I8),
-    (99, {}, I8),
+    (NOT_VU, {}, I8),
+    (256, {}, I8),
+    (-1, {}, I8),
     (VU_OPS["vu.requant"], {}, 3),
 ])
 def test_vu_work_of_rejected_commands_is_zero(op, named, sdt):
@@ -251,7 +261,9 @@ def test_vu_params_an_op_does_not_read_are_not_checked():
 
 
 @pytest.mark.parametrize("mnemonic, kw, fields", [
-    (99, {}, {5: 99, 6: 0}),
+    (NOT_VU, {}, {5: NOT_VU, 6: 0}),
+    (1 << 20, {}, {5: 1 << 20, 6: 0}),
+    (-1, {}, {5: -1, 6: 0}),
     ("vu.clip", {"unit": 8}, {5: 8, 6: 1}),
     ("vu.requant", {"sdt": 1}, {5: 1, 6: 2}),
     ("vu.mov", {"sdt": 0, "ddt": 3}, {5: 3, 6: 3}),

@@ -11,8 +11,8 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from ..isa_layout import N_SPACES
 
-N_SPACES = 64
 PARAM_LIMIT = 1 << 32      # |parameter| above this is BAD_PARAM (unreachable from 32-bit registers)
 MAX_ELEMENTS = 1 << 24     # most elements (times window) one command may iterate over: its temporaries stay allocatable
 SPAN_LIMIT = 1 << 40       # a saturated byte span: far beyond any memory (<= 4 GiB)

@@ -1,7 +1,6 @@
 """DMA: the 4-D box copy with per-dimension padding (docs/architecture.md, DMA).
 
-Parameter snapshot p[j] = dma parameter j: size0..3 (0-3), src_stride0..3 (4-7),
-dst_stride0..3 (8-11), pad_lo0..3 (12-15), pad_hi0..3 (16-19), pad_value (20), elem (21).
+Parameter snapshot: the dma.* group, offsets from nnp1.toml (nnpsim.isa_layout).
 Check order: parameter ranges, elem, sizes, padding, spaces (dst, src), alignment
 (an ABUF side needs elem 4 and 4-aligned address and strides), bounds (dst, src).
 """
@@ -11,17 +10,18 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from ..isa_layout import ABUF, GROUP_BASE, MAX_UNITS, offset, offsets
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint)
 
-P_SIZE = 0
-P_SRC_STRIDE = 4
-P_DST_STRIDE = 8
-P_PAD_LO = 12
-P_PAD_HI = 16
-P_PAD_VALUE = 20
-P_ELEM = 21
-ABUF_SPACES = (24, 32)   # [first, end) of the int32 accumulator buffers' space ids
+GROUP = GROUP_BASE["DMA"]
+P_SIZE, P_SRC_STRIDE, P_DST_STRIDE, P_PAD_LO, P_PAD_HI = (
+    offsets(*(f"dma.{x}{k}" for k in range(4)))[0] for x in ("size", "src_stride", "dst_stride", "pad_lo", "pad_hi"))
+P_PAD_VALUE = offset("dma.pad_value")
+P_ELEM = offset("dma.elem")
+P_LAST = max(P_SIZE, P_SRC_STRIDE, P_DST_STRIDE, P_PAD_LO, P_PAD_HI) + 3
+P_LAST = max(P_LAST, P_PAD_VALUE, P_ELEM)
+ABUF_SPACES = (ABUF, ABUF + MAX_UNITS)   # [first, end) of the int32 accumulator buffers' space ids
 
 
 @njit(cache=True)
@@ -31,24 +31,24 @@ def _is_abuf(space: int) -> bool:
 
 @njit(cache=True)
 def _check_params(p: np.ndarray, err: np.ndarray) -> int:
-    rc = check_param_range(p, 0, 0, P_ELEM, err)
+    rc = check_param_range(p, GROUP, 0, P_LAST, err)
     if rc != errors.OK:
         return rc
     elem = p[P_ELEM]
     if elem != 1 and elem != 2 and elem != 4:
-        return bad_param(err, P_ELEM, elem, 0)
-    rc = check_counts(p, 0, P_SIZE, 4, MAX_ELEMENTS, err)
+        return bad_param(err, GROUP + P_ELEM, elem, 0)
+    rc = check_counts(p, GROUP, P_SIZE, 4, MAX_ELEMENTS, err)
     if rc != errors.OK:
         return rc
     for k in range(4):
         lo = p[P_PAD_LO + k]
         hi = p[P_PAD_HI + k]
         if lo < 0:
-            return bad_param(err, P_PAD_LO + k, lo, 0)
+            return bad_param(err, GROUP + P_PAD_LO + k, lo, 0)
         if hi < 0:
-            return bad_param(err, P_PAD_HI + k, hi, 0)
+            return bad_param(err, GROUP + P_PAD_HI + k, hi, 0)
         if lo + hi > p[P_SIZE + k]:
-            return bad_param(err, P_PAD_LO + k, lo, hi)
+            return bad_param(err, GROUP + P_PAD_LO + k, lo, hi)
     return errors.OK
 
 
@@ -59,7 +59,7 @@ def _check_aligned_side(space: int, addr: int, counts: np.ndarray, strides: np.n
     if not _is_abuf(space):
         return errors.OK
     if elem != 4:
-        return fail(err, errors.MISALIGNED, space, addr, addr + 3, P_ELEM, elem, 4, 0)
+        return fail(err, errors.MISALIGNED, space, addr, addr + 3, GROUP + P_ELEM, elem, 4, 0)
     return check_aligned(space, addr, counts, strides, stride_param, 4, err)
 
 
@@ -148,9 +148,9 @@ def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, ds
     dst_strides = p[P_DST_STRIDE:P_DST_STRIDE + 4].copy()
     src_strides = p[P_SRC_STRIDE:P_SRC_STRIDE + 4].copy()
     reads = inner.min() > 0
-    rc = _check_aligned_side(dspace, daddr, sizes, dst_strides, P_DST_STRIDE, elem, err)
+    rc = _check_aligned_side(dspace, daddr, sizes, dst_strides, GROUP + P_DST_STRIDE, elem, err)
     if rc == errors.OK and reads:
-        rc = _check_aligned_side(sspace, saddr, inner, src_strides, P_SRC_STRIDE, elem, err)
+        rc = _check_aligned_side(sspace, saddr, inner, src_strides, GROUP + P_SRC_STRIDE, elem, err)
     if rc == errors.OK:
         rc = _check_inside(space_size, dspace, daddr, sizes, dst_strides, elem, err)
     if rc == errors.OK and reads:

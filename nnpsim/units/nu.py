@@ -1,7 +1,8 @@
 """NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution (docs/architecture.md, NU).
 
-Parameter snapshot p[j] = parameter 32 + j: in_h, in_w, in_cb, out_h, out_w, out_cb, k_h, k_w,
-stride_h, stride_w, dil_h, dil_w, x_zp.  Check order: parameter ranges, counts >= 1 (in
+Parameter snapshot: the nu.* group (in_h, in_w, in_cb, out_h, out_w, out_cb, k_h, k_w,
+stride_h, stride_w, dil_h, dil_w, x_zp), offsets from nnp1.toml (nnpsim.isa_layout), which
+must keep this order: the checks walk them as one run.  Check order: parameter ranges, counts >= 1 (in
 parameter order), x_zp, array shape, window fits the tile (height, width), unit, spaces (abuf,
 ibuf, wbuf), alignment (racc % 4, rin % rows, rw % rows), bounds (abuf, ibuf, wbuf).
 
@@ -17,22 +18,23 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, WBUF, offsets
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
-GROUP = 32
-IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = range(13)
-IBUF0, WBUF0, ABUF0 = 8, 16, 24
-MAX_UNITS = 8
+GROUP = GROUP_BASE["NU"]
+IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
+    *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
+                          "stride_w", "dil_h", "dil_w", "x_zp")))
 CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (4 MiB of int32)
 
 
 @njit(cache=True)
 def _check_params(p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
-    rc = check_param_range(p, GROUP, 0, X_ZP, err)
+    rc = check_param_range(p, GROUP, IN_H, X_ZP, err)
     if rc != errors.OK:
         return rc
-    for j in range(X_ZP):
+    for j in range(IN_H, X_ZP):
         if p[j] < 1:
             return bad_param(err, GROUP + j, p[j], 0)
     if p[X_ZP] < -128 or p[X_ZP] > 127:
@@ -51,7 +53,7 @@ def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: 
                     p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
     if unit < 0 or unit >= MAX_UNITS:
         return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
-    abuf, ibuf, wbuf = ABUF0 + unit, IBUF0 + unit, WBUF0 + unit
+    abuf, ibuf, wbuf = ABUF + unit, IBUF + unit, WBUF + unit
     for s in (abuf, ibuf, wbuf):
         rc = check_space(space_size, s, err)
         if rc != errors.OK:
@@ -131,9 +133,9 @@ def nu_conv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
     rc = _check_memories(space_size, unit, racc, rin, rw, p, rows, cols, err)
     if rc != errors.OK:
         return rc
-    ib = space_base[IBUF0 + unit] + rin
-    wb = space_base[WBUF0 + unit] + rw
-    ab = space_base[ABUF0 + unit] + racc
+    ib = space_base[IBUF + unit] + rin
+    wb = space_base[WBUF + unit] + rw
+    ab = space_base[ABUF + unit] + racc
     out_cb = p[OUT_CB]
     pixels = p[OUT_H] * p[OUT_W]
     k = p[IN_CB] * p[K_H] * p[K_W] * rows

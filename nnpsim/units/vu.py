@@ -1,13 +1,15 @@
 """VU: every vector-unit command over its 4-D iteration space (docs/architecture.md, VU).
 
-Parameter snapshot p[j] = parameter 64 + j: n0..n3 (0-3), d/a/b byte strides (4-7, 8-11,
-12-15), win_h, win_w, win_stride_h, win_stride_w (16-19), za, zb, ma, mb, shift, zp_out, lo,
-hi (20-27).  Check order: op and unit, dtypes, parameter ranges, counts (n0..n3, then the
-window of pool ops), scalar parameters of the op (shift, lo, hi, ma, mb), the VBUF space,
-alignment of int32 operands (d, a, b), bounds (d, a, b); then, reading the sources in
-element order (n0 fastest), per-element checks (table M and S, divisor, overflow).  Results
-go to a temporary first, so a failing command writes nothing and in-place commands see
-only old values.
+The op code of a command is its instruction's opcode in nnp1.toml, and which
+op it is, its operands' element widths and whether it walks a pooling window
+all come from nnpsim.semantics; the parameter offsets come from the TOML
+(nnpsim.isa_layout).  Check order: op and unit, dtypes, parameter ranges,
+counts (n0..n3, then the window of pool ops), scalar parameters of the op
+(shift, lo, hi, ma, mb), the VBUF space, alignment of int32 operands (d, a,
+b), bounds (d, a, b); then, reading the sources in element order (n0
+fastest), per-element checks (table M and S, divisor, overflow).  Results go
+to a temporary first, so a failing command writes nothing and in-place
+commands see only old values.
 """
 from __future__ import annotations
 
@@ -15,24 +17,38 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
+from ..semantics import DDT, SDT, rows_of, unit_op_codes
+from ..timing import vu_elem_bytes
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
-VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = range(9)
-VU_OPS: dict[str, int] = {
-    "vu.requant": VU_REQUANT, "vu.requant.pc": VU_REQUANT_PC, "vu.add": VU_ADD, "vu.mul": VU_MUL,
-    "vu.clip": VU_CLIP, "vu.pool.max": VU_POOL_MAX, "vu.pool.sum": VU_POOL_SUM,
-    "vu.divr": VU_DIVR, "vu.mov": VU_MOV,
-}
-"""Internal op code of each VU mnemonic (the engine's translation table)."""
+_CODE = unit_op_codes("VU")
+VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP = (_CODE[n] for n in ("requant", "requant_pc", "add", "mul", "clip"))
+VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = (_CODE[n] for n in ("pool_max", "pool_sum", "divr", "mov"))
+VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU")}
+"""Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
-GROUP = 64
-N0, D_STRIDE, A_STRIDE, B_STRIDE = 0, 4, 8, 12
-WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W = 16, 17, 18, 19
-ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = 20, 21, 22, 23, 24, 25, 26, 27
-VBUF0 = 32
-MAX_UNITS = 8
+N_CODES = 256
+IS_OP = np.zeros(N_CODES, np.bool_)
+IS_WINDOW = np.zeros(N_CODES, np.bool_)
+WIDTHS = np.zeros((N_CODES, 3), np.int64)
+"""Per op code: a VU op at all, one that walks a pooling window, element bytes of d, a, b."""
+for _row in rows_of("VU"):
+    _c = _CODE[_row.op]
+    IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
+
+GROUP = GROUP_BASE["VU"]
+N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
+D_STRIDE, A_STRIDE, B_STRIDE = (offsets(*(f"vu.{x}_stride{k}" for k in range(4)))[0] for x in "dab")
+if not (A_STRIDE == D_STRIDE + 4 and B_STRIDE == A_STRIDE + 4):
+    raise ImportError("nnp1.toml: the vu d, a and b strides must follow one another")
+WIN_H, WIN_W = offsets("vu.win_h", "vu.win_w")
+WIN_STRIDE_H, WIN_STRIDE_W = offset("vu.win_stride_h"), offset("vu.win_stride_w")
+ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = (offset(f"vu.{n}") for n in ("za", "zb", "ma", "mb", "shift",
+                                                                      "zp_out", "lo", "hi"))
+LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI)
 DT_I8, DT_I32 = 0, 2
 FIT_LIMIT = 1 << 62      # |intermediate| must stay below this (room for the rounding term)
 M_LIMIT = 1 << 31
@@ -42,31 +58,29 @@ BAD_OP, BAD_UNIT, BAD_SDT, BAD_DDT = 0, 1, 2, 3
 
 @njit(cache=True)
 def _is_window(op: int) -> bool:
-    return op == VU_POOL_MAX or op == VU_POOL_SUM
+    return IS_WINDOW[op]
 
 
 @njit(cache=True)
-def _operand_bytes(op: int, sdt: int, ddt: int) -> tuple[int, int, int]:
+def _width(code: int, sdt: int, ddt: int) -> int:
+    if code == SDT:
+        return 1 << sdt
+    if code == DDT:
+        return 1 << ddt
+    return code
+
+
+@njit(cache=True)
+def operand_bytes(op: int, sdt: int, ddt: int) -> tuple[int, int, int]:
     """Element bytes of d, a, b (b = 0: no b operand; a requant.pc entry is an (M, S) pair)."""
-    if op == VU_REQUANT:
-        return 1, 1 << sdt, 0
-    if op == VU_REQUANT_PC:
-        return 1, 1 << sdt, 8
-    if op == VU_ADD or op == VU_MUL:
-        return 1, 1, 1
-    if op == VU_POOL_SUM:
-        return 4, 1, 0
-    if op == VU_DIVR:
-        return 1, 4, 4
-    if op == VU_MOV:
-        return 1 << ddt, 1 << sdt, 0
-    return 1, 1, 0
+    w = WIDTHS[op]
+    return _width(w[0], sdt, ddt), _width(w[1], sdt, ddt), _width(w[2], sdt, ddt)
 
 
 @njit(cache=True)
 def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
     ill = errors.ILLEGAL_INSTRUCTION
-    if op < VU_REQUANT or op > VU_MOV:
+    if op < 0 or op >= N_CODES or not IS_OP[op]:
         return fail(err, ill, -1, -1, -1, -1, op, BAD_OP, 0)
     if unit < 0 or unit >= MAX_UNITS:
         return fail(err, ill, -1, -1, -1, -1, unit, BAD_UNIT, 0)
@@ -83,7 +97,7 @@ def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
     if op == VU_REQUANT or op == VU_ADD or op == VU_MUL:
         if p[SHIFT] < 0 or p[SHIFT] > 62:
             return bad_param(err, GROUP + SHIFT, p[SHIFT], 0)
-    if op <= VU_CLIP:
+    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_ADD or op == VU_MUL or op == VU_CLIP:
         lo, hi = p[LO], p[HI]
         if lo < -128 or lo > 127:
             return bad_param(err, GROUP + LO, lo, 0)
@@ -102,7 +116,7 @@ def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
 
 @njit(cache=True)
 def _check_params(op: int, p: np.ndarray, err: np.ndarray) -> int:
-    rc = check_param_range(p, GROUP, 0, HI, err)
+    rc = check_param_range(p, GROUP, 0, LAST, err)
     if rc != errors.OK:
         return rc
     rc = check_counts(p, GROUP, N0, 4, MAX_ELEMENTS, err)
@@ -120,7 +134,7 @@ def _check_params(op: int, p: np.ndarray, err: np.ndarray) -> int:
 def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: int, rb: int,
                     sdt: int, ddt: int, p: np.ndarray, err: np.ndarray) -> int:
     """Alignment of the int32 operands (d, a, b), then bounds (d, a with its window, b)."""
-    d_bytes, a_bytes, b_bytes = _operand_bytes(op, sdt, ddt)
+    d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
     counts = np.ones((3, 6), dtype=np.int64)
     strides = np.zeros((3, 6), dtype=np.int64)
     addrs = (rd, ra, rb)
@@ -287,14 +301,14 @@ def vu_exec(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
     rc = _check_params(op, p, err)
     if rc != errors.OK:
         return rc
-    space = VBUF0 + unit
+    space = VBUF + unit
     rc = check_space(space_size, space, err)
     if rc != errors.OK:
         return rc
     rc = _check_operands(space_size, space, op, rd, ra, rb, sdt, ddt, p, err)
     if rc != errors.OK:
         return rc
-    d_bytes, a_bytes, _ = _operand_bytes(op, sdt, ddt)
+    d_bytes, a_bytes, _ = operand_bytes(op, sdt, ddt)
     out = np.empty(p[N0] * p[N0 + 1] * p[N0 + 2] * p[N0 + 3], dtype=np.int64)
     base = space_base[space]
     rc = _compute(mem, base, space, op, ra, rb, a_bytes, p, out, err)
@@ -307,6 +321,8 @@ def vu_exec(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
 @njit(cache=True)
 def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
     """(n_out, window, elem_bytes) of a command, the inputs of timing.vu_cycles (0s when invalid)."""
+    if op < 0 or op >= N_CODES or not IS_OP[op] or sdt < 0 or sdt > 2 or ddt < 0 or ddt > 2:
+        return 0, 0, 0
     n_out = 1
     for j in range(4):
         if p[N0 + j] < 1 or p[N0 + j] > MAX_ELEMENTS // n_out:
@@ -317,7 +333,5 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
         if p[WIN_H] < 1 or p[WIN_W] < 1 or p[WIN_H] > MAX_ELEMENTS or p[WIN_W] > MAX_ELEMENTS:
             return 0, 0, 0
         window = p[WIN_H] * p[WIN_W]
-    if op < VU_REQUANT or op > VU_MOV or sdt < 0 or sdt > 2 or ddt < 0 or ddt > 2:
-        return 0, 0, 0
-    d_bytes, a_bytes, b_bytes = _operand_bytes(op, sdt, ddt)
-    return n_out, window, max(d_bytes, a_bytes, min(b_bytes, 4))
+    d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
+    return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
