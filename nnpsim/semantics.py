@@ -100,6 +100,9 @@ def problems(isa: Isa, cu_operations, timing_module) -> list[str]:
         out.append("instructions with no semantics row: " + ", ".join(missing))
     if extra:
         out.append("semantics rows with no instruction: " + ", ".join(extra))
+    for name in isa.timing:
+        if not callable(getattr(timing_module, name, None)):
+            out.append(f"[timing] {name} is not a function of nnpsim.timing")
     for m, row in SEMANTICS.items():
         if m in ins:
             out.extend(f"{m}: {p}" for p in _row_problems(row, ins[m], cu_operations, timing_module))
