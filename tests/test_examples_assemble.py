@@ -11,6 +11,7 @@ from nnpasm import assemble, disassemble
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.s"))
 BUFFERS = {
+    "add_relu.s": {"a", "b", "y"},
     "scalar_loop.s": {"result"},
     "dma_pad_layout.s": {"x", "xb", "y"},
     "matmul_db.s": {"A", "B", "bias", "out"},

@@ -155,7 +155,17 @@ def test_data_race_exits_3(tmp_path, capsys):
     f = build(tmp_path, drop="INPUT")
     code, _, err = run(capsys, "run", f["bin"], "--check-races")
     assert code == 3 and "data race on ibuf0" in err and "conv.s:" in err
-    assert run(capsys, "run", f["bin"])[0] == 0        # racy, but not checked
+    code, out, _ = run(capsys, "run", f["bin"], "--no-check-races")     # racy, but not checked
+    assert code == 0 and out.endswith("race check: skipped (--no-check-races)\n")
+
+
+def test_races_are_checked_by_default(tmp_path, capsys):
+    f = build(tmp_path, drop="INPUT")
+    code, out, err = run(capsys, "run", f["bin"])
+    assert code == 3 and out == "" and err.startswith("nnpsim: simulation error: data race on ibuf0")
+    f = build(tmp_path)
+    code, out, err = run(capsys, "run", f["bin"], "--input", f"x={f['x']}", "--input", f"w={f['w']}")
+    assert code == 0 and err == "" and out.endswith("race check: no data race among 4 commands\n")
 
 
 def _subprocess(*argv: str) -> subprocess.CompletedProcess:
