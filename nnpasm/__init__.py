@@ -1,6 +1,9 @@
 """nnpasm: the NNP-1 assembler (and, re-exported, its disassembler)."""
 from __future__ import annotations
 
+import os
+from typing import Iterable, Mapping
+
 from isa_spec.program import Program
 
 from .assembler import Assembler
@@ -9,7 +12,8 @@ from .diagnostics import AsmError, Diagnostic
 __all__ = ["AsmError", "Diagnostic", "Program", "assemble", "disassemble"]
 
 
-def assemble(source: str, filename: str = "<string>", include_dirs=(), defines=None) -> Program:
+def assemble(source: str, filename: str = "<string>", include_dirs: Iterable[str | os.PathLike] = (),
+             defines: Mapping[str, int] | None = None) -> Program:
     """Assemble NNP-1 source text; raises AsmError listing every error found."""
     return Assembler(include_dirs, defines).run(source, filename)
 

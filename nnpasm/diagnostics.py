@@ -39,6 +39,14 @@ class AsmError(Exception):
         return "\n".join(d.format() for d in self.diagnostics)
 
 
+class OperandError(Exception):
+    """A bad operand at a 1-based column of the parsed code."""
+
+    def __init__(self, column: int, message: str):
+        super().__init__(message)
+        self.column, self.message = column, message
+
+
 class TooManyErrors(Exception):
     """Raised internally once MAX_ERRORS diagnostics were collected."""
 
