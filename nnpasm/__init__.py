@@ -13,9 +13,16 @@ __all__ = ["AsmError", "Diagnostic", "Program", "assemble", "disassemble"]
 
 
 def assemble(source: str, filename: str = "<string>", include_dirs: Iterable[str | os.PathLike] = (),
-             defines: Mapping[str, int] | None = None) -> Program:
-    """Assemble NNP-1 source text; raises AsmError listing every error found."""
-    return Assembler(include_dirs, defines).run(source, filename)
+             defines: Mapping[str, int] | None = None, *, warnings: list[Diagnostic] | None = None) -> Program:
+    """Assemble NNP-1 source text; raises AsmError listing every error found.
+
+    Warnings (see nnpasm/param_warnings.py) are appended to `warnings` when a list is given.
+    """
+    asm = Assembler(include_dirs, defines)
+    program = asm.run(source, filename)
+    if warnings is not None:
+        warnings.extend(asm.warnings)
+    return program
 
 
 def __getattr__(name: str):

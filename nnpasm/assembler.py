@@ -21,10 +21,11 @@ from isa_spec import EncodeError, Instruction, encode, load_isa
 from isa_spec.program import MAX_LINE, Buffer, Program, Symbol
 
 from . import directives
-from .diagnostics import AsmError, Diagnostics, OperandError, TooManyErrors
+from .diagnostics import AsmError, Diagnostic, Diagnostics, OperandError, TooManyErrors
 from .directives import DIRECTIVES, NOT_VALUES, Fixup, GlobalRef, LocMapping, OpenBuffer
 from .expr import EvalError, Undefined, evaluate
 from .macros import Line, LineSource, Macro, SourceError, real_path
+from .param_warnings import WATCHED, Site, check
 from .parser import Keyword, Mem, ParseFailure, Statement, describe_operand, parse_line, split_code
 
 MAX_INSTRUCTIONS = 1_000_000
@@ -95,6 +96,8 @@ class Assembler:
         self.ctx = LineContext("", "<string>", 0, 0, (), 0, None)
         # Encodings of lines whose operands name no symbol, by code text: kernels repeat lines.
         self.encoded: dict[str, int] = {}
+        self.sites: list[Site] = []   # the instructions param_warnings looks at
+        self.warnings: list[Diagnostic] = []
         self.impure = False   # whether the operand being evaluated looked a symbol up
         self.registers = {k.name: {f"{k.prefix}{i}": i for i in range(k.count)}
                           for k in self.isa.kinds.values() if k.prefix}
@@ -134,6 +137,7 @@ class Assembler:
             pass
         if self.diags:
             raise AsmError(self.diags.items)
+        self._warn()
         return self._program()
 
     def _pass1(self) -> None:
@@ -203,12 +207,24 @@ class Assembler:
     def error(self, column: int, message: str, ctx: LineContext | None = None) -> None:
         """Report an error at a column of the current line's code (or of `ctx`'s)."""
         ctx = ctx or self.ctx
+        column, text, notes = self._locate(column, ctx)
+        self.diags.error(ctx.file, ctx.line, column, message, text, notes, ctx.order)
+
+    def _warn(self) -> None:
+        for site, message in check(self.sites, self.words, self.isa):
+            column, text, notes = self._locate(site.column, site.ctx)
+            self.warnings.append(Diagnostic(site.ctx.file, site.ctx.line, max(column, 1), message, text, notes,
+                                            "warning"))
+
+    @staticmethod
+    def _locate(column: int, ctx: LineContext) -> tuple[int, str, tuple[str, ...]]:
+        """The column, source text and notes a diagnostic at a column of `ctx`'s code shows."""
         text, notes, column = ctx.text, ctx.notes, column + ctx.lead
         if ctx.origin is not None:   # a macro argument was substituted: point into the body as written
             body, colmap = ctx.origin
             notes = (f"after substitution: {text.strip()}", *notes)
             text, column = body, colmap[min(column - 1, len(colmap) - 1)] + 1
-        self.diags.error(ctx.file, ctx.line, column, message, text, notes, ctx.order)
+        return column, text, notes
 
     def _unknown(self, name: str) -> None:
         known = [*self.isa.by_mnemonic, *DIRECTIVES, *self.macros]
@@ -277,6 +293,8 @@ class Assembler:
                 self.words.append(0)
             return
         self.record_line(stmt.name.column)
+        if instr.mnemonic in WATCHED:
+            self.sites.append(Site(len(self.words), instr.mnemonic, stmt.name.column, self.ctx))
         word = self.encoded.get(code)
         if word is not None:
             self.words.append(word)
@@ -483,7 +501,11 @@ class Assembler:
 
 
 def assemble_text(source: str, filename: str = "<string>", include_dirs: Iterable[str | os.PathLike] = (),
-                  defines: Mapping[str, int] | None = None, listing: bool = False) -> tuple[Program, list[tuple] | None]:
-    """Assemble and also return the listing rows (section, addr, size, text, file, line) if asked."""
+                  defines: Mapping[str, int] | None = None, listing: bool = False, *,
+                  warnings: list[Diagnostic] | None = None) -> tuple[Program, list[tuple] | None]:
+    """Assemble; also return the listing rows (section, addr, size, text, file, line) if asked."""
     asm = Assembler(include_dirs, defines, listing)
-    return asm.run(source, filename), asm.rows
+    program = asm.run(source, filename)
+    if warnings is not None:
+        warnings.extend(asm.warnings)
+    return program, asm.rows
