@@ -105,7 +105,10 @@ class Assembler:
         self.has_pcrel = {i.mnemonic for i in self.isa.instructions
                           if any(f.kind.cls == "pcrel" for f in i.fields.values())}
         self.nop = encode("nop", {}, self.isa) if "nop" in self.isa.by_mnemonic else 0
-        for name, value in (defines or {}).items():
+        self._predefine(defines or {})
+
+    def _predefine(self, defines: Mapping[str, int]) -> None:
+        for name, value in defines.items():
             if name in self.definitions:
                 self.diags.error("<command line>", 1, 1, f"-D {name}: redefines the ISA constant '{name}'")
             self.values[name] = int(value)
