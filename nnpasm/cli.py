@@ -8,7 +8,7 @@ from pathlib import Path
 from isa_spec.program import BinaryError, Program
 
 from .assembler import assemble_text
-from .diagnostics import AsmError
+from .diagnostics import AsmError, Diagnostic
 from .expr import EvalError, evaluate
 from .listing import format_listing
 from .macros import read_source
@@ -33,6 +33,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="define symbol NAME (VALUE is an integer expression, default 1)")
     p.add_argument("--listing", metavar="FILE", help="write an address/encoding/source listing")
+    p.add_argument("--no-warnings", action="store_true",
+                   help="do not print warnings (parameters a command reads but no earlier line sets)")
     p.add_argument("--disassemble", action="store_true", help="disassemble the binary INPUT")
     return p
 
@@ -62,11 +64,15 @@ def _assemble(args) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise _UsageError(f"cannot read {args.input}: {getattr(exc, 'strerror', None) or exc}") from None
     defines = dict(parse_define(d) for d in args.defines)
+    warnings: list[Diagnostic] = []
     try:
-        program, rows = assemble_text(source, args.input, args.include_dirs, defines, bool(args.listing))
+        program, rows = assemble_text(source, args.input, args.include_dirs, defines, bool(args.listing),
+                                      warnings=warnings)
     except AsmError as exc:
         print(exc, file=sys.stderr)
         return 1
+    if warnings and not args.no_warnings:
+        print("\n".join(w.format() for w in warnings), file=sys.stderr)
     out = args.output or str(Path(args.input).with_suffix(".bin"))
     try:
         program.save(out)

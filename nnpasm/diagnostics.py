@@ -1,4 +1,4 @@
-"""Assembler diagnostics: `file:line:col: error: message`, the source line and a caret."""
+"""Assembler diagnostics: `file:line:col: error: message` (or `warning:`), the source line and a caret."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ MAX_ERRORS = 500
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One error in user input, at a 1-based line and column of a real file."""
+    """One error (or warning) in user input, at a 1-based line and column of a real file."""
 
     file: str
     line: int
@@ -16,10 +16,11 @@ class Diagnostic:
     message: str
     source: str = ""
     notes: tuple[str, ...] = ()
+    severity: str = "error"   # or "warning"
 
     def format(self) -> str:
         """The compiler-style text: location, message, source line, caret, notes."""
-        out = [f"{self.file}:{self.line}:{self.column}: error: {self.message}"]
+        out = [f"{self.file}:{self.line}:{self.column}: {self.severity}: {self.message}"]
         if self.source:
             src = self.source.rstrip("\r\n")
             pad = "".join(c if c == "\t" else " " for c in src[:max(self.column - 1, 0)])
@@ -37,6 +38,14 @@ class AsmError(Exception):
 
     def __str__(self) -> str:
         return "\n".join(d.format() for d in self.diagnostics)
+
+
+class OperandError(Exception):
+    """A bad operand at a 1-based column of the parsed code."""
+
+    def __init__(self, column: int, message: str):
+        super().__init__(message)
+        self.column, self.message = column, message
 
 
 class TooManyErrors(Exception):

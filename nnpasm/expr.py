@@ -83,7 +83,7 @@ def _bounded(v: int) -> int:
     return v
 
 
-def evaluate(node, lookup: Callable[[str], int]) -> int:
+def evaluate(node: object, lookup: Callable[[str], int]) -> int:
     """Value of an expression node; `lookup` maps a NAME token to its value or raises Undefined."""
     if type(node) is int:
         return node
@@ -127,7 +127,7 @@ def _no_symbols(name: str) -> int:
     raise Undefined(name, None)
 
 
-def fold(node):
+def fold(node: tuple) -> object:
     """The node's value if its operands are numbers and it evaluates cleanly, else the node itself."""
     if any(type(child) is not int for child in node[1:]):
         return node

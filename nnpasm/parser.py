@@ -72,22 +72,31 @@ class Shape:
         self.items = items
 
 
+def describe_operand(node: object) -> str:
+    """How a diagnostic names a parsed operand: its value, its name, or what it is."""
+    if type(node) is int:
+        return str(node)
+    if isinstance(node, str):
+        return f"'{node}'"
+    return {Mem: "a memory operand", Keyword: f"'{getattr(node, 'name', '')}=...'", Str: "a string",
+            Shape: "a parenthesised list"}.get(type(node), "an expression")
+
+
 class Statement:
     """One parsed line: optional label, then a mnemonic/directive/macro name and operands.
 
     Columns are 1-based within the parsed text.  `cols[i]` is where operand i
     starts; a token inside operand i sits at column `token.column + bases[i]`
     (operands parsed on their own count columns from their own start).
-    `spans` holds each operand's [start, end) offsets (for macro arguments);
-    `word` caches the encoding of an instruction whose operands name no symbol.
+    `spans` holds each operand's [start, end) offsets (for macro arguments).
+    Statements are cached and shared between lines and runs: nothing may change one.
     """
 
-    __slots__ = ("label", "name", "operands", "cols", "bases", "spans", "word", "spaced", "options")
+    __slots__ = ("label", "name", "operands", "cols", "bases", "spans", "spaced", "options")
 
     def __init__(self, label, name, operands, cols, bases, spans, spaced: bool = False):
         self.label, self.name, self.operands, self.cols, self.bases, self.spans = \
             label, name, operands, cols, bases, spans
-        self.word = None
         self.spaced = spaced  # written `NAME a, b` with no comma after the first operand
         self.options = sum(type(o) is Keyword for o in operands)  # how many `name=value`
 
