@@ -14,8 +14,7 @@ from typing import NamedTuple
 
 from isa_spec import decode
 from isa_spec.model import Isa
-
-DIMS = range(4)
+from isa_spec.param_rules import RULES, Rule, Scalar, checked_param, message, rules_for
 
 
 class Site(NamedTuple):
@@ -27,60 +26,6 @@ class Site(NamedTuple):
     ctx: object      # the line (the assembler's LineContext)
 
 
-class Scalar(NamedTuple):
-    """A scalar parameter whose reset value 0 makes the command's result wrong."""
-
-    param: str
-    effect: str      # what 0 does
-
-    def problem(self, state: _State) -> str | None:
-        """Why the command is wrong here, or None."""
-        if self.param in state.written:
-            return None
-        return f"reads {self.param}, never set (it resets to 0, so {self.effect})"
-
-
-class Stride(NamedTuple):
-    """A byte stride (reset 0) of a dimension whose size parameter may have been set above 1."""
-
-    size: str
-    stride: str
-    effect: str      # what 0 does
-
-    def problem(self, state: _State) -> str | None:
-        """Why the command is wrong here, or None."""
-        if self.stride in state.written or not state.long.get(self.size, False):
-            return None
-        return f"reads {self.stride}, never set (it resets to 0, so {self.effect})"
-
-
-# Only strides where 0 is never meant: the destination's (every step along the dimension
-# writes the same bytes) and a pooling window's.  A zero source stride is how kernels
-# broadcast (the compiler's per-channel requant.pc tables, vu.divr divisors, constant
-# DMA rows all rely on it), so those are not checked.
-_VU_DEST = tuple(Stride(f"vu.n{k}", f"vu.d_stride{k}", f"every step along vu.n{k} writes the same bytes")
-                 for k in DIMS)
-_VU_WINDOW = tuple(Stride(f"vu.win_{d}", f"vu.win_stride_{d}", f"every step along vu.win_{d} reads the same bytes")
-                   for d in "hw")
-_DMA_DEST = tuple(Stride(f"dma.size{k}", f"dma.dst_stride{k}", f"every step along dma.size{k} writes the same bytes")
-                  for k in DIMS)
-
-# What each command reads that can silently be wrong at its reset value (isa_spec/nnp1.toml,
-# docs/isa.md).  vu.clip reads only lo/hi, vu.requant.pc its (M, S) from b, vu.divr and vu.mov
-# no scalar at all: their scalars are fine at reset.  NU parameters reset to usable values.
-RULES: dict[str, tuple[Scalar | Stride, ...]] = {
-    "vu.requant": (Scalar("vu.ma", "every element is multiplied by 0"), *_VU_DEST),
-    "vu.requant.pc": _VU_DEST,
-    "vu.add": (Scalar("vu.ma", "every element of a is multiplied by 0"),
-               Scalar("vu.mb", "every element of b is multiplied by 0"), *_VU_DEST),
-    "vu.mul": (Scalar("vu.ma", "every product is multiplied by 0"), *_VU_DEST),
-    "vu.clip": _VU_DEST,
-    "vu.pool.max": _VU_DEST + _VU_WINDOW,
-    "vu.pool.sum": _VU_DEST + _VU_WINDOW,
-    "vu.divr": _VU_DEST,
-    "vu.mov": _VU_DEST,
-    "dma": _DMA_DEST,
-}
 SETTERS = ("setp", "setpi")
 WATCHED = frozenset(RULES) | frozenset(SETTERS)
 
@@ -93,20 +38,16 @@ class _State:
         self.long: dict[str, bool] = {}   # size parameter: may its last earlier write exceed 1?
 
 
-def _rules(isa: Isa) -> dict[str, tuple[Scalar | Stride, ...]]:
-    """RULES less any rule whose premise (the reset values) this ISA does not share."""
-    reset = isa.param_defaults
-
-    def holds(rule: Scalar | Stride) -> bool:
-        if type(rule) is Scalar:
-            return reset.get(rule.param, 0) == 0
-        return reset.get(rule.stride, 0) == 0 and reset.get(rule.size, 0) <= 1
-    return {m: tuple(r for r in rules if holds(r)) for m, rules in RULES.items() if m in isa.by_mnemonic}
+def _unset(rule: Rule, state: _State) -> bool:
+    """The rule's parameter is read at its reset value (a stride only where its size may exceed 1)."""
+    if type(rule) is Scalar:
+        return rule.param not in state.written
+    return rule.stride not in state.written and state.long.get(rule.size, False)
 
 
 def check(sites: list[Site], words: list[int], isa: Isa) -> list[tuple[Site, str]]:
     """The warnings for the watched instructions of a finished .text, in address order."""
-    rules = _rules(isa)
+    rules = rules_for(isa)
     names = {v: k for k, v in isa.params.items()}
     state, reported, found = _State(), set(), []
     setters: dict[int, tuple[str, bool]] = {}   # kernels repeat the same setpi words
@@ -122,10 +63,9 @@ def check(sites: list[Site], words: list[int], isa: Isa) -> list[tuple[Site, str
             state.long[name] = long
             continue
         for rule in rules.get(site.mnemonic, ()):
-            problem = rule.problem(state)
-            param = rule.param if type(rule) is Scalar else rule.stride
-            if problem is None or param in reported:
+            param = checked_param(rule)
+            if param in reported or not _unset(rule, state):
                 continue
             reported.add(param)
-            found.append((site, f"{site.mnemonic} {problem}; set it with setpi {param}, ..."))
+            found.append((site, message(site.mnemonic, rule)))
     return found

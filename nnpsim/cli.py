@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--trace", metavar="FILE", help="write a Perfetto/Chrome trace (JSON)")
     run.add_argument("--stats", metavar="FILE", help="write the statistics as JSON")
     run.add_argument("--max-cycles", metavar="N", type=_cycles, help="stop with an error after N cycles")
+    run.add_argument("--no-warnings", action="store_true",
+                     help="leave out the warnings for parameters read at their reset value")
     run.add_argument("--check-races", action=argparse.BooleanOptionalAction, default=True,
                      help="check that synchronisation orders every pair of conflicting accesses "
                           "(on by default; --no-check-races skips the check)")
@@ -150,7 +152,7 @@ def _save_npy(path: str, arr: np.ndarray) -> None:
 def _reports(args, log, program, config, note: str = "") -> None:
     """Write --stats and --trace for `log` (a partial run when note says so)."""
     if args.stats:
-        stats = summarize(log, program, config)
+        stats = summarize(log, program, config, warnings=not args.no_warnings)
         _write(args.stats, "stats", lambda p: Path(p).write_text(stats.to_json()))
         if note:
             print(f"nnpsim: stats {note} written to {args.stats}", file=sys.stderr)
@@ -192,6 +194,8 @@ def _run(args) -> int:
             except UserError as report_error:     # the simulation error decides the status
                 print(f"nnpsim: error: {report_error}", file=sys.stderr)
         return EXIT_SIM
+    if args.no_warnings:
+        stats.warnings = []
     print(format_summary(stats), end="")
     if args.check_races:
         print(f"race check: no data race among {len(sim.last_log.cmd_op):,} commands")

@@ -53,6 +53,27 @@ C_BIMM = 13    # 1: an immediate-form ALU op (the second operand is C_IMM, not r
 N_COLS = 14
 
 MASK32 = 0xFFFFFFFF
+PARAM_REGS = 256
+"""The parameter file: registers 0..255.  The engine's `params` array is twice that long:
+params[PARAM_REGS + p] is 1 once register p has been written by setp/setpi (its valid bit),
+so a command can be told it read a register still at its reset value."""
+
+
+def new_param_file(isa: Isa | None = None) -> np.ndarray:
+    """The parameter file at reset, followed by its (all clear) written flags."""
+    out = np.zeros(2 * PARAM_REGS, dtype=np.int64)
+    out[:PARAM_REGS] = (isa or load_isa()).param_file()
+    return out
+
+
+@njit(cache=True)
+def unset_mask(params: np.ndarray, base: int) -> int:
+    """Bit j set for each register base + j (j < 32) never written since reset."""
+    mask = 0
+    for j in range(32):
+        if params[PARAM_REGS + base + j] == 0:
+            mask |= 1 << j
+    return mask
 
 
 def wrap32_py(v: int) -> int:
@@ -179,8 +200,10 @@ def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
             taken = regs[rd] != 0
         elif op == OP_SETP:
             params[prog[i, C_PARAM]] = wrap32(a + imm)
+            params[PARAM_REGS + prog[i, C_PARAM]] = 1
         elif op == OP_SETPI:
             params[prog[i, C_PARAM]] = imm
+            params[PARAM_REGS + prog[i, C_PARAM]] = 1
         if taken:
             nxt = pc + imm
     if write and rd != 0:

@@ -26,9 +26,9 @@ from numba import njit
 from . import errors
 from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
-                 OP_SYNC, OP_VU, exec_pure)
+                 OP_SYNC, OP_VU, exec_pure, unset_mask)
 from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES,
-                     M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL,
+                     M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
                      M_START, M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_COLS,
                      STALL_QUEUE_FULL, STALL_SEMAPHORE, START, SYNC_COLS, TAKE)
 from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DEPTH, K_DMA, K_DMA_BASE, K_MAX_CYCLES,
@@ -312,6 +312,7 @@ def _issue(t: int, i: int, op: int, prog: np.ndarray, regs: np.ndarray, params: 
     cmd[c, M_BYTES] = 0
     cmd[c, M_MACS] = 0
     cmd[c, M_PARAMS:M_PARAMS + 32] = params[base:base + 32]
+    cmd[c, M_UNSET] = unset_mask(params, base)
     queue[a, (ag[a, A_QHEAD] + ag[a, A_QCOUNT]) % queue.shape[1]] = c
     ag[a, A_QCOUNT] += 1
     _log(sync, st, ST_NSYNC, ISSUE, t, 0, -1, c)

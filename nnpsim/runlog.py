@@ -15,7 +15,8 @@ CTR_DDR_BYTES = 0
 # Columns of the engine's command table (one row per issued command).
 (M_AGENT, M_OP, M_PC, M_ISSUE, M_START, M_END, M_REGS, _R1, _R2, M_FIELDS, _F1, _F2, _F3,
  M_WAIT, M_SIGNAL, M_BYTES, M_MACS, M_PARAMS) = range(18)
-CMD_COLS = M_PARAMS + 32
+M_UNSET = M_PARAMS + 32   # bit j: parameter group_base + j was never written before the issue
+CMD_COLS = M_UNSET + 1
 SYNC_COLS, CTR_COLS, STALL_COLS = 5, 3, 4
 
 
@@ -55,6 +56,8 @@ class RunLog:
     registers: np.ndarray = field(default_factory=lambda: np.zeros(32, dtype=np.int64))
     params: np.ndarray = field(default_factory=lambda: np.zeros(256, dtype=np.int64))
     pc: int = 0                  # the CU's pc when the run ended
+    cmd_unset: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per command, bit j set: its group's parameter j still held its reset value, never written."""
 
     @property
     def n_commands(self) -> int:
@@ -66,8 +69,9 @@ class RunLog:
         """Split the engine's row tables (already cut to their used rows) into named columns."""
         def c(j: int) -> np.ndarray:
             return np.ascontiguousarray(cmd[:, j])
+        unset = c(M_UNSET) if cmd.shape[1] > M_UNSET else np.zeros(len(cmd), np.int64)
         return cls(
-            cycles=int(cycles), instructions=int(instructions), agents=list(agents),
+            cmd_unset=unset, cycles=int(cycles), instructions=int(instructions), agents=list(agents),
             cmd_agent=c(M_AGENT), cmd_op=c(M_OP), cmd_pc=c(M_PC), cmd_issue=c(M_ISSUE),
             cmd_start=c(M_START), cmd_end=c(M_END),
             cmd_regs=np.ascontiguousarray(cmd[:, M_REGS:M_REGS + 3]),

@@ -8,7 +8,7 @@ from isa_spec.layout import from_stored, stored_shape, to_stored
 
 from . import errors, races
 from .config import Config, target_mismatches
-from .cu import decode_for_engine
+from .cu import PARAM_REGS, decode_for_engine, new_param_file
 from .engine import (N_STATE, ST_CU_STATE, ST_CYCLE, ST_ERR_AGENT, ST_ERR_CMD, ST_ERR_PC,
                      ST_INSTR, ST_NCMD, ST_NCTR, ST_NSTALL, ST_NSYNC, ST_PC, ST_STALL_ARG,
                      ST_STALL_REASON, CU_HALTED, CU_STALLED, engine, new_tables)
@@ -127,7 +127,7 @@ def run_program(table: np.ndarray, memory: Memory, config: Config, max_cycles: i
     """Run a decoded program on `memory` with the event engine; the RunLog and the error (or None)."""
     isa = load_isa()
     regs = np.zeros(32, dtype=np.int64)
-    params = np.array(isa.param_file(), dtype=np.int64)
+    params = new_param_file(isa)
     st = np.zeros(N_STATE, dtype=np.int64)
     err = np.zeros(8, dtype=np.int64)
     cfg = config_vector(config, max_cycles, isa)
@@ -137,7 +137,7 @@ def run_program(table: np.ndarray, memory: Memory, config: Config, max_cycles: i
     log = RunLog.from_tables(st[ST_CYCLE], st[ST_INSTR], agent_names(config), cmd[:st[ST_NCMD]],
                              sync[:st[ST_NSYNC]], ctr[:st[ST_NCTR]], stall[:st[ST_NSTALL]])
     log.registers = regs
-    log.params = params
+    log.params = params[:PARAM_REGS]
     log.pc = int(st[ST_PC])
     failure = None
     if err[0] != errors.OK:

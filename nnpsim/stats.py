@@ -7,12 +7,13 @@ counts every command that started (its copy is applied when it starts).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from .config import Config
 from .footprint import DMA_ELEM, DMA_PAD_HI0, DMA_PAD_LO0, DMA_SIZE0, RULE_DMA, footprint_rules, space_name
+from .param_warnings import run_warnings
 from .runlog import STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, TAKE, RunLog
 
 STALL_NAMES = {STALL_QUEUE_FULL: "queue_full", STALL_SEMAPHORE: "semaphore_wait",
@@ -68,6 +69,8 @@ class Stats:
     semaphore_wait_cycles: int
     semaphores: dict[str, SemaphoreWaits]
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    """Commands that read a parameter never set, where its reset value spoils the result."""
 
     def to_dict(self) -> dict:
         """Plain nested dict (JSON types only)."""
@@ -154,8 +157,8 @@ def _semaphores(log: RunLog) -> dict[str, SemaphoreWaits]:
     return {f"s{s}": out[s] for s in sorted(out)}
 
 
-def summarize(log: RunLog, program, config: Config) -> Stats:
-    """Statistics of the run recorded in `log`."""
+def summarize(log: RunLog, program, config: Config, warnings: bool = True) -> Stats:
+    """Statistics of the run recorded in `log` (with its parameter warnings unless told not to)."""
     cycles = int(log.cycles)
     macs = int(np.asarray(log.cmd_macs, np.int64).sum())
     memory = _memory(log)
@@ -176,7 +179,8 @@ def summarize(log: RunLog, program, config: Config) -> Stats:
         stalls=_stalls(log), semaphore_waits=int(sem_stalls.sum()),
         semaphore_wait_cycles=int(_durations(log.stall_start, log.stall_end, cycles)[sem_stalls].sum()),
         semaphores=_semaphores(log),
-        error=None if error is None else str(error))
+        error=None if error is None else str(error),
+        warnings=run_warnings(log, program) if warnings else [])
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -210,6 +214,7 @@ def format_summary(stats: Stats) -> str:
     per = ", ".join(f"{k}: {v.waits:,} ({v.wait_cycles:,} cycles)" for k, v in s.semaphores.items())
     lines.append(f"semaphore waits: {s.semaphore_waits:,} ({s.semaphore_wait_cycles:,} cycles)"
                  + (f"; {per}" if per else ""))
+    lines += [f"warning: {w}" for w in s.warnings]
     if s.error:
         lines.append(f"stopped by error: {s.error}")
     return "\n".join(lines) + "\n"

@@ -16,9 +16,9 @@ from . import errors
 from .config import Config
 from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
-                 OP_SYNC, OP_VU, exec_pure)
+                 OP_SYNC, OP_VU, PARAM_REGS, exec_pure, new_param_file, unset_mask)
 from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES, M_END,
-                     M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_START,
+                     M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_START, M_UNSET,
                      M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL,
                      STALL_SEMAPHORE, START, TAKE, RunLog)
 from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P_K_W,
@@ -48,7 +48,7 @@ class Stepper:
         self.n_ag = 1 + self.nnu + self.nvu + self.ndma
         self.dma0 = 1 + self.nnu + self.nvu
         self.regs = np.zeros(32, dtype=np.int64)
-        self.params = np.array(isa.param_file(), dtype=np.int64)
+        self.params = new_param_file(isa)
         self.err = np.zeros(8, dtype=np.int64)
         self.sems = [0] * config.semaphores
         self.queues: list[list[int]] = [[] for _ in range(self.n_ag)]
@@ -293,6 +293,7 @@ class Stepper:
         new[M_FIELDS + 2] = row[C_F2] if op == OP_VU else 0
         new[M_WAIT], new[M_SIGNAL] = w, sg
         new[M_PARAMS:M_PARAMS + 32] = self.params[base:base + 32]
+        new[M_UNSET] = unset_mask(self.params, base)
         self.cmd.append(new)
         self.queues[a].append(c)
         self.sync.append((ISSUE, t, 0, -1, c))
@@ -323,7 +324,7 @@ class Stepper:
         stall = np.array(self.stall, dtype=np.int64).reshape(-1, 4)
         log = RunLog.from_tables(self.t, self.instructions, agent_names(self.cfg), cmd, sync, ctr, stall)
         log.registers = self.regs
-        log.params = self.params
+        log.params = self.params[:PARAM_REGS]
         log.pc = self.pc
         return log
 

@@ -9,7 +9,8 @@ import pytest
 from isa_spec import load_isa
 from nnpasm import AsmError, Program, assemble
 from nnpasm.cli import main
-from nnpasm.param_warnings import RULES, Scalar, _rules
+from isa_spec.param_rules import RULES, Scalar
+from isa_spec.param_rules import rules_for as _rules
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.s"))

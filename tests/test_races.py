@@ -195,7 +195,7 @@ def _runlog(cycles, instructions, agents, cmds, sync, defaults) -> RunLog:
                          *spec.regs, *spec.fields,
                          -1 if spec.wait is None else spec.wait, -1 if spec.signal is None else spec.signal,
                          spec.nbytes, spec.macs]
-    table[:, M_PARAMS:] = params
+    table[:, M_PARAMS:M_PARAMS + 32] = params
     sync_a = np.array(sync, np.int64).reshape(-1, 5)
     return RunLog.from_tables(cycles, instructions, agents, table, sync_a,
                               np.zeros((0, 3), np.int64), np.zeros((0, 4), np.int64))
