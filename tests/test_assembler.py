@@ -33,6 +33,16 @@ def ref_mod(a: int, b: int) -> int:
     return a - b * ref_div(a, b)
 
 
+class OutOfRange(Exception):
+    """An intermediate value left the assembler's range [-2**64, 2**64]."""
+
+
+def ref_bound(v: int) -> int:
+    if not -2 ** 64 <= v <= 2 ** 64:
+        raise OutOfRange
+    return v
+
+
 def ref_shift(a: int, b: int, left: bool) -> int:
     if not 0 <= b <= 63:
         raise OverflowError
@@ -104,15 +114,15 @@ def py_text(node) -> str:
     if kind == "paren":
         return py_text(node[1])
     if kind == "neg":
-        return f"(-{py_text(node[1])})"
+        return f"ref_bound(-{py_text(node[1])})"
     if kind == "~":
-        return f"(~{py_text(node[1])})"
+        return f"ref_bound(~{py_text(node[1])})"
     if kind == "!":
         return f"int(not {py_text(node[1])})"
     if kind == "?":
         return f"({py_text(node[2])} if {py_text(node[1])} else {py_text(node[3])})"
     a, b = py_text(node[1]), py_text(node[2])
-    return PY_BINARY.get(kind, "({} " + kind + " {})").format(a, b)
+    return "ref_bound(" + PY_BINARY.get(kind, "({} " + kind + " {})").format(a, b) + ")"
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,13 +131,17 @@ def test_expressions_follow_c_precedence_and_semantics(tree, sa, sb):
     text = c_text(tree)
     try:
         want = eval(py_text(tree), {"ref_div": ref_div, "ref_mod": ref_mod, "ref_shift": ref_shift,
-                                    "SA": sa, "SB": sb})
+                                    "ref_bound": ref_bound, "SA": sa, "SB": sb})
     except ZeroDivisionError:
         with pytest.raises(AsmError, match="division by zero"):
             assemble(f".equ X, {text}", defines={"SA": sa, "SB": sb})
         return
     except OverflowError:
         with pytest.raises(AsmError, match="shift count"):
+            assemble(f".equ X, {text}", defines={"SA": sa, "SB": sb})
+        return
+    except OutOfRange:
+        with pytest.raises(AsmError, match="out of the 64-bit range"):
             assemble(f".equ X, {text}", defines={"SA": sa, "SB": sb})
         return
     prog = assemble(f".equ X, {text}", defines={"SA": sa, "SB": sb})
