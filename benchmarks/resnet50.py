@@ -63,7 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=None, help="only the first N layers")
     ap.add_argument("--no-check", action="store_true", help="skip the numpy comparison")
-    ap.add_argument("--config", help="machine configuration (TOML); default: the brief's")
+    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(50)

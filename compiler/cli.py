@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--lo", type=int, default=-128)
     p.add_argument("--hi", type=int, default=127)
     p.add_argument("--relu", action="store_true", help="fuse a ReLU at zp-out (conv2d, dense)")
-    p.add_argument("--config", help="machine configuration (TOML, as `nnpsim config` prints); default: the brief's")
+    p.add_argument("--config", help="machine configuration (TOML, as `nnpsim config` prints); default: the built-in reference machine")
     p.add_argument("-o", "--output", required=True, help="assembly file to write")
     p.add_argument("--binary", help="also write the assembled binary here")
     return p

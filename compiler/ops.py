@@ -284,7 +284,7 @@ def _bias(bias, o: int) -> np.ndarray | None:
 
 def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
            multiplier, shift, zp_out=0, lo=-128, hi=127) -> Conv2d:
-    """A quantised conv2d (section 4 of the brief), validated."""
+    """A quantised conv2d (docs/semantics.md), validated."""
     x_shape = _shape("x_shape", x_shape, 4)
     w = _int_array("weight", weight, INT8, ndim=4)
     groups = _int("groups", groups, 1, x_shape[1])

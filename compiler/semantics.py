@@ -1,4 +1,4 @@
-"""The compiler's own numpy model of what each op computes (section 4 of the brief).
+"""The compiler's own numpy model of what each op computes (docs/semantics.md).
 
 Ops use it for `.reference()`.  It is written independently of tests/reference.py
 (im2col here, per-tap accumulation there) so that tests can compare the two.

@@ -12,7 +12,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    """NNP-1 configuration; the defaults are the hardware brief's."""
+    """NNP-1 configuration; the defaults are the reference machine of docs/architecture.md."""
 
     clock_ghz: float = 1.0
     # CU
@@ -168,7 +168,7 @@ def load_config(path: str | Path | None = None) -> Config:
 def config_toml(cfg: Config | None = None) -> str:
     """The configuration as an editable TOML file."""
     cfg = cfg or Config()
-    lines = ["# NNP-1 configuration (defaults from the hardware brief).", ""]
+    lines = ["# NNP-1 configuration (defaults: the reference machine of docs/architecture.md).", ""]
     for section, keys in _TOML_KEYS.items():
         lines.append(f"[{section}]")
         for key, attr in keys.items():

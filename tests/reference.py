@@ -1,7 +1,7 @@
-"""An independent numpy model of section 4 of the hardware brief, for tests only.
+"""An independent numpy model of the op semantics of docs/semantics.md, for tests only.
 
 Every function takes and returns numpy arrays, computes in int64 and checks
-that no intermediate leaves int64 (the brief: no silent overflow).  This file
+that no intermediate leaves int64 (docs/semantics.md: no silent overflow).  This file
 must not import the compiler: tests compare the compiler against it.
 """
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_kernel_records_its_machine_and_nnpsim_checks_it(tmp_path, capsys):
                         "--output", f"y={tmp_path / 'y.npy'}", "--check-races"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), ref.max_pool2d(x, 2, 2, 0))
     capsys.readouterr()
-    assert nnpsim_main(["run", str(binary)]) == 1          # the brief's machine: one NU, one VU
+    assert nnpsim_main(["run", str(binary)]) == 1          # the default machine: one NU, one VU
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "built (.target) for another machine" in err[0], err
     assert "nu.count = 2 (this machine: nu.count = 1)" in err[0] and "vu.count = 2" in err[0]

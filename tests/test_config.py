@@ -1,10 +1,10 @@
-"""Configuration: defaults from the brief, TOML round trip, clear errors."""
+"""Configuration: defaults of the reference machine, TOML round trip, clear errors."""
 import pytest
 
 from nnpsim.config import Config, ConfigError, config_from_dict, config_toml, load_config
 
 
-def test_defaults_are_the_briefs():
+def test_defaults_are_the_reference_machine():
     c = Config()
     assert (c.nu_rows, c.nu_cols, c.peak_macs_per_cycle) == (32, 32, 1024)
     assert (c.ddr_bytes_per_cycle, c.ddr_latency, c.dm_bytes_per_cycle, c.dm_latency) == (32, 100, 128, 8)

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from tests import reference as ref
 
 
-# ---- scalar models: one Python int at a time, written straight from the brief ----
+# ---- scalar models: one Python int at a time, written straight from docs/semantics.md ----
 
 def s_rshift_round(v: int, s: int) -> int:
     return v if s == 0 else (v + (1 << (s - 1))) >> s

@@ -1,4 +1,4 @@
-"""The roofline bound follows the brief: max(MACs / 1024, least DDR bytes / 32)."""
+"""The roofline bound (docs/performance.md): max(MACs / 1024, least DDR bytes / 32)."""
 import numpy as np
 
 from compiler import ops
