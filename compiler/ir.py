@@ -272,7 +272,14 @@ class Note:
     text: str
 
 
-Stmt = Dma | NuConv | Vu | CuWait | Note
+@dataclass(eq=False)
+class Label:
+    """A code label in the emitted assembly: where a layer of a network program starts."""
+
+    name: str
+
+
+Stmt = Dma | NuConv | Vu | CuWait | Note | Label
 
 
 @dataclass(eq=False)

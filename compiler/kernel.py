@@ -103,10 +103,8 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
     return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
 
 
-def build(op: Op, *more_ops: Op, config: Config | None = None) -> Kernel:
-    """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel."""
-    cfg = (config or Config()).validate()
-    ops = _check_ops((op,) + more_ops)
+def best_schedule(ops: tuple[Op, ...], cfg: Config):
+    """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report))."""
     best, why = None, ""
     for cand in candidates(ops, cfg)[:FINALISTS]:
         kir, _ = cand.make()
@@ -119,7 +117,24 @@ def build(op: Op, *more_ops: Op, config: Config | None = None) -> Kernel:
             best = (kir, priced)
     if best is None:
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
-    return finish(ops, best[0], cfg, *best[1])
+    return best
+
+
+def build(op, *more_ops: Op, config: Config | None = None):
+    """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
+
+    Given a compiler.Graph instead, compile the whole network into one program (a
+    compiler.network.Library).
+    """
+    cfg = (config or Config()).validate()
+    if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
+        if more_ops:
+            raise CompileError("build(graph) takes the graph alone")
+        from .network import build_network
+        return build_network(op, cfg)
+    ops = _check_ops((op,) + more_ops)
+    kir, priced = best_schedule(ops, cfg)
+    return finish(ops, kir, cfg, *priced)
 
 
 def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usage, report) -> Kernel:

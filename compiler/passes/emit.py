@@ -14,7 +14,7 @@ import numpy as np
 
 from isa_spec import load_isa
 
-from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Note, NuConv, Ref, Vu
+from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Label, Note, NuConv, Ref, Vu
 
 SCRATCH = tuple(range(1, 32))       # r1..r31 hold addresses; r0 reads 0
 BUFFER_ALIGN = 64
@@ -196,6 +196,8 @@ def emit(kir: KernelIR, header: list[str] | None = None, threshold: int = INCBIN
     for stmt in kir.body:
         if isinstance(stmt, Note):
             em.lines.append(f"        ; ---- {stmt.text}")
+        elif isinstance(stmt, Label):
+            em.lines.append(f"{stmt.name}:")
         elif isinstance(stmt, CuWait):
             em.lines.append(f"{'        sem.wait s' + str(stmt.sem):<60} ; {stmt.comment}")
         else:

@@ -1,0 +1,406 @@
+"""Whole networks: a compiler.Graph compiled into ONE program.
+
+The passes, in order (each a function of its own):
+  partition     fuse the graph's nodes into kernels: a conv2d / dense takes the relu / clip
+                after it and one residual add (then relu / clip), as build() fuses a chain
+  alias         reshapes and channel concats move no data: their tensors share storage
+  plan_arena    intermediates go to one DDR arena, reusing bytes by liveness (first fit,
+                as TVM's graph memory planner); the graph's inputs and outputs are named buffers
+  lower         each kernel is tiled and scheduled alone, as build() does for a chain
+  link          each kernel's buffers are renamed into the network's, and its input and
+                output buffers pointed at the arena or the named buffers
+  synchronise   one sync pass over the whole program: a later layer waits only for what it
+                reads or overwrites, so layers overlap where the data allows
+  emit          assembly with a label per layer and the graph's description as data, assembled
+
+The binary carries what a runtime needs in its DDR buffer `nnp_graph` (UTF-8
+JSON): the inputs and outputs (buffer, shape, dtype, quantisation) and the
+layer table.  compiler.runtime.GraphModule runs it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+import nnpasm
+from nnpsim.config import Config, shape_target
+
+from . import cost
+from .errors import CompileError
+from .ir import Buffer, Command, CuWait, KernelIR, Label, Note, Ref
+from .ops import Conv2d, Dense, Elementwise, Op
+from .passes import alloc, emit, sync
+from .roofline import bound_cycles
+
+GRAPH_BUFFER = "nnp_graph"
+GRAPH_FORMAT = "nnp-graph/1"
+ARENA = "arena"
+ARENA_ALIGN = 64
+LAYOUT_KINDS = ("reshape", "concat")
+
+
+# ----------------------------------------------------------------------------- partition
+
+@dataclass
+class Group:
+    """One kernel of the network: graph nodes fused into a chain of ops."""
+
+    name: str
+    nodes: list
+    ops: tuple[Op, ...]
+    inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
+    output: str                # the graph value the kernel writes
+
+
+def _consumers(graph) -> dict[str, list]:
+    out: dict[str, list] = {name: [] for name in graph.values}
+    for node in graph.nodes:
+        for v in node.inputs:
+            out[v].append(node)
+    return out
+
+
+def _is_clip(op) -> bool:
+    return isinstance(op, Elementwise) and op.mode == "clip"
+
+
+def _as_first_input(add: Elementwise, position: int) -> Elementwise:
+    """The add with its operands swapped when the chain value is its second input."""
+    if position == 0:
+        return add
+    return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
+
+
+def partition(graph) -> list[Group]:
+    """Fuse the graph's nodes into kernels, in an order where every kernel's inputs already exist."""
+    consumers = _consumers(graph)
+    outputs = set(graph.outputs)
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    taken: set[int] = set()
+    groups: list[Group] = []
+    for node in graph.nodes:
+        if id(node) in taken or node.op.kind in LAYOUT_KINDS:
+            continue
+        members, ops, inputs = [node], [node.op], list(node.inputs)
+        if isinstance(node.op, (Conv2d, Dense, Elementwise)):
+            added = isinstance(node.op, Elementwise) and node.op.mode != "clip"
+            head_nu = isinstance(node.op, (Conv2d, Dense))
+            while True:
+                cur = members[-1].output
+                users = consumers[cur]
+                if cur in outputs or len(users) != 1 or id(users[0]) in taken:
+                    break
+                nxt = users[0]
+                if _is_clip(nxt.op):
+                    members.append(nxt)
+                    ops.append(nxt.op)
+                elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
+                      and nxt.inputs[0] != nxt.inputs[1]):
+                    pos = nxt.inputs.index(cur)
+                    members.append(nxt)
+                    ops.append(_as_first_input(nxt.op, pos))
+                    inputs.append(nxt.inputs[1 - pos])
+                    added = True
+                else:
+                    break
+        taken.update(id(m) for m in members)
+        groups.append(Group(members[0].name, members, tuple(ops), inputs, members[-1].output))
+    groups.sort(key=lambda g: order[id(g.nodes[-1])])
+    return groups
+
+
+# ----------------------------------------------------------------------------- storage
+
+@dataclass
+class Slot:
+    """Where a tensor's bytes live: a named DDR buffer (or the arena) and the offset in it."""
+
+    buffer: str
+    offset: int
+
+
+class _Aliases:
+    """Union-find with offsets: a tensor lives at `offset` bytes into its root tensor."""
+
+    def __init__(self, values):
+        self.parent = {v: (v, 0) for v in values}
+
+    def find(self, v: str) -> tuple[str, int]:
+        off = 0
+        while self.parent[v][0] != v:
+            v, step = self.parent[v]
+            off += step
+        return v, off
+
+    def link(self, child: str, parent: str, off: int, where: str) -> None:
+        """`child` lives at `off` bytes into `parent`."""
+        rc, oc = self.find(child)
+        rp, op = self.find(parent)
+        if rc == rp:
+            if oc != op + off:
+                raise CompileError(f"{where}: {child} would live at two places of {rp}")
+            return
+        self.parent[rc] = (rp, op + off - oc)
+
+
+def alias(graph) -> _Aliases:
+    """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output."""
+    al = _Aliases(graph.values)
+    for node in graph.nodes:
+        if node.op.kind == "reshape":
+            al.link(node.output, node.inputs[0], 0, node.name)
+        elif node.op.kind == "concat":
+            shape = graph.values[node.output].shape
+            if int(np.prod(shape[:node.op.axis])) != 1:
+                raise CompileError(f"{node.name}: concat along axis {node.op.axis} of {shape} is not a "
+                                   "run of whole slices (only a leading-size-1 concat is supported)")
+            off = 0
+            for v in node.inputs:
+                al.link(v, node.output, off, node.name)
+                off += _nbytes(graph.values[v])
+    return al
+
+
+def _nbytes(value) -> int:
+    return int(np.prod(value.shape)) * np.dtype(value.dtype).itemsize
+
+
+def buffer_name(value_name: str, used: set[str]) -> str:
+    """An assembler-safe, unique DDR buffer name for a graph input or output."""
+    base = re.sub(r"\W", "_", value_name).strip("_") or "t"
+    base = base if base[0].isalpha() else f"t_{base}"
+    name, k = base, 1
+    while name in used or name in (ARENA, GRAPH_BUFFER):
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name
+
+
+@dataclass
+class Storage:
+    """Every tensor's slot, the named buffers and the arena plan."""
+
+    slots: dict[str, Slot]
+    named: dict[str, str]                  # graph input/output value -> buffer name
+    arena_bytes: int
+    naive_bytes: int                       # one buffer per intermediate tensor, no reuse
+
+
+def plan_arena(graph, groups: list[Group], al: _Aliases) -> Storage:
+    """Named buffers for the graph's inputs and outputs; arena offsets by liveness for the rest."""
+    used: set[str] = set()
+    named = {v: buffer_name(v, used) for v in list(graph.inputs) + list(graph.outputs)}
+    roots: dict[str, list[str]] = {}
+    for v in graph.values:
+        roots.setdefault(al.find(v)[0], []).append(v)
+    root_buffer: dict[str, str] = {}
+    for root, members in roots.items():
+        io = [v for v in members if v in named]
+        if len(io) > 1:
+            raise CompileError(f"graph tensors {', '.join(io)} share storage (a reshape or concat joins "
+                               "them): give each graph input and output its own data")
+        if io:
+            v = io[0]
+            if al.find(v)[1] != 0 or _nbytes(graph.values[v]) != _nbytes(graph.values[root]):
+                raise CompileError(f"graph input/output {v} is a slice of {root}: not supported")
+            root_buffer[root] = named[v]
+    spans: dict[str, list[int]] = {}
+    for k, g in enumerate(groups):
+        for v in g.inputs + [g.output]:
+            root = al.find(v)[0]
+            if root not in root_buffer:
+                span = spans.setdefault(root, [k, k])
+                span[0], span[1] = min(span[0], k), max(span[1], k)
+    bufs = {root: Buffer(root, "dm", _nbytes(graph.values[root]), ARENA_ALIGN) for root in spans}
+    arena = alloc.place(list(bufs.values()), {b: tuple(spans[r]) for r, b in bufs.items()}, 1 << 40, ARENA)
+    slots = {}
+    for v in graph.values:
+        root, off = al.find(v)
+        if root in root_buffer:
+            slots[v] = Slot(root_buffer[root], off)
+        elif root in bufs:
+            slots[v] = Slot(ARENA, bufs[root].addr + off)
+    naive = sum(b.nbytes for b in bufs.values())
+    return Storage(slots, named, arena, naive)
+
+
+# ----------------------------------------------------------------------------- lower and link
+
+@dataclass
+class Layer:
+    """One kernel of the network as the layer table reports it."""
+
+    name: str
+    label: str
+    ops: str
+    in_shapes: list[list[int]]
+    out_shape: list[int]
+    macs: int
+    predicted_cycles: int
+    bound_cycles: int
+
+
+def _label(name: str, k: int) -> str:
+    return f"layer{k}_" + re.sub(r"\W", "_", name)[:40]
+
+
+def _retarget(cmd: Command, mapping: dict[Buffer, Ref]) -> None:
+    """Point every address of cmd whose buffer is in mapping at its new place."""
+    for attr in ("dst", "src", "racc", "rin", "rw", "d", "a", "b"):
+        ref = getattr(cmd, attr, None)
+        if isinstance(ref, Ref) and ref.buf in mapping:
+            new = mapping[ref.buf]
+            setattr(cmd, attr, Ref(new.buf, new.offset + ref.offset))
+
+
+def link(k: int, group: Group, kir: KernelIR, storage: Storage,
+         ddr: dict[str, Buffer]) -> tuple[list, list[Buffer]]:
+    """The kernel's statements and own buffers, renamed, with its I/O pointed at the network's buffers."""
+    label = _label(group.name, k)
+    mapping = {}
+    for buf, value in zip(kir.inputs + [kir.output], group.inputs + [group.output]):
+        slot = storage.slots[value]
+        mapping[buf] = Ref(ddr[slot.buffer], slot.offset)
+    own = [buf for buf in kir.buffers if buf not in mapping]
+    for buf in own:
+        buf.name = f"{label}_{buf.name}"
+    for stmt in kir.body:
+        if isinstance(stmt, Command):
+            _retarget(stmt, mapping)
+    title = f"layer {k}: {group.name}: " + " + ".join(o.kind for o in group.ops)
+    return [Label(label), Note(title)] + [s for s in kir.body if not isinstance(s, CuWait)], own
+
+
+# ----------------------------------------------------------------------------- the library
+
+@dataclass
+class Library:
+    """A compiled network: one program, its graph description and layer table."""
+
+    program: object
+    meta: dict
+    config: Config
+    asm: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    predicted_cycles: int = 0
+
+    @property
+    def layers(self) -> list[dict]:
+        return self.meta["layers"]
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.meta["arena"]["bytes"]
+
+    def save(self, path: str | Path) -> None:
+        """Write the binary; compiler.load(path) and `nnpsim run` read it."""
+        self.program.save(path)
+
+    def layer_table(self) -> str:
+        """One line per layer: ops, shapes, predicted cycles and roofline bound."""
+        rows = [f"{'layer':<28} {'ops':<34} {'output':<18} {'predicted':>11} {'bound':>10}"]
+        for layer in self.layers:
+            rows.append(f"{layer['name'][:28]:<28} {layer['ops'][:34]:<34} {str(layer['out_shape']):<18} "
+                        f"{layer['predicted_cycles']:>11,} {layer['bound_cycles']:>10,}")
+        a = self.meta["arena"]
+        rows.append(f"arena {a['bytes']:,} bytes (one buffer per tensor: {a['naive_bytes']:,})")
+        return "\n".join(rows)
+
+
+def _tensor_meta(value, buffer: str) -> dict:
+    q = getattr(value, "quant", None)
+    out = {"name": value.name, "buffer": buffer, "shape": list(value.shape), "dtype": value.dtype}
+    if q is not None:
+        out["scale"] = np.asarray(q.scale, np.float32).ravel().tolist()
+        out["zero_point"] = np.asarray(q.zero_point).astype(int).ravel().tolist()
+        out["axis"] = q.axis
+    return out
+
+
+def _graph_buffer(meta: dict) -> Buffer:
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8).view(np.int8)
+    return Buffer(GRAPH_BUFFER, "ddr", blob.size, dtype="int8", shape=(blob.size,), data=blob)
+
+
+def build_network(graph, cfg: Config) -> Library:
+    """Compile a validated graph into one program (see the module docstring for the passes)."""
+    from .kernel import best_schedule
+
+    graph.validate()
+    groups = partition(graph)
+    if not groups:
+        raise CompileError("the graph has no node that runs on the machine")
+    storage = plan_arena(graph, groups, alias(graph))
+    ddr = {name: Buffer(name, "ddr", _nbytes(graph.values[v]), dtype=graph.values[v].dtype,
+                        shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}
+    if storage.arena_bytes:
+        ddr[ARENA] = Buffer(ARENA, "ddr", storage.arena_bytes, dtype="int8", shape=(storage.arena_bytes,))
+    body, layers, buffers = [], [], []
+    for k, g in enumerate(groups):
+        kir, (predicted, _, _) = best_schedule(g.ops, cfg)
+        stmts, own = link(k, g, kir, storage, ddr)
+        body += stmts
+        buffers += own
+        layers.append(Layer(g.name, _label(g.name, k), " + ".join(o.kind for o in g.ops),
+                            [list(graph.values[v].shape) for v in g.inputs],
+                            list(graph.values[g.output].shape), sum(int(getattr(o, "macs", 0)) for o in g.ops),
+                            int(predicted), int(bound_cycles(g.ops, cfg))))
+    body, report = sync.synchronise(body, cfg.semaphores)
+    meta = {"format": GRAPH_FORMAT,
+            "inputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.inputs],
+            "outputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.outputs],
+            "layers": [vars(layer) for layer in layers],
+            "arena": {"bytes": storage.arena_bytes, "naive_bytes": storage.naive_bytes}}
+    ins = [ddr[storage.named[v]] for v in graph.inputs]
+    outs = [ddr[storage.named[v]] for v in graph.outputs if ddr[storage.named[v]] not in ins]
+    arena = [ddr[ARENA]] if ARENA in ddr else []
+    kir = KernelIR("network", ins + outs + arena + buffers + [_graph_buffer(meta)], body, ins,
+                   ddr[storage.named[graph.outputs[0]]])
+    predicted = cost.schedule_cycles(kir.body, cfg)
+    header = [f"network: {len(groups)} layers, arena {storage.arena_bytes} bytes "
+              f"(one buffer per tensor: {storage.naive_bytes})",
+              f"sync: {report.waits} command waits, {report.cu_waits} CU waits",
+              f"predicted cycles: {predicted}"]
+    asm = emit.emit(kir, header, target=shape_target(cfg))
+    files = emit.constant_files(kir)
+    with tempfile.TemporaryDirectory(prefix="nnpc") as tmp:
+        for name, blob in files.items():
+            Path(tmp, name).write_bytes(blob)
+        try:
+            program = nnpasm.assemble(asm, filename="network.s", include_dirs=[tmp])
+        except nnpasm.AsmError as exc:
+            raise CompileError(f"internal: the emitted assembly does not assemble: {exc}") from None
+    return Library(program, meta, cfg, asm, files, int(predicted))
+
+
+def read_meta(program) -> dict:
+    """The graph description a network binary carries (CompileError if it carries none)."""
+    buf = program.buffers.get(GRAPH_BUFFER)
+    if buf is None:
+        raise CompileError(f"the binary has no {GRAPH_BUFFER} buffer: it was not built from a graph")
+    start = buf.addr - program.data_base
+    raw = bytes(program.data[start:start + int(np.prod(buf.shape))])
+    try:
+        meta = json.loads(raw.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != GRAPH_FORMAT:
+        raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not a {GRAPH_FORMAT} description")
+    return meta
+
+
+def load(path: str | Path, config: Config | None = None) -> Library:
+    """Read a network binary written by Library.save."""
+    from isa_spec.program import BinaryError, Program
+
+    try:
+        program = Program.load(path)
+    except (OSError, BinaryError) as exc:
+        raise CompileError(f"cannot load {path}: {exc}") from None
+    return Library(program, read_meta(program), (config or Config()).validate())

@@ -1,0 +1,198 @@
+"""GraphModule: run a compiled network on the simulator, in the shape of TVM's graph executor.
+
+    lib = compiler.build(graph)            # or compiler.load("model.nnp")
+    m = compiler.GraphModule(lib)
+    m.set_input("x", x)                    # float: quantised as the model says; int8: as it is
+    m.run(check_races=False, trace="t.json")
+    y = m.get_output(0)                    # dequantised like the model's output
+    m.stats.cycles, m.layer_stats()
+
+Everything the executor needs comes from the graph description the binary
+carries (compiler.network.read_meta), so a loaded binary runs exactly like
+the freshly built one.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import CompileError
+from .network import Library
+
+LAYER_TRACK = 10_000      # tid of the layer track in the trace, above every unit track
+
+
+def quantize(x: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
+    """float32 -> int8 as onnxruntime's QuantizeLinear: round(x / scale) half to even, + zp, saturate."""
+    s, z = _broadcast(scale, np.float32, x.ndim, axis), _broadcast(zero_point, np.int32, x.ndim, axis)
+    q = np.rint(np.asarray(x, np.float32) / s).astype(np.float32)
+    return np.clip(q + z, -128, 127).astype(np.int8)
+
+
+def dequantize(q: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
+    """int8 -> float32 as onnxruntime's DequantizeLinear: (q - zp) * scale."""
+    s, z = _broadcast(scale, np.float32, q.ndim, axis), _broadcast(zero_point, np.int32, q.ndim, axis)
+    return ((q.astype(np.int32) - z).astype(np.float32) * s).astype(np.float32)
+
+
+def _broadcast(v, dtype, ndim: int, axis: int | None) -> np.ndarray:
+    a = np.asarray(v, dtype).ravel()
+    if a.size == 1:
+        return a.reshape(())
+    shape = [1] * ndim
+    shape[axis if axis is not None else 1] = a.size
+    return a.reshape(shape)
+
+
+@dataclass
+class LayerStats:
+    """One layer of a run: when it ran and what it did."""
+
+    name: str
+    ops: str
+    start: int
+    end: int
+    cycles: int
+    commands: int
+    macs: int
+    mac_utilization_pct: float
+    ddr_bytes: int
+    bound_cycles: int
+
+
+class GraphModule:
+    """A compiled network on a simulator: set inputs, run, read outputs and per-layer statistics."""
+
+    def __init__(self, lib: Library, config=None):
+        from nnpsim.simulator import Simulator   # the simulator is only needed to run
+
+        self.lib = lib
+        self.meta = lib.meta
+        self.sim = Simulator(config or lib.config)
+        self.sim.load(lib.program)
+        self.stats = None
+        self._given: set[str] = set()
+
+    # ---------------------------------------------------------------- inputs and outputs
+    def _tensor(self, key, which: str) -> dict:
+        table = self.meta[which]
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            if not 0 <= key < len(table):
+                raise CompileError(f"{which[:-1]} index {key} is out of range: the model has {len(table)}")
+            return table[int(key)]
+        for t in table:
+            if key in (t["name"], t["buffer"]):
+                return t
+        known = ", ".join(t["name"] for t in table)
+        raise CompileError(f"no {which[:-1]} named {key!r} (the model's {which}: {known})")
+
+    def set_input(self, key, array) -> None:
+        """Set input `key` (index or name): float arrays are quantised as the model says, int8 taken as is."""
+        t = self._tensor(key, "inputs")
+        a = np.asarray(array)
+        if tuple(a.shape) != tuple(t["shape"]):
+            raise CompileError(f"input {t['name']} has shape {tuple(t['shape'])}, got {a.shape}")
+        if a.dtype.kind == "f":
+            if "scale" not in t:
+                raise CompileError(f"input {t['name']} takes int8 (the model gives it no quantisation)")
+            a = quantize(a, t["scale"], t["zero_point"], t.get("axis"))
+        elif a.dtype != np.int8:
+            raise CompileError(f"input {t['name']} takes float32 (quantised as the model says) or int8, "
+                               f"got {a.dtype}")
+        self.sim.write(t["buffer"], a)
+        self._given.add(t["buffer"])
+
+    def get_output(self, key=0, *, quantized: bool = False) -> np.ndarray:
+        """Output `key` (index or name), dequantised like the model's output (int8 with quantized=True)."""
+        if self.stats is None:
+            raise CompileError("no output yet: call run() first")
+        t = self._tensor(key, "outputs")
+        q = self.sim.read(t["buffer"])
+        if quantized or "scale" not in t:
+            return q
+        return dequantize(q, t["scale"], t["zero_point"], t.get("axis"))
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.meta["inputs"])
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.meta["outputs"])
+
+    # ---------------------------------------------------------------- running
+    def run(self, check_races: bool = False, trace=None):
+        """Run the network on the simulator; its Stats (SimError if the program fails)."""
+        missing = [t["name"] for t in self.meta["inputs"] if t["buffer"] not in self._given]
+        if missing:
+            raise CompileError(f"set every input before run(): missing {', '.join(missing)}")
+        self.stats = self.sim.run(check_races=check_races, trace=trace)
+        if trace is not None:
+            add_layer_track(trace, self.layer_stats())
+        return self.stats
+
+    def layer_stats(self) -> list[LayerStats]:
+        """Per layer of the last run: its span of cycles, commands, MACs, utilisation, DDR bytes, bound."""
+        log = self.sim.last_log
+        if log is None:
+            raise CompileError("no run yet: call run() first")
+        starts = _layer_starts(self.lib.program, self.meta["layers"])
+        pcs = np.asarray(log.cmd_pc, np.int64)
+        layer_of = np.searchsorted(starts, pcs, side="right") - 1
+        ddr = _ddr_bytes(log)
+        peak = self.sim.config.peak_macs_per_cycle
+        out = []
+        for k, layer in enumerate(self.meta["layers"]):
+            mine = (layer_of == k) & (np.asarray(log.cmd_start) >= 0)
+            start = int(np.asarray(log.cmd_start)[mine].min()) if mine.any() else 0
+            end = int(np.where(np.asarray(log.cmd_end) < 0, log.cycles, log.cmd_end)[mine].max()) if mine.any() else 0
+            macs = int(np.asarray(log.cmd_macs)[mine].sum())
+            cycles = max(end - start, 0)
+            util = round(100.0 * macs / (cycles * peak), 2) if cycles else 0.0
+            out.append(LayerStats(layer["name"], layer["ops"], start, end, cycles, int(mine.sum()), macs,
+                                  util, int(ddr[mine].sum()), layer["bound_cycles"]))
+        return out
+
+
+def _layer_starts(program, layers: list[dict]) -> np.ndarray:
+    """The byte address of each layer's first instruction (its label)."""
+    out = []
+    for layer in layers:
+        sym = program.symbols.get(layer["label"])
+        if sym is None:
+            raise CompileError(f"the binary lacks the label of layer {layer['name']} ({layer['label']})")
+        out.append(int(sym.value))
+    return np.asarray(out, np.int64)
+
+
+def _ddr_bytes(log) -> np.ndarray:
+    """Bytes each command moved to or from DDR (0 for NU and VU commands)."""
+    from nnpsim.footprint import RULE_DMA, footprint_rules
+
+    rules = footprint_rules()
+    ops = np.asarray(log.cmd_op, np.int64)
+    fields = np.asarray(log.cmd_fields, np.int64)
+    is_dma = rules[np.clip(ops, 0, rules.size - 1)] == RULE_DMA
+    touches = (fields[:, 0] == 0) | (fields[:, 1] == 0)
+    return np.where(is_dma & touches, np.asarray(log.cmd_bytes, np.int64), 0)
+
+
+def add_layer_track(path, layers: list[LayerStats]) -> None:
+    """Add a track of named layer slices, above the unit tracks, to a trace nnpsim wrote."""
+    p = Path(path)
+    doc = json.loads(p.read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    pid = next((e["pid"] for e in events if "pid" in e), 1)
+    events.append({"ph": "M", "pid": pid, "tid": LAYER_TRACK, "name": "thread_name", "args": {"name": "layers"}})
+    events.append({"ph": "M", "pid": pid, "tid": LAYER_TRACK, "name": "thread_sort_index",
+                   "args": {"sort_index": -1}})
+    for layer in layers:
+        if layer.commands:
+            events.append({"ph": "X", "pid": pid, "tid": LAYER_TRACK, "ts": layer.start, "dur": layer.cycles,
+                           "name": layer.name, "cat": "layer",
+                           "args": {"ops": layer.ops, "macs": layer.macs, "ddr_bytes": layer.ddr_bytes,
+                                    "bound_cycles": layer.bound_cycles}})
+    p.write_text(json.dumps(doc))
