@@ -81,17 +81,18 @@ _ROWS = (
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}
 """Every instruction's semantics, by mnemonic."""
 
-UNIT_OPS = {"DMA": ("copy",), "NU": ("conv", "conv_acc"),
-            "VU": ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov")}
-"""The ops each unit kernel implements (CU operations: cu.CU_OPERATIONS)."""
-
-
 class IsaMismatch(ImportError):
     """The semantics table and the ISA disagree: nnpsim refuses to start."""
 
 
-def problems(isa: Isa, cu_operations, timing_module) -> list[str]:
-    """Every disagreement between SEMANTICS and `isa`, as sentences (empty: they agree)."""
+def problems(isa: Isa, implemented: dict[str, tuple[str, ...]] | None = None,
+             timing_module=None) -> list[str]:
+    """Every disagreement between SEMANTICS and `isa`, as sentences (empty: they agree).
+
+    With `implemented` (the ops each executor runs: "CU" its operations, "DMA", "NU" and
+    "VU" the ops of their kernels) and `timing_module`, also that every row's op and every
+    timing formula exists.
+    """
     out = []
     ins = isa.by_mnemonic
     missing = [m for m in ins if m not in SEMANTICS]
@@ -100,26 +101,24 @@ def problems(isa: Isa, cu_operations, timing_module) -> list[str]:
         out.append("instructions with no semantics row: " + ", ".join(missing))
     if extra:
         out.append("semantics rows with no instruction: " + ", ".join(extra))
-    for name in isa.timing:
-        if not callable(getattr(timing_module, name, None)):
-            out.append(f"[timing] {name} is not a function of nnpsim.timing")
+    if timing_module is not None:
+        out.extend(f"[timing] {name} is not a function of nnpsim.timing" for name in isa.timing
+                   if not callable(getattr(timing_module, name, None)))
     for m, row in SEMANTICS.items():
         if m in ins:
-            out.extend(f"{m}: {p}" for p in _row_problems(row, ins[m], cu_operations, timing_module))
+            found = _row_problems(row, ins[m])
+            if implemented is not None and row.op not in implemented.get(row.unit, ()):
+                found.append(f"the {row.unit} implements no op {row.op!r}")
+            out.extend(f"{m}: {p}" for p in found)
     return out
 
 
-def _row_problems(row: Semantics, ins, cu_operations, timing_module) -> list[str]:
+def _row_problems(row: Semantics, ins) -> list[str]:
     out = []
     if row.unit != ins.unit:
         out.append(f"the table says unit {row.unit}, the TOML {ins.unit}")
     if row.timing != ins.timing:
         out.append(f"the table says timing {row.timing}, the TOML {ins.timing}")
-    if not callable(getattr(timing_module, row.timing, None)):
-        out.append(f"timing {row.timing} is not a function of nnpsim.timing")
-    known = cu_operations if row.unit == "CU" else UNIT_OPS.get(row.unit, ())
-    if row.op not in known:
-        out.append(f"the {row.unit} implements no op {row.op!r}")
     if row.footprint not in FOOTPRINTS:
         out.append(f"unknown footprint rule {row.footprint!r}")
     if row.imm and "imm" not in ins.fields:
@@ -136,10 +135,20 @@ def _row_problems(row: Semantics, ins, cu_operations, timing_module) -> list[str
     return out
 
 
+def implemented_ops() -> dict[str, tuple[str, ...]]:
+    """The ops the CU and each unit kernel implement, as they declare them."""
+    from . import cu            # here, not above: cu and the units build their tables from this module
+    from .units import dma, nu, vu
+    return {"CU": tuple(cu.CU_OPERATIONS), "DMA": dma.OPS, "NU": nu.OPS, "VU": vu.OPS}
+
+
 def check_isa(isa: Isa | None = None) -> None:
-    """Raise IsaMismatch, naming every disagreement, unless SEMANTICS matches the ISA."""
-    from . import cu, timing   # here, not above: both build their tables from this module
-    found = problems(isa or load_isa(), cu.CU_OPERATIONS, timing)
+    """Raise IsaMismatch, naming every disagreement, unless SEMANTICS matches the ISA and the kernels."""
+    isa = isa or load_isa()
+    found = problems(isa)       # first the table against the TOML: the kernels read both
+    if not found:
+        from . import timing
+        found = problems(isa, implemented_ops(), timing)
     if found:
         raise IsaMismatch("nnpsim's semantics table (nnpsim/semantics.py) and isa_spec/nnp1.toml "
                           "disagree:\n  " + "\n  ".join(found)

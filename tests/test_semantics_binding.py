@@ -19,7 +19,7 @@ import pytest
 from isa_spec import IsaError, load_isa
 from isa_spec.model import SPEC_PATH, parse_isa
 from nnpsim import cu, timing
-from nnpsim.semantics import SEMANTICS, check_isa, element_bytes, problems
+from nnpsim.semantics import SEMANTICS, check_isa, element_bytes, implemented_ops, problems
 
 ROOT = Path(__file__).resolve().parent.parent
 RAW = tomllib.loads(SPEC_PATH.read_text())
@@ -40,7 +40,7 @@ def _isa_with_extra(mnemonic: str, opcode: int, like: str = "vu.clip", **changes
 
 
 def _problems(isa) -> list[str]:
-    return problems(isa, cu.CU_OPERATIONS, timing)
+    return problems(isa, implemented_ops(), timing)
 
 
 def test_the_table_matches_the_isa():
@@ -49,10 +49,16 @@ def test_the_table_matches_the_isa():
     assert set(SEMANTICS) == set(load_isa().by_mnemonic)
 
 
-def test_every_cu_row_names_an_operation_the_cu_runs():
+def test_every_row_names_an_op_its_executor_implements():
+    done = implemented_ops()
     for row in SEMANTICS.values():
-        if row.unit == "CU":
-            assert row.op in cu.CU_OPERATIONS, row.mnemonic
+        assert row.op in done[row.unit], row.mnemonic
+    assert set(done["CU"]) == set(cu.CU_OPERATIONS)
+
+
+def test_a_row_whose_op_the_kernel_lacks_is_named():
+    done = dict(implemented_ops(), VU=tuple(op for op in implemented_ops()["VU"] if op != "divr"))
+    assert problems(load_isa(), done, timing) == ["vu.divr: the VU implements no op 'divr'"]
 
 
 def test_an_instruction_removed_from_the_toml_is_named():

@@ -118,6 +118,12 @@ def test_one_warning_counts_every_command_at_that_instruction():
     assert sum("[1 command]" in w for w in stats.warnings) == 2
 
 
+def test_every_command_has_its_rules():
+    from isa_spec import load_isa
+    commands = {i.mnemonic for i in load_isa().instructions if i.unit in ("VU", "DMA")}
+    assert set(RULES) == commands       # a new VU op needs at least its destination-stride rules
+
+
 def test_the_rules_name_real_parameters():
     from isa_spec import load_isa
     isa = load_isa()

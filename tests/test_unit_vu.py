@@ -154,6 +154,7 @@ def test_every_vu_mnemonic_is_mapped():
     assert set(VU_OPS) == isa_vu
     assert len(set(VU_OPS.values())) == len(VU_OPS)
     assert set(ref.VU_MNEMONICS) == isa_vu
+    assert set(ELEM_BYTES) == isa_vu
 
 
 NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU instruction

@@ -14,6 +14,8 @@ from ..isa_layout import ABUF, GROUP_BASE, MAX_UNITS, offset, offsets
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint)
 
+OPS = ("copy",)
+"""The ops this kernel implements (a semantics row's `op`)."""
 GROUP = GROUP_BASE["DMA"]
 P_SIZE, P_SRC_STRIDE, P_DST_STRIDE, P_PAD_LO, P_PAD_HI = (
     offsets(*(f"dma.{x}{k}" for k in range(4)))[0] for x in ("size", "src_stride", "dst_stride", "pad_lo", "pad_hi"))

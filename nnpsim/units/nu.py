@@ -22,6 +22,8 @@ from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, WBUF, offsets
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
+OPS = ("conv", "conv_acc")
+"""The ops this kernel implements (a semantics row's `op`; conv_acc adds to ABUF)."""
 GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",

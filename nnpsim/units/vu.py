@@ -24,10 +24,12 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
-_CODE = unit_op_codes("VU")
-VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP = (_CODE[n] for n in ("requant", "requant_pc", "add", "mul", "clip"))
-VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = (_CODE[n] for n in ("pool_max", "pool_sum", "divr", "mov"))
-VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU")}
+OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov")
+"""The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
+_CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
+VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = (
+    _CODE[op] for op in OPS)
+VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
 N_CODES = 256
@@ -35,7 +37,7 @@ IS_OP = np.zeros(N_CODES, np.bool_)
 IS_WINDOW = np.zeros(N_CODES, np.bool_)
 WIDTHS = np.zeros((N_CODES, 3), np.int64)
 """Per op code: a VU op at all, one that walks a pooling window, element bytes of d, a, b."""
-for _row in rows_of("VU"):
+for _row in (r for r in rows_of("VU") if r.op in OPS):
     _c = _CODE[_row.op]
     IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
 
@@ -267,8 +269,10 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
                         q = ((x if x >= 0 else -x) + n // 2) // n
                         out[e] = _clip(q if x >= 0 else -q, -128, 127)
-                    else:
+                    elif op == VU_MOV:
                         out[e] = x
+                    else:       # a semantics row whose op has no case here: loud, never another op
+                        return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, op, BAD_OP, 0)
                     e += 1
     return errors.OK
 
