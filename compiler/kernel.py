@@ -103,19 +103,30 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
     return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
 
 
-def best_schedule(ops: tuple[Op, ...], cfg: Config):
-    """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report))."""
+def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None):
+    """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
+
+    k is the winner's position among the chain's candidates; given it back as `choice` for a
+    chain of the same shapes, only that candidate is built (a network's repeated layers).
+    """
+    found = list(fusion.lower_chain(_check_ops(ops), cfg))
+    if choice is not None and 0 <= choice < len(found):
+        order = [choice]
+    else:
+        order = sorted(range(len(found)), key=lambda k: found[k].estimate)[:FINALISTS]
     best, why = None, ""
-    for cand in candidates(ops, cfg)[:FINALISTS]:
-        kir, _ = cand.make()
+    for k in order:
+        kir, _ = found[k].make()
         try:
             priced = schedule(kir, cfg)
         except CompileError as exc:
             why = str(exc)
             continue
         if best is None or priced[0] < best[1][0]:
-            best = (kir, priced)
+            best = (kir, priced, k)
     if best is None:
+        if choice is not None:
+            return best_schedule(ops, cfg)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
     return best
 
@@ -133,7 +144,7 @@ def build(op, *more_ops: Op, config: Config | None = None):
         from .network import build_network
         return build_network(op, cfg)
     ops = _check_ops((op,) + more_ops)
-    kir, priced = best_schedule(ops, cfg)
+    kir, priced, _ = best_schedule(ops, cfg)
     return finish(ops, kir, cfg, *priced)
 
 

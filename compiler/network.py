@@ -246,6 +246,23 @@ class Layer:
     bound_cycles: int
 
 
+VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "multiplier", "name"}
+"""Op fields that change what a kernel computes but not how it is tiled."""
+
+
+def tiling_key(ops: tuple[Op, ...]) -> tuple:
+    """What a chain's tiling depends on: kinds, shapes and structure, not values (weights, zero points)."""
+    key = []
+    for op in ops:
+        fields = []
+        for name, v in sorted(vars(op).items()):
+            if name in VALUE_ONLY:
+                continue
+            fields.append((name, ("array", v.shape, v.dtype.str) if isinstance(v, np.ndarray) else v))
+        key.append((type(op).__name__, tuple(fields)))
+    return tuple(key)
+
+
 def _label(name: str, k: int) -> str:
     return f"layer{k}_" + re.sub(r"\W", "_", name)[:40]
 
@@ -342,8 +359,10 @@ def build_network(graph, cfg: Config) -> Library:
     if storage.arena_bytes:
         ddr[ARENA] = Buffer(ARENA, "ddr", storage.arena_bytes, dtype="int8", shape=(storage.arena_bytes,))
     body, layers, buffers = [], [], []
+    chosen: dict[tuple, int] = {}
     for k, g in enumerate(groups):
-        kir, (predicted, _, _) = best_schedule(g.ops, cfg)
+        key = tiling_key(g.ops)
+        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key))
         stmts, own = link(k, g, kir, storage, ddr)
         body += stmts
         buffers += own

@@ -12,6 +12,7 @@ goes through a DDR scratch buffer.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -146,10 +147,15 @@ def estimate(make, cfg: Config) -> float:
 
 @dataclass
 class Candidate:
-    """One way to lower a chain: its quick estimate, and how to build its KernelIR and Steps."""
+    """One way to lower a chain: how to price it quickly, and how to build its KernelIR and Steps."""
 
-    estimate: float
+    price: Callable[[], float]
     make: Callable[[], tuple[KernelIR, list[Step]]]
+
+    @functools.cached_property
+    def estimate(self) -> float:
+        """The quick estimate of its cycles (computed once, on first use)."""
+        return self.price()
 
 
 def fold_clamps(seg: tuple[Op, ...]) -> Op:
@@ -199,7 +205,7 @@ def lower_chain(ops: tuple[Op, ...], cfg: Config) -> Iterator[Candidate]:
     y = _io_buffer("y", ops[-1].output)
     if len(segs) == 1 and isinstance(ops[0], (Conv2d, Dense)):
         for make, note in _nu_lowerings(ops, names.inputs[0], y, names, cfg, "L0"):
-            yield Candidate(estimate(make, cfg), lambda make=make, note=note: _kernel_ir(
+            yield Candidate(lambda make=make: estimate(make, cfg), lambda make=make, note=note: _kernel_ir(
                 ops[0], [make()], names.inputs, y, [], [note]))
         return
     lows, mids, notes = [], [], []
@@ -222,7 +228,7 @@ def lower_chain(ops: tuple[Op, ...], cfg: Config) -> Iterator[Candidate]:
         lows.append(low)
         notes.append(note)
         x = out
-    yield Candidate(0.0, lambda: _kernel_ir(ops[0], lows, names.inputs, y, mids, notes))
+    yield Candidate(lambda: 0.0, lambda: _kernel_ir(ops[0], lows, names.inputs, y, mids, notes))
 
 
 def _kernel_ir(head: Op, lows, inputs: list[Buffer], y: Buffer, mids: list[Buffer],
