@@ -1,7 +1,14 @@
-"""nnpc, the NNP-1 compiler: quantised ops -> IR -> passes -> assembly -> a Kernel on the simulator."""
+"""nnpc, the NNP-1 compiler: quantised ops -> IR -> passes -> assembly -> a Kernel on the simulator.
+
+Whole networks: build(graph) compiles a compiler.graph.Graph into one program (a Library),
+GraphModule runs it, load() reads a saved one back.
+"""
 from . import ops
 from .errors import CompileError
 from .kernel import Kernel, build
+from .network import Library, load
 from .quant import quantize_multiplier, quantize_multipliers
+from .runtime import GraphModule
 
-__all__ = ["CompileError", "Kernel", "build", "ops", "quantize_multiplier", "quantize_multipliers"]
+__all__ = ["CompileError", "GraphModule", "Kernel", "Library", "build", "load", "ops", "quantize_multiplier",
+           "quantize_multipliers"]

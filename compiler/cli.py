@@ -14,6 +14,10 @@ from .kernel import build
 from .quant import quantize_multipliers
 
 EXAMPLE = """\
+whole networks (see `nnpc compile --help`, `nnpc run --help`):
+  nnpc compile model.onnx -o model.nnp
+  nnpc run model.onnx --input x.npy --compare-onnxruntime
+
 example:
   nnpc conv2d --x-shape 1,16,32,32 --weight w.npy --bias b.npy --stride 2 --padding 1 \\
        --x-zp -3 --scale 0.0021 --zp-out 5 --relu -o conv.s
@@ -147,6 +151,10 @@ def make_ops(args) -> list[ops.Op]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the nnpc console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("compile", "run"):
+        from .cli_network import main as network_main
+        return network_main(argv)
     args = _parser().parse_args(argv)
     try:
         kernel = build(*make_ops(args), config=load_config(args.config))

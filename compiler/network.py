@@ -345,6 +345,15 @@ def _graph_buffer(meta: dict) -> Buffer:
     return Buffer(GRAPH_BUFFER, "ddr", blob.size, dtype="int8", shape=(blob.size,), data=blob)
 
 
+def progress(items: list, what: str):
+    """items, with a tqdm progress bar on a terminal (none without tqdm, or when output is redirected)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=what, unit="layer", disable=None, leave=False)
+
+
 def build_network(graph, cfg: Config) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes)."""
     from .kernel import best_schedule
@@ -360,7 +369,7 @@ def build_network(graph, cfg: Config) -> Library:
         ddr[ARENA] = Buffer(ARENA, "ddr", storage.arena_bytes, dtype="int8", shape=(storage.arena_bytes,))
     body, layers, buffers = [], [], []
     chosen: dict[tuple, int] = {}
-    for k, g in enumerate(groups):
+    for k, g in enumerate(progress(groups, "compiling layers")):
         key = tiling_key(g.ops)
         kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key))
         stmts, own = link(k, g, kir, storage, ddr)
