@@ -156,11 +156,15 @@ def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usag
         f"{len(report.semaphores)} semaphores", f"predicted cycles: {predicted}"]
     asm = emit.emit(kir, header, target=shape_target(cfg))
     files = emit.constant_files(kir)
+    return Kernel(ops, kir, asm, assemble(asm, files, f"{kir.name}.s"), cfg, predicted, usage, files)
+
+
+def assemble(asm: str, files: dict[str, bytes], filename: str):
+    """The Program of emitted assembly, its .incbin files placed beside it in a scratch directory."""
     with tempfile.TemporaryDirectory(prefix="nnpc") as tmp:
         for name, blob in files.items():
             Path(tmp, name).write_bytes(blob)
         try:
-            program = nnpasm.assemble(asm, filename=f"{kir.name}.s", include_dirs=[tmp])
+            return nnpasm.assemble(asm, filename=filename, include_dirs=[tmp])
         except nnpasm.AsmError as exc:
             raise CompileError(f"internal: the emitted assembly does not assemble: {exc}") from None
-    return Kernel(ops, kir, asm, program, cfg, predicted, usage, files)

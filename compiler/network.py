@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-import nnpasm
 from nnpsim.config import Config, shape_target
 
 from . import cost
@@ -356,7 +354,7 @@ def progress(items: list, what: str):
 
 def build_network(graph, cfg: Config) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes)."""
-    from .kernel import best_schedule
+    from .kernel import assemble, best_schedule
 
     graph.validate()
     groups = partition(graph)
@@ -397,14 +395,7 @@ def build_network(graph, cfg: Config) -> Library:
               f"predicted cycles: {predicted}"]
     asm = emit.emit(kir, header, target=shape_target(cfg))
     files = emit.constant_files(kir)
-    with tempfile.TemporaryDirectory(prefix="nnpc") as tmp:
-        for name, blob in files.items():
-            Path(tmp, name).write_bytes(blob)
-        try:
-            program = nnpasm.assemble(asm, filename="network.s", include_dirs=[tmp])
-        except nnpasm.AsmError as exc:
-            raise CompileError(f"internal: the emitted assembly does not assemble: {exc}") from None
-    return Library(program, meta, cfg, asm, files, int(predicted))
+    return Library(assemble(asm, files, "network.s"), meta, cfg, asm, files, int(predicted))
 
 
 def read_meta(program) -> dict:
