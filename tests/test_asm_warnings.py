@@ -176,3 +176,11 @@ def test_compiler_kernels_assemble_without_warnings(tmp_path):
         found: list = []
         assemble(kernel.asm, "kernel.s", include_dirs=[str(inc)], warnings=found)
         assert found == [], "\n".join(w.format() for w in found)
+
+
+def test_a_float_scale_left_at_reset_is_caught_when_assembling():
+    src = "setpi vu.fscale, 0x3D800000\nvu.fadd vu0, r1, r2, r3\nvu.requant.f vu0, r1, r2, i32\n"
+    (w,) = warnings_of(src)
+    assert w.line == 2 and w.message.startswith("vu.fadd reads vu.fscale_b, never set (it resets to 0, so its "
+                                                "float32 value is 0.0, which the VU refuses with BAD_PARAM)")
+    assert warnings_of("setpi vu.fbias, 0\nsetpi vu.fscale, 1\nvu.fmul vu0, r1, r2, r3\n") == []
