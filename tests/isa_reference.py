@@ -285,7 +285,7 @@ def _vu_check_params(mnemonic: str, q: dict) -> None:
 
 def _vu_check_float_params(mnemonic: str, q: dict) -> None:
     """zp_out an int8; fscale (and fscale_b) positive finite float32s; fbias finite."""
-    if not -128 <= q["zp_out"] <= 127:
+    if mnemonic != "vu.fadd" and not -128 <= q["zp_out"] <= 127:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))

@@ -518,6 +518,12 @@ def test_vu_float_bad_params(mnemonic, named, fields):
     _expect(mnemonic, named, errors.BAD_PARAM, fields)
 
 
+def test_vu_fadd_does_not_check_zp_out_it_does_not_read():
+    mem = np.zeros(64, np.uint8)
+    named = {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.zp_out": 1000, "vu.za": 2**32}
+    assert _snapshot_case("vu.fadd", named, mem, rd=8, ra=0, rb=1)[0] == errors.OK
+
+
 def test_vu_requant_fpc_refuses_a_bad_table_entry():
     mem = np.zeros(512, np.uint8)
     mem[:16] = np.array([5, 6, 7, 8], "<i4").view(np.uint8)

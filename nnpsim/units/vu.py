@@ -106,7 +106,7 @@ def _is_float(op: int) -> bool:
 @njit(cache=True)
 def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
     """zp_out in int8; fscale (fscale_b) a positive finite float32, fbias finite, where the op reads them."""
-    if p[ZP_OUT] < -128 or p[ZP_OUT] > 127:
+    if op != VU_FADD and (p[ZP_OUT] < -128 or p[ZP_OUT] > 127):      # fadd's zero points are in fbias
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
