@@ -247,6 +247,17 @@ def test_qlinearadd_every_int8_pair(sa, sb, sy, za, zb, zy):
     spread(want, 40)
 
 
+@pytest.mark.skipif(not cpu_has("avx2", "fma"), reason="onnxruntime's QLinearAdd uses its AVX2 + FMA kernel "
+                    "only on such CPUs (docs/semantics.md, CPU dependence)")
+def test_qlinearadd_beyond_int32_is_minus_128_as_in_onnxruntime():
+    """a * 2**25 + b reaches 2**31 for a > 64: cvtps2dq's INT_MIN, so -128 where 127 would be expected."""
+    a, b = PAIRS
+    want = qlinear_binary("QLinearAdd", a, b, 2.0**25, 0, 1.0, 0, 1.0, 0)
+    op = ops.add(a.shape, scale_a=2.0**25, scale_b=1.0, scale_out=1.0)
+    same(want, op.reference(a, b), kernel_output(op, a, b))
+    assert (want[a > 64] == -128).all() and (want[(a > 0) & (a < 64)] == 127).all()
+
+
 @pytest.mark.parametrize("sa, sb, sy, za, zb, zy", SCALE_SETS + random_scale_sets(6, 2))
 def test_qlinearmul_every_int8_pair(sa, sb, sy, za, zb, zy):
     a, b = PAIRS
