@@ -18,7 +18,9 @@ from nnpsim.config import Config
 from .ir import Buffer, Dma, NuConv, Note, Ref, Vu
 from .passes.double_buffer import Slots, Step
 from .passes.units import Part
-from .passes.layout import ConvView, NuWeights, bias_blocks, bias_table, nu_weights, requant_table
+from .passes.layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
+                             requant_table)
+from .quant import f32_bits
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap
@@ -48,7 +50,10 @@ class ConvTiling:
 
 @dataclass(frozen=True)
 class Residual:
-    """A fused residual add: y = add(conv(x), b) with the add's quantisation."""
+    """A fused residual add: y = add(conv(x), b) with the add's quantisation.
+
+    fbits: the float form's (fscale, fscale_b, fbias) bits of vu.fadd (QLinearAdd), else None.
+    """
 
     za: int
     zb: int
@@ -58,6 +63,7 @@ class Residual:
     zp_out: int
     lo: int
     hi: int
+    fbits: tuple[int, int, int] | None = None
 
 
 @dataclass
@@ -120,7 +126,7 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool) -> dict[str, int]:
             "wbuf": ((p.w.blocks.nbytes if t.resident else 2 * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": 2 * acc,
-            "vbuf": VACC_DEPTH * acc + 2 * res + 2 * out + p.n_ob * p.cols * 8,
+            "vbuf": VACC_DEPTH * acc + 2 * res + 2 * out + p.n_ob * p.cols * p.view.table_entry,
             "dm": p.n_ob * p.cols * 4}
 
 
@@ -152,7 +158,7 @@ class NuLowering:
             self.bias_in = Buffer(f"{self.name}_bias_in", "ibuf", t.th * t.tw * p.rows, unit=self.nu)
             self.bias_w = Buffer(f"{self.name}_bias_wbuf", "wbuf", self.bias_w_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
-        self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * 8, unit=self.vu)
+        self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
         needs = buffer_needs(p, t, residual is not None)
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
@@ -183,8 +189,12 @@ class NuLowering:
                             layout=w_layout, data=p.w.blocks)
         self.bias_ddr = Buffer(f"{name}_bias", "ddr", p.n_ob * cols * 4, dtype="int32",
                                shape=(p.n_ob * cols,), data=bias_table(v.bias, p.n_ob, cols))
-        self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
-                             data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
+        if v.scale is not None:
+            self.ms_ddr = Buffer(f"{name}_fs", "ddr", p.n_ob * cols * 4, dtype="int32", shape=(p.n_ob * cols,),
+                                 data=fscale_table(v.scale, p.n_ob, cols))
+        else:
+            self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
+                                 data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
         if t.bias == "nu":
             lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)
             self.bias_lanes_ddr = Buffer(f"{name}_bias_rows", "ddr", p.rows, dtype="int8", shape=(p.rows,),
@@ -294,8 +304,9 @@ class NuLowering:
             step.loads.append(Dma(ch, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,),
                                   (1,), comment=f"{self.name}: bias weight blocks -> wbuf"))
         if not self._bias_mode("requant"):
-            step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (2 * n,), (4,), (4,), elem=4,
-                                  comment=f"{self.name}: (M, S) table -> vbuf"))
+            words, what = ((n, "float32 scale") if p.view.scale is not None else (2 * n, "(M, S)"))
+            step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (words,), (4,), (4,), elem=4,
+                                  comment=f"{self.name}: {what} table -> vbuf"))
         if self.t.resident:
             step.loads.append(Dma(ch, Ref(self.w_res), Ref(self.w_ddr), (self.w_ddr.nbytes,), (1,), (1,),
                                   comment=f"{self.name}: every weight block, resident"))
@@ -393,16 +404,21 @@ class NuLowering:
             for ob in obs:
                 for c in range(min(cols, v.y_shape[1] - ob * cols)):
                     o, k = ob * cols + c, (ob - obs.start) * pix * cols
+                    if v.scale is not None:
+                        m, sc = "vu.requant.f", {"fscale": f32_bits(v.scale[o])}
+                    else:
+                        m, sc = "vu.requant", {"ma": int(v.multiplier[o]), "shift": int(v.shift[o])}
                     step.epilogue.append(Vu(
-                        "vu.requant", Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
-                        (cols,), (4 * cols,), scalars={"za": -int(v.bias[o]), "ma": int(v.multiplier[o]),
-                                                       "shift": int(v.shift[o]), **clamp},
+                        m, Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
+                        (cols,), (4 * cols,), scalars={"za": -int(v.bias[o]), **sc, **clamp},
                         unit=self.vu, comment=f"{self.name}: add bias and requantise channel {o}"))
         else:
             out = vacc
+            e = v.table_entry
             step.epilogue.append(Vu(
-                "vu.requant.pc", Ref(vacc), Ref(vacc), Ref(self.ms_vbuf, obs.start * cols * 8), "i8", "i32", 8,
-                (cols, pix, nob), (1, cols, pix * cols), (4, cols * 4, pix * cols * 4), (8, 0, cols * 8),
+                "vu.requant.fpc" if v.scale is not None else "vu.requant.pc", Ref(vacc), Ref(vacc),
+                Ref(self.ms_vbuf, obs.start * cols * e), "i8", "i32", e,
+                (cols, pix, nob), (1, cols, pix * cols), (4, cols * 4, pix * cols * 4), (e, 0, cols * e),
                 scalars={"za": 0, **clamp}, unit=self.vu,
                 comment=f"{self.name}: requantise in place in {vacc.name}"))
         if self.residual is not None:
@@ -428,9 +444,12 @@ class NuLowering:
                                      (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
                                      comment=f"{self.name}: residual -> {res.name}"))
         n_el = nob * pix * cols
-        step.epilogue.append(Vu("vu.add", Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
-                                scalars={"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift,
-                                         "zp_out": r.zp_out, "lo": r.lo, "hi": r.hi},
+        if r.fbits is not None:
+            m, sc = "vu.fadd", dict(zip(("fscale", "fscale_b", "fbias"), r.fbits))
+        else:
+            m, sc = "vu.add", {"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift, "zp_out": r.zp_out}
+        step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
+                                scalars={**sc, "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
 
 

@@ -17,11 +17,13 @@ from .ir import Buffer, Dma, Note, Ref, Vu
 from .ops import Elementwise, Pool2d
 from .passes.double_buffer import Slots, Step
 from .passes.units import Part
-from .semantics import real_counts
+from .quant import f32_bits, f32_table
+from .semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
 MIN_TILES = 4      # split work at least this far, so loads, compute and stores overlap
 DT = {"int8": "i8", "int32": "i32"}
+
 
 
 def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -58,9 +60,11 @@ class ElementwiseLowering:
         in_bytes = 4 if op.in_dtype == "int32" else 1
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
         per_elem = 3 * in_bytes + (2 if op.binary else 0)
-        self.per_channel = op.mode == "requantize" and np.ndim(op.ma) > 0
+        per_channel = op.scale if op.scale is not None else op.ma
+        self.per_channel = op.mode == "requantize" and np.ndim(per_channel) > 0
+        self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
         n, c, r = _ncr(op.shape)
-        table = c * 8 if self.per_channel else 0
+        table = c * self.entry if self.per_channel else 0
         fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
         self.budget = budget or max(1, min(fit, -(-n * c * r // MIN_TILES)))
         self.slots = Slots()
@@ -69,9 +73,12 @@ class ElementwiseLowering:
             self.slots.declare(f"{self.name}_b", "vbuf", self.budget, unit=self.vu)
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
-            t = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32)
+            if op.scale is not None:
+                t, tname = f32_table(op.scale), f"{name}_fs"
+            else:
+                t, tname = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32), f"{name}_ms"
             self.table_ddr = (shared.table_ddr if shared is not None else
-                              Buffer(f"{name}_ms", "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
+                              Buffer(tname, "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
             self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
 
     def tiles(self) -> list[tuple[int, int, int, int, int]]:
@@ -95,8 +102,9 @@ class ElementwiseLowering:
         steps = []
         if self.per_channel:
             s = Step()
-            s.loads.append(Dma(self.ch + CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (2 * c,), (4,), (4,),
-                               elem=4, comment=f"{self.name}: (M, S) table"))
+            what = "float32 scale" if self.entry == 4 else "(M, S)"
+            s.loads.append(Dma(self.ch + CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (c * self.entry // 4,),
+                               (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
         esz = 4 if op.in_dtype == "int32" else 1
         for ni, c0, c1, r0, r1 in self.tiles():
@@ -127,12 +135,16 @@ class ElementwiseLowering:
         if op.mode == "clip":
             return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
                       scalars={"lo": op.lo, "hi": op.hi}, unit=self.vu, comment=f"{name}: clip in place")
+        if op.fscales is not None:
+            return self._binary_f32(a, b, nc, nr)
         if op.mode in ("add", "mul"):
             sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
             return Vu(f"vu.{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
                       scalars=sc, unit=self.vu, comment=f"{name}: {op.mode} in place")
         esz = 4 if op.in_dtype == "int32" else 1
         a1 = (esz, nr * esz)
+        if op.scale is not None:
+            return self._requant_f32(a, nc, nr, c0)
         if self.per_channel:
             return Vu("vu.requant.pc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 8), "i8", DT[op.in_dtype], 8,
                       (nr, nc), d1, a1, (0, 8), scalars={"za": op.za, **lohi},
@@ -142,8 +154,37 @@ class ElementwiseLowering:
                   unit=self.vu, comment=f"{name}: requantise in place")
 
 
+    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int) -> Vu:
+        """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
+        op, d1 = self.op, (1, nr)
+        if op.mode == "add":
+            ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
+            sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
+        else:
+            sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
+                  "lo": op.lo, "hi": op.hi}
+        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+                  scalars=sc, unit=self.vu, comment=f"{self.name}: float32 {op.mode} in place")
+
+    def _requant_f32(self, a: Buffer, nc: int, nr: int, c0: int) -> Vu:
+        """vu.requant.f, or vu.requant.fpc with the float32 scale table, in place."""
+        op = self.op
+        esz = 4 if op.in_dtype == "int32" else 1
+        sc = {"za": op.za, "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+        if self.per_channel:
+            return Vu("vu.requant.fpc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 4), "i8", DT[op.in_dtype], 4,
+                      (nr, nc), (1, nr), (esz, nr * esz), (0, 4), scalars=sc,
+                      unit=self.vu, comment=f"{self.name}: float32 requantise per channel in place")
+        return Vu("vu.requant.f", Ref(a), Ref(a), None, "i8", DT[op.in_dtype], 0, (nr, nc), (1, nr), (esz, nr * esz),
+                  scalars={**sc, "fscale": f32_bits(op.scale)}, unit=self.vu,
+                  comment=f"{self.name}: float32 requantise in place")
+
+
 class PoolLowering:
     """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
+
+    The float average pool (QLinearAveragePool) is one vu.pool.favg per tile; the float global
+    one (and a float average pool that onnxruntime runs as global) is vu.pool.sum then vu.requant.f.
 
     Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
     """
@@ -161,7 +202,8 @@ class PoolLowering:
         self.out_bytes = 4 if op.mode == "sum" else 1
         self.div = None
         table = 0
-        if op.mode == "avg":
+        self.global_f32 = op.mode == "avg" and op.is_float and op.is_global
+        if op.mode == "avg" and not self.global_f32:
             if op.count_include_pad:
                 div = np.full((1,), op.kernel[0] * op.kernel[1], dtype=np.int32)
             else:
@@ -227,6 +269,13 @@ class PoolLowering:
         """How many tiles the lowering has."""
         return len(self.tiles())
 
+    def _counts(self, oh0: int) -> tuple[Ref, tuple[int, int, int]]:
+        """b of an average: the window size (stride 0), or the per-position counts of this tile's rows."""
+        if self.op.count_include_pad:
+            return Ref(self.div_vbuf, 0), (0, 0, 0)
+        ow = self.op.out_hw[1]
+        return Ref(self.div_vbuf, oh0 * ow * 4), (4, 4 * ow, 0)
+
     def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
         op, iw = self.op, self.iw
         n, c, h, w = op.x_shape
@@ -242,7 +291,7 @@ class PoolLowering:
         plo = min(ih, max(0, -start))
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
-        fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad else 0}[op.mode]
+        fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
         s.loads.append(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
                            (1, w, h * w), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0), pad_value=fill,
                            comment=f"{self.name}: x -> {inp.name}"))
@@ -255,15 +304,29 @@ class PoolLowering:
             s.compute.append(Vu("vu.pool.max", Ref(out), Ref(inp), None, "i8", "i8", 0, n3, (1, ow, th * ow),
                                 a_st, **win, unit=self.vu, comment=f"{self.name}: window max"))
             res_bytes = 1
+        elif op.is_float and not self.global_f32:
+            b_ref, b_st = self._counts(oh0)
+            sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
+                  "zp_out": op.zp_out, "lo": -128, "hi": 127}
+            s.compute.append(Vu("vu.pool.favg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
+                                a_st, b_st, **win, scalars=sc, unit=self.vu,
+                                comment=f"{self.name}: float32 window average"))
+            res_bytes = 1
         else:
             s.compute.append(Vu("vu.pool.sum", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
                                 (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
                                 comment=f"{self.name}: window sum"))
             res_bytes = 4
-            if op.mode == "avg":
-                per_pos = not op.count_include_pad
-                b_ref = Ref(self.div_vbuf, oh0 * ow * 4 if per_pos else 0)
-                b_st = (4, 4 * ow, 0) if per_pos else (0, 0, 0)
+            if self.global_f32:
+                n = op.x_shape[2] * op.x_shape[3]
+                sc = {"za": op.x_zp * n, "fscale": f32_bits(global_avg_pool_scale(op.scale_x, op.scale_out, n)),
+                      "zp_out": op.zp_out, "lo": -128, "hi": 127}
+                s.compute.append(Vu("vu.requant.f", Ref(out), Ref(out), None, "i8", "i32", 0, n3, (1, ow, th * ow),
+                                    (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
+                                    comment=f"{self.name}: float32 requantise the sums"))
+                res_bytes = 1
+            elif op.mode == "avg":
+                b_ref, b_st = self._counts(oh0)
                 s.compute.append(Vu("vu.divr", Ref(out), Ref(out), b_ref, "i8", "i32", 4, n3, (1, ow, th * ow),
                                     (4, 4 * ow, 4 * th * ow), b_st, unit=self.vu,
                                     comment=f"{self.name}: divide, round"))

@@ -3,6 +3,12 @@
 Each constructor checks every argument and raises CompileError naming the
 argument and saying why.  An op knows its input and output tensors (names,
 shapes, dtypes) and computes its own reference result with compiler.semantics.
+
+Every requantising op has two forms (docs/semantics.md): the integer one,
+with a multiplier and shift, and the float one, with float32 scales, which
+computes what onnxruntime computes bit for bit (conv2d, dense, requantize:
+`scale=`; add, mul: `scale_a=`, `scale_b=`, `scale_out=`; avg_pool2d,
+global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ INT8 = (-128, 127)
 INT32 = (-(1 << 31), (1 << 31) - 1)
 ACC_LIMIT = 1 << 31
 PRODUCT_LIMIT = 1 << 62
+GLOBAL_SCALE_RANGE = (2.0 ** -32, 256.0)    # onnxruntime refuses a global average pool factor outside it
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,52 @@ def _per_channel(name: str, v, n: int, lo: int, hi: int) -> np.ndarray:
     return _int_array(name, v, (lo, hi), shape=(n,))
 
 
+def _f32_scale(name: str, v) -> np.float32:
+    """v as a positive finite float32, or CompileError naming it."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise CompileError(f"{name} must be a number, got {v!r}") from None
+    with np.errstate(over="ignore"):
+        s = np.float32(f)
+    if not (np.isfinite(s) and s > 0):
+        raise CompileError(f"{name} = {v!r} is not a positive finite float32 (as float32: {s})")
+    return s
+
+
+def _f32_scales(name: str, v, n: int) -> np.ndarray:
+    """A scalar broadcast to n channels, or exactly n values, each a positive finite float32."""
+    if np.ndim(v) == 0:
+        return np.full(n, _f32_scale(name, v), dtype=np.float32)
+    a = np.asarray(v)
+    if a.shape != (n,):
+        raise CompileError(f"{name} must be a scalar or have shape ({n},), got {a.shape}")
+    return np.array([_f32_scale(f"{name}[{i}]", x) for i, x in enumerate(a.tolist())], dtype=np.float32)
+
+
+def _derived_scale(what: str, value: np.float32, inputs: str) -> np.float32:
+    """A factor computed from the op's scales, which the VU needs positive and finite."""
+    if not (np.isfinite(value) and value > 0):
+        raise CompileError(f"{what} = {value} (from {inputs}) is not a positive finite float32")
+    return np.float32(value)
+
+
+def _float_form(op: str, integer: dict, floats: dict) -> bool:
+    """True for the float form; CompileError unless exactly one form is given in full."""
+    given_int = [k for k, v in integer.items() if v is not None]
+    given_float = [k for k, v in floats.items() if v is not None]
+    int_names, float_names = "=, ".join(integer) + "=", "=, ".join(floats) + "="
+    if given_int and given_float:
+        raise CompileError(f"{op}: give {int_names} (integer) or {float_names} (onnxruntime float32), "
+                           f"not both (got {', '.join(given_int + given_float)})")
+    if given_float and len(given_float) < len(floats):
+        missing = [k for k in floats if floats[k] is None]
+        raise CompileError(f"{op}: the float form needs {float_names}; missing {', '.join(missing)}")
+    if not given_float and len(given_int) < len(integer):
+        raise CompileError(f"{op}: requantisation needs {int_names} or {float_names}")
+    return bool(given_float)
+
+
 def _clamp(zp_out, lo, hi) -> tuple[int, int, int]:
     zp_out = _int("zp_out", zp_out, *INT8)
     lo, hi = _int("lo", lo, *INT8), _int("hi", hi, *INT8)
@@ -200,11 +253,12 @@ class Conv2d(Op):
     dilation: tuple[int, int]
     groups: int
     x_zp: int
-    multiplier: np.ndarray      # int64 [O]
-    shift: np.ndarray           # int64 [O]
+    multiplier: np.ndarray | None      # int64 [O]; None in the float form
+    shift: np.ndarray | None           # int64 [O]; None in the float form
     zp_out: int
     lo: int
     hi: int
+    scale: np.ndarray | None = None    # float32 [O]: the float form (onnxruntime arithmetic)
     kind: str = field(init=False, default="conv2d")
 
     @property
@@ -236,6 +290,9 @@ class Conv2d(Op):
         return self.x_shape[0] * o * oh * ow * int(np.prod(self.weight.shape[1:]))
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
+        if self.scale is not None:
+            return sem.conv2d_f32(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                                  self.groups, self.x_zp, self.scale, self.zp_out, self.lo, self.hi)
         return sem.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                           self.groups, self.x_zp, self.multiplier, self.shift, self.zp_out, self.lo, self.hi)
 
@@ -248,11 +305,12 @@ class Dense(Op):
     weight: np.ndarray          # int64 [K, O]
     bias: np.ndarray | None
     x_zp: int
-    multiplier: np.ndarray
-    shift: np.ndarray
+    multiplier: np.ndarray | None
+    shift: np.ndarray | None
     zp_out: int
     lo: int
     hi: int
+    scale: np.ndarray | None = None    # float32 [O]: the float form (onnxruntime arithmetic)
     kind: str = field(init=False, default="dense")
 
     @property
@@ -268,14 +326,20 @@ class Dense(Op):
         return self.x_shape[0] * self.weight.shape[0] * self.weight.shape[1]
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
+        if self.scale is not None:
+            return sem.dense_f32(x, self.weight, self.bias, self.x_zp, self.scale, self.zp_out, self.lo, self.hi)
         return sem.dense(x, self.weight, self.bias, self.x_zp, self.multiplier, self.shift,
                          self.zp_out, self.lo, self.hi)
 
 
-def _requant_args(o: int, multiplier, shift, zp_out, lo, hi):
-    m = _per_channel("multiplier", multiplier, o, 1, (1 << 31) - 1)
-    s = _per_channel("shift", shift, o, 0, 62)
-    return (m, s) + _clamp(zp_out, lo, hi)
+def _requant_args(what: str, o: int, multiplier, shift, scale, zp_out, lo, hi) -> dict:
+    """The requantisation fields of a conv2d / dense: (M, S) per channel, or a float32 scale per channel."""
+    zp_out, lo, hi = _clamp(zp_out, lo, hi)
+    out = {"zp_out": zp_out, "lo": lo, "hi": hi, "multiplier": None, "shift": None}
+    if _float_form(what, {"multiplier": multiplier, "shift": shift}, {"scale": scale}):
+        return out | {"scale": _f32_scales("scale", scale, o)}
+    return out | {"multiplier": _per_channel("multiplier", multiplier, o, 1, (1 << 31) - 1),
+                  "shift": _per_channel("shift", shift, o, 0, 62)}
 
 
 def _bias(bias, o: int) -> np.ndarray | None:
@@ -283,8 +347,8 @@ def _bias(bias, o: int) -> np.ndarray | None:
 
 
 def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
-           multiplier, shift, zp_out=0, lo=-128, hi=127) -> Conv2d:
-    """A quantised conv2d (docs/semantics.md), validated."""
+           multiplier=None, shift=None, scale=None, zp_out=0, lo=-128, hi=127) -> Conv2d:
+    """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's."""
     x_shape = _shape("x_shape", x_shape, 4)
     w = _int_array("weight", weight, INT8, ndim=4)
     groups = _int("groups", groups, 1, x_shape[1])
@@ -300,15 +364,15 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
     bias = _bias(bias, o)
     op = Conv2d(x_shape, w, bias, _pair("stride", stride), _padding("padding", padding),
                 _pair("dilation", dilation), groups, x_zp,
-                *_requant_args(o, multiplier, shift, zp_out, lo, hi))
+                **_requant_args("conv2d", o, multiplier, shift, scale, zp_out, lo, hi))
     op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
     check_accumulator("conv2d", np.abs(w).sum(axis=(1, 2, 3)), bias, x_zp)
     return op
 
 
-def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier, shift, zp_out=0, lo=-128,
+def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
           hi=127) -> Dense:
-    """A quantised dense layer with weight [K, O], validated."""
+    """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias)."""
     x_shape = _shape("x_shape", x_shape, 2)
     w = _int_array("weight", weight, INT8, ndim=2)
     if w.shape[0] != x_shape[1]:
@@ -316,7 +380,8 @@ def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier, shift, zp_out=0, lo
     x_zp = _int("x_zp", x_zp, *INT8)
     bias = _bias(bias, w.shape[1])
     check_accumulator("dense", np.abs(w).sum(axis=0), bias, x_zp)
-    return Dense(x_shape, w, bias, x_zp, *_requant_args(w.shape[1], multiplier, shift, zp_out, lo, hi))
+    return Dense(x_shape, w, bias, x_zp, **_requant_args("dense", w.shape[1], multiplier, shift, scale, zp_out,
+                                                         lo, hi))
 
 
 # ---------------------------------------------------------------- pooling
@@ -332,10 +397,23 @@ class Pool2d(Op):
     padding: tuple[int, int, int, int]
     count_include_pad: bool = True
     x_zp: int = 0
+    zp_out: int = 0
+    scale_x: np.float32 | None = None      # the float form (QLinearAveragePool): input and output scales
+    scale_out: np.float32 | None = None
     kind: str = field(init=False, default="pool2d")
 
     def __post_init__(self):
         object.__setattr__(self, "kind", f"{self.mode}_pool2d")
+
+    @property
+    def is_float(self) -> bool:
+        """Is this onnxruntime's QLinearAveragePool / QLinearGlobalAveragePool (float32 arithmetic)?"""
+        return self.scale_x is not None
+
+    @property
+    def is_global(self) -> bool:
+        """Does onnxruntime run it as a global average pool (kernel = the plane, no padding)?"""
+        return sem.avg_pool_is_global(self.x_shape, self.kernel, self.padding)
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -356,10 +434,13 @@ class Pool2d(Op):
             return sem.max_pool2d(x, self.kernel, self.stride, self.padding)
         if self.mode == "sum":
             return sem.sum_pool2d(x, self.kernel, self.stride, self.padding)
+        if self.is_float:
+            return sem.avg_pool2d_f32(x, self.kernel, self.stride, self.padding, self.count_include_pad,
+                                      self.x_zp, self.scale_x, self.scale_out, self.zp_out)
         return sem.avg_pool2d(x, self.kernel, self.stride, self.padding, self.count_include_pad, self.x_zp)
 
 
-def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x_zp=0) -> Pool2d:
+def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x_zp=0, **floats) -> Pool2d:
     x_shape = _shape("x_shape", x_shape, 4)
     k = _pair("kernel", kernel)
     s = k if stride is None else _pair("stride", stride)
@@ -370,9 +451,37 @@ def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x
                                "otherwise a window can lie entirely in the padding")
     if not isinstance(count_include_pad, (bool, np.bool_)):
         raise CompileError(f"count_include_pad must be a bool, got {count_include_pad!r}")
-    op = Pool2d(mode, x_shape, k, s, pad, bool(count_include_pad), _int("x_zp", x_zp, *INT8))
+    op = Pool2d(mode, x_shape, k, s, pad, bool(count_include_pad), _int("x_zp", x_zp, *INT8), **floats)
     op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
+    if op.is_float and op.is_global:
+        _check_global_float(op)
     return op
+
+
+def _avg_floats(what: str, scale_x, scale_out, zp_out) -> dict:
+    """The float form's fields of an average pool, or none (zp_out alone is an error: the integer form keeps
+    the input's quantisation)."""
+    if scale_x is None and scale_out is None:
+        if zp_out is not None:
+            raise CompileError(f"{what}: zp_out = {zp_out!r} needs scale_x= and scale_out= (the float form); "
+                               "the integer form keeps the input's scale and zero point")
+        return {}
+    if scale_x is None or scale_out is None:
+        raise CompileError(f"{what}: the float form needs both scale_x= and scale_out=")
+    return {"scale_x": _f32_scale("scale_x", scale_x), "scale_out": _f32_scale("scale_out", scale_out),
+            "zp_out": _int("zp_out", 0 if zp_out is None else zp_out, *INT8)}
+
+
+def _check_global_float(op: Pool2d) -> None:
+    """onnxruntime's limits on QLinearGlobalAveragePool, and an int32 sum that cannot wrap."""
+    n = op.x_shape[2] * op.x_shape[3]
+    if 255 * n >= ACC_LIMIT:
+        raise CompileError(f"{op.kind}: a plane of {n} elements: sum(x) - x_zp * {n} could leave int32")
+    with np.errstate(all="ignore"):
+        s = sem.global_avg_pool_scale(op.scale_x, op.scale_out, n)
+    if not GLOBAL_SCALE_RANGE[0] <= s < GLOBAL_SCALE_RANGE[1]:
+        raise CompileError(f"{op.kind}: scale_x / (scale_out * {n}) = {s} is outside [2**-32, 256), "
+                           "which onnxruntime refuses")
 
 
 def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
@@ -380,9 +489,11 @@ def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
     return _pool("max", x_shape, kernel, stride, padding)
 
 
-def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0) -> Pool2d:
-    """Average pooling, rounding half away from zero."""
-    return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp)
+def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0, *, scale_x=None,
+               scale_out=None, zp_out=None) -> Pool2d:
+    """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's."""
+    floats = _avg_floats("avg_pool2d", scale_x, scale_out, zp_out)
+    return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats)
 
 
 def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
@@ -390,10 +501,11 @@ def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
     return _pool("sum", x_shape, kernel, stride, padding)
 
 
-def global_avg_pool2d(x_shape) -> Pool2d:
-    """Average over the whole plane: [N, C, 1, 1]."""
+def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=None) -> Pool2d:
+    """Average over the whole plane: [N, C, 1, 1]; with scale_x= and scale_out=, QLinearGlobalAveragePool's."""
     x_shape = _shape("x_shape", x_shape, 4)
-    return _pool("avg", x_shape, x_shape[2:], None, 0)
+    floats = _avg_floats("global_avg_pool2d", scale_x, scale_out, zp_out)
+    return _pool("avg", x_shape, x_shape[2:], None, 0, True, x_zp, **floats)
 
 
 # ---------------------------------------------------------------- elementwise
@@ -413,10 +525,17 @@ class Elementwise(Op):
     zp_out: int = 0
     lo: int = -128
     hi: int = 127
+    scale: np.ndarray | np.float32 | None = None    # requantize's float form: per tensor, or per channel
+    fscales: tuple | None = None                    # add / mul's float form: float32 (scale_a, scale_b, scale_out)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
         object.__setattr__(self, "kind", self.mode)
+
+    @property
+    def is_float(self) -> bool:
+        """Is this the float form (onnxruntime arithmetic)?"""
+        return self.scale is not None or self.fscales is not None
 
     @property
     def binary(self) -> bool:
@@ -433,6 +552,11 @@ class Elementwise(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.fscales is not None:
+            f = sem.add_f32 if self.mode == "add" else sem.mul_f32
+            return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
+        if self.scale is not None:
+            return sem.requantize_f32(arrays[0], self.za, self.scale, self.zp_out, self.lo, self.hi)
         if self.mode == "add":
             return sem.add(*arrays, self.za, self.zb, self.ma, self.mb, self.shift, self.zp_out,
                            self.lo, self.hi)
@@ -443,19 +567,50 @@ class Elementwise(Op):
         return sem.requantize(arrays[0], self.za, self.ma, self.shift, self.zp_out, self.lo, self.hi)
 
 
-def add(shape, *, za=0, zb=0, ma, mb, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
-    """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi)."""
-    return Elementwise("add", _shape("shape", shape), "int8", _int("za", za, *INT8),
-                       _int("zb", zb, *INT8), _int("ma", ma, 0, (1 << 31) - 1),
-                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62),
-                       *_clamp(zp_out, lo, hi))
+def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
+    """The three float32 tensor scales of a QLinearAdd / QLinearMul."""
+    return (_f32_scale("scale_a", scale_a), _f32_scale("scale_b", scale_b), _f32_scale("scale_out", scale_out))
 
 
-def mul(shape, *, za=0, zb=0, multiplier, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
-    """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi)."""
-    return Elementwise("mul", _shape("shape", shape), "int8", _int("za", za, *INT8),
-                       _int("zb", zb, *INT8), _int("multiplier", multiplier, 1, (1 << 31) - 1), 0,
-                       _int("shift", shift, 0, 62), *_clamp(zp_out, lo, hi))
+def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
+        zp_out=0, lo=-128, hi=127) -> Elementwise:
+    """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
+
+    With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
+    """
+    shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    clamp = _clamp(zp_out, lo, hi)
+    floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
+    if _float_form("add", {"ma": ma, "mb": mb, "shift": shift}, floats):
+        fs = _binary_floats("add", scale_a, scale_b, scale_out)
+        with np.errstate(all="ignore"):      # an overflow is reported below, naming the factor
+            ra, rb, c = sem.add_f32_params(*fs, za, zb, clamp[0])
+        _derived_scale("scale_a / scale_out", ra, "the scales")
+        _derived_scale("scale_b / scale_out", rb, "the scales")
+        if not np.isfinite(c):
+            raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
+        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+    return Elementwise("add", shape, "int8", za, zb, _int("ma", ma, 0, (1 << 31) - 1),
+                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62), *clamp)
+
+
+def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
+        zp_out=0, lo=-128, hi=127) -> Elementwise:
+    """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
+
+    With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
+    """
+    shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    clamp = _clamp(zp_out, lo, hi)
+    floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
+    if _float_form("mul", {"multiplier": multiplier, "shift": shift}, floats):
+        fs = _binary_floats("mul", scale_a, scale_b, scale_out)
+        with np.errstate(all="ignore"):
+            r = sem.mul_f32_ratio(*fs)
+        _derived_scale("scale_a * scale_b / scale_out", r, "the scales")
+        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+    return Elementwise("mul", shape, "int8", za, zb, _int("multiplier", multiplier, 1, (1 << 31) - 1), 0,
+                       _int("shift", shift, 0, 62), *clamp)
 
 
 def relu(shape, zp=0) -> Elementwise:
@@ -470,15 +625,22 @@ def clip(shape, lo, hi) -> Elementwise:
     return Elementwise("clip", _shape("shape", shape), lo=lo, hi=hi)
 
 
-def requantize(shape, *, in_dtype, zx=0, multiplier, shift, zp_out=0, lo=-128, hi=127) -> Elementwise:
+def requantize(shape, *, in_dtype, zx=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
+               hi=127) -> Elementwise:
     """clip(rshift_round((x - zx) * M, S) + zp_out, lo, hi) for int8 or int32 x.
 
     multiplier and shift are scalars, or one per channel (axis 1) of a shape with two or more axes.
+    With scale= (float32, per tensor or per channel) instead: requant_f32(x - zx), onnxruntime's arithmetic.
     """
     shape = _shape("shape", shape)
     if in_dtype not in ("int8", "int32"):
         raise CompileError(f"in_dtype must be 'int8' or 'int32', got {in_dtype!r}")
     zx = _int("zx", zx, *(INT8 if in_dtype == "int8" else INT32))
+    if _float_form("requantize", {"multiplier": multiplier, "shift": shift}, {"scale": scale}):
+        if np.ndim(scale) and len(shape) < 2:
+            raise CompileError("a per-channel scale needs a shape with a channel axis (axis 1)")
+        s = _f32_scales("scale", scale, shape[1]) if np.ndim(scale) else _f32_scale("scale", scale)
+        return Elementwise("requantize", shape, in_dtype, zx, 0, 0, 0, 0, *_clamp(zp_out, lo, hi), scale=s)
     per_channel = np.ndim(multiplier) or np.ndim(shift)
     if per_channel and len(shape) < 2:
         raise CompileError("per-channel multiplier/shift need a shape with a channel axis (axis 1)")

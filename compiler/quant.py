@@ -8,6 +8,10 @@ that M * 2**-S approximates the scale with relative error at most 2**-31
 rshift_round(acc * M, S).  S must land in [0, 62]: scales from 2**-32 up to
 2**31 - 1/2 (exclusive, where M would round up to 2**31 with S = -1) are
 representable.
+
+The float form (onnxruntime's arithmetic) keeps float32 scales instead:
+ort_scale combines them as QLinearConv and QLinearMatMul do, f32_bits and
+f32_table give the bit patterns the VU's float parameters and tables hold.
 """
 from __future__ import annotations
 
@@ -53,3 +57,22 @@ def quantize_multipliers(scales) -> tuple[np.ndarray, np.ndarray]:
             raise CompileError(f"scales[{i}]: {exc}") from None
     m, s = zip(*pairs)
     return np.array(m, dtype=np.int64), np.array(s, dtype=np.int64)
+
+
+def ort_scale(x_scale, w_scale, y_scale) -> np.ndarray | np.float32:
+    """QLinearConv's / QLinearMatMul's requantisation factor (x_scale * w_scale) / y_scale, in float32.
+
+    w_scale is one scale or one per output channel; onnxruntime computes in this order, in float32.
+    """
+    out = (np.float32(x_scale) * np.asarray(w_scale, np.float32)).astype(np.float32) / np.float32(y_scale)
+    return np.float32(out) if out.ndim == 0 else out.astype(np.float32)
+
+
+def f32_bits(value) -> int:
+    """The IEEE-754 bit pattern of a float32, as a parameter register takes it (vu.fscale ...)."""
+    return int(np.asarray(value, np.float32).view(np.uint32))
+
+
+def f32_table(values) -> np.ndarray:
+    """float32 values as the int32 words of a DDR table (its stored bytes are the float32s)."""
+    return np.ascontiguousarray(np.asarray(values, np.float32)).view(np.int32)

@@ -133,3 +133,160 @@ def requantize(x, zx, m, s, zp_out, lo, hi) -> np.ndarray:
     """clip(rshift_round((x - zx) * M, S) + zp_out, lo, hi); M, S per tensor or along axis 1."""
     x = np.asarray(x, dtype=np.int64)
     return requant(x - zx, _channel_view(m, x.ndim), _channel_view(s, x.ndim), zp_out, lo, hi)
+
+
+# ---------------------------------------------------------------- float32 forms (onnxruntime arithmetic)
+#
+# onnxruntime's integer kernels requantise through float32 (docs/semantics.md, "Float32 forms").
+# Every value below is a numpy float32 and every operation rounds to float32 once, as the SSE/AVX
+# instructions of MLAS do; fma_f32 is the one fused multiply-add (a single rounding), which the
+# AVX2 QLinearAdd kernel uses.
+
+F32 = np.float32
+INT_MIN_F32 = F32(2.0 ** 31)
+
+
+def f32(v) -> np.ndarray:
+    """v as float32 (integers are converted with round-half-even, as cvtdq2ps / cvtsi2ss do)."""
+    return np.asarray(v).astype(F32)
+
+
+def fma_f32(a, b, c) -> np.ndarray:
+    """a * b + c in float32 with one rounding (vfmadd): exact in float64, then rounded to float32 once."""
+    a, b, c = (np.asarray(v, F32).astype(np.float64) for v in (a, b, c))
+    p = a * b                                   # exact: 24 + 24 significant bits
+    s = p + c
+    t = s - p
+    err = (p - (s - t)) + (c - t)               # TwoSum: s + err == p + c exactly
+    near = s.astype(F32)
+    nd = near.astype(np.float64)
+    # the only double-rounding hazard: s exactly halfway between two float32 values and err != 0,
+    # where the exact value lies on err's side of the midpoint
+    other = np.where(nd > s, np.nextafter(near, F32(-np.inf)), np.nextafter(near, F32(np.inf)))
+    od = other.astype(np.float64)
+    halfway = (nd != s) & (np.abs(nd - s) == np.abs(od - s))
+    flip = halfway & (((err > 0) & (od > nd)) | ((err < 0) & (od < nd)))
+    return np.where(flip, od, nd).astype(F32)
+
+
+def cvt_int8(t) -> np.ndarray:
+    """int64 of a float32 rounded half to even then saturated to int8, as cvtps2dq + packs give it.
+
+    cvtps2dq returns INT_MIN (0x80000000) for nan and for |t| >= 2**31, so such t give -128.
+    """
+    t = np.asarray(t, F32)
+    inside = np.abs(t) < INT_MIN_F32
+    r = np.where(inside, np.rint(np.where(inside, t, F32(0))), F32(-(2.0 ** 31)))
+    return np.clip(r, -128, 127).astype(np.int64)
+
+
+def requant_f32(v, scale, zp_out: int, lo: int = -128, hi: int = 127) -> np.ndarray:
+    """MlasRequantizeOutput: clip(rne(clamp(f32(v) * scale, -128 - zp, 127 - zp)) + zp, lo, hi) as int8.
+
+    v is an exact integer (the int32 accumulator, bias included); scale a float32 broadcast against v.
+    """
+    x = f32(np.asarray(v, dtype=np.int64)) * np.asarray(scale, F32)
+    x = np.clip(x, F32(-128 - zp_out), F32(127 - zp_out))
+    return np.clip(np.rint(x).astype(np.int64) + zp_out, lo, hi).astype(np.int8)
+
+
+def conv2d_f32(x, w, bias, stride, pad, dil, groups, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
+    """QLinearConv: integer accumulators, then requant_f32 by the float32 scale of each output channel."""
+    acc = conv2d_acc(x, w, bias, stride, pad, dil, groups, x_zp)
+    return requant_f32(acc, _f32_channel_view(scale, 4), zp_out, lo, hi)
+
+
+def dense_f32(x, w, bias, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
+    """QLinearMatMul (bias: QGemm): (x - x_zp) @ w + bias, requant_f32 per output feature."""
+    acc = (np.asarray(x, dtype=np.int64) - x_zp) @ np.asarray(w, dtype=np.int64)
+    if bias is not None:
+        acc = acc + np.asarray(bias, dtype=np.int64)
+    return requant_f32(acc, _f32_channel_view(scale, 2), zp_out, lo, hi)
+
+
+def requantize_f32(x, zx, scale, zp_out, lo, hi) -> np.ndarray:
+    """requant_f32(x - zx) with a float32 scale per tensor or per channel along axis 1."""
+    x = np.asarray(x, dtype=np.int64)
+    return requant_f32(x - zx, _f32_channel_view(scale, x.ndim), zp_out, lo, hi)
+
+
+def _f32_channel_view(a, ndim: int) -> np.ndarray:
+    a = np.asarray(a, F32)
+    return a.reshape((1, -1) + (1,) * (ndim - 2)) if a.ndim else a
+
+
+def add_f32_params(scale_a, scale_b, scale_out, za: int, zb: int, zp_out: int) -> tuple:
+    """(ra, rb, c) of QLinearAdd: ra = sa / sy, rb = sb / sy, c = zp_out - fma(ra, za, rb * zb), float32."""
+    ra = F32(scale_a) / F32(scale_out)
+    rb = F32(scale_b) / F32(scale_out)
+    c = F32(zp_out) - fma_f32(ra, F32(za), rb * F32(zb))[()]
+    return F32(ra), F32(rb), F32(c)
+
+
+def add_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
+    """QLinearAdd (AVX2 kernel): clip(cvt_int8(fma(a, ra, fma(b, rb, c))), lo, hi) as int8."""
+    ra, rb, c = add_f32_params(scale_a, scale_b, scale_out, za, zb, zp_out)
+    t = fma_f32(f32(a), ra, fma_f32(f32(b), rb, c))
+    return np.clip(cvt_int8(t), lo, hi).astype(np.int8)
+
+
+def mul_f32_ratio(scale_a, scale_b, scale_out) -> np.float32:
+    """QLinearMul's factor (sa * sb) / sy in float32, in that order."""
+    return F32(F32(F32(scale_a) * F32(scale_b)) / F32(scale_out))
+
+
+def mul_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
+    """QLinearMul: clip(cvt_int8(f32((a - za) * (b - zb)) * r + f32(zp_out)), lo, hi) as int8."""
+    p = (np.asarray(a, dtype=np.int64) - za) * (np.asarray(b, dtype=np.int64) - zb)
+    t = f32(p) * mul_f32_ratio(scale_a, scale_b, scale_out) + F32(zp_out)
+    return np.clip(cvt_int8(t), lo, hi).astype(np.int8)
+
+
+def global_avg_pool_scale(scale_x, scale_out, n: int) -> np.float32:
+    """QLinearGlobalAveragePool's factor sx / (sy * n) in float32, in that order."""
+    return F32(F32(scale_x) / F32(F32(scale_out) * F32(n)))
+
+
+def global_avg_pool2d_f32(x, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
+    """QLinearGlobalAveragePool: requant_f32(sum(x) - x_zp * H*W) by sx / (sy * H*W), [N, C, 1, 1]."""
+    x = np.asarray(x, dtype=np.int64)
+    n = x.shape[2] * x.shape[3]
+    acc = x.sum(axis=(2, 3), keepdims=True) - x_zp * n
+    return requant_f32(acc, global_avg_pool_scale(scale_x, scale_out, n), zp_out)
+
+
+def avg_pool_is_global(x_shape, k, pad) -> bool:
+    """onnxruntime runs a QLinearAveragePool whose kernel is the whole plane, unpadded, as the global one."""
+    return tuple(k) == tuple(x_shape[2:]) and not any(pad)
+
+
+def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
+    """QLinearAveragePool: a float32 sum of sx * (x - x_zp) in window order, / count, / sy, + zp_out."""
+    x = np.asarray(x, dtype=np.int64)
+    if avg_pool_is_global(x.shape, k, pad):
+        return global_avg_pool2d_f32(x, x_zp, scale_x, scale_out, zp_out)
+    real = F32(scale_x) * f32(pad_plane(x, pad, x_zp) - x_zp)     # padding dequantises to +0.0
+    win = windows(real, k, stride, (1, 1))
+    total = np.zeros(win.shape[:4], F32)
+    for i in range(k[0]):                      # one rounding per element, in row-major window order
+        for j in range(k[1]):
+            total = total + win[..., i, j]
+    if count_include_pad:
+        count = F32(k[0] * k[1])
+    else:
+        count = f32(real_counts(x.shape[2], x.shape[3], k, stride, pad))
+    t = (total / count) / F32(scale_out) + F32(zp_out)
+    return cvt_int8(t).astype(np.int8)
+
+
+def quantize_f32(x, scale, zp: int) -> np.ndarray:
+    """QuantizeLinear: clip(rne(clamp(f32(x) / scale, -128 - zp, 127 - zp)) + zp) as int8; nan gives -128."""
+    v = f32(x) / F32(scale)
+    v = np.where(np.isnan(v), F32(-128 - zp), v)      # maxps returns its second operand for nan
+    v = np.clip(v, F32(-128 - zp), F32(127 - zp))
+    return (np.rint(v).astype(np.int64) + zp).astype(np.int8)
+
+
+def dequantize_f32(q, scale, zp: int) -> np.ndarray:
+    """DequantizeLinear: f32(q - zp) * scale."""
+    return f32(np.asarray(q, dtype=np.int64) - zp) * F32(scale)

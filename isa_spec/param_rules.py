@@ -43,9 +43,14 @@ _VU_WINDOW = tuple(Stride(f"vu.win_{d}", f"vu.win_stride_{d}", f"every step alon
 _DMA_DEST = tuple(Stride(f"dma.size{k}", f"dma.dst_stride{k}", f"every step along dma.size{k} writes the same bytes")
                   for k in DIMS)
 
+# The float ops' scales reset to the bit pattern of 0.0, which the VU refuses (BAD_PARAM): not
+# silent, but a run that stops on it is better caught when the kernel is assembled.
+_ZERO_SCALE = "its float32 value is 0.0, which the VU refuses with BAD_PARAM"
+
 # What each command reads that can silently be wrong at its reset value (docs/isa.md).
-# vu.clip reads only lo/hi, vu.requant.pc its (M, S) from b, vu.divr and vu.mov no scalar
-# at all: their scalars are fine at reset.  NU parameters reset to usable values.
+# vu.clip reads only lo/hi, vu.requant.pc its (M, S) from b, vu.requant.fpc its scales from b,
+# vu.divr and vu.mov no scalar at all: their scalars are fine at reset (vu.fbias resets to
+# 0.0, a legal offset).  NU parameters reset to usable values.
 RULES: dict[str, tuple[Rule, ...]] = {
     "vu.requant": (Scalar("vu.ma", "every element is multiplied by 0"), *_VU_DEST),
     "vu.requant.pc": _VU_DEST,
@@ -57,6 +62,11 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.pool.sum": _VU_DEST + _VU_WINDOW,
     "vu.divr": _VU_DEST,
     "vu.mov": _VU_DEST,
+    "vu.requant.f": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
+    "vu.requant.fpc": _VU_DEST,
+    "vu.fadd": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST),
+    "vu.fmul": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
+    "vu.pool.favg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
     "dma": _DMA_DEST,
 }
 

@@ -38,7 +38,8 @@ class Semantics:
     footprint: str = "none"          # one of FOOTPRINTS
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
-    SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair."""
+    SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg one an int32 count."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
 
@@ -76,6 +77,11 @@ _ROWS = (
     _vu("vu.pool.sum", "pool_sum", (4, 1, 0), window=True),
     _vu("vu.divr", "divr", (1, 4, 4)),
     _vu("vu.mov", "mov", (DDT, SDT, 0)),
+    _vu("vu.requant.f", "requant_f", (1, SDT, 0)),
+    _vu("vu.requant.fpc", "requant_fpc", (1, SDT, 4)),
+    _vu("vu.fadd", "fadd", (1, 1, 1)),
+    _vu("vu.fmul", "fmul", (1, 1, 1)),
+    _vu("vu.pool.favg", "pool_favg", (1, 1, 4), window=True),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

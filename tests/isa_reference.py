@@ -12,6 +12,8 @@ Addresses are enumerated element by element here (the kernels compute footprints
 from __future__ import annotations
 
 import itertools
+import struct
+from fractions import Fraction
 
 import numpy as np
 
@@ -185,7 +187,11 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
 # --------------------------------------------------------------------------- VU
 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
-                "vu.pool.sum", "vu.divr", "vu.mov")
+                "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
+                "vu.pool.favg")
+FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg")
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg")
+F32_MAX = Fraction(2) ** 128 - Fraction(2) ** 104
 
 
 def rshift_round(v: int, s: int) -> int:
@@ -197,6 +203,50 @@ def _clip(v: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, v))
 
 
+# Float32, exactly: every value is a Fraction (or +-inf), every operation on exact rationals is
+# rounded once with round_f32.  Independent of numpy's and numba's floating point.
+
+def round_f32(q) -> Fraction | float:
+    """The float32 nearest to the rational q, ties to even; +-inf beyond the float32 range.
+
+    An infinity or nan (from an overflow earlier on) passes through.
+    """
+    if isinstance(q, float) and not abs(q) < float("inf"):
+        return q
+    q = Fraction(q)
+    if q == 0:
+        return Fraction(0)
+    m = abs(q)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    if Fraction(2) ** e > m:
+        e -= 1                                   # 2**e <= m < 2**(e + 1)
+    step = Fraction(2) ** max(e - 23, -149)      # 24 significant bits, or the subnormal spacing
+    r = round(m / step) * step                   # Fraction rounds half to even
+    if r > F32_MAX:
+        return float("inf") if q > 0 else float("-inf")
+    return r if q > 0 else -r
+
+
+def f32_bits(bits: int) -> float:
+    """The float32 whose IEEE-754 bit pattern is the low 32 bits of `bits`."""
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+def _positive_finite(v: float) -> bool:
+    return 0 < v < float("inf")
+
+
+def _round_half_even(v) -> int:
+    return round(Fraction(v))
+
+
+def _cvt8(t) -> int:
+    """cvtps2dq then saturating packs: |t| >= 2**31 (or nan) is INT_MIN, so -128."""
+    if t != t or abs(t) >= 2 ** 31:
+        return -128
+    return _clip(_round_half_even(t), -128, 127)
+
+
 def _fits(*values: int) -> bool:
     return all(abs(v) < LIMIT62 for v in values)
 
@@ -206,17 +256,19 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
     return {"vu.requant": (1, 1 << sdt, 0), "vu.requant.pc": (1, 1 << sdt, 8),
             "vu.add": (1, 1, 1), "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0),
             "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
-            "vu.mov": (1 << ddt, 1 << sdt, 0)}[mnemonic]
+            "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
+            "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
+            "vu.pool.favg": (1, 1, 4)}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
-    pool = mnemonic in ("vu.pool.max", "vu.pool.sum")
+    pool = mnemonic in POOL_OPS
     for n in ["n0", "n1", "n2", "n3"] + (["win_h", "win_w"] if pool else []):
         if q[n] < 1:
             raise Fault("param", param=_pnum("vu", n))
     if mnemonic in ("vu.requant", "vu.add", "vu.mul") and not 0 <= q["shift"] <= 62:
         raise Fault("param", param=_pnum("vu", "shift"))
-    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip"):
+    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip") + FLOAT_OPS:
         if not -128 <= q["lo"] <= 127:
             raise Fault("param", param=_pnum("vu", "lo"))
         if not -128 <= q["hi"] <= 127:
@@ -227,13 +279,28 @@ def _vu_check_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "ma"))
     if mnemonic == "vu.add" and not 0 <= q["mb"] < 1 << 31:
         raise Fault("param", param=_pnum("vu", "mb"))
+    if mnemonic in FLOAT_OPS:
+        _vu_check_float_params(mnemonic, q)
+
+
+def _vu_check_float_params(mnemonic: str, q: dict) -> None:
+    """zp_out an int8; fscale (and fscale_b) positive finite float32s; fbias finite."""
+    if mnemonic != "vu.fadd" and not -128 <= q["zp_out"] <= 127:
+        raise Fault("param", param=_pnum("vu", "zp_out"))
+    if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
+        raise Fault("param", param=_pnum("vu", "fscale"))
+    if mnemonic in ("vu.fadd", "vu.pool.favg") and not _positive_finite(f32_bits(q["fscale_b"])):
+        raise Fault("param", param=_pnum("vu", "fscale_b"))
+    fbias = f32_bits(q["fbias"])
+    if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
+        raise Fault("param", param=_pnum("vu", "fbias"))
 
 
 def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: dict,
        sdt: int = 0, ddt: int = 0) -> None:
     """One VU instruction `mnemonic` on VU `unit` with the named vu.* parameters."""
     q = param_values(named, "vu")
-    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.mov") and sdt not in (0, 2):
+    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.mov", "vu.requant.f", "vu.requant.fpc") and sdt not in (0, 2):
         raise Fault("illegal")
     if mnemonic == "vu.mov" and ddt not in (0, 2):
         raise Fault("illegal")
@@ -243,7 +310,7 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
     d_bytes, a_bytes, b_bytes = _vu_layout(mnemonic, sdt, ddt)
     sizes = [q[f"n{k}"] for k in range(4)]
     window = [(0, 0)]
-    if mnemonic in ("vu.pool.max", "vu.pool.sum"):
+    if mnemonic in POOL_OPS:
         window = [(wh * q["win_stride_h"], ww * q["win_stride_w"])
                   for wh in range(q["win_h"]) for ww in range(q["win_w"])]
     elems = []
@@ -269,6 +336,8 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
                 q: dict, window: list) -> int:
     """The value one element of a VU instruction computes, in exact integers."""
     za, zb, ma, mb, shift = q["za"], q["zb"], q["ma"], q["mb"], q["shift"]
+    if mnemonic in FLOAT_OPS:
+        return _vu_float_element(mem, space, mnemonic, a, b, a_bytes, q, window)
     if mnemonic in ("vu.pool.max", "vu.pool.sum"):
         xs = [_int(mem, a + dh + dw, 1) for dh, dw in window]
         if mnemonic == "vu.pool.max":
@@ -310,6 +379,40 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
         return _clip(mag if x >= 0 else -mag, -128, 127)
     assert mnemonic == "vu.mov", mnemonic
     return x
+
+
+def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_bytes: int,
+                      q: dict, window: list) -> int:
+    """One element of a float VU instruction: exact rationals, each operation rounded to float32."""
+    za, zp, lo, hi = q["za"], q["zp_out"], q["lo"], q["hi"]
+    s = Fraction(f32_bits(q["fscale"])) if _positive_finite(f32_bits(q["fscale"])) else None
+    if mnemonic == "vu.pool.favg":
+        n = _int(mem, b, 4)
+        if n <= 0:
+            raise Fault("div0", space=space, first=b, last=b + 3)
+        total = Fraction(0)
+        for dh, dw in window:
+            total = round_f32(total + round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - za)))
+        t = round_f32(round_f32(total / round_f32(n)) / Fraction(f32_bits(q["fscale_b"])))
+        return _clip(_cvt8(round_f32(t + zp)), lo, hi)
+    x = _int(mem, a, a_bytes)
+    if mnemonic in ("vu.requant.f", "vu.requant.fpc"):
+        if mnemonic == "vu.requant.fpc":
+            s = f32_bits(_int(mem, b, 4))
+            if not _positive_finite(s):
+                raise Fault("param", space=space, first=b, last=b + 3)
+            s = Fraction(s)
+        v = round_f32(round_f32(x - za) * s)
+        v = min(max(v, -128 - zp), 127 - zp)             # clamped in float, before the rounding
+        return _clip(_round_half_even(v) + zp, lo, hi)
+    y = _int(mem, b, 1)
+    if mnemonic == "vu.fadd":
+        inner = round_f32(y * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
+        return _clip(_cvt8(round_f32(x * s + inner)), lo, hi)
+    prod = (x - za) * (y - q["zb"])
+    if not _fits(prod):
+        raise Fault("overflow", space=space, first=a, last=a)
+    return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp)), lo, hi)
 
 
 # --------------------------------------------------------------------------- test harness

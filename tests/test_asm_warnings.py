@@ -176,3 +176,33 @@ def test_compiler_kernels_assemble_without_warnings(tmp_path):
         found: list = []
         assemble(kernel.asm, "kernel.s", include_dirs=[str(inc)], warnings=found)
         assert found == [], "\n".join(w.format() for w in found)
+
+
+def test_a_float_scale_left_at_reset_is_caught_when_assembling():
+    src = "setpi vu.fscale, 0x3D800000\nvu.fadd vu0, r1, r2, r3\nvu.requant.f vu0, r1, r2, i32\n"
+    (w,) = warnings_of(src)
+    assert w.line == 2 and w.message.startswith("vu.fadd reads vu.fscale_b, never set (it resets to 0, so its "
+                                                "float32 value is 0.0, which the VU refuses with BAD_PARAM)")
+    assert warnings_of("setpi vu.fbias, 0\nsetpi vu.fscale, 1\nvu.fmul vu0, r1, r2, r3\n") == []
+
+
+def test_float_form_kernels_assemble_without_warnings(tmp_path):
+    from compiler import ops
+    from compiler.kernel import build
+
+    w = np.random.default_rng(4).integers(-20, 20, (6, 3, 3, 3), dtype=np.int8)
+    chains = [(ops.conv2d((1, 3, 7, 7), w, padding=1, scale=np.linspace(0.001, 0.004, 6, dtype=np.float32)),
+               ops.add((1, 6, 7, 7), scale_a=0.1, scale_b=0.2, scale_out=0.15)),
+              (ops.mul((2, 5, 3), za=1, scale_a=0.1, scale_b=0.2, scale_out=0.5),),
+              (ops.requantize((2, 5, 3), in_dtype="int32", scale=[0.1, 0.2, 0.3, 0.4, 0.5]),),
+              (ops.avg_pool2d((1, 4, 9, 9), 3, 2, 1, False, scale_x=0.1, scale_out=0.2, zp_out=3),),
+              (ops.global_avg_pool2d((1, 4, 5, 5), x_zp=2, scale_x=0.1, scale_out=0.2),)]
+    for n, chain in enumerate(chains):
+        kernel = build(*chain)
+        inc = tmp_path / str(n)
+        inc.mkdir()
+        for name, blob in kernel.files.items():
+            (inc / name).write_bytes(blob)
+        found: list = []
+        assemble(kernel.asm, "kernel.s", include_dirs=[str(inc)], warnings=found)
+        assert found == [], "\n".join(w.format() for w in found)

@@ -382,3 +382,155 @@ def test_configuration_errors_say_why():
         build(conv, config=Config(abuf_bytes=64))
     with pytest.raises(CompileError, match="VBUF"):
         build(ops.max_pool2d((1, 1, 4, 200000), 3, 1, 1))
+
+
+# ---------------------------------------------------------------- float forms (onnxruntime arithmetic)
+# Compiled kernels of the float forms against the ops' own reference (compiler.semantics, which
+# tests/test_ort_arithmetic.py checks against onnxruntime), bit for bit, shapes that do not divide
+# the array, VU or VBUF sizes included.
+
+F32 = np.float32
+
+
+def f32_scales(rng, n, magnitude):
+    """n float32 scales that map accumulators of about `magnitude` over int8 (a few powers of two: ties)."""
+    s = (2.0 ** rng.uniform(-2.5, 1.5, size=n) * 40.0 / max(magnitude, 1.0)).astype(F32)
+    pow2 = rng.random(n) < 0.25
+    s[pow2] = (2.0 ** np.round(np.log2(s[pow2].astype(np.float64)))).astype(F32)
+    return s
+
+
+def spread(y):
+    """Outputs cover many int8 values (the comparison is not all on saturated ones)."""
+    assert len(np.unique(y)) >= min(8, y.size // 2), np.unique(y)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(conv_case(), seeds, st.booleans(), st.booleans())
+def test_conv2d_f32_matches_reference(case, seed, with_bias, per_channel):
+    groups, cg, og, k, stride, dil, pad, xshape = case
+    rng = np.random.default_rng(seed)
+    o = groups * og
+    w = rand8(rng, (o, cg) + k)
+    bias = rng.integers(-(2**16), 2**16, size=o).astype(np.int32) if with_bias else None
+    scale = f32_scales(rng, o if per_channel else 1, 64 * 128 * np.sqrt(cg * k[0] * k[1]))
+    kw = dict(stride=stride, padding=pad, dilation=dil, groups=groups, x_zp=int(rng.integers(-128, 128)),
+              scale=scale if per_channel else scale[0], zp_out=int(rng.integers(-20, 20)),
+              lo=int(rng.integers(-128, 0)), hi=int(rng.integers(0, 128)))
+    op = ops.conv2d(xshape, w, bias, **kw)
+    kernel = build(op)
+    assert "vu.requant.f" in kernel.asm
+    x = rand8(rng, xshape)
+    want = op.reference(x)
+    np.testing.assert_array_equal(run(kernel, x), want)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(st.integers(1, 40), st.integers(1, 80), st.integers(1, 70), seeds)
+def test_dense_f32_matches_reference(n, k, o, seed):
+    rng = np.random.default_rng(seed)
+    w, bias = rand8(rng, (k, o)), rng.integers(-3000, 3000, size=o).astype(np.int32)
+    op = ops.dense((n, k), w, bias, x_zp=int(rng.integers(-128, 128)), scale=f32_scales(rng, o, 64 * 128 * np.sqrt(k)),
+                   zp_out=-2, lo=-100, hi=110)
+    x = rand8(rng, (n, k))
+    np.testing.assert_array_equal(run(build(op), x), op.reference(x))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(pool_case(), seeds, st.sampled_from(["avg", "avg_nopad", "whole_plane", "global"]))
+def test_pooling_f32_matches_reference(case, seed, mode):
+    k, stride, pad, shape = case
+    rng = np.random.default_rng(seed)
+    x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
+    sx, sy = (2.0 ** rng.uniform(-6, 0, size=2)).astype(F32)
+    f = dict(scale_x=sx, scale_out=sy, zp_out=zp)
+    if mode == "global":
+        op = ops.global_avg_pool2d(shape, x_zp=x_zp, **f)
+    elif mode == "whole_plane":          # onnxruntime runs it as the global pool, and so must the kernel
+        op = ops.avg_pool2d(shape, shape[2:], stride, 0, True, x_zp, **f)
+    else:
+        op = ops.avg_pool2d(shape, k, stride, pad, mode == "avg", x_zp, **f)
+    x = rand8(rng, shape)
+    kernel = build(op)
+    assert ("vu.pool.favg" in kernel.asm) != op.is_global
+    assert op.is_global or mode not in ("global", "whole_plane")
+    np.testing.assert_array_equal(run(kernel, x), op.reference(x))
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=4), seeds, st.sampled_from(["add", "mul", "rq8", "rq32",
+                                                                                   "rqpc"]))
+def test_elementwise_f32_matches_reference(shape, seed, mode):
+    rng = np.random.default_rng(seed)
+    a, b = rand8(rng, shape), rand8(rng, shape)
+    za, zb, zp = (int(v) for v in rng.integers(-128, 128, size=3))
+    sa, sb, sy = (2.0 ** rng.uniform(-6, 0, size=3)).astype(F32)
+    q = dict(zp_out=zp, lo=int(rng.integers(-128, 0)), hi=127)
+    if mode in ("add", "mul"):
+        sy = F32(sy * (64 if mode == "mul" else 1))
+        op = getattr(ops, mode)(shape, za=za, zb=zb, scale_a=sa, scale_b=sb, scale_out=sy, **q)
+        inputs = (a, b)
+    elif mode == "rq8":
+        op, inputs = ops.requantize(shape, in_dtype="int8", zx=za, scale=sa * 4, **q), (a,)
+    else:
+        x = rng.integers(-(2**20), 2**20, size=shape).astype(np.int32)
+        per_channel = mode == "rqpc" and len(shape) >= 2
+        scale = f32_scales(rng, shape[1], 2**20) if per_channel else f32_scales(rng, 1, 2**20)[0]
+        op, inputs = ops.requantize(shape, in_dtype="int32", zx=int(rng.integers(-999, 999)), scale=scale, **q), (x,)
+    np.testing.assert_array_equal(run(build(op), *inputs), op.reference(*inputs))
+
+
+@settings(max_examples=15, **SETTINGS)
+@given(seeds, st.booleans())
+def test_fused_conv_f32_relu_residual_fadd(seed, clip_after):
+    rng = np.random.default_rng(seed)
+    c, o = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+    xshape = (1, c, int(rng.integers(3, 10)), int(rng.integers(3, 10)))
+    w, bias = rand8(rng, (o, c, 3, 3)), rng.integers(-2000, 2000, size=o).astype(np.int32)
+    conv = ops.conv2d(xshape, w, bias, padding=1, x_zp=5, scale=f32_scales(rng, o, 64 * 128 * 3 * np.sqrt(c)),
+                      zp_out=-3)
+    relu = ops.relu(conv.output.shape, zp=-3)
+    add = ops.add(conv.output.shape, za=-3, zb=4, scale_a=0.05, scale_b=0.031, scale_out=0.07, zp_out=2)
+    chain = [conv, relu, add] + ([ops.clip(conv.output.shape, -50, 60)] if clip_after else [])
+    kernel = build(*chain)
+    assert "fused" in kernel.asm and "vu.fadd" in kernel.asm
+    x, b = rand8(rng, xshape), rand8(rng, conv.output.shape)
+    want = add.reference(relu.reference(conv.reference(x)), b)
+    if clip_after:
+        want = chain[-1].reference(want)
+    np.testing.assert_array_equal(run(kernel, x, b), want)
+
+
+@pytest.mark.parametrize("case", ["conv-residual", "dense", "grouped"])
+def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
+    """Every tiling and bias mode (filled, by the requantiser, by an NU pass) with float32 scales."""
+    from compiler.kernel import candidates, finish, schedule
+    from nnpsim.config import Config
+    cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
+    rng = np.random.default_rng(12)
+    if case == "dense":
+        w, b = rand8(rng, (70, 40)), rng.integers(-9000, 9000, size=40).astype(np.int32)
+        chain = [ops.dense((9, 70), w, b, x_zp=2, scale=f32_scales(rng, 40, 64 * 128 * 8), zp_out=4)]
+    else:
+        groups, c, o = (2, 80, 36) if case == "grouped" else (1, 80, 36)
+        w, b = rand8(rng, (o, c // groups, 1, 3)), rng.integers(-9000, 9000, size=o).astype(np.int32)
+        chain = [ops.conv2d((2, c, 6, 11), w, b, stride=(1, 2), padding=(1, 1, 0, 2), groups=groups, x_zp=-4,
+                            scale=f32_scales(rng, o, 64 * 128 * np.sqrt(3 * c // groups)), zp_out=3)]
+        if case == "conv-residual":
+            chain.append(ops.add(chain[0].output.shape, za=3, zb=-1, scale_a=0.05, scale_b=0.031, scale_out=0.07,
+                                 zp_out=1))
+    x = rand8(rng, chain[0].inputs[0].shape)
+    inputs, want = [x], chain[0].reference(x)
+    if len(chain) > 1:
+        inputs.append(rand8(rng, want.shape))
+        want = chain[1].reference(want, inputs[1])
+    spread(want)
+    notes = set()
+    for cand in candidates(tuple(chain), cfg):
+        kir, _ = cand.make()
+        notes.add(kir.notes[-1].split("tiling ")[1])
+        kernel = finish(tuple(chain), kir, cfg, *schedule(kir, cfg))
+        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=kir.notes[-1])
+    assert len(notes) >= 3
+    if case != "grouped":
+        assert any("bias added by the requantiser" in n for n in notes) and any("NU pass" in n for n in notes)

@@ -167,6 +167,28 @@ BAD = [
     (lambda: ops.requantize((2,), in_dtype="int16", multiplier=1, shift=0), "in_dtype"),
     (lambda: ops.requantize((2,), in_dtype="int32", zx=5, multiplier=2**31 - 1, shift=0), "62 bits"),
     (lambda: ops.requantize((4,), in_dtype="int8", multiplier=[1, 2], shift=0), "channel"),
+    # the float forms (onnxruntime arithmetic)
+    (lambda: ops.conv2d((1, 2, 8, 8), W, multiplier=1, shift=0, scale=0.5), "not both"),
+    (lambda: ops.conv2d((1, 2, 8, 8), W), "multiplier=, shift= or scale="),
+    (lambda: ops.conv2d((1, 2, 8, 8), W, multiplier=1), "multiplier=, shift= or scale="),
+    (lambda: ops.conv2d((1, 2, 8, 8), W, scale=[0.5, 0.25]), r"shape \(4,\)"),
+    (lambda: ops.conv2d((1, 2, 8, 8), W, scale=[0.5, 0.25, 0.0, 1.0]), r"scale\[2\] = 0.0 is not a positive"),
+    (lambda: ops.dense((2, 5), np.ones((5, 3), np.int8), scale=float("nan")), "scale = nan"),
+    (lambda: ops.dense((2, 5), np.ones((5, 3), np.int8), scale=1e-50), r"as float32: 0.0"),
+    (lambda: ops.dense((2, 5), np.ones((5, 3), np.int8), scale="big"), "must be a number"),
+    (lambda: ops.add((2, 2), scale_a=0.1, scale_b=0.1), "missing scale_out"),
+    (lambda: ops.add((2, 2), ma=1, mb=1, shift=0, scale_a=0.1), "not both"),
+    (lambda: ops.add((2, 2), scale_a=1e30, scale_b=0.1, scale_out=1e-30), r"scale_a / scale_out = inf"),
+    (lambda: ops.add((2, 2), scale_a=-0.1, scale_b=0.1, scale_out=0.1), "scale_a = -0.1"),
+    (lambda: ops.mul((2, 2), scale_a=1e-30, scale_b=1e-30, scale_out=1.0), r"scale_a \* scale_b / scale_out"),
+    (lambda: ops.mul((2, 2), multiplier=3, shift=1, scale_out=1.0), "not both"),
+    (lambda: ops.requantize((2, 3), in_dtype="int32", scale=[0.5, 0.5]), r"shape \(3,\)"),
+    (lambda: ops.requantize((6,), in_dtype="int32", scale=[0.5] * 6), "channel axis"),
+    (lambda: ops.avg_pool2d((1, 1, 4, 4), 2, zp_out=3), "zp_out = 3 needs scale_x= and scale_out="),
+    (lambda: ops.avg_pool2d((1, 1, 4, 4), 2, scale_x=0.1), "both scale_x= and scale_out="),
+    (lambda: ops.avg_pool2d((1, 1, 4, 4), 2, scale_x=0.1, scale_out=0.1, zp_out=128), "zp_out = 128"),
+    (lambda: ops.global_avg_pool2d((1, 1, 4, 4), scale_x=1.0, scale_out=2.0**-16), r"outside \[2\*\*-32, 256\)"),
+    (lambda: ops.global_avg_pool2d((1, 1, 4096, 4096), scale_x=1.0, scale_out=1.0 / 4096), "int32"),
 ]
 
 
@@ -185,3 +207,33 @@ def test_reference_checks_inputs():
     with pytest.raises(CompileError, match="2 input"):
         ops.add((2,), ma=1, mb=1, shift=0).reference(np.zeros(2, np.int8))
     assert isinstance(CompileError("x"), ValueError)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv_params(), seeds, st.booleans(), st.booleans())
+def test_conv2d_f32_reference_is_the_integer_accumulator_through_requant_f32(params, seed, with_bias, per_channel):
+    """The float form's reference: tests/reference.py's accumulators, then requant_f32 per output channel."""
+    from compiler.semantics import requant_f32
+    groups, cg, og, k, stride, dil, pad, xshape = params
+    rng = np.random.default_rng(seed)
+    o = groups * og
+    w = rand8(rng, (o, cg) + k)
+    bias = rng.integers(-(2**24), 2**24, size=o).astype(np.int32) if with_bias else None
+    scale = (2.0 ** rng.uniform(-16, -4, size=o if per_channel else 1)).astype(np.float32)
+    x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
+    kw = dict(stride=stride, padding=pad, dilation=dil, groups=groups, x_zp=x_zp)
+    op = ops.conv2d(xshape, w, bias, **kw, scale=scale if per_channel else scale[0], zp_out=zp)
+    x = rand8(rng, xshape)
+    acc = ref.conv2d_acc(x, w, bias, **kw)
+    want = requant_f32(acc, np.broadcast_to(scale, (o,))[None, :, None, None], zp)
+    np.testing.assert_array_equal(op.reference(x), want)
+
+
+def test_float_forms_keep_the_integer_fields_empty_and_say_so():
+    c = ops.conv2d((1, 2, 8, 8), W, scale=np.float32(0.25))
+    assert c.multiplier is None and c.shift is None and c.scale.dtype == np.float32 and c.scale.shape == (4,)
+    assert ops.add((3,), scale_a=0.1, scale_b=0.2, scale_out=0.3).is_float
+    assert not ops.add((3,), ma=1, mb=1, shift=0).is_float
+    p = ops.avg_pool2d((1, 1, 4, 4), 4, scale_x=0.1, scale_out=0.2)
+    assert p.is_float and p.is_global and p.zp_out == 0
+    assert not ops.avg_pool2d((1, 1, 4, 4), 4, padding=1, scale_x=0.1, scale_out=0.2).is_global

@@ -244,7 +244,9 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
         sdt, ddt = 1 << int(log.cmd_fields[c][1]), 1 << int(log.cmd_fields[c][2])
         dw, aw, bw = {"vu.requant": (1, sdt, 0), "vu.requant.pc": (1, sdt, 8), "vu.add": (1, 1, 1),
                       "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0), "vu.pool.max": (1, 1, 0),
-                      "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4), "vu.mov": (ddt, sdt, 0)}[mn]
+                      "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4), "vu.mov": (ddt, sdt, 0),
+                      "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
+                      "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4)}[mn]
         win = mn.startswith("vu.pool")
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]

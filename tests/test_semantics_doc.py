@@ -23,7 +23,9 @@ from compiler.quant import quantize_multiplier
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "semantics.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 OPS = ["rshift_round", "requant", "scale_to_multiplier", "conv2d", "dense", "max_pool2d", "avg_pool2d",
-       "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize"]
+       "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize",
+       "conv2d_acc", "fma", "cvt", "requant_f32", "add_f32", "mul_f32", "avg_pool2d_f32",
+       "global_avg_pool2d_f32", "quantize_f32", "dequantize_f32"]
 seeds = st.integers(0, 2**32 - 1)
 
 
@@ -250,6 +252,126 @@ def test_requantize(shape, dtype, per_channel, seed):
     same(got, op.reference(x))
 
 
+# ---------------------------------------------------------------- float32 forms
+
+F32 = np.float32
+
+
+def scales(rng, n: int, lo: float = -8.0, hi: float = 0.0) -> np.ndarray:
+    """n float32 scales spread over [2**lo, 2**hi], a fifth of them powers of two (exact ties)."""
+    s = (2.0 ** rng.uniform(lo, hi, size=n)).astype(F32)
+    pow2 = rng.random(n) < 0.2
+    s[pow2] = (2.0 ** rng.integers(int(lo), int(hi) + 1, size=int(pow2.sum()))).astype(F32)
+    return s
+
+
+def same_f32(got, want):
+    got, want = np.asarray(got, F32), np.asarray(want, F32)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@settings(max_examples=150, deadline=None)
+@given(seeds)
+def test_fma_and_cvt(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-255, 256, size=60).astype(F32)
+    b = scales(rng, 60, -10, 4)
+    c = rng.uniform(-400, 400, size=60).astype(F32)
+    c[::3] = rng.integers(-300, 300, size=20) + F32(0.5)     # near halves, where a double rounding would show
+    same_f32(DOC["fma"](a, b, c), sem.fma_f32(a, b, c))
+    t = np.concatenate([rng.uniform(-300, 300, 40), rng.integers(-200, 200, 20) + 0.5,
+                        [2.0**31, -2.0**31, 2.0**31 - 128, np.inf, -np.inf, np.nan]]).astype(F32)
+    same(DOC["cvt"](t), sem.cvt_int8(t))
+
+
+def test_fma_rounds_once():
+    """1 * (64 - 2**-40) + 2**30 (+ 128): a double rounding lands on a float32 midpoint; one rounding does not."""
+    a = np.full(4, 1 + 2.0**-23, F32)
+    b = np.array([64, -64, 64, -64], F32) * F32(1 - 2.0**-23)
+    c = np.array([2.0**30, 2.0**30 + 128, 2.0**30 + 128, 2.0**30 + 256], F32)
+    want = np.array([2.0**30, 2.0**30 + 128, 2.0**30 + 128, 2.0**30 + 256], F32)
+    same_f32(sem.fma_f32(a, b, c), want)
+    same_f32(DOC["fma"](a, b, c), want)
+    assert not np.array_equal((a.astype(np.float64) * b + c).astype(F32), want)     # naive: differs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([300, 2**14, 2**24 + 7, 2**31 - 1]), st.booleans(), seeds)
+def test_requant_f32(magnitude, per_channel, seed):
+    rng = np.random.default_rng(seed)
+    acc = rng.integers(-magnitude, magnitude + 1, size=(3, 5, 4)).astype(np.int64)
+    s = scales(rng, 5, -30, 2) if per_channel else scales(rng, 1, -30, 2)[0]
+    zp, lo, hi = clamp(rng)
+    view = s.reshape(1, 5, 1) if per_channel else s
+    same(DOC["requant_f32"](acc, view, zp, lo, hi), sem.requant_f32(acc, view, zp, lo, hi))
+    same(DOC["requant_f32"](acc, view, zp, lo, hi), sem.requantize_f32(acc, 0, s, zp, lo, hi))
+
+
+@settings(max_examples=60, deadline=None)
+@given(conv_cases())
+def test_conv2d_f32(case):
+    rng = np.random.default_rng(case["seed"])
+    g, o = case["groups"], case["groups"] * case["og"]
+    x = rand8(rng, (case["n"], g * case["cg"], case["h"], case["w"]))
+    w = rand8(rng, (o, case["cg"]) + case["k"])
+    bias = rng.integers(-(2**20), 2**20, size=o).astype(np.int32) if case["bias"] else None
+    x_zp = int(rng.integers(-128, 128))
+    s = scales(rng, o, -14, -4) if case["per_channel"] else scales(rng, 1, -14, -4)[0]
+    zp, lo, hi = clamp(rng)
+    kw = dict(stride=case["stride"], padding=case["pad"], dilation=case["dil"], groups=g, x_zp=x_zp)
+    acc = DOC["conv2d_acc"](x, w, bias, **kw)
+    got = DOC["requant_f32"](acc, np.reshape(s, (1, -1, 1, 1)) if np.ndim(s) else s, zp, lo, hi)
+    same(got, sem.conv2d_f32(x, w, bias, case["stride"], case["pad"], case["dil"], g, x_zp, s, zp, lo, hi))
+    same(got, sem.conv2d_f32(x, w, bias, case["stride"], case["pad"], case["dil"], g, x_zp,
+                             np.broadcast_to(s, (o,)), zp, lo, hi))
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes, seeds)
+def test_add_and_mul_f32(shape, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rand8(rng, shape), rand8(rng, shape)
+    za, zb = (int(v) for v in rng.integers(-128, 128, size=2))
+    sa, sb, sy = scales(rng, 3, -6, 0)
+    zp, lo, hi = clamp(rng)
+    kw = dict(za=za, zb=zb, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zp, lo=lo, hi=hi)
+    same(DOC["add_f32"](a, b, **kw), sem.add_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi))
+    sy = F32(sy * 64)
+    kw["scale_out"] = sy
+    same(DOC["mul_f32"](a, b, **kw), sem.mul_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi))
+
+
+@settings(max_examples=80, deadline=None)
+@given(pool_cases(), st.booleans(), st.booleans())
+def test_pooling_f32(case, count_include_pad, whole_plane):
+    shape, k, stride, pad, seed = case
+    rng = np.random.default_rng(seed)
+    if whole_plane:                       # onnxruntime's fallback to the global average pool
+        k, pad = shape[2:], (0, 0, 0, 0)
+    x = rand8(rng, shape)
+    x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
+    sx, sy = scales(rng, 2, -6, 0)
+    got = DOC["avg_pool2d_f32"](x, k, stride, pad, count_include_pad, x_zp=x_zp, scale_x=sx, scale_out=sy,
+                                zp_out=zp)
+    same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp))
+    same(DOC["global_avg_pool2d_f32"](x, x_zp=x_zp, scale_x=sx, scale_out=sy, zp_out=zp),
+         sem.global_avg_pool2d_f32(x, x_zp, sx, sy, zp))
+
+
+@settings(max_examples=100, deadline=None)
+@given(seeds)
+def test_quantize_and_dequantize_f32(seed):
+    rng = np.random.default_rng(seed)
+    s = scales(rng, 1, -10, 3)[0]
+    zp = int(rng.integers(-128, 128))
+    x = np.concatenate([rng.uniform(-300, 300, 50) * s, (rng.integers(-300, 300, 30) + 0.5) * s,
+                        [np.nan, np.inf, -np.inf, 0.0, -0.0]]).astype(F32)
+    same(DOC["quantize_f32"](x, s, zp), sem.quantize_f32(x, s, zp))
+    q = np.arange(-128, 128).astype(np.int8)
+    same_f32(DOC["dequantize_f32"](q, s, zp), sem.dequantize_f32(q, s, zp))
+
+
 # ---------------------------------------------------------------- the comparison can fail
 
 def test_outputs_are_not_degenerate():
@@ -287,4 +409,30 @@ def test_a_changed_formula_is_caught(original, changed):
     xs = rand8(rng, (1, 2, 5, 5))
     mismatches += not np.array_equal(bad["avg_pool2d"](xs, (2, 2), (1, 1), (0, 0, 0, 0)),
                                      sem.avg_pool2d(xs, (2, 2), (1, 1), (0, 0, 0, 0), True, 0))
+    assert mismatches, "the test would not notice this change"
+
+
+@pytest.mark.parametrize("original, changed", [
+    ("return np.clip(np.rint(v).astype(np.int64) + zp_out, lo, hi)",
+     "return np.clip(np.floor(v + 0.5).astype(np.int64) + zp_out, lo, hi)"),        # ties rounded up
+    ("return np.clip(cvt(fma(f32(a), ra, fma(f32(b), rb, c))), lo, hi)",
+     "return np.clip(cvt(c + f32(a) * ra + f32(b) * rb), lo, hi)"),                  # the SSE2 kernel
+    ("cvt(f32(p) * r + np.float32(zp_out))", "cvt(f32(p) * r) + zp_out"),              # zp after rounding
+])
+def test_a_changed_float_formula_is_caught(original, changed):
+    text = PAGE.read_text()
+    assert original in text
+    bad = page_namespace(text.replace(original, changed))
+    acc = np.arange(-301, 301)
+    mismatches = int(not np.array_equal(bad["requant_f32"](acc, F32(0.5), 3), sem.requant_f32(acc, F32(0.5), 3)))
+    a = np.repeat(np.arange(-128, 128), 256).astype(np.int8)
+    b = np.tile(np.arange(-128, 128), 256).astype(np.int8)
+    for sa, sb, sy, za, zb, zp in [(0.05, 0.031, 0.07, 3, -9, 11), (0.3, 0.2, 0.11, -100, 42, -7),
+                                   (0.0123, 0.0456, 0.0391, 17, 5, -60)]:
+        kw = dict(za=za, zb=zb, scale_a=F32(sa), scale_b=F32(sb), scale_out=F32(sy), zp_out=zp)
+        mismatches += not np.array_equal(bad["add_f32"](a, b, **kw),
+                                         sem.add_f32(a, b, za, zb, F32(sa), F32(sb), F32(sy), zp, -128, 127))
+        kw["scale_out"] = F32(sy * 50)
+        mismatches += not np.array_equal(bad["mul_f32"](a, b, **kw),
+                                         sem.mul_f32(a, b, za, zb, F32(sa), F32(sb), F32(sy * 50), zp, -128, 127))
     assert mismatches, "the test would not notice this change"

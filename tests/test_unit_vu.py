@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import struct
 
 import numpy as np
 import pytest
@@ -36,7 +37,9 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
     table = {"vu.requant": (1, 1 << sdt, 0), "vu.requant.pc": (1, 1 << sdt, 8),
              "vu.add": (1, 1, 1), "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0),
              "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
-             "vu.mov": (1 << ddt, 1 << sdt, 0)}
+             "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
+             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
+             "vu.pool.favg": (1, 1, 4)}
     return table[mnemonic]
 
 
@@ -58,15 +61,46 @@ def _multiplier(draw) -> tuple[int, int]:
     return m, s
 
 
+def bits(value: float) -> int:
+    """The IEEE-754 float32 bit pattern of value (rounded to float32), as setpi writes it."""
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+BAD_FLOATS = [0.0, -0.0, -0.5, float("inf"), float("-inf"), float("nan")]
+
+
+def _float_param(draw, lo: float, hi: float) -> int:
+    """Bits of a float32 parameter: mostly 2**uniform(lo, hi) or a power of two (exact ties), rarely an edge."""
+    kind = draw(st.integers(0, 19))
+    if kind == 0:
+        return bits(draw(st.sampled_from(BAD_FLOATS + [1e-45, 3.4e38])))
+    if kind <= 5:
+        return bits(2.0 ** draw(st.integers(int(lo), int(hi))))
+    return bits(2.0 ** draw(st.floats(lo, hi)))
+
+
+def _float_params(draw, mnemonic: str, sdt: int) -> dict:
+    """fscale, fscale_b, fbias sized so that the float ops' results are mostly inside int8."""
+    if mnemonic in ("vu.requant.f", "vu.requant.fpc"):
+        scale = _float_param(draw, -30, 0) if sdt == I32 else _float_param(draw, -4, 2)
+        return {"vu.fscale": scale, "vu.fscale_b": 0, "vu.fbias": 0}
+    if mnemonic == "vu.fmul":
+        return {"vu.fscale": _float_param(draw, -16, -6), "vu.fscale_b": 0, "vu.fbias": 0}
+    c = draw(st.one_of(st.floats(-300, 300, width=32), st.integers(-300, 300).map(lambda v: v + 0.5),
+                       st.sampled_from(BAD_FLOATS[3:])))
+    return {"vu.fscale": _float_param(draw, -6, 1), "vu.fscale_b": _float_param(draw, -6, 1), "vu.fbias": bits(c)}
+
+
 @st.composite
 def vu_commands(draw):
     mnemonic = draw(st.sampled_from(ref.VU_MNEMONICS))
-    sdt = draw(st.sampled_from([I8, I32])) if mnemonic in ("vu.requant", "vu.requant.pc", "vu.mov") else I8
+    sdt = (draw(st.sampled_from([I8, I32]))
+           if mnemonic in ("vu.requant", "vu.requant.pc", "vu.mov", "vu.requant.f", "vu.requant.fpc") else I8)
     ddt = draw(st.sampled_from([I8, I32])) if mnemonic == "vu.mov" else I8
     nbytes = _layout(mnemonic, sdt, ddt)
     counts = [draw(st.integers(1, 4)) for _ in range(4)]
     named = {f"vu.n{k}": counts[k] for k in range(4)}
-    pool = mnemonic in ("vu.pool.max", "vu.pool.sum")
+    pool = mnemonic in ref.POOL_OPS
     window = ([draw(st.integers(1, 3)), draw(st.integers(1, 3))] if pool else [1, 1])
     win_strides = [draw(st.integers(-8, 16)), draw(st.integers(-8, 16))] if pool else [0, 0]
     named.update({"vu.win_h": window[0], "vu.win_w": window[1],
@@ -102,6 +136,7 @@ def vu_commands(draw):
         "vu.ma": ma, "vu.mb": mb, "vu.shift": shift,
         "vu.zp_out": draw(st.integers(-2**31, 2**31 - 1) if rare else small),
     })
+    named.update(_float_params(draw, mnemonic, sdt))
     lo, hi = -128, 127
     if draw(st.booleans()):
         lo = draw(st.integers(-128, 127))
@@ -114,15 +149,18 @@ def vu_commands(draw):
 
 def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, named: dict,
             bad_entry: bool) -> None:
-    """Put legal (M, S) pairs or divisors at every b element (one illegal one if bad_entry)."""
-    if mnemonic not in ("vu.requant.pc", "vu.divr"):
+    """Put legal (M, S) pairs, float scales or divisors at every b element (one illegal one if bad_entry)."""
+    if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
     addrs = [rb + sum(i[3 - k] * named[f"vu.b_stride{k}"] for k in range(4))
              for i in itertools.product(*(range(n) for n in counts[::-1]))]
     addrs = [a for a in addrs if 0 <= a and a + 8 <= mem.size]
     for a in addrs:
-        if mnemonic == "vu.divr":
+        if mnemonic == "vu.requant.fpc":
+            s = float(2.0 ** rng.uniform(-30, 2)) if rng.random() < 0.7 else float(2.0 ** rng.integers(-8, 3))
+            mem[a:a + 4] = np.array([s], "<f4").view(np.uint8)
+        elif mnemonic in ("vu.divr", "vu.pool.favg"):
             n = int(rng.choice([rng.integers(1, 20), rng.integers(1, 2**31), 2**31 - 1, 1]))
             mem[a:a + 4] = np.array([n], "<i4").view(np.uint8)
         else:
@@ -132,7 +170,10 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
             mem[a:a + 8] = np.array([m, s], "<i4").view(np.uint8)
     if bad_entry and addrs:
         a = addrs[int(rng.integers(0, len(addrs)))]
-        off = 0 if mnemonic == "vu.divr" else int(rng.choice([0, 4]))
+        off = int(rng.choice([0, 4])) if mnemonic == "vu.requant.pc" else 0
+        if mnemonic == "vu.requant.fpc":
+            mem[a:a + 4] = np.array([rng.choice(BAD_FLOATS)], "<f4").view(np.uint8)
+            return
         value = int(rng.choice([0, -1, -2**31, 63] if off else [0, -1, -2**31]))
         mem[a + off:a + off + 4] = np.array([value], "<i4").view(np.uint8)
 
@@ -162,7 +203,8 @@ NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU in
 # Widest element in bytes per VU op, written out independently of nnpsim.semantics;
 # None: decided by the dtype operands.
 ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
-              "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None}
+              "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
+              "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -171,7 +213,7 @@ def test_vu_work_matches_timing_table(mnemonic, sdt, ddt):
     named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5, "vu.n3": 1, "vu.win_h": 3, "vu.win_w": 2}
     n_out, window, elem = vu_work(VU_OPS[mnemonic], ref.snapshot(named, "vu"), sdt, ddt)
     assert n_out == 30
-    assert window == (6 if mnemonic in ("vu.pool.max", "vu.pool.sum") else 1)
+    assert window == (6 if mnemonic in ref.POOL_OPS else 1)
     want = ELEM_BYTES[mnemonic]
     if want is None:   # decided by the dtype operands
         want = max(1 << sdt, 1 << ddt) if mnemonic == "vu.mov" else 1 << sdt
@@ -342,3 +384,150 @@ def test_vu_largest_pool_sum_fits_int32():
     rc, err, out, _ = _snapshot_case("vu.pool.sum", {"vu.win_h": 2**12, "vu.win_w": 2**12}, mem, rd=8)
     assert rc == errors.OK, err
     assert out[8:12].view("<i4")[0] == -2**31
+
+
+# ---------------------------------------------------------------- the float ops against compiler.semantics
+# The kernel's float32 arithmetic (nnpsim/units/f32.py) bit for bit against the compiler's numpy model of
+# onnxruntime (compiler/semantics.py), on exhaustive int8 pairs, ties and large accumulators.
+
+F32 = np.float32
+
+
+def _run_vu(mnemonic, named, mem, rd, ra, rb=0, sdt=I8):
+    flat, base, size = ref.pack({VBUF0: mem})
+    err = np.zeros(8, dtype=np.int64)
+    rc = vu_exec(flat, base, size, 0, VU_OPS[mnemonic], rd, ra, rb, sdt, I8, ref.snapshot(named, "vu"), err)
+    assert rc == errors.OK, err
+    return flat[base[VBUF0]:base[VBUF0] + mem.size]
+
+
+def test_f32_helpers_match_numpy():
+    from compiler.semantics import fma_f32
+    from nnpsim.units import f32
+    rng = np.random.default_rng(3)
+    a = np.concatenate([rng.integers(-255, 256, 3000), [1 + 2.0**-23] * 4]).astype(F32)
+    b = np.concatenate([2.0 ** rng.uniform(-20, 10, 3000), np.array([64, -64, 64, -64]) * (1 - 2.0**-23)]).astype(F32)
+    c = np.concatenate([rng.uniform(-1e4, 1e4, 1500), rng.integers(-300, 300, 1500) + 0.5,
+                        [2.0**30, 2.0**30 + 128, 2.0**30 + 128, 2.0**30 + 256]]).astype(F32)
+    want = fma_f32(a, b, c)
+    got = np.array([f32.fma32(float(x), float(y), float(z)) for x, y, z in zip(a, b, c)], F32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    ints = np.concatenate([rng.integers(-2**62, 2**62, 500), [2**24 + 1, 2**24 + 3, -(2**25 + 2), 2**31 - 1]])
+    got = np.array([f32.i2f(int(v)) for v in ints], F32)
+    np.testing.assert_array_equal(got, ints.astype(F32))
+    for u in rng.integers(0, 2**32, 2000).tolist() + [1, 0x7F7FFFFF, 0x80000001, 0x00400000]:
+        x = np.array([u], np.uint32).view(F32)[0]
+        if np.isfinite(x):
+            assert f32.value(u) == float(x)
+        assert f32.finite(u) == bool(np.isfinite(x))
+        assert f32.positive_finite(u) == bool(np.isfinite(x) and x > 0)
+
+
+@pytest.mark.parametrize("sdt", [I8, I32])
+@pytest.mark.parametrize("scale", [0.5, 2.0**-10, 0.0123, 3.0, 2.0**-31])
+def test_vu_requant_f_matches_semantics(sdt, scale):
+    from compiler.semantics import requant_f32
+    rng = np.random.default_rng(4)
+    if sdt == I8:
+        x = np.arange(-128, 128)
+    else:
+        x = np.concatenate([np.arange(-300, 301), [2**24 + 1, 2**24 + 3, 2**25 + 2, 2**31 - 1, -2**31],
+                            rng.integers(-2**31, 2**31, 400)])
+    nbytes = 1 if sdt == I8 else 4
+    for zp, za, lo, hi in [(0, 0, -128, 127), (-37, 5, -128, 127), (100, -3, 10, 120)]:
+        mem = np.zeros(-(-x.size * 5 // 64) * 64 + 64, np.uint8)
+        mem[:x.size * nbytes] = x.astype("<i1" if sdt == I8 else "<i4").view(np.uint8)
+        named = {"vu.n0": x.size, "vu.a_stride0": nbytes, "vu.d_stride0": 1, "vu.fscale": bits(scale),
+                 "vu.za": za, "vu.zp_out": zp, "vu.lo": lo, "vu.hi": hi}
+        out = _run_vu("vu.requant.f", named, mem, x.size * nbytes, 0, sdt=sdt)
+        got = out[x.size * nbytes:x.size * (nbytes + 1)].view(np.int8)
+        np.testing.assert_array_equal(got, requant_f32(x.astype(np.int64) - za, F32(scale), zp, lo, hi))
+
+
+PAIRS = (np.repeat(np.arange(-128, 128), 256).astype(np.int8), np.tile(np.arange(-128, 128), 256).astype(np.int8))
+SCALE_SETS = [(0.05, 0.031, 0.07, 3, -9, 11), (0.3, 0.2, 0.11, -100, 42, -7), (0.0123, 0.0456, 0.0391, 17, 5, -60),
+              (0.5, 0.25, 0.5, 0, 0, 0)]
+
+
+def _pairs_mem() -> np.ndarray:
+    mem = np.zeros(3 * 65536, np.uint8)
+    mem[:65536], mem[65536:131072] = PAIRS[0].view(np.uint8), PAIRS[1].view(np.uint8)
+    return mem
+
+
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zp", SCALE_SETS)
+def test_vu_fadd_and_fmul_on_every_int8_pair(sa, sb, sy, za, zb, zp):
+    """All 65536 (a, b) pairs: vu.fadd and vu.fmul equal compiler.semantics' add_f32 / mul_f32."""
+    from compiler.semantics import add_f32, add_f32_params, mul_f32, mul_f32_ratio
+    a, b = PAIRS
+    ra, rb, c = add_f32_params(F32(sa), F32(sb), F32(sy), za, zb, zp)
+    named = {"vu.n0": 256, "vu.n1": 256, "vu.a_stride0": 1, "vu.a_stride1": 256, "vu.b_stride0": 1,
+             "vu.b_stride1": 256, "vu.d_stride0": 1, "vu.d_stride1": 256, "vu.fscale": bits(ra),
+             "vu.fscale_b": bits(rb), "vu.fbias": bits(c)}
+    out = _run_vu("vu.fadd", named, _pairs_mem(), 131072, 0, 65536)
+    np.testing.assert_array_equal(out[131072:].view(np.int8), add_f32(a, b, za, zb, F32(sa), F32(sb), F32(sy),
+                                                                     zp, -128, 127))
+    sy = F32(sy * 50)
+    named.update({"vu.fscale": bits(mul_f32_ratio(F32(sa), F32(sb), sy)), "vu.za": za, "vu.zb": zb,
+                  "vu.zp_out": zp, "vu.lo": -100, "vu.hi": 90})
+    out = _run_vu("vu.fmul", named, _pairs_mem(), 131072, 0, 65536)
+    np.testing.assert_array_equal(out[131072:].view(np.int8), mul_f32(a, b, za, zb, F32(sa), F32(sb), sy, zp,
+                                                                     -100, 90))
+
+
+def test_vu_fadd_out_of_int32_range_gives_minus_128():
+    """cvtps2dq's INT_MIN: a sum of 2**31 or more (or nan) saturates to -128, not 127."""
+    mem = np.zeros(64, np.uint8)
+    mem[0], mem[1], mem[2] = 100, 1, 1
+    named = {"vu.n0": 2, "vu.a_stride0": 1, "vu.b_stride0": 1, "vu.d_stride0": 1,
+             "vu.fscale": bits(2.0**25), "vu.fscale_b": bits(1.0), "vu.fbias": bits(0.0)}
+    out = _run_vu("vu.fadd", named, mem, 8, 0, 1)
+    assert list(out[8:10].view(np.int8)) == [-128, 127]      # 100 * 2**25 + 1 > 2**31; 1 * 2**25 + 1 fits
+
+
+def test_vu_pool_favg_matches_semantics():
+    from compiler.semantics import avg_pool2d_f32
+    rng = np.random.default_rng(6)
+    h, w, k, s = 9, 11, (3, 2), (2, 1)
+    x = rng.integers(-128, 128, (1, 1, h, w)).astype(np.int8)
+    oh, ow = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
+    mem = np.zeros(512, np.uint8)
+    mem[:h * w] = x.ravel().view(np.uint8)
+    mem[256:260] = np.array([k[0] * k[1]], "<i4").view(np.uint8)
+    for sx, sy, zx, zp in [(0.05, 0.07, 3, -11), (0.25, 0.5, -20, -30), (0.0173, 0.0091, 50, 0)]:
+        named = {"vu.n0": ow, "vu.n1": oh, "vu.a_stride0": s[1], "vu.a_stride1": s[0] * w, "vu.d_stride0": 1,
+                 "vu.d_stride1": ow, "vu.win_h": k[0], "vu.win_w": k[1], "vu.win_stride_h": w,
+                 "vu.win_stride_w": 1, "vu.za": zx, "vu.zp_out": zp, "vu.fscale": bits(sx), "vu.fscale_b": bits(sy)}
+        out = _run_vu("vu.pool.favg", named, mem, 128, 0, 256)
+        want = avg_pool2d_f32(x, k, s, (0, 0, 0, 0), True, zx, F32(sx), F32(sy), zp)
+        np.testing.assert_array_equal(out[128:128 + oh * ow].view(np.int8), want.ravel())
+        assert len(np.unique(want)) > 10
+
+
+@pytest.mark.parametrize("mnemonic, named, fields", [
+    ("vu.requant.f", {"vu.fscale": 0}, {4: 92, 5: 0}),
+    ("vu.requant.f", {"vu.fscale": bits(-0.5)}, {4: 92}),
+    ("vu.fmul", {"vu.fscale": bits(float("inf"))}, {4: 92}),
+    ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(float("nan"))}, {4: 93}),
+    ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(float("-inf"))}, {4: 94}),
+    ("vu.pool.favg", {"vu.fscale": bits(1.0)}, {4: 93, 5: 0}),
+    ("vu.requant.f", {"vu.fscale": bits(1.0), "vu.zp_out": 128}, {4: 89, 5: 128}),
+    ("vu.requant.fpc", {"vu.zp_out": -129}, {4: 89, 5: -129}),
+    ("vu.fadd", {"vu.lo": 3, "vu.hi": 2}, {4: 90, 5: 3, 6: 2}),
+])
+def test_vu_float_bad_params(mnemonic, named, fields):
+    _expect(mnemonic, named, errors.BAD_PARAM, fields)
+
+
+def test_vu_fadd_does_not_check_zp_out_it_does_not_read():
+    mem = np.zeros(64, np.uint8)
+    named = {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.zp_out": 1000, "vu.za": 2**32}
+    assert _snapshot_case("vu.fadd", named, mem, rd=8, ra=0, rb=1)[0] == errors.OK
+
+
+def test_vu_requant_fpc_refuses_a_bad_table_entry():
+    mem = np.zeros(512, np.uint8)
+    mem[:16] = np.array([5, 6, 7, 8], "<i4").view(np.uint8)
+    mem[64:76] = np.array([0.5, 0.0, 0.25], "<f4").view(np.uint8)    # the second scale is 0.0
+    _expect("vu.requant.fpc", {"vu.n0": 3, "vu.a_stride0": 4, "vu.b_stride0": 4}, errors.BAD_PARAM,
+            {1: 32, 2: 68, 3: 71, 5: 0, 6: 1}, mem=mem, rd=128, ra=0, rb=64, sdt=I32)

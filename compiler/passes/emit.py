@@ -20,6 +20,7 @@ SCRATCH = tuple(range(1, 32))       # r1..r31 hold addresses; r0 reads 0
 BUFFER_ALIGN = 64
 BYTES_PER_LINE = 32
 INCBIN_BYTES = 4096     # larger constants (weights) go to .incbin files
+FLOAT_PARAMS = ("vu.fscale", "vu.fscale_b", "vu.fbias")     # hold float32 bit patterns
 
 
 class _Registers:
@@ -74,7 +75,11 @@ class Emitter:
         value = int(value)
         if self.params[name] != value:
             self.params[name] = value
-            self.lines.append(f"        setpi   {name}, {value}")
+            if name in FLOAT_PARAMS:       # the bits in hex, the float32 they stand for in the comment
+                f = np.array([value], np.uint32).view(np.float32)[0]
+                self.lines.append(f"{f'        setpi   {name}, {value:#010x}':<60} ; float32 {f}")
+            else:
+                self.lines.append(f"        setpi   {name}, {value}")
 
     def regs_for(self, *refs: Ref | None) -> list[int]:
         """Registers holding the addresses of refs (r0 for None), distinct from each other."""
@@ -140,9 +145,9 @@ class Emitter:
         m, vu = c.mnemonic, f"vu{c.unit}"
         if m == "vu.mov":
             return f"{m:<8} {vu}, {c.d_type}, r{rd}, {c.a_type}, r{ra}"
-        if m in ("vu.requant",):
+        if m in ("vu.requant", "vu.requant.f"):
             return f"{m:<8} {vu}, r{rd}, r{ra}, {c.a_type}"
-        if m == "vu.requant.pc":
+        if m in ("vu.requant.pc", "vu.requant.fpc"):
             return f"{m:<8} {vu}, r{rd}, r{ra}, r{rb}, {c.a_type}"
         if c.b is not None:
             return f"{m:<8} {vu}, r{rd}, r{ra}, r{rb}"

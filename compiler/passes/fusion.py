@@ -24,6 +24,8 @@ from ..ir import Buffer, KernelIR
 from ..lower_nu import NuLowering, Residual, plan
 from ..lower_vu import ElementwiseLowering, PoolLowering
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
+from ..quant import f32_bits
+from ..semantics import add_f32_params
 from .double_buffer import Step, pipeline
 from .layout import conv_view
 from .tiling import MIN_TILES, conv_candidates, tile_count
@@ -62,11 +64,19 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                 residual = replace(residual, **dict(zip(("lo", "hi"), compose_clamp(residual.lo, residual.hi,
                                                                                     op.lo, op.hi))))
         elif isinstance(op, Elementwise) and op.mode == "add" and residual is None:
-            residual, add_op = Residual(op.za, op.zb, op.ma, op.mb, op.shift, op.zp_out, op.lo, op.hi), op
+            residual, add_op = Residual(op.za, op.zb, op.ma, op.mb, op.shift, op.zp_out, op.lo, op.hi,
+                                        _fadd_bits(op)), op
         else:
             raise CompileError(f"cannot fuse {op.kind} after {prev.kind}: a conv2d or dense kernel takes "
                                "relu / clip and one residual add (then relu / clip) after it")
     return replace(head, lo=lo, hi=hi), residual, add_op
+
+
+def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
+    """vu.fadd's (fscale, fscale_b, fbias) bits of a float-form add, else None."""
+    if op.fscales is None:
+        return None
+    return tuple(f32_bits(v) for v in add_f32_params(*op.fscales, op.za, op.zb, op.zp_out))
 
 
 def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:

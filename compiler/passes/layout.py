@@ -69,6 +69,12 @@ class ConvView:
     lo: int
     hi: int
     fold: tuple[int, int, int] | None = None   # (kw, stride_w, dil_w) folded into IBUF rows
+    scale: np.ndarray | None = None            # float32 [O]: the float form (multiplier, shift are None)
+
+    @property
+    def table_entry(self) -> int:
+        """Bytes per output channel of the requantiser's table: a float32 scale, or an (M, S) pair."""
+        return 4 if self.scale is not None else 8
 
     @property
     def in_channels(self) -> int:
@@ -91,11 +97,11 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
         (n, k), o = op.x_shape, op.weight.shape[1]
         return ConvView((1, k, 1, n), (0, 1, 0, k), (1, o, 1, n), (0, 1, 0, o),
                         op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
-                        op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi)
+                        op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale)
     y = op.output.shape
     view = ConvView(op.x_shape, nchw_strides(op.x_shape), y, nchw_strides(y), op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
-                    op.zp_out, op.lo, op.hi)
+                    op.zp_out, op.lo, op.hi, scale=op.scale)
     return fold_columns(view, rows) if rows else view
 
 
@@ -153,6 +159,13 @@ def requant_table(multiplier: np.ndarray, shift: np.ndarray, out_cb: int, cols: 
     t[:len(multiplier), 0] = multiplier
     t[:len(shift), 1] = shift
     return t
+
+
+def fscale_table(scale: np.ndarray, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols]: the bits of the float32 scales of vu.requant.fpc; padding lanes get 1.0."""
+    t = np.ones(out_cb * cols, dtype=np.float32)
+    t[:len(scale)] = scale
+    return t.view(np.int32)
 
 
 def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int, cols: int):

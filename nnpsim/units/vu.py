@@ -5,11 +5,12 @@ op it is, its operands' element widths and whether it walks a pooling window
 all come from nnpsim.semantics; the parameter offsets come from the TOML
 (nnpsim.isa_layout).  Check order: op and unit, dtypes, parameter ranges,
 counts (n0..n3, then the window of pool ops), scalar parameters of the op
-(shift, lo, hi, ma, mb), the VBUF space, alignment of int32 operands (d, a,
-b), bounds (d, a, b); then, reading the sources in element order (n0
-fastest), per-element checks (table M and S, divisor, overflow).  Results go
-to a temporary first, so a failing command writes nothing and in-place
-commands see only old values.
+(shift, lo, hi, ma, mb, then zp_out, fscale, fscale_b, fbias of the float
+ops), the VBUF space, alignment of int32 operands (d, a, b), bounds (d, a,
+b); then, reading the sources in element order (n0 fastest), per-element
+checks (table M and S or float scale, divisor, overflow).  Results go to a
+temporary first, so a failing command writes nothing and in-place commands
+see only old values.  The float ops compute in IEEE float32 (units/f32.py).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
 from ..timing import vu_elem_bytes
@@ -24,11 +26,12 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
-OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov")
+OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
+       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
-VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV = (
-    _CODE[op] for op in OPS)
+(VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
+ VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -50,7 +53,9 @@ WIN_H, WIN_W = offsets("vu.win_h", "vu.win_w")
 WIN_STRIDE_H, WIN_STRIDE_W = offset("vu.win_stride_h"), offset("vu.win_stride_w")
 ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = (offset(f"vu.{n}") for n in ("za", "zb", "ma", "mb", "shift",
                                                                       "zp_out", "lo", "hi"))
-LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI)
+FSCALE, FSCALE_B, FBIAS = offsets("vu.fscale", "vu.fscale_b", "vu.fbias")
+LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI,
+           FSCALE, FSCALE_B, FBIAS)
 DT_I8, DT_I32 = 0, 2
 FIT_LIMIT = 1 << 62      # |intermediate| must stay below this (room for the rounding term)
 M_LIMIT = 1 << 31
@@ -86,7 +91,7 @@ def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
         return fail(err, ill, -1, -1, -1, -1, op, BAD_OP, 0)
     if unit < 0 or unit >= MAX_UNITS:
         return fail(err, ill, -1, -1, -1, -1, unit, BAD_UNIT, 0)
-    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_MOV:
+    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_MOV or op == VU_REQUANT_F or op == VU_REQUANT_FPC:
         if sdt != DT_I8 and sdt != DT_I32:
             return fail(err, ill, -1, -1, -1, -1, sdt, BAD_SDT, 0)
     if op == VU_MOV and ddt != DT_I8 and ddt != DT_I32:
@@ -95,11 +100,30 @@ def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def _is_float(op: int) -> bool:
+    return op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
+
+
+@njit(cache=True)
+def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
+    """zp_out in int8; fscale (fscale_b) a positive finite float32, fbias finite, where the op reads them."""
+    if op != VU_FADD and (p[ZP_OUT] < -128 or p[ZP_OUT] > 127):      # fadd's zero points are in fbias
+        return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
+    if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
+        return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
+    if (op == VU_FADD or op == VU_POOL_FAVG) and not f32.positive_finite(p[FSCALE_B]):
+        return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
+    if op == VU_FADD and not f32.finite(p[FBIAS]):
+        return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
+    return errors.OK
+
+
+@njit(cache=True)
 def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
     if op == VU_REQUANT or op == VU_ADD or op == VU_MUL:
         if p[SHIFT] < 0 or p[SHIFT] > 62:
             return bad_param(err, GROUP + SHIFT, p[SHIFT], 0)
-    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_ADD or op == VU_MUL or op == VU_CLIP:
+    if op == VU_REQUANT or op == VU_REQUANT_PC or op == VU_ADD or op == VU_MUL or op == VU_CLIP or _is_float(op):
         lo, hi = p[LO], p[HI]
         if lo < -128 or lo > 127:
             return bad_param(err, GROUP + LO, lo, 0)
@@ -113,6 +137,8 @@ def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
     if op == VU_ADD:
         if p[MB] < 0 or p[MB] >= M_LIMIT:
             return bad_param(err, GROUP + MB, p[MB], 0)
+    if _is_float(op):
+        return _check_float_scalars(op, p, err)
     return errors.OK
 
 
@@ -200,11 +226,35 @@ def _overflow(err: np.ndarray, space: int, at: int, nbytes: int, e: int) -> int:
 
 
 @njit(cache=True)
+def _requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
+    """clip(rne(clamp(f32(v) * s, -128 - zp_out, 127 - zp_out)) + zp_out, lo, hi) (MlasRequantizeOutput)."""
+    t = f32.r32(f32.i2f(v) * s)
+    t = max(t, float(-128 - zp_out))
+    t = min(t, float(127 - zp_out))
+    return _clip(f32.rne(t) + zp_out, lo, hi)
+
+
+@njit(cache=True)
+def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float, lo: int, hi: int) -> int:
+    """Window sum of sx * f32(a - za) in float32, element by element, / n, / sy, + zp_out, cvt8, clip."""
+    total = 0.0
+    for wh in range(p[WIN_H]):
+        for ww in range(p[WIN_W]):
+            x = load_i8(mem, at + wh * p[WIN_STRIDE_H] + ww * p[WIN_STRIDE_W])
+            total = f32.r32(total + f32.r32(sx * f32.i2f(x - p[ZA])))
+    t = f32.r32(f32.r32(f32.r32(total / f32.i2f(n)) / sy) + float(p[ZP_OUT]))
+    return _clip(f32.cvt8(t), lo, hi)
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
+    fx, fy, fc = 0.0, 0.0, 0.0
+    if _is_float(op):      # checked finite (and positive) in _check_float_scalars where the op reads them
+        fx, fy, fc = f32.value(p[FSCALE]), f32.value(p[FSCALE_B]), f32.value(p[FBIAS])
     e = 0
     for i3 in range(p[N0 + 3]):
         for i2 in range(p[N0 + 2]):
@@ -214,6 +264,13 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                 for i0 in range(p[N0]):
                     a_at = a_row + i0 * p[A_STRIDE]
                     b_at = b_row + i0 * p[B_STRIDE]
+                    if op == VU_POOL_FAVG:
+                        n = load_i32(mem, base + b_at)
+                        if n <= 0:
+                            return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
+                        out[e] = _favg(mem, base + a_at, p, n, fx, fy, lo, hi)
+                        e += 1
+                        continue
                     if op == VU_POOL_MAX or op == VU_POOL_SUM:
                         best = -128
                         total = 0
@@ -232,7 +289,24 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                         e += 1
                         continue
                     x = _load(mem, base + a_at, a_bytes)
-                    if op == VU_REQUANT or op == VU_REQUANT_PC:
+                    if op == VU_REQUANT_F or op == VU_REQUANT_FPC:
+                        s = fx
+                        if op == VU_REQUANT_FPC:
+                            bits = load_i32(mem, base + b_at)
+                            if not f32.positive_finite(bits):
+                                return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, bits, e, 0)
+                            s = f32.value(bits)
+                        out[e] = _requant_f(x - za, s, zp_out, lo, hi)
+                    elif op == VU_FADD:
+                        t = f32.fma32(float(x), fx, f32.fma32(float(load_i8(mem, base + b_at)), fy, fc))
+                        out[e] = _clip(f32.cvt8(t), lo, hi)
+                    elif op == VU_FMUL:
+                        d = load_i8(mem, base + b_at) - zb
+                        if not _mul_fits(x - za, d):
+                            return _overflow(err, space, a_at, 1, e)
+                        t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out))
+                        out[e] = _clip(f32.cvt8(t), lo, hi)
+                    elif op == VU_REQUANT or op == VU_REQUANT_PC:
                         m, s = ma, shift
                         if op == VU_REQUANT_PC:
                             m = load_i32(mem, base + b_at)
