@@ -67,10 +67,16 @@ def _is_clip(op) -> bool:
     return isinstance(op, Elementwise) and op.mode == "clip"
 
 
-def _as_first_input(add: Elementwise, position: int) -> Elementwise:
-    """The add with its operands swapped when the chain value is its second input."""
+def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
+    """The add with its operands swapped when the chain value is its second input (None: cannot be).
+
+    The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
+    operands stay where they are (the add then runs as a kernel of its own).
+    """
     if position == 0:
         return add
+    if add.is_float:
+        return None
     return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
 
 
@@ -98,7 +104,8 @@ def partition(graph) -> list[Group]:
                     members.append(nxt)
                     ops.append(nxt.op)
                 elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
-                      and nxt.inputs[0] != nxt.inputs[1]):
+                      and nxt.inputs[0] != nxt.inputs[1]
+                      and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
                     pos = nxt.inputs.index(cur)
                     members.append(nxt)
                     ops.append(_as_first_input(nxt.op, pos))
@@ -250,15 +257,19 @@ VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "mu
 
 def tiling_key(ops: tuple[Op, ...]) -> tuple:
     """What a chain's tiling depends on: kinds, shapes and structure, not values (weights, zero points)."""
-    key = []
-    for op in ops:
-        fields = []
-        for name, v in sorted(vars(op).items()):
-            if name in VALUE_ONLY:
-                continue
-            fields.append((name, ("array", v.shape, v.dtype.str) if isinstance(v, np.ndarray) else v))
-        key.append((type(op).__name__, tuple(fields)))
-    return tuple(key)
+    return tuple((type(op).__name__, tuple((name, _structure(v)) for name, v in sorted(vars(op).items())
+                                           if name not in VALUE_ONLY)) for op in ops)
+
+
+def _structure(v):
+    """A field's value as far as tiling sees it: arrays by shape, floats (scales) as present."""
+    if isinstance(v, np.ndarray):
+        return ("array", v.shape, v.dtype.str)
+    if isinstance(v, (float, np.floating)):
+        return "float"
+    if isinstance(v, tuple):
+        return tuple(_structure(x) for x in v)
+    return v
 
 
 def _label(name: str, k: int) -> str:
