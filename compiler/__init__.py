@@ -1,7 +1,9 @@
 """nnpc, the NNP-1 compiler: quantised ops -> IR -> passes -> assembly -> a Kernel on the simulator."""
 from . import ops
 from .errors import CompileError
+from .graph import Graph, QuantParams
 from .kernel import Kernel, build
 from .quant import quantize_multiplier, quantize_multipliers
 
-__all__ = ["CompileError", "Kernel", "build", "ops", "quantize_multiplier", "quantize_multipliers"]
+__all__ = ["CompileError", "Graph", "Kernel", "QuantParams", "build", "ops", "quantize_multiplier",
+           "quantize_multipliers"]
