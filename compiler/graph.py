@@ -14,6 +14,7 @@ nodes topologically; `Graph.reference()` runs it with each op's numpy model.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
@@ -152,7 +153,7 @@ class Reshape(Op):
         object.__setattr__(self, "in_shape", _ops._shape("in_shape", self.in_shape))
         object.__setattr__(self, "out_shape", _ops._shape("out_shape", self.out_shape))
         _dtype(self.dtype)
-        n_in, n_out = int(np.prod(self.in_shape)), int(np.prod(self.out_shape))
+        n_in, n_out = math.prod(self.in_shape), math.prod(self.out_shape)   # exact, never overflows
         if n_in != n_out:
             raise CompileError(f"reshape {self.in_shape} ({n_in} elements) to {self.out_shape} "
                                f"({n_out} elements)")

@@ -497,6 +497,7 @@ class _Importer:
             self._mark_broken(node)
             return
         try:
+            _check_arity(node)
             handler(self, node)
         except _ArithmeticUnavailable:
             raise
@@ -1185,7 +1186,7 @@ def _flatten_shape(node, shape, axis: int) -> tuple[int, int]:
     if not -len(shape) <= axis <= len(shape):
         raise _Problem(node, f"axis = {axis} is outside the input's {len(shape)} dimensions")
     axis = axis + len(shape) if axis < 0 else axis
-    return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis:], dtype=np.int64))
+    return math.prod(shape[:axis]), math.prod(shape[axis:])
 
 
 def _reshape(im: _Importer, node) -> None:
@@ -1208,11 +1209,11 @@ def _reshape_shape(node, shape, target: np.ndarray, allowzero: int) -> tuple[int
         elif d < -1 or (d == 0 and allowzero):
             raise _Problem(node, f"shape {target.tolist()} has dimension {d}")
         out.append(d)
-    total = int(np.prod(shape, dtype=np.int64))
+    total = math.prod(shape)
     if out.count(-1) > 1:
         raise _Problem(node, f"shape {target.tolist()} has more than one -1")
     if -1 in out:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        known = math.prod(d for d in out if d != -1)
         if known <= 0 or total % known:
             raise _Problem(node, f"cannot reshape {list(shape)} to {target.tolist()}")
         out[out.index(-1)] = total // known
@@ -1222,7 +1223,10 @@ def _reshape_shape(node, shape, target: np.ndarray, allowzero: int) -> tuple[int
 def _reshape_to(im: _Importer, node, new_shape: Callable) -> None:
     s = im._input(node, 0)
     if isinstance(s, _Const):           # constant folding (a weight reshaped in the graph)
-        im._set(node, _Const(s.array.reshape(new_shape(s.array.shape))))
+        shape = new_shape(s.array.shape)
+        if math.prod(shape) != s.array.size:
+            raise _Problem(node, f"cannot reshape a constant of shape {list(s.array.shape)} to {list(shape)}")
+        im._set(node, _Const(s.array.reshape(shape)))
         return
     if not isinstance(s, (_DQ, _Q)):
         raise _Problem(node, f"input is {_describe(s)}: expected int8 or a dequantised tensor")
@@ -1313,6 +1317,24 @@ def _constant(im: _Importer, node) -> None:
     im._set(node, _Const(arr))
 
 
+# Most inputs each op takes (None: any number); every op has one output, MaxPool an optional second.
+_MAX_INPUTS = {"QuantizeLinear": 3, "DequantizeLinear": 3, "QLinearConv": 9, "Conv": 3, "QLinearMatMul": 8,
+               "MatMul": 2, "QGemm": 9, "Gemm": 3, "QLinearAdd": 8, "Add": 2, "QLinearMul": 8, "Mul": 2,
+               "QLinearGlobalAveragePool": 5, "GlobalAveragePool": 1, "QLinearAveragePool": 5, "AveragePool": 1,
+               "MaxPool": 1, "Flatten": 1, "Reshape": 2, "Relu": 1, "Clip": 3, "Concat": None,
+               "QLinearConcat": None, "Identity": 1, "Constant": 0}
+
+
+def _check_arity(node) -> None:
+    most = _MAX_INPUTS[node.op_type]
+    if most is not None and len(node.input) > most:
+        raise _Problem(node, f"has {len(node.input)} inputs, {node.op_type} takes at most {most}")
+    if not node.output or not node.output[0]:
+        raise _Problem(node, "has no output")
+    if len(node.output) > (2 if node.op_type == "MaxPool" else 1):
+        raise _Problem(node, f"has {len(node.output)} outputs, {node.op_type} has one")
+
+
 _HANDLERS: dict[str, Callable] = {
     "QuantizeLinear": _quantize_linear, "DequantizeLinear": _dequantize_linear,
     "Conv": _conv, "QLinearConv": _qlinear_conv,
@@ -1325,7 +1347,7 @@ _HANDLERS: dict[str, Callable] = {
     "Flatten": _flatten, "Reshape": _reshape, "Concat": _concat, "QLinearConcat": _qlinear_concat,
     "Identity": _identity, "Constant": _constant,
 }
-assert set(_HANDLERS) == set(SUPPORTED)
+assert set(_HANDLERS) == set(SUPPORTED) == set(_MAX_INPUTS)
 
 
 # ---------------------------------------------------------------- graph outputs and helpers
@@ -1371,7 +1393,7 @@ def _to_array(numpy_helper, t) -> np.ndarray:
                            "onnx.load(path) or pass its path")
     if any(d < 0 for d in t.dims) or len(t.dims) > 8:
         raise CompileError(f"tensor {t.name!r} has dimensions {list(t.dims)}")
-    if int(np.prod(t.dims, dtype=np.float64)) > 1 << 28:
+    if math.prod(t.dims) > 1 << 28:
         raise CompileError(f"tensor {t.name!r} with dimensions {list(t.dims)} is too large")
     try:
         a = numpy_helper.to_array(t)
