@@ -17,9 +17,11 @@ The last two are the documented approximations of arithmetic="fixed" (docs/runti
 from __future__ import annotations
 
 import functools
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -459,3 +461,14 @@ def test_constant_nodes_and_identity():
     got = from_onnx(model, arithmetic="fixed")
     x = np.random.default_rng(0).integers(-128, 128, SHAPE, dtype=np.int8)
     assert np.array_equal(ref.reference(x)[0], got.reference(x)[0])
+
+
+def test_runtime_doc_examples_run():
+    """The ```python blocks of docs/runtime.md run, in order, as they stand."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    code = "\n".join(blocks) + "\nassert logits.shape == (1, 10) and g.reference(np.zeros((1, 3, 8, 8), np.int8))\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
