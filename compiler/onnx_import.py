@@ -685,9 +685,9 @@ def _quantize_linear(im: _Importer, node) -> None:
         s.uses += 1
         try:
             v = s.make(q, lo, hi, out, name)
-        except _Problem:
+        except (_Problem, _ArithmeticUnavailable):
             raise
-        except CompileError as exc:
+        except CompileError as exc:         # an op refused its arguments: that is the float op's fault
             raise _Problem(s.node, str(exc)) from None
         im._set(node, _Q(v))
     else:

@@ -268,9 +268,10 @@ def test_symbolic_batch_needs_dims():
     assert from_onnx(model, arithmetic="fixed", dims={"input": SHAPE}).values["input"].shape == SHAPE
 
 
-def test_arithmetic_choices():
-    model = quantised("residual", "qoperator")
-    with pytest.raises(CompileError, match="arithmetic='onnxruntime' .* is not available yet: pass "
+@pytest.mark.parametrize("fmt", FMTS)
+def test_arithmetic_choices(fmt):
+    model = quantised("residual", fmt)
+    with pytest.raises(CompileError, match="^arithmetic='onnxruntime' .* is not available yet: pass "
                                            "arithmetic='fixed'"):
         from_onnx(model)
     with pytest.raises(CompileError, match="arithmetic must be one of"):
