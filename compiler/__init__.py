@@ -5,10 +5,13 @@ GraphModule runs it, load() reads a saved one back.
 """
 from . import ops
 from .errors import CompileError
+from .graph import Graph, QuantParams
 from .kernel import Kernel, build
 from .network import Library, load
+from .onnx_import import from_onnx
 from .quant import quantize_multiplier, quantize_multipliers
 from .runtime import GraphModule
 
-__all__ = ["CompileError", "GraphModule", "Kernel", "Library", "build", "load", "ops", "quantize_multiplier",
+__all__ = ["CompileError", "Graph", "GraphModule", "Kernel", "Library", "QuantParams", "build", "from_onnx", "load",
+           "ops", "quantize_multiplier",
            "quantize_multipliers"]

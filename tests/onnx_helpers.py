@@ -1,0 +1,112 @@
+"""Shared pieces of the ONNX tests: quantised test models and the comparison with onnxruntime.
+
+`agreement(model, graph)` runs onnxruntime on the quantised model and the graph's
+numpy reference on the same int8 inputs, and compares them two ways:
+  per node  - each node computed on onnxruntime's own int8 inputs (so one early
+              rounding difference does not spread), against onnxruntime's output;
+  end to end - the graph's outputs against onnxruntime's outputs.
+Differences are in output steps (int8 units).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from compiler.graph import Graph
+
+
+@dataclass
+class Agreement:
+    """Per-node and end-to-end differences between the graph's reference and onnxruntime."""
+
+    elements: int = 0          # per-node elements compared
+    equal: int = 0
+    max_step: int = 0          # largest |difference| per node, in output steps
+    worst: str = ""            # the node where it happened
+    end_elements: int = 0
+    end_equal: int = 0
+    end_max_step: int = 0
+    nodes: dict = field(default_factory=dict)   # node name -> (elements, equal, max step)
+
+    @property
+    def equal_fraction(self) -> float:
+        return self.equal / max(1, self.elements)
+
+    @property
+    def end_equal_fraction(self) -> float:
+        return self.end_equal / max(1, self.end_elements)
+
+    def __str__(self) -> str:
+        return (f"per node: {self.equal}/{self.elements} equal ({100 * self.equal_fraction:.3f}%), max "
+                f"{self.max_step} step(s) at {self.worst or '-'}; end to end: {self.end_equal}/"
+                f"{self.end_elements} equal ({100 * self.end_equal_fraction:.3f}%), max {self.end_max_step}")
+
+
+def session(model: onnx.ModelProto, extra_outputs: list[str] = ()) -> ort.InferenceSession:
+    """An onnxruntime CPU session on `model`, with int8 tensors `extra_outputs` exposed as outputs."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for name in extra_outputs:
+        if name not in have:
+            m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.INT8, None))
+            have.add(name)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def random_inputs(graph: Graph, rng: np.random.Generator) -> tuple[dict, dict]:
+    """(int8 inputs, float inputs that quantise exactly to them) for every graph input."""
+    q, x = {}, {}
+    for name in graph.inputs:
+        v = graph.values[name]
+        q[name] = rng.integers(-128, 128, v.shape, dtype=np.int8)
+        x[name] = v.quant.dequantize(q[name]) if v.quant is not None else q[name]
+    return q, x
+
+
+def agreement(model: onnx.ModelProto, graph: Graph, seed: int = 0, runs: int = 2) -> Agreement:
+    """Compare graph.evaluate with onnxruntime on `runs` random inputs (see the module docstring)."""
+    rng = np.random.default_rng(seed)
+    tapped = {n.name: n.info["onnx_outputs"][0] for n in graph.nodes if n.info.get("onnx_outputs")}
+    sess = session(model, sorted(set(tapped.values())))
+    names = [o.name for o in sess.get_outputs()]
+    onnx_outputs = [o.name for o in model.graph.output]
+    result = Agreement()
+    for _ in range(runs):
+        q, x = random_inputs(graph, rng)
+        got = dict(zip(names, sess.run(None, x)))
+        forced = {_node(graph, n).output: got[t] for n, t in tapped.items()}
+        mine = graph.evaluate(q, forced=forced)
+        for n, t in tapped.items():
+            _tally(result, n, mine[_node(graph, n).output], got[t])
+        ends = graph.reference(q)
+        for value, onnx_name in zip(graph.outputs, onnx_outputs):
+            want = got[onnx_name]
+            if want.dtype != np.int8:
+                want = graph.values[value].quant.quantize(want)
+            d = np.abs(ends[graph.outputs.index(value)].astype(np.int64) - want.astype(np.int64))
+            result.end_elements += d.size
+            result.end_equal += int((d == 0).sum())
+            result.end_max_step = max(result.end_max_step, int(d.max()))
+    return result
+
+
+def _node(graph: Graph, name: str):
+    return next(n for n in graph.nodes if n.name == name)
+
+
+def _tally(r: Agreement, node: str, mine: np.ndarray, theirs: np.ndarray) -> None:
+    d = np.abs(mine.astype(np.int64) - theirs.astype(np.int64))
+    e, eq, mx = r.nodes.get(node, (0, 0, 0))
+    r.nodes[node] = (e + d.size, eq + int((d == 0).sum()), max(mx, int(d.max())))
+    r.elements += d.size
+    r.equal += int((d == 0).sum())
+    if d.max() > r.max_step:
+        r.max_step, r.worst = int(d.max()), node
