@@ -22,8 +22,8 @@ Arithmetic: the mapping from ONNX scales to op keywords lives in one small
 function per op family (_requant_args, _rescale_op, _add_args, _mul_args,
 _avg_pool_ops, _global_pool_ops).  arithmetic="fixed" uses the integer
 multiplier/shift keywords (compiler.quant, float64 ratio of the float32
-scales); arithmetic="onnxruntime" (float32 requantisation that matches
-onnxruntime bit for bit) is not wired yet.
+scales); arithmetic="onnxruntime" the float32 forms of the ops, which match
+onnxruntime's QLinear kernels bit for bit.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import numpy as np
 from . import ops
 from .errors import CompileError
 from .graph import Concat, Graph, QuantParams, Reshape
-from .quant import quantize_multiplier, quantize_multipliers
+from .quant import ort_scale, quantize_multiplier, quantize_multipliers
 
 ARITHMETIC = ("onnxruntime", "fixed")
 MS = "com.microsoft"
@@ -81,8 +81,6 @@ def from_onnx(model, *, arithmetic: str = "onnxruntime",
     proto = _load(onnx, model)
     try:
         return _Importer(onnx, proto, arithmetic, dict(dims or {})).run()
-    except _ArithmeticUnavailable as exc:
-        raise CompileError(str(exc)) from None
     except CompileError:
         raise
     except Exception as exc:     # never a traceback for a bad model; the message says it is our bug
@@ -134,22 +132,17 @@ def _parse(onnx, data: bytes, where: str):
     return proto
 
 
-class _ArithmeticUnavailable(CompileError):
-    """arithmetic='onnxruntime' before the float32 op keywords exist (stops the import at once)."""
-
-
 # ---------------------------------------------------------------- arithmetic: one function per family
-
-def _check_arithmetic(arithmetic: str) -> None:
-    if arithmetic == "onnxruntime":
-        raise _ArithmeticUnavailable(
-            "arithmetic='onnxruntime' (float32 requantisation, bit-exact with onnxruntime) is not available "
-            "yet: pass arithmetic='fixed' for integer multiplier/shift requantisation")
-
+#
+# arithmetic="onnxruntime": the float32 forms of the ops (docs/semantics.md), which onnxruntime's
+# QLinear kernels compute bit for bit.  arithmetic="fixed": integer (M, S) pairs from the float64
+# ratio of the float32 scales, within one output step.
 
 def _requant_args(arithmetic: str, in_scale, w_scale, out_scale, zp_out: int) -> dict:
     """conv2d / dense keywords mapping the int32 accumulator (scale in_scale * w_scale) to the output."""
-    _check_arithmetic(arithmetic)
+    if arithmetic == "onnxruntime":
+        return {"scale": ort_scale(in_scale, np.asarray(w_scale, np.float32).ravel(), out_scale),
+                "zp_out": int(zp_out)}
     ratio = np.float64(in_scale) * np.asarray(w_scale, dtype=np.float64).ravel() / np.float64(out_scale)
     m, s = quantize_multipliers(ratio)
     return {"multiplier": m, "shift": s, "zp_out": int(zp_out)}
@@ -157,8 +150,15 @@ def _requant_args(arithmetic: str, in_scale, w_scale, out_scale, zp_out: int) ->
 
 def _rescale_op(arithmetic: str, shape, in_dtype: str, zx: int, in_scale, out_scale, zp_out: int,
                 lo: int, hi: int) -> ops.Elementwise:
-    """requantize: x (int8, or an int32 sum) with real value in_scale * (x - zx) to the output scale."""
-    _check_arithmetic(arithmetic)
+    """requantize: x (int8, or an int32 sum) with real value in_scale * (x - zx) to the output scale.
+
+    With onnxruntime arithmetic the factor in_scale / out_scale is one float32 (as its requantiser
+    takes it); a DequantizeLinear -> QuantizeLinear pair rounds twice instead, so that pattern is
+    within one step, not exact (docs/runtime.md).
+    """
+    if arithmetic == "onnxruntime":
+        scale = np.float32(np.float32(in_scale) / np.float32(out_scale))
+        return ops.requantize(shape, in_dtype=in_dtype, zx=zx, scale=scale, zp_out=zp_out, lo=lo, hi=hi)
     m, s = quantize_multiplier(np.float64(in_scale) / np.float64(out_scale))
     if in_dtype == "int32":
         # ops.requantize proves (x - zx) * M fits 62 bits over the whole int32 range: give up
@@ -170,8 +170,10 @@ def _rescale_op(arithmetic: str, shape, in_dtype: str, zx: int, in_scale, out_sc
 
 
 def _add_args(arithmetic: str, a_scale, b_scale, out_scale, zp_out: int) -> dict:
-    """add keywords: two multipliers over ONE shift (that of the larger ratio)."""
-    _check_arithmetic(arithmetic)
+    """add keywords: the three float32 scales (onnxruntime), or two multipliers over ONE shift."""
+    if arithmetic == "onnxruntime":
+        return {"scale_a": np.float32(a_scale), "scale_b": np.float32(b_scale),
+                "scale_out": np.float32(out_scale), "zp_out": int(zp_out)}
     ra = np.float64(a_scale) / np.float64(out_scale)
     rb = np.float64(b_scale) / np.float64(out_scale)
     big, shift = quantize_multiplier(max(ra, rb))
@@ -181,8 +183,10 @@ def _add_args(arithmetic: str, a_scale, b_scale, out_scale, zp_out: int) -> dict
 
 
 def _mul_args(arithmetic: str, a_scale, b_scale, out_scale, zp_out: int) -> dict:
-    """mul keywords: one multiplier for a_scale * b_scale / out_scale."""
-    _check_arithmetic(arithmetic)
+    """mul keywords: the three float32 scales (onnxruntime), or one multiplier for a * b / out."""
+    if arithmetic == "onnxruntime":
+        return {"scale_a": np.float32(a_scale), "scale_b": np.float32(b_scale),
+                "scale_out": np.float32(out_scale), "zp_out": int(zp_out)}
     m, s = quantize_multiplier(np.float64(a_scale) * np.float64(b_scale) / np.float64(out_scale))
     return {"multiplier": m, "shift": s, "zp_out": int(zp_out)}
 
@@ -191,12 +195,16 @@ def _avg_pool_ops(arithmetic: str, x_shape, kernel, stride, padding, count_inclu
                   xq: QuantParams, yq: QuantParams, lo: int, hi: int) -> list[tuple[str, object, object]]:
     """Average pooling as (suffix, op, quant) steps.
 
-    Same scale and zero point in and out (QDQ): one avg_pool2d.  No padding: sum_pool2d then
-    requantize (one rounding).  Padding and different scales: avg_pool2d then requantize, two
-    roundings, so up to one step more error than onnxruntime (documented in docs/runtime.md).
+    onnxruntime: one avg_pool2d in QLinearAveragePool's float form.  Fixed: same scale and zero
+    point in and out (QDQ): one avg_pool2d.  No padding: sum_pool2d then requantize (one
+    rounding).  Padding and different scales: avg_pool2d then requantize, two roundings, so up to
+    one step more error than onnxruntime (documented in docs/runtime.md).
     """
-    _check_arithmetic(arithmetic)
     xs, xz, ys, yz = float(xq.scale), int(xq.zero_point), float(yq.scale), int(yq.zero_point)
+    if arithmetic == "onnxruntime":
+        avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz, scale_x=np.float32(xs),
+                             scale_out=np.float32(ys), zp_out=yz)
+        return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
     if xq.same_as(yq):
         avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz)
         return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
@@ -212,8 +220,12 @@ def _avg_pool_ops(arithmetic: str, x_shape, kernel, stride, padding, count_inclu
 
 def _global_pool_ops(arithmetic: str, x_shape, xq: QuantParams, yq: QuantParams, lo: int,
                      hi: int) -> list[tuple[str, object, object]]:
-    """Global average pooling: one global_avg_pool2d when the scales agree, else sum then requantize."""
-    _check_arithmetic(arithmetic)
+    """Global average pooling: QLinearGlobalAveragePool's float form (onnxruntime); fixed: one
+    global_avg_pool2d when the scales agree, else sum then requantize."""
+    if arithmetic == "onnxruntime":
+        avg = ops.global_avg_pool2d(x_shape, x_zp=int(xq.zero_point), scale_x=np.float32(xq.scale),
+                                    scale_out=np.float32(yq.scale), zp_out=int(yq.zero_point))
+        return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
     if xq.same_as(yq):
         avg = ops.global_avg_pool2d(x_shape)
         return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
@@ -499,8 +511,6 @@ class _Importer:
         try:
             _check_arity(node)
             handler(self, node)
-        except _ArithmeticUnavailable:
-            raise
         except _Problem as p:
             self._problem(self._where(p.node), str(p))
             self._mark_broken(node)
@@ -685,7 +695,7 @@ def _quantize_linear(im: _Importer, node) -> None:
         s.uses += 1
         try:
             v = s.make(q, lo, hi, out, name)
-        except (_Problem, _ArithmeticUnavailable):
+        except _Problem:
             raise
         except CompileError as exc:         # an op refused its arguments: that is the float op's fault
             raise _Problem(s.node, str(exc)) from None

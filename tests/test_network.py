@@ -1,0 +1,282 @@
+"""Whole networks: a Graph compiled into one program, run by GraphModule, bit-exact against the graph's model."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compiler
+from compiler import ops
+from compiler.graph import Concat, Graph, QuantParams, Reshape
+from compiler.network import ARENA, partition
+from compiler.quant import quantize_multipliers
+from compiler.runtime import GraphModule, dequantize, quantize
+from isa_spec import decode, load_isa
+
+
+def _conv(rng, shape, out, k=3, stride=1, relu=False, zp_out=-3, bias=True):
+    c = shape[1]
+    w = rng.integers(-20, 21, (out, c, k, k)).astype(np.int8)
+    b = rng.integers(-800, 800, out).astype(np.int32) if bias else None
+    m, s = quantize_multipliers(rng.uniform(0.5, 2.0, out) / (c * k * k * 8))
+    return ops.conv2d(shape, w, b, stride=stride, padding=k // 2, x_zp=int(rng.integers(-4, 5)),
+                      multiplier=m, shift=s, zp_out=zp_out, lo=zp_out if relu else -128)
+
+
+def _residual_net(rng, hw=10, c=8) -> Graph:
+    """conv-relu, conv, add(shortcut first, conv second), relu, max pool, flatten, dense."""
+    g = Graph("residual")
+    x = g.input("input.1", (1, c, hw, hw), quant=QuantParams(np.float32(0.05), np.int64(2)))
+    c1 = _conv(rng, (1, c, hw, hw), 16, relu=True)
+    a = g.add(c1, x, name="conv1")
+    c2 = _conv(rng, c1.output.shape, 16)
+    b = g.add(c2, a, name="conv2")
+    add = ops.add(c2.output.shape, za=-3, zb=-3, ma=3 << 13, mb=5 << 12, shift=14, zp_out=1)
+    s = g.add(add, a, b, name="add")
+    r = g.add(ops.relu(add.output.shape, 1), s, name="relu")
+    p = g.add(ops.max_pool2d(add.output.shape, 2), r, name="pool")
+    shape = ops.max_pool2d(add.output.shape, 2).output.shape
+    flat = (1, int(np.prod(shape)))
+    f = g.add(Reshape(shape, flat), p, name="flatten")
+    w = rng.integers(-20, 21, (flat[1], 10)).astype(np.int8)
+    m, sh = quantize_multipliers(np.full(10, 1.0 / 3000))
+    d = g.add(ops.dense(flat, w, rng.integers(-500, 500, 10).astype(np.int32), x_zp=1, multiplier=m, shift=sh,
+                        zp_out=4), f, name="fc", quant=QuantParams(np.float32(0.1), np.int64(4)))
+    g.output(d)
+    return g.validate()
+
+
+def _int8(rng, shape) -> np.ndarray:
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def _run(lib, *inputs, races=True):
+    m = GraphModule(lib)
+    for k, a in enumerate(inputs):
+        m.set_input(k, a)
+    m.run(check_races=races)
+    return m
+
+
+@pytest.fixture(scope="module")
+def residual():
+    rng = np.random.default_rng(11)
+    g = _residual_net(rng)
+    return g, compiler.build(g)
+
+
+def test_residual_network_is_bit_exact_and_race_free(residual):
+    g, lib = residual
+    rng = np.random.default_rng(3)
+    x = _int8(rng, (1, 8, 10, 10))
+    m = _run(lib, x)
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference(x)[0])
+    assert m.stats.cycles > 0
+
+
+def test_fusion_groups_conv_add_relu_with_the_conv_as_second_operand(residual):
+    g, _ = residual
+    groups = partition(g)
+    kinds = [[o.kind for o in grp.ops] for grp in groups]
+    assert kinds == [["conv2d"], ["conv2d", "add", "clip"], ["max_pool2d"], ["dense"]]
+    assert groups[1].inputs == ["conv1", "conv1"]          # x of the conv, then the add's other operand
+
+
+def test_one_program_with_a_label_per_layer_and_no_barrier(residual):
+    _, lib = residual
+    isa = load_isa()
+    names = [decode(int(w), isa)[0].mnemonic for w in lib.program.code]
+    assert "barrier" not in names
+    assert names.count("halt") == 1
+    for layer in lib.layers:
+        assert layer["label"] in lib.program.symbols
+
+
+def test_layers_overlap_and_cover_every_command(residual):
+    _, lib = residual
+    m = _run(lib, _int8(np.random.default_rng(5), (1, 8, 10, 10)))
+    stats = m.layer_stats()
+    assert [s.name for s in stats] == ["conv1", "conv2", "pool", "fc"]
+    assert sum(s.commands for s in stats) == m.stats.commands
+    assert sum(s.macs for s in stats) == m.stats.macs
+    assert any(b.start < a.end for a, b in zip(stats, stats[1:])), "no layer overlapped the one before"
+    assert all(s.cycles > 0 and s.bound_cycles > 0 for s in stats)
+
+
+def test_float_inputs_are_quantised_and_outputs_dequantised(residual):
+    g, lib = residual
+    rng = np.random.default_rng(8)
+    xf = rng.normal(0, 2, (1, 8, 10, 10)).astype(np.float32)
+    m = _run(lib, xf, races=False)
+    xq = quantize(xf, 0.05, 2, None)
+    want = g.reference(xq)[0]
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), want)
+    np.testing.assert_array_equal(m.get_output(0), (want.astype(np.float32) - 4) * np.float32(0.1))
+    assert quantize(np.float32([0.025, 0.075, -0.025]), 0.05, 0, None).tolist() == [0, 2, 0]   # half to even
+
+
+def test_save_and_load_run_the_same(residual, tmp_path):
+    g, lib = residual
+    x = _int8(np.random.default_rng(9), (1, 8, 10, 10))
+    lib.save(tmp_path / "model.nnp")
+    back = compiler.load(tmp_path / "model.nnp")
+    assert back.meta == lib.meta
+    a, b = _run(lib, x), _run(back, x)
+    np.testing.assert_array_equal(a.get_output(0), b.get_output(0))
+    assert a.stats.cycles == b.stats.cycles
+
+
+def test_nnpsim_runs_the_network_binary(residual, tmp_path):
+    g, lib = residual
+    x = _int8(np.random.default_rng(10), (1, 8, 10, 10))
+    lib.save(tmp_path / "model.nnp")
+    np.save(tmp_path / "x.npy", x)
+    ins, outs = lib.meta["inputs"][0]["buffer"], lib.meta["outputs"][0]["buffer"]
+    run = subprocess.run([sys.executable, "-m", "nnpsim.cli", "run", "model.nnp", "--input", f"{ins}=x.npy",
+                          "--output", f"{outs}=y.npy"], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), g.reference(x)[0])
+
+
+def test_trace_has_a_layer_track(residual, tmp_path):
+    _, lib = residual
+    m = GraphModule(lib)
+    m.set_input(0, _int8(np.random.default_rng(12), (1, 8, 10, 10)))
+    m.run(trace=tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    layers = [e for e in events if e.get("cat") == "layer"]
+    assert [e["name"] for e in layers] == ["conv1", "conv2", "pool", "fc"]
+
+
+def test_bad_inputs_get_clear_errors(residual, tmp_path):
+    _, lib = residual
+    m = GraphModule(lib)
+    with pytest.raises(compiler.CompileError, match=r"input input.1 has shape \(1, 8, 10, 10\), got \(1, 8, 10\)"):
+        m.set_input(0, np.zeros((1, 8, 10), np.int8))
+    with pytest.raises(compiler.CompileError, match="takes float32 .* or int8, got int32"):
+        m.set_input(0, np.zeros((1, 8, 10, 10), np.int32))
+    with pytest.raises(compiler.CompileError, match="no input named 'nope'"):
+        m.set_input("nope", np.zeros((1, 8, 10, 10), np.int8))
+    with pytest.raises(compiler.CompileError, match="input index 3 is out of range"):
+        m.set_input(3, np.zeros((1, 8, 10, 10), np.int8))
+    with pytest.raises(compiler.CompileError, match="set every input before run"):
+        m.run()
+    with pytest.raises(compiler.CompileError, match="no output yet"):
+        m.get_output(0)
+    k = compiler.build(ops.relu((1, 64)))
+    k.save(tmp_path / "plain.bin")
+    with pytest.raises(compiler.CompileError, match="not built from a graph"):
+        compiler.load(tmp_path / "plain.bin")
+
+
+def test_concat_of_two_branches_writes_in_place():
+    rng = np.random.default_rng(21)
+    g = Graph("concat")
+    x = g.input("x", (1, 8, 6, 6))
+    a = g.add(_conv(rng, (1, 8, 6, 6), 8), x, name="left")
+    b = g.add(_conv(rng, (1, 8, 6, 6), 24, k=1), x, name="right")
+    c = g.add(Concat(((1, 8, 6, 6), (1, 24, 6, 6))), a, b, name="cat")
+    d = g.add(_conv(rng, (1, 32, 6, 6), 16), c, name="after")
+    g.output(d)
+    lib = compiler.build(g.validate())
+    x0 = _int8(rng, (1, 8, 6, 6))
+    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
+    assert len(lib.layers) == 3            # the concat moves no data
+
+
+def test_arena_reuses_bytes_by_liveness():
+    rng = np.random.default_rng(31)
+    g = Graph("chain")
+    t = g.input("x", (1, 8, 8, 8))
+    for k in range(5):
+        t = g.add(_conv(rng, (1, 8, 8, 8), 8, relu=True), t, name=f"c{k}")
+    g.output(t)
+    lib = compiler.build(g.validate())
+    arena = lib.meta["arena"]
+    assert arena["naive_bytes"] == 4 * 8 * 8 * 8
+    assert arena["bytes"] == 2 * 8 * 8 * 8         # two live at a time, ping-pong
+    assert ARENA in lib.program.buffers
+    x0 = _int8(rng, (1, 8, 8, 8))
+    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
+
+
+@st.composite
+def topologies(draw):
+    """A random small network: convs (some strided, some 1x1), residual adds, pools."""
+    seed = draw(st.integers(0, 2 ** 31))
+    rng = np.random.default_rng(seed)
+    hw = draw(st.integers(5, 12))
+    c = draw(st.sampled_from([3, 8, 20, 33]))
+    g = Graph("random")
+    t = g.input("x", (1, c, hw, hw))
+    shape = (1, c, hw, hw)
+    for k in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["conv", "conv", "residual", "pool"]))
+        if kind == "pool" and min(shape[2:]) >= 2:
+            op = ops.max_pool2d(shape, 2)
+            t = g.add(op, t, name=f"pool{k}")
+        elif kind == "residual":
+            op = _conv(rng, shape, shape[1], k=draw(st.sampled_from([1, 3])))
+            y = g.add(op, t, name=f"res{k}")
+            add = ops.add(shape, za=-3, zb=int(rng.integers(-3, 3)), ma=1 << 13, mb=3 << 12, shift=14)
+            t = g.add(add, *((t, y) if draw(st.booleans()) else (y, t)), name=f"add{k}")
+            op = add
+        else:
+            op = _conv(rng, shape, draw(st.sampled_from([8, 16, 40])), k=draw(st.sampled_from([1, 3])),
+                       stride=draw(st.sampled_from([1, 2])), relu=draw(st.booleans()))
+            t = g.add(op, t, name=f"conv{k}")
+        shape = op.output.shape
+    g.output(t)
+    return g.validate(), seed
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topologies())
+def test_random_networks_are_bit_exact_and_race_free(drawn):
+    g, seed = drawn
+    lib = compiler.build(g)
+    x = _int8(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
+    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+
+
+def test_dequantize_is_onnxruntime_order():
+    q = np.array([-128, 0, 5, 127], np.int8)
+    np.testing.assert_array_equal(dequantize(q, np.float32(0.1), 3, None),
+                                  (q.astype(np.int32) - 3).astype(np.float32) * np.float32(0.1))
+
+
+def _fconv(rng, shape, out, relu=False):
+    c = shape[1]
+    w = rng.integers(-20, 21, (out, c, 3, 3)).astype(np.int8)
+    b = rng.integers(-800, 800, out).astype(np.int32)
+    scale = compiler.quant.ort_scale(np.float32(0.05), rng.uniform(0.002, 0.01, out).astype(np.float32),
+                                     np.float32(0.08))
+    return ops.conv2d(shape, w, b, padding=1, x_zp=2, scale=scale, zp_out=-3, lo=-3 if relu else -128)
+
+
+@pytest.mark.parametrize("conv_first", [True, False])
+def test_onnxruntime_arithmetic_network(conv_first):
+    """Float forms end to end; a float add with the conv as its second operand is not swapped (it is not
+    symmetric), so it runs as a kernel of its own, still exact."""
+    rng = np.random.default_rng(41)
+    g = Graph("float")
+    x = g.input("x", (1, 8, 7, 7))
+    a = g.add(_fconv(rng, (1, 8, 7, 7), 8, relu=True), x, name="c1")
+    b = g.add(_fconv(rng, (1, 8, 7, 7), 8), a, name="c2")
+    add = ops.add((1, 8, 7, 7), za=-3, zb=-3, scale_a=np.float32(0.08), scale_b=np.float32(0.08),
+                  scale_out=np.float32(0.11), zp_out=1)
+    s = g.add(add, *((b, a) if conv_first else (a, b)), name="add")
+    pool = ops.global_avg_pool2d((1, 8, 7, 7), x_zp=1, scale_x=np.float32(0.11), scale_out=np.float32(0.02),
+                                 zp_out=-5)
+    g.output(g.add(pool, s, name="gap"))
+    g.validate()
+    kinds = [[o.kind for o in grp.ops] for grp in partition(g)]
+    assert kinds[1] == (["conv2d", "add"] if conv_first else ["conv2d"])
+    lib = compiler.build(g)
+    x0 = _int8(rng, (1, 8, 7, 7))
+    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
