@@ -1,4 +1,4 @@
-"""The end-to-end demo (`make demo`): the hand-written examples, then a small CNN compiled layer by layer."""
+"""The end-to-end demo (`make demo`): the hand-written examples, a small CNN compiled layer by layer, then a whole network."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ from nnpasm import AsmError, assemble
 from nnpsim import SimError, Simulator
 from nnpsim.stats import format_summary
 
+from . import network_demo
 from .cnn_demo import INPUT_SHAPE, format_table, run_network
 from .errors import CompileError
 
@@ -39,12 +40,13 @@ def run_cnn(out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every example, then the CNN; exit 1 on any error."""
+    """Run every example, the CNN, then the whole network; exit 1 on any error."""
     OUT.mkdir(exist_ok=True)
     try:
         for path in sorted(EXAMPLES.glob("*.s")):
             run_example(path, OUT)
         run_cnn(OUT)
+        network_demo.run(OUT)
     except (AsmError, SimError, CompileError, AssertionError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
         return 1

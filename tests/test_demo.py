@@ -1,9 +1,10 @@
 """`make demo` runs end to end: every example assembles, simulates race-free and writes a trace."""
 import json
 
+import numpy as np
 import pytest
 
-from compiler import demo
+from compiler import demo, network_demo
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -20,3 +21,17 @@ def test_demo_runs_every_example(tmp_path, monkeypatch, capsys):
     cnn = json.loads((tmp_path / "cnn.trace.json").read_text())
     layers = {e["args"]["name"] for e in cnn["traceEvents"] if e.get("name") == "process_name"}
     assert len(layers) == 7
+    if network_demo.have_onnx():    # the whole network: one program, equal to onnxruntime, a layer track
+        assert "output equal to onnxruntime's bit for bit (largest difference 0 steps" in printed
+        assert "whole network" in printed and "gemm1_quant" in printed
+        net = json.loads((tmp_path / network_demo.TRACE).read_text())
+        slices = [e for e in net["traceEvents"] if e.get("cat") == "layer"]
+        assert len(slices) == 6 and slices[0]["name"] == "conv1_quant"
+
+
+def test_agreement_counts_steps_and_top1():
+    scale = np.float32(0.5)
+    ref = np.array([[0.5, 1.0, -0.5]], np.float32)
+    assert network_demo.agreement(ref.copy(), ref, scale) == network_demo.Agreement(True, 0, True)
+    assert network_demo.agreement(ref + [[1.0, 0, 0]], ref, scale) == network_demo.Agreement(False, 2, False)
+    assert network_demo.agreement(ref + [[0, 0, 0.5]], ref, [scale]) == network_demo.Agreement(False, 1, True)
