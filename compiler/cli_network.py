@@ -11,6 +11,7 @@ program failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -102,7 +103,8 @@ def run_command(args) -> int:
         arrays[name if name is not None else k] = a = _load_npy(path)
         m.set_input(name if name is not None else k, a)
     try:
-        stats = m.run(check_races=args.check_races, trace=args.trace)
+        with _stage("simulating" + (" and checking races" if args.check_races else "")):
+            stats = m.run(check_races=args.check_races, trace=args.trace)
     except SimError as exc:
         print(f"nnpc: simulation error: {exc}", file=sys.stderr)
         return EXIT_SIM
@@ -113,6 +115,22 @@ def run_command(args) -> int:
     if args.compare_onnxruntime:
         _compare(args.model, m, arrays)
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _stage(what: str):
+    """A one-step tqdm bar while `what` runs, on a terminal (the simulator runs as one jitted call)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield
+        return
+    bar = tqdm(total=1, desc=what, disable=None, leave=False, bar_format="{desc}: {elapsed}")
+    try:
+        yield
+        bar.update(1)
+    finally:
+        bar.close()
 
 
 def _print_layers(m) -> None:

@@ -31,7 +31,7 @@ from nnpsim.config import Config, shape_target
 from . import cost
 from .errors import CompileError
 from .ir import Buffer, Command, CuWait, KernelIR, Label, Note, Ref
-from .ops import Conv2d, Dense, Elementwise, Op
+from .ops import Conv2d, Dense, Elementwise, Op, clip
 from .passes import alloc, emit, sync
 from .roofline import bound_cycles
 
@@ -80,15 +80,24 @@ def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
 
 
-def partition(graph) -> list[Group]:
-    """Fuse the graph's nodes into kernels, in an order where every kernel's inputs already exist."""
+def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
+    """Fuse the graph's nodes into kernels, in an order where every kernel's inputs already exist.
+
+    `copies` names reshapes that must move their data (alias() says which): each is a kernel
+    of its own, an int8 copy through the VU.
+    """
     consumers = _consumers(graph)
     outputs = set(graph.outputs)
     order = {id(n): k for k, n in enumerate(graph.nodes)}
     taken: set[int] = set()
     groups: list[Group] = []
     for node in graph.nodes:
-        if id(node) in taken or node.op.kind in LAYOUT_KINDS:
+        if id(node) in taken:
+            continue
+        if node.name in copies:
+            groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+            continue
+        if node.op.kind in LAYOUT_KINDS:
             continue
         members, ops, inputs = [node], [node.op], list(node.inputs)
         if isinstance(node.op, (Conv2d, Dense, Elementwise)):
@@ -153,11 +162,29 @@ class _Aliases:
         self.parent[rc] = (rp, op + off - oc)
 
 
-def alias(graph) -> _Aliases:
-    """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output."""
+def _copy_op(graph, node) -> Op:
+    """An int8 copy of a reshape's input to its output (a clip that clips nothing)."""
+    if graph.values[node.output].dtype != "int8":
+        raise CompileError(f"{node.name}: a reshape between two graph inputs/outputs of "
+                           f"{graph.values[node.output].dtype} needs a copy, which only int8 has")
+    return clip(graph.values[node.output].shape, -128, 127)
+
+
+def alias(graph) -> tuple[_Aliases, frozenset[str]]:
+    """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output.
+
+    A reshape that would make two graph inputs/outputs share bytes copies instead: its name is
+    in the returned set.
+    """
     al = _Aliases(graph.values)
+    named = set(graph.inputs) | set(graph.outputs)
+    copies = set()
     for node in graph.nodes:
         if node.op.kind == "reshape":
+            ends = [{v for v in named if al.find(v)[0] == al.find(x)[0]} for x in (node.inputs[0], node.output)]
+            if ends[0] and ends[1] and al.find(node.inputs[0])[0] != al.find(node.output)[0]:
+                copies.add(node.name)
+                continue
             al.link(node.output, node.inputs[0], 0, node.name)
         elif node.op.kind == "concat":
             shape = graph.values[node.output].shape
@@ -168,7 +195,7 @@ def alias(graph) -> _Aliases:
             for v in node.inputs:
                 al.link(v, node.output, off, node.name)
                 off += _nbytes(graph.values[v])
-    return al
+    return al, frozenset(copies)
 
 
 def _nbytes(value) -> int:
@@ -368,10 +395,11 @@ def build_network(graph, cfg: Config) -> Library:
     from .kernel import assemble, best_schedule
 
     graph.validate()
-    groups = partition(graph)
+    al, copies = alias(graph)
+    groups = partition(graph, copies)
     if not groups:
         raise CompileError("the graph has no node that runs on the machine")
-    storage = plan_arena(graph, groups, alias(graph))
+    storage = plan_arena(graph, groups, al)
     ddr = {name: Buffer(name, "ddr", _nbytes(graph.values[v]), dtype=graph.values[v].dtype,
                         shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}
     if storage.arena_bytes:

@@ -280,3 +280,23 @@ def test_onnxruntime_arithmetic_network(conv_first):
     lib = compiler.build(g)
     x0 = _int8(rng, (1, 8, 7, 7))
     np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
+
+
+@pytest.mark.parametrize("case", ["convs", "residual", "pools", "dense", "kept_activations"])
+def test_onnx_models_on_the_machine_equal_onnxruntime(case):
+    """QOperator test networks (stride, dilation, groups, depthwise, residual, pools, gemm), compiled
+    whole and run on the simulator: the float output equals onnxruntime's, element for element."""
+    from tests.onnx_helpers import session
+    from tests.test_onnx_import import quantised
+    model = quantised(case, "qoperator")
+    g = compiler.from_onnx(model)
+    m = GraphModule(compiler.build(g))
+    sess = session(model)
+    rng = np.random.default_rng(17)
+    feeds = {}
+    for k, name in enumerate(g.inputs):
+        feeds[sess.get_inputs()[k].name] = x = rng.normal(0, 1.5, g.values[name].shape).astype(np.float32)
+        m.set_input(k, x)
+    m.run(check_races=True)
+    for k, want in enumerate(sess.run(None, feeds)):
+        np.testing.assert_array_equal(m.get_output(k), want)
