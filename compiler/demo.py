@@ -1,4 +1,4 @@
-"""The end-to-end demo (`make demo`): the hand-written examples, a small CNN compiled layer by layer, then a whole network."""
+"""The end-to-end demo (`make demo`): the hand-written examples, a small CNN layer by layer, then a whole network."""
 from __future__ import annotations
 
 import os
