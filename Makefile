@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/assembler.py
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/resnet50.py
+	$(BIN)/python benchmarks/models.py
 
 clean:
 	rm -rf $(VENV) .numba_cache build *.egg-info
