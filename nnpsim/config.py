@@ -6,6 +6,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 
+MAX_BURST_BYTES = 4096
+"""Largest memory.ddr.burst_bytes (a page; the burst count keeps a table of this many entries)."""
+
+
 class ConfigError(ValueError):
     """A configuration file is malformed or names an unknown key."""
 
@@ -39,6 +43,7 @@ class Config:
     ddr_bytes: int = 256 * 1024 * 1024
     ddr_bytes_per_cycle: int = 32
     ddr_latency: int = 100
+    ddr_burst_bytes: int = 64     # DDR access granularity: a transfer pays the aligned bursts it touches
     dm_bytes: int = 2 * 1024 * 1024
     dm_bytes_per_cycle: int = 128
     dm_latency: int = 8
@@ -63,6 +68,8 @@ class Config:
                 continue
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ConfigError(f"{_key_of(f.name)} must be an integer, got {v!r}")
+            if f.name == "ddr_burst_bytes" and not (0 < v <= MAX_BURST_BYTES and v & (v - 1) == 0):
+                raise ConfigError(f"{_key_of(f.name)} = {v} must be a power of two from 1 to {MAX_BURST_BYTES}")
             if v < lo or (hi is not None and v > hi):
                 rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
                 raise ConfigError(f"{_key_of(f.name)} = {v} is out of range {rng}")
@@ -81,7 +88,8 @@ _TOML_KEYS = {
     "dma": {"channels": "dma_channels"},
     "queues": {"depth": "queue_depth"},
     "sync": {"semaphores": "semaphores"},
-    "memory.ddr": {"size": "ddr_bytes", "bytes_per_cycle": "ddr_bytes_per_cycle", "latency": "ddr_latency"},
+    "memory.ddr": {"size": "ddr_bytes", "bytes_per_cycle": "ddr_bytes_per_cycle", "latency": "ddr_latency",
+                   "burst_bytes": "ddr_burst_bytes"},
     "memory.dm": {"size": "dm_bytes", "bytes_per_cycle": "dm_bytes_per_cycle", "latency": "dm_latency"},
     "memory.local": {"bytes_per_cycle": "local_bytes_per_cycle", "latency": "local_latency"},
 }

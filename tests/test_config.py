@@ -13,12 +13,20 @@ def test_defaults_are_the_reference_machine():
     assert (c.dm_bytes, c.ibuf_bytes, c.wbuf_bytes, c.abuf_bytes, c.vbuf_bytes) == (
         2 << 20, 256 << 10, 256 << 10, 128 << 10, 256 << 10)
     assert c.ddr_bytes == 256 << 20
+    assert c.ddr_burst_bytes == 64
 
 
 def test_printed_defaults_load_back(tmp_path):
     p = tmp_path / "hw.toml"
     p.write_text(config_toml())
     assert load_config(p) == Config()
+
+
+def test_burst_bytes_is_printed_and_read_back(tmp_path):
+    assert "[memory.ddr]" in config_toml() and "burst_bytes = 64" in config_toml()
+    p = tmp_path / "hw.toml"
+    p.write_text(config_toml().replace("burst_bytes = 64", "burst_bytes = 1"))
+    assert load_config(p) == Config(ddr_burst_bytes=1)
 
 
 def test_edited_file_changes_only_that_key(tmp_path):
@@ -35,6 +43,11 @@ def test_edited_file_changes_only_that_key(tmp_path):
     ({"clock": {"ghz": -1.0}}, "clock.ghz must be a positive number"),
     ({"clock": {"ghz": "8"}}, "clock.ghz must be a positive number, got '8'"),
     ({"clock": {"ghz": True}}, "clock.ghz must be a positive number, got True"),
+    ({"memory": {"ddr": {"burst_bytes": 48}}}, "memory.ddr.burst_bytes = 48 must be a power of two from 1 to 4096"),
+    ({"memory": {"ddr": {"burst_bytes": 0}}}, "memory.ddr.burst_bytes = 0 must be a power of two from 1 to 4096"),
+    ({"memory": {"ddr": {"burst_bytes": -64}}}, "memory.ddr.burst_bytes = -64 must be a power of two"),
+    ({"memory": {"ddr": {"burst_bytes": 8192}}}, "memory.ddr.burst_bytes = 8192 must be a power of two"),
+    ({"memory": {"ddr": {"burst_bytes": 64.0}}}, "memory.ddr.burst_bytes must be an integer"),
     ({"clock": {"ghz": float("nan")}}, "clock.ghz must be a positive number"),
 ])
 def test_bad_values_are_named(data, words):
