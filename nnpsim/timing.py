@@ -8,6 +8,7 @@ that each is a function here.
 """
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from .config import Config
@@ -83,6 +84,120 @@ def dma_cycles(nbytes: int, src_bw: int, src_lat: int, dst_bw: int, dst_lat: int
     """Cycles of a DMA transfer that shares no memory port with another."""
     rate = src_bw if src_bw < dst_bw else dst_bw
     return dma_latency(src_lat, dst_lat) + (nbytes + rate - 1) // rate
+
+
+@njit(cache=True)
+def dma_stream_bytes(nbytes: int, src_burst_bytes: int, dst_burst_bytes: int) -> int:
+    """Bytes a DMA transfer streams at its port shares: its bytes, or the DDR bursts of its DDR side(s)
+    if more (burst_bytes of the source if in DDR, of the destination if in DDR, else 0)."""
+    return max(nbytes, src_burst_bytes, dst_burst_bytes)
+
+
+@njit(cache=True)
+def _box_residues(out: np.ndarray, tmp: np.ndarray, cls: np.ndarray, base: int,
+                  n: tuple[int, int, int, int], s: tuple[int, int, int, int], mask: int) -> None:
+    """out[r] = how many of the points base + sum_k i_k * s_k (0 <= i_k < n_k) are r modulo mask + 1.
+
+    One dim at a time, without visiting the points: modulo a power of two B, i * s_k
+    cycles through the multiples of g = gcd(s_k, B) every B / g steps, so whole cycles
+    spread each count evenly over its residue class modulo g and only the rest of a
+    cycle is walked.  A dim costs O(B + (residues held so far) * min(n_k, B / g)).
+    """
+    burst = mask + 1
+    out[:] = 0
+    out[base & mask] = 1
+    for k in range(4):
+        nk = n[k]
+        if nk <= 1:
+            continue
+        step = s[k] & mask
+        if step == 0:
+            for r in range(burst):
+                out[r] *= nk
+            continue
+        g = step & -step
+        period = burst // g
+        full = nk // period
+        rest = nk - full * period
+        if full > 0:
+            cls[:g] = 0
+            for r in range(burst):
+                cls[r & (g - 1)] += out[r]
+            for r in range(burst):
+                tmp[r] = full * cls[r & (g - 1)]
+        else:
+            tmp[:] = 0
+        if rest > 0:
+            for r in range(burst):
+                v = out[r]
+                if v != 0:
+                    q = r
+                    for _ in range(rest):
+                        tmp[q] += v
+                        q = (q + step) & mask
+        out[:] = tmp
+
+
+@njit(cache=True)
+def _dims_from(n: tuple[int, int, int, int], j: int, less: int) -> tuple[int, int, int, int]:
+    """n with the dims below j set to 1 (held at index 0) and dim j reduced by `less`."""
+    return (n[0] - less if j == 0 else (1 if j > 0 else n[0]),
+            n[1] - less if j == 1 else (1 if j > 1 else n[1]),
+            n[2] - less if j == 2 else (1 if j > 2 else n[2]),
+            n[3] - less if j == 3 else (1 if j > 3 else n[3]))
+
+
+@njit(cache=True)
+def burst_bytes(addr: int, n0: int, n1: int, n2: int, n3: int, s0: int, s1: int, s2: int, s3: int,
+                elem: int, burst: int) -> int:
+    """Bytes of the aligned `burst`-byte bursts that a 4-D box's contiguous runs touch, run by run.
+
+    The box: elements of `elem` bytes at addr + sum_k i_k * s_k (0 <= i_k < n_k), dim 0
+    fastest (a DMA's source or destination side).  A run is a maximal stretch of the
+    access order in which every byte follows the previous one in memory; each run costs
+    the bursts [a * burst, (a + 1) * burst) it overlaps, a burst touched by two runs
+    counting twice.  `burst` is a power of two; 0 for an empty box.  docs/timing.md has
+    the rule and an example.
+
+    The leading dims whose elements follow end to end (s_0 == elem, s_1 == n_0 * elem,
+    ...) make pieces of `run` bytes; the other dims place the pieces.  A piece at
+    residue r (mod burst) touches (r + run - 1) // burst + 1 bursts, so the residues'
+    counts give the sum.  Consecutive pieces can still join (when the carry into dim j
+    moves the address by exactly `run`): each such join whose address is not a burst
+    boundary counted one burst twice.  Cost: O(burst) per dim, not per element.
+    """
+    if n0 < 1 or n1 < 1 or n2 < 1 or n3 < 1:
+        return 0
+    n = (n0, n1, n2, n3)
+    s = (s0, s1, s2, s3)
+    mask = burst - 1
+    run = elem
+    d = 0
+    while d < 4 and (n[d] == 1 or s[d] == run):
+        run *= n[d]
+        d += 1
+    scratch = np.empty(3 * burst, np.int64)
+    out, tmp, cls = scratch[:burst], scratch[burst:2 * burst], scratch[2 * burst:]
+    outer = _dims_from(n, d, 0)
+    _box_residues(out, tmp, cls, addr, outer, s, mask)
+    pieces = outer[0] * outer[1] * outer[2] * outer[3]
+    q = (run - 1) // burst
+    t = (run - 1) & mask
+    bursts = pieces * (q + 1)
+    for r in range(burst - t, burst):
+        bursts += out[r]
+    for j in range(d, 4):
+        if n[j] <= 1:
+            continue
+        delta = s[j]
+        for k in range(d, j):
+            delta -= (n[k] - 1) * s[k]
+        if delta != run:
+            continue
+        joined = _dims_from(n, j, 1)
+        _box_residues(out, tmp, cls, addr + s[j], joined, s, mask)
+        bursts -= joined[0] * joined[1] * joined[2] * joined[3] - out[0]
+    return bursts * burst
 
 
 def memory_port(cfg: Config, space: int) -> tuple[int, int]:

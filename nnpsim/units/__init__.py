@@ -21,11 +21,11 @@ err are relative to their memory.  err fields by code (unused fields: -1 in err[
   ILLEGAL_INSTRUCTION  err[5] = value, err[6] = 0 bad VU op code, 1 unit index, 2 sdt, 3 ddt
                   (NU: err[5] = unit).
 """
-from .dma import dma_bytes, dma_copy
+from .dma import dma_burst_bytes, dma_bytes, dma_copy
 from .nu import nu_conv, nu_macs
 from .vu import (VU_ADD, VU_CLIP, VU_DIVR, VU_MOV, VU_MUL, VU_OPS, VU_POOL_MAX, VU_POOL_SUM,
                  VU_REQUANT, VU_REQUANT_PC, vu_exec, vu_work)
 
-__all__ = ["dma_bytes", "dma_copy", "nu_conv", "nu_macs", "vu_exec", "vu_work", "VU_OPS",
+__all__ = ["dma_burst_bytes", "dma_bytes", "dma_copy", "nu_conv", "nu_macs", "vu_exec", "vu_work", "VU_OPS",
            "VU_REQUANT", "VU_REQUANT_PC", "VU_ADD", "VU_MUL", "VU_CLIP", "VU_POOL_MAX",
            "VU_POOL_SUM", "VU_DIVR", "VU_MOV"]

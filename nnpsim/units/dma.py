@@ -10,7 +10,8 @@ import numpy as np
 from numba import njit
 
 from .. import errors
-from ..isa_layout import ABUF, GROUP_BASE, MAX_UNITS, offset, offsets
+from ..isa_layout import ABUF, DDR, GROUP_BASE, MAX_UNITS, offset, offsets
+from ..timing import burst_bytes
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint)
 
@@ -182,3 +183,29 @@ def dma_bytes(p: np.ndarray) -> int:
             return 0
         n *= s
     return n
+
+
+@njit(cache=True)
+def dma_burst_bytes(p: np.ndarray, dspace: int, daddr: int, sspace: int, saddr: int,
+                    burst: int) -> tuple[int, int]:
+    """(source, destination) DDR burst bytes of a transfer (timing.burst_bytes; 0 for a side on chip).
+
+    The source side is the inner (unpadded) box at the source strides, empty when
+    padding leaves nothing to read; the destination side is the whole box, padding
+    included, at the destination strides.  For parameters dma_copy accepts.
+    """
+    elem = p[P_ELEM]
+    src = 0
+    dst = 0
+    if sspace == DDR:
+        src = burst_bytes(saddr, p[P_SIZE] - p[P_PAD_LO] - p[P_PAD_HI],
+                          p[P_SIZE + 1] - p[P_PAD_LO + 1] - p[P_PAD_HI + 1],
+                          p[P_SIZE + 2] - p[P_PAD_LO + 2] - p[P_PAD_HI + 2],
+                          p[P_SIZE + 3] - p[P_PAD_LO + 3] - p[P_PAD_HI + 3],
+                          p[P_SRC_STRIDE], p[P_SRC_STRIDE + 1], p[P_SRC_STRIDE + 2], p[P_SRC_STRIDE + 3],
+                          elem, burst)
+    if dspace == DDR:
+        dst = burst_bytes(daddr, p[P_SIZE], p[P_SIZE + 1], p[P_SIZE + 2], p[P_SIZE + 3],
+                          p[P_DST_STRIDE], p[P_DST_STRIDE + 1], p[P_DST_STRIDE + 2], p[P_DST_STRIDE + 3],
+                          elem, burst)
+    return src, dst
