@@ -28,16 +28,16 @@ from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIG
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, exec_pure, unset_mask)
 from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES,
-                     M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
+                     M_DDR_BURST, M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
                      M_START, M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_COLS,
                      STALL_QUEUE_FULL, STALL_SEMAPHORE, START, SYNC_COLS, TAKE)
-from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DEPTH, K_DMA, K_DMA_BASE, K_MAX_CYCLES,
+from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DDR_BURST, K_DEPTH, K_DMA, K_DMA_BASE, K_MAX_CYCLES,
                     K_NU, K_NU_BASE, K_NU_LAT, K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_CB,
                     K_P_OUT_H, K_P_OUT_W, K_PENALTY, K_ROWS, K_SEMS, K_VU, K_VU_BASE, K_VU_BPC,
                     K_VU_LAT, S_BASE, S_BW, S_LAT, S_SIZE, SPACE_DDR)
-from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles,
-                     write_port)
-from .units.dma import dma_bytes, dma_copy
+from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
+                     read_port, vu_cycles, write_port)
+from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
 
@@ -179,7 +179,9 @@ def _execute(t: int, a: int, c: int, ag: np.ndarray, cmd: np.ndarray, mem: np.nd
         code = dma_copy(mem, space[S_BASE], space[S_SIZE], f0, r0, f1, r1, p, err)
         if code == 0:
             cmd[c, M_BYTES] = dma_bytes(p)
-            ag[a, A_LEFT] = cmd[c, M_BYTES]
+            src_burst, dst_burst = dma_burst_bytes(p, f0, r0, f1, r1, cfg[K_DDR_BURST])
+            cmd[c, M_DDR_BURST] = src_burst + dst_burst
+            ag[a, A_LEFT] = dma_stream_bytes(cmd[c, M_BYTES], src_burst, dst_burst)
             ag[a, A_STREAM] = t + dma_latency(space[S_LAT, f1], space[S_LAT, f0])
             ag[a, A_SRC] = f1
             ag[a, A_DST] = f0
@@ -310,6 +312,7 @@ def _issue(t: int, i: int, op: int, prog: np.ndarray, regs: np.ndarray, params: 
     cmd[c, M_WAIT] = w
     cmd[c, M_SIGNAL] = sg
     cmd[c, M_BYTES] = 0
+    cmd[c, M_DDR_BURST] = 0
     cmd[c, M_MACS] = 0
     cmd[c, M_PARAMS:M_PARAMS + 32] = params[base:base + 32]
     cmd[c, M_UNSET] = unset_mask(params, base)

@@ -16,7 +16,8 @@ CTR_DDR_BYTES = 0
 (M_AGENT, M_OP, M_PC, M_ISSUE, M_START, M_END, M_REGS, _R1, _R2, M_FIELDS, _F1, _F2, _F3,
  M_WAIT, M_SIGNAL, M_BYTES, M_MACS, M_PARAMS) = range(18)
 M_UNSET = M_PARAMS + 32   # bit j: parameter group_base + j was never written before the issue
-CMD_COLS = M_UNSET + 1
+M_DDR_BURST = M_UNSET + 1  # a DMA's DDR burst bytes, its DDR sides summed (timing.burst_bytes)
+CMD_COLS = M_DDR_BURST + 1
 SYNC_COLS, CTR_COLS, STALL_COLS = 5, 3, 4
 
 
@@ -58,6 +59,8 @@ class RunLog:
     pc: int = 0                  # the CU's pc when the run ended
     cmd_unset: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per command, bit j set: its group's parameter j still held its reset value, never written."""
+    cmd_ddr_burst_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per DMA command, the bytes of the DDR bursts its DDR side(s) touch (read and written summed)."""
 
     @property
     def n_commands(self) -> int:
@@ -70,8 +73,9 @@ class RunLog:
         def c(j: int) -> np.ndarray:
             return np.ascontiguousarray(cmd[:, j])
         unset = c(M_UNSET) if cmd.shape[1] > M_UNSET else np.zeros(len(cmd), np.int64)
+        burst = c(M_DDR_BURST) if cmd.shape[1] > M_DDR_BURST else np.zeros(len(cmd), np.int64)
         return cls(
-            cmd_unset=unset, cycles=int(cycles), instructions=int(instructions), agents=list(agents),
+            cmd_unset=unset, cmd_ddr_burst_bytes=burst, cycles=int(cycles), instructions=int(instructions), agents=list(agents),
             cmd_agent=c(M_AGENT), cmd_op=c(M_OP), cmd_pc=c(M_PC), cmd_issue=c(M_ISSUE),
             cmd_start=c(M_START), cmd_end=c(M_END),
             cmd_regs=np.ascontiguousarray(cmd[:, M_REGS:M_REGS + 3]),

@@ -24,7 +24,7 @@ CU, NU, VU, DMA = range(4)
 # Indices of the engine's config vector.
 (K_NU, K_VU, K_DMA, K_AGENTS, K_DEPTH, K_SEMS, K_PENALTY, K_ROWS, K_COLS, K_NU_LAT,
  K_VU_BPC, K_VU_LAT, K_MAX_CYCLES, K_DMA_BASE, K_NU_BASE, K_VU_BASE,
- K_P_OUT_CB, K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_H, K_P_OUT_W) = range(22)
+ K_P_OUT_CB, K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_H, K_P_OUT_W, K_DDR_BURST) = range(23)
 K_AGENT_MASK = 24          # barrier mask bit of agent a at K_AGENT_MASK + a
 N_CONFIG = K_AGENT_MASK + 1 + 4 + 4 + 8
 
@@ -82,6 +82,7 @@ def config_vector(cfg: Config, max_cycles: int, isa: Isa | None = None) -> np.nd
     k[K_ROWS], k[K_COLS], k[K_NU_LAT] = cfg.nu_rows, cfg.nu_cols, cfg.nu_latency
     k[K_VU_BPC], k[K_VU_LAT] = cfg.vu_bytes_per_cycle, cfg.vu_latency
     k[K_MAX_CYCLES] = max_cycles
+    k[K_DDR_BURST] = cfg.ddr_burst_bytes
     k[K_DMA_BASE], k[K_NU_BASE], k[K_VU_BASE] = GROUP_BASE["DMA"], GROUP_BASE["NU"], GROUP_BASE["VU"]
     for slot, name in zip(range(K_P_OUT_CB, K_P_OUT_W + 1), NU_TIMING_PARAMS):
         k[slot] = offset(name)

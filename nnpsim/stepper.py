@@ -17,16 +17,16 @@ from .config import Config
 from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, PARAM_REGS, exec_pure, new_param_file, unset_mask)
-from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES, M_END,
+from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES, M_DDR_BURST, M_END,
                      M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_START, M_UNSET,
                      M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL,
                      STALL_SEMAPHORE, START, TAKE, RunLog)
 from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P_K_W,
                     K_P_OUT_CB, K_P_OUT_H, K_P_OUT_W, K_VU_BASE, S_BASE, S_BW, S_LAT, S_SIZE,
                     SPACE_DDR, Memory, agent_names, config_vector)
-from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, nu_conv_cycles, port_share, read_port, vu_cycles,
-                     write_port)
-from .units.dma import dma_bytes, dma_copy
+from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
+                     read_port, vu_cycles, write_port)
+from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
 from .units.nu import nu_conv, nu_macs
 from .units.vu import vu_exec, vu_work
 
@@ -173,7 +173,9 @@ class Stepper:
                 code = dma_copy(mem.mem, sb, ss, f0, r0, f1, r1, p, self.err)
                 if code == 0:
                     row[M_BYTES] = dma_bytes(p)
-                    self.remaining[a] = int(row[M_BYTES])
+                    src_burst, dst_burst = dma_burst_bytes(p, f0, r0, f1, r1, self.cfg.ddr_burst_bytes)
+                    row[M_DDR_BURST] = src_burst + dst_burst
+                    self.remaining[a] = int(dma_stream_bytes(int(row[M_BYTES]), src_burst, dst_burst))
                     lat, bw = mem.table[S_LAT], mem.table[S_BW]
                     self.stream_at[a] = t + dma_latency(int(lat[f1]), int(lat[f0]))
                     self.ports[a] = (read_port(f1), write_port(f0))

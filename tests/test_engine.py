@@ -161,10 +161,38 @@ def test_dma_alone_matches_formula_and_moves_bytes():
     issue = log.cmd_issue[0]
     assert log.cmd_start[0] == issue + 1
     assert log.cmd_bytes[0] == 600
+    # 600 contiguous bytes from DDR address 0 touch ten 64-byte bursts: 640 bytes stream
+    assert log.cmd_ddr_burst_bytes[0] == 640
     assert log.cmd_end[0] - log.cmd_start[0] == dma_cycles(
-        600, cfg.ddr_bytes_per_cycle, cfg.ddr_latency, cfg.dm_bytes_per_cycle, cfg.dm_latency)
+        640, cfg.ddr_bytes_per_cycle, cfg.ddr_latency, cfg.dm_bytes_per_cycle, cfg.dm_latency)
     assert log.cycles == log.cmd_end[0]
     assert sim.memory.view(1, 0x100, 600).tobytes() == data
+    # with 1-byte bursts the transfer streams exactly its bytes
+    log = run(words, small_config(ddr_burst_bytes=1), data=data).last_log
+    assert log.cmd_ddr_burst_bytes[0] == 600
+    assert log.cmd_end[0] - log.cmd_start[0] == dma_cycles(
+        600, cfg.ddr_bytes_per_cycle, cfg.ddr_latency, cfg.dm_bytes_per_cycle, cfg.dm_latency)
+
+
+@pytest.mark.parametrize("to_ddr", [False, True])
+def test_strided_single_bytes_cost_a_burst_each(to_ddr):
+    # 256 single bytes 128 apart in DDR (each a run of its own, in a 64-byte burst of its own)
+    # against the same number of bytes contiguous: the gather from DDR (or the scatter into it)
+    # streams 64 times the bytes through DDR's 32 B/cycle
+    cfg = small_config()
+    n = 256
+    cycles = []
+    for ddr_stride in (1, 128):
+        stride = {"dma.dst_stride0": ddr_stride, "dma.src_stride0": 1} if to_ddr else {
+            "dma.src_stride0": ddr_stride, "dma.dst_stride0": 1}
+        dspace, sspace = (0, 1) if to_ddr else (1, 0)
+        words = setp_all({"dma.size0": n, **stride}) + [
+            ins("dma", ch=0, dspace=dspace, rd=0, sspace=sspace, rs=0), ins("halt")]
+        log = run(words, cfg).last_log
+        assert log.cmd_bytes[0] == n
+        assert log.cmd_ddr_burst_bytes[0] == n * (1 if ddr_stride == 1 else cfg.ddr_burst_bytes)
+        cycles.append(int(log.cmd_end[0] - log.cmd_start[0]) - cfg.ddr_latency)
+    assert cycles == [n // 32, cfg.ddr_burst_bytes * n // 32]
 
 
 def test_two_dma_channels_share_ddr():

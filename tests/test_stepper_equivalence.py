@@ -33,24 +33,56 @@ def configs(draw):
         dma_channels=draw(st.integers(1, 4)), queue_depth=draw(st.integers(1, 4)),
         branch_penalty=draw(st.integers(0, 3)), semaphores=8,
         ddr_bytes_per_cycle=draw(st.sampled_from([4, 8, 32])), ddr_latency=draw(st.integers(0, 20)),
+        ddr_burst_bytes=draw(st.sampled_from([1, 8, 32, 64, 128])),
         dm_bytes_per_cycle=draw(st.sampled_from([8, 16, 128])), dm_latency=draw(st.integers(0, 8)),
         local_bytes_per_cycle=draw(st.sampled_from([4, 16, 64])), local_latency=draw(st.integers(0, 3)),
         nu_latency=draw(st.integers(0, 10)), vu_latency=draw(st.integers(0, 8)),
         vu_bytes_per_cycle=draw(st.sampled_from([8, 64])))
 
 
+def box_extent(sizes, strides, elem):
+    """[lo, hi) of the bytes a box touches, relative to its base address."""
+    lo = sum(min(0, (n - 1) * st_) for n, st_ in zip(sizes, strides))
+    hi = sum(max(0, (n - 1) * st_) for n, st_ in zip(sizes, strides))
+    return lo, hi + elem
+
+
+def dma_strides(draw, sizes, elem):
+    """Strides of one side: contiguous, reversed, repeated (0), gapped or odd, dim by dim."""
+    out, dense = [], elem
+    for n in sizes:
+        kind = draw(st.sampled_from(["dense", "dense", "reverse", "zero", "gap", "odd"]))
+        out.append({"dense": dense, "reverse": -dense, "zero": 0, "gap": dense + elem * draw(st.integers(1, 8)),
+                    "odd": draw(st.integers(-40, 40))}[kind])
+        dense *= n
+    return out
+
+
 def dma_command(draw, cfg, ch, wait, signal):
+    """A 3-D copy between any two of DDR, DM, IBUF and VBUF: elem 1, 2 or 4, random strides on
+    both sides (contiguous, reversed, repeated, gapped, odd), unaligned addresses, and padding."""
     spaces = [0, 0, 1] + [8 + k for k in range(cfg.nu_count)] + [32 + k for k in range(cfg.vu_count)]
-    size0, size1 = draw(st.integers(1, 48)), draw(st.integers(1, 3))
     sizes = {0: cfg.ddr_bytes, 1: cfg.dm_bytes, 8: cfg.ibuf_bytes, 9: cfg.ibuf_bytes,
              32: cfg.vbuf_bytes, 33: cfg.vbuf_bytes}
+    elem = draw(st.sampled_from([1, 1, 2, 4]))
+    size = [draw(st.integers(1, 48)), draw(st.integers(1, 3)), draw(st.integers(1, 2))]
+    pad_lo, pad_hi = [0, 0, 0], [0, 0, 0]
+    if draw(st.booleans()):
+        for k in range(3):
+            pad_lo[k] = draw(st.integers(0, size[k]))
+            pad_hi[k] = draw(st.integers(0, size[k] - pad_lo[k]))
+    inner = [n - a - b for n, a, b in zip(size, pad_lo, pad_hi)]
+    src_stride, dst_stride = dma_strides(draw, inner, elem), dma_strides(draw, size, elem)
     src, dst = draw(st.sampled_from(spaces)), draw(st.sampled_from(spaces))
-    saddr = draw(st.integers(0, min(sizes[src], 4096) - size0 * size1))
-    daddr = draw(st.integers(0, min(sizes[dst], 4096) - size0 * size1))
-    return [setp("dma.size0", size0), setp("dma.size1", size1), setp("dma.src_stride0", 1),
-            setp("dma.src_stride1", size0), setp("dma.dst_stride0", 1), setp("dma.dst_stride1", size0),
-            ins("li", rd=10, imm=daddr), ins("li", rd=11, imm=saddr),
-            ins("dma", ch=ch, dspace=dst, rd=10, sspace=src, rs=11, wait=wait, signal=signal)]
+    words = [setp(f"dma.{name}{k}", v[k]) for name, v in (("size", size), ("src_stride", src_stride),
+                                                           ("dst_stride", dst_stride), ("pad_lo", pad_lo),
+                                                           ("pad_hi", pad_hi)) for k in range(3)]
+    regs = []
+    for space, box, strides in ((dst, size, dst_stride), (src, inner, src_stride)):
+        lo, hi = box_extent(box, strides, elem) if min(box) > 0 else (0, 0)
+        regs.append(draw(st.integers(-lo, min(sizes[space], 4096) - hi)))
+    return words + [setp("dma.elem", elem), ins("li", rd=10, imm=regs[0]), ins("li", rd=11, imm=regs[1]),
+                    ins("dma", ch=ch, dspace=dst, rd=10, sspace=src, rs=11, wait=wait, signal=signal)]
 
 
 def nu_command(draw, unit, wait, signal):
@@ -181,7 +213,7 @@ def assert_same(log_e, mem_e, log_s, mem_s):
     assert log_e.cycles == log_s.cycles
     assert log_e.instructions == log_s.instructions
     for name in ("cmd_agent", "cmd_issue", "cmd_start", "cmd_end", "cmd_regs", "cmd_params",
-                 "cmd_bytes", "cmd_macs", "sync_kind", "sync_cycle", "sync_agent", "sync_sem",
+                 "cmd_bytes", "cmd_ddr_burst_bytes", "cmd_macs", "sync_kind", "sync_cycle", "sync_agent", "sync_sem",
                  "sync_cmd", "ctr_cycle", "ctr_id", "ctr_value", "stall_agent", "stall_reason",
                  "stall_start", "stall_end", "registers", "params"):
         assert np.array_equal(getattr(log_e, name), getattr(log_s, name)), name
