@@ -64,6 +64,14 @@ class Stats:
     ddr_bytes_per_cycle: float
     peak_ddr_bytes_per_cycle: int
     ddr_utilization_pct: float
+    ddr_bytes: int
+    """Bytes DMA moved out of and into DDR (memory["ddr"]: read plus written)."""
+    ddr_burst_bytes: int
+    """Bytes of the aligned DDR bursts those transfers touched, read and written sides summed
+    (docs/timing.md, DDR bursts): what DDR's port had to move for them."""
+    ddr_burst_size: int
+    ddr_burst_use_pct: float
+    """ddr_bytes / ddr_burst_bytes in percent: how much of the bursts was wanted."""
     stalls: dict[str, dict[str, int]]
     semaphore_waits: int
     semaphore_wait_cycles: int
@@ -163,7 +171,11 @@ def summarize(log: RunLog, program, config: Config, warnings: bool = True) -> St
     macs = int(np.asarray(log.cmd_macs, np.int64).sum())
     memory = _memory(log)
     ddr = memory.get("ddr", MemoryTraffic(0, 0))
-    ddr_rate = (ddr.read_bytes + ddr.written_bytes) / cycles if cycles else 0.0
+    ddr_bytes = ddr.read_bytes + ddr.written_bytes
+    ddr_rate = ddr_bytes / cycles if cycles else 0.0
+    started = np.asarray(log.cmd_start) >= 0
+    burst = np.asarray(log.cmd_ddr_burst_bytes, np.int64)
+    ddr_burst = int(burst[started[:burst.size]].sum()) if burst.size else 0
     sem_stalls = np.asarray(log.stall_reason) == STALL_SEMAPHORE
     error = getattr(log, "error", None)
     return Stats(
@@ -176,6 +188,8 @@ def summarize(log: RunLog, program, config: Config, warnings: bool = True) -> St
         memory=memory, ddr_bytes_per_cycle=round(ddr_rate, 3),
         peak_ddr_bytes_per_cycle=config.ddr_bytes_per_cycle,
         ddr_utilization_pct=_pct(ddr_rate, config.ddr_bytes_per_cycle),
+        ddr_bytes=ddr_bytes, ddr_burst_bytes=ddr_burst, ddr_burst_size=config.ddr_burst_bytes,
+        ddr_burst_use_pct=_pct(ddr_bytes, ddr_burst),
         stalls=_stalls(log), semaphore_waits=int(sem_stalls.sum()),
         semaphore_wait_cycles=int(_durations(log.stall_start, log.stall_end, cycles)[sem_stalls].sum()),
         semaphores=_semaphores(log),
@@ -198,7 +212,9 @@ def format_summary(stats: Stats) -> str:
              f"MACs         {s.macs:,}  ({s.macs_per_cycle:,.1f} per cycle, {s.mac_utilization_pct:.1f}% of "
              f"peak {s.peak_macs_per_cycle:,})",
              f"DDR          {s.ddr_bytes_per_cycle:,.2f} bytes/cycle ({s.ddr_utilization_pct:.1f}% of "
-             f"{s.peak_ddr_bytes_per_cycle} peak)", ""]
+             f"{s.peak_ddr_bytes_per_cycle} peak)",
+             f"DDR bursts   {s.ddr_bytes:,} bytes moved in {s.ddr_burst_bytes:,} bytes of {s.ddr_burst_size}-byte "
+             f"bursts ({s.ddr_burst_use_pct:.1f}% used)", ""]
     lines += _table(["unit", "commands", "busy cycles", "busy %"],
                     [[u, f"{v.commands:,}", f"{v.busy_cycles:,}", f"{v.busy_pct:.1f}"] for u, v in s.units.items()])
     if s.memory:

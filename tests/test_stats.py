@@ -106,6 +106,33 @@ def test_real_run_stats():
     assert s.semaphore_waits >= 1 and s.error is None
 
 
+def test_ddr_bytes_moved_and_burst_bytes():
+    from nnpasm import assemble
+    from nnpsim.simulator import Simulator
+    # 8 bytes 128 apart read from DDR (a 64-byte burst each), then 100 contiguous bytes written
+    # at DDR 32 (bytes 32..131: three bursts)
+    src = """
+        setpi   dma.size0, 8
+        setpi   dma.src_stride0, 128
+        setpi   dma.dst_stride0, 1
+        li      r1, 0x1000
+        dma     ch0, dm[r0], ddr[r1], signal=s0
+        setpi   dma.size0, 100
+        setpi   dma.src_stride0, 1
+        li      r2, 32
+        dma     ch1, ddr[r2], dm[r0], wait=s0
+        halt
+    """
+    sim = Simulator()
+    sim.load(assemble(src, "b.s"))
+    s = sim.run()
+    assert (s.memory["ddr"].read_bytes, s.memory["ddr"].written_bytes) == (8, 100)
+    assert (s.ddr_bytes, s.ddr_burst_bytes, s.ddr_burst_size) == (108, 8 * 64 + 3 * 64, 64)
+    assert s.ddr_burst_use_pct == round(100 * 108 / 704, 2)
+    assert "DDR bursts   108 bytes moved in 704 bytes of 64-byte bursts (15.3% used)" in format_summary(s)
+    assert json.loads(s.to_json())["ddr_burst_bytes"] == 704
+
+
 def test_program_without_commands():
     from nnpasm import assemble
     from nnpsim.simulator import Simulator
