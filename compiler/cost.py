@@ -10,21 +10,53 @@ epilogue (nothing after it), and a per-command CU issue cost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.semantics import element_bytes
 
-from .ir import DTYPE_BYTES, Command, Dma, NuConv, Vu
+from .ir import DTYPE_BYTES, Command, Dma, NuConv, Ref, Vu
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
+
+
+@lru_cache(maxsize=1 << 16)
+def _burst_bytes(residue: int, sizes: tuple[int, ...], strides: tuple[int, ...], elem: int, burst: int) -> int:
+    return int(timing.burst_bytes(residue, *sizes, *strides, elem, burst))
+
+
+def _ddr_residue(ref: Ref, burst: int) -> int:
+    """A DDR address modulo the burst.  Before emit a DDR buffer has no address; the binary puts
+    every buffer (and the arena every tensor) on a 64-byte boundary, so the offset decides it for
+    bursts up to 64 bytes and larger bursts are assumed to be as aligned."""
+    base = ref.buf.addr or 0
+    return (base + ref.offset) & (burst - 1)
+
+
+def ddr_burst_bytes(cmd: Dma, cfg: Config) -> tuple[int, int]:
+    """(source, destination) DDR burst bytes of a DMA, as the simulator counts them (0 for a side on chip)."""
+    burst = cfg.ddr_burst_bytes
+    src = dst = 0
+    if cmd.src.buf.space == "ddr":
+        src = _burst_bytes(_ddr_residue(cmd.src, burst), cmd.inner, cmd.src_stride, cmd.elem, burst)
+    if cmd.dst.buf.space == "ddr":
+        dst = _burst_bytes(_ddr_residue(cmd.dst, burst), cmd.size, cmd.dst_stride, cmd.elem, burst)
+    return src, dst
+
+
+def stream_bytes(cmd: Dma, cfg: Config) -> int:
+    """Bytes a DMA streams through its ports: its bytes, or its DDR bursts if more (timing.dma_stream_bytes)."""
+    if cmd.src.buf.space != "ddr" and cmd.dst.buf.space != "ddr":
+        return cmd.nbytes
+    return int(timing.dma_stream_bytes(cmd.nbytes, *ddr_burst_bytes(cmd, cfg)))
 
 
 def dma_cycles(cmd: Dma, cfg: Config) -> int:
     """Cycles of a DMA that shares no port."""
     sbw, slat = timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space])
     dbw, dlat = timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space])
-    return int(timing.dma_cycles(cmd.nbytes, sbw, slat, dbw, dlat))
+    return int(timing.dma_cycles(stream_bytes(cmd, cfg), sbw, slat, dbw, dlat))
 
 
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
@@ -65,11 +97,13 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
         elif isinstance(c, Vu):
             ld.add(c.queue, vu_cycles(c, cfg))
         elif isinstance(c, Dma):
-            ld.add(c.queue, dma_cycles(c, cfg))
-            ld.latency = max(ld.latency, dma_cycles(c, cfg) - c.nbytes // max(1, _rate(c, cfg)))
+            nbytes = stream_bytes(c, cfg)
+            cycles = dma_cycles(c, cfg)
+            ld.add(c.queue, cycles)
+            ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
             for buf in {c.src.buf.memory: c.src.buf, c.dst.buf.memory: c.dst.buf}.values():
                 bw, _ = timing.memory_port(cfg, SPACE_ID[buf.space])
-                ld.add(buf.memory, c.nbytes / bw)
+                ld.add(buf.memory, nbytes / bw)
     return ld
 
 
@@ -100,12 +134,17 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     many instructions each command takes); a queue runs its commands in order;
     a command starts once its queue is free and its semaphore token exists (the
     k-th wait on a semaphore takes the k-th signal); a full queue stalls the CU.
-    A DMA spends its latency, then streams at the smaller share of its two
-    ports, a port's bandwidth being split between it and the transfers placed
-    before it that are still streaming there (nnpsim.timing.port_share), and
-    a DDR transfer ends no sooner than DDR's one port, serving the transfers
-    placed so far back to back, could have moved its bytes; the kernel takes
-    at least as long as its busiest port needs for its bytes.
+    A DMA spends its latency, then streams its bytes (or its DDR bursts, if
+    more: stream_bytes) at the smaller share of its on-chip ports, a port's
+    bandwidth being split between it and the transfers placed before it that
+    are still streaming there (nnpsim.timing.port_share).  On DDR's one port
+    a transfer shares with every DDR transfer placed before it that still has
+    bytes left, the port's floor(bw / n) going to each of the n streaming
+    until one runs out (_ddr_share); each of those is then late by what the
+    new one took from it, for the transfers placed later.  The kernel takes
+    at least as long as its busiest on-chip port needs for its bytes, and as
+    DDR's port needs to serve every DDR transfer, each from its first byte,
+    never idling while one waits.
     """
     from .ir import CuWait
     from .passes.emit import Emitter
@@ -116,7 +155,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     starts: dict[str, list[int]] = {}
     port_busy: dict[str, float] = {}
     port_streams: dict[str, list[tuple[int, int]]] = {}
-    served: dict[str, float] = {}      # when DDR, serving its transfers back to back, is through
+    ddr_work: list[tuple[int, float]] = []   # DDR transfers: (first streaming cycle, cycles of DDR's port)
     tokens: dict[int, list[int]] = {}
     taken: dict[int, int] = {}
     end = 0
@@ -146,17 +185,22 @@ def schedule_cycles(body: list, cfg: Config) -> int:
             t = token_time(stmt.wait)
             taken[stmt.wait] = taken.get(stmt.wait, 0) + 1
             start = max(start, t if t is not None else start)
-        finish = _finish(stmt, start, port_busy, port_streams, served, cfg)
+        finish = _finish(stmt, start, port_busy, port_streams, ddr_work, cfg)
         mine.append(start)
         queue_free[q] = finish
         if stmt.signal is not None:
             tokens.setdefault(stmt.signal, []).append(finish)
         end = max(end, finish)
-    return int(max(end, cu, max(port_busy.values(), default=0)))
+    ddr = 0.0
+    for first, work in sorted(ddr_work):
+        ddr = max(ddr, first) + work
+    port_busy.pop("ddr", None)
+    return int(max(end, cu, max(port_busy.values(), default=0), -(-ddr // 1)))
 
 
 def _finish(c: Command, start: int, port_busy: dict[str, float],
-            port_streams: dict[str, list[tuple[int, int]]], served: dict[str, float], cfg: Config) -> int:
+            port_streams: dict[str, list[tuple[int, float, int]]], ddr_work: list[tuple[int, float]],
+            cfg: Config) -> int:
     if isinstance(c, NuConv):
         return start + nu_cycles(c, cfg)
     if isinstance(c, Vu):
@@ -164,24 +208,53 @@ def _finish(c: Command, start: int, port_busy: dict[str, float],
     spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
     ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
+    nbytes = stream_bytes(c, cfg)
     rate = None
     for s, (bw, _) in ports.items():
-        port_busy[s] = port_busy.get(s, 0) + c.nbytes / bw
-        # transfers already placed that still stream through this port when this one begins
-        streams = 1 + sum(1 for a, b in port_streams.get(s, ()) if a <= first < b)
-        share = timing.port_share(bw, streams)
+        port_busy[s] = port_busy.get(s, 0) + nbytes / bw
+        share = bw
+        if s != "ddr":
+            # transfers already placed that still stream through this port when this one begins
+            streams = 1 + sum(1 for a, b, _ in port_streams.get(s, ()) if a <= first < b)
+            share = timing.port_share(bw, streams)
         rate = share if rate is None else min(rate, share)
-    finish = first + -(-c.nbytes // rate)
+    finish = first + -(-nbytes // rate)
     if "ddr" in ports:
-        # DDR's one port (both directions) never moves more than its bandwidth: transfers that
-        # start later and share it slow this one down too, which the share above (taken when it
-        # begins) does not see.  So a transfer also ends no sooner than the port, serving the
-        # transfers placed before it back to back, could have moved its bytes.
-        bw = ports["ddr"][0]
-        served["ddr"] = max(served.get("ddr", 0), first) + c.nbytes / bw
-        finish = max(finish, int(-(-served["ddr"] // 1)))
+        end, work = _ddr_share(first, nbytes, ports["ddr"][0], port_streams.setdefault("ddr", []))
+        finish = max(finish, end)
+        ddr_work.append((first, work))
     for s in spaces:
-        port_streams.setdefault(s, []).append((first, finish))
+        port_streams.setdefault(s, []).append((first, finish, nbytes))
         port_streams[s] = port_streams[s][-16:]
     return int(finish)
 
+
+def _ddr_share(first: int, nbytes: int, bw: int, placed: list[tuple[int, float, int]]) -> tuple[int, float]:
+    """(end, cycles of DDR's port) of a DDR transfer of nbytes streaming from `first`, sharing the port.
+
+    The transfers placed before it (first, end, bytes) that end after `first` have, by then,
+    bytes left in proportion to the time they have left (all of them if they begin later).
+    The port gives each of the n transfers streaming floor(bw / n) bytes per cycle
+    (timing.port_share), so they all move alike until the one with the fewest bytes
+    left runs out.  Each one placed before is also late by the bytes this one moved
+    while it streamed (its end is moved on in `placed`, for the transfers placed after).
+    """
+    rest = []
+    for i, (a, b, y) in enumerate(placed):
+        if b > first:
+            left = y if a >= first else y * (b - first) / (b - a)
+            rest.append(left)
+            placed[i] = (a, b + min(left, nbytes) / bw, y)
+    rest.sort()
+    t, done, n, work = float(first), 0.0, 1 + len(rest), 0.0
+    for left in rest + [float(nbytes)]:
+        step = min(left, nbytes) - done
+        if step > 0:
+            share = timing.port_share(bw, n)
+            t += step / share
+            work += step / (share * n)
+            done += step
+        n -= 1
+        if done >= nbytes:
+            break
+    return int(-(-t // 1)), work

@@ -310,6 +310,34 @@ def test_predicted_cycles_within_ten_percent(c, o, hw, k, s, bias):
                                                                             kernel.stats.cycles)
 
 
+@pytest.mark.parametrize("burst", [1, 64, 128])
+def test_cost_model_counts_the_simulators_ddr_bursts(burst):
+    # every DMA of a padded, strided conv kernel (NCHW gathers, halo padding, int32 bias table):
+    # the cost model's DDR burst bytes are the simulator's, command by command
+    from compiler import cost
+    from compiler.ir import Command, Dma
+    from nnpsim.config import Config
+    from nnpsim.simulator import Simulator
+    rng = np.random.default_rng(7)
+    op = ops.conv2d((1, 40, 13, 11), rand8(rng, (24, 40, 3, 3)), rng.integers(-9, 9, 24).astype(np.int32),
+                    stride=2, padding=1, multiplier=2**30, shift=24)
+    cfg = Config(ddr_burst_bytes=burst)
+    kernel = build(op, config=cfg)
+    sim = Simulator(cfg)
+    sim.load(kernel.program)
+    sim.write(kernel.ir.inputs[0].name, rand8(rng, op.x_shape))
+    sim.run()
+    log = sim.last_log
+    cmds = [c for c in kernel.ir.body if isinstance(c, Command)]
+    assert len(cmds) == log.n_commands
+    dmas = [(k, c) for k, c in enumerate(cmds) if isinstance(c, Dma)]
+    assert any(c.inner != c.size for _, c in dmas)
+    got = [sum(cost.ddr_burst_bytes(c, cfg)) for _, c in dmas]
+    assert got == [int(log.cmd_ddr_burst_bytes[k]) for k, _ in dmas]
+    assert sum(got) > (sum(c.nbytes for _, c in dmas if "ddr" in (c.src.buf.space, c.dst.buf.space))
+                       if burst > 1 else -1)
+
+
 @pytest.mark.parametrize("cfg", [dict(dma_channels=1), dict(nu_rows=16, nu_cols=8), dict(dma_channels=2, nu_rows=8),
                                  dict(vbuf_bytes=8192, ibuf_bytes=8192, abuf_bytes=4096)])
 def test_other_configurations(cfg):

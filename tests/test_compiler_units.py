@@ -150,14 +150,18 @@ def test_chain_on_two_nus_and_two_vus():
 
 
 def test_a_second_nu_shortens_a_compute_bound_layer():
-    """Simulated cycles (behaviour, not wall time): 64x64 3x3 at 56x56 on 1, 2 and 4 NUs."""
+    """Simulated cycles (behaviour, not wall time): 64x64 3x3 at 56x56 on 1, 2 and 4 NUs.
+
+    With byte-sized DDR bursts: under 64-byte bursts the NCHW input gather (a byte per
+    channel, a burst each) makes every conv DDR bound (docs/performance.md, DDR bursts).
+    """
     rng = np.random.default_rng(4)
     w = rand8(rng, (64, 64, 3, 3))
     op = ops.conv2d((1, 64, 56, 56), w, None, padding=1, multiplier=2**30, shift=24)
     x = rand8(rng, op.x_shape)
     cycles = {}
     for nus in (1, 2, 4):
-        kernel = build(op, config=Config(nu_count=nus, vu_count=nus, dma_channels=8))
+        kernel = build(op, config=Config(nu_count=nus, vu_count=nus, dma_channels=8, ddr_burst_bytes=1))
         np.testing.assert_array_equal(kernel(x), op.reference(x))
         cycles[nus] = kernel.stats.cycles
         assert abs(kernel.predicted_cycles / kernel.stats.cycles - 1) <= 0.10, (nus, kernel.predicted_cycles,
