@@ -140,11 +140,12 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     are still streaming there (nnpsim.timing.port_share).  On DDR's one port
     a transfer shares with every DDR transfer placed before it that still has
     bytes left, the port's floor(bw / n) going to each of the n streaming
-    until one runs out (_ddr_share); each of those is then late by what the
-    new one took from it, for the transfers placed later.  The kernel takes
-    at least as long as its busiest on-chip port needs for its bytes, and as
-    DDR's port needs to serve every DDR transfer, each from its first byte,
-    never idling while one waits.
+    until one runs out (_ddr_share); each of those ends later by what the new
+    one took from it, and so does its token and its queue, for the commands
+    placed after (those placed before have seen its earlier end).  The kernel
+    takes at least as long as its busiest on-chip port needs for its bytes,
+    and as DDR's port needs to serve every DDR transfer, each from its first
+    byte, never idling while one waits.
     """
     from .ir import CuWait
     from .passes.emit import Emitter
@@ -154,7 +155,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     queue_free: dict[str, int] = {}
     starts: dict[str, list[int]] = {}
     port_busy: dict[str, float] = {}
-    port_streams: dict[str, list[tuple[int, int]]] = {}
+    port_streams: dict[str, list[_Stream]] = {}
     ddr_work: list[tuple[int, float]] = []   # DDR transfers: (first streaming cycle, cycles of DDR's port)
     tokens: dict[int, list[int]] = {}
     taken: dict[int, int] = {}
@@ -185,12 +186,23 @@ def schedule_cycles(body: list, cfg: Config) -> int:
             t = token_time(stmt.wait)
             taken[stmt.wait] = taken.get(stmt.wait, 0) + 1
             start = max(start, t if t is not None else start)
-        finish = _finish(stmt, start, port_busy, port_streams, ddr_work, cfg)
+        finish, stream, late = _finish(stmt, start, port_busy, port_streams, ddr_work, cfg)
         mine.append(start)
         queue_free[q] = finish
         if stmt.signal is not None:
             tokens.setdefault(stmt.signal, []).append(finish)
         end = max(end, finish)
+        if stream is not None:
+            stream.queue, stream.seq = q, len(mine)
+            if stmt.signal is not None:
+                stream.sem, stream.token = stmt.signal, len(tokens[stmt.signal]) - 1
+        for other in late:
+            fin = int(-(-other.end // 1))
+            end = max(end, fin)
+            if len(starts[other.queue]) == other.seq:          # still the last command of its queue
+                queue_free[other.queue] = max(queue_free[other.queue], fin)
+            if other.sem is not None and other.token >= taken.get(other.sem, 0):   # token not taken yet
+                tokens[other.sem][other.token] = max(tokens[other.sem][other.token], fin)
     ddr = 0.0
     for first, work in sorted(ddr_work):
         ddr = max(ddr, first) + work
@@ -198,13 +210,27 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     return int(max(end, cu, max(port_busy.values(), default=0), -(-ddr // 1)))
 
 
-def _finish(c: Command, start: int, port_busy: dict[str, float],
-            port_streams: dict[str, list[tuple[int, float, int]]], ddr_work: list[tuple[int, float]],
-            cfg: Config) -> int:
+@dataclass
+class _Stream:
+    """A DMA as the replay placed it: first streaming cycle, end, bytes streamed; for a DDR
+    transfer also its queue and position there, and its token (semaphore, index among its signals)."""
+
+    first: int
+    end: float
+    nbytes: int
+    queue: str = ""
+    seq: int = 0
+    sem: int | None = None
+    token: int = -1
+
+
+def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: dict[str, list[_Stream]],
+            ddr_work: list[tuple[int, float]], cfg: Config) -> tuple[int, _Stream | None, list[_Stream]]:
+    """(end, its _Stream if a DDR transfer, the DDR transfers placed before that it makes end later)."""
     if isinstance(c, NuConv):
-        return start + nu_cycles(c, cfg)
+        return start + nu_cycles(c, cfg), None, []
     if isinstance(c, Vu):
-        return start + vu_cycles(c, cfg)
+        return start + vu_cycles(c, cfg), None, []
     spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
     ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
@@ -215,36 +241,39 @@ def _finish(c: Command, start: int, port_busy: dict[str, float],
         share = bw
         if s != "ddr":
             # transfers already placed that still stream through this port when this one begins
-            streams = 1 + sum(1 for a, b, _ in port_streams.get(s, ()) if a <= first < b)
+            streams = 1 + sum(1 for o in port_streams.get(s, ()) if o.first <= first < o.end)
             share = timing.port_share(bw, streams)
         rate = share if rate is None else min(rate, share)
     finish = first + -(-nbytes // rate)
+    stream, late = None, []
     if "ddr" in ports:
-        end, work = _ddr_share(first, nbytes, ports["ddr"][0], port_streams.setdefault("ddr", []))
+        end, work, late = _ddr_share(first, nbytes, ports["ddr"][0], port_streams.get("ddr", []))
         finish = max(finish, end)
         ddr_work.append((first, work))
+    me = _Stream(first, finish, nbytes)
     for s in spaces:
-        port_streams.setdefault(s, []).append((first, finish, nbytes))
+        port_streams.setdefault(s, []).append(me)
         port_streams[s] = port_streams[s][-16:]
-    return int(finish)
+    return int(finish), (me if "ddr" in ports else None), late
 
 
-def _ddr_share(first: int, nbytes: int, bw: int, placed: list[tuple[int, float, int]]) -> tuple[int, float]:
-    """(end, cycles of DDR's port) of a DDR transfer of nbytes streaming from `first`, sharing the port.
+def _ddr_share(first: int, nbytes: int, bw: int, placed: list[_Stream]) -> tuple[int, float, list[_Stream]]:
+    """(end, cycles of DDR's port, transfers it delays) of a DDR transfer streaming nbytes from `first`.
 
-    The transfers placed before it (first, end, bytes) that end after `first` have, by then,
-    bytes left in proportion to the time they have left (all of them if they begin later).
-    The port gives each of the n transfers streaming floor(bw / n) bytes per cycle
+    The transfers placed before it that end after `first` have, by then, bytes left in
+    proportion to the time they have left (all of them if they begin later).  The port
+    gives each of the n transfers streaming floor(bw / n) bytes per cycle
     (timing.port_share), so they all move alike until the one with the fewest bytes
-    left runs out.  Each one placed before is also late by the bytes this one moved
-    while it streamed (its end is moved on in `placed`, for the transfers placed after).
+    left runs out.  Each of them ends later by the bytes this one moved meanwhile
+    over the port's bandwidth (its end is moved on here; the caller moves its token).
     """
-    rest = []
-    for i, (a, b, y) in enumerate(placed):
-        if b > first:
-            left = y if a >= first else y * (b - first) / (b - a)
+    rest, late = [], []
+    for o in placed:
+        if o.end > first:
+            left = o.nbytes if o.first >= first else o.nbytes * (o.end - first) / (o.end - o.first)
             rest.append(left)
-            placed[i] = (a, b + min(left, nbytes) / bw, y)
+            o.end += min(left, nbytes) / bw
+            late.append(o)
     rest.sort()
     t, done, n, work = float(first), 0.0, 1 + len(rest), 0.0
     for left in rest + [float(nbytes)]:
@@ -257,4 +286,4 @@ def _ddr_share(first: int, nbytes: int, bw: int, placed: list[tuple[int, float, 
         n -= 1
         if done >= nbytes:
             break
-    return int(-(-t // 1)), work
+    return int(-(-t // 1)), work, late
