@@ -75,7 +75,8 @@ class RunLog:
         unset = c(M_UNSET) if cmd.shape[1] > M_UNSET else np.zeros(len(cmd), np.int64)
         burst = c(M_DDR_BURST) if cmd.shape[1] > M_DDR_BURST else np.zeros(len(cmd), np.int64)
         return cls(
-            cmd_unset=unset, cmd_ddr_burst_bytes=burst, cycles=int(cycles), instructions=int(instructions), agents=list(agents),
+            cmd_unset=unset, cmd_ddr_burst_bytes=burst,
+            cycles=int(cycles), instructions=int(instructions), agents=list(agents),
             cmd_agent=c(M_AGENT), cmd_op=c(M_OP), cmd_pc=c(M_PC), cmd_issue=c(M_ISSUE),
             cmd_start=c(M_START), cmd_end=c(M_END),
             cmd_regs=np.ascontiguousarray(cmd[:, M_REGS:M_REGS + 3]),
