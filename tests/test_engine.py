@@ -153,7 +153,7 @@ def dma_words(ch, dspace, rd, sspace, rs, size0, size1=1, **sync):
 
 
 def test_dma_alone_matches_formula_and_moves_bytes():
-    cfg = small_config()
+    cfg = small_config(ddr_burst_bytes=64)
     data = bytes(np.random.default_rng(1).integers(0, 256, 600, dtype=np.uint8))
     words = [ins("li", rd=1, imm=0), ins("li", rd=2, imm=0x100)] + dma_words(0, 1, 2, 0, 1, 200, 3) + [ins("halt")]
     sim = run(words, cfg, data=data)
@@ -179,7 +179,7 @@ def test_strided_single_bytes_cost_a_burst_each(to_ddr):
     # 256 single bytes 128 apart in DDR (each a run of its own, in a 64-byte burst of its own)
     # against the same number of bytes contiguous: the gather from DDR (or the scatter into it)
     # streams 64 times the bytes through DDR's 32 B/cycle
-    cfg = small_config()
+    cfg = small_config(ddr_burst_bytes=64)
     n = 256
     cycles = []
     for ddr_stride in (1, 128):

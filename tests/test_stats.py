@@ -123,7 +123,8 @@ def test_ddr_bytes_moved_and_burst_bytes():
         dma     ch1, ddr[r2], dm[r0], wait=s0
         halt
     """
-    sim = Simulator()
+    from nnpsim.config import Config
+    sim = Simulator(Config(ddr_burst_bytes=64))
     sim.load(assemble(src, "b.s"))
     s = sim.run()
     assert (s.memory["ddr"].read_bytes, s.memory["ddr"].written_bytes) == (8, 100)
