@@ -85,7 +85,7 @@ def pipeline_cycles(steps, cfg: Config) -> int:
     total = 0.0
     ncmds = 0
     for step in steps:
-        cmds = [c for c in step.loads + step.compute + step.epilogue if isinstance(c, Command)]
+        cmds = [c for c in step.statements() if isinstance(c, Command)]
         ncmds += len(cmds)
         total += load_of(cmds, cfg).bound
     first = load_of([c for c in steps[0].loads if isinstance(c, Command)], cfg)
