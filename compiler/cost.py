@@ -105,9 +105,12 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     before it that are still streaming there (nnpsim.timing.port_share), and
     a DDR transfer ends no sooner than DDR's one port, serving the transfers
     placed so far back to back, could have moved its bytes; the kernel takes
-    at least as long as its busiest port needs for its bytes.
+    at least as long as its busiest port needs for its bytes.  A Loop costs
+    the instructions the emitter gives it (set-up, body, each iteration's
+    address steps and `loop`, a taken `loop` adding the branch penalty) and
+    its body's commands are replayed once per iteration.
     """
-    from .ir import CuWait
+    from .ir import CuWait, Loop
     from .passes.emit import Emitter
 
     em = Emitter()
@@ -126,17 +129,29 @@ def schedule_cycles(body: list, cfg: Config) -> int:
         times = tokens.get(sem, [])
         return times[k] if k < len(times) else None
 
-    for stmt in body:
+    def replay():
+        """(statement, CU instructions before it issues) in issue order, loops expanded."""
+        for stmt in body:
+            if not isinstance(stmt, Loop):
+                yield stmt, em.statement(stmt)
+                continue
+            lc = em.loop(stmt)
+            yield None, lc.setup
+            for v in range(stmt.extent):
+                for k, inner in enumerate(stmt.body):
+                    yield inner, lc.per_stmt[k]
+                yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
+
+    for stmt, instrs in replay():
         if isinstance(stmt, CuWait):
             t = token_time(stmt.sem)
             taken[stmt.sem] = taken.get(stmt.sem, 0) + 1
-            cu = max(cu, t if t is not None else cu) + 1
+            cu = max(cu, t if t is not None else cu) + instrs
             continue
         if not isinstance(stmt, Command):
+            cu += instrs
             continue
-        before = len(em.lines)
-        em.command(stmt)
-        cu += len(em.lines) - before
+        cu += instrs
         q = stmt.queue
         mine = starts.setdefault(q, [])
         if len(mine) >= cfg.queue_depth:
@@ -185,3 +200,11 @@ def _finish(c: Command, start: int, port_busy: dict[str, float],
         port_streams[s] = port_streams[s][-16:]
     return int(finish)
 
+
+
+def instructions(body: list) -> int:
+    """CU instructions the emitter writes for a body (its program size, without the final halt)."""
+    from .passes.emit import Emitter
+
+    em = Emitter()
+    return sum(em.statement(stmt) for stmt in body)
