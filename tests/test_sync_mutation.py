@@ -40,7 +40,7 @@ SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)   # more t
 SMALL_VU = dict(vbuf_bytes=2048)
 ONE_DMA = dict(dma_channels=1)       # every transfer in one queue: other semaphores
 MUTATIONS = {"wait removed": False, "wait and its signal removed": True}
-SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind)
+SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind, "in loop" mutants counted too)
 
 
 def rand8(rng, shape) -> np.ndarray:
@@ -51,16 +51,64 @@ def requant(rng, o: int) -> dict:
     return dict(multiplier=rng.integers(2**30, 2**31, size=o), shift=rng.integers(20, 26, size=o))
 
 
+def issue_order(program, isa) -> list[int]:
+    """Instruction indices in the order the CU executes them (the compiler's loops unrolled).
+
+    A small interpreter of the CU's control flow: the registers the emitted code computes
+    (li, la, addi, xori, add, sub), counted `loop`s, branches and jumps; everything else
+    only moves to the next instruction.
+    """
+    decoded = [decode(int(word), isa) for word in program.code]
+    regs = [0] * 32
+    pc, out = 0, []
+    while pc < len(decoded):
+        out.append(pc)
+        assert len(out) < 20_000_000, "the program does not halt"
+        instr, op = decoded[pc]
+        m, nxt = instr.mnemonic, pc + 1
+        rd = op.get("rd", 0)
+        value = None
+        if m in ("li", "la"):
+            value = op["imm"]
+        elif m == "addi":
+            value = regs[op["rs1"]] + op["imm"]
+        elif m == "xori":
+            value = regs[op["rs1"]] ^ op["imm"]
+        elif m in ("add", "sub"):
+            value = regs[op["rs1"]] + (1 if m == "add" else -1) * regs[op["rs2"]]
+        elif m == "loop":
+            value = regs[rd] - 1
+            if value != 0:
+                nxt = pc + op["off"] // 8
+        elif m in ("beq", "bne", "blt", "bge"):
+            a, b = regs[op["rs1"]], regs[op["rs2"]]
+            if {"beq": a == b, "bne": a != b, "blt": a < b, "bge": a >= b}[m]:
+                nxt = pc + op["off"] // 8
+        elif m == "jal":
+            value, nxt = 8 * (pc + 1), pc + op["off"] // 8
+        elif m == "halt":
+            break
+        if value is not None and rd:
+            regs[rd] = value
+        pc = nxt
+    return out
+
+
 def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
     """(what was removed, mutant program) for every semaphore wait in the program.
 
-    With drop_signal the k-th signal of the semaphore goes too (the compiler pairs the k-th
-    signal with the k-th wait), so later waits keep their tokens and exactly one edge is lost.
+    A wait inside a loop body is removed from every iteration.  The k-th signal of a
+    semaphore meets its k-th wait, counted in the order the CU issues them (loops unrolled);
+    with drop_signal the signals that met the removed wait go too, so later waits keep their
+    tokens and only that wait's edges are lost.  That is possible when those signals are
+    whole instructions that only ever met this wait (not, say, a signal in a loop body whose
+    first token is taken by a wait before the loop): otherwise there is no such mutant.
     """
     isa = load_isa()
     decoded = [decode(int(word), isa) for word in program.code]
-    waits, signals = defaultdict(list), defaultdict(list)
-    for i, (instr, operands) in enumerate(decoded):
+    waits, signals = defaultdict(list), defaultdict(list)      # per semaphore, in issue order
+    for i in issue_order(program, isa):
+        instr, operands = decoded[i]
         sem = operands["sem"] if instr.mnemonic == "sem.wait" else operands.get("wait")
         if sem is not None:
             waits[sem].append(i)
@@ -69,13 +117,19 @@ def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
     out = []
     for sem, at in waits.items():
         assert len(signals[sem]) == len(at), f"s{sem}: {len(signals[sem])} signals for {len(at)} waits"
-        for k, i in enumerate(at):
+        for i in sorted(set(at)):
             code = program.code.copy()
             code[i] = _without(decoded[i], "wait", isa)
             what = f"{decoded[i][0].mnemonic} s{sem} at {i * 8:#x}"
+            if at.count(i) > 1:
+                what += f" (in a loop: {at.count(i)} times)"
             if drop_signal:
-                code[signals[sem][k]] = _without(decoded[signals[sem][k]], "signal", isa)
-                what += f" and its signal at {signals[sem][k] * 8:#x}"
+                met = {signals[sem][k] for k, w in enumerate(at) if w == i}
+                if any(signals[sem][k] in met and w != i for k, w in enumerate(at)):
+                    continue
+                for j in sorted(met):
+                    code[j] = _without(decoded[j], "signal", isa)
+                what += " and its signal at " + ", ".join(f"{j * 8:#x}" for j in sorted(met))
             out.append((what, dataclasses.replace(program, code=code)))
     return out
 
@@ -194,10 +248,14 @@ CASES = {
 def summary():
     """Print, after the module, every kernel and how many of its mutants were killed and how."""
     yield
-    total, killed = sum(n for _, n, _ in SUMMARY), sum(sum(how.values()) for *_, how in SUMMARY)
-    print(f"\nsynchronisation mutants: {killed} of {total} killed over {len(SUMMARY)} kernels")
+    total, killed = sum(n for _, n, _ in SUMMARY), sum(sum(v for k, v in how.items() if k != "in a loop")
+                                                       for *_, how in SUMMARY)
+    looped = sum(how["in a loop"] for *_, how in SUMMARY)
+    print(f"\nsynchronisation mutants: {killed} of {total} killed over {len(SUMMARY)} kernels "
+          f"({looped} of them remove a wait in a loop body, {sum(1 for *_, how in SUMMARY if how['in a loop'])} "
+          f"kernels with such waits)")
     for label, n, how in SUMMARY:
-        print(f"  {sum(how.values()):4d}/{n:<4d} {dict(how)}  {label}")
+        print(f"  {sum(v for k, v in how.items() if k != 'in a loop'):4d}/{n:<4d} {dict(how)}  {label}")
 
 
 def kill_all(kernel, inputs, label: str) -> None:
@@ -208,6 +266,7 @@ def kill_all(kernel, inputs, label: str) -> None:
     assert mutants, f"{label}: the compiler emitted no waits to remove"
     how, survivors = Counter(), []
     for what, mutant in mutants:
+        how["in a loop"] += "in a loop" in what
         try:
             run(kernel, mutant, inputs)
             survivors.append(f"{what}: ran to halt")
@@ -217,7 +276,7 @@ def kill_all(kernel, inputs, label: str) -> None:
             else:
                 survivors.append(f"{what}: {exc}")
     SUMMARY.append((label, len(mutants), how))
-    tally = f"{sum(how.values())}/{len(mutants)} killed {dict(how)}: {label}"
+    tally = f"{sum(v for k, v in how.items() if k != 'in a loop')}/{len(mutants)} killed {dict(how)}: {label}"
     assert not survivors, f"{len(survivors)} mutants survive:\n" + "\n".join(survivors) + "\n" + tally
 
 
