@@ -36,6 +36,7 @@ MAX_CYCLE = 4           # longest rotation of an address (slots) a loop follows
 MAX_PERIODS = 24        # candidate periods tried per body
 MAX_FAMILIES = 20       # registers a loop may tie up for its moving addresses
 MIN_SAVED = 8           # statements a loop must save
+MIN_GAIN = 4            # and CU instructions
 
 
 # ----------------------------------------------------------------------------- keys
@@ -245,6 +246,24 @@ def _fits(body: list, c: _Candidate) -> bool:
     return registers_needed(families(loop.body)) <= MAX_FAMILIES
 
 
+def _instructions(stmts: list, warm: list = ()) -> int:
+    """CU instructions of stmts, emitted after `warm` (not counted)."""
+    from .emit import Emitter
+
+    em = Emitter()
+    for s in warm:
+        em.statement(s)
+    return sum(em.statement(s) for s in stmts)
+
+
+def _shorter(body: list, c: _Candidate) -> bool:
+    """Does the loop take fewer CU instructions than the statements it replaces?  (Setting up
+    and stepping its registers may cost more.)  Both are emitted after the repeated statements
+    once, so that registers and parameters hold what they would hold in the program."""
+    region = body[c.start:c.end]
+    return _instructions([_make_loop(body, c, "i")], region) + MIN_GAIN <= _instructions(region, region)
+
+
 def _candidates(body: list, keys: np.ndarray) -> list[_Candidate]:
     out = []
     for period in _periods(keys):
@@ -276,7 +295,7 @@ def reroll(body: list, first_var: int = 0) -> list:
     taken = np.zeros(len(body), dtype=bool)
     chosen = []
     for c in cands:
-        if taken[c.start:c.end].any() or not _fits(body, c):
+        if taken[c.start:c.end].any() or not _fits(body, c) or not _shorter(body, c):
             continue
         taken[c.start:c.end] = True
         chosen.append(c)
@@ -287,7 +306,10 @@ def reroll(body: list, first_var: int = 0) -> list:
         out.append(_make_loop(body, c, f"i{n}"))
         n += 1
         i = c.end
-    return out + body[i:]
+    out += body[i:]
+    if chosen and _instructions(out) >= _instructions(body):
+        return list(body)
+    return out
 
 
 def flatten(body: list) -> list:
