@@ -107,11 +107,14 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
     return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
 
 
-def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None):
+def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):
     """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
 
-    k is the winner's position among the chain's candidates; given it back as `choice` for a
-    chain of the same shapes, only that candidate is built (a network's repeated layers).
+    The finalists are priced flat; among those within NEAR of the fastest the shortest program
+    wins, and (unless reroll is False: a network rerolls its whole program instead) its tiles
+    are rolled into loops and it is priced again.  k is the winner's position among the
+    chain's candidates; given it back as `choice` for a chain of the same shapes, only that
+    candidate is built (a network's repeated layers).
     """
     found = list(fusion.lower_chain(_check_ops(ops), cfg))
     if choice is not None and 0 <= choice < len(found):
@@ -122,7 +125,7 @@ def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None):
     for k in order:
         kir, _ = found[k].make()
         try:
-            priced_all.append((kir, schedule(kir, cfg), k))
+            priced_all.append((kir, schedule(kir, cfg, reroll=False), k))
         except CompileError as exc:
             why = str(exc)
     best = None
@@ -132,8 +135,12 @@ def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None):
         best = min(near, key=lambda p: (cost.instructions(p[0].body), p[1][0])) if len(near) > 1 else near[0]
     if best is None:
         if choice is not None:
-            return best_schedule(ops, cfg)
+            return best_schedule(ops, cfg, reroll=reroll)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    if reroll:
+        kir, (_, usage, report), k = best
+        kir.body = loops.reroll(kir.body)
+        best = (kir, (cost.schedule_cycles(kir.body, cfg), usage, report), k)
     return best
 
 

@@ -326,7 +326,7 @@ def link(k: int, group: Group, kir: KernelIR, storage: Storage,
     own = [buf for buf in kir.buffers if buf not in mapping]
     for buf in own:
         buf.name = f"{label}_{buf.name}"
-    body = loops.flatten(kir.body)
+    body = loops.flatten(kir.body)          # (best_schedule was asked for a flat body: a no-op)
     for stmt in body:
         if isinstance(stmt, Command):
             _retarget(stmt, mapping)
@@ -412,7 +412,7 @@ def build_network(graph, cfg: Config) -> Library:
     chosen: dict[tuple, int] = {}
     for k, g in enumerate(progress(groups, "compiling layers")):
         key = tiling_key(g.ops)
-        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key))
+        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key), reroll=False)
         stmts, own = link(k, g, kir, storage, ddr)
         body += stmts
         buffers += own

@@ -42,6 +42,7 @@ class _Registers:
     def __init__(self, pool=SCRATCH):
         self.pool = tuple(pool)
         self.holds: dict[str, int] = {}
+        self.expr_of: dict[int, str] = {}
         self.order: list[int] = []
 
     def get(self, expr: str, lines: list[str], pinned: set[int], make: str | None = None) -> int:
@@ -52,28 +53,29 @@ class _Registers:
             self.order.remove(reg)
             self.order.append(reg)
             return reg
-        free = [r for r in self.pool if r not in self.holds.values()]
-        if free:
-            reg = free[0]
-        else:
+        reg = next((r for r in self.pool if r not in self.expr_of), None)
+        if reg is None:
             reg = next(r for r in self.order if r not in pinned)
             self.order.remove(reg)
-            del self.holds[next(e for e, r in self.holds.items() if r == reg)]
+            del self.holds[self.expr_of.pop(reg)]
         self.holds[expr] = reg
+        self.expr_of[reg] = expr
         self.order.append(reg)
         lines.append(make.format(reg=f"r{reg}") if make else _load(reg, expr))
         return reg
 
     def forget(self, regs: set[int]) -> None:
         """The registers in regs no longer hold what they held."""
-        for expr in [e for e, r in self.holds.items() if r in regs]:
-            del self.holds[expr]
+        for reg in regs:
+            if reg in self.expr_of:
+                del self.holds[self.expr_of.pop(reg)]
         self.order = [r for r in self.order if r not in regs]
 
     def claim(self, expr: str, reg: int) -> None:
         """reg now holds expr."""
         self.forget({reg} | ({self.holds[expr]} if expr in self.holds else set()))
         self.holds[expr] = reg
+        self.expr_of[reg] = expr
         self.order.append(reg)
 
 
@@ -231,6 +233,15 @@ class Emitter:
         self.lines: list[str] = []
         self.body_regs: _BodyRegisters | None = None     # inside a loop body
         self.loops = 0
+
+    def fork(self) -> "Emitter":
+        """A new emitter in this one's state (parameters, registers), with no lines yet."""
+        em = Emitter.__new__(Emitter)
+        em.params, em.lines, em.body_regs, em.loops = dict(self.params), [], None, self.loops
+        em.regs = _Registers(self.regs.pool)
+        em.regs.holds, em.regs.expr_of = dict(self.regs.holds), dict(self.regs.expr_of)
+        em.regs.order = list(self.regs.order)
+        return em
 
     def statement(self, stmt) -> int:
         """Emit one statement; returns the CU instructions it took."""

@@ -37,6 +37,7 @@ MAX_PERIODS = 24        # candidate periods tried per body
 MAX_FAMILIES = 20       # registers a loop may tie up for its moving addresses
 MIN_SAVED = 8           # statements a loop must save
 MIN_GAIN = 4            # and CU instructions
+CHECK_WHOLE = 2000      # statements up to which the rerolled body is checked to be shorter as a whole
 
 
 # ----------------------------------------------------------------------------- keys
@@ -116,23 +117,28 @@ class _Candidate:
         return self.period * (self.extent - 1)
 
 
-def _streams(body: list, start: int, period: int, extent: int):
-    """The address fields of a repeated block: [(position, field)], values [fields, iterations],
-    and the identity of each value's buffer (a loop may rotate buffers but not step across them)."""
-    where, vals, bufs = [], [], []
-    for j in range(period):
-        stmt = body[start + j]
-        if not isinstance(stmt, Command):
-            continue
-        for f in ref_fields(stmt):
-            refs = [getattr(body[start + j + v * period], f) for v in range(extent)]
-            if refs[0] is None:
-                continue
-            where.append((j, f))
-            vals.append([_value(r) for r in refs])
-            bufs.append([id(r.buf) for r in refs])
-    return where, np.array(vals, dtype=np.int64).reshape(len(where), extent), \
-        np.array(bufs, dtype=np.int64).reshape(len(where), extent)
+def _address_table(body: list) -> tuple[np.ndarray, np.ndarray]:
+    """Per statement and address field (up to three): the address as a number and the identity
+    of its buffer; -1 where the statement has no such field."""
+    vals = np.full((len(body), 3), -1, dtype=np.int64)
+    bufs = np.full((len(body), 3), -1, dtype=np.int64)
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, Command):
+            for k, f in enumerate(ref_fields(stmt)):
+                ref = getattr(stmt, f)
+                if ref is not None:
+                    vals[i, k], bufs[i, k] = _value(ref), id(ref.buf)
+    return vals, bufs
+
+
+def _streams(table, start: int, period: int, extent: int) -> tuple[np.ndarray, np.ndarray]:
+    """The addresses of a repeated block: values and buffer identities [fields, iterations]."""
+    vals, bufs = table
+    rows = start + np.arange(period)[:, None] + period * np.arange(extent)[None, :]
+    present = bufs[start:start + period] != -1                        # [period, 3]
+    v = vals[rows].transpose(0, 2, 1)[present]                        # [fields, extent]
+    b = bufs[rows].transpose(0, 2, 1)[present]
+    return v, b
 
 
 def _regular_spans(vals: np.ndarray, bufs: np.ndarray) -> list[tuple[int, int]]:
@@ -241,31 +247,41 @@ def _loop_ref(refs: list[Ref], vals: list[int], var: str) -> LoopRef:
     raise AssertionError("internal: an address with no pattern in a loop")
 
 
-def _fits(body: list, c: _Candidate) -> bool:
-    loop = _make_loop(body, c, "i")
-    return registers_needed(families(loop.body)) <= MAX_FAMILIES
 
 
-def _instructions(stmts: list, warm: list = ()) -> int:
-    """CU instructions of stmts, emitted after `warm` (not counted)."""
+def _instructions(stmts: list) -> int:
+    """CU instructions of stmts, emitted from the reset state."""
     from .emit import Emitter
 
     em = Emitter()
-    for s in warm:
-        em.statement(s)
     return sum(em.statement(s) for s in stmts)
 
 
-def _shorter(body: list, c: _Candidate) -> bool:
+def _shorter(body: list, c: _Candidate, loop: Loop) -> bool:
     """Does the loop take fewer CU instructions than the statements it replaces?  (Setting up
-    and stepping its registers may cost more.)  Both are emitted after the repeated statements
-    once, so that registers and parameters hold what they would hold in the program."""
+    and stepping its registers may cost more.)  Clearly so when the iterations it saves hold
+    more commands than twice what a loop can add (its set-up and pinned addresses, each
+    family's register and step, an `addi` per moving address); otherwise both are emitted,
+    after the repeated statements once, so that registers and parameters hold what they would
+    hold in the program."""
+    from .emit import Emitter
+
+    issued = sum(1 for s in loop.body if isinstance(s, (Command, CuWait)))
+    moving = sum(1 for s in loop.body if isinstance(s, Command) for f in ref_fields(s)
+                 if isinstance(getattr(s, f), LoopRef))
+    if (c.extent - 1) * issued >= 2 * (33 + 2 * registers_needed(families(loop.body)) + moving) + MIN_GAIN:
+        return True
     region = body[c.start:c.end]
-    return _instructions([_make_loop(body, c, "i")], region) + MIN_GAIN <= _instructions(region, region)
+    warm = Emitter()
+    for s in region:
+        warm.statement(s)
+    again = warm.fork()
+    return warm.statement(loop) + MIN_GAIN <= sum(again.statement(s) for s in region)
 
 
 def _candidates(body: list, keys: np.ndarray) -> list[_Candidate]:
     out = []
+    table = _address_table(body)
     for period in _periods(keys):
         if period < 1 or 2 * period > len(keys):
             continue
@@ -274,8 +290,7 @@ def _candidates(body: list, keys: np.ndarray) -> list[_Candidate]:
             extent = (x1 - x0) // period + 1
             spare = (x1 - x0) % period
             start = next((q for q in range(x0, x0 + spare + 1) if isinstance(body[q], Note)), x0)
-            where, vals, bufs = _streams(body, start, period, extent)
-            for a, b in _regular_spans(vals, bufs):
+            for a, b in _regular_spans(*_streams(table, start, period, extent)):
                 c = _Candidate(start + a * period, period, b - a)
                 if c.saved >= MIN_SAVED:
                     out.append(c)
@@ -295,7 +310,10 @@ def reroll(body: list, first_var: int = 0) -> list:
     taken = np.zeros(len(body), dtype=bool)
     chosen = []
     for c in cands:
-        if taken[c.start:c.end].any() or not _fits(body, c) or not _shorter(body, c):
+        if taken[c.start:c.end].any():
+            continue
+        loop = _make_loop(body, c, "i")
+        if registers_needed(families(loop.body)) > MAX_FAMILIES or not _shorter(body, c, loop):
             continue
         taken[c.start:c.end] = True
         chosen.append(c)
@@ -307,7 +325,9 @@ def reroll(body: list, first_var: int = 0) -> list:
         n += 1
         i = c.end
     out += body[i:]
-    if chosen and _instructions(out) >= _instructions(body):
+    # each loop was shorter where it stands; a small body is also checked whole (a loop changes
+    # what the registers hold after it), a large one has loops that save far more than that
+    if chosen and len(body) <= CHECK_WHOLE and _instructions(out) >= _instructions(body):
         return list(body)
     return out
 
