@@ -279,8 +279,9 @@ class Emitter:
         self.loops += 1
         setup = lr.setup_lines(lp.extent, lp.var)
         tail = lr.tail_lines()
-        where = ", ".join(sorted({getattr(s, f).describe() for s in lp.body if isinstance(s, Command)
-                                  for f in ref_fields(s) if isinstance(getattr(s, f), LoopRef)}))
+        moving = sorted({getattr(s, f).describe() for s in lp.body if isinstance(s, Command)
+                         for f in ref_fields(s) if isinstance(getattr(s, f), LoopRef)})
+        where = ", ".join(moving[:8]) + (f" and {len(moving) - 8} more" if len(moving) > 8 else "")
         self.lines.append(f"        ; ---- loop {lp.var} = 0 .. {lp.extent - 1}: {where}")
         self.lines += setup + [f"{name}:"] + lines + tail
         self.lines.append(f"{f'        loop    r{lr.counter}, {name}':<60} ; next {lp.var}")

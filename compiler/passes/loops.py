@@ -21,7 +21,10 @@ keys; for each period, a stretch where key[i] == key[i + period] is a
 repeat, which is then cut where some address stops following its pattern.
 Candidates are taken greedily by statements saved.  The address patterns
 also give the registers the emitter needs (`families`); a candidate that
-would need more than MAX_FAMILIES loop registers is refused.
+would need more than MAX_FAMILIES loop registers is refused, and so is one
+whose loop would not take fewer CU instructions than its iterations did.
+A body of up to CHECK_WHOLE statements is left flat if the rolled one is not
+shorter as a whole.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ MAX_FAMILIES = 20       # registers a loop may tie up for its moving addresses
 MIN_SAVED = 8           # statements a loop must save
 MIN_GAIN = 4            # and CU instructions
 CHECK_WHOLE = 2000      # statements up to which the rerolled body is checked to be shorter as a whole
+SETUP = 33              # at most: the count, a register for every pinned address, `loop`
 
 
 # ----------------------------------------------------------------------------- keys
@@ -247,8 +251,6 @@ def _loop_ref(refs: list[Ref], vals: list[int], var: str) -> LoopRef:
     raise AssertionError("internal: an address with no pattern in a loop")
 
 
-
-
 def _instructions(stmts: list) -> int:
     """CU instructions of stmts, emitted from the reset state."""
     from .emit import Emitter
@@ -269,7 +271,8 @@ def _shorter(body: list, c: _Candidate, loop: Loop) -> bool:
     issued = sum(1 for s in loop.body if isinstance(s, (Command, CuWait)))
     moving = sum(1 for s in loop.body if isinstance(s, Command) for f in ref_fields(s)
                  if isinstance(getattr(s, f), LoopRef))
-    if (c.extent - 1) * issued >= 2 * (33 + 2 * registers_needed(families(loop.body)) + moving) + MIN_GAIN:
+    most = SETUP + 2 * registers_needed(families(loop.body)) + moving
+    if (c.extent - 1) * issued >= 2 * most + MIN_GAIN:
         return True
     region = body[c.start:c.end]
     warm = Emitter()
