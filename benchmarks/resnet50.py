@@ -6,7 +6,8 @@ For each layer: random int8 input and weights, int32 bias, per-channel
 requantisation; the compiled kernel runs on the simulator and its output is
 compared with the compiler's numpy model.  Reports cycles, the roofline bound
 (max of MACs / peak MACs per cycle and least DDR bytes / DDR bytes per
-cycle), their ratio, and the compile time of the whole set.
+cycle), their ratio, the program size in instructions, and the compile time
+of the whole set.
 Targets: geometric mean of cycles / bound <= 1.25, no layer above 2.0, the
 whole set compiled in under 60 s, and the compiler's predicted cycles within
 10% of the simulated ones.  With --config (say two NUs and two VUs), the same
@@ -69,8 +70,9 @@ def main() -> int:
     rng = np.random.default_rng(50)
     layers = resnet50_convs()[:args.layers]
     compile_s = 0.0
-    print(f"{'layer':24} {'shape':>22} {'cycles':>11} {'predicted':>11} {'bound':>11} {'ratio':>6}")
-    ratios, misses, total = [], [], 0
+    print(f"{'layer':24} {'shape':>22} {'cycles':>11} {'predicted':>11} {'bound':>11} {'ratio':>6} "
+          f"{'instrs':>7}")
+    ratios, misses, total, instrs = [], [], 0, 0
     for name, c, o, hw, k, stride, pad in layers:
         op = make_op(c, o, hw, k, stride, pad, rng)
         t0 = time.perf_counter()
@@ -85,16 +87,19 @@ def main() -> int:
         ratio = kernel.stats.cycles / bound
         ratios.append(ratio)
         total += kernel.stats.cycles
+        n_instr = len(kernel.program.code)
+        instrs += n_instr
         misses.append(abs(kernel.predicted_cycles - kernel.stats.cycles) / kernel.stats.cycles)
         shape = f"{c}x{hw}x{hw}->{o} k{k}s{stride}"
         print(f"{name:24} {shape:>22} {kernel.stats.cycles:>11,} {kernel.predicted_cycles:>11,} "
-              f"{bound:>11,} {ratio:>6.2f}")
+              f"{bound:>11,} {ratio:>6.2f} {n_instr:>7,}")
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"{len(ratios)} layers: geometric mean cycles/bound {geo:.3f} "
           f"(target <= 1.25), worst {max(ratios):.2f} (target <= 2.0), "
           f"compile {compile_s:.1f} s (target < 60 s); predicted cycles off by at most "
           f"{100 * max(misses):.1f}% (target 10%); {total:,} cycles in all on {cfg.nu_count} NU(s), "
-          f"{cfg.vu_count} VU(s)")
+          f"{cfg.vu_count} VU(s); "
+          f"{instrs:,} instructions in all")
     return 0
 
 

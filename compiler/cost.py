@@ -119,7 +119,7 @@ def pipeline_cycles(steps, cfg: Config) -> int:
     total = 0.0
     ncmds = 0
     for step in steps:
-        cmds = [c for c in step.loads + step.compute + step.epilogue if isinstance(c, Command)]
+        cmds = [c for c in step.statements() if isinstance(c, Command)]
         ncmds += len(cmds)
         total += load_of(cmds, cfg).bound
     first = load_of([c for c in steps[0].loads if isinstance(c, Command)], cfg)
@@ -146,8 +146,11 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     takes at least as long as its busiest on-chip port needs for its bytes,
     and as DDR's port needs to serve every DDR transfer, each from its first
     byte, never idling while one waits.
+    A Loop costs the instructions the emitter gives it (set-up, body, each
+    iteration's address steps and `loop`, a taken `loop` adding the branch
+    penalty) and its body's commands are replayed once per iteration.
     """
-    from .ir import CuWait
+    from .ir import CuWait, Loop
     from .passes.emit import Emitter
 
     em = Emitter()
@@ -166,17 +169,29 @@ def schedule_cycles(body: list, cfg: Config) -> int:
         times = tokens.get(sem, [])
         return times[k] if k < len(times) else None
 
-    for stmt in body:
+    def replay():
+        """(statement, CU instructions before it issues) in issue order, loops expanded."""
+        for stmt in body:
+            if not isinstance(stmt, Loop):
+                yield stmt, em.statement(stmt)
+                continue
+            lc = em.loop(stmt)
+            yield None, lc.setup
+            for v in range(stmt.extent):
+                for k, inner in enumerate(stmt.body):
+                    yield inner, lc.per_stmt[k]
+                yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
+
+    for stmt, instrs in replay():
         if isinstance(stmt, CuWait):
             t = token_time(stmt.sem)
             taken[stmt.sem] = taken.get(stmt.sem, 0) + 1
-            cu = max(cu, t if t is not None else cu) + 1
+            cu = max(cu, t if t is not None else cu) + instrs
             continue
         if not isinstance(stmt, Command):
+            cu += instrs
             continue
-        before = len(em.lines)
-        em.command(stmt)
-        cu += len(em.lines) - before
+        cu += instrs
         q = stmt.queue
         mine = starts.setdefault(q, [])
         if len(mine) >= cfg.queue_depth:
@@ -287,3 +302,10 @@ def _ddr_share(first: int, nbytes: int, bw: int, placed: list[_Stream]) -> tuple
         if done >= nbytes:
             break
     return int(-(-t // 1)), work, late
+
+def instructions(body: list) -> int:
+    """CU instructions the emitter writes for a body (its program size, without the final halt)."""
+    from .passes.emit import Emitter
+
+    em = Emitter()
+    return sum(em.statement(stmt) for stmt in body)

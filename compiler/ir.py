@@ -2,17 +2,22 @@
 
 A kernel is a list of buffers and a list of statements in CU issue order.
 Statements are commands for a queue (Dma, NuConv, Vu), CU semaphore waits
-(CuWait) and comments (Note) that name the op, the tile (loop indices) and the
-buffers of the block that follows.  Loops over tiles are unrolled by the
-lowering: each tile has its own descriptors, so the emitted code is straight
-line.  Passes fill in what the lowering leaves open: buffer addresses (alloc),
-semaphores (sync); emit turns the result into assembly text.
+(CuWait), comments (Note) that name the op, the tile (loop indices) and the
+buffers of the block that follows, labels, and counted loops (Loop).  The
+lowering unrolls every tile (each has its own descriptors: edge tiles differ
+in size and padding), so allocation, synchronisation and pricing see a flat
+body; passes.loops then rolls runs of tiles that differ only in addresses
+moving by a constant stride per tile (or rotating through buffer slots) back
+into Loops whose body addresses are LoopRefs.  Passes fill in what the
+lowering leaves open: buffer addresses (alloc), semaphores (sync), loops
+(loops); emit turns the result into assembly text.
 
 Footprints are byte intervals [lo, hi) relative to a buffer, or absolute once
 the buffer has an address; an interval bounds every byte the command can touch.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -72,6 +77,35 @@ class Ref:
         if self.buf.addr is None:
             raise ValueError(f"buffer {self.buf.name} has no address yet (run alloc)")
         return self.buf.addr + self.offset
+
+
+@dataclass(frozen=True, eq=False)
+class LoopRef(Ref):
+    """An address in a Loop body that moves with the loop variable `var`.
+
+    At iteration v it is `cycle[v % len(cycle)] + v * stride`, with `cycle` the buffer slots
+    it rotates through (empty: just `buf + offset`, so `buf + offset + v * stride`).  As a
+    Ref it is the address of iteration 0.
+    """
+
+    var: str = ""
+    stride: int = 0
+    cycle: tuple[Ref, ...] = ()
+
+    def at(self, v: int) -> Ref:
+        """The plain address at iteration v."""
+        base = self.cycle[v % len(self.cycle)] if self.cycle else Ref(self.buf, self.offset)
+        return Ref(base.buf, base.offset + v * self.stride)
+
+    def describe(self) -> str:
+        """`base + var * stride` or `[slot0, slot1 ...][var % n]`, for comments."""
+        def one(r: Ref) -> str:
+            return r.buf.name + (f" + {r.offset}" if r.offset else "")
+        if self.cycle:
+            text = f"[{', '.join(one(r) for r in self.cycle)}][{self.var} % {len(self.cycle)}]"
+        else:
+            text = one(self)
+        return text + (f" + {self.var} * {self.stride}" if self.stride else "")
 
 
 @dataclass(frozen=True)
@@ -279,7 +313,67 @@ class Label:
     name: str
 
 
-Stmt = Dma | NuConv | Vu | CuWait | Note | Label
+REF_FIELDS = {"Dma": ("dst", "src"), "NuConv": ("racc", "rin", "rw"), "Vu": ("d", "a", "b")}
+"""The address fields of each command class, in the order the instruction names its registers."""
+
+
+def ref_fields(cmd: Command) -> tuple[str, ...]:
+    """The names of cmd's address fields."""
+    return REF_FIELDS[type(cmd).__name__]
+
+
+@dataclass(eq=False)
+class Loop:
+    """`extent` iterations of `body` (extent >= 2), counted by the CU's `loop` instruction.
+
+    The body is iteration 0's statements; its addresses that move from one iteration to the
+    next are LoopRefs of `var`.  Every iteration issues the same commands with the same
+    parameters, waits and signals: only addresses differ.  passes.loops builds loops from a
+    flat body (reroll) and expands them again (flatten).
+    """
+
+    var: str
+    extent: int
+    body: list
+
+    def iteration(self, v: int) -> list:
+        """The statements of iteration v, with plain addresses (new command objects)."""
+        out = []
+        for stmt in self.body:
+            if isinstance(stmt, Command):
+                moved = {f: getattr(stmt, f).at(v) for f in ref_fields(stmt)
+                         if isinstance(getattr(stmt, f), LoopRef)}
+                stmt = copy_command(stmt, moved)
+            elif isinstance(stmt, CuWait):
+                stmt = CuWait(stmt.sem, stmt.comment)
+            out.append(stmt)
+        return out
+
+    def flat(self) -> list:
+        """Every iteration, one after the other."""
+        return [s for v in range(self.extent) for s in self.iteration(v)]
+
+
+def copy_command(cmd: Command, fields: dict | None = None) -> Command:
+    """A copy of cmd (its own parameter dicts) with some fields replaced."""
+    new = copy.copy(cmd)
+    for name in ("params", "scalars"):
+        if hasattr(new, name):
+            setattr(new, name, dict(getattr(new, name)))
+    for name, value in (fields or {}).items():
+        setattr(new, name, value)
+    return new
+
+
+def flat_body(body: list) -> list:
+    """The body with every Loop expanded into its iterations."""
+    out = []
+    for stmt in body:
+        out += stmt.flat() if isinstance(stmt, Loop) else [stmt]
+    return out
+
+
+Stmt = Dma | NuConv | Vu | CuWait | Note | Label | Loop
 
 
 @dataclass(eq=False)
@@ -294,5 +388,5 @@ class KernelIR:
     notes: list[str] = field(default_factory=list)
 
     def commands(self) -> list[Command]:
-        """The commands of the body, in issue order."""
-        return [s for s in self.body if isinstance(s, Command)]
+        """The commands the body issues, in issue order (loops expanded)."""
+        return [s for s in flat_body(self.body) if isinstance(s, Command)]

@@ -14,10 +14,11 @@ from . import cost
 from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
-from .passes import alloc, emit, fusion, sync
+from .passes import alloc, emit, fusion, loops, sync
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
+NEAR = 0.002    # finalists predicted within this fraction of the fastest count as fast: the shortest program wins
 
 
 @dataclass
@@ -88,13 +89,16 @@ def _check_ops(ops) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-def schedule(kir: KernelIR, cfg: Config):
-    """Allocate and synchronise kir in place; (predicted cycles, usage, sync report)."""
+def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
+    """Allocate, synchronise and (unless reroll is False) roll kir's repeated tiles into loops,
+    in place; (predicted cycles, usage, sync report)."""
     for cmd in kir.commands():
         if isinstance(cmd, Dma):
             cmd.chan %= cfg.dma_channels       # lowerings use four logical channels
     usage = alloc.allocate(kir, cfg)
     kir.body, report = sync.synchronise(kir.body, cfg.semaphores)
+    if reroll:
+        kir.body = loops.reroll(kir.body)
     return cost.schedule_cycles(kir.body, cfg), usage, report
 
 
@@ -103,31 +107,40 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
     return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
 
 
-def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None):
+def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):
     """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
 
-    k is the winner's position among the chain's candidates; given it back as `choice` for a
-    chain of the same shapes, only that candidate is built (a network's repeated layers).
+    The finalists are priced flat; among those within NEAR of the fastest the shortest program
+    wins, and (unless reroll is False: a network rerolls its whole program instead) its tiles
+    are rolled into loops and it is priced again.  k is the winner's position among the
+    chain's candidates; given it back as `choice` for a chain of the same shapes, only that
+    candidate is built (a network's repeated layers).
     """
     found = list(fusion.lower_chain(_check_ops(ops), cfg))
     if choice is not None and 0 <= choice < len(found):
         order = [choice]
     else:
         order = sorted(range(len(found)), key=lambda k: found[k].estimate)[:FINALISTS]
-    best, why = None, ""
+    why, priced_all = "", []
     for k in order:
         kir, _ = found[k].make()
         try:
-            priced = schedule(kir, cfg)
+            priced_all.append((kir, schedule(kir, cfg, reroll=False), k))
         except CompileError as exc:
             why = str(exc)
-            continue
-        if best is None or priced[0] < best[1][0]:
-            best = (kir, priced, k)
+    best = None
+    if priced_all:
+        fastest = min(p[1][0] for p in priced_all)
+        near = [p for p in priced_all if p[1][0] <= fastest * (1 + NEAR)]
+        best = min(near, key=lambda p: (cost.instructions(p[0].body), p[1][0])) if len(near) > 1 else near[0]
     if best is None:
         if choice is not None:
-            return best_schedule(ops, cfg)
+            return best_schedule(ops, cfg, reroll=reroll)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    if reroll:
+        kir, (_, usage, report), k = best
+        kir.body = loops.reroll(kir.body)
+        best = (kir, (cost.schedule_cycles(kir.body, cfg), usage, report), k)
     return best
 
 

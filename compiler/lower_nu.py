@@ -371,10 +371,12 @@ class NuLowering:
                                        unit=self.nu, comment=f"{self.name}: bias pass ob {ob}"))
 
     def _fill_bias(self, step: Step, acc: Buffer, obs: range, pixels: int) -> None:
-        # compute stage, not loads: loads run two tiles ahead of the drain that frees this slot;
-        # on the drain channel, behind that drain, not behind the next input load
+        # the early compute stage, not loads: loads run two tiles ahead of the drain that frees this
+        # slot; early, before the next tile's loads, so that the CU does not issue it only after
+        # waiting for the previous tile's NU work (which frees the input slot those loads reuse):
+        # the NU would then idle while the fill runs.  On the drain channel, behind that drain.
         cols = self.p.cols
-        step.compute.append(Dma(self.ch + CH_DRAIN, Ref(acc), Ref(self.bias_dm, obs.start * cols * 4),
+        step.early.append(Dma(self.ch + CH_DRAIN, Ref(acc), Ref(self.bias_dm, obs.start * cols * 4),
                               (cols, pixels, len(obs)), (4, 0, cols * 4), (4, cols * 4, pixels * cols * 4),
                               elem=4, comment=f"{self.name}: bias broadcast -> {acc.name}"))
 

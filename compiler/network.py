@@ -11,6 +11,9 @@ The passes, in order (each a function of its own):
                 output buffers pointed at the arena or the named buffers
   synchronise   one sync pass over the whole program: a later layer waits only for what it
                 reads or overwrites, so layers overlap where the data allows
+  reroll        repeated tiles become counted loops again (passes.loops), after that sync: the
+                kernels' own loops are expanded when they are linked, since the waits between
+                layers change the first and last tiles of each
   emit          assembly with a label per layer and the graph's description as data, assembled
 
 The binary carries what a runtime needs in its DDR buffer `nnp_graph` (UTF-8
@@ -32,7 +35,7 @@ from . import cost
 from .errors import CompileError
 from .ir import Buffer, Command, CuWait, KernelIR, Label, Note, Ref
 from .ops import Conv2d, Dense, Elementwise, Op, clip
-from .passes import alloc, emit, sync
+from .passes import alloc, emit, loops, sync
 from .roofline import bound_cycles
 
 GRAPH_BUFFER = "nnp_graph"
@@ -323,11 +326,12 @@ def link(k: int, group: Group, kir: KernelIR, storage: Storage,
     own = [buf for buf in kir.buffers if buf not in mapping]
     for buf in own:
         buf.name = f"{label}_{buf.name}"
-    for stmt in kir.body:
+    body = loops.flatten(kir.body)          # (best_schedule was asked for a flat body: a no-op)
+    for stmt in body:
         if isinstance(stmt, Command):
             _retarget(stmt, mapping)
     title = f"layer {k}: {group.name}: " + " + ".join(o.kind for o in group.ops)
-    return [Label(label), Note(title)] + [s for s in kir.body if not isinstance(s, CuWait)], own
+    return [Label(label), Note(title)] + [s for s in body if not isinstance(s, CuWait)], own
 
 
 # ----------------------------------------------------------------------------- the library
@@ -408,7 +412,7 @@ def build_network(graph, cfg: Config) -> Library:
     chosen: dict[tuple, int] = {}
     for k, g in enumerate(progress(groups, "compiling layers")):
         key = tiling_key(g.ops)
-        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key))
+        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key), reroll=False)
         stmts, own = link(k, g, kir, storage, ddr)
         body += stmts
         buffers += own
@@ -417,6 +421,7 @@ def build_network(graph, cfg: Config) -> Library:
                             list(graph.values[g.output].shape), sum(int(getattr(o, "macs", 0)) for o in g.ops),
                             int(predicted), int(bound_cycles(g.ops, cfg))))
     body, report = sync.synchronise(body, cfg.semaphores)
+    body = loops.reroll(body)
     meta = {"format": GRAPH_FORMAT,
             "inputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.inputs],
             "outputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.outputs],

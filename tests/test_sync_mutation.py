@@ -40,7 +40,8 @@ SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)   # more t
 SMALL_VU = dict(vbuf_bytes=2048)
 ONE_DMA = dict(dma_channels=1)       # every transfer in one queue: other semaphores
 MUTATIONS = {"wait removed": False, "wait and its signal removed": True}
-SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind)
+NOT_KILLS = ("in a loop", "signal not separable")      # tallies in the summary that are not kills
+SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind, "in loop" mutants counted too)
 
 
 def rand8(rng, shape) -> np.ndarray:
@@ -51,16 +52,64 @@ def requant(rng, o: int) -> dict:
     return dict(multiplier=rng.integers(2**30, 2**31, size=o), shift=rng.integers(20, 26, size=o))
 
 
+def issue_order(program, isa) -> list[int]:
+    """Instruction indices in the order the CU executes them (the compiler's loops unrolled).
+
+    A small interpreter of the CU's control flow: the registers the emitted code computes
+    (li, la, addi, xori, add, sub), counted `loop`s, branches and jumps; everything else
+    only moves to the next instruction.
+    """
+    decoded = [decode(int(word), isa) for word in program.code]
+    regs = [0] * 32
+    pc, out = 0, []
+    while pc < len(decoded):
+        out.append(pc)
+        assert len(out) < 20_000_000, "the program does not halt"
+        instr, op = decoded[pc]
+        m, nxt = instr.mnemonic, pc + 1
+        rd = op.get("rd", 0)
+        value = None
+        if m in ("li", "la"):
+            value = op["imm"]
+        elif m == "addi":
+            value = regs[op["rs1"]] + op["imm"]
+        elif m == "xori":
+            value = regs[op["rs1"]] ^ op["imm"]
+        elif m in ("add", "sub"):
+            value = regs[op["rs1"]] + (1 if m == "add" else -1) * regs[op["rs2"]]
+        elif m == "loop":
+            value = regs[rd] - 1
+            if value != 0:
+                nxt = pc + op["off"] // 8
+        elif m in ("beq", "bne", "blt", "bge"):
+            a, b = regs[op["rs1"]], regs[op["rs2"]]
+            if {"beq": a == b, "bne": a != b, "blt": a < b, "bge": a >= b}[m]:
+                nxt = pc + op["off"] // 8
+        elif m == "jal":
+            value, nxt = 8 * (pc + 1), pc + op["off"] // 8
+        elif m == "halt":
+            break
+        if value is not None and rd:
+            regs[rd] = value
+        pc = nxt
+    return out
+
+
 def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
     """(what was removed, mutant program) for every semaphore wait in the program.
 
-    With drop_signal the k-th signal of the semaphore goes too (the compiler pairs the k-th
-    signal with the k-th wait), so later waits keep their tokens and exactly one edge is lost.
+    A wait inside a loop body is removed from every iteration.  The k-th signal of a
+    semaphore meets its k-th wait, counted in the order the CU issues them (loops unrolled);
+    with drop_signal the signals that met the removed wait go too, so later waits keep their
+    tokens and only that wait's edges are lost.  That is possible when those signals are
+    whole instructions that only ever met this wait (not, say, a signal in a loop body whose
+    first token is taken by a wait before the loop): otherwise there is no such mutant.
     """
     isa = load_isa()
     decoded = [decode(int(word), isa) for word in program.code]
-    waits, signals = defaultdict(list), defaultdict(list)
-    for i, (instr, operands) in enumerate(decoded):
+    waits, signals = defaultdict(list), defaultdict(list)      # per semaphore, in issue order
+    for i in issue_order(program, isa):
+        instr, operands = decoded[i]
         sem = operands["sem"] if instr.mnemonic == "sem.wait" else operands.get("wait")
         if sem is not None:
             waits[sem].append(i)
@@ -69,13 +118,19 @@ def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
     out = []
     for sem, at in waits.items():
         assert len(signals[sem]) == len(at), f"s{sem}: {len(signals[sem])} signals for {len(at)} waits"
-        for k, i in enumerate(at):
+        for i in sorted(set(at)):
             code = program.code.copy()
             code[i] = _without(decoded[i], "wait", isa)
             what = f"{decoded[i][0].mnemonic} s{sem} at {i * 8:#x}"
+            if at.count(i) > 1:
+                what += f" (in a loop: {at.count(i)} times)"
             if drop_signal:
-                code[signals[sem][k]] = _without(decoded[signals[sem][k]], "signal", isa)
-                what += f" and its signal at {signals[sem][k] * 8:#x}"
+                met = {signals[sem][k] for k, w in enumerate(at) if w == i}
+                if any(signals[sem][k] in met and w != i for k, w in enumerate(at)):
+                    continue
+                for j in sorted(met):
+                    code[j] = _without(decoded[j], "signal", isa)
+                what += " and its signal at " + ", ".join(f"{j * 8:#x}" for j in sorted(met))
             out.append((what, dataclasses.replace(program, code=code)))
     return out
 
@@ -194,10 +249,16 @@ CASES = {
 def summary():
     """Print, after the module, every kernel and how many of its mutants were killed and how."""
     yield
-    total, killed = sum(n for _, n, _ in SUMMARY), sum(sum(how.values()) for *_, how in SUMMARY)
-    print(f"\nsynchronisation mutants: {killed} of {total} killed over {len(SUMMARY)} kernels")
+    total, killed = sum(n for _, n, _ in SUMMARY), sum(sum(v for k, v in how.items() if k not in NOT_KILLS)
+                                                       for *_, how in SUMMARY)
+    looped = sum(how["in a loop"] for *_, how in SUMMARY)
+    apart = sum(how["signal not separable"] for *_, how in SUMMARY)
+    print(f"\nsynchronisation mutants: {killed} of {total} killed over {len(SUMMARY)} kernels "
+          f"({looped} of them remove a wait in a loop body, {sum(1 for *_, how in SUMMARY if how['in a loop'])} "
+          f"kernels with such waits; {apart} waits whose signals also meet other waits have no "
+          f"signal-dropping mutant)")
     for label, n, how in SUMMARY:
-        print(f"  {sum(how.values()):4d}/{n:<4d} {dict(how)}  {label}")
+        print(f"  {sum(v for k, v in how.items() if k not in NOT_KILLS):4d}/{n:<4d} {dict(how)}  {label}")
 
 
 def kill_all(kernel, inputs, label: str) -> None:
@@ -207,7 +268,10 @@ def kill_all(kernel, inputs, label: str) -> None:
                for what, m in wait_mutants(kernel.program, drop)]
     assert mutants, f"{label}: the compiler emitted no waits to remove"
     how, survivors = Counter(), []
+    plain = sum(1 for what, _ in mutants if what.startswith("wait removed"))
+    how["signal not separable"] = 2 * plain - len(mutants)
     for what, mutant in mutants:
+        how["in a loop"] += "in a loop" in what
         try:
             run(kernel, mutant, inputs)
             survivors.append(f"{what}: ran to halt")
@@ -217,7 +281,7 @@ def kill_all(kernel, inputs, label: str) -> None:
             else:
                 survivors.append(f"{what}: {exc}")
     SUMMARY.append((label, len(mutants), how))
-    tally = f"{sum(how.values())}/{len(mutants)} killed {dict(how)}: {label}"
+    tally = f"{sum(v for k, v in how.items() if k not in NOT_KILLS)}/{len(mutants)} killed {dict(how)}: {label}"
     assert not survivors, f"{len(survivors)} mutants survive:\n" + "\n".join(survivors) + "\n" + tally
 
 
@@ -264,6 +328,57 @@ def test_every_removed_wait_is_caught_in_split_kernels(case):
         kir, _ = cand.make()
         kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
         kill_all(kernel, inputs, f"{case}: {overrides} {kir.notes[-1]}")
+
+
+def fused_big(rng):
+    (conv,), (x,) = conv_case(rng, (1, 12, 20, 18), 20, (3, 3), padding=1, x_zp=5)
+    out = conv.output.shape
+    chain = [conv, ops.relu(out, conv.zp_out), ops.add(out, zb=4, ma=2**30, mb=3 * 2**28, shift=31)]
+    return chain, [x, rand8(rng, out)]
+
+
+def planes(rng, make, shape=(1, 8, 40, 38)):
+    op = make(shape)
+    return [op], [rand8(rng, shape) for _ in op.inputs]
+
+
+# Kernels with enough tiles that the compiler emits loops: (chain builder, configurations, tilings).
+LOOP_CASES = {
+    "conv 3x3 16->24 at 24x20": (
+        lambda r: conv_case(r, (1, 16, 24, 20), 24, (3, 3), padding=1, x_zp=2), [SMALL_NU], 4),
+    "conv 1x3 stride (1,2) at 24x22 (all bias modes)": (
+        lambda r: conv_case(r, (1, 24, 24, 22), 16, (1, 3), stride=(1, 2), padding=(1, 1, 0, 2)), [SMALL_NU], 6),
+    "fused conv+relu+residual add at 20x18": (fused_big, [SMALL_NU], 6),
+    "conv depthwise 3x3 40 channels at 20x20": (
+        lambda r: conv_case(r, (1, 40, 20, 20), 40, (3, 3), groups=40, padding=1), [SMALL_NU], 2),
+    "dense 200x70 -> 40, bias": (
+        lambda r: ([ops.dense((200, 70), rand8(r, (70, 40)), r.integers(-99, 99, 40).astype(np.int32),
+                              **requant(r, 40))], [rand8(r, (200, 70))]), [SMALL_NU], 4),
+    "max_pool 3x3/2 of 8x40x38": (lambda r: planes(r, lambda s: ops.max_pool2d(s, 3, 2, 1)),
+                                  [SMALL_VU, dict(SMALL_VU, dma_channels=1)], 1),
+    "avg_pool 3x3/2 no pad count of 8x40x38": (
+        lambda r: planes(r, lambda s: ops.avg_pool2d(s, 3, 2, 1, False)), [dict(vbuf_bytes=4096, dma_channels=1)], 1),
+    "add of 8x30x31": (lambda r: planes(r, lambda s: ops.add(s, za=3, ma=2**30, mb=2**30, shift=31), (1, 8, 30, 31)),
+                       [SMALL_VU, dict(SMALL_VU, dma_channels=1)], 1),
+    "conv 3x3 40->36 at 24x20 on 2 NUs + 2 VUs": (
+        lambda r: conv_case(r, (1, 40, 24, 20), 36, (3, 3), padding=1), [dict(SMALL_NU, nu_count=2, vu_count=2)], 3),
+}
+
+
+@pytest.mark.parametrize("case", list(LOOP_CASES))
+def test_every_removed_wait_is_caught_in_looped_kernels(case):
+    """A wait in a loop body is removed from every iteration: still a race each time."""
+    build_chain, configs, max_tilings = LOOP_CASES[case]
+    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    looped = 0
+    for overrides in configs:
+        cfg = Config(**overrides).validate()
+        for cand in candidates(tuple(chain_ops), cfg)[:max_tilings]:
+            kir, _ = cand.make()
+            kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
+            kill_all(kernel, inputs, f"{case}: {overrides} {kir.notes[-1]}")
+            looped += SUMMARY[-1][2]["in a loop"]
+    assert looped, f"{case}: no wait inside a loop body"
 
 
 @st.composite

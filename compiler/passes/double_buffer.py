@@ -21,6 +21,11 @@ class Step:
     loads: list[Stmt] = field(default_factory=list)
     compute: list[Stmt] = field(default_factory=list)
     epilogue: list[Stmt] = field(default_factory=list)
+    early: list[Stmt] = field(default_factory=list)    # compute issued before the next tile's loads
+
+    def statements(self) -> list[Stmt]:
+        """Every statement of the tile, stage by stage."""
+        return self.loads + self.early + self.compute + self.epilogue
 
 
 class Slots:
@@ -54,7 +59,10 @@ class Slots:
 
 
 def pipeline(steps: list[Step]) -> list[Stmt]:
-    """Issue order loads(k+1), compute(k), epilogue(k-1): next loads lead, epilogues lag a tile.
+    """Issue order early(k), loads(k+1), compute(k), epilogue(k-1): next loads lead, epilogues lag.
+
+    early(k) is compute that may start before the next tile's loads are issued (the bias fill of
+    the accumulators: the CU often waits before those loads, for the unit that frees their slot).
 
     Loads lead so the DMA runs ahead of compute; epilogues lag so that when the
     CU has to wait for a result (a producer two queues need is waited on by
@@ -67,6 +75,7 @@ def pipeline(steps: list[Step]) -> list[Stmt]:
         return []
     out = list(steps[0].loads)
     for k, step in enumerate(steps):
+        out += step.early
         if k + 1 < len(steps):
             out += steps[k + 1].loads
         out += step.compute

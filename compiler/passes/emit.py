@@ -7,6 +7,16 @@ comment lines naming the op, tile and buffers of the block that follows;
 every command line carries its own comment.  DDR buffers go in `.data` as
 `.buffer` declarations followed by their constant bytes (`.byte`, or `.incbin`
 of a file beside the source for large weights) or `.space`.
+
+A Loop becomes a counted CU loop: `li` of the count into a register, the
+moving addresses' registers set to their first values, the body, then one
+`addi` per address family that steps (`xori` for one that alternates between
+two slots, moves for a longer rotation) and `loop rC, .loopN`.  Addresses
+that do not move stay in registers loaded before the loop; a moving address
+that differs from its family's register by a constant is made with `addi`
+where it is used.  Parameters the body sets are set in every iteration
+before their first use (at the top of the second iteration they hold what
+the first one left); those it never sets hold their values throughout.
 """
 from __future__ import annotations
 
@@ -14,7 +24,10 @@ import numpy as np
 
 from isa_spec import load_isa
 
-from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Label, Note, NuConv, Ref, Vu
+from dataclasses import dataclass
+
+from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Label, Loop, LoopRef, Note, NuConv, Ref, Vu, ref_fields
+from .loops import Family, families, family_of
 
 SCRATCH = tuple(range(1, 32))       # r1..r31 hold addresses; r0 reads 0
 BUFFER_ALIGN = 64
@@ -26,29 +39,44 @@ FLOAT_PARAMS = ("vu.fscale", "vu.fscale_b", "vu.fbias")     # hold float32 bit p
 class _Registers:
     """Which register holds which address expression (least recently used is replaced)."""
 
-    def __init__(self):
+    def __init__(self, pool=SCRATCH):
+        self.pool = tuple(pool)
         self.holds: dict[str, int] = {}
+        self.expr_of: dict[int, str] = {}
         self.order: list[int] = []
 
-    def get(self, expr: str, lines: list[str], pinned: set[int]) -> int:
-        """A register holding expr, loading it (li / la) into a free or least recently used one."""
+    def get(self, expr: str, lines: list[str], pinned: set[int], make: str | None = None) -> int:
+        """A register holding expr, loading it (li / la, or the line `make` with {reg}) into a
+        free or least recently used one."""
         if expr in self.holds:
             reg = self.holds[expr]
             self.order.remove(reg)
             self.order.append(reg)
             return reg
-        free = [r for r in SCRATCH if r not in self.holds.values()]
-        if free:
-            reg = free[0]
-        else:
+        reg = next((r for r in self.pool if r not in self.expr_of), None)
+        if reg is None:
             reg = next(r for r in self.order if r not in pinned)
             self.order.remove(reg)
-            del self.holds[next(e for e, r in self.holds.items() if r == reg)]
+            del self.holds[self.expr_of.pop(reg)]
         self.holds[expr] = reg
+        self.expr_of[reg] = expr
         self.order.append(reg)
-        op = "la" if not expr.lstrip("-").isdigit() else "li"
-        lines.append(f"        {op:<8}r{reg}, {expr}")
+        lines.append(make.format(reg=f"r{reg}") if make else _load(reg, expr))
         return reg
+
+    def forget(self, regs: set[int]) -> None:
+        """The registers in regs no longer hold what they held."""
+        for reg in regs:
+            if reg in self.expr_of:
+                del self.holds[self.expr_of.pop(reg)]
+        self.order = [r for r in self.order if r not in regs]
+
+    def claim(self, expr: str, reg: int) -> None:
+        """reg now holds expr."""
+        self.forget({reg} | ({self.holds[expr]} if expr in self.holds else set()))
+        self.holds[expr] = reg
+        self.expr_of[reg] = expr
+        self.order.append(reg)
 
 
 def _addr_expr(ref: Ref) -> str:
@@ -61,6 +89,140 @@ def _space(ref: Ref) -> str:
     return ref.buf.memory
 
 
+def _const(value: int, space: object) -> str:
+    """The assembler expression of an address value: a number on chip, `buffer + offset` in DDR."""
+    if space == "chip":
+        return str(value)
+    name = space[1]
+    return name if value == 0 else f"{name} + {value}"
+
+
+def _load(reg: int, expr: str) -> str:
+    op = "la" if not expr.lstrip("-").isdigit() else "li"
+    return f"        {op:<8}r{reg}, {expr}"
+
+
+@dataclass
+class LoopCost:
+    """CU instructions of an emitted loop: before it, per body statement, and per iteration's end."""
+
+    setup: int
+    per_stmt: list[int]
+    tail: int
+
+
+class _LoopRegisters:
+    """The registers of one loop: a counter, per family a register stepped or rotated at the
+    end of each iteration, invariant addresses pinned for the whole loop, and temporaries (an
+    address made inside an iteration, kept until the iteration's end)."""
+
+    def __init__(self, loop: Loop, outer: _Registers):
+        self.fams = families(loop.body)
+        free = list(SCRATCH)
+        self.counter = free.pop()
+        self.fam_regs: dict[Family, list[int]] = {}
+        for fam in self.fams:
+            n = _family_registers(fam)
+            self.fam_regs[fam] = [free.pop() for _ in range(n)]
+        self.spare = free.pop() if any(_period(f) > 2 for f in self.fams) else None
+        if len(free) < 4:
+            raise ValueError(f"internal: loop {loop.var} needs too many registers")
+        uses: dict[str, int] = {}
+        for stmt in loop.body:
+            if isinstance(stmt, Command):
+                for f in ref_fields(stmt):
+                    ref = getattr(stmt, f)
+                    if ref is not None and not isinstance(ref, LoopRef):
+                        uses[_addr_expr(ref)] = uses.get(_addr_expr(ref), 0) + 1
+        room = len(free) - 6          # keep some temporaries
+        self.pinned: dict[str, int] = {}
+        held = {e: r for e, r in outer.holds.items() if r in free}
+        for expr in sorted(uses, key=lambda e: (e not in held, -uses[e])):
+            if len(self.pinned) >= room:
+                break
+            if expr in held:
+                reg = held.pop(expr)
+            else:
+                reg = next((r for r in free if r not in held.values()), free[0])
+                held = {e: r for e, r in held.items() if r != reg}
+            free.remove(reg)
+            self.pinned[expr] = reg
+        self.temps = free
+        self.outer_held = {e: outer.holds[e] for e in self.pinned if outer.holds.get(e) == self.pinned[e]}
+
+    def setup_lines(self, extent: int, var: str) -> list[str]:
+        """Lines before the loop: the count, each family's first values, the pinned addresses."""
+        lines = [f"{f'        li      r{self.counter}, {extent}':<60} ; loop {var}: {extent} iterations"]
+        for fam, regs in self.fam_regs.items():
+            first = self.fams[fam][0]
+            if len(fam.shape) == 1:
+                lines.append(f"{_load(regs[0], _const(first, fam.space)):<60} ; {var} steps by {fam.shape[0]}")
+                continue
+            period, offsets, _ = fam.shape
+            if period == 2 and fam.space != "chip":
+                lines.append(_load(regs[0], _const(first, fam.space)))
+                lines.append(f"{_load(regs[1], str(offsets[1])):<60} ; {var} alternates")
+                continue
+            for k, reg in enumerate(regs):
+                lines.append(f"{_load(reg, _const(first + offsets[k], fam.space)):<60} ; {var} rotates")
+        for expr, reg in self.pinned.items():
+            if self.outer_held.get(expr) != reg:
+                lines.append(_load(reg, expr))
+        return lines
+
+    def tail_lines(self) -> list[str]:
+        """Lines at the end of each iteration that move every family to the next iteration."""
+        lines = []
+        for fam, regs in self.fam_regs.items():
+            if len(fam.shape) == 1:
+                lines.append(f"        addi    r{regs[0]}, r{regs[0]}, {fam.shape[0]}")
+                continue
+            period, offsets, _ = fam.shape
+            if period == 2 and fam.space == "chip":
+                first = self.fams[fam][0]
+                lines.append(f"        xori    r{regs[0]}, r{regs[0]}, {first ^ (first + offsets[1])}")
+            elif period == 2:
+                lines.append(f"        add     r{regs[0]}, r{regs[0]}, r{regs[1]}")
+                lines.append(f"        sub     r{regs[1]}, r0, r{regs[1]}")
+            else:
+                t = self.spare
+                lines.append(f"        addi    r{t}, r{regs[0]}, 0")
+                for a, b in zip(regs, regs[1:]):
+                    lines.append(f"        addi    r{a}, r{b}, 0")
+                lines.append(f"        addi    r{regs[-1]}, r{t}, 0")
+        return lines
+
+
+def _period(fam: Family) -> int:
+    return fam.shape[0] if len(fam.shape) == 3 else 1
+
+
+def _family_registers(fam: Family) -> int:
+    period = _period(fam)
+    return 1 if period == 1 or (period == 2 and fam.space == "chip") else period
+
+
+class _BodyRegisters:
+    """Address registers inside one iteration of a loop body (temporaries start empty)."""
+
+    def __init__(self, lr: _LoopRegisters):
+        self.lr = lr
+        self.temps = _Registers(lr.temps)
+
+    def get(self, ref: Ref, lines: list[str], pinned: set[int]) -> int:
+        if not isinstance(ref, LoopRef):
+            expr = _addr_expr(ref)
+            if expr in self.lr.pinned:
+                return self.lr.pinned[expr]
+            return self.temps.get(expr, lines, pinned)
+        fam, v0 = family_of(ref)
+        base = self.lr.fam_regs[fam][0]
+        delta = v0 - self.lr.fams[fam][0]
+        if delta == 0:
+            return base
+        return self.temps.get(f"r{base} + {delta}", lines, pinned, f"        addi    {{reg}}, r{base}, {delta}")
+
+
 class Emitter:
     """Turns statements into lines, tracking parameter and register contents."""
 
@@ -69,6 +231,80 @@ class Emitter:
         self.params = {name: isa.param_defaults.get(name, 0) for name in isa.params}
         self.regs = _Registers()
         self.lines: list[str] = []
+        self.body_regs: _BodyRegisters | None = None     # inside a loop body
+        self.loops = 0
+
+    def fork(self) -> "Emitter":
+        """A new emitter in this one's state (parameters, registers), with no lines yet."""
+        em = Emitter.__new__(Emitter)
+        em.params, em.lines, em.body_regs, em.loops = dict(self.params), [], None, self.loops
+        em.regs = _Registers(self.regs.pool)
+        em.regs.holds, em.regs.expr_of = dict(self.regs.holds), dict(self.regs.expr_of)
+        em.regs.order = list(self.regs.order)
+        return em
+
+    def statement(self, stmt) -> int:
+        """Emit one statement; returns the CU instructions it took."""
+        before = len(self.lines)
+        if isinstance(stmt, Note):
+            self.lines.append(f"        ; ---- {stmt.text}")
+            return 0
+        if isinstance(stmt, Label):
+            self.lines.append(f"{stmt.name}:")
+            return 0
+        if isinstance(stmt, CuWait):
+            self.lines.append(f"{'        sem.wait s' + str(stmt.sem):<60} ; {stmt.comment}")
+            return 1
+        if isinstance(stmt, Loop):
+            cost = self.loop(stmt)
+            return cost.setup + sum(cost.per_stmt) + cost.tail
+        self.command(stmt)
+        return len(self.lines) - before
+
+    def loop(self, lp: Loop) -> LoopCost:
+        """Emit a Loop as a counted CU loop; returns its instruction counts."""
+        if self.body_regs is not None:
+            raise ValueError("internal: nested loops are not emitted")
+        lr = _LoopRegisters(lp, self.regs)
+        # parameters the body sets are unknown at the top of an iteration (the first iteration
+        # starts from what came before, the next ones from what the body left)
+        unknown: set[str] = set()
+        while True:
+            trial = self._body(lp, lr, {**self.params, **{p: None for p in unknown}})
+            if trial[2] <= unknown:
+                break
+            unknown |= trial[2]
+        lines, params, _, per_stmt = trial
+        name = f".loop{self.loops}"
+        self.loops += 1
+        setup = lr.setup_lines(lp.extent, lp.var)
+        tail = lr.tail_lines()
+        moving = sorted({getattr(s, f).describe() for s in lp.body if isinstance(s, Command)
+                         for f in ref_fields(s) if isinstance(getattr(s, f), LoopRef)})
+        where = ", ".join(moving[:8]) + (f" and {len(moving) - 8} more" if len(moving) > 8 else "")
+        self.lines.append(f"        ; ---- loop {lp.var} = 0 .. {lp.extent - 1}: {where}")
+        self.lines += setup + [f"{name}:"] + lines + tail
+        self.lines.append(f"{f'        loop    r{lr.counter}, {name}':<60} ; next {lp.var}")
+        self.params = params
+        used = {lr.counter, *lr.temps, *(r for regs in lr.fam_regs.values() for r in regs)}
+        used |= {lr.spare} if lr.spare is not None else set()
+        self.regs.forget(used)
+        for expr, reg in lr.pinned.items():
+            self.regs.claim(expr, reg)
+        return LoopCost(sum(1 for line in setup if not line.lstrip().startswith(";")), per_stmt,
+                        len(tail) + 1)
+
+    def _body(self, lp: Loop, lr: _LoopRegisters, params: dict):
+        """(lines, parameters after, parameters set, instructions per statement) of one iteration."""
+        saved = self.lines, self.params, self.body_regs
+        self.lines, self.params, self.body_regs = [], dict(params), _BodyRegisters(lr)
+        try:
+            per_stmt = [self.statement(stmt) for stmt in lp.body]
+            changed = {p for p, v in self.params.items() if v != params[p] or v is None}
+            setp = {line.split()[1].rstrip(",") for line in self.lines if line.lstrip().startswith("setp")}
+            return self.lines, self.params, (changed | setp), per_stmt
+        finally:
+            self.lines, self.params, self.body_regs = saved
 
     def setp(self, name: str, value: int) -> None:
         """Set a parameter register unless it already holds value."""
@@ -89,7 +325,10 @@ class Emitter:
             if ref is None:
                 out.append(0)
                 continue
-            reg = self.regs.get(_addr_expr(ref), self.lines, pinned)
+            if self.body_regs is not None:
+                reg = self.body_regs.get(ref, self.lines, pinned)
+            else:
+                reg = self.regs.get(_addr_expr(ref), self.lines, pinned)
             pinned.add(reg)
             out.append(reg)
         return out
@@ -199,14 +438,7 @@ def emit(kir: KernelIR, header: list[str] | None = None, threshold: int = INCBIN
     em.lines += [""] + [f"        .target {key}, {value}" for key, value in (target or {}).items()]
     em.lines += ["", "        .text", "main:"]
     for stmt in kir.body:
-        if isinstance(stmt, Note):
-            em.lines.append(f"        ; ---- {stmt.text}")
-        elif isinstance(stmt, Label):
-            em.lines.append(f"{stmt.name}:")
-        elif isinstance(stmt, CuWait):
-            em.lines.append(f"{'        sem.wait s' + str(stmt.sem):<60} ; {stmt.comment}")
-        else:
-            em.command(stmt)
+        em.statement(stmt)
     em.lines.append("        halt")
     em.lines += ["", "        .data"]
     for buf in kir.buffers:

@@ -78,6 +78,7 @@ class SplitLowering:
             for steps in lists:
                 if k < len(steps):
                     merged.loads += steps[k].loads
+                    merged.early += steps[k].early
                     merged.compute += steps[k].compute
                     merged.epilogue += steps[k].epilogue
             out.append(merged)
