@@ -18,7 +18,7 @@ from .passes import alloc, emit, fusion, loops, sync
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
-NEAR = 0.002    # finalists predicted within this fraction of the fastest count as fast: the shortest program wins
+NEAR = 0.01     # finalists predicted within 1% of the fastest count as fast: the shortest program wins
 
 
 @dataclass
