@@ -113,7 +113,7 @@ def _rate(c: Dma, cfg: Config) -> int:
 
 
 def pipeline_cycles(steps, cfg: Config) -> int:
-    """Predicted cycles of a double-buffered pipeline of Steps (passes.double_buffer)."""
+    """Predicted cycles of a double-buffered pipeline of Steps (lowering.double_buffer)."""
     if not steps:
         return 0
     total = 0.0

@@ -14,7 +14,8 @@ from . import cost
 from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
-from .passes import alloc, emit, fusion, loops, sync
+from .lowering import fusion
+from .passes import alloc, emit, loops, sync
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule

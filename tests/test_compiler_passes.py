@@ -9,12 +9,12 @@ import nnpasm
 from compiler import ops
 from compiler.errors import CompileError
 from compiler.ir import Buffer, Dma, KernelIR, Ref, Vu
-from compiler.lower_nu import buffer_needs, plan
+from compiler.lowering.nu import buffer_needs, plan
 from compiler.passes import alloc, emit
 from compiler.passes.alloc import capacities
-from compiler.passes.fusion import compose_clamp
-from compiler.passes.layout import conv_view, nu_weights, weight_spec
-from compiler.passes.tiling import conv_candidates
+from compiler.lowering.fusion import compose_clamp
+from compiler.lowering.layout import conv_view, nu_weights, weight_spec
+from compiler.lowering.tiling import conv_candidates
 from isa_spec.layout import from_stored, to_stored
 from nnpsim.config import Config
 from tests import reference as ref
@@ -182,8 +182,8 @@ def _conflict(a, b) -> bool:
 @given(st.integers(0, 2**32 - 1), st.sampled_from(["conv", "dense", "pool", "add", "rq"]))
 def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     from compiler.ir import Command
-    from compiler.passes.double_buffer import pipeline
-    from compiler.passes.fusion import lower_chain
+    from compiler.lowering.double_buffer import pipeline
+    from compiler.lowering.fusion import lower_chain
     rng = np.random.default_rng(seed)
     if kind == "conv":
         c, o = int(rng.integers(1, 70)), int(rng.integers(1, 70))
@@ -211,7 +211,7 @@ def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
 @settings(max_examples=200, deadline=None)
 @given(st.integers(-20, 20), st.integers(1, 4), st.integers(1, 10), st.integers(1, 12))
 def test_strided_halo(start, step, n, size):
-    from compiler.lower_nu import _strided_halo
+    from compiler.lowering.nu import _strided_halo
     first, plo, phi = _strided_halo(start, step, n, size)
     real = [start + q * step for q in range(n) if 0 <= start + q * step < size]
     assert plo + len(real) + phi == n
@@ -224,7 +224,7 @@ def test_strided_halo(start, step, n, size):
 @given(st.integers(-128, 127), st.lists(st.integers(-483_000, 483_000), min_size=1, max_size=70),
        st.sampled_from([(32, 32), (8, 16), (3, 4)]))
 def test_bias_blocks_reproduce_the_bias_on_the_nu(x_zp, bias, array):
-    from compiler.passes.layout import bias_blocks
+    from compiler.lowering.layout import bias_blocks
     rows, cols = array
     bias = np.array(bias)
     n_ob = -(-len(bias) // cols)
@@ -239,6 +239,6 @@ def test_bias_blocks_reproduce_the_bias_on_the_nu(x_zp, bias, array):
 
 
 def test_bias_blocks_refuse_what_they_cannot_hold():
-    from compiler.passes.layout import bias_blocks
+    from compiler.lowering.layout import bias_blocks
     assert bias_blocks(np.array([2**30]), 0, 1, 32, 32) is None
     assert bias_blocks(np.array([5]), 0, 1, 2, 32) is None

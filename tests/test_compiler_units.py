@@ -1,4 +1,4 @@
-"""Kernels spread over several NUs and VUs (compiler.passes.units), race-checked, against numpy."""
+"""Kernels spread over several NUs and VUs (compiler.lowering.units), race-checked, against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,8 @@ from compiler import ops
 from compiler.ir import Buffer, Dma, KernelIR, Ref
 from compiler.kernel import build, candidates, finish, schedule
 from compiler.passes import alloc
-from compiler.passes.double_buffer import Step
-from compiler.passes.units import SplitLowering, parts, shared_capacity
+from compiler.lowering.double_buffer import Step
+from compiler.lowering.units import SplitLowering, parts, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
 from tests.test_compiler_kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds

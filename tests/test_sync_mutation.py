@@ -297,7 +297,7 @@ def test_every_removed_wait_is_caught(case):
             kill_all(kernel, inputs, f"{case}: {overrides or 'default config'} {kir.notes[-1]}")
 
 
-# Kernels spread over several units (compiler.passes.units): only their split candidates.
+# Kernels spread over several units (compiler.lowering.units): only their split candidates.
 SPLIT_CASES = {
     "conv 3x3 40->36 asym pad, bias, on 2 NUs + 2 VUs": (
         lambda r: conv_case(r, (1, 40, 9, 9), 36, (3, 3), stride=(2, 1), padding=(1, 0, 1, 2), x_zp=3),

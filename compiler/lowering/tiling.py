@@ -13,9 +13,9 @@ from dataclasses import replace
 from nnpsim.config import Config
 
 from ..errors import CompileError
-from ..lower_nu import ConvTiling, NuPlan, buffer_needs, fits
+from ..passes.alloc import capacities
 from .layout import bias_blocks
-from .alloc import capacities
+from .nu import ConvTiling, NuPlan, buffer_needs, fits
 
 
 # NU passes per output pixel and block at or below which the bias broadcast (two ABUF port cycles

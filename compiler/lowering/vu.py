@@ -12,13 +12,13 @@ import numpy as np
 
 from nnpsim.config import Config
 
-from .errors import CompileError
-from .ir import Buffer, Dma, Note, Ref, Vu
-from .ops import Elementwise, Pool2d
-from .passes.double_buffer import Slots, Step
-from .passes.units import Part
-from .quant import f32_bits, f32_table
-from .semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from ..errors import CompileError
+from ..ir import Buffer, Dma, Note, Ref, Vu
+from ..ops import Elementwise, Pool2d
+from ..quant import f32_bits, f32_table
+from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from .double_buffer import Slots, Step
+from .units import Part
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
 MIN_TILES = 4      # split work at least this far, so loads, compute and stores overlap

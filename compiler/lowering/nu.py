@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from nnpsim.config import Config
 
-from .ir import Buffer, Dma, NuConv, Note, Ref, Vu
-from .passes.double_buffer import Slots, Step
-from .passes.units import Part
-from .passes.layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
+from ..ir import Buffer, Dma, NuConv, Note, Ref, Vu
+from ..quant import f32_bits
+from .double_buffer import Slots, Step
+from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
-from .quant import f32_bits
+from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap

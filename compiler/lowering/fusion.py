@@ -21,15 +21,15 @@ from nnpsim.config import Config
 from .. import cost
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
-from ..lower_nu import NuLowering, Residual, plan
-from ..lower_vu import ElementwiseLowering, PoolLowering
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
 from .double_buffer import Step, pipeline
 from .layout import conv_view
+from .nu import NuLowering, Residual, plan
 from .tiling import MIN_TILES, conv_candidates, tile_count
 from .units import SplitLowering, parts, shared_capacity
+from .vu import ElementwiseLowering, PoolLowering
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
