@@ -21,6 +21,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from . import ops as _ops
+from . import semantics as _sem
 from .errors import CompileError
 from .ops import Op, Tensor
 
@@ -83,18 +84,15 @@ class QuantParams:
         axis = self.axis % ndim
         return a.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
 
-    def quantize(self, x: np.ndarray, dtype: str = "int8") -> np.ndarray:
-        """ONNX QuantizeLinear: saturate(round_half_even(x / scale) + zero_point), in float32."""
-        x = np.asarray(x, dtype=np.float32)
-        q = np.rint(x / self._along(self.scale, x.ndim)) + self._along(self.zero_point, x.ndim)
-        info = np.iinfo(dtype)
-        return np.clip(q, info.min, info.max).astype(dtype)
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """ONNX QuantizeLinear to int8, as onnxruntime computes it (compiler.semantics.quantize_f32)."""
+        x = np.asarray(x)
+        return _sem.quantize_f32(x, self._along(self.scale, x.ndim), self._along(self.zero_point, x.ndim))
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        """ONNX DequantizeLinear: (q - zero_point) * scale, in float32."""
+        """ONNX DequantizeLinear, as onnxruntime computes it (compiler.semantics.dequantize_f32)."""
         q = np.asarray(q)
-        d = (q.astype(np.int64) - self._along(self.zero_point, q.ndim)).astype(np.float32)
-        return d * self._along(self.scale, q.ndim)
+        return _sem.dequantize_f32(q, self._along(self.scale, q.ndim), self._along(self.zero_point, q.ndim))
 
     def __str__(self) -> str:
         if not self.per_channel:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import semantics as sem
 from .errors import CompileError
 from .network import Library
 
@@ -26,16 +27,17 @@ LAYER_TRACK = 10_000      # tid of the layer track in the trace, above every uni
 
 
 def quantize(x: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
-    """float32 -> int8 as onnxruntime's QuantizeLinear: round(x / scale) half to even, + zp, saturate."""
-    s, z = _broadcast(scale, np.float32, x.ndim, axis), _broadcast(zero_point, np.int32, x.ndim, axis)
-    q = np.rint(np.asarray(x, np.float32) / s).astype(np.float32)
-    return np.clip(q + z, -128, 127).astype(np.int8)
+    """float32 -> int8 as onnxruntime's QuantizeLinear (compiler.semantics.quantize_f32), per tensor or axis."""
+    x = np.asarray(x)
+    return sem.quantize_f32(x, _broadcast(scale, np.float32, x.ndim, axis),
+                            _broadcast(zero_point, np.int64, x.ndim, axis))
 
 
 def dequantize(q: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
-    """int8 -> float32 as onnxruntime's DequantizeLinear: (q - zp) * scale."""
-    s, z = _broadcast(scale, np.float32, q.ndim, axis), _broadcast(zero_point, np.int32, q.ndim, axis)
-    return ((q.astype(np.int32) - z).astype(np.float32) * s).astype(np.float32)
+    """int8 -> float32 as onnxruntime's DequantizeLinear (compiler.semantics.dequantize_f32)."""
+    q = np.asarray(q)
+    return sem.dequantize_f32(q, _broadcast(scale, np.float32, q.ndim, axis),
+                              _broadcast(zero_point, np.int64, q.ndim, axis))
 
 
 def _broadcast(v, dtype, ndim: int, axis: int | None) -> np.ndarray:

@@ -46,9 +46,8 @@ def run_warnings(log: RunLog, program=None) -> list[str]:
         mnemonic = isa.instructions[index].mnemonic
         rows = np.flatnonzero(ops == index)
         for rule in rules.get(mnemonic, ()):
-            hit = _hits(rule, rows, unset, params)
-            for pc in np.unique(pcs[hit]).tolist():
-                n = int((pcs[hit] == pc).sum())
+            spoiled, counts = np.unique(pcs[_hits(rule, rows, unset, params)], return_counts=True)
+            for pc, n in zip(spoiled.tolist(), counts.tolist()):
                 where = source_of(program, pc)
                 at = f"pc {pc:#x}" + (f" ({where})" if where else "")
                 found.append((pc, f"{at}: {message(mnemonic, rule)} [{n:,} command{'s' if n > 1 else ''}]"))
