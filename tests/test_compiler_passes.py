@@ -11,7 +11,7 @@ from compiler.errors import CompileError
 from compiler.ir import Buffer, Dma, KernelIR, Ref, Vu
 from compiler.lowering.nu import buffer_needs, plan
 from compiler.passes import alloc, emit
-from compiler.passes.alloc import capacities
+from compiler.sizes import capacities
 from compiler.lowering.fusion import compose_clamp
 from compiler.lowering.layout import conv_view, nu_weights, weight_spec
 from compiler.lowering.tiling import conv_candidates

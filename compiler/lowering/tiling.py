@@ -13,7 +13,7 @@ from dataclasses import replace
 from nnpsim.config import Config
 
 from ..errors import CompileError
-from ..passes.alloc import capacities
+from ..sizes import capacities
 from .layout import bias_blocks
 from .nu import ConvTiling, NuPlan, buffer_needs, fits
 

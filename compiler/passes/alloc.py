@@ -12,12 +12,7 @@ from nnpsim.config import Config
 
 from ..errors import CompileError
 from ..ir import ON_CHIP, Buffer, Command, KernelIR
-
-
-def capacities(config: Config) -> dict[str, int]:
-    """Bytes of each on-chip memory (every unit's local buffers have the same size)."""
-    return {"dm": config.dm_bytes, "ibuf": config.ibuf_bytes, "wbuf": config.wbuf_bytes,
-            "abuf": config.abuf_bytes, "vbuf": config.vbuf_bytes}
+from ..sizes import capacities
 
 
 def lifetimes(kir: KernelIR) -> dict[Buffer, tuple[int, int]]:
