@@ -11,7 +11,8 @@ from .network import Library, load
 from .onnx_import import from_onnx
 from .quant import quantize_multiplier, quantize_multipliers
 from .runtime import GraphModule
+from .schedule import Schedule
 
-__all__ = ["CompileError", "Graph", "GraphModule", "Kernel", "Library", "QuantParams", "build", "from_onnx", "load",
+__all__ = ["CompileError", "Graph", "GraphModule", "Kernel", "Library", "QuantParams", "Schedule", "build", "from_onnx", "load",
            "ops", "quantize_multiplier",
            "quantize_multipliers"]

@@ -1,4 +1,4 @@
-"""build(): ops to a Kernel that runs on the simulator; the pass pipeline in one place."""
+"""build(): ops to a Kernel that runs on the simulator; the pipeline in one place, step by step."""
 from __future__ import annotations
 
 import tempfile
@@ -14,8 +14,10 @@ from . import cost
 from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
+from . import schedule as sched_mod
 from .lowering import fusion
 from .passes import alloc, emit, loops, sync
+from .schedule import Schedule
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
@@ -36,6 +38,7 @@ class Kernel:
     files: dict[str, bytes]
     check_races: bool = False
     stats: object = None
+    schedule: Schedule | None = None     # the decisions it was built with (str(): a replayable trace)
 
     @property
     def roofline_cycles(self) -> int:
@@ -90,86 +93,141 @@ def _check_ops(ops) -> tuple[Op, ...]:
     return tuple(ops)
 
 
-def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
-    """Allocate, synchronise and (unless reroll is False) roll kir's repeated tiles into loops,
-    in place; (predicted cycles, usage, sync report)."""
+def fold_channels(kir: KernelIR, cfg: Config) -> None:
+    """Put the lowerings' logical DMA channels (four per unit part) onto the configured ones."""
     for cmd in kir.commands():
         if isinstance(cmd, Dma):
-            cmd.chan %= cfg.dma_channels       # lowerings use four logical channels
+            cmd.chan %= cfg.dma_channels
+
+
+def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True):
+    """Semaphores for every conflict, then (unless reroll is False) repeated tiles rolled into loops:
+    (body, sync report)."""
+    body, report = sync.synchronise(kir.body, cfg.semaphores)
+    return (loops.reroll(body) if reroll else body), report
+
+
+def lowered(sched: Schedule, cfg: Config) -> KernelIR:
+    """A schedule lowered and pipelined: the KernelIR before the passes."""
+    kir, steps = fusion.lower(sched, cfg)
+    kir.body = fusion.pipelined(steps)
+    return kir
+
+
+def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
+    """Fold channels, allocate, synchronise and (unless reroll is False) roll kir's repeated tiles
+    into loops, in place; (predicted cycles, usage, sync report)."""
+    fold_channels(kir, cfg)
     usage = alloc.allocate(kir, cfg)
-    kir.body, report = sync.synchronise(kir.body, cfg.semaphores)
-    if reroll:
-        kir.body = loops.reroll(kir.body)
+    kir.body, report = synchronise(kir, cfg, reroll)
     return cost.schedule_cycles(kir.body, cfg), usage, report
 
 
-def candidates(ops: tuple[Op, ...], cfg: Config) -> list[fusion.Candidate]:
-    """Every lowering of the chain, best first by the quick estimate (build one with .make())."""
-    return sorted(fusion.lower_chain(_check_ops(ops), cfg), key=lambda c: c.estimate)
+def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
+    """Every schedule the search considers for the chain, best first by the quick estimate."""
+    found = sched_mod.candidates(_check_ops(ops), cfg)
+    return sorted(found, key=lambda s: _estimate(s, cfg)) if len(found) > 1 else found
+
+
+def _estimate(s: Schedule, cfg: Config) -> float:
+    if not hasattr(s, "_estimate"):
+        s._estimate = sched_mod.estimate(s, cfg)
+    return s._estimate
+
+
+def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments: list | None = None):
+    """The chain's best schedule: (schedule, its scheduled flat KernelIR, (predicted, usage, report), k).
+
+    The FINALISTS best by the quick estimate are lowered, allocated, synchronised and priced
+    flat; among those within NEAR of the fastest the shortest program wins.  k is the
+    winner's position among the chain's candidates; given back as `choice` for a chain of the
+    same shapes, only that candidate is built (a network's repeated layers).
+    """
+    found = sched_mod.candidates(_check_ops(ops), cfg, segments)
+    if choice is not None and 0 <= choice < len(found):
+        order = [choice]
+    elif len(found) > 1:
+        order = sorted(range(len(found)), key=lambda k: _estimate(found[k], cfg))[:FINALISTS]
+    else:
+        order = [0]
+    why, priced_all = "", []
+    for k in order:
+        try:
+            kir = lowered(found[k], cfg)
+            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False), k))
+        except CompileError as exc:
+            why = str(exc)
+    if not priced_all:
+        if choice is not None:
+            return search(ops, cfg, segments=segments)
+        raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    fastest = min(p[2][0] for p in priced_all)
+    near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
+    return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
 
 
 def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):
     """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
 
-    The finalists are priced flat; among those within NEAR of the fastest the shortest program
-    wins, and (unless reroll is False: a network rerolls its whole program instead) its tiles
-    are rolled into loops and it is priced again.  k is the winner's position among the
-    chain's candidates; given it back as `choice` for a chain of the same shapes, only that
-    candidate is built (a network's repeated layers).
+    Unless reroll is False (a network rerolls its whole program instead) the winner's tiles
+    are rolled into loops and it is priced again.
     """
-    found = list(fusion.lower_chain(_check_ops(ops), cfg))
-    if choice is not None and 0 <= choice < len(found):
-        order = [choice]
-    else:
-        order = sorted(range(len(found)), key=lambda k: found[k].estimate)[:FINALISTS]
-    why, priced_all = "", []
-    for k in order:
-        kir, _ = found[k].make()
-        try:
-            priced_all.append((kir, schedule(kir, cfg, reroll=False), k))
-        except CompileError as exc:
-            why = str(exc)
-    best = None
-    if priced_all:
-        fastest = min(p[1][0] for p in priced_all)
-        near = [p for p in priced_all if p[1][0] <= fastest * (1 + NEAR)]
-        best = min(near, key=lambda p: (cost.instructions(p[0].body), p[1][0])) if len(near) > 1 else near[0]
-    if best is None:
-        if choice is not None:
-            return best_schedule(ops, cfg, reroll=reroll)
-        raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    _, kir, (predicted, usage, report), k = search(ops, cfg, choice)
     if reroll:
-        kir, (_, usage, report), k = best
         kir.body = loops.reroll(kir.body)
-        best = (kir, (cost.schedule_cycles(kir.body, cfg), usage, report), k)
-    return best
+        predicted = cost.schedule_cycles(kir.body, cfg)
+    return kir, (predicted, usage, report), k
 
 
-def build(op, *more_ops: Op, config: Config | None = None):
+def given(s: Schedule, ops: tuple[Op, ...], cfg: Config, segments: list) -> Schedule:
+    """A schedule passed to build(), replayed on these ops and this configuration (which checks it)."""
+    if not isinstance(s, Schedule):
+        raise CompileError(f"schedule= takes a compiler.Schedule (Schedule.from_trace reads its text), "
+                           f"not {type(s).__name__}")
+    s = s.replay(*ops, config=cfg, segments=segments)
+    s.check()
+    return s
+
+
+def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | None = None):
     """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
 
-    Given a compiler.Graph instead, compile the whole network into one program (a
-    compiler.network.Library).
+    With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
+    instead of searching.  Given a compiler.Graph instead, compile the whole network into one
+    program (a compiler.network.Library).
     """
     cfg = (config or Config()).validate()
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
-        if more_ops:
+        if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")
         from .network import build_network
         return build_network(op, cfg)
     ops = _check_ops((op,) + more_ops)
-    kir, priced, _ = best_schedule(ops, cfg)
-    return finish(ops, kir, cfg, *priced)
+    segs = fusion.segments(ops)                             # 1. segments: kernels of an NU op and its epilogue, or a VU op
+    sched = search(ops, cfg, segments=segs)[0] if schedule is None else given(schedule, ops, cfg, segs)  # 2. schedule search
+    kir, steps = fusion.lower(sched, cfg)                   # 3. lowering: each kernel's tiles as Steps
+    kir.body = fusion.pipelined(steps)                      # 4. pipelining: tile k+1's loads before tile k's compute
+    fold_channels(kir, cfg)                                 # 5. channel folding: logical DMA channels onto the machine's
+    usage = alloc.allocate(kir, cfg)                        # 6. allocation: on-chip addresses by lifetime
+    kir.body, report = synchronise(kir, cfg)                # 7. synchronisation: semaphores, then tiles rolled into loops
+    predicted = cost.schedule_cycles(kir.body, cfg)         # 8. pricing: the cost model replays the schedule
+    asm, files = emit_kernel(ops, kir, usage, report, predicted, cfg)   # 9. emission: assembly text and weight files
+    program = assemble(asm, files, f"{kir.name}.s")         # 10. assembly: nnpasm makes the Program
+    return Kernel(ops, kir, asm, program, cfg, predicted, usage, files, schedule=sched)
 
 
-def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usage, report) -> Kernel:
-    """Emit and assemble a scheduled KernelIR into a Kernel."""
+def emit_kernel(ops: tuple[Op, ...], kir: KernelIR, usage, report, predicted: int, cfg: Config):
+    """(assembly text, .incbin files) of a scheduled KernelIR, with its header of notes."""
     header = [f"kernel {kir.name}: " + " -> ".join(repr(o) for o in ops)] + kir.notes + [
         "on-chip bytes used: " + ", ".join(f"{k} {v}" for k, v in usage.items()),
         f"sync: {report.waits} command waits, {report.cu_waits} CU waits, "
         f"{len(report.semaphores)} semaphores", f"predicted cycles: {predicted}"]
-    asm = emit.emit(kir, header, target=shape_target(cfg))
-    files = emit.constant_files(kir)
+    return emit.emit(kir, header, target=shape_target(cfg)), emit.constant_files(kir)
+
+
+def finish(ops: tuple[Op, ...], kir: KernelIR, cfg: Config, predicted: int, usage, report) -> Kernel:
+    """Emit and assemble a scheduled KernelIR into a Kernel."""
+    asm, files = emit_kernel(ops, kir, usage, report, predicted, cfg)
     return Kernel(ops, kir, asm, assemble(asm, files, f"{kir.name}.s"), cfg, predicted, usage, files)
 
 

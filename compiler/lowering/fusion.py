@@ -12,9 +12,7 @@ goes through a DDR scratch buffer.
 """
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from nnpsim.config import Config
 
@@ -25,10 +23,8 @@ from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
 from .double_buffer import Step, pipeline
-from .layout import conv_view
-from .nu import NuLowering, Residual, plan
-from .tiling import MIN_TILES, conv_candidates, tile_count
-from .units import SplitLowering, parts, shared_capacity
+from .nu import ConvTiling, NuLowering, NuPlan, Residual
+from .units import SplitLowering, parts
 from .vu import ElementwiseLowering, PoolLowering
 
 
@@ -115,57 +111,107 @@ class _Names:
         return buf
 
 
-def _nu_lowerings(seg, x: Buffer, y: Buffer, names: _Names, cfg: Config, name: str):
-    """(factory of a fresh lowering, note) for every tiling candidate of an NU segment.
+@dataclass
+class NuChoice:
+    """What a schedule decided for a conv2d / dense kernel (compiler.schedule builds it).
 
-    With several NUs, also every tiling of the op split over all of them, by spatial tiles
-    and (when there are enough output block groups) by output channels.
+    plan: the op's NuPlan (weights stored by the schedule's layout); tiling: tile sizes, weights
+    resident or streamed, bias mode; split: "spatial" or "channel" tiles dealt over `units` NUs
+    (None: one NU); roles and depths: the names and slots of its buffers (nu.ROLES, nu.DEPTHS).
     """
-    nu_op, residual, add_op = fuse_nu_chain(seg)
-    p = plan(conv_view(nu_op, cfg.nu_rows), cfg)
-    res_buf = names.extra(add_op.inputs[1]) if residual is not None else None
 
-    def note(t, spread: str = "") -> str:
-        return (f"{name} {' + '.join(o.kind for o in seg)}: tiling {t.th} rows x {t.tw} cols x {t.obt} output "
-                f"blocks, {t.cbt} input blocks per NU chunk, weights {'resident' if t.resident else 'streamed'}"
-                + {"fill": "", "requant": ", bias added by the requantiser",
-                   "nu": ", bias by a NU pass"}[t.bias if nu_op.bias is not None else "fill"]
-                + (", residual add fused in VBUF before the store" if residual is not None else "") + spread)
-
-    for t in conv_candidates(p, cfg, residual is not None):
-        yield (lambda t=t: NuLowering(p, t, x, y, name, residual, res_buf)), note(t)
-    k = cfg.nu_count
-    if k == 1:
-        return
-    for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual is not None, MIN_TILES * k):
-        ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
-        for by in (by for by, n in ways.items() if n >= k):      # every part gets work
-            def make(t=t, by=by):
-                first, *rest = parts(by, k, cfg)
-                low = NuLowering(p, t, x, y, name, residual, res_buf, first)
-                return SplitLowering([low] + [NuLowering(p, t, x, y, name, residual, res_buf, pt, low)
-                                              for pt in rest])
-            yield make, note(t, f", split by {by} tiles over {k} NUs")
-
-
-def estimate(make, cfg: Config) -> float:
-    """Quick cycles of a lowering: the per-tile model on its first tiles, scaled to all of them."""
-    low = make()
-    steps = low.steps(limit=ESTIMATE_TILES)
-    return cost.pipeline_cycles(steps, cfg) * low.n_tiles() / max(1, len(steps) - 1)
+    plan: NuPlan
+    tiling: ConvTiling
+    residual: Residual | None = None
+    split: str | None = None
+    units: int = 1
+    roles: dict[str, str] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
-class Candidate:
-    """One way to lower a chain: how to price it quickly, and how to build its KernelIR and Steps."""
+class VuChoice:
+    """What a schedule decided for a pooling / elementwise kernel: its tile (an elementwise op's
+    element budget, a pool's (channels, output rows)), the VUs its tiles are dealt over, its
+    buffers' names and slots."""
 
-    price: Callable[[], float]
-    make: Callable[[], tuple[KernelIR, list[Step]]]
+    tile: int | tuple[int, int] | None = None
+    units: int = 1
+    roles: dict[str, str] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)
 
-    @functools.cached_property
-    def estimate(self) -> float:
-        """The quick estimate of its cycles (computed once, on first use)."""
-        return self.price()
+
+@dataclass
+class Site:
+    """Where one kernel of a chain reads and writes: its ops, name, inputs, output, residual input."""
+
+    seg: tuple[Op, ...]
+    name: str
+    ins: list[Buffer]
+    out: Buffer
+    res_buf: Buffer | None = None
+    where: str = ""          # where its output lives, when it is an intermediate
+
+
+def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], Buffer, list[Buffer]]:
+    """Each kernel's Site, the chain's input buffers, its output and the intermediates between kernels."""
+    segs = segments(ops)
+    names = _Names(ops[0])
+    y = _io_buffer("y", ops[-1].output)
+    out_sites, mids = [], []
+    x = names.inputs[0]
+    for k, seg in enumerate(segs):
+        where = ""
+        if k + 1 < len(segs):
+            out, where = _intermediate(k + 1, seg[-1].output, cfg)
+            mids.append(out)
+        else:
+            out = y
+        if isinstance(seg[0], (Conv2d, Dense)):
+            _, residual, add_op = fuse_nu_chain(seg)
+            res = names.extra(add_op.inputs[1]) if residual is not None else None
+            out_sites.append(Site(seg, f"L{k}", [x], out, res, where))
+        else:
+            ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
+                         if getattr(seg[0], "binary", False) else [])
+            out_sites.append(Site(seg, f"L{k}", ins, out, None, where))
+        x = out
+    return out_sites, names.inputs, y, mids
+
+
+def nu_note(site: Site, c: NuChoice) -> str:
+    """The kernel header's line about an NU kernel's tiling."""
+    t, v = c.tiling, c.plan.view
+    spread = f", split by {c.split} tiles over {c.units} NUs" if c.split else ""
+    return (f"{site.name} {' + '.join(o.kind for o in site.seg)}: tiling {t.th} rows x {t.tw} cols x {t.obt} output "
+            f"blocks, {t.cbt} input blocks per NU chunk, weights {'resident' if t.resident else 'streamed'}"
+            + {"fill": "", "requant": ", bias added by the requantiser",
+               "nu": ", bias by a NU pass"}[t.bias if v.bias is not None else "fill"]
+            + (", residual add fused in VBUF before the store" if c.residual is not None else "") + spread)
+
+
+def nu_lowering(site: Site, c: NuChoice, cfg: Config):
+    """The lowering of an NU kernel as chosen (its parts side by side when split over NUs)."""
+    args = (c.plan, c.tiling, site.ins[0], site.out, site.name, c.residual, site.res_buf)
+    kw = dict(roles=c.roles, depths=c.depths)
+    if c.split is None:
+        return NuLowering(*args, **kw)
+    first, *rest = parts(c.split, c.units, cfg)
+    low = NuLowering(*args, first, **kw)
+    return SplitLowering([low] + [NuLowering(*args, pt, low, **kw) for pt in rest])
+
+
+def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config):
+    """(lowering, note) of one kernel of a chain, as its choice says."""
+    if isinstance(c, NuChoice):
+        return nu_lowering(site, c, cfg), nu_note(site, c)
+    return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c)
+
+
+def estimate(low, cfg: Config) -> float:
+    """Quick cycles of a lowering: the per-tile model on its first tiles, scaled to all of them."""
+    steps = low.steps(limit=ESTIMATE_TILES)
+    return cost.pipeline_cycles(steps, cfg) * low.n_tiles() / max(1, len(steps) - 1)
 
 
 def fold_clamps(seg: tuple[Op, ...]) -> Op:
@@ -177,13 +223,14 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
     return op
 
 
-def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
-    """The lowering of a VU op, its tiles dealt round robin over every VU, and its note."""
+def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice):
+    """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note."""
     lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering
     args = (ins[0],) if isinstance(op, Pool2d) else (ins,)
     lows = []
-    for part in parts("tile", cfg.vu_count, cfg) if cfg.vu_count > 1 else [None]:
-        lows.append(lowering(op, *args, y, cfg, name, part=part, shared=lows[0] if lows else None))
+    for part in parts("tile", c.units, cfg) if c.units > 1 else [None]:
+        lows.append(lowering(op, *args, y, cfg, name, c.tile, part=part, shared=lows[0] if lows else None,
+                             roles=c.roles, depths=c.depths))
     low, split = lows[0], SplitLowering(lows)
     spread = f", tiles dealt over {len(split.parts)} VUs" if len(split.parts) > 1 else ""
     if isinstance(op, Pool2d):
@@ -191,6 +238,15 @@ def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
     else:
         note = f"{name} {op.kind}: tiling up to {low.budget} elements per tile{spread}"
     return (split if len(split.parts) > 1 else low), note
+
+
+def vu_tile(op: Op, cfg: Config) -> int | tuple[int, int]:
+    """The tile a VU kernel takes by default: an elementwise op's element budget, a pool's (channels, rows)."""
+    x = Buffer("x", "ddr", 1)
+    if isinstance(op, Pool2d):
+        low = PoolLowering(op, x, x, cfg, "L")
+        return low.cc, low.th
+    return ElementwiseLowering(op, [x, x], x, cfg, "L").budget
 
 
 def _intermediate(k: int, tensor, cfg: Config) -> tuple[Buffer, str]:
@@ -202,48 +258,20 @@ def _intermediate(k: int, tensor, cfg: Config) -> tuple[Buffer, str]:
             f"intermediate t{k} ({tensor.dtype} {tensor.shape}) does not fit DM: DDR scratch buffer")
 
 
-def lower_chain(ops: tuple[Op, ...], cfg: Config) -> Iterator[Candidate]:
-    """The ways to lower the chain, each with its quick estimate (build them with .make()).
-
-    A single conv2d / dense kernel gives one candidate per tiling (the caller prices the
-    best few exactly); a chain of several kernels gives one, each NU kernel taking its best
-    tiling by estimate.  Each kernel is pipelined on its own and the next starts after it: an
-    intermediate is written whole before it is read.
-    """
-    segs = segments(ops)
-    names = _Names(ops[0])
-    y = _io_buffer("y", ops[-1].output)
-    if len(segs) == 1 and isinstance(ops[0], (Conv2d, Dense)):
-        for make, note in _nu_lowerings(ops, names.inputs[0], y, names, cfg, "L0"):
-            yield Candidate(lambda make=make: estimate(make, cfg), lambda make=make, note=note: _kernel_ir(
-                ops[0], [make()], names.inputs, y, [], [note]))
-        return
-    lows, mids, notes = [], [], []
-    x = names.inputs[0]
-    for k, seg in enumerate(segs):
-        if k + 1 < len(segs):
-            out, where = _intermediate(k + 1, seg[-1].output, cfg)
-            mids.append(out)
-            notes.append(where)
-        else:
-            out = y
-        name = f"L{k}"
-        if isinstance(seg[0], (Conv2d, Dense)):
-            make, note = min(_nu_lowerings(seg, x, out, names, cfg, name), key=lambda o: estimate(o[0], cfg))
-            low = make()
-        else:
-            ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
-                         if getattr(seg[0], "binary", False) else [])
-            low, note = _vu_lowering(fold_clamps(seg), ins, out, cfg, name)
+def lower(sched, cfg: Config) -> tuple[KernelIR, list[list[Step]]]:
+    """A checked compiler.schedule.Schedule lowered: the KernelIR's buffers and notes (its body is
+    left to the pipeline) and each kernel's Steps."""
+    found, inputs, y, mids = sites(sched.ops, cfg)
+    lows, notes = [], []
+    for site, choice in zip(found, sched.choices()):
+        low, note = lowering(site, choice, cfg)
         lows.append(low)
-        notes.append(note)
-        x = out
-    yield Candidate(lambda: 0.0, lambda: _kernel_ir(ops[0], lows, names.inputs, y, mids, notes))
-
-
-def _kernel_ir(head: Op, lows, inputs: list[Buffer], y: Buffer, mids: list[Buffer],
-               notes: list[str]) -> tuple[KernelIR, list[Step]]:
-    parts = [low.steps() for low in lows]
+        notes += ([site.where] if site.where else []) + [note]
+    steps = [low.steps() for low in lows]
     buffers = inputs + [y] + mids + [b for low in lows for b in low.buffers()]
-    body = [stmt for steps in parts for stmt in pipeline(steps)]
-    return KernelIR(head.kind, buffers, body, inputs, y, notes), [s for steps in parts for s in steps]
+    return KernelIR(sched.ops[0].kind, buffers, [], inputs, y, notes), steps
+
+
+def pipelined(steps: list[list[Step]]) -> list:
+    """The body: each kernel's Steps double-buffered, one kernel after the other."""
+    return [stmt for kernel in steps for stmt in pipeline(kernel)]

@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from isa_spec.layout import to_stored
+from isa_spec.layout import LayoutError, stored_shape, to_stored
 
+from ..errors import CompileError
 from ..ops import Conv2d, Dense
 
 
@@ -122,14 +123,30 @@ def fold_columns(view: ConvView, rows: int) -> ConvView:
                    fold=(kw, view.stride[1], view.dilation[1]))
 
 
-def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int) -> NuWeights:
-    """Rearrange [O, C/groups, KH, KW] weights into zero-padded NU blocks."""
+def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int,
+               spec: str | None = None) -> NuWeights:
+    """Rearrange [O, C/groups, KH, KW] weights into zero-padded NU blocks.
+
+    groups = 1: by the layout spec `spec` (a schedule's composed weight layout; by default
+    weight_spec), which must store the NU's [out_cb][in_cb][k_h][k_w][rows][cols].
+    """
     o, cg, kh, kw = weight.shape
     og = o // groups
     n_ob, n_cb = -(-o // cols), -(-in_channels // rows)
     if groups == 1:
-        spec = weight_spec(rows, cols)
+        spec = spec if spec is not None else weight_spec(rows, cols)
+        want = (n_ob, n_cb, kh, kw, rows, cols)
+        try:
+            got = stored_shape(spec, weight.shape)
+        except LayoutError as exc:
+            raise CompileError(f"weight layout: {exc}") from None
+        if got != want:
+            raise CompileError(f"weight layout {spec!r} stores [O, C, KH, KW] = {list(weight.shape)} as "
+                               f"{list(got)}; nu.conv reads [out_cb, in_cb, k_h, k_w, rows, cols] = {list(want)}")
         return NuWeights(to_stored(spec, weight.astype(np.int8)), (0,) * n_ob, n_cb, spec)
+    if spec is not None:
+        raise CompileError(f"weight layout {spec!r}: a grouped conv (groups = {groups}) stores its weights "
+                           "block-diagonally, which no layout spec expresses")
     full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=np.int8)
     for g in range(groups):
         full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = weight[g * og:(g + 1) * og]

@@ -84,9 +84,9 @@ class NuPlan:
         return self.w.out_cb
 
 
-def plan(view: ConvView, cfg: Config) -> NuPlan:
-    """Weights in NU order plus the output geometry."""
-    w = nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols)
+def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
+    """Weights in NU order (by the layout spec `spec`, when given) plus the output geometry."""
+    w = nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec)
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
                   view.weight.shape[2], view.weight.shape[3])
 
@@ -109,8 +109,16 @@ def block_hull(p: NuPlan, obs: range, first: int, count: int) -> tuple[int, int]
     return lo, hi
 
 
-def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool) -> dict[str, int]:
-    """Bytes per memory a tiling needs (two slots per double-buffered role)."""
+DEPTHS = {"in": 2, "wt": 2, "acc": 2, "vacc": VACC_DEPTH, "res": 2, "out": 2}
+"""Slots per role by default (double buffering; three accumulator copies in VBUF)."""
+
+ROLES = {"in": "in", "wt": "wt", "wres": "wres", "acc": "acc", "vacc": "vacc", "res": "res"}
+"""Each buffer role's name (after the lowering's name and an underscore) by default."""
+
+
+def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
+    """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
+    d = {**DEPTHS, **(depths or {})}
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
     if t.resident:
         lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
@@ -122,11 +130,11 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool) -> dict[str, int]:
     res = t.obt * t.th * t.tw * p.cols if residual else 0
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
     on_nu = t.bias == "nu"
-    return {"ibuf": 2 * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
-            "wbuf": ((p.w.blocks.nbytes if t.resident else 2 * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
+    return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
+            "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
-            "abuf": 2 * acc,
-            "vbuf": VACC_DEPTH * acc + 2 * res + 2 * out + p.n_ob * p.cols * p.view.table_entry,
+            "abuf": d["acc"] * acc,
+            "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
             "dm": p.n_ob * p.cols * 4}
 
 
@@ -139,11 +147,13 @@ class NuLowering:
     """Builds the Steps of one conv2d / dense (or one Part of it) for a given tiling.
 
     Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
+    `roles` names the buffers of each role and `depths` gives its slots (defaults: ROLES, DEPTHS).
     """
 
     def __init__(self, p: NuPlan, t: ConvTiling, x: Buffer, y: Buffer, name: str,
                  residual: Residual | None = None, res_buf: Buffer | None = None,
-                 part: Part | None = None, shared: "NuLowering | None" = None):
+                 part: Part | None = None, shared: "NuLowering | None" = None,
+                 roles: dict[str, str] | None = None, depths: dict[str, int] | None = None):
         self.p, self.t, self.x, self.y = p, t, x, y
         self.residual, self.res_buf, self.part = residual, res_buf, part
         self.name = name if part is None else name + part.suffix
@@ -159,19 +169,21 @@ class NuLowering:
             self.bias_w = Buffer(f"{self.name}_bias_wbuf", "wbuf", self.bias_w_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
         self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
-        needs = buffer_needs(p, t, residual is not None)
+        roles, depths = {**ROLES, **(roles or {})}, {**DEPTHS, **(depths or {})}
+        needs = buffer_needs(p, t, residual is not None, depths)
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
-        self.slots.declare(f"{name}_in", "ibuf", needs["ibuf"] // 2, unit=nu)
-        self.w_res = Buffer(f"{name}_wres", "wbuf", p.w.blocks.nbytes, unit=nu) if t.resident else None
+        self.role = {k: f"{name}_{v}" for k, v in roles.items()}
+        self.slots.declare(self.role["in"], "ibuf", needs["ibuf"] // depths["in"], depth=depths["in"], unit=nu)
+        self.w_res = Buffer(self.role["wres"], "wbuf", p.w.blocks.nbytes, unit=nu) if t.resident else None
         if not t.resident:
-            self.slots.declare(f"{name}_wt", "wbuf", needs["wbuf"] // 2, unit=nu)
-        self.slots.declare(f"{name}_acc", "abuf", needs["abuf"] // 2, unit=nu)
-        self.slots.declare(f"{name}_vacc", "vbuf", t.obt * t.th * t.tw * cols * 4, depth=VACC_DEPTH, unit=vu)
+            self.slots.declare(self.role["wt"], "wbuf", needs["wbuf"] // depths["wt"], depth=depths["wt"], unit=nu)
+        self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
+        self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * 4, depth=depths["vacc"], unit=vu)
         if residual is not None:
-            self.slots.declare(f"{name}_res", "vbuf", t.obt * t.th * t.tw * cols, unit=vu)
+            self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
-            self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, unit=vu)
+            self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
 
     def _share_constants(self, other: "NuLowering") -> None:
         self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
@@ -265,7 +277,7 @@ class NuLowering:
             first, count = chunk_list[j]
             th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
             if j == 0:
-                acc = self.slots.next(f"{self.name}_acc")
+                acc = self.slots.next(self.role["acc"])
             step = Step()
             where = (f"{self.name}: tile ob {obs.start}..{obs.stop - 1} n {n} "
                      f"oh {oh0}..{oh0 + th - 1} ow {ow0}..{ow0 + tw - 1} chunk {j}")
@@ -314,7 +326,7 @@ class NuLowering:
 
     def _load_weights(self, step: Step, obs: range, first: int, count: int) -> None:
         p = self.p
-        wt = self.slots.next(f"{self.name}_wt")
+        wt = self.slots.next(self.role["wt"])
         blk = p.w.block_bytes
         src = Ref(self.w_ddr, (obs.start * p.w.span + first) * blk)
         step.loads.append(Dma(self.ch + CH_W, Ref(wt), src, (count * blk, len(obs)), (1, p.w.span * blk),
@@ -323,7 +335,7 @@ class NuLowering:
     def _load_input(self, step: Step, n: int, oh0: int, ow0: int, th: int, tw: int, lo: int, hi: int):
         """DMA the input tile, blocks [lo, hi), with its halo, into the next IBUF slot."""
         p, v, rows = self.p, self.p.view, self.p.rows
-        inp = self.slots.next(f"{self.name}_in")
+        inp = self.slots.next(self.role["in"])
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         sn, sc, sh, sw = v.x_strides
         _, c, h, w = v.x_shape
@@ -389,7 +401,7 @@ class NuLowering:
         for k, ob in enumerate(obs):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
-                  else Ref(self.slots.current(f"{self.name}_wt"), k * count * p.w.block_bytes))
+                  else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * 4)
             step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
                                        unit=self.nu, comment=f"{self.name}: conv ob {ob}"))
@@ -397,7 +409,7 @@ class NuLowering:
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols
         pix, nob = th * tw, len(obs)
-        vacc = self.slots.next(f"{self.name}_vacc")
+        vacc = self.slots.next(self.role["vacc"])
         step.epilogue.append(Dma(self.ch + CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
                                  comment=f"{self.name}: drain {acc.name} -> {vacc.name}"))
         clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
@@ -437,7 +449,7 @@ class NuLowering:
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
         pix, nob = th * tw, len(obs)
-        res = self.slots.next(f"{self.name}_res")
+        res = self.slots.next(self.role["res"])
         sn, sc, sh, sw = v.y_strides
         for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
             src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)

@@ -53,7 +53,8 @@ class ElementwiseLowering:
 
     def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
                  budget: int | None = None, part: Part | None = None,
-                 shared: "ElementwiseLowering | None" = None):
+                 shared: "ElementwiseLowering | None" = None, roles: dict[str, str] | None = None,
+                 depths: dict[str, int] | None = None):
         self.op, self.ins, self.y, self.part = op, ins, y, part
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
@@ -68,9 +69,11 @@ class ElementwiseLowering:
         fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
         self.budget = budget or max(1, min(fit, -(-n * c * r // MIN_TILES)))
         self.slots = Slots()
-        self.slots.declare(f"{self.name}_a", "vbuf", self.budget * in_bytes, depth=3, unit=self.vu)
+        depths = {"a": 3, "b": 2, **(depths or {})}
+        self.role = {k: f"{self.name}_{v}" for k, v in {"a": "a", "b": "b", **(roles or {})}.items()}
+        self.slots.declare(self.role["a"], "vbuf", self.budget * in_bytes, depth=depths["a"], unit=self.vu)
         if op.binary:
-            self.slots.declare(f"{self.name}_b", "vbuf", self.budget, unit=self.vu)
+            self.slots.declare(self.role["b"], "vbuf", self.budget, depth=depths["b"], unit=self.vu)
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
             if op.scale is not None:
@@ -113,12 +116,12 @@ class ElementwiseLowering:
             nc, nr = c1 - c0, r1 - r0
             base = (ni * c + c0) * r + r0
             s.loads.append(Note(where + ": loads"))
-            a = self.slots.next(f"{self.name}_a")
+            a = self.slots.next(self.role["a"])
             s.loads.append(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc), (esz, r * esz),
                                (esz, nr * esz), elem=esz, comment=f"{self.name}: {self.ins[0].name} -> {a.name}"))
             b = None
             if op.binary:
-                b = self.slots.next(f"{self.name}_b")
+                b = self.slots.next(self.role["b"])
                 s.loads.append(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (1, r), (1, nr),
                                    comment=f"{self.name}: {self.ins[1].name} -> {b.name}"))
             s.compute.append(Note(where + ": VU"))
@@ -191,7 +194,8 @@ class PoolLowering:
 
     def __init__(self, op: Pool2d, x: Buffer, y: Buffer, cfg: Config, name: str,
                  tile: tuple[int, int] | None = None, part: Part | None = None,
-                 shared: "PoolLowering | None" = None):
+                 shared: "PoolLowering | None" = None, roles: dict[str, str] | None = None,
+                 depths: dict[str, int] | None = None):
         self.op, self.x, self.y, self.part = op, x, y, part
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
@@ -215,8 +219,10 @@ class PoolLowering:
         self.cc, self.th = tile or self._choose(cfg.vbuf_bytes - table - 256)
         ih = self.in_rows(self.th)
         self.slots = Slots()
-        self.slots.declare(f"{self.name}_in", "vbuf", self.cc * ih * self.iw, unit=self.vu)
-        self.slots.declare(f"{self.name}_out", "vbuf", self.cc * self.th * ow * 4, unit=self.vu)
+        depths = {"in": 2, "out": 2, **(depths or {})}
+        self.role = {k: f"{self.name}_{v}" for k, v in {"in": "in", "out": "out", **(roles or {})}.items()}
+        self.slots.declare(self.role["in"], "vbuf", self.cc * ih * self.iw, depth=depths["in"], unit=self.vu)
+        self.slots.declare(self.role["out"], "vbuf", self.cc * self.th * ow * 4, depth=depths["out"], unit=self.vu)
 
     def in_rows(self, th: int) -> int:
         """Input rows (halo included) that th output rows read."""
@@ -286,7 +292,7 @@ class PoolLowering:
         s = Step()
         where = f"{self.name}: tile n {ni} c {c0}..{c0 + cc - 1} oh {oh0}..{oh0 + th - 1}"
         s.loads.append(Note(where + ": load with halo"))
-        inp = self.slots.next(f"{self.name}_in")
+        inp = self.slots.next(self.role["in"])
         start = oh0 * sh - t
         plo = min(ih, max(0, -start))
         phi = min(ih - plo, max(0, start + ih - h))
@@ -295,7 +301,7 @@ class PoolLowering:
         s.loads.append(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
                            (1, w, h * w), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0), pad_value=fill,
                            comment=f"{self.name}: x -> {inp.name}"))
-        out = self.slots.next(f"{self.name}_out")
+        out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         win = dict(win=op.kernel, win_stride=(iw, 1))
         n3 = (ow, th, cc)
