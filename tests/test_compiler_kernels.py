@@ -279,21 +279,20 @@ def candidate_case(rng, case: str, o: int, k: tuple[int, int], h: int):
 @pytest.mark.parametrize("case", ["conv-bias-residual", "dense-bias", "grouped"])
 def test_every_tiling_candidate_is_exact(case):
     """Not only the tiling build() picks: resident / streamed weights, chunks, bias modes."""
-    from compiler.kernel import candidates, finish, schedule
+    from compiler.kernel import candidates
     from nnpsim.config import Config
     cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
     chain, inputs, want = candidate_case(np.random.default_rng(11), case, 40 if case == "dense-bias" else 36,
                                          (1, 3), 6)
     kinds = set()
-    for cand in candidates(tuple(chain), cfg):
-        kir, _ = cand.make()
-        kinds.add(kir.notes[-1].split("tiling ")[1])
-        kernel = finish(tuple(chain), kir, cfg, *schedule(kir, cfg))
-        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=kir.notes[-1])
+    for s in candidates(tuple(chain), cfg):
+        kinds.add(s.block("L0").tiling())
+        kernel = build(*chain, config=cfg, schedule=s)
+        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=str(s))
     assert len(kinds) >= 3
-    assert any("resident" in k for k in kinds)
+    assert any(t.resident for t in kinds)
     if case != "grouped":
-        assert any("bias added by the requantiser" in k for k in kinds) and any("NU pass" in k for k in kinds)
+        assert {"requant", "nu"} <= {t.bias for t in kinds}
 
 
 @pytest.mark.parametrize("c,o,hw,k,s,bias", [(64, 64, 28, 3, 1, False), (256, 64, 28, 1, 1, True),
@@ -532,7 +531,7 @@ def test_fused_conv_f32_relu_residual_fadd(seed, clip_after):
 @pytest.mark.parametrize("case", ["conv-residual", "dense", "grouped"])
 def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
     """Every tiling and bias mode (filled, by the requantiser, by an NU pass) with float32 scales."""
-    from compiler.kernel import candidates, finish, schedule
+    from compiler.kernel import candidates
     from nnpsim.config import Config
     cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
     rng = np.random.default_rng(12)
@@ -553,12 +552,11 @@ def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
         inputs.append(rand8(rng, want.shape))
         want = chain[1].reference(want, inputs[1])
     spread(want)
-    notes = set()
-    for cand in candidates(tuple(chain), cfg):
-        kir, _ = cand.make()
-        notes.add(kir.notes[-1].split("tiling ")[1])
-        kernel = finish(tuple(chain), kir, cfg, *schedule(kir, cfg))
-        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=kir.notes[-1])
-    assert len(notes) >= 3
+    kinds = set()
+    for s in candidates(tuple(chain), cfg):
+        kinds.add(s.block("L0").tiling())
+        kernel = build(*chain, config=cfg, schedule=s)
+        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=str(s))
+    assert len(kinds) >= 3
     if case != "grouped":
-        assert any("bias added by the requantiser" in n for n in notes) and any("NU pass" in n for n in notes)
+        assert {"requant", "nu"} <= {t.bias for t in kinds}

@@ -17,7 +17,7 @@ import compiler
 from compiler import cost, ops
 from compiler.graph import Graph, QuantParams
 from compiler.ir import Buffer, Command, CuWait, Dma, KernelIR, Loop, LoopRef, Note, Ref, ref_fields
-from compiler.kernel import candidates, finish, schedule
+from compiler.kernel import candidates, finish, lowered, schedule
 from compiler.passes import alloc, emit, loops, sync
 from compiler.kernel import assemble
 from nnpsim.config import Config
@@ -51,7 +51,7 @@ def both(chain, cfg, which=0):
     """(flat kernel, looped kernel, the flat synchronised body) of one candidate of the chain:
     the looped kernel is the flat one's body rerolled, priced and emitted."""
     chain = tuple(chain)
-    kir, _ = candidates(chain, cfg)[which].make()
+    kir = lowered(candidates(chain, cfg)[which], cfg)
     predicted, usage, report = schedule(kir, cfg, reroll=False)
     flat = finish(chain, kir, cfg, predicted, usage, report)
     rolled = copy.copy(kir)
@@ -230,7 +230,7 @@ def test_reroll_of_a_single_tile_kernel_is_the_identity():
     cfg = Config()
     conv = ops.conv2d((1, 8, 6, 6), rand8(np.random.default_rng(1), (8, 8, 3, 3)), padding=1,
                       multiplier=2**30, shift=36)
-    kir, _ = candidates((conv,), cfg)[0].make()
+    kir = lowered(candidates((conv,), cfg)[0], cfg)
     schedule(kir, cfg, reroll=False)
     out = loops.reroll(kir.body)
     assert all(a is b for a, b in zip(out, kir.body)) and len(out) == len(kir.body)

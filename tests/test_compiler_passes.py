@@ -183,7 +183,8 @@ def _conflict(a, b) -> bool:
 def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     from compiler.ir import Command
     from compiler.lowering.double_buffer import pipeline
-    from compiler.lowering.fusion import lower_chain
+    from compiler.kernel import candidates
+    from compiler.lowering.fusion import lower
     rng = np.random.default_rng(seed)
     if kind == "conv":
         c, o = int(rng.integers(1, 70)), int(rng.integers(1, 70))
@@ -197,8 +198,9 @@ def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
         op = ops.add((int(rng.integers(1, 5)), 3, 5), ma=1, mb=1, shift=0)
     else:
         op = ops.requantize((2, 4, 3), in_dtype="int32", multiplier=[1, 2, 3, 4], shift=0)
-    for cand in lower_chain((op,), Config(vbuf_bytes=4096 if kind in ("add", "pool") else 256 * 1024)):
-        _, steps = cand.make()
+    cfg = Config(vbuf_bytes=4096 if kind in ("add", "pool") else 256 * 1024)
+    for s in candidates((op,), cfg):
+        _, (steps,) = lower(s, cfg)
         natural = [s for st_ in steps for s in st_.loads + st_.compute + st_.epilogue if isinstance(s, Command)]
         issued = [s for s in pipeline(steps) if isinstance(s, Command)]
         pos = {id(c): i for i, c in enumerate(issued)}

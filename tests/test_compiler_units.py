@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from compiler import ops
 from compiler.ir import Buffer, Dma, KernelIR, Ref
-from compiler.kernel import build, candidates, finish, schedule
+from compiler.kernel import build, candidates
 from compiler.passes import alloc
 from compiler.lowering.double_buffer import Step
 from compiler.lowering.units import SplitLowering, parts, shared_capacity
@@ -78,14 +78,14 @@ def test_every_split_candidate_is_exact(machine, case):
     cfg = Config(**SMALL, **machine)
     chain, inputs, want = candidate_case(np.random.default_rng(17), case, 100, (3, 3), 9)
     kinds = set()
-    for cand in candidates(tuple(chain), cfg):
-        kir, _ = cand.make()
-        if "split" not in kir.notes[-1]:
+    for s in candidates(tuple(chain), cfg):
+        (choice,) = s.choices()
+        if choice.split is None:
             continue
-        kinds.add(kir.notes[-1].split("split by ")[1].split()[0])
-        kernel = finish(tuple(chain), kir, cfg, *schedule(kir, cfg))
-        np.testing.assert_array_equal(kernel(*inputs, check_races=True), want, err_msg=kir.notes[-1])
-        assert busy_units(kernel, "nu") > 1, kir.notes[-1]
+        kinds.add(choice.split)
+        kernel = build(*chain, config=cfg, schedule=s)
+        np.testing.assert_array_equal(kernel(*inputs, check_races=True), want, err_msg=str(s))
+        assert busy_units(kernel, "nu") > 1, str(s)
     assert kinds == ({"channel"} if case == "dense-bias" else {"spatial", "channel"})   # dense: one pixel row
 
 
@@ -131,7 +131,8 @@ def test_vu_ops_deal_tiles_over_every_vu(n, c, h, w, seed, mode, vus):
     np.testing.assert_array_equal(kernel(*inputs, check_races=True), want)
     tiles = sum(1 for c in kernel.ir.commands() if c.queue.startswith("vu") and c.mnemonic != "vu.divr")
     assert busy_units(kernel, "vu") == min(vus, tiles)
-    assert ("dealt over" in kernel.ir.notes[-1]) == (tiles > 1)
+    parallel = kernel.schedule.block("L0").parallel
+    assert (parallel[1] if parallel else 1) == min(vus, tiles)
 
 
 def test_chain_on_two_nus_and_two_vus():

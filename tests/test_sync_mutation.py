@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import ops
-from compiler.kernel import build, candidates, finish, schedule
+from compiler.kernel import build, candidates
 from isa_spec import decode, encode, load_isa
 from nnpasm import assemble
 from nnpsim import errors
@@ -291,10 +291,9 @@ def test_every_removed_wait_is_caught(case):
     chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
     for overrides in configs:
         cfg = Config(**overrides).validate()
-        for cand in candidates(tuple(chain_ops), cfg)[:max_tilings]:
-            kir, _ = cand.make()
-            kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
-            kill_all(kernel, inputs, f"{case}: {overrides or 'default config'} {kir.notes[-1]}")
+        for s in candidates(tuple(chain_ops), cfg)[:max_tilings]:
+            kernel = build(*chain_ops, config=cfg, schedule=s)
+            kill_all(kernel, inputs, f"{case}: {overrides or 'default config'} {kernel.ir.notes[-1]}")
 
 
 # Kernels spread over several units (compiler.lowering.units): only their split candidates.
@@ -322,12 +321,11 @@ def test_every_removed_wait_is_caught_in_split_kernels(case):
     build_chain, overrides = SPLIT_CASES[case]
     chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
     cfg = Config(**overrides).validate()
-    split = [c for c in candidates(tuple(chain_ops), cfg) if "over" in c.make()[0].notes[-1]][:4]
+    split = [s for s in candidates(tuple(chain_ops), cfg) if any(b.parallel for b in s.blocks)][:4]
     assert split, f"{case}: no candidate spreads over several units"
-    for cand in split:
-        kir, _ = cand.make()
-        kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
-        kill_all(kernel, inputs, f"{case}: {overrides} {kir.notes[-1]}")
+    for s in split:
+        kernel = build(*chain_ops, config=cfg, schedule=s)
+        kill_all(kernel, inputs, f"{case}: {overrides} {kernel.ir.notes[-1]}")
 
 
 def fused_big(rng):
@@ -373,10 +371,9 @@ def test_every_removed_wait_is_caught_in_looped_kernels(case):
     looped = 0
     for overrides in configs:
         cfg = Config(**overrides).validate()
-        for cand in candidates(tuple(chain_ops), cfg)[:max_tilings]:
-            kir, _ = cand.make()
-            kernel = finish(tuple(chain_ops), kir, cfg, *schedule(kir, cfg))
-            kill_all(kernel, inputs, f"{case}: {overrides} {kir.notes[-1]}")
+        for s in candidates(tuple(chain_ops), cfg)[:max_tilings]:
+            kernel = build(*chain_ops, config=cfg, schedule=s)
+            kill_all(kernel, inputs, f"{case}: {overrides} {kernel.ir.notes[-1]}")
             looped += SUMMARY[-1][2]["in a loop"]
     assert looped, f"{case}: no wait inside a loop body"
 
