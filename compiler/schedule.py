@@ -536,8 +536,10 @@ class Schedule:
         what = f"parallel({loop!r}, {units!r})"
         have = cfg.nu_count if b.kind == "nu" else cfg.vu_count
         unit = "NU" if b.kind == "nu" else "VU"
-        if not isinstance(units, int) or not 2 <= units <= have:
-            _fail(f"{what}: the machine has {have} {unit}(s); units must be 2..{have}")
+        if have < 2:
+            _fail(f"{what}: the machine has one {unit} (Config {unit.lower()}_count = 1): nothing to spread over")
+        if not isinstance(units, int) or isinstance(units, bool) or not 2 <= units <= have:
+            _fail(f"{what}: the machine has {have} {unit}s; units must be 2..{have}")
         if b.parallel:
             _fail(f"{what}: {b.where()} is already parallel over {b.parallel[0]!r}")
         if b.kind == "nu":
