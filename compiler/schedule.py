@@ -109,6 +109,7 @@ class Block:
     # ------------------------------------------------------------------ views
 
     def where(self) -> str:
+        """The block as error messages name it."""
         return f"block {self.name} ({' + '.join(o.kind for o in self.seg)})"
 
     def axes(self) -> tuple[str, ...]:
@@ -255,8 +256,8 @@ class Block:
                   f"needs {needs[worst]} bytes of {worst}, more than its {caps[worst]}")
 
     def lowering_depths(self) -> dict[str, int]:
-        out = {c.role: self.depths.get(n, 1) for n, c in self.caches.items() if n not in self.at_root}
-        return out
+        """Slots per buffer role: the double_buffer depth, else one (a cache loaded once has none)."""
+        return {c.role: self.depths.get(n, 1) for n, c in self.caches.items() if n not in self.at_root}
 
     def choice(self, cfg: Config):
         """The decisions as the lowering takes them (fusion.NuChoice / fusion.VuChoice)."""
@@ -285,7 +286,6 @@ class Block:
     def weight_layout(self) -> "Layout":
         """The weight's stored layout: the composed layout steps."""
         return Layout(" ".join(self.layout), self.ctx["plan"].view.weight.shape)
-
 
 
 @dataclass(frozen=True)
