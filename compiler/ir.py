@@ -390,3 +390,66 @@ class KernelIR:
     def commands(self) -> list[Command]:
         """The commands the body issues, in issue order (loops expanded)."""
         return [s for s in flat_body(self.body) if isinstance(s, Command)]
+
+    def text(self) -> str:
+        """Readable IR: one line per buffer, then the body (ir.body_text)."""
+        return "\n".join([buffer_text(b) for b in self.buffers] + [body_text(self.body)])
+
+
+def _ref_text(r: Ref | None) -> str:
+    if r is None:
+        return ""
+    if isinstance(r, LoopRef):
+        return r.describe()
+    return f"{r.buf.memory}:{r.buf.name}" + (f"+{r.offset}" if r.offset else "")
+
+
+def _dims(v: tuple[int, ...], used: int) -> str:
+    return "x".join(str(d) for d in v[:used])
+
+
+def stmt_text(stmt) -> str:
+    """One line of readable IR for a statement (docs, debugging): what it moves or computes, and where."""
+    if isinstance(stmt, Note):
+        return f"# {stmt.text}"
+    if isinstance(stmt, Label):
+        return f"{stmt.name}:"
+    if isinstance(stmt, CuWait):
+        return f"cu.wait s{stmt.sem}"
+    if isinstance(stmt, Loop):
+        return f"loop {stmt.var} < {stmt.extent}: {len(stmt.body)} statements"
+    sync = (f" wait s{stmt.wait}" if stmt.wait is not None else "") + \
+        (f" signal s{stmt.signal}" if stmt.signal is not None else "")
+    if isinstance(stmt, Dma):
+        used = max([k + 1 for k in range(4) if stmt.size[k] > 1] or [1])
+        pad = ""
+        if any(stmt.pad_lo) or any(stmt.pad_hi):
+            pad = f" pad {_dims(stmt.pad_lo, used)}/{_dims(stmt.pad_hi, used)}={stmt.pad_value}"
+        return (f"dma{stmt.chan} {_ref_text(stmt.dst)} <- {_ref_text(stmt.src)} [{_dims(stmt.size, used)}]"
+                f"{pad}{sync}")
+    if isinstance(stmt, NuConv):
+        p = stmt.params
+        return (f"nu{stmt.unit}.conv{'.acc' if stmt.acc else ''} {_ref_text(stmt.racc)} <- {_ref_text(stmt.rin)} * "
+                f"{_ref_text(stmt.rw)} [{p['out_h']}x{p['out_w']} px, {p['in_cb']} in blocks, "
+                f"{p['k_h']}x{p['k_w']}]{sync}")
+    b = f", {_ref_text(stmt.b)}" if stmt.b is not None else ""
+    used = max([k + 1 for k in range(4) if stmt.n[k] > 1] or [1])
+    return f"vu{stmt.unit} {stmt.mnemonic} {_ref_text(stmt.d)} <- {_ref_text(stmt.a)}{b} [{_dims(stmt.n, used)}]{sync}"
+
+
+def buffer_text(b: Buffer) -> str:
+    """One line per buffer: where it lives, its size, and for a DDR constant its shape and stored layout."""
+    if b.data is None:
+        return f"buffer {b.memory}:{b.name} {b.nbytes} bytes"
+    return (f"buffer {b.memory}:{b.name} {b.dtype} {list(b.shape)}"
+            + (f" layout {b.layout!r}" if b.layout else "") + f" stored {list(b.data.shape)}")
+
+
+def body_text(body: list) -> str:
+    """The readable IR of a body, one statement per line (loop bodies indented)."""
+    out = []
+    for stmt in body:
+        out.append(stmt_text(stmt))
+        if isinstance(stmt, Loop):
+            out += ["    " + stmt_text(s) for s in stmt.body]
+    return "\n".join(out)

@@ -411,3 +411,15 @@ def test_build_reads_as_the_ten_steps():
 def test_every_primitive_is_a_method_with_a_docstring():
     for name in PRIMITIVES:
         assert getattr(Schedule, name).__doc__, name
+
+
+def test_the_docs_primitive_section_is_current():
+    from compiler import schedule_doc
+    assert schedule_doc.main(["--check"]) == 0, "run python -m compiler.schedule_doc"
+
+
+def test_the_docs_schedule_example_runs():
+    text = (ROOT / "docs" / "compiler.md").read_text()
+    section = text[text.index("## Schedules"):]
+    block = section[section.index("```python\n") + 10:]
+    exec(compile(block[:block.index("```")], "docs/compiler.md", "exec"), {})
