@@ -126,13 +126,15 @@ def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
 def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
     """Every schedule the search considers for the chain, best first by the quick estimate."""
     found = sched_mod.candidates(_check_ops(ops), cfg)
-    return sorted(found, key=lambda s: _estimate(s, cfg)) if len(found) > 1 else found
+    return [found[k] for k in _ranked(found, cfg)]
 
 
-def _estimate(s: Schedule, cfg: Config) -> float:
-    if not hasattr(s, "_estimate"):
-        s._estimate = sched_mod.estimate(s, cfg)
-    return s._estimate
+def _ranked(found: list[Schedule], cfg: Config) -> list[int]:
+    """Positions of the candidates, best first by the quick estimate (a chain's one: no estimate)."""
+    if len(found) == 1:
+        return [0]
+    quick = [sched_mod.estimate(s, cfg) for s in found]
+    return sorted(range(len(found)), key=quick.__getitem__)
 
 
 def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments: list | None = None):
@@ -146,10 +148,8 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     found = sched_mod.candidates(_check_ops(ops), cfg, segments)
     if choice is not None and 0 <= choice < len(found):
         order = [choice]
-    elif len(found) > 1:
-        order = sorted(range(len(found)), key=lambda k: _estimate(found[k], cfg))[:FINALISTS]
     else:
-        order = [0]
+        order = _ranked(found, cfg)[:FINALISTS]
     why, priced_all = "", []
     for k in order:
         try:

@@ -277,19 +277,25 @@ def candidate_case(rng, case: str, o: int, k: tuple[int, int], h: int):
     return chain, inputs, want
 
 
-@pytest.mark.parametrize("case", ["conv-bias-residual", "dense-bias", "grouped"])
-def test_every_tiling_candidate_is_exact(case):
-    """Not only the tiling build() picks: resident / streamed weights, chunks, bias modes."""
+def every_candidate_exact(chain, cfg, inputs, want) -> set:
+    """Build and run the chain in every schedule the search considers; the tilings they use."""
     from compiler.kernel import candidates
-    from nnpsim.config import Config
-    cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
-    chain, inputs, want = candidate_case(np.random.default_rng(11), case, 40 if case == "dense-bias" else 36,
-                                         (1, 3), 6)
     kinds = set()
     for s in candidates(tuple(chain), cfg):
         kinds.add(s.block("L0").tiling())
         kernel = build(*chain, config=cfg, schedule=s)
         np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=str(s))
+    return kinds
+
+
+@pytest.mark.parametrize("case", ["conv-bias-residual", "dense-bias", "grouped"])
+def test_every_tiling_candidate_is_exact(case):
+    """Not only the tiling build() picks: resident / streamed weights, chunks, bias modes."""
+    from nnpsim.config import Config
+    cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
+    chain, inputs, want = candidate_case(np.random.default_rng(11), case, 40 if case == "dense-bias" else 36,
+                                         (1, 3), 6)
+    kinds = every_candidate_exact(chain, cfg, inputs, want)
     assert len(kinds) >= 3
     assert any(t.resident for t in kinds)
     if case != "grouped":
@@ -533,7 +539,6 @@ def test_fused_conv_f32_relu_residual_fadd(seed, clip_after):
 @pytest.mark.parametrize("case", ["conv-residual", "dense", "grouped"])
 def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
     """Every tiling and bias mode (filled, by the requantiser, by an NU pass) with float32 scales."""
-    from compiler.kernel import candidates
     from nnpsim.config import Config
     cfg = Config(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
     rng = np.random.default_rng(12)
@@ -554,11 +559,7 @@ def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
         inputs.append(rand8(rng, want.shape))
         want = chain[1].reference(want, inputs[1])
     spread(want)
-    kinds = set()
-    for s in candidates(tuple(chain), cfg):
-        kinds.add(s.block("L0").tiling())
-        kernel = build(*chain, config=cfg, schedule=s)
-        np.testing.assert_array_equal(run(kernel, *inputs), want, err_msg=str(s))
+    kinds = every_candidate_exact(chain, cfg, inputs, want)
     assert len(kinds) >= 3
     if case != "grouped":
         assert {"requant", "nu"} <= {t.bias for t in kinds}

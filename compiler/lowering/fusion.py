@@ -9,6 +9,10 @@ lowers onto the VU.  A longer chain (conv2d then conv2d, conv2d then
 max_pool2d ...) is cut into such segments; the intermediate between two
 segments stays on chip in DM when it fits (and the assembly says so), else it
 goes through a DDR scratch buffer.
+
+lower(schedule, config) carries out a compiler.schedule.Schedule: it reads the
+schedule's choices() (a NuChoice or VuChoice per segment) and never imports
+compiler.schedule, which sits above the lowering.
 """
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 
 For the NU path a tiling is (output rows, output columns, output blocks, input
 blocks per chunk, weights resident or streamed).  For each (output blocks, chunk) pair the largest spatial
-tile that fits is taken (whole rows first, then fewer columns); the candidates
-are lowered, allocated, synchronised and priced by compiler.cost.schedule_cycles
-(compiler.kernel.build does that), and the cheapest wins.
+tile that fits is taken (whole rows first, then fewer columns);
+compiler.schedule.candidates turns each into a Schedule, and the search of
+compiler.kernel lowers, allocates, synchronises and prices the best of them by
+compiler.cost.schedule_cycles: the cheapest wins.
 """
 from __future__ import annotations
 
