@@ -48,6 +48,7 @@ from .lowering.layout import bias_blocks, conv_view
 from .lowering.nu import DEPTHS, ConvTiling, buffer_needs, fits, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
+from .lowering.vu import _ncr, elementwise_tiles
 from .sizes import capacities
 
 PRIMITIVES = ("split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
@@ -165,7 +166,6 @@ class Block:
             return self._extent(loop)
         axis = loop[:-2]
         if self.kind == "elementwise":
-            from .lowering.vu import elementwise_tiles
             return len(elementwise_tiles(fusion.fold_clamps(self.seg), self.factors[axis])) // self.extents["n"]
         return -(-self._extent(axis) // self.factors[axis])
 
@@ -324,7 +324,6 @@ def _block(name: str, seg: tuple[Op, ...], cfg: Config) -> Block:
     if isinstance(op, Pool2d):
         n, c, _, _ = op.x_shape
         return Block(name, "pool", seg, {"n": n, "c": c, "oh": op.out_hw[0]}, {}, {})
-    from .lowering.vu import _ncr
     n, c, r = _ncr(op.shape)
     return Block(name, "elementwise", seg, {"n": n, "c": c, "r": r}, {}, {})
 
@@ -394,6 +393,8 @@ class Schedule:
     def from_trace(cls, text: str, *ops: Op, config: Config | None = None) -> "Schedule":
         """Rebuild a schedule from its text (str(schedule)) for ops of the same shapes."""
         s = cls(*ops, config=config)
+        if not isinstance(text, str):
+            _fail(f"a schedule trace is text (str(schedule)), not {type(text).__name__}")
         try:
             tree = ast.parse(text)
         except SyntaxError as exc:
