@@ -179,12 +179,15 @@ def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, r
     return kir, (predicted, usage, report), k
 
 
-def given(s: Schedule, ops: tuple[Op, ...], cfg: Config, segments: list) -> Schedule:
-    """A schedule passed to build(), replayed on these ops and this configuration (which checks it)."""
-    if not isinstance(s, Schedule):
+def choose(given: Schedule | None, ops: tuple[Op, ...], cfg: Config, segments: list) -> Schedule:
+    """The schedule to build with: the search's best, or the given one replayed on these ops and
+    this configuration (which checks it: CompileError if it does not fit them)."""
+    if given is None:
+        return search(ops, cfg, segments=segments)[0]
+    if not isinstance(given, Schedule):
         raise CompileError(f"schedule= takes a compiler.Schedule (Schedule.from_trace reads its text), "
-                           f"not {type(s).__name__}")
-    s = s.replay(*ops, config=cfg, segments=segments)
+                           f"not {type(given).__name__}")
+    s = given.replay(*ops, config=cfg, segments=segments)
     s.check()
     return s
 
@@ -203,16 +206,16 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
         from .network import build_network
         return build_network(op, cfg)
     ops = _check_ops((op,) + more_ops)
-    segs = fusion.segments(ops)                             # 1. segments: kernels of an NU op and its epilogue, or a VU op
-    sched = search(ops, cfg, segments=segs)[0] if schedule is None else given(schedule, ops, cfg, segs)  # 2. schedule search
-    kir, steps = fusion.lower(sched, cfg)                   # 3. lowering: each kernel's tiles as Steps
-    kir.body = fusion.pipelined(steps)                      # 4. pipelining: tile k+1's loads before tile k's compute
-    fold_channels(kir, cfg)                                 # 5. channel folding: logical DMA channels onto the machine's
-    usage = alloc.allocate(kir, cfg)                        # 6. allocation: on-chip addresses by lifetime
-    kir.body, report = synchronise(kir, cfg)                # 7. synchronisation: semaphores, then tiles rolled into loops
-    predicted = cost.schedule_cycles(kir.body, cfg)         # 8. pricing: the cost model replays the schedule
-    asm, files = emit_kernel(ops, kir, usage, report, predicted, cfg)   # 9. emission: assembly text and weight files
-    program = assemble(asm, files, f"{kir.name}.s")         # 10. assembly: nnpasm makes the Program
+    segs = fusion.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
+    sched = choose(schedule, ops, cfg, segs)             # 2. schedule search: the best, or the given one checked
+    kir, steps = fusion.lower(sched, cfg)                # 3. lowering: each kernel's tiles as Steps
+    kir.body = fusion.pipelined(steps)                   # 4. pipelining: tile k+1's loads before tile k's compute
+    fold_channels(kir, cfg)                              # 5. channel folding: logical DMA channels onto real ones
+    usage = alloc.allocate(kir, cfg)                     # 6. allocation: on-chip addresses by lifetime
+    kir.body, report = synchronise(kir, cfg)             # 7. synchronisation: semaphores, then loops
+    predicted = cost.schedule_cycles(kir.body, cfg)      # 8. pricing: the cost model replays the body
+    asm, files = emit_kernel(ops, kir, usage, report, predicted, cfg)  # 9. emission: text and weight files
+    program = assemble(asm, files, f"{kir.name}.s")      # 10. assembly: nnpasm makes the Program
     return Kernel(ops, kir, asm, program, cfg, predicted, usage, files, schedule=sched)
 
 
