@@ -434,7 +434,7 @@ class Schedule:
             try:
                 getattr(s, name)(*args, **kw)
             except CompileError as exc:
-                _fail(f"the schedule does not fit these ops: s.{name}{tuple(args)}: {exc}")
+                _fail(f"the schedule does not fit these ops on this machine: s.{name}{tuple(args)}: {exc}")
         return s
 
     def check(self) -> None:

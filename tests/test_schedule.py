@@ -123,6 +123,9 @@ def test_build_checks_a_given_schedule_against_the_ops():
         build(op, schedule=str(s))
     with pytest.raises(CompileError, match="'x' is not cached in ibuf: call cache_read"):
         build(op, schedule=Schedule(op))
+    two = Schedule(op, config=Config(nu_count=2)).split("oc", 32).parallel("oc.o", 2)
+    with pytest.raises(CompileError, match="on this machine: .*parallel.*the machine has one NU"):
+        build(op, schedule=two)
 
 
 # ----------------------------------------------------------------------------- hand-written schedules
