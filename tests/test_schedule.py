@@ -426,3 +426,113 @@ def test_the_docs_schedule_example_runs():
     section = text[text.index("## Schedules"):]
     block = section[section.index("```python\n") + 10:]
     exec(compile(block[:block.index("```")], "docs/compiler.md", "exec"), {})
+
+
+CALLS = [("split", ["oh", "ow", "oc", "ic", "n", "c+r"], [1, 2, 3, 4, 7, 32, 64]),
+         ("reorder", None, None), ("fuse", None, None),
+         ("cache_read", [("x", "ibuf", "in"), ("w", "wbuf", "wt"), ("b", "vbuf", "res"), ("x", "vbuf", "in")], None),
+         ("cache_write", [("y", "abuf", "acc"), ("y", "vbuf", "vacc")], None),
+         ("compute_at", [("wt", "root"), ("in", "root"), ("wt", "oc.o")], None),
+         ("double_buffer", ["in", "wt", "acc", "vacc", "res", "zz"], [1, 2, 3, 4, 5]),
+         ("tensorize", [("conv", "nu.conv"), ("bias", "dma"), ("bias", "vu.requant"), ("bias", "nu.conv"),
+                        ("requant", "vu.requant.pc"), ("requant", "vu.requant"), ("add", "vu.add")], None),
+         ("parallel", ["oc.o", "n", "n+oh.o", "oh.o"], [1, 2, 3]),
+         ("buffer_split", [0, 1, 2, 5], [1, 32]), ("buffer_reorder", None, None), ("buffer_pad", [0, 1], [8, 64])]
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(convs(), st.lists(st.tuples(st.integers(0, len(CALLS) - 1), st.integers(0, 99), st.integers(0, 99)),
+                         max_size=25), st.booleans())
+def test_random_primitive_sequences_compile_exactly_or_say_why(case, calls, complete):
+    """Random primitive calls (most of them wrong) either raise a CompileError or leave a schedule
+    that builds a bit-exact, race-free kernel (or is refused by a CompileError)."""
+    op, x, want = case
+    cfg = Config(nu_count=2, vu_count=2, **SMALL_NU)
+    s = Schedule(op, config=cfg)
+    if complete:                       # the automatic schedule's caches, tensorize and layout; then vary
+        s = Schedule.from_trace("\n".join(l for l in str(build(op, config=cfg).schedule).splitlines()
+                                          if not any(k in l for k in ("split(", "parallel", "fuse", "reorder"))),
+                                op, config=cfg)
+    for k, a, b in calls:
+        name, first, second = CALLS[k]
+        loops = s.block("L0").loops
+        if name == "reorder":
+            args = tuple(loops[a % len(loops):] + loops[:a % len(loops)])
+        elif name == "fuse":
+            args = tuple(loops[a % len(loops):a % len(loops) + 2]) or ("n",)
+        elif name == "buffer_reorder":
+            args = ("w",) + tuple(np.random.default_rng(a).permutation(4 + b % 3).tolist())
+        elif name.startswith("buffer"):
+            args = ("w", first[a % len(first)], second[b % len(second)])
+        elif second is None:
+            args = first[a % len(first)]
+        else:
+            args = (first[a % len(first)], second[b % len(second)])
+        try:
+            getattr(s, name)(*args)
+        except CompileError:
+            pass
+    try:
+        kernel = build(op, config=cfg, schedule=s)
+    except CompileError:
+        return
+    np.testing.assert_array_equal(kernel(x, check_races=True), want, err_msg=str(s))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(convs(), st.data())
+def test_random_hand_written_schedules_are_exact(case, data):
+    """Schedules written with random decisions (tile sizes, resident or streamed weights, slots, bias
+    intrinsic, a split over two NUs) build bit-exact, race-free kernels, or are refused because a tile
+    does not fit a buffer."""
+    op, x, want = case
+    cfg = Config(nu_count=2, vu_count=2)
+    s = Schedule(op, config=cfg)
+    b = s.block("L0")
+    ext, draw = b.extents, data.draw
+    for axis in ("oh", "ow"):
+        f = draw(st.integers(1, ext[axis]))
+        if f < ext[axis]:
+            s.split(axis, f)
+    for axis, q in (("oc", 32), ("ic", 32)):
+        if ext[axis] > q and draw(st.booleans()):
+            s.split(axis, q * draw(st.integers(1, (ext[axis] - 1) // q)))
+    resident = "ic" not in b.factors and draw(st.booleans())
+    s.cache_read("x", "ibuf", "xin").double_buffer("xin", draw(st.integers(2, 4)))
+    s.cache_read("w", "wbuf", "w")
+    if resident:
+        s.compute_at("w", "root")
+        if "oc.o" in b.loops:
+            s.reorder(*[l for l in b.loops if l != "oc.o"], "oc.o")
+    else:
+        s.double_buffer("w", draw(st.integers(2, 4)))
+    s.cache_write("y", "abuf", "acc").double_buffer("acc", draw(st.integers(2, 3)))
+    s.cache_write("y", "vbuf", "yout")
+    depth = draw(st.integers(1, 4))
+    if depth > 1:
+        s.double_buffer("yout", depth)
+    s.tensorize("conv", "nu.conv")
+    stages = b.stages()
+    if "bias" in stages:
+        s.tensorize("bias", draw(st.sampled_from(stages["bias"])))
+    s.tensorize("requant", b.stages()["requant"][0])
+    if b.ctx["default_layout"]:
+        s.buffer_pad("w", 0, -(-ext["oc"] // 32) * 32)
+        s.buffer_split("w", 0, 32).buffer_split("w", 2, 32).buffer_reorder("w", 0, 2, 4, 5, 3, 1)
+    way = draw(st.sampled_from(["none", "channel", "spatial"]))
+    try:
+        if way == "channel" and "oc.o" in b.loops:
+            s.parallel("oc.o", 2)
+        elif way == "spatial":
+            spatial = b.spatial_loops()
+            if len(spatial) > 1:
+                s.fuse(*spatial)
+            s.parallel("+".join(spatial), 2)
+    except CompileError as exc:
+        assert "fewer than 2 NUs" in str(exc)
+    try:
+        kernel = build(op, config=cfg, schedule=s)
+    except CompileError as exc:
+        assert "more than its" in str(exc) or "does not fit" in str(exc), str(exc)
+        return
+    np.testing.assert_array_equal(kernel(x, check_races=True), want, err_msg=str(s))
