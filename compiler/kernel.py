@@ -200,6 +200,10 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     program (a compiler.network.Library).
     """
     cfg = (config or Config()).validate()
+    from .dims import DynamicOp
+    if isinstance(op, DynamicOp):                        # sizes read at run time: compiler/lowering/dynamic.py
+        from .lowering.dynamic import build_dynamic
+        return build_dynamic(op, *more_ops, config=cfg, schedule=schedule)
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")

@@ -348,7 +348,13 @@ def _bias(bias, o: int) -> np.ndarray | None:
 
 def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
            multiplier=None, shift=None, scale=None, zp_out=0, lo=-128, hi=127) -> Conv2d:
-    """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's."""
+    """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's.
+    A compiler.Dim in x_shape (batch, height, width) makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("conv2d", lambda shape: conv2d(
+            shape, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, x_zp=x_zp,
+            multiplier=multiplier, shift=shift, scale=scale, zp_out=zp_out, lo=lo, hi=hi), x_shape)
     x_shape = _shape("x_shape", x_shape, 4)
     w = _int_array("weight", weight, INT8, ndim=4)
     groups = _int("groups", groups, 1, x_shape[1])

@@ -1,0 +1,376 @@
+"""A conv2d over a range of shapes: one program that reads its sizes from an argument block.
+
+The CU `ld`s batch, height and width from the block, computes the output
+size, the padded width and every DMA, NU and VU size and stride from them in
+registers (`setp param, rs, imm`), and loops over tiles of output rows:
+full tiles of `th` rows, then the remainder (min(th, rows left)).  Each tile
+is loaded with its halo (padding by DMA), convolved on the NU onto a bias
+broadcast, drained to VBUF, requantised and stored; two buffer sets let tile
+k+1 load while tile k computes, and the CU waits for tile k-2's store before
+reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnpsim.config import Config, shape_target
+
+from ..dims import Dim, DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d
+
+TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
+
+
+@dataclass
+class DynamicKernel:
+    """A compiled dynamic kernel: call it with an input of any in-range shape."""
+
+    op: DynamicOp
+    asm: str
+    program: object
+    config: Config
+    rows_per_tile: int
+    files: dict[str, bytes]
+    check_races: bool = False
+    stats: object = None
+
+    def __call__(self, x: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """Run on the simulator: the argument block is written from x's shape."""
+        from nnpsim.simulator import Simulator
+
+        x = np.asarray(x)
+        self.op.values_of(x.shape)                 # CompileError naming a dimension out of range
+        if x.dtype != np.int8:
+            raise CompileError(f"conv2d: input x has dtype {x.dtype}, expected int8")
+        sim = Simulator(self.config)
+        sim.load(self.program)
+        sim.write("x", x)
+        races = self.check_races if check_races is None else check_races
+        self.stats = sim.run(check_races=races)
+        return sim.read("y")
+
+    def save(self, path) -> None:
+        """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
+        self.program.save(path)
+
+
+def _log2(what: str, v: int) -> int:
+    if v & (v - 1):
+        raise CompileError(f"dynamic conv2d: {what} = {v} is not a power of two (the CU has no divide: the "
+                           f"output size is computed with a shift)")
+    return v.bit_length() - 1
+
+
+class _Geometry:
+    """The static facts of the op and the buffer sizes for a tile of th output rows."""
+
+    def __init__(self, op: DynamicOp, cfg: Config, th: int):
+        big: Conv2d = op.largest
+        if not isinstance(big, Conv2d):
+            raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
+        if big.groups != 1:
+            raise CompileError(f"dynamic conv2d: groups = {big.groups} is not supported yet (groups = 1 only)")
+        if big.scale is not None:
+            raise CompileError("dynamic conv2d: the float form (scale=) is not supported yet; give "
+                               "multiplier= and shift=")
+        self.op, self.cfg, self.th = op, cfg, th
+        self.R, self.C = cfg.nu_rows, cfg.nu_cols
+        n, c, h, w = big.x_shape
+        self.c, self.o = c, big.out_channels
+        self.kh, self.kw = big.kernel
+        self.sh, self.sw = big.stride
+        self.dh, self.dw = big.dilation
+        self.pt, self.pl, self.pb, self.pr = big.padding
+        self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
+        self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
+        self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
+        self.ow_max = big.out_hw[1]
+        self.wp_max = w + self.pl + self.pr
+        self.rows_max = (th - 1) * self.sh + self.ekh
+        self.ib = self.in_cb * self.rows_max * self.wp_max * self.R
+        self.ab = self.out_cb * th * self.ow_max * self.C * 4
+        self.tab = -(-self.out_cb * self.C * 8 // 64) * 64
+        self.wbytes = self.out_cb * self.in_cb * self.kh * self.kw * self.R * self.C
+
+    def fits(self) -> str:
+        """Why the tile does not fit the machine, or ''."""
+        cfg = self.cfg
+        for what, need, have in (("IBUF", 2 * self.ib, cfg.ibuf_bytes), ("ABUF", 2 * self.ab, cfg.abuf_bytes),
+                                 ("VBUF", self.tab + 2 * self.ab, cfg.vbuf_bytes),
+                                 ("WBUF", self.wbytes, cfg.wbuf_bytes)):
+            if need > have:
+                return f"{what} needs {need} bytes for {self.th} rows per tile at the largest width, has {have}"
+        return ""
+
+
+def price(g: _Geometry, samples: list[tuple[int, int, int]]) -> int:
+    """Predicted cycles summed over sample (n, h, w) sizes: tiles times NU work plus a per-tile overhead."""
+    from nnpsim.timing import nu_conv_cycles
+
+    total = 0
+    for n, h, w in samples:
+        oh = ((h + g.pt + g.pb - g.ekh) >> g.lsh) + 1
+        ow = ((w + g.pl + g.pr - g.ekw) >> g.lsw) + 1
+        full, rest = divmod(oh, g.th)
+        for rows, count in ((g.th, full), (rest, 1 if rest else 0)):
+            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+            total += n * count * (nu + TILE_OVERHEAD)
+    return total
+
+
+def samples(op: DynamicOp) -> list[tuple[int, int, int]]:
+    """(n, h, w) at the low end, the middle and the high end of every range."""
+    out = []
+    for frac in (0.0, 0.5, 1.0):
+        v = {d.name: d.lo + int(round(frac * (d.hi - d.lo))) for d in op.dims}
+        n, _, h, w = (v[d.name] if isinstance(d, Dim) else d for d in op.x_shape)
+        out.append((n, h, w))
+    return out
+
+
+def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
+    """The rows per tile that fit at the largest shape and price cheapest over the sample sizes."""
+    best, why = None, ""
+    oh_max = op.largest.out_hw[0]
+    for th in range(1, oh_max + 1):
+        g = _Geometry(op, cfg, th)
+        why = g.fits()
+        if why:
+            break
+        p = price(g, samples(op))
+        if best is None or p < best[0]:
+            best = (p, g)
+    if best is None:
+        raise CompileError(f"dynamic conv2d does not fit this machine even one output row per tile: {why}")
+    return best[1]
+
+
+def constants(g: _Geometry) -> dict[str, bytes]:
+    """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
+    big = g.op.largest
+    w5 = np.zeros((g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw), dtype=np.int8)
+    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw), dtype=np.int8)
+    wt[:g.o, :g.c] = big.weight
+    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw).transpose(0, 2, 4, 5, 3, 1)
+    bias = np.zeros(g.out_cb * g.C, dtype="<i4")
+    if big.bias is not None:
+        bias[:g.o] = big.bias
+    ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
+    ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
+    return {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_bias.bin": bias.tobytes(),
+            "dyn_ms.bin": ms.tobytes()}
+
+
+def _axis(d, add: int, shift: int) -> str:
+    return f"{d.name}:{add}:{shift}" if isinstance(d, Dim) else str(((d + add) >> shift) + 1)
+
+
+def notes(g: _Geometry) -> list[str]:
+    """The `.target dynamic.*` notes that describe the argument block and the buffers to nnpsim."""
+    op = g.op
+    n, _, h, w = op.x_shape
+    name = lambda d: d.name if isinstance(d, Dim) else str(d)   # noqa: E731
+    y = [name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh), _axis(w, g.pl + g.pr - g.ekw, g.lsw)]
+    dims = " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in op.dims)
+    return [f'.target dynamic.dims, "{dims}"', '.target dynamic.args, "args"',
+            f'.target dynamic.buffer.x, "{" ".join(name(d) for d in op.x_shape)}"',
+            f'.target dynamic.buffer.y, "{" ".join(y)}"']
+
+
+# Registers: sizes, loop state, buffer addresses, temporaries.
+RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"
+RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
+T = [f"r{k}" for k in range(19, 31)]
+S_CONST, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE = "s0", "s1", "s2", "s3", "s4", "s5"
+
+
+def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
+    lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
+
+
+def program_text(g: _Geometry) -> str:
+    """The assembly of the dynamic kernel."""
+    op, big, cfg = g.op, g.op.largest, g.cfg
+    n, c, h, w = op.x_shape
+    idx = {d.name: k for k, d in enumerate(op.dims)}
+    L = [f"; dynamic kernel: {op!r}", f"; {g.th} output rows per tile, full width; two buffer sets", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()] + ["        " + s for s in notes(g)]
+    x_max, y_max = big.x_shape, big.output.shape
+    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
+          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
+          f"        .space {int(np.prod(x_max))}", "        .align 64",
+          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}",
+          "        .align 64", "dyn_w:", '        .incbin "dyn_w.bin"', "        .align 64",
+          "dyn_bias:", '        .incbin "dyn_bias.bin"', "        .align 64", "dyn_ms:", '        .incbin "dyn_ms.bin"',
+          "", "        .text", "main:"]
+    e = L.append
+
+    def i(s):
+        e("        " + s)
+
+    def setp(param, v):
+        i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
+
+    def dma_box(elem, dims, pad_value=0):
+        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
+        setp("dma.elem", elem)
+        setp("dma.pad_value", pad_value)
+        for k in range(4):
+            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
+            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
+                setp(f"dma.{p}{k}", v)
+
+    i("la      r1, args")
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        _size(L, reg, d, idx)
+    e("        ; output size, padded width, plane sizes")
+    i(f"addi    {ROH}, {RH}, {g.pt + g.pb - g.ekh}")
+    i(f"srai    {ROH}, {ROH}, {g.lsh}")
+    i(f"addi    {ROH}, {ROH}, 1")
+    i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
+    i(f"srai    {ROW}, {ROW}, {g.lsw}")
+    i(f"addi    {ROW}, {ROW}, 1")
+    i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+    i(f"mul     {RHW}, {RH}, {RW}")
+    i(f"mul     {ROHW}, {ROH}, {ROW}")
+    e("        ; constants: weights -> wbuf, (M, S) table -> vbuf")
+    dma_box(1, [(g.wbytes, 1, 1, 0, 0)])
+    i(f"la      {T[0]}, dyn_w")
+    i(f"dma     ch1, wbuf0[r0], ddr[{T[0]}]")
+    dma_box(4, [(g.out_cb * g.C * 2, 4, 4, 0, 0)])
+    i(f"la      {T[0]}, dyn_ms")
+    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}], signal={S_CONST}")
+    i(f"sem.wait {S_CONST}")
+    for p, v in (("in_cb", g.in_cb), ("out_cb", g.out_cb), ("k_h", g.kh), ("k_w", g.kw), ("stride_h", g.sh),
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw), ("x_zp", big.x_zp)):
+        setp(f"nu.{p}", v)
+    for p, v in (("n0", g.C), ("n2", g.out_cb), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", 8),
+                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0), ("b_stride2", 8 * g.C),
+                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
+        setp(f"vu.{p}", v)
+    i(f"li      {RI}, 0")
+    i(f"li      {RB}, 0")
+    i(f"li      {RPEND}, 0")
+    e("batch:")
+    i(f"li      {ROH0}, 0")
+    e("tile:")
+    e(f"        ; rows of this tile: th, or the remainder")
+    i(f"sub     {RTH}, {ROH}, {ROH0}")
+    i(f"li      {T[0]}, {g.th}")
+    i(f"min     {RTH}, {RTH}, {T[0]}")
+    e("        ; buffers of tile k-2 are reused: wait for its store")
+    i(f"li      {T[0]}, 2")
+    i(f"blt     {RPEND}, {T[0]}, free")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    e("free:")
+    i(f"muli    {RIB}, {RB}, {g.ib}")
+    i(f"muli    {RAB}, {RB}, {g.ab}")
+    i(f"muli    {RVB}, {RB}, {g.ab}")
+    i(f"addi    {RVB}, {RVB}, {g.tab}")
+    i(f"mul     {RPIX}, {RTH}, {ROW}")
+    e("        ; bias broadcast -> abuf")
+    i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
+    dma_box(4, [(g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0), (g.out_cb, 4 * g.C, T[1], 0, 0)])
+    i(f"la      {T[0]}, dyn_bias")
+    i(f"dma     ch0, abuf0[{RAB}], ddr[{T[0]}]")
+    e("        ; input rows with halo -> ibuf")
+    rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
+    i(f"addi    {rows}, {RTH}, -1")
+    i(f"muli    {rows}, {rows}, {g.sh}")
+    i(f"addi    {rows}, {rows}, {g.ekh}")
+    i(f"muli    {vstart}, {ROH0}, {g.sh}")
+    i(f"addi    {vstart}, {vstart}, {-g.pt}")
+    i(f"sub     {plo}, r0, {vstart}")
+    i(f"max     {plo}, {plo}, r0")
+    i(f"max     {start}, {vstart}, r0")
+    i(f"add     {phi}, {vstart}, {rows}")
+    i(f"sub     {phi}, {phi}, {RH}")
+    i(f"max     {phi}, {phi}, r0")
+    src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
+    i(f"mul     {src}, {RI}, {RHW}")
+    i(f"muli    {src}, {src}, {g.c}")
+    i(f"mul     {T[11]}, {start}, {RW}")
+    i(f"add     {src}, {src}, {T[11]}")
+    i(f"la      {T[11]}, x")
+    i(f"add     {src}, {src}, {T[11]}")
+    i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
+    i(f"mul     {step_dst}, {rows}, {rowb}")
+    i(f"muli    {step_src}, {RHW}, {g.R}")
+    i(f"add     {dst}, {RIB}, r0")
+    for cb in range(g.in_cb):
+        cr = min(g.R, g.c - cb * g.R)
+        if cb:
+            i(f"add     {src}, {src}, {step_src}")
+            i(f"add     {dst}, {dst}, {step_dst}")
+        dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
+        sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
+        i(f"dma     ch0, ibuf0[{dst}], ddr[{src}]{sig}")
+    e("        ; convolve onto the bias")
+    for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
+        setp(f"nu.{p}", v)
+    i(f"nu.conv.acc nu0, {RAB}, {RIB}, r0, wait={S_LOAD}, signal={S_NU}")
+    e("        ; drain abuf -> vbuf, requantise in place, store")
+    i(f"muli    {T[0]}, {RPIX}, {g.out_cb * g.C}")
+    dma_box(4, [(T[0], 4, 4, 0, 0)])
+    i(f"dma     ch1, vbuf0[{RVB}], abuf0[{RAB}], wait={S_NU}, signal={S_DRAIN}")
+    i(f"slli    {T[1]}, {RPIX}, {g.C.bit_length() - 1}")
+    i(f"slli    {T[2]}, {RPIX}, {g.C.bit_length() + 1}")
+    setp("vu.n1", RPIX)
+    setp("vu.d_stride2", T[1])
+    setp("vu.a_stride2", T[2])
+    i(f"vu.requant.pc vu0, {RVB}, {RVB}, r0, i32, wait={S_DRAIN}, signal={S_VU}")
+    ydst, ysrc = T[3], T[4]
+    i(f"mul     {ydst}, {RI}, {ROHW}")
+    i(f"muli    {ydst}, {ydst}, {g.o}")
+    i(f"mul     {T[5]}, {ROH0}, {ROW}")
+    i(f"add     {ydst}, {ydst}, {T[5]}")
+    i(f"la      {T[5]}, y")
+    i(f"add     {ydst}, {ydst}, {T[5]}")
+    i(f"muli    {T[6]}, {ROHW}, {g.C}")
+    i(f"add     {ysrc}, {RVB}, r0")
+    for ob in range(g.out_cb):
+        cv = min(g.C, g.o - ob * g.C)
+        if ob:
+            i(f"add     {ysrc}, {ysrc}, {T[1]}")
+            i(f"add     {ydst}, {ydst}, {T[6]}")
+        dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
+        wait = f", wait={S_VU}" if ob == 0 else ""
+        sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
+        i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}]{wait}{sig}")
+    i(f"addi    {RPEND}, {RPEND}, 1")
+    i(f"xori    {RB}, {RB}, 1")
+    i(f"add     {ROH0}, {ROH0}, {RTH}")
+    i(f"blt     {ROH0}, {ROH}, tile")
+    i(f"addi    {RI}, {RI}, 1")
+    i(f"blt     {RI}, {RN}, batch")
+    e("drain:")
+    i(f"beq     {RPEND}, r0, done")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    i("jal     r0, drain")
+    e("done:")
+    i("halt")
+    return "\n".join(L) + "\n"
+
+
+def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
+                  rows_per_tile: int | None = None) -> DynamicKernel:
+    """Compile a DynamicOp into one program for its whole range."""
+    from ..kernel import assemble
+
+    if more_ops or schedule is not None:
+        raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
+    if rows_per_tile is None:
+        g = choose_rows(op, config)
+    else:
+        g = _Geometry(op, config, rows_per_tile)
+        why = g.fits()
+        if why:
+            raise CompileError(f"dynamic conv2d: {why}")
+    files = constants(g)
+    asm = program_text(g)
+    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, g.th, files)
