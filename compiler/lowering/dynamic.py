@@ -286,10 +286,14 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {vstart}, {vstart}, {-g.pt}")
     i(f"sub     {plo}, r0, {vstart}")
     i(f"max     {plo}, {plo}, r0")
+    i(f"min     {plo}, {plo}, {rows}")            # a tile may lie wholly in the padding
     i(f"max     {start}, {vstart}, r0")
+    i(f"min     {start}, {start}, {RH}")
     i(f"add     {phi}, {vstart}, {rows}")
     i(f"sub     {phi}, {phi}, {RH}")
     i(f"max     {phi}, {phi}, r0")
+    i(f"sub     {T[11]}, {rows}, {plo}")
+    i(f"min     {phi}, {phi}, {T[11]}")
     src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
     i(f"mul     {src}, {RI}, {RHW}")
     i(f"muli    {src}, {src}, {g.c}")

@@ -1,0 +1,154 @@
+"""Dynamic shapes: one conv2d binary for a range of sizes (compiler/dims.py, compiler/lowering/dynamic.py).
+
+Hypothesis draws a conv (channels, kernel, stride, padding, dilation, ranges) and shapes inside its
+ranges; every run is compared with numpy on every element and race-checked.  Out-of-range and
+inconsistent shapes are refused naming the dimension; a bad argument block is a simulation error
+naming the dimension; removing any semaphore wait of a dynamic kernel makes the race checker fire.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import compiler
+from compiler import Dim, ops
+from compiler.errors import CompileError
+from compiler.kernel import assemble
+from nnpsim import errors
+from nnpsim.errors import SimError
+from nnpsim.simulator import Simulator
+
+pytestmark = pytest.mark.usefixtures("warm_engine")
+
+
+def rand8(rng, shape) -> np.ndarray:
+    return rng.integers(-128, 128, size=shape).astype(np.int8)
+
+
+def conv(rng, c=8, o=16, k=3, stride=1, padding=1, dilation=1, n=(1, 2), h=(4, 24), w=(4, 24)):
+    weight = rng.integers(-20, 21, size=(o, c, k, k))
+    return ops.conv2d((Dim("n", *n), c, Dim("h", *h), Dim("w", *w)), weight, rng.integers(-5000, 5000, size=o),
+                      stride=stride, padding=padding, dilation=dilation, x_zp=int(rng.integers(-10, 10)),
+                      multiplier=rng.integers(2**29, 2**31, size=o), shift=rng.integers(20, 26, size=o),
+                      zp_out=int(rng.integers(-20, 20)))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
+       stride=st.sampled_from([1, 2]), padding=st.integers(0, 2), dilation=st.sampled_from([1, 2]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_conv_bit_exact_across_the_range(seed, c, o, k, stride, padding, dilation, draws):
+    rng = np.random.default_rng(seed)
+    lo = max(1, (k - 1) * dilation + 1 - 2 * padding)
+    op = conv(rng, c, o, k, stride, padding, dilation, n=(1, 2), h=(lo, lo + 20), w=(lo, lo + 20))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        shape = (1 + round(fn), c, lo + round(20 * fh), lo + round(20 * fw))
+        x = rand8(rng, shape)
+        y = kern(x, check_races=True)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+def test_one_binary_serves_every_shape_and_the_extremes():
+    rng = np.random.default_rng(1)
+    op = conv(rng, c=33, o=40, h=(3, 30), w=(3, 30))
+    kern = compiler.build(op)
+    program = kern.program
+    for shape in [(1, 33, 3, 3), (2, 33, 30, 30), (1, 33, 7, 29), (2, 33, 30, 4)]:
+        x = rand8(rng, shape)
+        assert kern.program is program
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def test_out_of_range_and_inconsistent_shapes_are_refused():
+    rng = np.random.default_rng(2)
+    op = conv(rng, h=(8, 16), w=(8, 16))
+    kern = compiler.build(op)
+    with pytest.raises(CompileError, match=r"dimension h = 17 is outside its range \[8, 16\]"):
+        kern(rand8(rng, (1, 8, 17, 8)))
+    with pytest.raises(CompileError, match=r"dimension w = 7 is outside its range \[8, 16\]"):
+        kern(rand8(rng, (1, 8, 8, 7)))
+    with pytest.raises(CompileError, match=r"axis 1 is 9, expected 8"):
+        kern(rand8(rng, (1, 9, 8, 8)))
+    same = ops.conv2d((1, 8, Dim("s", 8, 16), Dim("s", 8, 16)), rng.integers(-3, 3, (4, 8, 3, 3)), None,
+                      multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match=r"dimension s is 8 in input x axis 2 but 9 in input x axis 3"):
+        compiler.build(same)(rand8(rng, (1, 8, 8, 9)))
+
+
+def test_bad_dims_are_refused_at_construction():
+    w = np.ones((4, 8, 3, 3), dtype=np.int64)
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match="lo = 9 is larger than hi = 8"):
+        Dim("h", 9, 8)
+    with pytest.raises(CompileError, match="must be an identifier"):
+        Dim("2h", 1, 8)
+    with pytest.raises(CompileError, match="channels.*cannot be a Dim"):
+        ops.conv2d((1, Dim("c", 1, 8), 8, 8), w, None, **q)
+    with pytest.raises(CompileError, match="declared twice with different ranges"):
+        ops.conv2d((1, 8, Dim("h", 8, 16), Dim("h", 8, 20)), w, None, **q)
+    with pytest.raises(CompileError, match="smallest shape of its range"):
+        ops.conv2d((1, 8, Dim("h", 1, 16), 8), w, None, **q)
+
+
+def test_bad_argument_block_is_an_error_naming_the_dimension():
+    rng = np.random.default_rng(3)
+    op = conv(rng, h=(8, 16), w=(8, 16))
+    kern = compiler.build(op)
+    sim = Simulator(kern.config)
+    sim.load(kern.program)
+    sim.write("x", rand8(rng, (1, 8, 9, 9)))
+    sim.write("args", np.array([1, 9000, 9], dtype=np.int32))     # h far beyond the buffers
+    with pytest.raises(SimError, match=r"dimension h = 9000 is outside its range \[8, 16\]") as exc:
+        sim.run()
+    assert exc.value.code == errors.OUT_OF_BOUNDS
+
+
+def test_ld_is_bounds_and_alignment_checked():
+    prog = assemble(".text\nmain:\n li r1, 0x7ffffffc\n ld r2, r1, 8\n halt\n", {}, "ld.s")
+    sim = Simulator()
+    sim.load(prog)
+    with pytest.raises(SimError, match=r"out-of-bounds access on cu.*instruction ld"):
+        sim.run()
+    prog = assemble(".text\nmain:\n ld r2, r0, 2\n halt\n", {}, "ld.s")
+    sim.load(prog)
+    with pytest.raises(SimError, match=r"misaligned access on cu.*instruction ld"):
+        sim.run()
+
+
+# The drain at the end only takes the stores' tokens so that none is left at halt: removing one of
+# its waits changes no ordering, so it is not mutated.
+def _waits(asm: str) -> list[int]:
+    lines = asm.splitlines()
+    end = next(k for k, line in enumerate(lines) if line.startswith("drain:"))
+    return [k for k, line in enumerate(lines[:end]) if "wait=" in line or "sem.wait" in line]
+
+
+def _mutant(asm: str, k: int) -> str:
+    lines = asm.splitlines()
+    if "sem.wait" in lines[k]:
+        lines[k] = "        nop"
+    else:
+        lines[k] = re.sub(r", wait=s\d+", "", lines[k])
+    return "\n".join(lines) + "\n"
+
+
+def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
+    rng = np.random.default_rng(4)
+    op = conv(rng, c=8, o=40, h=(8, 40), w=(8, 24))
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 8, 37, 19))            # several tiles per image, remainder tile, two images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 6
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
