@@ -184,7 +184,7 @@ def notes(g: _Geometry) -> list[str]:
 RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"
 RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
 T = [f"r{k}" for k in range(19, 31)]
-S_CONST, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE = "s0", "s1", "s2", "s3", "s4", "s5"
+S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE = "s0", "s1", "s2", "s3", "s4", "s5"
 
 
 def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
@@ -236,14 +236,18 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
-    e("        ; constants: weights -> wbuf, (M, S) table -> vbuf")
+    e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
+    e("        ; weights on ch0 before the first input, (M, S) table on ch1 before the first drain,")
+    e("        ; the bias table into dm on ch3 before the first broadcast")
     dma_box(1, [(g.wbytes, 1, 1, 0, 0)])
     i(f"la      {T[0]}, dyn_w")
-    i(f"dma     ch1, wbuf0[r0], ddr[{T[0]}]")
+    i(f"dma     ch0, wbuf0[r0], ddr[{T[0]}]")
     dma_box(4, [(g.out_cb * g.C * 2, 4, 4, 0, 0)])
     i(f"la      {T[0]}, dyn_ms")
-    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}], signal={S_CONST}")
-    i(f"sem.wait {S_CONST}")
+    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}]")
+    setp("dma.size0", g.out_cb * g.C)
+    i(f"la      {T[0]}, dyn_bias")
+    i(f"dma     ch3, dm[r0], ddr[{T[0]}]")
     for p, v in (("in_cb", g.in_cb), ("out_cb", g.out_cb), ("k_h", g.kh), ("k_w", g.kw), ("stride_h", g.sh),
                  ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw), ("x_zp", big.x_zp)):
         setp(f"nu.{p}", v)
@@ -272,11 +276,10 @@ def program_text(g: _Geometry) -> str:
     i(f"muli    {RVB}, {RB}, {g.ab}")
     i(f"addi    {RVB}, {RVB}, {g.tab}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
-    e("        ; bias broadcast -> abuf")
+    e("        ; bias broadcast dm -> abuf")
     i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
     dma_box(4, [(g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0), (g.out_cb, 4 * g.C, T[1], 0, 0)])
-    i(f"la      {T[0]}, dyn_bias")
-    i(f"dma     ch0, abuf0[{RAB}], ddr[{T[0]}]")
+    i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     i(f"addi    {rows}, {RTH}, -1")
@@ -316,6 +319,7 @@ def program_text(g: _Geometry) -> str:
     e("        ; convolve onto the bias")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
+    i(f"sem.wait {S_BIAS}")                        # the NU's one wait is the input's: join the bias here
     i(f"nu.conv.acc nu0, {RAB}, {RIB}, r0, wait={S_LOAD}, signal={S_NU}")
     e("        ; drain abuf -> vbuf, requantise in place, store")
     i(f"muli    {T[0]}, {RPIX}, {g.out_cb * g.C}")
