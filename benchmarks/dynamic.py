@@ -77,6 +77,7 @@ def main(argv=None) -> int:
     cases = [("conv 3x3 32 -> 32, H = W in [16, 64]", 32, 32, [16, 28, 40, 52, 64], 16, 64)]
     if not args.quick:
         cases.append(("conv 3x3 64 -> 64, H = W in [8, 56]", 64, 64, [8, 20, 32, 44, 56], 8, 56))
+        cases.append(("conv 3x3 8 -> 16, H = W in [8, 64]", 8, 16, [8, 22, 36, 50, 64], 8, 64))
     ok = True
     for title, c, o, sizes, lo, hi in cases:
         geo, worst = report(title, measure(c, o, sizes, lo, hi))

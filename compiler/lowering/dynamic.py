@@ -87,10 +87,15 @@ class _Geometry:
         self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
         self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
+        # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
+        # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
+        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
+        self.kw_nu = 1 if self.fold > 1 else self.kw
         self.tab = -(-self.out_cb * self.C * 8 // 64) * 64
         self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
         self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.tab) // 2) // 128 * 128
-        self.wbytes = self.out_cb * self.in_cb * self.kh * self.kw * self.R * self.C
+        self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
+        self.wbytes = self.out_cb * self.w_block
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
@@ -102,8 +107,14 @@ class _Geometry:
         """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
         ow = self.out_size(w, self.ekw, self.pl, self.pr, self.lsw)
         by_acc = self.ab // (self.out_cb * ow * self.C * 4)
-        by_in = ((self.ib // (self.in_cb * (w + self.pl + self.pr) * self.R)) - self.ekh) // self.sh + 1
+        by_in = ((self.ib // (self.in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
+
+    def in_width(self, w: int) -> int:
+        """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
+        if self.fold > 1:
+            return (self.out_size(w, self.ekw, self.pl, self.pr, self.lsw) - 1) * self.sw + 1
+        return w + self.pl + self.pr
 
     def fits(self) -> str:
         """Why the largest shape does not fit the machine, or ''."""
@@ -128,7 +139,7 @@ def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
-            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
             total += n * count * (nu + TILE_OVERHEAD)
         total += 2 * g.out_cb * min(th, oh) * ow * g.C * 4 // g.cfg.vu_bytes_per_cycle
     return total
@@ -158,10 +169,13 @@ def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
 def constants(g: _Geometry) -> dict[str, bytes]:
     """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
     big = g.op.largest
-    w5 = np.zeros((g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw), dtype=np.int8)
-    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw), dtype=np.int8)
-    wt[:g.o, :g.c] = big.weight
-    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw).transpose(0, 2, 4, 5, 3, 1)
+    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
+    if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
+        folded = big.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
+        wt[:g.o, :g.kw * g.c, :, 0] = folded
+    else:
+        wt[:g.o, :g.c] = big.weight
+    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
     bias = np.zeros(g.out_cb * g.C, dtype="<i4")
     if big.bias is not None:
         bias[:g.o] = big.bias
@@ -244,7 +258,12 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
     i(f"srai    {ROW}, {ROW}, {g.lsw}")
     i(f"addi    {ROW}, {ROW}, 1")
-    i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+    if g.fold > 1:
+        i(f"addi    {RWP}, {ROW}, -1")
+        i(f"slli    {RWP}, {RWP}, {g.lsw}")
+        i(f"addi    {RWP}, {RWP}, 1")
+    else:
+        i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
     e("        ; rows per tile for this width (the compiler's table)")
@@ -256,7 +275,7 @@ def program_text(g: _Geometry) -> str:
     e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
     e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
     e("        ; the first broadcast")
-    w_block = g.in_cb * g.kh * g.kw * g.R * g.C
+    w_block = g.w_block
     dma_box(1, [(w_block, 1, 1, 0, 0)])
     i(f"la      {T[0]}, dyn_w")
     for ob in range(g.out_cb):
@@ -269,8 +288,8 @@ def program_text(g: _Geometry) -> str:
     setp("dma.size0", g.out_cb * g.C)
     i(f"la      {T[0]}, dyn_bias")
     i(f"dma     ch3, dm[r0], ddr[{T[0]}]")
-    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw), ("x_zp", big.x_zp)):
+    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
         setp(f"nu.{p}", v)
     for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", 8),
                  ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
@@ -299,7 +318,9 @@ def program_text(g: _Geometry) -> str:
     i(f"mul     {RPIX}, {RTH}, {ROW}")
     e("        ; bias broadcast dm -> abuf")
     i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
-    dma_box(4, [(g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0), (g.out_cb, 4 * g.C, T[1], 0, 0)])
+    # only the real channels when there is one block: the others' accumulators are never read
+    dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
+                (g.out_cb, 4 * g.C, T[1], 0, 0)])
     i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
@@ -329,7 +350,23 @@ def program_text(g: _Geometry) -> str:
     i(f"mul     {step_dst}, {rows}, {rowb}")
     i(f"muli    {step_src}, {RHW}, {g.R}")
     i(f"add     {dst}, {RIB}, r0")
-    for cb in range(g.in_cb):
+    for kwi in range(g.fold if g.fold > 1 else 0):
+        # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
+        col0, lo = max(0, kwi * g.dw - g.pl), max(0, g.pl - kwi * g.dw)
+        i(f"sub     {T[11]}, {RW}, r0")
+        i(f"addi    {T[11]}, {T[11]}, {-col0}")
+        i(f"max     {T[11]}, {T[11]}, r0")
+        i(f"addi    {step_dst}, {RWP}, {-lo}")
+        i(f"max     {step_dst}, {step_dst}, r0")
+        i(f"min     {T[11]}, {T[11]}, {step_dst}")       # real columns
+        i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
+        i(f"addi    {step_src}, {src}, {col0}")
+        i(f"addi    {dst}, {RIB}, {kwi * g.c}")
+        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, lo, T[11]), (rows, RW, rowb, plo, phi)],
+                big.x_zp)
+        sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
+        i(f"dma     ch0, ibuf0[{dst}], ddr[{step_src}]{sig}")
+    for cb in range(g.in_cb if g.fold == 1 else 0):
         cr = min(g.R, g.c - cb * g.R)
         if cb:
             i(f"add     {src}, {src}, {step_src}")
@@ -374,7 +411,8 @@ def program_text(g: _Geometry) -> str:
             i(f"add     {ysrc}, {ysrc}, {pixb}")
             i(f"add     {asrc}, {asrc}, {pixb}")
             i(f"add     {ydst}, {ydst}, {step_y}")
-        dma_box(4, [(T[0], 4, 4, 0, 0)])
+        dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
+        setp("vu.n0", cv)
         i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
         i(f"li      {table}, {ob * g.C * 8}")
         i(f"vu.requant.pc vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
