@@ -141,7 +141,7 @@ def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
             nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
             total += n * count * (nu + TILE_OVERHEAD)
-        total += 2 * g.out_cb * min(th, oh) * ow * g.C * 4 // g.cfg.vu_bytes_per_cycle
+        total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
     return total
 
 
