@@ -80,24 +80,29 @@ class DynamicOp:
     """An op whose input shape holds Dims: `make(shape)` gives the static op for one shape."""
 
     kind: str
-    x_shape: tuple
+    x_shape: tuple                        # every input's shape (a binary elementwise op's two are the same)
     dims: tuple[Dim, ...]
     make: object = field(repr=False)      # callable: concrete x shape -> static Op
     largest: object = field(repr=False)   # the static op at every Dim's hi
     smallest: object = field(repr=False)  # the static op at every Dim's lo
+    names: tuple[str, ...] = ("x",)       # the inputs, in call order
 
     def static(self, values: dict[str, int]):
         """The static op for these dim values."""
         return self.make(at(self.x_shape, values))
 
-    def values_of(self, shape, tensor: str = "x") -> dict[str, int]:
-        """The dim values an input array's shape gives; CompileError naming a dimension out of its
-        range or a fixed axis that differs."""
-        return infer_values(self.dims, {tensor: self.x_shape}, {tensor: tuple(shape)})
+    def values_of(self, *shapes) -> dict[str, int]:
+        """The dim values the inputs' shapes give; CompileError naming a dimension out of its range, a
+        fixed axis that differs or two inputs that disagree."""
+        if len(shapes) != len(self.names):
+            raise CompileError(f"{self.kind} takes {len(self.names)} input(s) ({', '.join(self.names)}), "
+                               f"got {len(shapes)}")
+        return infer_values(self.dims, {t: self.x_shape for t in self.names},
+                            {t: tuple(s) for t, s in zip(self.names, shapes)})
 
-    def reference(self, x: np.ndarray) -> np.ndarray:
-        """The numpy result of the static op for x's shape."""
-        return self.static(self.values_of(np.shape(x))).reference(x)
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        """The numpy result of the static op for the inputs' shape."""
+        return self.static(self.values_of(*(np.shape(a) for a in inputs))).reference(*inputs)
 
     def __repr__(self) -> str:
         shape = ", ".join(d.name if isinstance(d, Dim) else str(d) for d in self.x_shape)
@@ -132,7 +137,7 @@ def infer_values(dims, declared: dict[str, tuple], given: dict[str, tuple]) -> d
     return values
 
 
-def dynamic_op(kind: str, make, x_shape) -> DynamicOp:
+def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",)) -> DynamicOp:
     """The DynamicOp of a constructor `make(concrete shape)`; checks it at both ends of every range."""
     x_shape = tuple(x_shape)
     if len(x_shape) != 4:
@@ -144,4 +149,4 @@ def dynamic_op(kind: str, make, x_shape) -> DynamicOp:
     except CompileError as exc:
         lows = ", ".join(f"{d.name} = {d.lo}" for d in dims)
         raise CompileError(f"{kind} does not fit the smallest shape of its range ({lows}): {exc}") from None
-    return DynamicOp(kind, x_shape, tuple(dims), make, largest, smallest)
+    return DynamicOp(kind, x_shape, tuple(dims), make, largest, smallest, tuple(names))

@@ -584,6 +584,11 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("add", lambda s: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
+                                               scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
+                                               hi=hi), shape, ("a", "b"))
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
@@ -606,6 +611,11 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("mul", lambda s: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
+                                               scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
+                                               zp_out=zp_out, lo=lo, hi=hi), shape, ("a", "b"))
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
@@ -621,12 +631,18 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
 
 def relu(shape, zp=0) -> Elementwise:
     """max(x, zp)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("relu", lambda s: relu(s, zp), shape)
     zp = _int("zp", zp, *INT8)
     return Elementwise("clip", _shape("shape", shape), lo=zp, hi=127)
 
 
 def clip(shape, lo, hi) -> Elementwise:
     """clip(x, lo, hi)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("clip", lambda s: clip(s, lo, hi), shape)
     _, lo, hi = _clamp(0, lo, hi)
     return Elementwise("clip", _shape("shape", shape), lo=lo, hi=hi)
 

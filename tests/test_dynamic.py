@@ -152,3 +152,62 @@ def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+def elementwise(rng, kind: str, shape):
+    if kind == "relu":
+        return ops.relu(shape, zp=int(rng.integers(-20, 20)))
+    if kind == "clip":
+        lo = int(rng.integers(-128, 100))
+        return ops.clip(shape, lo, int(rng.integers(lo, 128)))
+    if kind == "add":
+        return ops.add(shape, za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)), ma=int(rng.integers(1, 2**22)),
+                       mb=int(rng.integers(1, 2**22)), shift=int(rng.integers(18, 24)), zp_out=int(rng.integers(-9, 9)))
+    if kind == "mul":
+        return ops.mul(shape, za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)),
+                       multiplier=int(rng.integers(2**20, 2**24)), shift=int(rng.integers(26, 32)))
+    return ops.add(shape, scale_a=float(rng.uniform(0.01, 0.1)), scale_b=float(rng.uniform(0.01, 0.1)),
+                   scale_out=float(rng.uniform(0.05, 0.2)), za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)),
+                   zp_out=int(rng.integers(-9, 9)))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["relu", "clip", "add", "mul", "fadd"]),
+       c=st.integers(1, 70), hi=st.integers(1, 48),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_elementwise_bit_exact_across_the_range(seed, kind, c, hi, draws):
+    rng = np.random.default_rng(seed)
+    op = elementwise(rng, kind, (Dim("n", 1, 3), c, Dim("h", 1, hi), Dim("w", 1, 40)))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        shape = (1 + round(2 * fn), c, 1 + round((hi - 1) * fh), 1 + round(39 * fw))
+        ins = [rand8(rng, shape) for _ in op.names]
+        np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
+
+
+def test_binary_inputs_must_agree():
+    rng = np.random.default_rng(5)
+    kern = compiler.build(elementwise(rng, "add", (1, 4, Dim("h", 2, 9), 5)))
+    with pytest.raises(CompileError, match=r"dimension h is 3 in input a axis 2 but 4 in input b axis 2"):
+        kern(rand8(rng, (1, 4, 3, 5)), rand8(rng, (1, 4, 4, 5)))
+    with pytest.raises(CompileError, match=r"takes 2 input\(s\) \(a, b\), got 1"):
+        kern(rand8(rng, (1, 4, 3, 5)))
+
+
+@pytest.mark.parametrize("kind", ["relu", "add"])
+def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
+    rng = np.random.default_rng(6)
+    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 64), Dim("w", 1, 64)))
+    kern = compiler.build(op)
+    ins = [rand8(rng, (2, 16, 50, 61)) for _ in op.names]    # several chunks and a remainder
+    np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
+        for name, a in zip(op.names, ins):
+            sim.write(name, a)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)

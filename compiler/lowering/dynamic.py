@@ -32,22 +32,23 @@ class DynamicKernel:
     asm: str
     program: object
     config: Config
-    rows_per_tile: dict[int, int]      # input width -> output rows per tile
+    rows_per_tile: dict[int, int] | None   # conv2d: input width -> output rows per tile
     files: dict[str, bytes]
     check_races: bool = False
     stats: object = None
 
-    def __call__(self, x: np.ndarray, check_races: bool | None = None) -> np.ndarray:
-        """Run on the simulator: the argument block is written from x's shape."""
+    def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """Run on the simulator: the argument block is written from the inputs' shapes."""
         from nnpsim.simulator import Simulator
 
-        x = np.asarray(x)
-        self.op.values_of(x.shape)                 # CompileError naming a dimension out of range
-        if x.dtype != np.int8:
-            raise CompileError(f"conv2d: input x has dtype {x.dtype}, expected int8")
+        arrays = [np.asarray(a) for a in inputs]
+        self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
         sim = Simulator(self.config)
         sim.load(self.program)
-        sim.write("x", x)
+        for name, a in zip(self.op.names, arrays):
+            if a.dtype != np.int8:
+                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected int8")
+            sim.write(name, a)
         races = self.check_races if check_races is None else check_races
         self.stats = sim.run(check_races=races)
         return sim.read("y")
@@ -189,16 +190,25 @@ def _axis(d, add: int, shift: int) -> str:
     return f"{d.name}:{add}:{shift}" if isinstance(d, Dim) else str(((d + add) >> shift) + 1)
 
 
-def notes(g: _Geometry) -> list[str]:
+def axis_name(d) -> str:
+    """An axis in a `.target dynamic.buffer.*` note: a Dim's name or the fixed size."""
+    return d.name if isinstance(d, Dim) else str(d)
+
+
+def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
     """The `.target dynamic.*` notes that describe the argument block and the buffers to nnpsim."""
-    op = g.op
-    n, _, h, w = op.x_shape
-    name = lambda d: d.name if isinstance(d, Dim) else str(d)   # noqa: E731
-    y = [name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh), _axis(w, g.pl + g.pr - g.ekw, g.lsw)]
     dims = " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in op.dims)
-    return [f'.target dynamic.dims, "{dims}"', '.target dynamic.args, "args"',
-            f'.target dynamic.buffer.x, "{" ".join(name(d) for d in op.x_shape)}"',
-            f'.target dynamic.buffer.y, "{" ".join(y)}"']
+    shape = " ".join(axis_name(d) for d in op.x_shape)
+    return ([f'.target dynamic.dims, "{dims}"', '.target dynamic.args, "args"']
+            + [f'.target dynamic.buffer.{t}, "{shape}"' for t in op.names]
+            + [f'.target dynamic.buffer.y, "{" ".join(y_axes)}"'])
+
+
+def notes(g: _Geometry) -> list[str]:
+    """The conv's notes: its output's height and width follow from the input's."""
+    n, _, h, w = g.op.x_shape
+    return target_notes(g.op, [axis_name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
+                               _axis(w, g.pl + g.pr - g.ekw, g.lsw)])
 
 
 # Registers: sizes, loop state, buffer addresses, temporaries.
@@ -442,6 +452,9 @@ def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
 
     if more_ops or schedule is not None:
         raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
+    if not isinstance(op.largest, Conv2d):
+        from .dynamic_elementwise import build_elementwise
+        return build_elementwise(op, config)
     g = choose_rows(op, config)
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
