@@ -491,7 +491,10 @@ def _check_global_float(op: Pool2d) -> None:
 
 
 def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
-    """Max pooling; padding never wins."""
+    """Max pooling; padding never wins.  A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("max_pool2d", lambda s: max_pool2d(s, kernel, stride, padding), x_shape)
     return _pool("max", x_shape, kernel, stride, padding)
 
 

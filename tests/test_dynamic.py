@@ -211,3 +211,47 @@ def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 70), k=st.integers(1, 4), stride=st.sampled_from([1, 2, 4]),
+       pad=st.integers(0, 3), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)),
+                                             min_size=2, max_size=3))
+def test_max_pool_bit_exact_across_the_range(seed, c, k, stride, pad, draws):
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = max(1, k - 2 * pad)
+    op = ops.max_pool2d((Dim("n", 1, 2), c, Dim("h", lo, lo + 30), Dim("w", lo, lo + 30)), k, stride, pad)
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(30 * fh), lo + round(30 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def test_removing_any_wait_of_a_dynamic_pool_is_caught():
+    rng = np.random.default_rng(7)
+    op = ops.max_pool2d((Dim("n", 1, 2), 48, Dim("h", 8, 96), Dim("w", 8, 96)), 3, 2, 1)
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 48, 95, 90))                         # several tiles, a remainder, two images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+def test_unsupported_dynamic_ops_are_refused_by_name():
+    rng = np.random.default_rng(8)
+    w = rng.integers(-3, 3, (4, 8, 3, 3))
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match="stride height = 3 is not a power of two"):
+        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
+    with pytest.raises(CompileError, match="groups = 2 is not supported yet"):
+        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
+    with pytest.raises(CompileError, match="built alone so far"):
+        compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))

@@ -19,7 +19,7 @@ from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
-from ..ops import Conv2d
+from ..ops import Conv2d, Pool2d
 
 TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
 
@@ -223,6 +223,28 @@ def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
     lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
 
 
+def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
+    """Emit a tile's input rows: (rows, first virtual row, pad top, first real row, pad bottom, scratch) from
+    RTH (its output rows), ROH0 (its first) and RH (the input height), all clamped: a tile may lie wholly in
+    the padding."""
+    rows, vstart, plo, start, phi, tmp = regs
+    i(f"addi    {rows}, {RTH}, -1")
+    i(f"muli    {rows}, {rows}, {sh}")
+    i(f"addi    {rows}, {rows}, {ekh}")
+    i(f"muli    {vstart}, {ROH0}, {sh}")
+    i(f"addi    {vstart}, {vstart}, {-pt}")
+    i(f"sub     {plo}, r0, {vstart}")
+    i(f"max     {plo}, {plo}, r0")
+    i(f"min     {plo}, {plo}, {rows}")
+    i(f"max     {start}, {vstart}, r0")
+    i(f"min     {start}, {start}, {RH}")
+    i(f"add     {phi}, {vstart}, {rows}")
+    i(f"sub     {phi}, {phi}, {RH}")
+    i(f"max     {phi}, {phi}, r0")
+    i(f"sub     {tmp}, {rows}, {plo}")
+    i(f"min     {phi}, {phi}, {tmp}")
+
+
 def program_text(g: _Geometry) -> str:
     """The assembly of the dynamic kernel."""
     op, big, cfg = g.op, g.op.largest, g.cfg
@@ -334,21 +356,7 @@ def program_text(g: _Geometry) -> str:
     i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
-    i(f"addi    {rows}, {RTH}, -1")
-    i(f"muli    {rows}, {rows}, {g.sh}")
-    i(f"addi    {rows}, {rows}, {g.ekh}")
-    i(f"muli    {vstart}, {ROH0}, {g.sh}")
-    i(f"addi    {vstart}, {vstart}, {-g.pt}")
-    i(f"sub     {plo}, r0, {vstart}")
-    i(f"max     {plo}, {plo}, r0")
-    i(f"min     {plo}, {plo}, {rows}")            # a tile may lie wholly in the padding
-    i(f"max     {start}, {vstart}, r0")
-    i(f"min     {start}, {start}, {RH}")
-    i(f"add     {phi}, {vstart}, {rows}")
-    i(f"sub     {phi}, {phi}, {RH}")
-    i(f"max     {phi}, {phi}, r0")
-    i(f"sub     {T[11]}, {rows}, {plo}")
-    i(f"min     {phi}, {phi}, {T[11]}")
+    halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
     src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
     i(f"mul     {src}, {RI}, {RHW}")
     i(f"muli    {src}, {src}, {g.c}")
@@ -452,6 +460,9 @@ def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
 
     if more_ops or schedule is not None:
         raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
+    if isinstance(op.largest, Pool2d):
+        from .dynamic_pool import build_pool
+        return build_pool(op, config)
     if not isinstance(op.largest, Conv2d):
         from .dynamic_elementwise import build_elementwise
         return build_elementwise(op, config)
