@@ -11,51 +11,15 @@ reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
-from ..ops import Conv2d, Pool2d
+from ..ops import Conv2d
 
 TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
-
-
-@dataclass
-class DynamicKernel:
-    """A compiled dynamic kernel: call it with an input of any in-range shape."""
-
-    op: DynamicOp
-    asm: str
-    program: object
-    config: Config
-    rows_per_tile: dict[int, int] | None   # conv2d: input width -> output rows per tile
-    files: dict[str, bytes]
-    check_races: bool = False
-    stats: object = None
-
-    def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
-        """Run on the simulator: the argument block is written from the inputs' shapes."""
-        from nnpsim.simulator import Simulator
-
-        arrays = [np.asarray(a) for a in inputs]
-        self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
-        sim = Simulator(self.config)
-        sim.load(self.program)
-        for name, a in zip(self.op.names, arrays):
-            if a.dtype != np.int8:
-                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected int8")
-            sim.write(name, a)
-        races = self.check_races if check_races is None else check_races
-        self.stats = sim.run(check_races=races)
-        return sim.read("y")
-
-    def save(self, path) -> None:
-        """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
-        self.program.save(path)
 
 
 def _log2(what: str, v: int) -> int:
@@ -453,22 +417,9 @@ def program_text(g: _Geometry) -> str:
     return "\n".join(L) + "\n"
 
 
-def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
-                  rows_per_tile: int | None = None) -> DynamicKernel:
-    """Compile a DynamicOp into one program for its whole range."""
-    from ..kernel import assemble
-
-    if more_ops or schedule is not None:
-        raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
-    if isinstance(op.largest, Pool2d):
-        from .dynamic_pool import build_pool
-        return build_pool(op, config)
-    if not isinstance(op.largest, Conv2d):
-        from .dynamic_elementwise import build_elementwise
-        return build_elementwise(op, config)
+def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width)."""
     g = choose_rows(op, config)
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
-    files = constants(g)
-    asm = program_text(g)
-    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, g.rows, files)
+    return program_text(g), constants(g), g.rows

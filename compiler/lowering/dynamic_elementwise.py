@@ -16,7 +16,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Elementwise
-from .dynamic import DynamicKernel, axis_name, target_notes
+from .dynamic import axis_name, target_notes
 from .vu import ElementwiseLowering
 
 CHUNKS_LOG2 = 2          # about 2**2 chunks per run
@@ -112,11 +112,9 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     return "\n".join(L) + "\n", fit
 
 
-def build_elementwise(op: DynamicOp, cfg: Config) -> DynamicKernel:
-    """Compile a dynamic add / mul / relu / clip into one program for its whole range."""
-    from ..kernel import assemble
-
+def lower_elementwise(op: DynamicOp, cfg: Config):
+    """A dynamic add / mul / relu / clip's (assembly, .incbin files, None)."""
     if not isinstance(op.largest, Elementwise):
         raise CompileError(f"dynamic shapes are lowered for conv2d, add, mul, relu and clip so far, not {op.kind}")
     asm, _ = program_text(op, cfg)
-    return DynamicKernel(op, asm, assemble(asm, {}, "dynamic.s"), cfg, None, {})
+    return asm, {}, None

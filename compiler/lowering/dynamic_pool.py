@@ -15,7 +15,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RH, RI, ROH, ROH0, ROW, RTH, RW, RWP, RHW, ROHW, RN, RB, RPEND, DynamicKernel, _axis, _log2,
+from .dynamic import (RH, RI, ROH, ROH0, ROW, RTH, RW, RWP, RHW, ROHW, RN, RB, RPEND, _axis, _log2,
                       axis_name, halo_rows, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
@@ -157,12 +157,10 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     return "\n".join(L) + "\n"
 
 
-def build_pool(op: DynamicOp, cfg: Config) -> DynamicKernel:
-    """Compile a dynamic max_pool2d into one program for its whole range."""
-    from ..kernel import assemble
-
+def lower_pool(op: DynamicOp, cfg: Config):
+    """A dynamic max_pool2d's (assembly, .incbin files, None)."""
     if op.largest.mode != "max":
         raise CompileError(f"dynamic {op.kind} is not supported yet (max_pool2d is)")
     th = tile_rows(op, cfg)
     asm = program_text(op, cfg, th)
-    return DynamicKernel(op, asm, assemble(asm, {}, "dynamic.s"), cfg, None, {})
+    return asm, {}, None

@@ -1,0 +1,73 @@
+"""Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
+
+The lowerings in compiler/lowering/dynamic*.py write the assembly; this
+module assembles it and wraps it in a DynamicKernel that writes the argument
+block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnpsim.config import Config
+
+from .dims import DynamicOp
+from .errors import CompileError
+from .ops import Conv2d, Elementwise, Pool2d
+
+
+@dataclass
+class DynamicKernel:
+    """A compiled dynamic kernel: call it with an input of any in-range shape."""
+
+    op: DynamicOp
+    asm: str
+    program: object
+    config: Config
+    rows_per_tile: dict[int, int] | None   # conv2d: input width -> output rows per tile
+    files: dict[str, bytes]
+    check_races: bool = False
+    stats: object = None
+
+    def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """Run on the simulator: the argument block is written from the inputs' shapes."""
+        from nnpsim.simulator import Simulator
+
+        arrays = [np.asarray(a) for a in inputs]
+        self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
+        sim = Simulator(self.config)
+        sim.load(self.program)
+        for name, a in zip(self.op.names, arrays):
+            if a.dtype != np.int8:
+                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected int8")
+            sim.write(name, a)
+        races = self.check_races if check_races is None else check_races
+        self.stats = sim.run(check_races=races)
+        return sim.read("y")
+
+    def save(self, path) -> None:
+        """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
+        self.program.save(path)
+
+
+def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
+                  rows_per_tile: int | None = None) -> DynamicKernel:
+    """Compile a DynamicOp into one program for its whole range."""
+    from .kernel import assemble
+
+    if more_ops or schedule is not None:
+        raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
+    if isinstance(op.largest, Conv2d):
+        from .lowering.dynamic import lower_conv
+        asm, files, rows = lower_conv(op, config, rows_per_tile)
+    elif isinstance(op.largest, Pool2d):
+        from .lowering.dynamic_pool import lower_pool
+        asm, files, rows = lower_pool(op, config)
+    elif isinstance(op.largest, Elementwise):
+        from .lowering.dynamic_elementwise import lower_elementwise
+        asm, files, rows = lower_elementwise(op, config)
+    else:
+        raise CompileError(f"dynamic shapes are lowered for conv2d, max_pool2d, add, mul, relu and clip so "
+                           f"far, not {op.kind}")
+    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
