@@ -255,3 +255,24 @@ def test_unsupported_dynamic_ops_are_refused_by_name():
         compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
     with pytest.raises(CompileError, match="built alone so far"):
         compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
+
+
+def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
+    from nnpsim.cli import main
+
+    rng = np.random.default_rng(9)
+    op = conv(rng, c=8, o=16, n=(1, 1), h=(8, 32), w=(8, 32))
+    kern = compiler.build(op)
+    kern.save(tmp_path / "k.bin")
+    x = rand8(rng, (1, 8, 13, 29))
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(tmp_path / "k.bin"), "--input", f"x={tmp_path / 'x.npy'}", "--output",
+                 f"y={tmp_path / 'y.npy'}", "--check-races"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), op.reference(x))
+    capsys.readouterr()
+    for shape, message in (((1, 8, 13, 40), "dimension w = 40 is outside its range [8, 32]"),
+                           ((1, 9, 13, 20), "axis 1 is 9, expected 8"),
+                           ((2, 8, 13, 20), "dimension n = 2 is outside its range [1, 1]")):
+        np.save(tmp_path / "bad.npy", rand8(rng, shape))
+        assert main(["run", str(tmp_path / "k.bin"), "--input", f"x={tmp_path / 'bad.npy'}"]) == 1
+        assert message in capsys.readouterr().err

@@ -338,13 +338,14 @@ def program_text(g: _Geometry) -> str:
         i(f"sub     {T[11]}, {RW}, r0")
         i(f"addi    {T[11]}, {T[11]}, {-col0}")
         i(f"max     {T[11]}, {T[11]}, r0")
-        i(f"addi    {step_dst}, {RWP}, {-lo}")
-        i(f"max     {step_dst}, {step_dst}, r0")
+        i(f"li      {T[0]}, {lo}")
+        i(f"min     {T[0]}, {T[0]}, {RWP}")             # pad_lo: the left padding, at most the row
+        i(f"sub     {step_dst}, {RWP}, {T[0]}")
         i(f"min     {T[11]}, {T[11]}, {step_dst}")       # real columns
         i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
         i(f"addi    {step_src}, {src}, {col0}")
         i(f"addi    {dst}, {RIB}, {kwi * g.c}")
-        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, lo, T[11]), (rows, RW, rowb, plo, phi)],
+        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
                 big.x_zp)
         sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
         i(f"dma     ch0, ibuf0[{dst}], ddr[{step_src}]{sig}")
