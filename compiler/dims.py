@@ -150,3 +150,38 @@ def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",)) -> Dyn
         lows = ", ".join(f"{d.name} = {d.lo}" for d in dims)
         raise CompileError(f"{kind} does not fit the smallest shape of its range ({lows}): {exc}") from None
     return DynamicOp(kind, x_shape, tuple(dims), make, largest, smallest, tuple(names))
+
+
+@dataclass(frozen=True, eq=False)
+class DynamicChain:
+    """Dynamic ops run one after another (each output feeds the next op's input), one program."""
+
+    ops: tuple[DynamicOp, ...]
+    kind: str = "chain"
+
+    @property
+    def x_shape(self) -> tuple:
+        return self.ops[0].x_shape
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return self.ops[0].dims
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.ops[0].names
+
+    def values_of(self, *shapes) -> dict[str, int]:
+        """The first op's check of the inputs' shapes."""
+        return self.ops[0].values_of(*shapes)
+
+    def reference(self, *inputs: np.ndarray) -> np.ndarray:
+        """Each op's numpy result fed to the next."""
+        values = self.values_of(*(np.shape(a) for a in inputs))
+        out = inputs
+        for op in self.ops:
+            out = (op.static(values).reference(*out),)
+        return out[0]
+
+    def __repr__(self) -> str:
+        return " -> ".join(map(repr, self.ops))

@@ -12,7 +12,7 @@ import numpy as np
 
 from nnpsim.config import Config
 
-from .dims import DynamicOp
+from .dims import DynamicChain, DynamicOp
 from .errors import CompileError
 from .ops import Conv2d, Elementwise, Pool2d
 
@@ -53,11 +53,34 @@ class DynamicKernel:
 
 def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
                   rows_per_tile: int | None = None) -> DynamicKernel:
-    """Compile a DynamicOp into one program for its whole range."""
+    """Compile a DynamicOp (or a chain of them) into one program for its whole range."""
     from .kernel import assemble
 
-    if more_ops or schedule is not None:
-        raise CompileError("a dynamic op is built alone so far (no chain, no schedule=)")
+    if schedule is not None:
+        raise CompileError("a dynamic op takes no schedule= so far")
+    if more_ops:
+        return build_chain((op,) + more_ops, config)
+    asm, files, rows = lower_one(op, config, rows_per_tile)
+    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+
+
+def build_chain(ops: tuple, config: Config) -> DynamicKernel:
+    """Compile dynamic ops that keep their Dims (each output feeds the next) into one program."""
+    from .kernel import assemble
+    from .lowering.dynamic_chain import compose
+
+    for k, o in enumerate(ops):
+        if not isinstance(o, DynamicOp) or o.names != ("x",):
+            raise CompileError(f"a dynamic chain takes one-input dynamic ops (a Dim in each shape); op {k} is "
+                               f"{o!r}")
+    programs = [lower_one(o, config)[:2] for o in ops]
+    asm, files = compose(programs, [o.kind for o in ops])
+    chain = DynamicChain(tuple(ops))
+    return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
+
+
+def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
     if isinstance(op.largest, Conv2d):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)
@@ -70,4 +93,4 @@ def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
     else:
         raise CompileError(f"dynamic shapes are lowered for conv2d, max_pool2d, add, mul, relu and clip so "
                            f"far, not {op.kind}")
-    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+    return asm, files, rows

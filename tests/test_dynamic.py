@@ -253,7 +253,7 @@ def test_unsupported_dynamic_ops_are_refused_by_name():
         compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
     with pytest.raises(CompileError, match="groups = 2 is not supported yet"):
         compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
-    with pytest.raises(CompileError, match="built alone so far"):
+    with pytest.raises(CompileError, match="a dynamic chain takes one-input dynamic ops.*op 1 is"):
         compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
 
 
@@ -276,3 +276,38 @@ def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
         np.save(tmp_path / "bad.npy", rand8(rng, shape))
         assert main(["run", str(tmp_path / "k.bin"), "--input", f"x={tmp_path / 'bad.npy'}"]) == 1
         assert message in capsys.readouterr().err
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chain_bit_exact_across_the_range(seed, c, o, k, draws):
+    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program."""
+    rng = np.random.default_rng(seed)
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 30), Dim("w", 4, 30)
+    first = conv(rng, c, o, k, 1, k // 2, 1, n=(1, 2), h=(4, 30), w=(4, 30))
+    chain = [first, ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))), ops.max_pool2d((n, o, h, w), 3, 1, 1),
+             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (c, o, 3, 3)), None, padding=1,
+                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c))]
+    kern = compiler.build(*chain)
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 4 + round(26 * fh), 4 + round(26 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def test_a_chain_that_changes_a_dim_is_refused():
+    rng = np.random.default_rng(10)
+    h = Dim("h", 8, 16)
+    down = conv(rng, 8, 8, 3, 2, 1, 1, n=(1, 1), h=(8, 16), w=(8, 16))
+    with pytest.raises(CompileError, match=r"must keep the Dims so far: conv2d's output is \(n 8 h:-1:1 w:-1:1\)"):
+        compiler.build(down, ops.relu((Dim("n", 1, 1), 8, h, Dim("w", 8, 16))))
+
+
+def test_make_demo_runs_one_cnn_binary_at_three_resolutions(tmp_path, monkeypatch, capsys):
+    from compiler import dynamic_demo
+
+    monkeypatch.setattr(dynamic_demo, "OUT", tmp_path)
+    assert dynamic_demo.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bit-exact against numpy, no data race") == 3
+    assert "one binary" in out and (tmp_path / dynamic_demo.BINARY).exists()

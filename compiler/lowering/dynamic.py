@@ -151,7 +151,10 @@ def constants(g: _Geometry) -> dict[str, bytes]:
 
 
 def _axis(d, add: int, shift: int) -> str:
-    return f"{d.name}:{add}:{shift}" if isinstance(d, Dim) else str(((d + add) >> shift) + 1)
+    """An output axis ((d + add) >> shift) + 1 in a note: the Dim's name when that is d itself."""
+    if not isinstance(d, Dim):
+        return str(((d + add) >> shift) + 1)
+    return d.name if (add, shift) == (-1, 0) else f"{d.name}:{add}:{shift}"
 
 
 def axis_name(d) -> str:

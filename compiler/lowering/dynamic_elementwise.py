@@ -67,8 +67,10 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     i("max     r4, r4, r5")
     i(f"li      r5, {fit}")
     i("min     r4, r4, r5")
-    for p in ("src_stride0", "dst_stride0"):
-        i(f"setpi   dma.{p}, 1")
+    # every parameter the commands read is set: in a chain, the previous op's values are still there
+    for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), *((f"size{k}", 1) for k in (1, 2, 3)),
+                 *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
+        i(f"setpi   dma.{p}, {v}")
     for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1)):
         i(f"setpi   vu.{p}, {v}")
     for k, v in cmd.scalars.items():

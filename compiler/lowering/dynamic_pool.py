@@ -74,7 +74,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
-    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo0", pl), ("pad_hi0", pr),
+    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
+                 ("pad_lo0", pl), ("pad_hi0", pr),
                  ("src_stride0", 1), ("dst_stride0", 1)):
         i(f"setpi   dma.{p}, {v}")
     for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
