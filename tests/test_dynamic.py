@@ -36,7 +36,7 @@ def conv(rng, c=8, o=16, k=3, stride=1, padding=1, dilation=1, n=(1, 2), h=(4, 2
                       zp_out=int(rng.integers(-20, 20)))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
        stride=st.sampled_from([1, 2]), padding=st.integers(0, 2), dilation=st.sampled_from([1, 2]),
        draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
@@ -171,7 +171,7 @@ def elementwise(rng, kind: str, shape):
                    zp_out=int(rng.integers(-9, 9)))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["relu", "clip", "add", "mul", "fadd"]),
        c=st.integers(1, 70), hi=st.integers(1, 48),
        draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
@@ -213,7 +213,7 @@ def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 70), k=st.integers(1, 4), stride=st.sampled_from([1, 2, 4]),
        pad=st.integers(0, 3), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)),
                                              min_size=2, max_size=3))
@@ -278,7 +278,7 @@ def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
        draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
 def test_fused_chain_bit_exact_across_the_range(seed, c, o, k, draws):
