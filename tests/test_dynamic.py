@@ -311,3 +311,35 @@ def test_make_demo_runs_one_cnn_binary_at_three_resolutions(tmp_path, monkeypatc
     out = capsys.readouterr().out
     assert out.count("bit-exact against numpy, no data race") == 3
     assert "one binary" in out and (tmp_path / dynamic_demo.BINARY).exists()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ld_runs_the_same_in_the_engine_and_the_stepper(seed):
+    """A program whose DMA size, address and loop count come from ld: same cycles, registers, memory."""
+    from nnpsim.cu import decode_for_engine
+    from nnpsim.simulator import run_program
+    from nnpsim.state import SPACE_DDR
+    from nnpsim.stepper import step_program
+    from tests.test_stepper_equivalence import assert_same, random_memory
+    from tests.conftest import small_config
+
+    rng = np.random.default_rng(seed)
+    cfg = small_config()
+    words = [int(rng.integers(1, 200)), int(rng.integers(0, 64)) * 4, int(rng.integers(1, 5))]
+    src = ".data\n.buffer args, int32, (3,)\n" + "".join(f".word {v}\n" for v in words) + \
+        ".text\nmain:\n la r1, args\n ld r2, r1, 0\n ld r3, r1, 4\n ld r4, r1, 8\n" \
+        " setp dma.size0, r2, 0\n setpi dma.src_stride0, 1\n setpi dma.dst_stride0, 1\n" \
+        "again:\n dma ch0, dm[r3], ddr[r1]\n addi r3, r3, 256\n loop r4, again\n barrier Q_ALL\n halt\n"
+    prog = assemble(src, {}, "ld.s")
+    table = decode_for_engine(prog.code)
+    mems = []
+    for _ in range(2):
+        mem = random_memory(cfg, seed)
+        raw = np.array(words, dtype="<i4").view(np.uint8)
+        mem.view(SPACE_DDR, prog.buffers["args"].addr, raw.size)[:] = raw
+        mems.append(mem)
+    (log_e, failure), (log_s, code) = run_program(table, mems[0], cfg, 10**6), step_program(table, mems[1], cfg, 10**6)
+    mem_e, mem_s = mems
+    assert failure is None and code == 0
+    assert_same(log_e, mem_e, log_s, mem_s)
+    assert list(log_e.registers[2:5]) == [words[0], words[1] + 256 * words[2], 0]
