@@ -46,6 +46,15 @@ class DynamicKernel:
         self.stats = sim.run(check_races=races)
         return sim.read("y")
 
+    def save_asm(self, path) -> None:
+        """Write the assembly and, beside it, the constant files it includes with .incbin."""
+        from pathlib import Path
+
+        path = Path(path)
+        path.write_text(self.asm)
+        for name, blob in self.files.items():
+            path.with_name(name).write_bytes(blob)
+
     def save(self, path) -> None:
         """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
         self.program.save(path)
@@ -79,8 +88,19 @@ def build_chain(ops: tuple, config: Config) -> DynamicKernel:
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
 
 
+def check_ddr(op: DynamicOp, config: Config) -> None:
+    """CompileError unless the buffers for the largest shape fit DDR."""
+    big = op.largest
+    need = sum(t.nbytes for t in big.inputs) + big.output.nbytes
+    if need > config.ddr_bytes // 2:
+        dims = ", ".join(f"{d.name} <= {d.hi}" for d in op.dims)
+        raise CompileError(f"{op.kind}: the buffers for the largest shape ({dims}) need {need:,} bytes, more "
+                           f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
+
+
 def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
+    check_ddr(op, config)
     if isinstance(op.largest, Conv2d):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)

@@ -343,3 +343,13 @@ def test_ld_runs_the_same_in_the_engine_and_the_stepper(seed):
     assert failure is None and code == 0
     assert_same(log_e, mem_e, log_s, mem_s)
     assert list(log_e.registers[2:5]) == [words[0], words[1] + 256 * words[2], 0]
+
+
+def test_ranges_too_large_for_the_machine_are_refused():
+    rng = np.random.default_rng(11)
+    w = rng.integers(-3, 3, (4, 8, 3, 3))
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match=r"spans more than 4096 widths"):
+        compiler.build(ops.conv2d((1, 8, 8, Dim("w", 8, 9000)), w, None, **q))
+    with pytest.raises(CompileError, match=r"largest shape \(h <= 65536, w <= 65536\) need .* narrow the ranges"):
+        compiler.build(ops.relu((1, 8, Dim("h", 1, 65536), Dim("w", 1, 65536))))

@@ -19,6 +19,7 @@ from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d
 
+MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
 TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
 
 
@@ -120,6 +121,9 @@ def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
 def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
     """For every width of the range, the rows per tile that fit it and price cheapest over sample heights."""
     g = _Geometry(op, cfg)
+    if len(g.widths) > MAX_WIDTHS:
+        raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
+                           f"{MAX_WIDTHS} widths (its table of tile heights has one word per width)")
     why = g.fits()
     if why:
         raise CompileError(f"dynamic conv2d does not fit this machine: {why}")
