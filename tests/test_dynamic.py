@@ -353,3 +353,21 @@ def test_ranges_too_large_for_the_machine_are_refused():
         compiler.build(ops.conv2d((1, 8, 8, Dim("w", 8, 9000)), w, None, **q))
     with pytest.raises(CompileError, match=r"largest shape \(h <= 65536, w <= 65536\) need .* narrow the ranges"):
         compiler.build(ops.relu((1, 8, Dim("h", 1, 65536), Dim("w", 1, 65536))))
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_dynamic_kernels_on_fewer_dma_channels(channels):
+    """Every dynamic kernel folds its four logical channels onto the machine's: still exact, race-free."""
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(12)
+    cfg = Config(dma_channels=channels)
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 40), Dim("w", 4, 40)
+    chain = [conv(rng, 40, 40, 3, 1, 1, 1, n=(1, 2), h=(4, 40), w=(4, 40)), ops.relu((n, 40, h, w)),
+             ops.max_pool2d((n, 40, h, w), 3, 1, 1)]
+    kern = compiler.build(*chain, config=cfg)
+    used = set(re.findall(r"(?m)^\s+dma\s+(ch\d)", kern.asm))
+    assert used == {f"ch{k}" for k in range(channels)}
+    for shape in [(2, 40, 37, 5), (1, 40, 4, 40)]:
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))

@@ -11,6 +11,8 @@ reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from nnpsim.config import Config, shape_target
@@ -159,6 +161,12 @@ def _axis(d, add: int, shift: int) -> str:
     if not isinstance(d, Dim):
         return str(((d + add) >> shift) + 1)
     return d.name if (add, shift) == (-1, 0) else f"{d.name}:{add}:{shift}"
+
+
+def fold_channels(asm: str, channels: int) -> str:
+    """The program with its DMA channels (ch0 loads, ch1 weights and drains, ch2 stores, ch3 bias) folded
+    onto the configured ones: one queue only adds order (no command waits on one behind it)."""
+    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{int(m.group(2)) % channels}", asm)
 
 
 def axis_name(d) -> str:
@@ -430,4 +438,4 @@ def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     g = choose_rows(op, config)
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
-    return program_text(g), constants(g), g.rows
+    return fold_channels(program_text(g), config.dma_channels), constants(g), g.rows

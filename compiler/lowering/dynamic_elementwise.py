@@ -16,7 +16,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Elementwise
-from .dynamic import axis_name, target_notes
+from .dynamic import axis_name, fold_channels, target_notes
 from .vu import ElementwiseLowering
 
 CHUNKS_LOG2 = 2          # about 2**2 chunks per run
@@ -119,4 +119,4 @@ def lower_elementwise(op: DynamicOp, cfg: Config):
     if not isinstance(op.largest, Elementwise):
         raise CompileError(f"dynamic shapes are lowered for conv2d, add, mul, relu and clip so far, not {op.kind}")
     asm, _ = program_text(op, cfg)
-    return asm, {}, None
+    return fold_channels(asm, cfg.dma_channels), {}, None

@@ -15,8 +15,8 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RH, RI, ROH, ROH0, ROW, RTH, RW, RWP, RHW, ROHW, RN, RB, RPEND, _axis, _log2,
-                      axis_name, halo_rows, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
+                      fold_channels, halo_rows, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 T = [f"r{k}" for k in range(19, 31)]
@@ -164,4 +164,4 @@ def lower_pool(op: DynamicOp, cfg: Config):
         raise CompileError(f"dynamic {op.kind} is not supported yet (max_pool2d is)")
     th = tile_rows(op, cfg)
     asm = program_text(op, cfg, th)
-    return asm, {}, None
+    return fold_channels(asm, cfg.dma_channels), {}, None
