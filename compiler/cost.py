@@ -62,6 +62,9 @@ def dma_cycles(cmd: Dma, cfg: Config) -> int:
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     """Cycles of an NU command."""
     p = cmd.params
+    if cmd.depthwise:
+        return int(timing.nu_dwconv_cycles(p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
+                                           cfg.nu_rows, cfg.nu_latency))
     return int(timing.nu_conv_cycles(p["out_cb"], p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
                                      cfg.nu_rows, cfg.nu_latency))
 

@@ -23,9 +23,10 @@ SDT = -1    # 1 << the command's sdt field
 DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
-FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window")
+FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
-ABUF too when it accumulates; a VU op element by element, or over a pooling window of a."""
+ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
+depthwise conv (one weight lane per column), reading ABUF too when it accumulates."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ _ROWS = (
     Semantics("dma", "DMA", "copy", "dma", (ELEM, ELEM, 0), "dma_cycles"),
     Semantics("nu.conv", "NU", "conv", "nu", (4, 1, 1), "nu_conv_cycles"),
     Semantics("nu.conv.acc", "NU", "conv_acc", "nu_acc", (4, 1, 1), "nu_conv_cycles"),
+    Semantics("nu.dwconv", "NU", "dwconv", "nu_dw", (4, 1, 1), "nu_dwconv_cycles"),
+    Semantics("nu.dwconv.acc", "NU", "dwconv_acc", "nu_dw_acc", (4, 1, 1), "nu_dwconv_cycles"),
     _vu("vu.requant", "requant", (1, SDT, 0)),
     _vu("vu.requant.pc", "requant_pc", (1, SDT, 8)),
     _vu("vu.add", "add", (1, 1, 1)),

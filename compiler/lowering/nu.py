@@ -20,6 +20,7 @@ from ..quant import f32_bits
 from .double_buffer import Slots, Step
 from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
+from .depthwise import depthwise_weights, uses_depthwise_mode
 from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
@@ -78,6 +79,7 @@ class NuPlan:
     ow: int
     kh: int
     kw: int
+    depthwise: bool = False     # nu.dwconv (compiler.lowering.depthwise) instead of block-diagonal nu.conv
 
     @property
     def n_ob(self) -> int:
@@ -86,9 +88,11 @@ class NuPlan:
 
 def plan(view: ConvView, cfg: Config) -> NuPlan:
     """Weights in NU order plus the output geometry."""
-    w = nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols)
+    dw = uses_depthwise_mode(view, cfg.nu_rows, cfg.nu_cols)
+    w = (depthwise_weights(view.weight, cfg.nu_cols) if dw
+         else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols))
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
-                  view.weight.shape[2], view.weight.shape[3])
+                  view.weight.shape[2], view.weight.shape[3], dw)
 
 
 def input_extent(p: NuPlan, t: int, axis: int) -> int:
@@ -392,7 +396,8 @@ class NuLowering:
                   else Ref(self.slots.current(f"{self.name}_wt"), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * 4)
             step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
-                                       unit=self.nu, comment=f"{self.name}: conv ob {ob}"))
+                                       unit=self.nu, depthwise=p.depthwise,
+                                       comment=f"{self.name}: {'depthwise ' * p.depthwise}conv ob {ob}"))
 
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols

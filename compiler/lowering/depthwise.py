@@ -1,0 +1,34 @@
+"""Depthwise convolutions on the NU's depthwise mode (nu.dwconv, docs/architecture.md, NU).
+
+A depthwise conv (one input channel per group, one output channel per group)
+through nu.conv is block-diagonal: each weight block is a diagonal, so 31 of
+the array's 32 rows multiply zeros.  nu.dwconv gives each column one channel
+and fills the rows with the taps of several pixels, so the same weights are
+stored as [block][k_h][k_w][cols] (one lane per channel) and the rest of the
+NU lowering (tiles, input blocks, bias, drain, requantisation) is unchanged:
+output block ob reads input block ob.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import ConvView, NuWeights
+
+
+def uses_depthwise_mode(view: ConvView, rows: int, cols: int) -> bool:
+    """Is the conv depthwise with a channel multiplier of 1, on an array whose blocks line up
+    (channel block of IBUF = output block = cols channels)?"""
+    o, cg = view.weight.shape[:2]
+    return (view.groups > 1 and cg == 1 and o == view.groups and view.in_channels == o
+            and view.fold is None and rows == cols)
+
+
+def depthwise_weights(weight: np.ndarray, cols: int) -> NuWeights:
+    """[C, 1, KH, KW] weights as nu.dwconv reads them: int8 [blocks, 1, KH, KW, 1, cols], zero lanes
+    past the last channel; block ob reads input block ob."""
+    c, _, kh, kw = weight.shape
+    n_b = -(-c // cols)
+    lanes = np.zeros((n_b * cols, kh, kw), dtype=np.int8)
+    lanes[:c] = weight[:, 0]
+    blocks = lanes.reshape(n_b, cols, kh, kw).transpose(0, 2, 3, 1)[:, None, :, :, None, :]
+    return NuWeights(np.ascontiguousarray(blocks), tuple(range(n_b)), n_b, "")
