@@ -133,9 +133,8 @@ def dma(mems: dict, dspace: int, daddr: int, sspace: int, saddr: int, named: dic
 
 # --------------------------------------------------------------------------- NU
 
-def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
-            rows: int, cols: int) -> None:
-    """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
+def _nu_params(named: dict) -> dict:
+    """The nu.* parameters, checked as every NU command checks them."""
     q = param_values(named, "nu")
     names = ["in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
              "stride_h", "stride_w", "dil_h", "dil_w"]
@@ -148,6 +147,22 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
         last = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"]
         if last >= q[f"in_{d}"]:
             raise Fault("param", param=_pnum("nu", f"in_{d}"))
+    return q
+
+
+def _wrap_store(abuf: np.ndarray, racc: int, acc: np.ndarray, accumulate: bool) -> None:
+    """ABUF[racc] = acc (+ the old int32s when accumulating), modulo 2**32."""
+    n_acc = acc.size * 4
+    old = abuf[racc:racc + n_acc].view("<i4").astype(np.int64).reshape(acc.shape)
+    total = acc + old if accumulate else acc
+    wrapped = ((total + (1 << 31)) % (1 << 32)) - (1 << 31)
+    abuf[racc:racc + n_acc] = wrapped.astype("<i4").view(np.uint8).ravel()
+
+
+def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+            rows: int, cols: int) -> None:
+    """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
+    q = _nu_params(named)
     abuf = _need_memory(mems, 24 + unit)
     ibuf = _need_memory(mems, 8 + unit)
     wbuf = _need_memory(mems, 16 + unit)
@@ -177,11 +192,44 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
             patch = x[:, h0:h0 + (oh - 1) * q["stride_h"] + 1:q["stride_h"],
                       w0:w0 + (ow - 1) * q["stride_w"] + 1:q["stride_w"], :] - q["x_zp"]
             acc += np.einsum("bhwr,obrc->ohwc", patch, w[:, :, kh, kw])
-    n_acc = acc.size * 4
-    old = abuf[racc:racc + n_acc].view("<i4").astype(np.int64).reshape(acc.shape)
-    total = acc + old if accumulate else acc
-    wrapped = ((total + (1 << 31)) % (1 << 32)) - (1 << 31)
-    abuf[racc:racc + n_acc] = wrapped.astype("<i4").view(np.uint8).ravel()
+    _wrap_store(abuf, racc, acc, accumulate)
+
+
+def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+              rows: int, cols: int) -> None:
+    """nu.dwconv (or nu.dwconv.acc): column c of block b convolves lane c of IBUF block b with
+    WBUF [in_cb][k_h][k_w][cols] lane c; ABUF [in_cb][out_h][out_w][cols] int32 (docs/architecture.md)."""
+    q = _nu_params(named)
+    if cols > rows:
+        raise Fault("param", param=-1)
+    abuf = _need_memory(mems, 24 + unit)
+    ibuf = _need_memory(mems, 8 + unit)
+    wbuf = _need_memory(mems, 16 + unit)
+    if racc % 4:
+        raise Fault("align", space=24 + unit)
+    if rin % rows:
+        raise Fault("align", space=8 + unit)
+    if rw % cols:
+        raise Fault("align", space=16 + unit)
+    in_cb, k_h, k_w, oh, ow = q["in_cb"], q["k_h"], q["k_w"], q["out_h"], q["out_w"]
+    shapes = ((abuf, 24 + unit, racc, (in_cb, oh, ow, cols), 4),
+              (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
+              (wbuf, 16 + unit, rw, (in_cb, k_h, k_w, cols), 1))
+    for mem, space, addr, shape, nbytes in shapes:
+        n = int(np.prod(shape)) * nbytes
+        if addr < 0 or addr + n > mem.size:
+            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    n_in = in_cb * q["in_h"] * q["in_w"] * rows
+    x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
+    w = wbuf[rw:rw + in_cb * k_h * k_w * cols].view(np.int8).astype(np.int64).reshape(in_cb, k_h, k_w, cols)
+    acc = np.zeros((in_cb, oh, ow, cols), dtype=np.int64)
+    for kh in range(k_h):
+        for kw in range(k_w):
+            h0, w0 = kh * q["dil_h"], kw * q["dil_w"]
+            patch = x[:, h0:h0 + (oh - 1) * q["stride_h"] + 1:q["stride_h"],
+                      w0:w0 + (ow - 1) * q["stride_w"] + 1:q["stride_w"], :cols] - q["x_zp"]
+            acc += patch * w[:, None, None, kh, kw, :]
+    _wrap_store(abuf, racc, acc, accumulate)
 
 
 # --------------------------------------------------------------------------- VU
