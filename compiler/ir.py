@@ -249,7 +249,8 @@ class NuConv(Command):
     def accesses(self) -> list[Access]:
         p, r, c = self.params, self.rows, self.cols
         blocks = p["in_cb"] if self.depthwise else p["out_cb"]
-        w_bytes = p["k_h"] * p["k_w"] * (p["in_cb"] * c if self.depthwise else p["out_cb"] * p["in_cb"] * r * c)
+        w_bytes = (p["in_cb"] * (4 + p["k_h"] * p["k_w"]) * c if self.depthwise
+                   else p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c)
         a_bytes = blocks * p["out_h"] * p["out_w"] * c * 4
         out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
                _access(self.rw, (0, w_bytes), False),

@@ -141,8 +141,9 @@ def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
 @njit(cache=True)
 def _nu_dw(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray, rows: int,
            cols: int) -> None:
-    """nu.dwconv(.acc): the input windows' first cols lanes of each IBUF pixel, WBUF [in_cb][k_h][k_w][cols],
-    ABUF [in_cb][out_h][out_w][cols] int32 (read too when it accumulates)."""
+    """nu.dwconv(.acc): the input windows' first cols lanes of each IBUF pixel, WBUF per block cols int32
+    biases and [k_h][k_w][cols] weights, ABUF [in_cb][out_h][out_w][cols] int32 (read too when it
+    accumulates)."""
     in_w, in_h, in_cb = p[NU_IN_W], p[NU_IN_H], p[NU_IN_CB]
     out_h, out_w = p[NU_OUT_H], p[NU_OUT_W]
     k_h, k_w = p[NU_K_H], p[NU_K_W]
@@ -158,7 +159,7 @@ def _nu_dw(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarr
     ibuf[N + 3], ibuf[S + 3] = nh1, sh1 * pix
     ibuf[N + 4], ibuf[S + 4] = in_cb, in_h * pix
     _clear(wbuf)
-    wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], in_cb * k_h * k_w * cols
+    wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], in_cb * (4 + k_h * k_w) * cols
     _clear(abuf)
     abuf[SPACE], abuf[WRITE], abuf[BASE], abuf[WIDTH] = ABUF + unit, 1, regs[0], in_cb * out_h * out_w * cols * 4
     if acc:

@@ -197,8 +197,9 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
 
 def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
               rows: int, cols: int) -> None:
-    """nu.dwconv (or nu.dwconv.acc): column c of block b convolves lane c of IBUF block b with
-    WBUF [in_cb][k_h][k_w][cols] lane c; ABUF [in_cb][out_h][out_w][cols] int32 (docs/architecture.md)."""
+    """nu.dwconv (or nu.dwconv.acc): column c of block b adds its int32 bias to lane c of IBUF block b
+    convolved with weight lane c; WBUF per block: [cols] int32 biases, [k_h][k_w][cols] int8 weights;
+    ABUF [in_cb][out_h][out_w][cols] int32 (docs/architecture.md)."""
     q = _nu_params(named)
     if cols > rows:
         raise Fault("param", param=-1)
@@ -214,15 +215,17 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
     in_cb, k_h, k_w, oh, ow = q["in_cb"], q["k_h"], q["k_w"], q["out_h"], q["out_w"]
     shapes = ((abuf, 24 + unit, racc, (in_cb, oh, ow, cols), 4),
               (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
-              (wbuf, 16 + unit, rw, (in_cb, k_h, k_w, cols), 1))
+              (wbuf, 16 + unit, rw, (in_cb, 4 + k_h * k_w, cols), 1))
     for mem, space, addr, shape, nbytes in shapes:
         n = int(np.prod(shape)) * nbytes
         if addr < 0 or addr + n > mem.size:
             raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
     n_in = in_cb * q["in_h"] * q["in_w"] * rows
     x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
-    w = wbuf[rw:rw + in_cb * k_h * k_w * cols].view(np.int8).astype(np.int64).reshape(in_cb, k_h, k_w, cols)
-    acc = np.zeros((in_cb, oh, ow, cols), dtype=np.int64)
+    blocks = wbuf[rw:rw + in_cb * (4 + k_h * k_w) * cols].reshape(in_cb, (4 + k_h * k_w) * cols)
+    bias = blocks[:, :4 * cols].copy().view("<i4").astype(np.int64)              # [in_cb, cols]
+    w = blocks[:, 4 * cols:].view(np.int8).astype(np.int64).reshape(in_cb, k_h, k_w, cols)
+    acc = np.zeros((in_cb, oh, ow, cols), dtype=np.int64) + bias[:, None, None, :]
     for kh in range(k_h):
         for kw in range(k_w):
             h0, w0 = kh * q["dil_h"], kw * q["dil_w"]

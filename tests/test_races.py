@@ -237,7 +237,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                             at = r1 + ((cb * g("in_h") + ih) * g("in_w") + iw) * R
                             reads |= {(8 + u, at + r) for r in range(C if depthwise else R)}
         blocks = g("in_cb") if depthwise else g("out_cb")
-        nw = g("in_cb") * g("k_h") * g("k_w") * C * (1 if depthwise else g("out_cb") * R)
+        nw = (g("in_cb") * (4 + g("k_h") * g("k_w")) * C if depthwise
+              else g("out_cb") * g("in_cb") * g("k_h") * g("k_w") * R * C)
         reads |= {(16 + u, r2 + j) for j in range(nw)}
         acc = {(24 + u, r0 + j) for j in range(blocks * g("out_h") * g("out_w") * C * 4)}
         writes |= acc

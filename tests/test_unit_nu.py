@@ -233,7 +233,7 @@ def dw_commands(draw):
         q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
     q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
     in_bytes = q["in_cb"] * q["in_h"] * q["in_w"] * rows
-    w_bytes = q["in_cb"] * q["k_h"] * q["k_w"] * cols
+    w_bytes = q["in_cb"] * (4 + q["k_h"] * q["k_w"]) * cols
     acc_bytes = q["in_cb"] * q["out_h"] * q["out_w"] * cols * 4
     sizes = (64 * (in_bytes // 64 + draw(st.integers(1, 3))),
              64 * (w_bytes // 64 + draw(st.integers(1, 3))),
@@ -267,7 +267,7 @@ def test_dwconv_extremes_full_array(x_byte, w_byte, acc_byte, x_zp, accumulate):
     """A 32x32 array, 3x3 window, stride 2, two blocks, constant extreme contents."""
     named = {"nu.in_h": 7, "nu.in_w": 9, "nu.in_cb": 2, "nu.out_h": 3, "nu.out_w": 4,
              "nu.k_h": 3, "nu.k_w": 3, "nu.stride_h": 2, "nu.stride_w": 2, "nu.x_zp": x_zp}
-    mems = {8: np.full(2 * 7 * 9 * 32, x_byte, np.uint8), 16: np.full(2 * 9 * 32, w_byte, np.uint8),
+    mems = {8: np.full(2 * 7 * 9 * 32, x_byte, np.uint8), 16: np.full(2 * 13 * 32, w_byte, np.uint8),
             24: np.full(2 * 12 * 32 * 4, acc_byte, np.uint8)}
     assert run_dw(mems, 0, 0, 0, 0, named, accumulate, 32, 32)[0] == errors.OK
 
@@ -276,8 +276,9 @@ def test_dwconv_wraps_past_int32():
     """A 264x264 window of (-128 - 127) * -128 sums past 2**31: the kernel wraps like the model."""
     named = {"nu.in_h": 264, "nu.in_w": 264, "nu.out_h": 1, "nu.out_w": 1, "nu.k_h": 264, "nu.k_w": 264,
              "nu.x_zp": 127}
-    mems = {8: np.full(264 * 264 * 2, 0x80, np.uint8), 16: np.full(264 * 264 * 2, 0x80, np.uint8),
+    mems = {8: np.full(264 * 264 * 2, 0x80, np.uint8), 16: np.full((264 * 264 + 4) * 2, 0x80, np.uint8),
             24: np.zeros(64, np.uint8)}
+    mems[16][:8] = 0                                                   # biases 0
     assert run_dw(mems, 0, 0, 0, 0, named, False, 2, 2)[0] == errors.OK
     flat, base, size = ref.pack(mems)
     err = np.zeros(8, dtype=np.int64)
@@ -288,16 +289,17 @@ def test_dwconv_wraps_past_int32():
 
 
 def test_dwconv_known_values():
-    """Two channels, 2x1 window: lane c reads only IBUF lane c and WBUF lane c, hand computed."""
+    """Two channels, 2x1 window: lane c reads only IBUF lane c, its bias and weight lane c, hand computed."""
     mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 24: np.zeros(64, np.uint8)}
     mems[8][:8] = np.array([5, 1, 9, 9, 7, 2, 9, 9], np.uint8)      # pixels of 4 lanes; lanes 2, 3 unused
-    mems[16][:4] = np.array([256 - 3, 2, 4, 256 - 1], np.uint8)     # [tap][lane]
+    mems[16][:8] = [100, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]              # int32 biases 100 and -1
+    mems[16][8:12] = np.array([256 - 3, 2, 4, 256 - 1], np.uint8)  # [tap][lane]
     flat, base, size = ref.pack(mems)
     err = np.zeros(8, dtype=np.int64)
     p = ref.snapshot({"nu.in_h": 2, "nu.k_h": 2, "nu.x_zp": 1}, "nu")
     assert nu_dwconv(flat, base, size, 0, 0, 0, 0, p, False, 4, 2, err) == errors.OK
-    # lane 0: (5 - 1) * -3 + (7 - 1) * 4 = 12; lane 1: (1 - 1) * 2 + (2 - 1) * -1 = -1
-    assert list(flat[base[24]:base[24] + 8].view("<i4")) == [12, -1]
+    # lane 0: 100 + (5 - 1) * -3 + (7 - 1) * 4 = 112; lane 1: -1 + (1 - 1) * 2 + (2 - 1) * -1 = -2
+    assert list(flat[base[24]:base[24] + 8].view("<i4")) == [112, -2]
 
 
 def test_dwconv_refuses_more_columns_than_rows():

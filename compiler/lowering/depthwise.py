@@ -4,9 +4,11 @@ A depthwise conv (one input channel per group, one output channel per group)
 through nu.conv is block-diagonal: each weight block is a diagonal, so 31 of
 the array's 32 rows multiply zeros.  nu.dwconv gives each column one channel
 and fills the rows with the taps of several pixels, so the same weights are
-stored as [block][k_h][k_w][cols] (one lane per channel) and the rest of the
-NU lowering (tiles, input blocks, bias, drain, requantisation) is unchanged:
-output block ob reads input block ob.
+stored as [block][k_h][k_w][cols] (one lane per channel), after the block's
+int32 biases, with which nu.dwconv starts its accumulators (no bias broadcast
+into ABUF: at four bytes per output it would cost as much as the drain).  The
+rest of the NU lowering (tiles, input blocks, drain, requantisation) is
+unchanged: output block ob reads input block ob.
 """
 from __future__ import annotations
 
@@ -23,12 +25,17 @@ def uses_depthwise_mode(view: ConvView, rows: int, cols: int) -> bool:
             and view.fold is None and rows == cols)
 
 
-def depthwise_weights(weight: np.ndarray, cols: int) -> NuWeights:
-    """[C, 1, KH, KW] weights as nu.dwconv reads them: int8 [blocks, 1, KH, KW, 1, cols], zero lanes
-    past the last channel; block ob reads input block ob."""
+def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) -> NuWeights:
+    """[C, 1, KH, KW] weights and the int32 bias as nu.dwconv reads them: per block of cols channels
+    the cols biases (little-endian int32) then [KH][KW][cols] int8 weights, as int8
+    [blocks, 1, (4 + KH * KW) * cols]; zero lanes past the last channel.  Block ob reads input block ob."""
     c, _, kh, kw = weight.shape
     n_b = -(-c // cols)
     lanes = np.zeros((n_b * cols, kh, kw), dtype=np.int8)
     lanes[:c] = weight[:, 0]
-    blocks = lanes.reshape(n_b, cols, kh, kw).transpose(0, 2, 3, 1)[:, None, :, :, None, :]
-    return NuWeights(np.ascontiguousarray(blocks), tuple(range(n_b)), n_b, "")
+    b = np.zeros(n_b * cols, dtype="<i4")
+    if bias is not None:
+        b[:c] = bias
+    w = lanes.reshape(n_b, cols, kh * kw).transpose(0, 2, 1).reshape(n_b, kh * kw * cols)
+    blocks = np.concatenate([b.view(np.int8).reshape(n_b, 4 * cols), w], axis=1)
+    return NuWeights(np.ascontiguousarray(blocks[:, None, :]), tuple(range(n_b)), n_b, "")

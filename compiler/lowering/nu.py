@@ -89,7 +89,7 @@ class NuPlan:
 def plan(view: ConvView, cfg: Config) -> NuPlan:
     """Weights in NU order plus the output geometry."""
     dw = uses_depthwise_mode(view, cfg.nu_rows, cfg.nu_cols)
-    w = (depthwise_weights(view.weight, cfg.nu_cols) if dw
+    w = (depthwise_weights(view.weight, view.bias, cfg.nu_cols) if dw
          else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols))
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
                   view.weight.shape[2], view.weight.shape[3], dw)
@@ -207,7 +207,8 @@ class NuLowering:
                                      data=blocks)
 
     def _bias_mode(self, mode: str) -> bool:
-        return self.p.view.bias is not None and self.t.bias == mode
+        # nu.dwconv starts its accumulators at the bias stored with its weights: no other bias path
+        return self.p.view.bias is not None and self.t.bias == mode and not self.p.depthwise
 
     @property
     def fills_bias(self) -> bool:

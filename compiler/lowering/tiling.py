@@ -69,7 +69,7 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
             if t.th >= k and tile_count(p, t) < min_tiles]
-    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW:
+    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW and not p.depthwise:
         modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
         out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
                 if fits(buffer_needs(p, c, residual), caps)]

@@ -175,7 +175,7 @@ def nu_macs(p: np.ndarray, rows: int, cols: int) -> int:
 def _check_dw_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int,
                        p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
     """nu.dwconv's unit, spaces, alignment and bounds: ABUF [in_cb][out_h][out_w][cols] int32,
-    IBUF [in_cb][in_h][in_w][rows], WBUF [in_cb][k_h][k_w][cols]."""
+    IBUF [in_cb][in_h][in_w][rows], WBUF per block [cols] int32 biases then [k_h][k_w][cols] int8."""
     if cols > rows:      # column c reads IBUF lane c of each pixel: there must be one
         return bad_param(err, -1, cols, rows)
     if unit < 0 or unit >= MAX_UNITS:
@@ -193,7 +193,7 @@ def _check_dw_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, r
         return fail(err, errors.MISALIGNED, wbuf, rw, rw + cols - 1, -1, rw, cols, 0)
     acc_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[OUT_H]), p[OUT_W]), cols * 4)
     in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
-    w_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[K_H]), p[K_W]), cols)
+    w_bytes = sat_mul(sat_mul(p[IN_CB], sat_mul(p[K_H], p[K_W]) + 4), cols)   # SPAN_LIMIT + 4 fits int64
     for s, a, n in ((abuf, racc, acc_bytes), (ibuf, rin, in_bytes), (wbuf, rw, w_bytes)):
         first = clamp_addr(a)
         rc = check_bounds(space_size, s, first, first + n - 1, err)
@@ -207,7 +207,8 @@ def nu_dwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, u
               racc: int, rin: int, rw: int, p: np.ndarray, accumulate: bool, rows: int, cols: int,
               err: np.ndarray) -> int:
     """Run nu.dwconv (accumulate False) or nu.dwconv.acc (True): per block cb and column c, ABUF (+)=
-    sum over the window of (IBUF lane c - x_zp) * WBUF lane c, int32 wrapping; return an errors code."""
+    bias c + sum over the window of (IBUF lane c - x_zp) * weight lane c, int32 wrapping; return an
+    errors code."""
     rc = _check_params(p, rows, cols, err)
     if rc != errors.OK:
         return rc
@@ -221,22 +222,26 @@ def nu_dwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, u
     out_h, out_w, k_h, k_w = p[OUT_H], p[OUT_W], p[K_H], p[K_W]
     zp = p[X_ZP]
     taps = k_h * k_w
+    block = (4 + taps) * cols
     w = np.empty((taps, cols), dtype=np.int64)
+    bias = np.empty(cols, dtype=np.int64)
     acc = np.empty(cols, dtype=np.int64)
     for cb in range(in_cb):
+        for c in range(cols):
+            bias[c] = load_i32(mem, wb + cb * block + 4 * c)
         for j in range(taps):
             for c in range(cols):
-                w[j, c] = load_i8(mem, wb + (cb * taps + j) * cols + c)
+                w[j, c] = load_i8(mem, wb + cb * block + 4 * cols + j * cols + c)
         for oh in range(out_h):
             for ow in range(out_w):
-                acc[:] = 0
+                acc[:] = bias
                 for kh in range(k_h):
                     ih = oh * p[STRIDE_H] + kh * p[DIL_H]
                     for kw in range(k_w):
                         iw = ow * p[STRIDE_W] + kw * p[DIL_W]
                         src = ib + ((cb * in_h + ih) * in_w + iw) * rows
                         j = kh * k_w + kw
-                        for c in range(cols):      # |terms| < 2**15 and taps < 2**40: no int64 overflow
+                        for c in range(cols):      # |terms| < 2**15, taps < 2**40, |bias| < 2**31: no int64 overflow
                             acc[c] += (load_i8(mem, src + c) - zp) * w[j, c]
                 at = ab + ((cb * out_h + oh) * out_w + ow) * cols * 4
                 for c in range(cols):
