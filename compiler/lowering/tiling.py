@@ -63,7 +63,9 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
             t = _largest_spatial(p, obt, cbt, caps, residual)
             if t is not None:
                 out.append(t)
-        t = _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
+        # depthwise weights are a few hundred bytes a block: streamed, each tile's block rides on an
+        # idle channel, while resident ones only hold back the first tile
+        t = None if p.depthwise else _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
         if t is not None:
             out.append(t)
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
