@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from nnpsim import timing
 from nnpsim.config import Config
-from nnpsim.semantics import element_bytes
+from nnpsim.semantics import SEMANTICS, element_bytes
 
 from .ir import DTYPE_BYTES, Command, Dma, NuConv, Ref, Vu
 
@@ -70,9 +70,14 @@ def nu_cycles(cmd: NuConv, cfg: Config) -> int:
 
 
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
-    """Cycles of a VU command (element width: its widest operand, by its row of nnpsim.semantics)."""
-    elem = timing.vu_elem_bytes(*element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type]))
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
+    row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output)."""
+    widths = element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type])
+    elem = timing.vu_elem_bytes(*widths)
     n_out = cmd.n[0] * cmd.n[1] * cmd.n[2] * cmd.n[3]
+    if SEMANTICS[cmd.mnemonic].timing == "vu_pool_cycles":
+        return int(timing.vu_pool_cycles(n_out, cmd.win[0] * cmd.win[1], *widths, cfg.vu_bytes_per_cycle,
+                                         cfg.vu_latency))
     return int(timing.vu_cycles(n_out, cmd.win[0] * cmd.win[1], elem, cfg.vu_bytes_per_cycle, cfg.vu_latency))
 
 

@@ -49,8 +49,9 @@ def _cu(mnemonic: str, op: str | None = None, imm: bool = False, timing: str = "
     return Semantics(mnemonic, "CU", op or mnemonic, imm=imm, timing=timing)
 
 
-def _vu(mnemonic: str, op: str, widths: tuple[int, int, int], window: bool = False) -> Semantics:
-    return Semantics(mnemonic, "VU", op, "vu_window" if window else "vu_map", widths, "vu_cycles")
+def _vu(mnemonic: str, op: str, widths: tuple[int, int, int], window: bool = False,
+        timing: str = "vu_cycles") -> Semantics:
+    return Semantics(mnemonic, "VU", op, "vu_window" if window else "vu_map", widths, timing)
 
 
 _ROWS = (
@@ -85,6 +86,8 @@ _ROWS = (
     _vu("vu.fadd", "fadd", (1, 1, 1)),
     _vu("vu.fmul", "fmul", (1, 1, 1)),
     _vu("vu.pool.favg", "pool_favg", (1, 1, 4), window=True),
+    _vu("vu.pool.acc", "pool_acc", (4, 1, 0), window=True, timing="vu_pool_cycles"),
+    _vu("vu.pool.avg", "pool_avg", (1, 1, 4), window=True, timing="vu_pool_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -60,6 +60,15 @@ def vu_cycles(n_out: int, window: int, elem_bytes: int, bytes_per_cycle: int, la
 
 
 @njit(cache=True)
+def vu_pool_cycles(n_out: int, window: int, d_bytes: int, a_bytes: int, b_bytes: int, bytes_per_cycle: int,
+                   latency: int) -> int:
+    """Cycles of a pooling command that accumulates inside the VU: latency plus its window elements at
+    a's width, and each output's d and b once, over the datapath width."""
+    work = n_out * (window * a_bytes + d_bytes + b_bytes)
+    return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
+
+
+@njit(cache=True)
 def vu_elem_bytes(d_bytes: int, a_bytes: int, b_bytes: int) -> int:
     """The elem_bytes of vu_cycles: the widest operand element, an (M, S) pair counting as one int32."""
     return max(d_bytes, a_bytes, min(b_bytes, 4))

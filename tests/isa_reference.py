@@ -239,9 +239,9 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
-                "vu.pool.favg")
+                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg")
-POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg")
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
 F32_MAX = Fraction(2) ** 128 - Fraction(2) ** 104
 
 
@@ -309,7 +309,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
             "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
-            "vu.pool.favg": (1, 1, 4)}[mnemonic]
+            "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4)}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
@@ -389,12 +389,14 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
     za, zb, ma, mb, shift = q["za"], q["zb"], q["ma"], q["mb"], q["shift"]
     if mnemonic in FLOAT_OPS:
         return _vu_float_element(mem, space, mnemonic, a, b, a_bytes, q, window)
-    if mnemonic in ("vu.pool.max", "vu.pool.sum"):
+    if mnemonic in ("vu.pool.max", "vu.pool.sum", "vu.pool.acc", "vu.pool.avg"):
         xs = [_int(mem, a + dh + dw, 1) for dh, dw in window]
         if mnemonic == "vu.pool.max":
             return max(xs)
         if not -(1 << 31) <= sum(xs) < 1 << 31:
             raise Fault("overflow", space=space, first=a, last=a)
+        if mnemonic == "vu.pool.avg":
+            return _divide_round(mem, space, sum(xs), b)
         return sum(xs)
     x = _int(mem, a, a_bytes)
     if mnemonic in ("vu.requant", "vu.requant.pc"):
@@ -423,13 +425,18 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
     if mnemonic == "vu.clip":
         return _clip(x, q["lo"], q["hi"])
     if mnemonic == "vu.divr":
-        n = _int(mem, b, 4)
-        if n <= 0:
-            raise Fault("div0", space=space, first=b, last=b + 3)
-        mag = (abs(x) + n // 2) // n
-        return _clip(mag if x >= 0 else -mag, -128, 127)
+        return _divide_round(mem, space, x, b)
     assert mnemonic == "vu.mov", mnemonic
     return x
+
+
+def _divide_round(mem: np.ndarray, space: int, x: int, b: int) -> int:
+    """x / n (n the int32 at b) rounded half away from zero, saturated to int8."""
+    n = _int(mem, b, 4)
+    if n <= 0:
+        raise Fault("div0", space=space, first=b, last=b + 3)
+    mag = (abs(x) + n // 2) // n
+    return _clip(mag if x >= 0 else -mag, -128, 127)
 
 
 def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_bytes: int,

@@ -252,7 +252,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0), "vu.pool.max": (1, 1, 0),
                       "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4), "vu.mov": (ddt, sdt, 0),
                       "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
-                      "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4)}[mn]
+                      "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
+                      "vu.pool.avg": (1, 1, 4)}[mn]
         win = mn.startswith("vu.pool")
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
@@ -857,7 +858,8 @@ def test_examples_with_one_sync_removed_agree_with_oracle(example):
 
 ENGINE_CFG = Config(nu_rows=4, nu_cols=4, nu_count=2, vu_count=2, ddr_bytes=1 << 16, dm_bytes=1 << 14,
                     ibuf_bytes=1 << 12, wbuf_bytes=1 << 12, abuf_bytes=1 << 12, vbuf_bytes=1 << 12)
-ENGINE_VU_OPS = ("vu.add", "vu.mul", "vu.clip", "vu.pool.max", "vu.pool.sum", "vu.mov", "vu.requant")
+ENGINE_VU_OPS = ("vu.add", "vu.mul", "vu.clip", "vu.pool.max", "vu.pool.sum", "vu.mov", "vu.requant",
+                 "vu.pool.acc")
 
 
 def _engine_command(draw, wait: int | None, signal: int | None) -> Cmd:
@@ -911,7 +913,8 @@ def to_assembly(prog: list) -> str:
                 dt = {v: k for k, v in DT.items()}
                 sdt, ddt = dt[op.fields[1]], dt[op.fields[2]]
                 operands = {"vu.requant": f"r1, r2, {sdt}", "vu.mov": f"{ddt}, r1, {sdt}, r2",
-                            "vu.clip": "r1, r2", "vu.pool.max": "r1, r2", "vu.pool.sum": "r1, r2"}
+                            "vu.clip": "r1, r2", "vu.pool.max": "r1, r2", "vu.pool.sum": "r1, r2",
+                            "vu.pool.acc": "r1, r2"}
                 text = f"{op.mnemonic} {unit}, " + operands.get(op.mnemonic, "r1, r2, r3")
             out.append(f"    {text}{sync}")
     return "\n".join(out + ["    halt", ""])
