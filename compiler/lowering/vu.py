@@ -183,8 +183,10 @@ class ElementwiseLowering:
 class PoolLowering:
     """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
 
-    The float average pool (QLinearAveragePool) is one vu.pool.favg per tile; the float global
-    one (and a float average pool that onnxruntime runs as global) is vu.pool.sum then vu.requant.f.
+    Sum pooling is one vu.pool.acc per tile, integer average pooling one vu.pool.avg (both read the
+    window a byte a lane).  The float average pool (QLinearAveragePool) is one vu.pool.favg per tile;
+    the float global one (and a float average pool that onnxruntime runs as global) is vu.pool.acc
+    then vu.requant.f.
 
     Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
     """
@@ -312,8 +314,13 @@ class PoolLowering:
                                 a_st, b_st, **win, scalars=sc, unit=self.vu,
                                 comment=f"{self.name}: float32 window average"))
             res_bytes = 1
+        elif op.mode == "avg" and not self.global_f32:
+            b_ref, b_st = self._counts(oh0)
+            s.compute.append(Vu("vu.pool.avg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
+                                a_st, b_st, **win, unit=self.vu, comment=f"{self.name}: window average"))
+            res_bytes = 1
         else:
-            s.compute.append(Vu("vu.pool.sum", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
+            s.compute.append(Vu("vu.pool.acc", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
                                 (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
                                 comment=f"{self.name}: window sum"))
             res_bytes = 4
@@ -324,12 +331,6 @@ class PoolLowering:
                 s.compute.append(Vu("vu.requant.f", Ref(out), Ref(out), None, "i8", "i32", 0, n3, (1, ow, th * ow),
                                     (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
                                     comment=f"{self.name}: float32 requantise the sums"))
-                res_bytes = 1
-            elif op.mode == "avg":
-                b_ref, b_st = self._counts(oh0)
-                s.compute.append(Vu("vu.divr", Ref(out), Ref(out), b_ref, "i8", "i32", 4, n3, (1, ow, th * ow),
-                                    (4, 4 * ow, 4 * th * ow), b_st, unit=self.vu,
-                                    comment=f"{self.name}: divide, round"))
                 res_bytes = 1
         dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * res_bytes)
         s.epilogue.append(Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),
