@@ -109,10 +109,18 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
             cycles = dma_cycles(c, cfg)
             ld.add(c.queue, cycles)
             ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
-            for buf in {c.src.buf.memory: c.src.buf, c.dst.buf.memory: c.dst.buf}.values():
-                bw, _ = timing.memory_port(cfg, SPACE_ID[buf.space])
-                ld.add(buf.memory, nbytes / bw)
+            for port, space in dma_ports(c).items():
+                bw, _ = timing.memory_port(cfg, SPACE_ID[space])
+                ld.add(port, nbytes / bw)
     return ld
+
+
+def dma_ports(c: Dma) -> dict[str, str]:
+    """The memory ports a DMA streams through, each with its memory space: the source memory's read
+    port and the destination's write port (DDR has one port for both: nnpsim.timing.read_port)."""
+    def port(buf, side: str) -> str:
+        return "ddr" if buf.space == "ddr" else f"{buf.memory}.{side}"
+    return {port(c.src.buf, "read"): c.src.buf.space, port(c.dst.buf, "write"): c.dst.buf.space}
 
 
 def _rate(c: Dma, cfg: Config) -> int:
@@ -254,7 +262,7 @@ def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: d
         return start + nu_cycles(c, cfg), None, []
     if isinstance(c, Vu):
         return start + vu_cycles(c, cfg), None, []
-    spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
+    spaces = dma_ports(c)
     ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
     nbytes = stream_bytes(c, cfg)
