@@ -391,14 +391,23 @@ class NuLowering:
         params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
-        for k, ob in enumerate(obs):
+        for k, ob, blocks in self._conv_groups(obs):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(f"{self.name}_wt"), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * 4)
-            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
-                                       unit=self.nu, depthwise=p.depthwise,
-                                       comment=f"{self.name}: {'depthwise ' * p.depthwise}conv ob {ob}"))
+            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params, in_cb=blocks * count), p.rows,
+                                       p.cols, unit=self.nu, depthwise=p.depthwise,
+                                       comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}, depthwise"
+                                                                               if p.depthwise else "")))
+
+    def _conv_groups(self, obs: range) -> list[tuple[int, int, int]]:
+        """(position in the tile, first output block, blocks) of each NU command of a tile: one per
+        block, or one nu.dwconv for all (its blocks lie one after the other in IBUF, WBUF and ABUF,
+        and one command pays the NU's latency once)."""
+        if self.p.depthwise:
+            return [(0, obs.start, len(obs))]
+        return [(k, ob, 1) for k, ob in enumerate(obs)]
 
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols
