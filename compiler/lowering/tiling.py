@@ -14,6 +14,7 @@ from nnpsim.config import Config
 
 from ..errors import CompileError
 from ..passes.alloc import capacities
+from .depthwise import narrow_tilings
 from .layout import bias_blocks
 from .nu import ConvTiling, NuPlan, buffer_needs, fits
 
@@ -68,6 +69,8 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
         t = None if p.depthwise else _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
         if t is not None:
             out.append(t)
+    if p.depthwise:
+        out += narrow_tilings(p, caps, residual)
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
             if t.th >= k and tile_count(p, t) < min_tiles]
