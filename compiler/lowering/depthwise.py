@@ -41,19 +41,21 @@ def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) ->
     return NuWeights(np.ascontiguousarray(blocks[:, None, :]), tuple(range(n_b)), n_b, "")
 
 
+MIN_WIDTH = 8      # narrower tiles read more halo columns than they save halo rows
+
+
 def narrow_tilings(p, caps: dict[str, int], residual: bool) -> list:
-    """Tilings of a depthwise conv narrower than the output rows: for every output-block count and
-    power-of-two width, the tallest tile that fits.  Its DDR traffic is the input and the output,
-    so the halo matters: ABUF holds a few hundred pixels of a block, four rows of 112 (the input
-    read 1.5 times over) or a 16 x 32 patch (1.2 times)."""
+    """Tilings of a depthwise conv narrower than the output rows, one output block each: per
+    power-of-two width from MIN_WIDTH, the tallest tile that fits.  Its DDR traffic is the input
+    and the output, so the halo matters: ABUF holds a few hundred pixels of a block, four rows of
+    112 (the input read 1.5 times over) or a 32 x 16 patch (1.2 times)."""
     from .nu import ConvTiling, buffer_needs, fits        # here: nu imports this module
     from .tiling import _powers_up_to
 
     out = []
-    for obt in _powers_up_to(p.n_ob):
-        for tw in _powers_up_to(p.ow)[:-1]:
-            fitting = [ConvTiling(th, tw, obt, 1) for th in _powers_up_to(p.oh)
-                       if fits(buffer_needs(p, ConvTiling(th, tw, obt, 1), residual), caps)]
-            if fitting:
-                out.append(fitting[-1])
+    for tw in (w for w in _powers_up_to(p.ow)[:-1] if w >= MIN_WIDTH):
+        fitting = [ConvTiling(th, tw, 1, 1) for th in _powers_up_to(p.oh)
+                   if fits(buffer_needs(p, ConvTiling(th, tw, 1, 1), residual), caps)]
+        if fitting:
+            out.append(fitting[-1])
     return out
