@@ -150,6 +150,23 @@ def _nu_params(named: dict) -> dict:
     return q
 
 
+def _nu_memories(mems: dict, unit: int, addrs: tuple[int, int, int], w_align: int, dims: tuple,
+                 rows: int | None = None) -> tuple:
+    """ABUF, IBUF and WBUF of an NU command after its checks: the memories exist, racc is 4-aligned,
+    rin rows-aligned (rows = w_align unless given), rw w_align-aligned, each operand (dims of ABUF,
+    IBUF, WBUF; ABUF's in int32) inside its memory."""
+    spaces = (24 + unit, 8 + unit, 16 + unit)
+    bufs = tuple(_need_memory(mems, s) for s in spaces)
+    for space, addr, align in zip(spaces, addrs, (4, rows or w_align, w_align)):
+        if addr % align:
+            raise Fault("align", space=space)
+    for mem, space, addr, shape in zip(bufs, spaces, addrs, dims):
+        n = int(np.prod(shape))
+        if addr < 0 or addr + n > mem.size:
+            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    return bufs
+
+
 def _wrap_store(abuf: np.ndarray, racc: int, acc: np.ndarray, accumulate: bool) -> None:
     """ABUF[racc] = acc (+ the old int32s when accumulating), modulo 2**32."""
     n_acc = acc.size * 4
@@ -163,24 +180,11 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
             rows: int, cols: int) -> None:
     """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
     q = _nu_params(named)
-    abuf = _need_memory(mems, 24 + unit)
-    ibuf = _need_memory(mems, 8 + unit)
-    wbuf = _need_memory(mems, 16 + unit)
-    if racc % 4:
-        raise Fault("align", space=24 + unit)
-    if rin % rows:
-        raise Fault("align", space=8 + unit)
-    if rw % rows:
-        raise Fault("align", space=16 + unit)
     in_cb, out_cb, k_h, k_w = q["in_cb"], q["out_cb"], q["k_h"], q["k_w"]
     oh, ow = q["out_h"], q["out_w"]
-    shapes = ((abuf, 24 + unit, racc, (out_cb, oh, ow, cols), 4),
-              (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
-              (wbuf, 16 + unit, rw, (out_cb, in_cb, k_h, k_w, rows, cols), 1))
-    for mem, space, addr, shape, nbytes in shapes:
-        n = int(np.prod(shape)) * nbytes
-        if addr < 0 or addr + n > mem.size:
-            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    abuf, ibuf, wbuf = _nu_memories(mems, unit, (racc, rin, rw), rows,
+                                    ((out_cb, oh, ow, cols, 4), (in_cb, q["in_h"], q["in_w"], rows),
+                                     (out_cb, in_cb, k_h, k_w, rows, cols)))
     n_in = in_cb * q["in_h"] * q["in_w"] * rows
     x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
     n_w = out_cb * in_cb * k_h * k_w * rows * cols
@@ -203,23 +207,10 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
     q = _nu_params(named)
     if cols > rows:
         raise Fault("param", param=-1)
-    abuf = _need_memory(mems, 24 + unit)
-    ibuf = _need_memory(mems, 8 + unit)
-    wbuf = _need_memory(mems, 16 + unit)
-    if racc % 4:
-        raise Fault("align", space=24 + unit)
-    if rin % rows:
-        raise Fault("align", space=8 + unit)
-    if rw % cols:
-        raise Fault("align", space=16 + unit)
     in_cb, k_h, k_w, oh, ow = q["in_cb"], q["k_h"], q["k_w"], q["out_h"], q["out_w"]
-    shapes = ((abuf, 24 + unit, racc, (in_cb, oh, ow, cols), 4),
-              (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
-              (wbuf, 16 + unit, rw, (in_cb, 4 + k_h * k_w, cols), 1))
-    for mem, space, addr, shape, nbytes in shapes:
-        n = int(np.prod(shape)) * nbytes
-        if addr < 0 or addr + n > mem.size:
-            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    abuf, ibuf, wbuf = _nu_memories(mems, unit, (racc, rin, rw), cols,
+                                    ((in_cb, oh, ow, cols, 4), (in_cb, q["in_h"], q["in_w"], rows),
+                                     (in_cb, 4 + k_h * k_w, cols)), rows)
     n_in = in_cb * q["in_h"] * q["in_w"] * rows
     x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
     blocks = wbuf[rw:rw + in_cb * (4 + k_h * k_w) * cols].reshape(in_cb, (4 + k_h * k_w) * cols)
