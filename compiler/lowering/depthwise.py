@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import Dma, Ref
 from .layout import ConvView, NuWeights
 
 
@@ -39,6 +40,49 @@ def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) ->
     w = lanes.reshape(n_b, cols, kh * kw).transpose(0, 2, 1).reshape(n_b, kh * kw * cols)
     blocks = np.concatenate([b.view(np.int8).reshape(n_b, 4 * cols), w], axis=1)
     return NuWeights(np.ascontiguousarray(blocks[:, None, :]), tuple(range(n_b)), n_b, "")
+
+
+def defer_table(steps: list, table) -> None:
+    """Move the load of the requantiser's table (into buffer `table`) from the constants to after the
+    first tile's loads.  A depthwise tile's weights are a few hundred bytes and its NU work short: the
+    table (eight bytes a channel, needed only by the first requantisation) would otherwise hold the
+    first tile's weights back on their channel and share DDR with its input."""
+    if len(steps) < 2:
+        return
+    moved = [c for c in steps[0].loads if isinstance(c, Dma) and c.dst.buf is table]
+    steps[0].loads = [c for c in steps[0].loads if not any(c is m for m in moved)]
+    steps[1].loads += moved
+
+
+def halo_prefilled(low) -> bool:
+    """Does every tile of a depthwise lowering cover the whole output plane?  Then every input tile
+    has its halo in the same place: each IBUF slot gets its x_zp halo once (fill_halos) and the
+    tiles load only the real input (interior_load).  A DMA spends port time on the padding it
+    writes, which from DDR is DDR's time: a 7 x 7 plane with its one-pixel halo is 81 bytes a lane
+    for 49 read."""
+    p, t = low.p, low.t
+    return t.th >= p.oh and t.tw >= p.ow and any(p.view.padding)
+
+
+def fill_halos(low, chan: int, step) -> None:
+    """Fill every IBUF input slot with x_zp once (a DMA that is all padding reads nothing)."""
+    role = f"{low.name}_in"
+    for slot in low.slots.buffers[role]:
+        step.loads.append(Dma(chan, Ref(slot), Ref(slot), (slot.nbytes,), (1,), (1,), (slot.nbytes,), (0,),
+                              pad_value=low.p.view.x_zp, comment=f"{low.name}: x_zp halo -> {slot.name}"))
+
+
+def interior_load(low, chan: int, dst: Ref, src: Ref, size: tuple[int, int, int, int], lo: tuple[int, int],
+                  hi: tuple[int, int], what: str) -> Dma:
+    """The DMA of an input tile's real pixels (lanes, columns, rows, blocks in `size`, the halo
+    columns and rows `lo` before and `hi` after included) into a slot whose halo is filled."""
+    v, rows = low.p.view, low.p.rows
+    lanes, iw, ih, blocks = size
+    sn, sc, sh, sw = v.x_strides
+    at = Ref(dst.buf, dst.offset + (lo[1] * iw + lo[0]) * rows)
+    return Dma(chan, at, src, (lanes, iw - lo[0] - hi[0], ih - lo[1] - hi[1], blocks),
+               (sc, sw, sh, rows * sc), (1, rows, iw * rows, ih * iw * rows),
+               comment=f"{low.name}: {what} (halo filled)")
 
 
 MIN_WIDTH = 8      # narrower tiles read more halo columns than they save halo rows

@@ -20,7 +20,8 @@ from ..quant import f32_bits
 from .double_buffer import Slots, Step
 from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
-from .depthwise import depthwise_weights, uses_depthwise_mode
+from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
+                        uses_depthwise_mode)
 from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
@@ -292,6 +293,10 @@ class NuLowering:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
             steps.append(step)
+        if p.depthwise:
+            defer_table(steps, self.ms_vbuf)
+            if halo_prefilled(self):
+                fill_halos(self, self.ch + CH_IN, steps[0])
         return steps
 
     def _constants(self) -> Step:
@@ -341,9 +346,14 @@ class NuLowering:
         groups = [(lo, full, rows)] if full > lo else []
         if hi > max(lo, full):
             groups.append((max(lo, full), hi, c - max(lo, full) * rows))
+        interior = p.depthwise and halo_prefilled(self)
         for b0, b1, real in groups:
             src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
+            if interior:
+                step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0), (plo_w, plo_h),
+                                                (phi_w, phi_h), f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                continue
             step.loads.append(Dma(
                 self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
