@@ -60,8 +60,16 @@ def halo_prefilled(low) -> bool:
     tiles load only the real input (interior_load).  A DMA spends port time on the padding it
     writes, which from DDR is DDR's time: a 7 x 7 plane with its one-pixel halo is 81 bytes a lane
     for 49 read."""
-    p, t = low.p, low.t
-    return t.th >= p.oh and t.tw >= p.ow and any(p.view.padding)
+    p, t, v = low.p, low.t, low.p.view
+    return t.th >= p.oh and t.tw >= p.ow and any(v.padding) and all(
+        _reads_input(out, k, v.stride[a], v.dilation[a], v.padding[a], v.x_shape[2 + a])
+        for a, (out, k) in enumerate(((p.oh, p.kh), (p.ow, p.kw))))
+
+
+def _reads_input(out: int, k: int, stride: int, dil: int, pad: int, size: int) -> bool:
+    """Does some window read a real input pixel along this axis?  (A window of one tap with a stride
+    of two and a pad of one reads only padding: its tile then depends on no load.)"""
+    return any(pad <= o * stride + j * dil < pad + size for o in range(out) for j in range(k))
 
 
 def fill_halos(low, chan: int, step) -> None:
