@@ -82,11 +82,13 @@ def fill_halos(low, chan: int, step) -> None:
 
 def interior_load(low, chan: int, dst: Ref, src: Ref, size: tuple[int, int, int, int], lo: tuple[int, int],
                   hi: tuple[int, int], what: str) -> Dma:
-    """The DMA of an input tile's real pixels (lanes, columns, rows, blocks in `size`, the halo
-    columns and rows `lo` before and `hi` after included) into a slot whose halo is filled."""
+    """The DMA of an input tile's real pixels into a slot whose halo is filled: `size` is (real
+    lanes, columns, rows, blocks) of the tile, halo included, `lo` and `hi` the halo's (columns,
+    rows) before and after.  Lanes past the real channels keep what they held: a depthwise lane
+    only feeds its own output lane, which is never stored."""
     v, rows = low.p.view, low.p.rows
     lanes, iw, ih, blocks = size
-    sn, sc, sh, sw = v.x_strides
+    _, sc, sh, sw = v.x_strides
     at = Ref(dst.buf, dst.offset + (lo[1] * iw + lo[0]) * rows)
     return Dma(chan, at, src, (lanes, iw - lo[0] - hi[0], ih - lo[1] - hi[1], blocks),
                (sc, sw, sh, rows * sc), (1, rows, iw * rows, ih * iw * rows),

@@ -351,8 +351,9 @@ class NuLowering:
             src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
             if interior:
-                step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0), (plo_w, plo_h),
-                                                (phi_w, phi_h), f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0),
+                                                (plo_w, plo_h), (phi_w, phi_h),
+                                                f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
                 continue
             step.loads.append(Dma(
                 self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
