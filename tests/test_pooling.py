@@ -58,3 +58,17 @@ def test_extreme_inputs(value):
     assert (got == value * 900).all() and got.dtype == np.int32
     avg = ops.avg_pool2d(shape, 3, 2, 1, count_include_pad=True, x_zp=-1 - value)   # padding: the other extreme
     np.testing.assert_array_equal(run(build(avg), x), avg.reference(x))
+
+
+@pytest.mark.parametrize("float_form", [False, True])
+def test_count_table_larger_than_a_quarter_of_vbuf_comes_by_tile(float_form):
+    """30 x 31 per-position counts (3,720 bytes) on a 4 KiB VBUF: each tile loads its rows of the table."""
+    from nnpsim.config import Config
+    rng = np.random.default_rng(11)
+    shape = (1, 3, 30, 31)
+    f = dict(scale_x=np.float32(0.03), scale_out=np.float32(0.05), zp_out=4) if float_form else {}
+    op = ops.avg_pool2d(shape, (2, 3), 1, (1, 1, 0, 1), False, 0 if not float_form else -3, **f)
+    kernel = build(op, config=Config(vbuf_bytes=4096).validate())
+    assert "counts of rows" in kernel.asm
+    x = rand8(rng, shape)
+    np.testing.assert_array_equal(run(kernel, x), op.reference(x))
