@@ -1,7 +1,7 @@
 """Whole networks (ResNet-18, ResNet-50, MobileNetV2) from ONNX to one program, against onnxruntime.
 
     python benchmarks/models.py [--models resnet18,resnet50,mobilenetv2] [--size 224]
-                                [--fmt qoperator] [--qdq resnet18,mobilenetv2] [--config HW.toml]
+                                [--fmt qoperator] [--qdq resnet18,mobilenetv2] [--config HW.toml] [--layers]
 
 For each model: build and quantise it with onnxruntime (compiler.models),
 import it, compile the whole graph into one program, run it on the simulator on
@@ -65,6 +65,8 @@ class Result:
     naive: int
     agree: Agreement
     worst: list[tuple[str, str, int, int]] = field(default_factory=list)   # (layer, ops, cycles, bound)
+    per_layer: list[tuple[str, str, int, int]] = field(default_factory=list)   # every layer, run order
+    kinds: dict[str, str] = field(default_factory=dict)   # layer name -> depthwise / pooling / other
 
 
 def timed(fn, *args, **kwargs):
@@ -111,6 +113,14 @@ def worst_layers(m, n: int) -> list[tuple[str, str, int, int]]:
     return [(s.name, s.ops, s.cycles, s.bound_cycles) for s in stats[:n]]
 
 
+def layer_kind(node) -> str:
+    """depthwise (a conv2d with one input channel per group), pooling, or other."""
+    op = node.op
+    if op.kind == "conv2d" and op.groups > 1 and op.groups == op.inputs[0].shape[1]:
+        return "depthwise"
+    return "pooling" if "pool" in op.kind else "other"
+
+
 def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int, worst: int = 3) -> Result:
     """Build, import, compile, simulate and compare one model; every figure of one table column."""
     model, build_s, _ = timed(models.build, name, fmt, size=size)
@@ -124,9 +134,11 @@ def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int,
     theirs, ort_wall, ort_cpu = time_onnxruntime(model, x, repeats)
     agree = agreement(m.get_output(0), theirs, lib.meta["outputs"][0]["scale"])
     arena, bound = lib.meta["arena"], sum(layer["bound_cycles"] for layer in lib.layers)
+    per_layer = [(s.name, s.ops, s.cycles, s.bound_cycles) for s in m.layer_stats()]
+    kinds = {node.name: layer_kind(node) for node in graph.nodes}
     return Result(name, fmt, build_s, import_s, compile_s, len(lib.layers), sim_first, sim_wall, sim_cpu,
                   ort_wall, ort_cpu, stats.cycles, stats.time_us, bound, lib.predicted_cycles,
-                  arena["bytes"], arena["naive_bytes"], agree, worst_layers(m, worst))
+                  arena["bytes"], arena["naive_bytes"], agree, worst_layers(m, worst), per_layer, kinds)
 
 
 def warm_up(cfg) -> None:
@@ -186,6 +198,36 @@ def format_worst(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _geomean(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def format_layers(results: list[Result]) -> str:
+    """Per model: every layer's cycles / bound, then the geometric means overall, of the depthwise
+    convs and of the pooling layers, and the worst layer."""
+    lines = []
+    for r in results:
+        lines.append(f"{r.name} {r.fmt}, every layer (cycles / roofline bound):")
+        ratios: dict[str, list[float]] = {"all": [], "depthwise": [], "pooling": []}
+        cycles = {"all": 0, "depthwise": 0, "pooling": 0}
+        for layer, ops, c, b in r.per_layer:
+            kind = r.kinds.get(layer, "other")
+            ratio = c / b if b else float("nan")
+            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {c:>10,} {b:>10,} {ratio:7.2f}")
+            if b:
+                for key in ("all", kind):
+                    if key in ratios:
+                        ratios[key].append(ratio)
+                        cycles[key] += c
+        worst = max((c / b, layer) for layer, _, c, b in r.per_layer if b)
+        for key, xs in ratios.items():
+            share = 100 * cycles[key] / max(1, cycles["all"])
+            lines.append(f"  geometric mean, {key} ({len(xs)} layers, {share:.0f}% of the layers' cycles): "
+                         f"{_geomean(xs):.3f}" + (f", worst {max(xs):.2f}" if xs else ""))
+        lines.append(f"  worst layer: {worst[1]} at {worst[0]:.2f}")
+    return "\n".join(lines)
+
+
 def misses(results: list[Result]) -> tuple[list[str], list[str]]:
     """(missed targets, which fail the run; QDQ top-1 differences, which are only reported)."""
     failed, noted = [], []
@@ -219,6 +261,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10, help="timed onnxruntime runs per model")
     ap.add_argument("--sim-repeats", type=int, default=3, help="timed simulator runs after the first")
     ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
+    ap.add_argument("--layers", action="store_true",
+                    help="also print every layer's cycles / bound and the geometric means (all, depthwise, pooling)")
     args = ap.parse_args()
     names = _names(args.models, models.names(), "--models")
     fmts = _names(args.fmt, models.FORMATS, "--fmt")
@@ -233,6 +277,8 @@ def main() -> int:
         results.append(measure(name, fmt, args.size, cfg, args.repeats, args.sim_repeats))
     print(format_table(results))
     print(format_worst(results))
+    if args.layers:
+        print(format_layers(results))
     failed, noted = misses(results)
     for line in noted:
         print(f"note: {line}")

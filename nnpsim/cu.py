@@ -88,6 +88,7 @@ def decode_for_engine(words: np.ndarray, isa: Isa | None = None) -> np.ndarray:
     dec = decode_program(np.asarray(words, dtype=np.uint64), isa)
     col = {name: 1 + j for j, name in enumerate(isa.slots)}
     vu_codes = unit_op_codes("VU")
+    from .units.nu import OPS as nu_ops     # here: the units build their tables from nnpsim.semantics
     out = np.zeros((len(dec), N_COLS), dtype=np.int64)
     out[:, C_ISA] = dec[:, 0]
     out[:, C_WAIT] = -1
@@ -105,7 +106,7 @@ def decode_for_engine(words: np.ndarray, isa: Isa | None = None) -> np.ndarray:
             if name in ins.fields:
                 block[:, dst] = d[:, col[name]]
         if sem.unit == "NU":
-            block[:, C_F0] = sem.op == "conv_acc"
+            block[:, C_F0] = nu_ops.index(sem.op)
         if sem.unit == "VU":
             block[:, C_F0] = vu_codes[sem.op]
         if "imm" in ins.fields and ins.fields["imm"].kind.cls in ("imm32", "addr"):

@@ -21,28 +21,31 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import vu_elem_bytes
+from ..timing import vu_cycles, vu_elem_bytes, vu_pool_cycles
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
-       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg")
+       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
- VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG) = (_CODE[op] for op in OPS)
+ VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
 N_CODES = 256
 IS_OP = np.zeros(N_CODES, np.bool_)
 IS_WINDOW = np.zeros(N_CODES, np.bool_)
+IS_POOL_TIMED = np.zeros(N_CODES, np.bool_)
 WIDTHS = np.zeros((N_CODES, 3), np.int64)
-"""Per op code: a VU op at all, one that walks a pooling window, element bytes of d, a, b."""
+"""Per op code: a VU op at all, one that walks a pooling window, one timed by timing.vu_pool_cycles,
+element bytes of d, a, b."""
 for _row in (r for r in rows_of("VU") if r.op in OPS):
     _c = _CODE[_row.op]
     IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
+    IS_POOL_TIMED[_c] = _row.timing == "vu_pool_cycles"
 
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
@@ -247,6 +250,13 @@ def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float,
 
 
 @njit(cache=True)
+def _div_round(x: int, n: int) -> int:
+    """saturate8(sign(x) * ((|x| + n // 2) // n)), n > 0: the quotient rounded half away from zero."""
+    q = ((x if x >= 0 else -x) + n // 2) // n
+    return _clip(q if x >= 0 else -q, -128, 127)
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
@@ -271,7 +281,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                         out[e] = _favg(mem, base + a_at, p, n, fx, fy, lo, hi)
                         e += 1
                         continue
-                    if op == VU_POOL_MAX or op == VU_POOL_SUM:
+                    if op == VU_POOL_MAX or op == VU_POOL_SUM or op == VU_POOL_ACC or op == VU_POOL_AVG:
                         best = -128
                         total = 0
                         for wh in range(p[WIN_H]):
@@ -282,8 +292,13 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                                 total += x
                         if op == VU_POOL_MAX:
                             out[e] = best
-                        elif total < -M_LIMIT or total >= M_LIMIT:
+                        elif total < -M_LIMIT or total >= M_LIMIT:     # the int32 accumulator
                             return _overflow(err, space, a_at, 1, e)
+                        elif op == VU_POOL_AVG:
+                            n = load_i32(mem, base + b_at)
+                            if n <= 0:
+                                return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
+                            out[e] = _div_round(total, n)
                         else:
                             out[e] = total
                         e += 1
@@ -341,8 +356,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                         n = load_i32(mem, base + b_at)
                         if n <= 0:
                             return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
-                        q = ((x if x >= 0 else -x) + n // 2) // n
-                        out[e] = _clip(q if x >= 0 else -q, -128, 127)
+                        out[e] = _div_round(x, n)
                     elif op == VU_MOV:
                         out[e] = x
                     else:       # a semantics row whose op has no case here: loud, never another op
@@ -413,3 +427,13 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
         window = p[WIN_H] * p[WIN_W]
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
+
+
+@njit(cache=True)
+def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles or vu_pool_cycles)."""
+    n_out, window, elem = vu_work(op, p, sdt, ddt)
+    if elem > 0 and IS_POOL_TIMED[op]:
+        d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
+        return vu_pool_cycles(n_out, window, d_bytes, a_bytes, b_bytes, bytes_per_cycle, latency)
+    return vu_cycles(n_out, window, elem, bytes_per_cycle, latency)
