@@ -129,9 +129,15 @@ class Block:
         """Each stage that must be tensorized and the intrinsics it can go onto."""
         if self.kind == "nu":
             v = self.ctx["plan"].view
-            out = {"conv": ("nu.conv",)}
-            if v.bias is not None:
-                out["bias"] = tuple(k for k in BIAS_INTRINSICS if k != "nu.conv" or self.ctx["bias_blocks"])
+            if self.ctx["plan"].depthwise:
+                # the NU's depthwise mode starts its accumulators at the biases stored with the weights
+                out = {"conv": ("nu.dwconv",)}
+                if v.bias is not None:
+                    out["bias"] = ("nu.dwconv",)
+            else:
+                out = {"conv": ("nu.conv",)}
+                if v.bias is not None:
+                    out["bias"] = tuple(k for k in BIAS_INTRINSICS if k != "nu.conv" or self.ctx["bias_blocks"])
             per_channel = self.intrinsics.get("bias") == "vu.requant"
             f = v.scale is not None
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
@@ -145,9 +151,11 @@ class Block:
                 return {"pool": ("vu.pool.max",)}
             if op.is_float and not (op.mode == "avg" and op.is_global):
                 return {"pool": ("vu.pool.favg",)}
-            out = {"pool": ("vu.pool.sum",)}
+            if op.mode == "avg" and not op.is_float:
+                return {"pool": ("vu.pool.avg",)}
+            out = {"pool": ("vu.pool.acc",)}
             if op.mode == "avg":
-                out["scale"] = ("vu.requant.f",) if op.is_float else ("vu.divr",)
+                out["scale"] = ("vu.requant.f",)
             return out
         if op.mode == "clip":
             return {"clip": ("vu.clip",)}
@@ -199,7 +207,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        bias = BIAS_INTRINSICS[self.intrinsics.get("bias", "dma")]
+        bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv: its own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias)
 
     def check(self, cfg: Config) -> None:
@@ -644,7 +652,7 @@ class Schedule:
         if b.kind == "nu" and stage in ("conv",):
             for (tensor, scope), role in NU_CACHES.items():
                 if role in ("in", "wt", "acc") and b.role_cache(role) is None:
-                    _fail(f"{what}: nu.conv reads x from ibuf and w from wbuf and accumulates into abuf: "
+                    _fail(f"{what}: {intrinsic} reads x from ibuf and w from wbuf and accumulates into abuf: "
                           f"cache {tensor!r} in {scope} first")
         b.intrinsics[stage] = intrinsic
         self._record("tensorize", (stage, intrinsic), block)
@@ -710,9 +718,9 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
-    s.tensorize("conv", "nu.conv", **kw)
+    s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
         if stage in b.stages():
             s.tensorize(stage, b.stages()[stage][0], **kw)
