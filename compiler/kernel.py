@@ -145,18 +145,18 @@ def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, r
     return best
 
 
-def build(op, *more_ops: Op, config: Config | None = None):
+def build(op, *more_ops: Op, config: Config | None = None, fuse: bool = True):
     """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
 
     Given a compiler.Graph instead, compile the whole network into one program (a
-    compiler.network.Library).
+    compiler.network.Library); fuse=False keeps one kernel per graph node.
     """
     cfg = (config or Config()).validate()
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops:
             raise CompileError("build(graph) takes the graph alone")
         from .network import build_network
-        return build_network(op, cfg)
+        return build_network(op, cfg, fuse=fuse)
     ops = _check_ops((op,) + more_ops)
     kir, priced, _ = best_schedule(ops, cfg)
     return finish(ops, kir, cfg, *priced)
