@@ -40,6 +40,7 @@ from .ir import Buffer, Command, CuWait, KernelIR, Label, Note, Ref
 from .ops import Conv2d, Dense, Elementwise, Op, clip
 from .passes import alloc, emit, loops, sync
 from .roofline import bound_cycles
+from .structure import VALUE_ONLY, tiling_key  # noqa: F401  (re-exported)
 
 GRAPH_BUFFER = "nnp_graph"
 GRAPH_FORMAT = "nnp-graph/1"
@@ -284,27 +285,6 @@ class Layer:
     bound_cycles: int
     nodes: list[str] = field(default_factory=list)      # the graph nodes the kernel runs
     onchip: dict[str, int] = field(default_factory=dict)  # peak bytes of each on-chip memory
-
-
-VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "multiplier", "name"}
-"""Op fields that change what a kernel computes but not how it is tiled."""
-
-
-def tiling_key(ops: tuple[Op, ...]) -> tuple:
-    """What a chain's tiling depends on: kinds, shapes and structure, not values (weights, zero points)."""
-    return tuple((type(op).__name__, tuple((name, _structure(v)) for name, v in sorted(vars(op).items())
-                                           if name not in VALUE_ONLY)) for op in ops)
-
-
-def _structure(v):
-    """A field's value as far as tiling sees it: arrays by shape, floats (scales) as present."""
-    if isinstance(v, np.ndarray):
-        return ("array", v.shape, v.dtype.str)
-    if isinstance(v, (float, np.floating)):
-        return "float"
-    if isinstance(v, tuple):
-        return tuple(_structure(x) for x in v)
-    return v
 
 
 def _label(name: str, k: int) -> str:

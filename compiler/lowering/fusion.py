@@ -24,6 +24,7 @@ from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
+from ..structure import tiling_key
 from .double_buffer import Step, pipeline
 from .layout import conv_view
 from .nu import NuLowering, Residual, plan
@@ -33,6 +34,7 @@ from .vu import ElementwiseLowering, PoolLowering
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
+_PICKS: dict[tuple, int] = {}   # a chain segment's tiling chosen by estimate, by structure and placement
 
 
 def compose_clamp(lo: int, hi: int, lo2: int, hi2: int) -> tuple[int, int]:
@@ -229,7 +231,11 @@ def lower_chain(ops: tuple[Op, ...], cfg: Config) -> Iterator[Candidate]:
             out = y
         name = f"L{k}"
         if isinstance(seg[0], (Conv2d, Dense)):
-            make, note = min(_nu_lowerings(seg, x, out, names, cfg, name), key=lambda o: estimate(o[0], cfg))
+            options = list(_nu_lowerings(seg, x, out, names, cfg, name))
+            key = (tiling_key(seg), x.space, out.space, cfg)     # graph fusion prices many chains sharing segments
+            if key not in _PICKS:
+                _PICKS[key] = min(range(len(options)), key=lambda i: estimate(options[i][0], cfg))
+            make, note = options[_PICKS[key]]
             low = make()
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
