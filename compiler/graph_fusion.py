@@ -115,7 +115,8 @@ def merged(group_cls, parts: list):
     """One kernel of several linked kernels: their ops in order, the first's inputs then the others' second ones."""
     nodes = [n for g in parts for n in g.nodes]
     inputs = list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]]
-    return group_cls(parts[0].name, nodes, tuple(op for g in parts for op in g.ops), inputs, parts[-1].output)
+    return group_cls(parts[0].name, nodes, tuple(op for g in parts for op in g.ops), inputs, parts[-1].output,
+                     list(parts))
 
 
 def too_big_intermediate(parts: list, dm_bytes: int) -> str:

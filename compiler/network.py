@@ -60,6 +60,7 @@ class Group:
     ops: tuple[Op, ...]
     inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
     output: str                # the graph value the kernel writes
+    parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
 
 
 def _consumers(graph) -> dict[str, list]:
@@ -423,25 +424,37 @@ class _Kernels:
         return self.prices[key]
 
 
+def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] | None = None,
+                 kernels: _Kernels | None = None) -> tuple[list[Group], list]:
+    """The network's kernels in run order and the fusion decisions (graph_fusion.Decision) made.
+
+    A fused kernel's Group lists the kernels it was merged from in .parts.
+    """
+    from . import graph_fusion
+
+    if copies is None:
+        copies = alias(graph)[1]
+    decisions = []
+    if fuse:
+        groups = partition(graph, copies)
+        groups, decisions = graph_fusion.fuse(graph, groups, (kernels or _Kernels(cfg)).price, cfg.dm_bytes, Group)
+    else:
+        groups = graph_fusion.per_node(graph, copies, Group, _copy_op)
+    if not groups:
+        raise CompileError("the graph has no node that runs on the machine")
+    return groups, decisions
+
+
 def build_network(graph, cfg: Config, fuse: bool = True) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes).
 
     fuse=False keeps one kernel per node (no epilogues, no multi-anchor fusion): the baseline
     the benchmarks compare against.
     """
-    from . import graph_fusion
-
     graph.validate()
     al, copies = alias(graph)
     kernels = _Kernels(cfg)
-    decisions = []
-    if fuse:
-        groups = partition(graph, copies)
-        groups, decisions = graph_fusion.fuse(graph, groups, kernels.price, cfg.dm_bytes, Group)
-    else:
-        groups = graph_fusion.per_node(graph, copies, Group, _copy_op)
-    if not groups:
-        raise CompileError("the graph has no node that runs on the machine")
+    groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels)
     storage = plan_arena(graph, groups, al)
     ddr = {name: Buffer(name, "ddr", _nbytes(graph.values[v]), dtype=graph.values[v].dtype,
                         shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}
