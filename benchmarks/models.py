@@ -2,7 +2,7 @@
 
     python benchmarks/models.py [--models resnet18,resnet50,mobilenetv2] [--size 224]
                                 [--fmt qoperator] [--qdq resnet18,mobilenetv2] [--config HW.toml]
-                                [--fuse both|on|off]
+                                [--fuse both|on|off] [--check-groups]
 
 For each model: build and quantise it with onnxruntime (compiler.models),
 import it, compile the whole graph into one program, run it on the simulator on
@@ -17,7 +17,9 @@ output steps, the top-1.  Every model in --fmt runs; the --qdq models also run
 in the QDQ form.  With --fuse both (the default) every model is compiled twice,
 fused (compiler.graph_fusion) and with fuse=False (one kernel per node), and the
 two columns stand side by side with their DDR bytes and on-chip high-water marks;
-the fused output must equal the unfused one bit for bit.
+the fused output must equal the unfused one bit for bit.  --check-groups also
+compiles every fused kernel and each of its parts alone, runs them on the
+simulator (random int8 inputs) and reports both: no fused kernel may be slower.
 
 Targets (the exit status is 1 if one is missed, with a line saying which):
 every QOperator model bit-exact with onnxruntime; ResNet-50 compiled in under
@@ -213,6 +215,31 @@ def pairs(results: list[Result]) -> list[tuple[Result, Result]]:
     return [(r, apart[(r.name, r.fmt)]) for r in results if r.fuse and (r.name, r.fmt) in apart]
 
 
+def check_groups(name: str, fmt: str, size: int, cfg) -> tuple[list[str], list[str]]:
+    """Every fused kernel of the model against its parts, each compiled and simulated alone: (lines, misses)."""
+    from compiler.network import plan_kernels
+
+    graph = compiler.from_onnx(models.build(name, fmt, size=size))
+    groups, _ = plan_kernels(graph, cfg)
+    rng = np.random.default_rng(SEED)
+    lines, failed = [f"{name} {fmt}: fused kernels against their parts, each simulated alone:"], []
+    for g in (g for g in groups if g.parts):
+        whole = _simulated(g.ops, cfg, rng)
+        parts = [_simulated(p.ops, cfg, rng) for p in g.parts]
+        lines.append(f"  {g.name} ({' + '.join(p.name for p in g.parts)}): fused {whole:,}, parts "
+                     f"{' + '.join(f'{c:,}' for c in parts)} = {sum(parts):,} ({100 * (1 - whole / sum(parts)):+.1f}%)")
+        if whole > sum(parts):
+            failed.append(f"{name} {fmt}: fused kernel {g.name} takes {whole:,} cycles, its parts {sum(parts):,}")
+    return lines, failed
+
+
+def _simulated(ops, cfg, rng) -> int:
+    """Cycles of a chain compiled alone and run on random int8 inputs."""
+    k = compiler.build(*ops, config=cfg)
+    k(*[rng.integers(-128, 128, b.shape).astype(np.int8) for b in k.ir.inputs])
+    return k.stats.cycles
+
+
 def format_fusion(results: list[Result]) -> str:
     """Fused against fuse=False: fewer cycles, fewer DDR bytes, same output."""
     lines = ["fused against fuse=False (one kernel per node):"]
@@ -268,6 +295,8 @@ def main() -> int:
     ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
     ap.add_argument("--fuse", default="both", choices=["both", "on", "off"],
                     help="compile fused, with fuse=False (one kernel per node), or both side by side")
+    ap.add_argument("--check-groups", action="store_true",
+                    help="simulate every fused kernel and its parts alone (QOperator models; slow)")
     args = ap.parse_args()
     names = _names(args.models, models.names(), "--models")
     fmts = _names(args.fmt, models.FORMATS, "--fmt")
@@ -286,6 +315,11 @@ def main() -> int:
     if pairs(results):
         print(format_fusion(results))
     failed, noted = misses(results)
+    if args.check_groups:
+        for name in names:
+            lines, missed = check_groups(name, "qoperator", args.size, cfg)
+            print("\n".join(lines))
+            failed += missed
     for line in noted:
         print(f"note: {line}")
     for line in failed:
