@@ -12,12 +12,13 @@ fused kernel the intermediates stay on chip in DM (lowering.fusion); a chain who
 intermediate would not fit half of DM is not fused.  Every decision is recorded
 with its predicted gain (`nnpc compile --report` prints them).
 
-build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node.
+build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node
+(network.per_node).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import CompileError
 from .ops import Conv2d, Dense, Elementwise, Pool2d
@@ -51,19 +52,6 @@ class Decision:
             return f"{head}: {self.why}"
         return (f"{head}: apart {self.apart_cycles:,}, fused {self.fused_cycles:,} predicted cycles, "
                 f"gain {100 * self.gain:+.1f}%" + (f" ({self.why})" if self.why else ""))
-
-
-def per_node(graph, copies, group_cls, copy_op) -> list:
-    """One kernel per node (layout-only nodes move no data; copies are kernels of their own)."""
-    from .network import LAYOUT_KINDS
-
-    out = []
-    for node in graph.nodes:
-        if node.name in copies:
-            out.append(group_cls(node.name, [node], (copy_op(graph, node),), list(node.inputs), node.output))
-        elif node.op.kind not in LAYOUT_KINDS:
-            out.append(group_cls(node.name, [node], (node.op,), list(node.inputs), node.output))
-    return out
 
 
 def links(graph, groups: list) -> dict[int, int]:
@@ -111,12 +99,11 @@ def anchors(ops) -> int:
     return sum(isinstance(op, (Conv2d, Dense, Pool2d)) for op in ops)
 
 
-def merged(group_cls, parts: list):
+def merged(parts: list):
     """One kernel of several linked kernels: their ops in order, the first's inputs then the others' second ones."""
-    nodes = [n for g in parts for n in g.nodes]
-    inputs = list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]]
-    return group_cls(parts[0].name, nodes, tuple(op for g in parts for op in g.ops), inputs, parts[-1].output,
-                     list(parts))
+    return replace(parts[0], nodes=[n for g in parts for n in g.nodes], ops=tuple(op for g in parts for op in g.ops),
+                   inputs=list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]],
+                   output=parts[-1].output, parts=list(parts))
 
 
 def too_big_intermediate(parts: list, dm_bytes: int) -> str:
@@ -128,7 +115,7 @@ def too_big_intermediate(parts: list, dm_bytes: int) -> str:
     return ""
 
 
-def fuse(graph, groups: list, price: Callable, dm_bytes: int, group_cls) -> tuple[list, list[Decision]]:
+def fuse(graph, groups: list, price: Callable, dm_bytes: int) -> tuple[list, list[Decision]]:
     """The kernels with every chain fused where the cost model says it pays; the decisions made.
 
     price(group) gives the predicted cycles of a kernel alone, or raises CompileError.
@@ -148,7 +135,7 @@ def fuse(graph, groups: list, price: Callable, dm_bytes: int, group_cls) -> tupl
             cycles = None
             if not why:
                 try:
-                    cycles = int(price(merged(group_cls, parts)))
+                    cycles = int(price(merged(parts)))
                 except CompileError as exc:
                     why = f"cannot be built: {exc}"
             ok = cycles is not None and cycles < apart
@@ -165,7 +152,7 @@ def fuse(graph, groups: list, price: Callable, dm_bytes: int, group_cls) -> tupl
     out = []
     for k, g in enumerate(groups):
         if k in fused_at:
-            out.append(merged(group_cls, [groups[i] for i in fused_at[k]]))
+            out.append(merged([groups[i] for i in fused_at[k]]))
         elif k not in inside:
             out.append(g)
     return out, decisions

@@ -136,6 +136,17 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     return groups
 
 
+def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
+    """One kernel per node, in graph order (layout-only nodes move no data; copies are kernels of their own)."""
+    out = []
+    for node in graph.nodes:
+        if node.name in copies:
+            out.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+        elif node.op.kind not in LAYOUT_KINDS:
+            out.append(Group(node.name, [node], (node.op,), list(node.inputs), node.output))
+    return out
+
+
 # ----------------------------------------------------------------------------- storage
 
 @dataclass
@@ -437,9 +448,9 @@ def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] |
     decisions = []
     if fuse:
         groups = partition(graph, copies)
-        groups, decisions = graph_fusion.fuse(graph, groups, (kernels or _Kernels(cfg)).price, cfg.dm_bytes, Group)
+        groups, decisions = graph_fusion.fuse(graph, groups, (kernels or _Kernels(cfg)).price, cfg.dm_bytes)
     else:
-        groups = graph_fusion.per_node(graph, copies, Group, _copy_op)
+        groups = per_node(graph, copies)
     if not groups:
         raise CompileError("the graph has no node that runs on the machine")
     return groups, decisions

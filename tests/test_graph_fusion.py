@@ -10,8 +10,8 @@ import pytest
 import compiler
 from compiler import ops
 from compiler.graph import Graph, QuantParams
-from compiler.graph_fusion import Decision, anchors, chains, per_node
-from compiler.network import Group, _copy_op, alias, partition, plan_kernels
+from compiler.graph_fusion import Decision, anchors, chains
+from compiler.network import alias, partition, per_node, plan_kernels
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
 from nnpsim.config import Config
@@ -178,7 +178,7 @@ def test_chains_link_only_single_consumer_first_inputs():
     runs = [[groups[k].name for k in run] for run in chains(g, groups)]
     # conv1's input is also the shortcut: the block input has two readers and starts no link into conv1
     assert runs == [["b0_conv1", "b0_conv2", "b0_conv3"], ["b1_conv1", "b1_conv2", "b1_conv3"]]
-    single = per_node(g, frozenset(), Group, _copy_op)
+    single = per_node(g)
     assert len(single) == len(g.nodes)
 
 
