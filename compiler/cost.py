@@ -101,10 +101,18 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
             cycles = dma_cycles(c, cfg)
             ld.add(c.queue, cycles)
             ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
-            for buf in {c.src.buf.memory: c.src.buf, c.dst.buf.memory: c.dst.buf}.values():
+            for port, buf in {port_of(c.src.buf, False): c.src.buf, port_of(c.dst.buf, True): c.dst.buf}.items():
                 bw, _ = timing.memory_port(cfg, SPACE_ID[buf.space])
-                ld.add(buf.memory, nbytes / bw)
+                ld.add(port, nbytes / bw)
     return ld
+
+
+def port_of(buf, write: bool) -> str:
+    """The DMA port a transfer streams through, as the simulator has them (nnpsim.timing.read_port /
+    write_port): an on-chip memory reads and writes through two ports, DDR has one for both."""
+    if buf.space == "ddr":
+        return buf.memory
+    return f"{buf.memory}.{'write' if write else 'read'}"
 
 
 def _rate(c: Dma, cfg: Config) -> int:
@@ -246,7 +254,7 @@ def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: d
         return start + nu_cycles(c, cfg), None, []
     if isinstance(c, Vu):
         return start + vu_cycles(c, cfg), None, []
-    spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
+    spaces = {port_of(c.src.buf, False): c.src.buf.space, port_of(c.dst.buf, True): c.dst.buf.space}
     ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
     nbytes = stream_bytes(c, cfg)
