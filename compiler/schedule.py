@@ -50,6 +50,7 @@ from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, elementwise_tiles
 from .sizes import capacities
+from .structure import tiling_key
 
 PRIMITIVES = ("split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
               "tensorize", "parallel", "buffer_split", "buffer_reorder", "buffer_pad")
@@ -785,6 +786,10 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     return out
 
 
+_PICKS: dict[tuple, int] = {}
+"""A chain block's tiling chosen by the quick estimate, by the block's structure and placement."""
+
+
 def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -> list[Schedule]:
     """The schedules the automatic search ranks, each made of primitives.
 
@@ -795,12 +800,17 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
         return [_auto_nu(base, t, by, k) for t, by, k in nu_tilings(base.blocks[0], cfg)]
     s = base.fork()
+    found = fusion.sites(ops, cfg)[0]
     for k in range(len(s.blocks)):
         if s.blocks[k].kind != "nu":
             _vu_steps(s, s.blocks[k])
             continue
         trials = [_auto_nu(s, t, by, u, k) for t, by, u in nu_tilings(s.blocks[k], cfg)]
-        s = min(trials, key=lambda trial: estimate(trial, cfg, k))
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None, cfg)
+        if key not in _PICKS:    # graph fusion prices many chains that share segments
+            _PICKS[key] = min(range(len(trials)), key=lambda i: estimate(trials[i], cfg, k))
+        s = trials[_PICKS[key]]
     return [s]
 
 
