@@ -14,6 +14,7 @@ import traceback
 import numpy as np
 
 from nnpsim.config import Config, ConfigError
+from nnpsim.errors import SimError
 
 from ..errors import CompileError
 from .cache import CompileCache, arrays_to_npz, npz_to_arrays
@@ -60,7 +61,7 @@ def run_point(t: dict) -> dict:
         row.update(config_values(cfg))
         row["area"] = area_of(cfg, t["area"])
         _measure(row, workload, cfg, CompileCache(t["cache"]), t["data_seed"])
-    except (CompileError, ConfigError) as exc:
+    except (CompileError, ConfigError, SimError) as exc:
         row["error"] = str(exc)
     except Exception as exc:     # noqa: BLE001 - a point must become a row whatever went wrong
         where = traceback.extract_tb(exc.__traceback__)[-1]

@@ -144,14 +144,12 @@ class _Where:
         self.path, self.lines = path, text.splitlines()
 
     def line_of(self, key: str) -> int | None:
-        last = re.split(r"[.\[]", key.replace('"', ""))[-1].rstrip("]") if key else ""
-        if key.startswith("axes.") or key.startswith("config."):
-            last = key.split(".", 1)[1].strip('"')
-        pat = re.compile(r'^\s*(\[+\s*)?("?' + re.escape(last) + r'"?)\s*(=|\])')
-        for k, line in enumerate(self.lines, 1):
-            if last and pat.search(line):
-                return k
-        return None
+        """The first line that sets the key's last name (`axes."nu.rows"[1]` -> the line of nu.rows)."""
+        names = [a or b for a, b in re.findall(r'"([^"]+)"|([A-Za-z_]\w*)', key)]
+        if not names:
+            return None
+        pat = re.compile(r"""^\s*(\[+\s*)?['"]?""" + re.escape(names[-1]) + r"""['"]?\s*(=|\])""")
+        return next((k for k, line in enumerate(self.lines, 1) if pat.search(line)), None)
 
     def fail(self, key: str, message: str):
         line = self.line_of(key)
