@@ -3,8 +3,8 @@
     python benchmarks/sweep.py [--size 224] [--points 64] [--runs pool1,pool2,dask2] [--keep DIR]
 
 The sweep: ResNet-18 (compiler.models, QOperator, --size x --size input) over array size
-(nu.rows = nu.cols = 16, 32, 48, 64) x DDR bandwidth (8, 16, 32, 64 bytes per cycle) x
-buffer size (IBUF, WBUF, ABUF and VBUF at 1/4, 1/2, 1 and 2 times the reference machine's):
+(nu.rows = nu.cols = 16, 32, 64, 128) x DDR bandwidth (8, 16, 32, 64 bytes per cycle) x
+buffer size (IBUF, WBUF, ABUF and VBUF at 1/2, 1, 2 and 4 times the reference machine's):
 4 x 4 x 4 = 64 points (--points N < 64 runs a seeded random sample of N of them).
 
 Each run starts from an empty compile cache and an empty results file, so every run
@@ -31,9 +31,9 @@ from compiler.sweep.run_point import TIMING_COLUMNS  # noqa: E402
 from compiler.sweep.runner import run_sweep  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
 
-ARRAYS = (16, 32, 48, 64)
+ARRAYS = (16, 32, 64, 128)
 DDR = (8, 16, 32, 64)
-BUFFERS = (0.25, 0.5, 1.0, 2.0)
+BUFFERS = (0.5, 1.0, 2.0, 4.0)
 RUNS = {"pool1": {"workers": 1}, "pool2": {"workers": 2}, "dask2": {"dask": "local:2"}}
 
 
