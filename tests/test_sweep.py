@@ -104,6 +104,20 @@ def test_dask_local_cluster_equals_process_pool(pool_run, tmp_path):
     assert deterministic(back) == deterministic(pool_rows)
 
 
+def test_dask_scheduler_address_runs_the_same_rows(pool_run, tmp_path):
+    """--dask tcp://...: a Client connected to a running scheduler (here a loopback LocalCluster's)."""
+    from distributed import LocalCluster
+
+    spec, _, pool_rows = pool_run
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        _, outcome, rows = run_sweep(spec, tmp_path / "t.csv", dask=cluster.scheduler_address, cache=None,
+                                     limit=4, progress=False)
+    assert outcome.computed == 4
+    assert deterministic(rows) == deterministic(pool_rows[:4])
+
+
 def test_second_run_computes_nothing_and_rows_read_back_equal(pool_run):
     spec, out, rows = pool_run
     _, outcome, again = run_sweep(spec, out, workers=1, cache=None, progress=False)

@@ -71,6 +71,9 @@ def main(argv: list[str]) -> int:
     except RuntimeError as exc:
         print(f"nnpc sweep: error: {exc}; the rows so far are in {args.output}", file=sys.stderr)
         return EXIT_INPUT
+    except OSError as exc:
+        print(f"nnpc sweep: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
     left = outcome.points - outcome.skipped - outcome.computed
     print(f"nnpc sweep: {outcome.points} points: {outcome.computed} computed in {outcome.seconds:.1f} s"
           f" ({outcome.failed} with an error), {outcome.skipped} already in {args.output}"

@@ -63,15 +63,15 @@ _ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("swee
 _INSTALL = threading.Lock()
 
 
-def _schedule_with_cache(original, ops, cfg, choice=None, reroll=True):
+def _schedule_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
     """best_schedule, with the chain's tiling looked up in (and stored to) the sweep's cache."""
     rec = _ACTIVE.get()
     if rec is None or cfg != rec.cfg:
-        return original(ops, cfg, choice, reroll)
+        return original(ops, cfg, choice, *args, **kwargs)
     key = digest({"chain": repr(tiling_key(tuple(ops))), "config": repr(cfg), "toolchain": toolchain_version()})
     entry = rec.cache.get("choice", key)
     cached = entry[0]["choice"] if entry is not None else None
-    result = original(ops, cfg, choice if choice is not None else cached, reroll)
+    result = original(ops, cfg, choice if choice is not None else cached, *args, **kwargs)
     rec.lookups += 1
     rec.hits += cached is not None
     if cached != result[2]:
@@ -88,8 +88,8 @@ def _install() -> None:
             return
         original = kernel_mod.best_schedule
 
-        def best_schedule(ops, cfg, choice=None, reroll=True):
-            return _schedule_with_cache(original, ops, cfg, choice, reroll)
+        def best_schedule(ops, cfg, choice=None, *args, **kwargs):
+            return _schedule_with_cache(original, ops, cfg, choice, *args, **kwargs)
 
         best_schedule.__doc__ = original.__doc__
         best_schedule.sweep_cache = True
