@@ -60,6 +60,20 @@ buffers = [{bufs}]
 """
 
 
+def warm_up(root: Path) -> None:
+    """One small point in this process first, so numba compiling the simulator (once per source tree,
+    then loaded from its disk cache by every worker) lands on no run's time."""
+    spec = root / "warm.toml"
+    spec.write_text('[sweep]\n[[sweep.layer]]\nop = "conv2d"\nx_shape = [1, 8, 8, 8]\nout_channels = 8\n'
+                    'kernel = 3\n')
+    from compiler.sweep.points import points
+    from compiler.sweep.run_point import run_point, task
+    from compiler.sweep.spec import load_sweep
+    row = run_point(task(points(load_sweep(spec))[0], None, {"mac": 1.0, "byte": 1.0}))
+    if row["error"]:
+        raise SystemExit(f"warm-up point failed: {row['error']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=224, help="ResNet-18 input height and width")
@@ -76,6 +90,7 @@ def main() -> int:
         root.mkdir(parents=True, exist_ok=True)
         spec = root / "sweep.toml"
         spec.write_text(sweep_file(args.size, args.points))
+        warm_up(root)
         table, first = [], None
         for name in runs:
             out, cache = root / f"{name}.csv", root / f"cache-{name}"
