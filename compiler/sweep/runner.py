@@ -72,8 +72,9 @@ def _row(fut, p: Point) -> dict:
     try:
         return fut.result()
     except BrokenExecutor as exc:
-        raise RuntimeError(f"a worker process died while running point {p.index} ({p.workload.name}): "
-                           f"{exc}") from None
+        raise RuntimeError(f"a worker process died while running point {p.index} ({p.workload.name}): {exc} "
+                           "(a script that starts a sweep must do it under `if __name__ == \"__main__\":`: "
+                           "each worker process imports it again)") from None
     except Exception as exc:     # noqa: BLE001 - e.g. a Dask worker lost: the point's row says so
         from .run_point import COLUMNS
         from .points import toolchain_version
