@@ -232,13 +232,19 @@ def test_missing_extras_name_the_extra(tmp_path, monkeypatch, capsys):
     spec = write(tmp_path, SWEEP)
     for module in ("distributed", "matplotlib", "pyarrow"):
         monkeypatch.setitem(sys.modules, module, None)      # import fails as if not installed
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    import importlib.util
+    real = importlib.util.find_spec
+    missing = {"matplotlib"}
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name in missing else real(name, *a))
     assert nnpc(["sweep", str(spec), "-o", str(tmp_path / "r.csv"), "--dask", "local:2"]) == 1
     assert "nnp-toolchain[scale]" in capsys.readouterr().err
     assert nnpc(["sweep", str(spec), "-o", str(tmp_path / "r.csv"), "--plot", "p.png"]) == 1
     assert "nnp-toolchain[plot]" in capsys.readouterr().err
     assert nnpc(["sweep", str(spec), "-o", str(tmp_path / "r.parquet")]) == 1
     assert "nnp-toolchain[parquet]" in capsys.readouterr().err
+    missing.add("onnxruntime")
+    assert nnpc(["sweep", str(spec), "-o", str(tmp_path / "r.csv")]) == 1
+    assert "sweep.workloads[0]: tiny: networks need onnx and onnxruntime" in capsys.readouterr().err
 
 
 def test_importing_compiler_imports_no_extra():

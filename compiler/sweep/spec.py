@@ -7,6 +7,7 @@ nnpsim.config itself, so a value the configuration refuses gives the configurati
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import tomllib
@@ -14,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nnpsim.config import ConfigError, config_from_dict
+
+from ..errors import CompileError
+from .layers import layer_ops
 
 SAMPLES = ("grid", "random")
 FORMATS = ("qoperator", "qdq")
@@ -313,6 +317,8 @@ def network_names() -> tuple[str, ...]:
 
 
 def _named(name: str, key: str, model: dict, root: Path, where: _Where) -> Workload:
+    if not all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
+        where.fail(key, f"{name}: networks need onnx and onnxruntime: pip install 'nnp-toolchain[onnx]'")
     if name.lower().endswith(".onnx"):
         p = (root / name).resolve()
         try:
@@ -341,11 +347,9 @@ def _layer(t: dict, index: int, where: _Where) -> Workload:
     params = {k: v for k, v in t.items() if k != "name"}
     params.setdefault("seed", 0)
     _int(params["seed"], f"{key}.seed", where, lo=0)
-    from .layers import layer_ops     # validated by building the ops now, so a bad layer fails here
-    from ..errors import CompileError
     try:
-        layer_ops(params)
-    except CompileError as exc:
+        layer_ops(params)               # built now, so that a layer the op refuses fails here
+    except (CompileError, TypeError, ValueError) as exc:
         where.fail(key, f"{op}: {exc}")
     return Workload("layer", name, params)
 
