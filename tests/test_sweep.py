@@ -135,7 +135,7 @@ def test_interrupted_run_resumes_with_only_the_missing_points(tmp_path):
     text = out.read_text()
     out.write_text(text[:text.rstrip("\n").rfind("\n") + 1] + text.rstrip("\n").rsplit("\n", 1)[1][:40])
     _, second, rows = run_sweep(spec, out, workers=2, cache=cache, progress=False)
-    assert (second.skipped, second.computed) == (4, 8)
+    assert (second.skipped, second.computed, second.dropped) == (4, 8, 1)
     assert sorted(r["point"] for r in rows) == list(range(12))
     assert len(Results(out, COLUMNS).rows) == 12 and all(r["error"] == "" for r in rows)
 

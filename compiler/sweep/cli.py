@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
     left = outcome.points - outcome.skipped - outcome.computed
     print(f"nnpc sweep: {outcome.points} points: {outcome.computed} computed in {outcome.seconds:.1f} s"
           f" ({outcome.failed} with an error), {outcome.skipped} already in {args.output}"
-          + (f", {left} left for the next run" if left else ""))
+          + (f", {left} left for the next run" if left else "")
+          + (f"; {outcome.dropped} damaged row(s) dropped from the file" if outcome.dropped else ""))
     if not args.quiet and rows:
         print(front_table(rows, sweep.axis_keys))
     if args.plot:

@@ -47,7 +47,7 @@ def front_table(rows: list[dict], keys: list[str]) -> str:
 
 
 def plot_front(rows: list[dict], path: str, keys: list[str], area: dict) -> None:
-    """Cycles against area for every point, the front of each workload drawn and marked."""
+    """Cycles against area for every point (log axes over a wide range), each workload's front marked."""
     try:
         import matplotlib
     except ImportError:
@@ -69,8 +69,11 @@ def plot_front(rows: list[dict], path: str, keys: list[str], area: dict) -> None
         for r in front:
             ax.annotate(", ".join(f"{_short(key)}={r[key]}" for key in keys), (r["area"], r["cycles"]),
                         fontsize=6, xytext=(4, 3), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    ok = [r for r in rows if not r["error"] and r["cycles"] is not None]
+    for axis, col in ((ax.set_xscale, "area"), (ax.set_yscale, "cycles")):
+        values = [r[col] for r in ok]
+        if values and min(values) > 0 and max(values) > 10 * min(values):
+            axis("log")          # a wide range: equal ratios at equal distances
     ax.set_xlabel(f"area proxy ({area['mac']:g} x MACs + {area['byte']:g} x on-chip bytes)")
     ax.set_ylabel("cycles")
     ax.set_title("cycles against area; circled: the Pareto front")

@@ -3,7 +3,7 @@
 CSV output is its own journal: each row is appended and flushed to disk as its point
 finishes, so a killed sweep loses only the points in flight.  A row a kill cut short (no
 final newline, or too few fields) is dropped when the file is opened again, and its point
-runs again.  Parquet cannot be appended to, so `-o results.parquet` keeps the same journal
+runs again; so is a row with a cell that is not of its column's type.  Parquet cannot be appended to, so `-o results.parquet` keeps the same journal
 beside it (`results.parquet.journal.csv`) and writes the Parquet file from it when the sweep
 ends.  A row is done when its hash (compiler.sweep.points.Point.hash: the point and the
 toolchain version) is one of this sweep's points; rows of other hashes (another toolchain,
@@ -79,7 +79,10 @@ class Results:
             for ln in good:
                 cells = next(csv.reader([ln]), [])
                 if len(cells) == len(header) and cells[1]:
-                    self.rows.append({c: parse_cell(v, self.columns[c]) for c, v in zip(header, cells)})
+                    try:
+                        self.rows.append({c: parse_cell(v, self.columns[c]) for c, v in zip(header, cells)})
+                    except ValueError:
+                        pass        # a cell that is not its column's type: the row is damaged
             self.dropped = len(lines) - 1 - len(self.rows)
             if self.dropped:       # a partial row would run into the next one appended: rewrite without it
                 write_atomic(self.journal, (self._line(header) + "".join(

@@ -22,6 +22,7 @@ class Outcome:
     computed: int           # run now
     failed: int             # of those, rows with an error
     seconds: float
+    dropped: int = 0        # damaged rows (cut short by a kill) dropped from the results file
 
 
 def pending(points: list[Point], results: Results) -> list[Point]:
@@ -137,5 +138,6 @@ def run_sweep(sweep_file, output, *, workers: int | None = None, dask: str | Non
             outcome = Outcome(len(pts), len(pts) - waiting, 0, 0, 0.0)
     finally:
         results.close()
+    outcome.dropped = results.dropped
     mine = {p.hash for p in pts}
     return sweep, outcome, sorted((r for r in results.rows if r["hash"] in mine), key=lambda r: r["point"])
