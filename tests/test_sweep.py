@@ -191,7 +191,7 @@ BAD = [
      "more than the 2 points"),
     ("[sweep]\nworkloads = ['tiny']\nsample = 'latin'\n", "sweep.sample", "must be one of"),
     ("[sweep]\nworkloads = []\n", "sweep.workloads", "no workloads"),
-    ("[sweep]\nworkloads = ['tiny'\n", "", "not valid TOML"),
+    ("[sweep]\nworkloads = = ['tiny']\n", "", "not valid TOML"),
 ]
 
 
@@ -204,6 +204,8 @@ def test_bad_sweep_file_gives_one_error_naming_the_key(tmp_path, text, key, word
     assert msg.startswith(str(spec)) and words in msg and "\n" not in msg
     if key:
         assert f"error: {key}:" in msg
+    else:
+        assert msg.startswith(f"{spec}:2:")     # file:line:col of the TOML error
 
 
 def test_bad_sweep_file_on_the_command_line(tmp_path):

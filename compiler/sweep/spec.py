@@ -104,7 +104,9 @@ def load_sweep(path: str | Path) -> Sweep:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SweepError(f"{path}: error: not valid TOML: {exc}") from None
+        at = re.search(r"\s*\(at line (\d+), column (\d+)\)$", str(exc))
+        place = f"{path}:{at[1]}:{at[2]}" if at else str(path)
+        raise SweepError(f"{place}: error: not valid TOML: {str(exc)[:at.start()] if at else exc}") from None
     return parse_sweep(data, path, text)
 
 
