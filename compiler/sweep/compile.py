@@ -10,8 +10,8 @@ toolchain version (compiler.sweep.points.toolchain_version):
   compiler chose, keyed by (compiler.network.tiling_key of the chain, configuration).  The
   tiling search is almost all of the compile time (docs/performance.md), and it depends on
   the chain's kinds, shapes and structure, not on its weights, so a network's repeated
-  layers share one entry: ResNet-50's 53 convs are 23 distinct chains per configuration,
-  and a chain seen in another workload (ResNet-18 and ResNet-50 share a stem) or an
+  layers share one entry: ResNet-50's 56 chains are 27 distinct per configuration (its 53
+  conv chains 24), and a chain seen in another workload (ResNet-18 and ResNet-50 share a stem) or an
   earlier run costs only building the chosen tiling.
 
 build() of a whole graph takes no tiling hints, so while a sweep compiles, calls to
