@@ -7,11 +7,12 @@ The sweep: ResNet-18 (compiler.models, QOperator, --size x --size input) over ar
 buffer size (IBUF, WBUF, ABUF and VBUF at 1/2, 1, 2 and 4 times the reference machine's):
 4 x 4 x 4 = 64 points (--points N < 64 runs a seeded random sample of N of them).
 
-Each run starts from an empty compile cache and an empty results file, so every run
-compiles every point; the runs are timed one after the other in one process:
+Each run starts from an empty results file and, but for warm2, an empty compile cache, so
+it compiles every point; the runs are timed one after the other in one process:
   pool1   nnpc sweep --workers 1
   pool2   nnpc sweep --workers 2
   dask2   nnpc sweep --dask local:2 (a two-worker LocalCluster on 127.0.0.1)
+  warm2   nnpc sweep --workers 2 with pool2's compile cache (ask for it: --runs ...,warm2)
 Reports each run's wall time, the speed-up over pool1, the compile cache's hit rate
 (chains whose tiling was found in the cache, over all chains compiled), the points that
 errored, and whether every run's rows agree with the first's in every column but the
@@ -20,6 +21,7 @@ timing ones (the exit status is 1 if not).
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -34,7 +36,8 @@ from nnpsim.config import Config  # noqa: E402
 ARRAYS = (16, 32, 64, 128)
 DDR = (8, 16, 32, 64)
 BUFFERS = (0.5, 1.0, 2.0, 4.0)
-RUNS = {"pool1": {"workers": 1}, "pool2": {"workers": 2}, "dask2": {"dask": "local:2"}}
+RUNS = {"pool1": {"workers": 1}, "pool2": {"workers": 2}, "dask2": {"dask": "local:2"}, "warm2": {"workers": 2}}
+WARM = {"warm2": "pool2"}     # runs that reuse another run's (by then full) compile cache
 
 
 def sweep_file(size: int, points: int) -> str:
@@ -93,9 +96,13 @@ def main() -> int:
         warm_up(root)
         table, first = [], None
         for name in runs:
-            out, cache = root / f"{name}.csv", root / f"cache-{name}"
-            for p in (out,):
-                p.unlink(missing_ok=True)
+            out, cache = root / f"{name}.csv", root / f"cache-{WARM.get(name, name)}"
+            out.unlink(missing_ok=True)
+            if name in WARM:
+                if not cache.is_dir():
+                    raise SystemExit(f"{name} reuses the cache of {WARM[name]}: run that first (--runs)")
+            else:
+                shutil.rmtree(cache, ignore_errors=True)
             print(f"{name}: {args.points} points of ResNet-18 at {args.size}x{args.size} ...", file=sys.stderr,
                   flush=True)
             start = time.perf_counter()
@@ -105,17 +112,19 @@ def main() -> int:
             lookups = sum(r["choice_lookups"] or 0 for r in rows)
             same = "-" if first is None else ("yes" if _same(first, rows) else "NO")
             first = first or rows
-            table.append((name, len(rows), outcome.failed, wall, hits, lookups,
+            programs = sum(bool(r["program_cached"]) for r in rows)
+            table.append((name, len(rows), outcome.failed, wall, hits, lookups, programs,
                           sum(r["compile_s"] or 0 for r in rows), sum(r["sim_s"] or 0 for r in rows), same))
     base = table[0][3]
     print(f"ResNet-18 at {args.size}x{args.size}, {args.points} points, cold compile cache per run")
-    print(f"{'run':<7} {'points':>6} {'errors':>6} {'wall s':>8} {'speed-up':>8} {'cache hits':>14} "
-          f"{'compile s':>9} {'sim s':>7} {'rows equal':>10}")
-    for name, n, failed, wall, hits, lookups, comp, sim, same in table:
+    print(f"{'run':<7} {'points':>6} {'errors':>6} {'wall s':>8} {'speed-up':>8} {'tiling cache hits':>17} "
+          f"{'programs cached':>15} {'compile s':>9} {'sim s':>7} {'rows equal':>10}")
+    for name, n, failed, wall, hits, lookups, programs, comp, sim, same in table:
         print(f"{name:<7} {n:>6} {failed:>6} {wall:>8.1f} {base / wall:>7.2f}x "
-              f"{hits:>4}/{lookups:<4} {100 * hits / max(lookups, 1):>3.0f}% {comp:>9.1f} {sim:>7.1f} {same:>10}")
-    print("(compile s, sim s: summed over the points, in the workers; cache hits: chains whose tiling "
-          "came from the cache)")
+              f"{hits:>6}/{lookups:<5} {100 * hits / max(lookups, 1):>4.0f}% {programs:>15} {comp:>9.1f} "
+              f"{sim:>7.1f} {same:>10}")
+    print("(compile s, sim s: summed over the points, in the workers; tiling cache hits: chains whose tiling "
+          "came from the cache, of the chains compiled; programs cached: points that compiled nothing)")
     return 0 if all(t[-1] in ("-", "yes") for t in table) else 1
 
 
