@@ -79,10 +79,13 @@ def main(argv: list[str]) -> int:
           f" ({outcome.failed} with an error), {outcome.skipped} already in {args.output}"
           + (f", {left} left for the next run" if left else "")
           + (f"; {outcome.dropped} damaged row(s) dropped from the file" if outcome.dropped else ""))
+    errors = sum(bool(r["error"]) for r in rows)
+    if errors:
+        print(f"nnpc sweep: {errors} of the sweep's {len(rows)} rows have an error (the error column says why)")
     if not args.quiet and rows:
         print(front_table(rows, sweep.axis_keys))
     if args.plot:
-        plot_front(rows, args.plot, sweep.axis_keys, sweep.area)
+        plot_front(rows, args.plot, sweep.area)
         print(f"nnpc sweep: wrote {args.plot}")
     return EXIT_OK
 

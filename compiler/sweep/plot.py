@@ -36,18 +36,20 @@ def front_table(rows: list[dict], keys: list[str]) -> str:
     for name, mine in by_workload(rows).items():
         front = pareto_front(mine)
         lines.append(f"Pareto front of {name}: {len(front)} of {len(mine)} points (cycles against area)")
-        head = keys + ["area", "cycles", "x bound", "exact"]
-        body = [[str(r[k]) for k in keys] + [f"{r['area']:,.0f}", f"{r['cycles']:,}",
-                                             f"{r['cycles_per_bound']:.2f}", "yes" if r["exact"] else "NO"]
-                for r in front]
+        head = ["#"] + keys + ["area", "cycles", "x bound", "exact"]
+        body = [[str(k)] + [str(r[key]) for key in keys] + [f"{r['area']:,.0f}", f"{r['cycles']:,}",
+                                                           f"{r['cycles_per_bound']:.2f}",
+                                                           "yes" if r["exact"] else "NO"]
+                for k, r in enumerate(front, 1)]
         widths = [max(len(x) for x in col) for col in zip(head, *body)]
         for cells in [head] + body:
             lines.append("  " + "  ".join(c.rjust(w) for c, w in zip(cells, widths)))
     return "\n".join(lines)
 
 
-def plot_front(rows: list[dict], path: str, keys: list[str], area: dict) -> None:
-    """Cycles against area for every point (log axes over a wide range), each workload's front marked."""
+def plot_front(rows: list[dict], path: str, area: dict) -> None:
+    """Cycles against area for every point (log axes over a wide range), each workload's front marked
+    and numbered as front_table numbers it."""
     try:
         import matplotlib
     except ImportError:
@@ -66,9 +68,9 @@ def plot_front(rows: list[dict], path: str, keys: list[str], area: dict) -> None
         ax.step([r["area"] for r in front], [r["cycles"] for r in front], where="post", color=color, lw=1.2)
         ax.scatter([r["area"] for r in front], [r["cycles"] for r in front], s=46, facecolors="none",
                    edgecolors=color, linewidths=1.4)
-        for r in front:
-            ax.annotate(", ".join(f"{_short(key)}={r[key]}" for key in keys), (r["area"], r["cycles"]),
-                        fontsize=6, xytext=(4, 3), textcoords="offset points")
+        for k, r in enumerate(front, 1):       # numbered as in the front table nnpc sweep prints
+            ax.annotate(str(k), (r["area"], r["cycles"]), fontsize=7, color=color, xytext=(4, 4),
+                        textcoords="offset points")
     ok = [r for r in rows if not r["error"] and r["cycles"] is not None]
     for axis, col in ((ax.set_xscale, "area"), (ax.set_yscale, "cycles")):
         values = [r[col] for r in ok]
@@ -76,15 +78,9 @@ def plot_front(rows: list[dict], path: str, keys: list[str], area: dict) -> None
             axis("log")          # a wide range: equal ratios at equal distances
     ax.set_xlabel(f"area proxy ({area['mac']:g} x MACs + {area['byte']:g} x on-chip bytes)")
     ax.set_ylabel("cycles")
-    ax.set_title("cycles against area; circled: the Pareto front")
+    ax.set_title("cycles against area; circled and numbered: the Pareto front")
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def _short(key: str) -> str:
-    """nu.rows -> rows, memory.ddr.bytes_per_cycle -> ddr.bytes_per_cycle: enough to tell keys apart."""
-    parts = key.split(".")
-    return ".".join(parts[-2:]) if parts[0] == "memory" else parts[-1]
