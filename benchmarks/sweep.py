@@ -13,7 +13,10 @@ it compiles every point; the runs are timed one after the other in one process:
   pool2   nnpc sweep --workers 2
   dask2   nnpc sweep --dask local:2 (a two-worker LocalCluster on 127.0.0.1)
   warm2   nnpc sweep --workers 2 with pool2's compile cache (ask for it: --runs ...,warm2)
-Reports each run's wall time, the speed-up over pool1, the compile cache's hit rate
+Reports each run's wall time, the speed-up over pool1, the CPU seconds of every process
+(this one and its reaped children: the workers), the mean load average while it ran (the
+machine may be shared: with a load above its cores, the workers get less than a core
+each and wall times stop measuring the sweep alone), the compile cache's hit rate
 (chains whose tiling was found in the cache, over all chains compiled), the points that
 errored, and whether every run's rows agree with the first's in every column but the
 timing ones (the exit status is 1 if not).
@@ -21,9 +24,12 @@ timing ones (the exit status is 1 if not).
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -105,27 +111,53 @@ def main() -> int:
                 shutil.rmtree(cache, ignore_errors=True)
             print(f"{name}: {args.points} points of ResNet-18 at {args.size}x{args.size} ...", file=sys.stderr,
                   flush=True)
-            start = time.perf_counter()
-            _, outcome, rows = run_sweep(spec, out, cache=str(cache), progress=False, **RUNS[name])
-            wall = time.perf_counter() - start
+            with LoadSampler() as load:
+                cpu0, start = cpu_seconds(), time.perf_counter()
+                _, outcome, rows = run_sweep(spec, out, cache=str(cache), progress=False, **RUNS[name])
+                wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu0
             hits = sum(r["choice_hits"] or 0 for r in rows)
             lookups = sum(r["choice_lookups"] or 0 for r in rows)
             same = "-" if first is None else ("yes" if _same(first, rows) else "NO")
             first = first or rows
             programs = sum(bool(r["program_cached"]) for r in rows)
-            table.append((name, len(rows), outcome.failed, wall, hits, lookups, programs,
+            table.append((name, len(rows), outcome.failed, wall, cpu, load.mean, hits, lookups, programs,
                           sum(r["compile_s"] or 0 for r in rows), sum(r["sim_s"] or 0 for r in rows), same))
     base = table[0][3]
-    print(f"ResNet-18 at {args.size}x{args.size}, {args.points} points, cold compile cache per run")
-    print(f"{'run':<7} {'points':>6} {'errors':>6} {'wall s':>8} {'speed-up':>8} {'tiling cache hits':>17} "
-          f"{'programs cached':>15} {'compile s':>9} {'sim s':>7} {'rows equal':>10}")
-    for name, n, failed, wall, hits, lookups, programs, comp, sim, same in table:
-        print(f"{name:<7} {n:>6} {failed:>6} {wall:>8.1f} {base / wall:>7.2f}x "
+    print(f"ResNet-18 at {args.size}x{args.size}, {args.points} points; {os.cpu_count()} cores")
+    print(f"{'run':<7} {'points':>6} {'errors':>6} {'wall s':>8} {'speed-up':>8} {'CPU s':>7} {'load':>5} "
+          f"{'tiling cache hits':>17} {'programs cached':>15} {'compile s':>9} {'sim s':>7} {'rows equal':>10}")
+    for name, n, failed, wall, cpu, load, hits, lookups, programs, comp, sim, same in table:
+        print(f"{name:<7} {n:>6} {failed:>6} {wall:>8.1f} {base / wall:>7.2f}x {cpu:>7.1f} {load:>5.1f} "
               f"{hits:>6}/{lookups:<5} {100 * hits / max(lookups, 1):>4.0f}% {programs:>15} {comp:>9.1f} "
               f"{sim:>7.1f} {same:>10}")
     print("(compile s, sim s: summed over the points, in the workers; tiling cache hits: chains whose tiling "
           "came from the cache, of the chains compiled; programs cached: points that compiled nothing)")
     return 0 if all(t[-1] in ("-", "yes") for t in table) else 1
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have ended (the workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class LoadSampler:
+    """The 1-minute load average, sampled every 5 s while the block runs; .mean when it ends."""
+
+    def __enter__(self):
+        self.samples, self._stop = [os.getloadavg()[0]], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(5.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.mean = sum(self.samples) / len(self.samples)
 
 
 def _same(a: list[dict], b: list[dict]) -> bool:
