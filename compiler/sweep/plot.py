@@ -1,6 +1,6 @@
 """The Pareto front of cycles against the area proxy, as a table for the terminal and a plot.
 
-The area proxy (compiler.sweep.run_point.area_of) is `area.mac` units per MAC of the arrays
+The area proxy (area_of, a row's `area` column) is `area.mac` units per MAC of the arrays
 plus `area.byte` units per byte of on-chip memory; the defaults, 256 and 1, price one int8
 MAC with its accumulator like 256 bytes of SRAM (docs/sweep.md says why and how to change them).
 A point is on the front of its workload when no other point of that workload is at most as
@@ -9,6 +9,17 @@ large in both cycles and area and smaller in one.
 from __future__ import annotations
 
 PLOT_EXTRA = "pip install 'nnp-toolchain[plot]'"
+
+
+def area_of(cfg, weights: dict) -> float:
+    """The area proxy of a Config: weights["mac"] per MAC of the arrays plus weights["byte"] per on-chip byte."""
+    return weights["mac"] * cfg.peak_macs_per_cycle + weights["byte"] * onchip_bytes(cfg)
+
+
+def onchip_bytes(cfg) -> int:
+    """Every on-chip buffer: IBUF, WBUF and ABUF per NU, VBUF per VU, and the data memory."""
+    return (cfg.nu_count * (cfg.ibuf_bytes + cfg.wbuf_bytes + cfg.abuf_bytes) + cfg.vu_count * cfg.vbuf_bytes
+            + cfg.dm_bytes)
 
 
 def pareto_front(rows: list[dict]) -> list[dict]:

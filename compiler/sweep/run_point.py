@@ -20,10 +20,11 @@ from ..errors import CompileError
 from .cache import CompileCache, arrays_to_npz, npz_to_arrays
 from .compile import ON_CHIP, compile_workload, library
 from .layers import layer_inputs, layer_ops, layer_reference
+from .plot import area_of
 from .points import Point, config_values, digest, toolchain_version
 from .spec import Workload
 
-CONFIG_COLUMNS = list(config_values(Config()))
+CONFIG_COLUMNS = {key: type(v) for key, v in config_values(Config()).items()}   # float or int
 RESULT_COLUMNS = {
     # name: type; the order is the file's
     "cycles": int, "predicted_cycles": int, "bound_cycles": int, "cycles_per_bound": float,
@@ -37,7 +38,7 @@ RESULT_COLUMNS = {
     "toolchain": str, "error": str,
 }
 HEAD_COLUMNS = {"point": int, "hash": str, "workload": str, "kind": str}
-COLUMNS = {**HEAD_COLUMNS, **{c: type(v) for c, v in config_values(Config()).items()}, **RESULT_COLUMNS}
+COLUMNS = {**HEAD_COLUMNS, **CONFIG_COLUMNS, **RESULT_COLUMNS}
 TIMING_COLUMNS = ("compile_s", "sim_s", "program_cached", "choice_hits", "choice_lookups")
 """Columns that depend on the machine, its load and what the cache already held: they differ
 between two runs of the same sweep; every other column is the same whichever executor runs it."""
@@ -67,17 +68,6 @@ def run_point(t: dict) -> dict:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         row["error"] = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
     return {k: v.item() if isinstance(v, np.generic) else v for k, v in row.items()}
-
-
-def area_of(cfg: Config, weights: dict) -> float:
-    """The area proxy: weights["mac"] per MAC of the arrays plus weights["byte"] per on-chip byte."""
-    return weights["mac"] * cfg.peak_macs_per_cycle + weights["byte"] * onchip_bytes(cfg)
-
-
-def onchip_bytes(cfg: Config) -> int:
-    """Every on-chip buffer: IBUF, WBUF and ABUF per NU, VBUF per VU, and the data memory."""
-    return (cfg.nu_count * (cfg.ibuf_bytes + cfg.wbuf_bytes + cfg.abuf_bytes) + cfg.vu_count * cfg.vbuf_bytes
-            + cfg.dm_bytes)
 
 
 def _measure(row: dict, workload: Workload, cfg: Config, cache: CompileCache, data_seed: int) -> None:
