@@ -3,9 +3,9 @@
 CSV output is its own journal: each row is appended and flushed to disk as its point
 finishes, so a killed sweep loses only the points in flight.  A row a kill cut short (no
 final newline, or too few fields) is dropped when the file is opened again, and its point
-runs again; so is a row with a cell that is not of its column's type.  Parquet cannot be appended to, so `-o results.parquet` keeps the same journal
-beside it (`results.parquet.journal.csv`) and writes the Parquet file from it when the sweep
-ends.  A row is done when its hash (compiler.sweep.points.Point.hash: the point and the
+runs again; so is a row with a cell that is not of its column's type.  Parquet cannot be
+appended to, so `-o results.parquet` keeps the same journal beside it
+(`results.parquet.journal.csv`) and writes the Parquet file from it when the sweep ends.  A row is done when its hash (compiler.sweep.points.Point.hash: the point and the
 toolchain version) is one of this sweep's points; rows of other hashes (another toolchain,
 another sweep file) stay in the file and are left alone.
 """
