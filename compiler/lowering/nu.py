@@ -179,10 +179,14 @@ class NuLowering:
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
         self.role = {k: f"{name}_{v}" for k, v in roles.items()}
-        self.slots.declare(self.role["in"], "ibuf", needs["ibuf"] // depths["in"], depth=depths["in"], unit=nu)
+        # buffer_needs counts the NU bias pass's own buffers (bias_in, bias_w): not the slots'
+        bias_in, bias_w = (t.th * t.tw * p.rows, p.n_ob * p.rows * cols) if t.bias == "nu" else (0, 0)
+        self.slots.declare(self.role["in"], "ibuf", (needs["ibuf"] - bias_in) // depths["in"], depth=depths["in"],
+                           unit=nu)
         self.w_res = Buffer(self.role["wres"], "wbuf", p.w.blocks.nbytes, unit=nu) if t.resident else None
         if not t.resident:
-            self.slots.declare(self.role["wt"], "wbuf", needs["wbuf"] // depths["wt"], depth=depths["wt"], unit=nu)
+            self.slots.declare(self.role["wt"], "wbuf", (needs["wbuf"] - bias_w) // depths["wt"], depth=depths["wt"],
+                               unit=nu)
         self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
         self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * 4, depth=depths["vacc"], unit=vu)
         if residual is not None:
