@@ -131,6 +131,77 @@ def _scatter(mem: np.ndarray, base: int, sizes: np.ndarray, strides: np.ndarray,
 
 
 @njit(cache=True)
+def _copy_run(mem: np.ndarray, d: int, ds: int, s: int, ss: int, n: int, elem: int) -> None:
+    """Copy n elements from s (stride ss) to d (stride ds), in order; source and destination apart."""
+    if ds == elem and ss == elem:
+        for b in range(n * elem):
+            mem[d + b] = mem[s + b]
+    elif elem == 1:
+        for j in range(n):
+            mem[d + j * ds] = mem[s + j * ss]
+    else:
+        for j in range(n):
+            for b in range(elem):
+                mem[d + j * ds + b] = mem[s + j * ss + b]
+
+
+@njit(cache=True)
+def _fill_run(mem: np.ndarray, d: int, ds: int, n: int, elem: int, pad: np.ndarray) -> None:
+    """Write the pad element n times from d (stride ds)."""
+    for j in range(n):
+        for b in range(elem):
+            mem[d + j * ds + b] = pad[b]
+
+
+@njit(cache=True)
+def _merge_dims(sizes: np.ndarray, pad_lo: np.ndarray, pad_hi: np.ndarray, src_strides: np.ndarray,
+                dst_strides: np.ndarray) -> None:
+    """Fold each unpadded dimension that continues the one below it on both sides into it (in place).
+
+    Element order is unchanged, so the copy writes the same bytes in the same order;
+    a folded dimension is left with size 1.
+    """
+    for k in range(1, 4):
+        lo = k - 1
+        while lo > 0 and sizes[lo] == 1 and pad_lo[lo] == 0 and pad_hi[lo] == 0:
+            lo -= 1
+        if (sizes[k] > 1 and pad_lo[k] == 0 and pad_hi[k] == 0 and pad_lo[lo] == 0
+                and pad_hi[lo] == 0 and src_strides[k] == sizes[lo] * src_strides[lo]
+                and dst_strides[k] == sizes[lo] * dst_strides[lo]):
+            sizes[lo] *= sizes[k]
+            sizes[k] = 1
+
+
+@njit(cache=True)
+def _copy_apart(mem: np.ndarray, sbase: int, dbase: int, sizes: np.ndarray, pad_lo: np.ndarray,
+                pad_hi: np.ndarray, src_strides: np.ndarray, dst_strides: np.ndarray, elem: int,
+                pad: np.ndarray) -> None:
+    """The box copy straight from source to destination, in element order (no temporary).
+
+    For memories that cannot overlap (different spaces): then reading everything
+    first, as _gather and _scatter do, changes nothing.  Rows run as whole
+    contiguous or strided runs after _merge_dims.
+    """
+    _merge_dims(sizes, pad_lo, pad_hi, src_strides, dst_strides)
+    lo0 = pad_lo[0]
+    hi0 = sizes[0] - pad_hi[0]
+    for i3 in range(sizes[3]):
+        in3 = pad_lo[3] <= i3 < sizes[3] - pad_hi[3]
+        for i2 in range(sizes[2]):
+            in2 = in3 and pad_lo[2] <= i2 < sizes[2] - pad_hi[2]
+            for i1 in range(sizes[1]):
+                a = dbase + i3 * dst_strides[3] + i2 * dst_strides[2] + i1 * dst_strides[1]
+                if not (in2 and pad_lo[1] <= i1 < sizes[1] - pad_hi[1]):
+                    _fill_run(mem, a, dst_strides[0], sizes[0], elem, pad)
+                    continue
+                s = (sbase + (i3 - pad_lo[3]) * src_strides[3] + (i2 - pad_lo[2]) * src_strides[2]
+                     + (i1 - pad_lo[1]) * src_strides[1])
+                _fill_run(mem, a, dst_strides[0], lo0, elem, pad)
+                _copy_run(mem, a + lo0 * dst_strides[0], dst_strides[0], s, src_strides[0], hi0 - lo0, elem)
+                _fill_run(mem, a + hi0 * dst_strides[0], dst_strides[0], sizes[0] - hi0, elem, pad)
+
+
+@njit(cache=True)
 def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, dspace: int,
              daddr: int, sspace: int, saddr: int, p: np.ndarray, err: np.ndarray) -> int:
     """Run one dma command (all checks first); return an errors code, filling err on failure."""
@@ -160,13 +231,17 @@ def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, ds
         rc = _check_inside(space_size, sspace, saddr, inner, src_strides, elem, err)
     if rc != errors.OK:
         return rc
+    pad = np.empty(elem, dtype=np.uint8)
+    for b in range(elem):
+        pad[b] = (p[P_PAD_VALUE] >> (8 * b)) & 0xFF
+    if dspace != sspace:
+        _copy_apart(mem, space_base[sspace] + saddr, space_base[dspace] + daddr, sizes, pad_lo, pad_hi,
+                    src_strides, dst_strides, elem, pad)
+        return errors.OK
     n_inner = inner[0] * inner[1] * inner[2] * inner[3] if reads else 0
     src = np.empty(n_inner * elem, dtype=np.uint8)
     if reads:
         _gather(mem, space_base[sspace] + saddr, inner, src_strides, elem, src)
-    pad = np.empty(elem, dtype=np.uint8)
-    for b in range(elem):
-        pad[b] = (p[P_PAD_VALUE] >> (8 * b)) & 0xFF
     _scatter(mem, space_base[dspace] + daddr, sizes, dst_strides, pad_lo, pad_hi, elem, pad, src)
     return errors.OK
 
