@@ -400,7 +400,7 @@ def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
                 for i0 in range(p[N0]):
                     at = row + i0 * p[D_STRIDE]
                     if d_bytes == 1:
-                        mem[at] = _clip(out[e], -128, 127) & 0xFF
+                        mem[np.uint64(at)] = _clip(out[e], -128, 127) & 0xFF
                     else:
                         store_i32(mem, at, out[e])
                     e += 1
