@@ -31,7 +31,7 @@ GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
                           "stride_w", "dil_h", "dil_w", "x_zp")))
-CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (4 MiB of int32)
+CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (2 MiB of int16)
 
 
 @njit(cache=True)
