@@ -257,9 +257,46 @@ def _div_round(x: int, n: int) -> int:
 
 
 @njit(cache=True)
+def _requant_fast(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes: int, p: np.ndarray,
+                  out: np.ndarray) -> bool:
+    """out for vu.requant / vu.requant.pc when no element fails a check; False (out unusable) if one might.
+
+    The conv epilogue runs millions of these elements.  This loop has no early
+    exit: it folds every element's checks into one flag, and a command that
+    trips it (a bad (M, S) entry, or |a - za| >= 2**31, where the product
+    check needs the exact test) reruns through _compute's general loop, which
+    reports the first failure in element order.  Same arithmetic otherwise:
+    (1 << s) >> 1 is rshift_round's rounding term, 0 for s = 0.
+    """
+    za, zp_out, lo, hi = p[ZA], p[ZP_OUT], p[LO], p[HI]
+    per_channel = op == VU_REQUANT_PC
+    m, s = p[MA], p[SHIFT]
+    ok = True
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a_row = base + ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                b_row = base + rb + i3 * p[B_STRIDE + 3] + i2 * p[B_STRIDE + 2] + i1 * p[B_STRIDE + 1]
+                for i0 in range(p[N0]):
+                    x = _load(mem, a_row + i0 * p[A_STRIDE], a_bytes) - za
+                    if per_channel:
+                        m = load_i32(mem, b_row + i0 * p[B_STRIDE])
+                        s = load_i32(mem, b_row + i0 * p[B_STRIDE] + 4)
+                        ok &= (m > 0) & (s >= 0) & (s <= 62)
+                        s = min(max(s, 0), 62)
+                    ok &= (x < M_LIMIT) & (x > -M_LIMIT)
+                    out[e] = _clip((((x * m) + ((np.int64(1) << s) >> 1)) >> s) + zp_out, lo, hi)
+                    e += 1
+    return ok
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
+    if (op == VU_REQUANT or op == VU_REQUANT_PC) and _requant_fast(mem, base, op, ra, rb, a_bytes, p, out):
+        return errors.OK
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
     fx, fy, fc = 0.0, 0.0, 0.0
@@ -377,7 +414,7 @@ def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
                 for i0 in range(p[N0]):
                     at = row + i0 * p[D_STRIDE]
                     if d_bytes == 1:
-                        mem[at] = _clip(out[e], -128, 127) & 0xFF
+                        mem[np.uint64(at)] = _clip(out[e], -128, 127) & 0xFF
                     else:
                         store_i32(mem, at, out[e])
                     e += 1
