@@ -24,7 +24,7 @@ from .. import errors
 from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, WBUF, offsets
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
-                     sat_mul, span)
+                     load_i32, load_i8, sat_mul, span, store_i32)
 
 OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc")
 """The ops this kernel implements (a semantics row's `op`; the _acc ops add to ABUF, dwconv is the
