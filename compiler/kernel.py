@@ -21,7 +21,7 @@ from .schedule import Schedule
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
-NEAR = 0.01     # finalists predicted within 1% of the fastest count as fast: the shortest program wins
+NEAR = 0.02     # finalists predicted within 2% of the fastest count as fast: the shortest program wins
 
 
 @dataclass

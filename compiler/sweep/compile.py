@@ -14,10 +14,10 @@ toolchain version (compiler.sweep.points.toolchain_version):
   conv chains 24), and a chain seen in another workload (ResNet-18 and ResNet-50 share a stem) or an
   earlier run costs only building the chosen tiling.
 
-build() of a whole graph takes no tiling hints, so while a sweep compiles, calls to
-compiler.kernel.best_schedule go through `_schedule_with_cache` (installed once; it
-passes straight through unless this thread is compiling for a sweep).  Given a chain's
-choice, best_schedule builds only that candidate; the result is the one a cold compile
+build() takes no tiling hints, so while a sweep compiles, calls to compiler.kernel.search
+(the schedule search of a layer, and of every chain a network prices or builds) go through
+`_search_with_cache` (installed once; it passes straight through unless this thread is
+compiling for a sweep).  Given a chain's choice, search builds only that candidate; the result is the one a cold compile
 gives (tests/test_sweep.py compares the assembly).
 """
 from __future__ import annotations
@@ -54,7 +54,6 @@ class _Recorder:
 
     cache: CompileCache
     cfg: Config
-    high_water: dict[str, int] = field(default_factory=dict)
     hits: int = 0
     lookups: int = 0
 
@@ -63,8 +62,8 @@ _ACTIVE: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("swee
 _INSTALL = threading.Lock()
 
 
-def _schedule_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
-    """best_schedule, with the chain's tiling looked up in (and stored to) the sweep's cache."""
+def _search_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
+    """compiler.kernel.search, with the chain's tiling looked up in (and stored to) the sweep's cache."""
     rec = _ACTIVE.get()
     if rec is None or cfg != rec.cfg:
         return original(ops, cfg, choice, *args, **kwargs)
@@ -74,26 +73,32 @@ def _schedule_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
     result = original(ops, cfg, choice if choice is not None else cached, *args, **kwargs)
     rec.lookups += 1
     rec.hits += cached is not None
-    if cached != result[2]:
-        rec.cache.put("choice", key, {"choice": int(result[2])})
-    for memory, used in result[1][1].items():
-        unit = memory.rstrip("0123456789")
-        rec.high_water[unit] = max(rec.high_water.get(unit, 0), int(used))
+    if cached != result[3]:
+        rec.cache.put("choice", key, {"choice": int(result[3])})
     return result
 
 
 def _install() -> None:
     with _INSTALL:
-        if getattr(kernel_mod.best_schedule, "sweep_cache", False):
+        if getattr(kernel_mod.search, "sweep_cache", False):
             return
-        original = kernel_mod.best_schedule
+        original = kernel_mod.search
 
-        def best_schedule(ops, cfg, choice=None, *args, **kwargs):
-            return _schedule_with_cache(original, ops, cfg, choice, *args, **kwargs)
+        def search(ops, cfg, choice=None, *args, **kwargs):
+            return _search_with_cache(original, ops, cfg, choice, *args, **kwargs)
 
-        best_schedule.__doc__ = original.__doc__
-        best_schedule.sweep_cache = True
-        kernel_mod.best_schedule = best_schedule
+        search.__doc__ = original.__doc__
+        search.sweep_cache = True
+        kernel_mod.search = search
+
+
+def _high_water(usage: dict[str, int]) -> dict[str, int]:
+    """Per kind of memory (ibuf0 and ibuf1 are ibuf) the most bytes any one of them held."""
+    out = {u: 0 for u in ON_CHIP}
+    for memory, used in usage.items():
+        unit = memory.rstrip("0123456789")
+        out[unit] = max(out.get(unit, 0), int(used))
+    return out
 
 
 @contextlib.contextmanager
@@ -124,7 +129,6 @@ def compile_workload(workload, cfg: Config, cache: CompileCache, build_source) -
             compiled = _compile_chain(source, cfg)
         else:
             compiled = _compile_graph(source, cfg)
-    compiled.info["high_water"] = {u: rec.high_water.get(u, 0) for u in ON_CHIP}
     compiled.choice_hits, compiled.choice_lookups = rec.hits, rec.lookups
     cache.put("program", key, compiled.info, {".elf": compiled.program.to_bytes()})
     return compiled
@@ -134,7 +138,7 @@ def _compile_chain(chain, cfg: Config) -> Compiled:
     k = kernel_mod.build(*chain, config=cfg)
     info = {"predicted_cycles": int(k.predicted_cycles), "bound_cycles": int(k.roofline_cycles),
             "macs": sum(int(getattr(op, "macs", 0)) for op in chain),
-            "inputs": k.input_names, "output": k.ir.output.name, "layers": 1}
+            "inputs": k.input_names, "output": k.ir.output.name, "layers": 1, "high_water": _high_water(k.usage)}
     return Compiled(k.program, info)
 
 
@@ -142,7 +146,8 @@ def _compile_graph(graph, cfg: Config) -> Compiled:
     lib = kernel_mod.build(graph, config=cfg)
     info = {"predicted_cycles": int(lib.predicted_cycles),
             "bound_cycles": sum(int(layer["bound_cycles"]) for layer in lib.layers),
-            "macs": sum(int(layer["macs"]) for layer in lib.layers), "layers": len(lib.layers)}
+            "macs": sum(int(layer["macs"]) for layer in lib.layers), "layers": len(lib.layers),
+            "high_water": _high_water(lib.meta["onchip_peak"])}
     return Compiled(lib.program, info)
 
 
