@@ -2,6 +2,7 @@
 
     python benchmarks/models.py [--models resnet18,resnet50,mobilenetv2] [--size 224]
                                 [--fmt qoperator] [--qdq resnet18,mobilenetv2] [--config HW.toml]
+                                [--fuse both|on|off] [--check-groups] [--layers]
 
 For each model: build and quantise it with onnxruntime (compiler.models),
 import it, compile the whole graph into one program, run it on the simulator on
@@ -13,11 +14,17 @@ of the layers' roofline bounds and the ratio, the compiler's predicted cycles
 and their error, the DDR arena against one buffer per tensor, and how the
 output compares with onnxruntime's: bit for bit, the largest difference in
 output steps, the top-1.  Every model in --fmt runs; the --qdq models also run
-in the QDQ form.
+in the QDQ form.  With --fuse both (the default) every model is compiled twice,
+fused (compiler.graph_fusion) and with fuse=False (one kernel per node), and the
+two columns stand side by side with their DDR bytes and on-chip high-water marks;
+the fused output must equal the unfused one bit for bit.  --check-groups also
+compiles every fused kernel and each of its parts alone, runs them on the
+simulator (random int8 inputs) and reports both: no fused kernel may be slower.
 
 Targets (the exit status is 1 if one is missed, with a line saying which):
 every QOperator model bit-exact with onnxruntime; ResNet-50 compiled in under
-60 s.  QDQ models: the same top-1 as onnxruntime (reported, not enforced:
+60 s; fused bit-exact with unfused; against fuse=False, MobileNetV2 with at least
+40% fewer DDR bytes and 10% fewer cycles, ResNet-50 with 25% and 5% (FUSION_TARGETS).  QDQ models: the same top-1 as onnxruntime (reported, not enforced:
 onnxruntime runs part of a QDQ graph in float).
 """
 from __future__ import annotations
@@ -39,6 +46,7 @@ from compiler.network_demo import Agreement, agreement, onnxruntime_session  # n
 from nnpsim.config import load_config  # noqa: E402
 
 COMPILE_TARGET_S = 60.0   # ResNet-50, the issue's target
+FUSION_TARGETS = {"mobilenetv2": (0.40, 0.10), "resnet50": (0.25, 0.05)}   # fewer DDR bytes, fewer cycles
 SEED = 1
 
 
@@ -48,6 +56,7 @@ class Result:
 
     name: str
     fmt: str
+    fuse: bool
     build_s: float
     import_s: float
     compile_s: float
@@ -64,7 +73,12 @@ class Result:
     arena: int
     naive: int
     agree: Agreement
+    ddr_bytes: int
+    onchip: dict
+    output: np.ndarray
     worst: list[tuple[str, str, int, int]] = field(default_factory=list)   # (layer, ops, cycles, bound)
+    per_layer: list[tuple[str, str, int, int]] = field(default_factory=list)   # every layer, run order
+    kinds: dict[str, str] = field(default_factory=dict)   # layer name -> depthwise / pooling / other
 
 
 def timed(fn, *args, **kwargs):
@@ -100,7 +114,7 @@ def time_simulator(m, repeats: int):
             raise AssertionError("the simulator gave two different outputs for the same input")
         walls.append(w)
         cpus.append(c)
-    return stats, first, statistics.median(walls), statistics.median(cpus)
+    return stats, first, statistics.median(walls or [first]), statistics.median(cpus or [first])
 
 
 def worst_layers(m, n: int) -> list[tuple[str, str, int, int]]:
@@ -111,22 +125,38 @@ def worst_layers(m, n: int) -> list[tuple[str, str, int, int]]:
     return [(s.name, s.ops, s.cycles, s.bound_cycles) for s in stats[:n]]
 
 
-def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int, worst: int = 3) -> Result:
-    """Build, import, compile, simulate and compare one model; every figure of one table column."""
+def layer_kind(node) -> str:
+    """depthwise (a conv2d with one input channel per group), pooling, or other."""
+    op = node.op
+    if op.kind == "conv2d" and op.groups > 1 and op.groups == op.inputs[0].shape[1]:
+        return "depthwise"
+    return "pooling" if "pool" in op.kind else "other"
+
+
+def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int, fuses: list[bool],
+            worst: int = 3) -> list[Result]:
+    """Build, import, compile (once per fuse setting), simulate and compare one model: table columns."""
     model, build_s, _ = timed(models.build, name, fmt, size=size)
     graph, import_s, _ = timed(compiler.from_onnx, model)
-    lib, compile_s, _ = timed(compiler.build, graph, config=cfg)
-    m = compiler.GraphModule(lib)
-    shape = tuple(lib.meta["inputs"][0]["shape"])
-    x = np.random.default_rng(SEED).standard_normal(shape).astype(np.float32)
-    m.set_input(0, x)
-    stats, sim_first, sim_wall, sim_cpu = time_simulator(m, sim_repeats)
-    theirs, ort_wall, ort_cpu = time_onnxruntime(model, x, repeats)
-    agree = agreement(m.get_output(0), theirs, lib.meta["outputs"][0]["scale"])
-    arena, bound = lib.meta["arena"], sum(layer["bound_cycles"] for layer in lib.layers)
-    return Result(name, fmt, build_s, import_s, compile_s, len(lib.layers), sim_first, sim_wall, sim_cpu,
-                  ort_wall, ort_cpu, stats.cycles, stats.time_us, bound, lib.predicted_cycles,
-                  arena["bytes"], arena["naive_bytes"], agree, worst_layers(m, worst))
+    out, theirs = [], None
+    for fuse in fuses:
+        lib, compile_s, _ = timed(compiler.build, graph, config=cfg, fuse=fuse)
+        m = compiler.GraphModule(lib)
+        shape = tuple(lib.meta["inputs"][0]["shape"])
+        x = np.random.default_rng(SEED).standard_normal(shape).astype(np.float32)
+        m.set_input(0, x)
+        stats, sim_first, sim_wall, sim_cpu = time_simulator(m, sim_repeats)
+        if theirs is None:
+            theirs, ort_wall, ort_cpu = time_onnxruntime(model, x, repeats)
+        agree = agreement(m.get_output(0), theirs, lib.meta["outputs"][0]["scale"])
+        arena, bound = lib.meta["arena"], sum(layer["bound_cycles"] for layer in lib.layers)
+        out.append(Result(name, fmt, fuse, build_s, import_s, compile_s, len(lib.layers), sim_first, sim_wall,
+                          sim_cpu, ort_wall, ort_cpu, stats.cycles, stats.time_us, bound, lib.predicted_cycles,
+                          arena["bytes"], arena["naive_bytes"], agree, stats.ddr_bytes,
+                          lib.meta["onchip_peak"], m.get_output(0, quantized=True), worst_layers(m, worst),
+                          [(s.name, s.ops, s.cycles, s.bound_cycles) for s in m.layer_stats()],
+                          {node.name: layer_kind(node) for node in graph.nodes}))
+    return out
 
 
 def warm_up(cfg) -> None:
@@ -153,6 +183,11 @@ ROWS = [
     ("onnxruntime 1 thread, CPU (ms)", lambda r: f"{1e3 * r.ort_cpu_s:.1f}"),
     ("simulator / onnxruntime, CPU", lambda r: f"{r.sim_cpu_s / r.ort_cpu_s:.0f}x"),
     ("cycles", lambda r: f"{r.cycles:,}"),
+    ("DDR bytes moved", lambda r: f"{r.ddr_bytes:,}"),
+    ("DM high-water (KiB)", lambda r: f"{r.onchip.get('dm', 0) / 1024:.0f}"),
+    ("local buffers high-water (KiB)", lambda r: "/".join(
+        f"{max((v for k, v in r.onchip.items() if k.startswith(s)), default=0) / 1024:.0f}"
+        for s in ("ibuf", "wbuf", "abuf", "vbuf"))),
     ("simulated time (ms)", lambda r: f"{r.time_us / 1e3:.2f}"),
     ("sum of layer bounds", lambda r: f"{r.bound:,}"),
     ("cycles / bounds", lambda r: f"{r.cycles / r.bound:.3f}"),
@@ -170,7 +205,7 @@ ROWS = [
 
 def format_table(results: list[Result]) -> str:
     """One column per model and format, one row per figure."""
-    head = [""] + [f"{r.name} {r.fmt}" for r in results]
+    head = [""] + [f"{r.name} {r.fmt}{'' if r.fuse else ' fuse=False'}" for r in results]
     body = [[label] + [cell(r) for r in results] for label, cell in ROWS]
     widths = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
     return "\n".join("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in enumerate(zip(row, widths)))
@@ -186,9 +221,90 @@ def format_worst(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def _geomean(xs: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def format_layers(results: list[Result]) -> str:
+    """Per model: every layer's cycles / bound, then the geometric means overall, of the depthwise
+    convs and of the pooling layers, and the worst layer."""
+    lines = []
+    for r in results:
+        lines.append(f"{r.name} {r.fmt}{'' if r.fuse else ', fuse=False'}, every layer (cycles / roofline bound):")
+        ratios: dict[str, list[float]] = {"all": [], "depthwise": [], "pooling": []}
+        cycles = {"all": 0, "depthwise": 0, "pooling": 0}
+        for layer, ops, c, b in r.per_layer:
+            kind = r.kinds.get(layer, "other")
+            ratio = c / b if b else float("nan")
+            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {c:>10,} {b:>10,} {ratio:7.2f}")
+            if b:
+                for key in ("all", kind):
+                    if key in ratios:
+                        ratios[key].append(ratio)
+                        cycles[key] += c
+        worst = max((c / b, layer) for layer, _, c, b in r.per_layer if b)
+        for key, xs in ratios.items():
+            share = 100 * cycles[key] / max(1, cycles["all"])
+            lines.append(f"  geometric mean, {key} ({len(xs)} layers, {share:.0f}% of the layers' cycles): "
+                         f"{_geomean(xs):.3f}" + (f", worst {max(xs):.2f}" if xs else ""))
+        lines.append(f"  worst layer: {worst[1]} at {worst[0]:.2f}")
+    return "\n".join(lines)
+
+
+def pairs(results: list[Result]) -> list[tuple[Result, Result]]:
+    """(fused, fuse=False) results of the same model and format."""
+    apart = {(r.name, r.fmt): r for r in results if not r.fuse}
+    return [(r, apart[(r.name, r.fmt)]) for r in results if r.fuse and (r.name, r.fmt) in apart]
+
+
+def check_groups(name: str, fmt: str, size: int, cfg) -> tuple[list[str], list[str]]:
+    """Every fused kernel of the model against its parts, each compiled and simulated alone: (lines, misses)."""
+    from compiler.network import plan_kernels
+
+    graph = compiler.from_onnx(models.build(name, fmt, size=size))
+    groups, _ = plan_kernels(graph, cfg)
+    rng = np.random.default_rng(SEED)
+    lines, failed = [f"{name} {fmt}: fused kernels against their parts, each simulated alone:"], []
+    for g in (g for g in groups if g.parts):
+        whole = _simulated(g.ops, cfg, rng)
+        parts = [_simulated(p.ops, cfg, rng) for p in g.parts]
+        lines.append(f"  {g.name} ({' + '.join(p.name for p in g.parts)}): fused {whole:,}, parts "
+                     f"{' + '.join(f'{c:,}' for c in parts)} = {sum(parts):,} ({100 * (1 - whole / sum(parts)):+.1f}%)")
+        if whole > sum(parts):
+            failed.append(f"{name} {fmt}: fused kernel {g.name} takes {whole:,} cycles, its parts {sum(parts):,}")
+    return lines, failed
+
+
+def _simulated(ops, cfg, rng) -> int:
+    """Cycles of a chain compiled alone and run on random int8 inputs."""
+    k = compiler.build(*ops, config=cfg)
+    k(*[rng.integers(-128, 128, b.shape).astype(np.int8) for b in k.ir.inputs])
+    return k.stats.cycles
+
+
+def format_fusion(results: list[Result]) -> str:
+    """Fused against fuse=False: fewer cycles, fewer DDR bytes, same output."""
+    lines = ["fused against fuse=False (one kernel per node):"]
+    for f, u in pairs(results):
+        lines.append(f"  {f.name} {f.fmt}: {f.layers} kernels for {u.layers}; cycles {f.cycles:,} vs {u.cycles:,} "
+                     f"({100 * (1 - f.cycles / u.cycles):.1f}% fewer); DDR bytes {f.ddr_bytes:,} vs "
+                     f"{u.ddr_bytes:,} ({100 * (1 - f.ddr_bytes / u.ddr_bytes):.1f}% fewer); output "
+                     f"{'bit-exact' if np.array_equal(f.output, u.output) else 'DIFFERS'}")
+    return "\n".join(lines)
+
+
 def misses(results: list[Result]) -> tuple[list[str], list[str]]:
     """(missed targets, which fail the run; QDQ top-1 differences, which are only reported)."""
     failed, noted = [], []
+    for f, u in pairs(results):
+        if not np.array_equal(f.output, u.output):
+            failed.append(f"{f.name} {f.fmt}: the fused network's output differs from the unfused one")
+        if f.name in FUSION_TARGETS:
+            ddr, cyc = FUSION_TARGETS[f.name]
+            if f.ddr_bytes > (1 - ddr) * u.ddr_bytes or f.cycles > (1 - cyc) * u.cycles:
+                failed.append(f"{f.name} {f.fmt} fused: {100 * (1 - f.ddr_bytes / u.ddr_bytes):.1f}% fewer DDR "
+                              f"bytes and {100 * (1 - f.cycles / u.cycles):.1f}% fewer cycles than fuse=False "
+                              f"(target {100 * ddr:.0f}% and {100 * cyc:.0f}%)")
     for r in results:
         if r.fmt == "qoperator" and not r.agree.equal:
             failed.append(f"{r.name} qoperator is not bit-exact with onnxruntime "
@@ -219,6 +335,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10, help="timed onnxruntime runs per model")
     ap.add_argument("--sim-repeats", type=int, default=3, help="timed simulator runs after the first")
     ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
+    ap.add_argument("--layers", action="store_true",
+                    help="also print every layer's cycles / bound and the geometric means (all, depthwise, pooling)")
+    ap.add_argument("--fuse", default="both", choices=["both", "on", "off"],
+                    help="compile fused, with fuse=False (one kernel per node), or both side by side")
+    ap.add_argument("--check-groups", action="store_true",
+                    help="simulate every fused kernel and its parts alone (QOperator models; slow)")
     args = ap.parse_args()
     names = _names(args.models, models.names(), "--models")
     fmts = _names(args.fmt, models.FORMATS, "--fmt")
@@ -230,10 +352,20 @@ def main() -> int:
     results = []
     for name, fmt in runs:
         print(f"{name} {fmt} at {args.size}x{args.size} ...", file=sys.stderr, flush=True)
-        results.append(measure(name, fmt, args.size, cfg, args.repeats, args.sim_repeats))
+        results += measure(name, fmt, args.size, cfg, args.repeats, args.sim_repeats,
+                           {"both": [True, False], "on": [True], "off": [False]}[args.fuse])
     print(format_table(results))
     print(format_worst(results))
+    if pairs(results):
+        print(format_fusion(results))
+    if args.layers:
+        print(format_layers(results))
     failed, noted = misses(results)
+    if args.check_groups:
+        for name in names:
+            lines, missed = check_groups(name, "qoperator", args.size, cfg)
+            print("\n".join(lines))
+            failed += missed
     for line in noted:
         print(f"note: {line}")
     for line in failed:

@@ -1,6 +1,7 @@
 """Time the simulator's engine (not part of the test suite).
 
     python benchmarks/simulator.py [--iterations N] [--commands C] [--cold]
+                                   [--repeats R] [--race-repeats Q] [--only PART,...]
 
 (a) engine: CU instructions per second on a scalar loop after warm-up;
     commands per second on a stream of small DMA copies over 4 channels;
@@ -9,7 +10,20 @@
     im2col and a float64 matmul, interleaved in one run (ratio of medians);
 (c) the wall time of `nnpsim run small.bin` in a fresh process: the second
     run (numba cache warm) and, with --cold, the first run on an empty cache
-    (the one-time compile).
+    (the one-time compile);
+(d) the 53 conv layers of ResNet-50 (benchmarks/resnet50.py), compiled first
+    (not timed), then simulated at cycle level as a user calls them
+    (`kernel(x)`: Simulator, load, write, run with its Stats, read) against
+    numpy's im2col + float64 matmul of the same convs, the two passes
+    interleaved R times; the best pass of each gives the ratio (target <= 3).
+    Every simulated output is compared with the compiler's numpy model, and
+    numpy's accumulators, requantised, with the same.  Race checking is off
+    in the ratio (Kernel's default); Q more passes measure it on.
+
+numpy's BLAS gets one thread (set below, before numpy is imported): the
+simulator runs on one core, and a multi-threaded BLAS on a shared machine
+makes the baseline swing with the other jobs' load.  Both sides are also
+reported in CPU seconds.
 """
 from __future__ import annotations
 
@@ -21,6 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
+BLAS_THREADS = "1"
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = BLAS_THREADS   # before numpy loads its BLAS
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -30,6 +48,8 @@ import numpy as np  # noqa: E402
 from conv_kernel import conv3x3_source  # noqa: E402
 from nnpasm import assemble  # noqa: E402
 from nnpsim import Config, Simulator  # noqa: E402
+
+PARTS = ("engine", "conv", "startup", "resnet50")
 
 SCALAR = """
         li      r1, {n}
@@ -120,23 +140,115 @@ def conv_vs_numpy(repeats: int) -> None:
           f"numpy im2col+matmul {mn * 1e3:.1f} ms; ratio {ms / mn:.2f} (target <= 3)")
 
 
+def numpy_conv(op, x: np.ndarray) -> np.ndarray:
+    """op's accumulators without bias, [O, OH * OW] float64: im2col of the padded x - x_zp, one matmul."""
+    _, c, _, _ = x.shape
+    o, _, kh, kw = op.weight.shape
+    (sh, sw), (dh, dw), (t, l, b, r) = op.stride, op.dilation, op.padding
+    oh, ow = op.out_hw
+    xp = np.pad(x[0].astype(np.float64) - op.x_zp, ((0, 0), (t, b), (l, r)))
+    cols = np.empty((c, kh, kw, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, i, j] = xp[:, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+    return op.weight.reshape(o, -1).astype(np.float64) @ cols.reshape(c * kh * kw, oh * ow)
+
+
+def _requantised(op, acc: np.ndarray) -> np.ndarray:
+    """numpy's accumulators through the op's bias and requantisation (the model's own formula)."""
+    from compiler import semantics as sem
+
+    v = acc.astype(np.int64).reshape((1, acc.shape[0]) + op.out_hw) + op.bias[None, :, None, None]
+    ch = (1, -1, 1, 1)
+    return sem.requant(v, op.multiplier.reshape(ch), op.shift.reshape(ch), op.zp_out, op.lo, op.hi)
+
+
+def _timed(fn) -> tuple[float, float, object]:
+    """(wall s, CPU s, result) of fn()."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
+
+
+def resnet50_vs_numpy(repeats: int, race_repeats: int) -> None:
+    """(d): the 53 ResNet-50 convs simulated at cycle level against numpy's im2col + float64 matmul."""
+    from compiler.kernel import build
+    from resnet50 import make_op, resnet50_convs
+
+    rng = np.random.default_rng(50)
+    layers = []
+    t0 = time.perf_counter()
+    for _, c, o, hw, k, stride, pad in resnet50_convs():
+        op = make_op(c, o, hw, k, stride, pad, rng)
+        layers.append((op, build(op), rng.integers(-128, 128, (1, c, hw, hw), dtype=np.int8)))
+    compile_s = time.perf_counter() - t0
+    refs = [op.reference(x) for op, _, x in layers]
+
+    def simulate(check_races: bool = False) -> list[np.ndarray]:
+        return [kernel(x, check_races=check_races) for _, kernel, x in layers]
+
+    def numpy_pass() -> list[np.ndarray]:
+        return [numpy_conv(op, x) for op, _, x in layers]
+
+    def check(outputs: list[np.ndarray], what: str) -> None:
+        for (op, _, _), y, ref in zip(layers, outputs, refs):
+            if not np.array_equal(y, ref):
+                raise SystemExit(f"resnet50: {what} differs from the compiler's numpy model on {op}")
+
+    first = _timed(simulate)
+    check(first[2], "the simulator")
+    check([_requantised(op, acc) for (op, _, _), acc in zip(layers, numpy_pass())], "numpy's im2col matmul")
+    sims, nps = [], []
+    for _ in range(repeats):
+        wall, cpu, out = _timed(simulate)
+        check(out, "the simulator")
+        sims.append((wall, cpu))
+        nps.append(_timed(numpy_pass)[:2])
+    cycles = sum(kernel.stats.cycles for _, kernel, _ in layers)
+    (sw, sc), (nw, nc) = min(sims), min(nps)
+    med = sorted(a[0] / b[0] for a, b in zip(sims, nps))[len(sims) // 2]
+    print(f"resnet50: {len(layers)} convs, {cycles:,} cycles, compiled in {compile_s:.1f} s (not timed); "
+          f"every output equals the compiler's numpy model")
+    print(f"  first pass (programs decoded, numba cache loaded): simulated in {first[0]:.2f} s")
+    print(f"  best of {repeats} interleaved passes, race checking off: simulated {sw:.3f} s (CPU {sc:.3f} s), "
+          f"numpy im2col + float64 matmul {nw:.3f} s (CPU {nc:.3f} s, {BLAS_THREADS} BLAS thread)")
+    print(f"  ratio {sw / nw:.2f} (target <= 3); CPU {sc / nc:.2f}; median of the per-pass ratios {med:.2f}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    if race_repeats > 0:
+        smallest = min(layers, key=lambda layer: layer[2].size)
+        smallest[1](smallest[2], check_races=True)   # the checker's numba code: compiled or loaded once
+        races = min(_timed(lambda: simulate(True))[:2] for _ in range(race_repeats))
+        print(f"  race checking on (check_races=True), best of {race_repeats}: {races[0]:.2f} s "
+              f"(CPU {races[1]:.2f} s), ratio {races[0] / nw:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=5_000_000)
     ap.add_argument("--commands", type=int, default=100_000)
-    ap.add_argument("--repeats", type=int, default=7, help="interleaved repeats of (b)")
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved repeats of (b) and (d)")
+    ap.add_argument("--race-repeats", type=int, default=1, help="passes of (d) with race checking on")
     ap.add_argument("--cold", action="store_true", help="also time a first compile (empty cache)")
+    ap.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
     args = ap.parse_args()
+    parts = set(args.only.split(","))
+    if parts - set(PARTS):
+        ap.error(f"--only: unknown part(s) {sorted(parts - set(PARTS))}; choose from {PARTS}")
 
-    _timed_run(SCALAR.format(n=10))  # warm-up (compile or load from cache)
-    dt, log = _timed_run(SCALAR.format(n=args.iterations))
-    print(f"scalar loop: {log.instructions:,} instructions, {log.cycles:,} cycles in {dt:.3f} s "
-          f"= {log.instructions / dt / 1e6:.1f} M instructions/s")
-    dt, log = _timed_run(DMAS.format(n=args.commands // 4))
-    print(f"dma stream: {log.n_commands:,} commands, {log.cycles:,} cycles in {dt:.3f} s "
-          f"= {log.n_commands / dt / 1e3:.0f} k commands/s")
-    conv_vs_numpy(args.repeats)
-    startup(args.cold)
+    if "engine" in parts:
+        _timed_run(SCALAR.format(n=10))  # warm-up (compile or load from cache)
+        dt, log = _timed_run(SCALAR.format(n=args.iterations))
+        print(f"scalar loop: {log.instructions:,} instructions, {log.cycles:,} cycles in {dt:.3f} s "
+              f"= {log.instructions / dt / 1e6:.1f} M instructions/s")
+        dt, log = _timed_run(DMAS.format(n=args.commands // 4))
+        print(f"dma stream: {log.n_commands:,} commands, {log.cycles:,} cycles in {dt:.3f} s "
+              f"= {log.n_commands / dt / 1e3:.0f} k commands/s")
+    if "conv" in parts:
+        conv_vs_numpy(args.repeats)
+    if "startup" in parts:
+        startup(args.cold)
+    if "resnet50" in parts:
+        resnet50_vs_numpy(args.repeats, args.race_repeats)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ EXAMPLE = """\
 whole networks (see `nnpc compile --help`, `nnpc run --help`):
   nnpc compile model.onnx -o model.nnp
   nnpc run model.onnx --input x.npy --compare-onnxruntime
+design-space sweeps (see `nnpc sweep --help`, docs/sweep.md):
+  nnpc sweep sweep.toml -o results.csv --plot pareto.png
 
 example:
   nnpc conv2d --x-shape 1,16,32,32 --weight w.npy --bias b.npy --stride 2 --padding 1 \\
@@ -155,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("compile", "run"):
         from .cli_network import main as network_main
         return network_main(argv)
+    if argv and argv[0] == "sweep":
+        from .sweep.cli import main as sweep_main
+        return sweep_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         kernel = build(*make_ops(args), config=load_config(args.config))

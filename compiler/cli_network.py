@@ -1,6 +1,7 @@
 """`nnpc compile` and `nnpc run`: whole networks from ONNX on the command line.
 
     nnpc compile model.onnx -o model.nnp [--config hw.toml] [--arithmetic onnxruntime|fixed]
+                 [--report] [--no-fuse]
     nnpc run model.onnx|model.nnp --input x.npy [--output y.npy] [--trace t.json]
              [--check-races] [--compare-onnxruntime]
 
@@ -31,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile an int8 ONNX model into one NNP-1 program")
     c.add_argument("model", help="ONNX model quantised by onnxruntime (QOperator or QDQ)")
     c.add_argument("-o", "--output", required=True, help="program binary to write (.nnp)")
+    c.add_argument("--report", action="store_true",
+                   help="print every fusion decision with its predicted gain and the on-chip high-water marks")
     _common(c)
     r = sub.add_parser("run", help="run a model (.onnx: compiled first; .nnp: as built) on the simulator")
     r.add_argument("model", help="an ONNX model or a program written by nnpc compile")
@@ -51,6 +54,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="machine configuration (TOML, as `nnpsim config` prints)")
     p.add_argument("--arithmetic", default="onnxruntime", choices=["onnxruntime", "fixed"],
                    help="requantisation: float32 exactly as onnxruntime, or integer (M, S) (default: onnxruntime)")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="one kernel per graph node (no fusion): the baseline fusion is measured against")
 
 
 def _library(path: str, args, config):
@@ -59,7 +64,7 @@ def _library(path: str, args, config):
     if Path(path).suffix.lower() == ".onnx":
         from .kernel import build
         from .onnx_import import from_onnx
-        return build(from_onnx(path, arithmetic=args.arithmetic), config=config)
+        return build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
     return network.load(path, config)
 
 
@@ -83,6 +88,8 @@ def compile_command(args) -> int:
     lib = _library(args.model, args, load_config(args.config))
     lib.save(args.output)
     print(lib.layer_table())
+    if args.report:
+        print(lib.fusion_report())
     print(f"nnpc: wrote {args.output} ({len(lib.layers)} layers, {lib.predicted_cycles:,} cycles predicted)")
     return EXIT_OK
 

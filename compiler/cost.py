@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from nnpsim import timing
 from nnpsim.config import Config
-from nnpsim.semantics import element_bytes
+from nnpsim.semantics import SEMANTICS, element_bytes
 
 from .ir import DTYPE_BYTES, Command, Dma, NuConv, Ref, Vu
 
@@ -62,14 +62,22 @@ def dma_cycles(cmd: Dma, cfg: Config) -> int:
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     """Cycles of an NU command."""
     p = cmd.params
+    if cmd.depthwise:
+        return int(timing.nu_dwconv_cycles(p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
+                                           cfg.nu_rows, cfg.nu_latency))
     return int(timing.nu_conv_cycles(p["out_cb"], p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
                                      cfg.nu_rows, cfg.nu_latency))
 
 
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
-    """Cycles of a VU command (element width: its widest operand, by its row of nnpsim.semantics)."""
-    elem = timing.vu_elem_bytes(*element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type]))
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
+    row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output)."""
+    widths = element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type])
+    elem = timing.vu_elem_bytes(*widths)
     n_out = cmd.n[0] * cmd.n[1] * cmd.n[2] * cmd.n[3]
+    if SEMANTICS[cmd.mnemonic].timing == "vu_pool_cycles":
+        return int(timing.vu_pool_cycles(n_out, cmd.win[0] * cmd.win[1], *widths, cfg.vu_bytes_per_cycle,
+                                         cfg.vu_latency))
     return int(timing.vu_cycles(n_out, cmd.win[0] * cmd.win[1], elem, cfg.vu_bytes_per_cycle, cfg.vu_latency))
 
 
@@ -101,10 +109,18 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
             cycles = dma_cycles(c, cfg)
             ld.add(c.queue, cycles)
             ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
-            for buf in {c.src.buf.memory: c.src.buf, c.dst.buf.memory: c.dst.buf}.values():
-                bw, _ = timing.memory_port(cfg, SPACE_ID[buf.space])
-                ld.add(buf.memory, nbytes / bw)
+            for port, space in dma_ports(c).items():
+                bw, _ = timing.memory_port(cfg, SPACE_ID[space])
+                ld.add(port, nbytes / bw)
     return ld
+
+
+def dma_ports(c: Dma) -> dict[str, str]:
+    """The memory ports a DMA streams through, each with its memory space: the source memory's read
+    port and the destination's write port (DDR has one port for both: nnpsim.timing.read_port)."""
+    def port(buf, side: str) -> str:
+        return "ddr" if buf.space == "ddr" else f"{buf.memory}.{side}"
+    return {port(c.src.buf, "read"): c.src.buf.space, port(c.dst.buf, "write"): c.dst.buf.space}
 
 
 def _rate(c: Dma, cfg: Config) -> int:
@@ -246,7 +262,7 @@ def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: d
         return start + nu_cycles(c, cfg), None, []
     if isinstance(c, Vu):
         return start + vu_cycles(c, cfg), None, []
-    spaces = {c.src.buf.memory: c.src.buf.space, c.dst.buf.memory: c.dst.buf.space}
+    spaces = dma_ports(c)
     ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
     first = start + max(lat for _, lat in ports.values())
     nbytes = stream_bytes(c, cfg)

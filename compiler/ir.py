@@ -217,7 +217,8 @@ NU_PARAMS = ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
 
 @dataclass(eq=False)
 class NuConv(Command):
-    """nu.conv / nu.conv.acc on NU `unit` with its parameters (names as in NU_PARAMS)."""
+    """nu.conv / nu.conv.acc (nu.dwconv when depthwise) on NU `unit` with its parameters (names as in
+    NU_PARAMS; nu.dwconv reads no out_cb)."""
 
     acc: bool
     racc: Ref
@@ -227,22 +228,32 @@ class NuConv(Command):
     rows: int = 32
     cols: int = 32
     unit: int = 0
+    depthwise: bool = False
 
     @property
     def queue(self) -> str:
         return f"nu{self.unit}"
 
     @property
+    def mnemonic(self) -> str:
+        return ("nu.dwconv" if self.depthwise else "nu.conv") + (".acc" if self.acc else "")
+
+    @property
     def macs(self) -> int:
         p = self.params
+        if self.depthwise:
+            return p["in_cb"] * p["k_h"] * p["k_w"] * p["out_h"] * p["out_w"] * self.cols
         return (p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * p["out_h"] * p["out_w"]
                 * self.rows * self.cols)
 
     def accesses(self) -> list[Access]:
         p, r, c = self.params, self.rows, self.cols
-        a_bytes = p["out_cb"] * p["out_h"] * p["out_w"] * c * 4
+        blocks = p["in_cb"] if self.depthwise else p["out_cb"]
+        w_bytes = (p["in_cb"] * (4 + p["k_h"] * p["k_w"]) * c if self.depthwise
+                   else p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c)
+        a_bytes = blocks * p["out_h"] * p["out_w"] * c * 4
         out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
-               _access(self.rw, (0, p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c), False),
+               _access(self.rw, (0, w_bytes), False),
                _access(self.racc, (0, a_bytes), True)]
         if self.acc:
             out.append(_access(self.racc, (0, a_bytes), False))

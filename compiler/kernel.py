@@ -21,7 +21,7 @@ from .schedule import Schedule
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
-NEAR = 0.01     # finalists predicted within 1% of the fastest count as fast: the shortest program wins
+NEAR = 0.02     # finalists predicted within 2% of the fastest count as fast: the shortest program wins
 
 
 @dataclass
@@ -192,13 +192,14 @@ def choose(given: Schedule | None, ops: tuple[Op, ...], cfg: Config, segments: l
     return s
 
 
-def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | None = None):
+def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | None = None,
+          fuse: bool = True):
     """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
 
     With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
     instead of searching.  Given an op with a compiler.Dim in its shape, one program for its whole range
-    (compiler.dynamic_kernel.DynamicKernel).  Given a compiler.Graph instead, compile the whole network into one
-    program (a compiler.network.Library).
+    (compiler.dynamic_kernel.DynamicKernel).  Given a compiler.Graph instead, compile the whole network into
+    one program (a compiler.network.Library); fuse=False keeps one kernel per graph node.
     """
     cfg = (config or Config()).validate()
     from .dims import DynamicOp
@@ -209,7 +210,7 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")
         from .network import build_network
-        return build_network(op, cfg)
+        return build_network(op, cfg, fuse=fuse)
     ops = _check_ops((op,) + more_ops)
     segs = fusion.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
     sched = choose(schedule, ops, cfg, segs)             # 2. schedule search: the best, or the given one checked

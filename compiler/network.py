@@ -3,6 +3,9 @@
 The passes, in order (each a function of its own):
   partition     fuse the graph's nodes into kernels: a conv2d / dense takes the relu / clip
                 after it and one residual add (then relu / clip), as build() fuses a chain
+  fuse          kernels linked output to first input (conv -> conv, conv -> pool, bottlenecks,
+                inverted residuals) merge into one where the cost model predicts it pays
+                (graph_fusion); build(graph, fuse=False) skips both: one kernel per node
   alias         reshapes and channel concats move no data: their tensors share storage
   plan_arena    intermediates go to one DDR arena, reusing bytes by liveness (first fit,
                 as TVM's graph memory planner); the graph's inputs and outputs are named buffers
@@ -37,6 +40,7 @@ from .ir import Buffer, Command, CuWait, KernelIR, Label, Note, Ref
 from .ops import Conv2d, Dense, Elementwise, Op, clip
 from .passes import alloc, emit, loops, sync
 from .roofline import bound_cycles
+from .structure import VALUE_ONLY, tiling_key  # noqa: F401  (re-exported)
 
 GRAPH_BUFFER = "nnp_graph"
 GRAPH_FORMAT = "nnp-graph/1"
@@ -56,6 +60,7 @@ class Group:
     ops: tuple[Op, ...]
     inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
     output: str                # the graph value the kernel writes
+    parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
 
 
 def _consumers(graph) -> dict[str, list]:
@@ -129,6 +134,17 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         groups.append(Group(members[0].name, members, tuple(ops), inputs, members[-1].output))
     groups.sort(key=lambda g: order[id(g.nodes[-1])])
     return groups
+
+
+def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
+    """One kernel per node, in graph order (layout-only nodes move no data; copies are kernels of their own)."""
+    out = []
+    for node in graph.nodes:
+        if node.name in copies:
+            out.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+        elif node.op.kind not in LAYOUT_KINDS:
+            out.append(Group(node.name, [node], (node.op,), list(node.inputs), node.output))
+    return out
 
 
 # ----------------------------------------------------------------------------- storage
@@ -279,27 +295,8 @@ class Layer:
     macs: int
     predicted_cycles: int
     bound_cycles: int
-
-
-VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "multiplier", "name"}
-"""Op fields that change what a kernel computes but not how it is tiled."""
-
-
-def tiling_key(ops: tuple[Op, ...]) -> tuple:
-    """What a chain's tiling depends on: kinds, shapes and structure, not values (weights, zero points)."""
-    return tuple((type(op).__name__, tuple((name, _structure(v)) for name, v in sorted(vars(op).items())
-                                           if name not in VALUE_ONLY)) for op in ops)
-
-
-def _structure(v):
-    """A field's value as far as tiling sees it: arrays by shape, floats (scales) as present."""
-    if isinstance(v, np.ndarray):
-        return ("array", v.shape, v.dtype.str)
-    if isinstance(v, (float, np.floating)):
-        return "float"
-    if isinstance(v, tuple):
-        return tuple(_structure(x) for x in v)
-    return v
+    nodes: list[str] = field(default_factory=list)      # the graph nodes the kernel runs
+    onchip: dict[str, int] = field(default_factory=dict)  # peak bytes of each on-chip memory
 
 
 def _label(name: str, k: int) -> str:
@@ -369,6 +366,20 @@ class Library:
         rows.append(f"arena {a['bytes']:,} bytes (one buffer per tensor: {a['naive_bytes']:,})")
         return "\n".join(rows)
 
+    def fusion_report(self) -> str:
+        """Every fusion decision with its predicted gain, then the on-chip high-water marks."""
+        from .graph_fusion import Decision
+
+        if not self.meta.get("fused", True):
+            rows = ["fusion: off (one kernel per node)"]
+        else:
+            made = [Decision(**d) for d in self.meta.get("fusion", [])]
+            rows = [f"fusion: {sum(d.fused for d in made)} of {len(made)} merges priced faster fused"]
+            rows += [f"  {d.line()}" for d in made]
+        peak = self.meta.get("onchip_peak", {})
+        rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
+        return "\n".join(rows)
+
 
 def _tensor_meta(value, buffer: str) -> dict:
     q = getattr(value, "quant", None)
@@ -394,39 +405,96 @@ def progress(items: list, what: str):
     return tqdm(items, desc=what, unit="layer", disable=None, leave=False)
 
 
-def build_network(graph, cfg: Config) -> Library:
-    """Compile a validated graph into one program (see the module docstring for the passes)."""
-    from .kernel import assemble, best_schedule
+class _Kernels:
+    """Each group compiled once (by its nodes); predicted cycles shared by groups of the same structure."""
 
-    graph.validate()
-    al, copies = alias(graph)
-    groups = partition(graph, copies)
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.chosen: dict[tuple, int] = {}
+        self.prices: dict[tuple, int] = {}
+        self.built: dict[tuple, tuple] = {}
+
+    def compile(self, g: Group) -> tuple:
+        """(kir, predicted cycles, on-chip usage) of the group's kernel alone."""
+        from .kernel import best_schedule
+
+        mine = tuple(n.name for n in g.nodes)
+        if mine not in self.built:
+            key = tiling_key(g.ops)
+            kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self.chosen.get(key),
+                                                                         reroll=False)
+            self.prices[key] = int(predicted)
+            self.built[mine] = (kir, int(predicted), usage)
+        return self.built[mine]
+
+    def price(self, g: Group) -> int:
+        """Predicted cycles of the group's kernel alone (built only if no group of its structure was)."""
+        key = tiling_key(g.ops)
+        if key not in self.prices:
+            self.compile(g)
+        return self.prices[key]
+
+
+def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] | None = None,
+                 kernels: _Kernels | None = None) -> tuple[list[Group], list]:
+    """The network's kernels in run order and the fusion decisions (graph_fusion.Decision) made.
+
+    A fused kernel's Group lists the kernels it was merged from in .parts.
+    """
+    from . import graph_fusion
+
+    if copies is None:
+        copies = alias(graph)[1]
+    decisions = []
+    if fuse:
+        groups = partition(graph, copies)
+        groups, decisions = graph_fusion.fuse(graph, groups, (kernels or _Kernels(cfg)).price, cfg.dm_bytes)
+    else:
+        groups = per_node(graph, copies)
     if not groups:
         raise CompileError("the graph has no node that runs on the machine")
+    return groups, decisions
+
+
+def build_network(graph, cfg: Config, fuse: bool = True) -> Library:
+    """Compile a validated graph into one program (see the module docstring for the passes).
+
+    fuse=False keeps one kernel per node (no epilogues, no multi-anchor fusion): the baseline
+    the benchmarks compare against.
+    """
+    graph.validate()
+    al, copies = alias(graph)
+    kernels = _Kernels(cfg)
+    groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels)
     storage = plan_arena(graph, groups, al)
     ddr = {name: Buffer(name, "ddr", _nbytes(graph.values[v]), dtype=graph.values[v].dtype,
                         shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}
     if storage.arena_bytes:
         ddr[ARENA] = Buffer(ARENA, "ddr", storage.arena_bytes, dtype="int8", shape=(storage.arena_bytes,))
     body, layers, buffers = [], [], []
-    chosen: dict[tuple, int] = {}
+    onchip: dict[str, int] = {}
     for k, g in enumerate(progress(groups, "compiling layers")):
-        key = tiling_key(g.ops)
-        kir, (predicted, _, _), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key), reroll=False)
+        kir, predicted, usage = kernels.compile(g)
+        for memory, n in usage.items():
+            onchip[memory] = max(onchip.get(memory, 0), int(n))
         stmts, own = link(k, g, kir, storage, ddr)
         body += stmts
         buffers += own
         layers.append(Layer(g.name, _label(g.name, k), " + ".join(o.kind for o in g.ops),
                             [list(graph.values[v].shape) for v in g.inputs],
                             list(graph.values[g.output].shape), sum(int(getattr(o, "macs", 0)) for o in g.ops),
-                            int(predicted), int(bound_cycles(g.ops, cfg))))
+                            int(predicted), int(bound_cycles(g.ops, cfg)), [n.name for n in g.nodes],
+                            {m: int(n) for m, n in usage.items()}))
     body, report = sync.synchronise(body, cfg.semaphores)
     body = loops.reroll(body)
     meta = {"format": GRAPH_FORMAT,
             "inputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.inputs],
             "outputs": [_tensor_meta(graph.values[v], storage.named[v]) for v in graph.outputs],
             "layers": [vars(layer) for layer in layers],
-            "arena": {"bytes": storage.arena_bytes, "naive_bytes": storage.naive_bytes}}
+            "arena": {"bytes": storage.arena_bytes, "naive_bytes": storage.naive_bytes},
+            "fused": bool(fuse), "onchip_peak": onchip,
+            "fusion": [{"members": d.members, "ops": d.ops, "apart_cycles": d.apart_cycles,
+                        "fused_cycles": d.fused_cycles, "fused": d.fused, "why": d.why} for d in decisions]}
     ins = [ddr[storage.named[v]] for v in graph.inputs]
     outs = [ddr[storage.named[v]] for v in graph.outputs if ddr[storage.named[v]] not in ins]
     arena = [ddr[ARENA]] if ARENA in ddr else []
@@ -439,6 +507,7 @@ def build_network(graph, cfg: Config) -> Library:
               f"predicted cycles: {predicted}"]
     asm = emit.emit(kir, header, target=shape_target(cfg))
     files = emit.constant_files(kir)
+    from .kernel import assemble
     return Library(assemble(asm, files, "network.s"), meta, cfg, asm, files, int(predicted))
 
 

@@ -50,6 +50,7 @@ from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, elementwise_tiles
 from .sizes import capacities
+from .structure import tiling_key
 
 PRIMITIVES = ("split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
               "tensorize", "parallel", "buffer_split", "buffer_reorder", "buffer_pad")
@@ -129,9 +130,15 @@ class Block:
         """Each stage that must be tensorized and the intrinsics it can go onto."""
         if self.kind == "nu":
             v = self.ctx["plan"].view
-            out = {"conv": ("nu.conv",)}
-            if v.bias is not None:
-                out["bias"] = tuple(k for k in BIAS_INTRINSICS if k != "nu.conv" or self.ctx["bias_blocks"])
+            if self.ctx["plan"].depthwise:
+                # the NU's depthwise mode starts its accumulators at the biases stored with the weights
+                out = {"conv": ("nu.dwconv",)}
+                if v.bias is not None:
+                    out["bias"] = ("nu.dwconv",)
+            else:
+                out = {"conv": ("nu.conv",)}
+                if v.bias is not None:
+                    out["bias"] = tuple(k for k in BIAS_INTRINSICS if k != "nu.conv" or self.ctx["bias_blocks"])
             per_channel = self.intrinsics.get("bias") == "vu.requant"
             f = v.scale is not None
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
@@ -145,9 +152,11 @@ class Block:
                 return {"pool": ("vu.pool.max",)}
             if op.is_float and not (op.mode == "avg" and op.is_global):
                 return {"pool": ("vu.pool.favg",)}
-            out = {"pool": ("vu.pool.sum",)}
+            if op.mode == "avg" and not op.is_float:
+                return {"pool": ("vu.pool.avg",)}
+            out = {"pool": ("vu.pool.acc",)}
             if op.mode == "avg":
-                out["scale"] = ("vu.requant.f",) if op.is_float else ("vu.divr",)
+                out["scale"] = ("vu.requant.f",)
             return out
         if op.mode == "clip":
             return {"clip": ("vu.clip",)}
@@ -199,7 +208,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        bias = BIAS_INTRINSICS[self.intrinsics.get("bias", "dma")]
+        bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv: its own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias)
 
     def check(self, cfg: Config) -> None:
@@ -644,7 +653,7 @@ class Schedule:
         if b.kind == "nu" and stage in ("conv",):
             for (tensor, scope), role in NU_CACHES.items():
                 if role in ("in", "wt", "acc") and b.role_cache(role) is None:
-                    _fail(f"{what}: nu.conv reads x from ibuf and w from wbuf and accumulates into abuf: "
+                    _fail(f"{what}: {intrinsic} reads x from ibuf and w from wbuf and accumulates into abuf: "
                           f"cache {tensor!r} in {scope} first")
         b.intrinsics[stage] = intrinsic
         self._record("tensorize", (stage, intrinsic), block)
@@ -710,9 +719,9 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
-    s.tensorize("conv", "nu.conv", **kw)
+    s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
         if stage in b.stages():
             s.tensorize(stage, b.stages()[stage][0], **kw)
@@ -777,6 +786,10 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     return out
 
 
+_PICKS: dict[tuple, int] = {}
+"""A chain block's tiling chosen by the quick estimate, by the block's structure and placement."""
+
+
 def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -> list[Schedule]:
     """The schedules the automatic search ranks, each made of primitives.
 
@@ -787,12 +800,17 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
         return [_auto_nu(base, t, by, k) for t, by, k in nu_tilings(base.blocks[0], cfg)]
     s = base.fork()
+    found = fusion.sites(ops, cfg)[0]
     for k in range(len(s.blocks)):
         if s.blocks[k].kind != "nu":
             _vu_steps(s, s.blocks[k])
             continue
         trials = [_auto_nu(s, t, by, u, k) for t, by, u in nu_tilings(s.blocks[k], cfg)]
-        s = min(trials, key=lambda trial: estimate(trial, cfg, k))
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None, cfg)
+        if key not in _PICKS:    # graph fusion prices many chains that share segments
+            _PICKS[key] = min(range(len(trials)), key=lambda i: estimate(trials[i], cfg, k))
+        s = trials[_PICKS[key]]
     return [s]
 
 

@@ -67,6 +67,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.fadd": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST),
     "vu.fmul": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "vu.pool.favg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
+    "vu.pool.acc": _VU_DEST + _VU_WINDOW,
+    "vu.pool.avg": _VU_DEST + _VU_WINDOW,
     "dma": _DMA_DEST,
 }
 

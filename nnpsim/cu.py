@@ -84,12 +84,42 @@ def wrap32_py(v: int) -> int:
     return v - (1 << 32) if v >= 1 << 31 else v
 
 
+DECODED_CACHE_BYTES = 32 << 20
+"""Most bytes of decoded tables kept for programs loaded again (the oldest go first)."""
+_decoded: dict[tuple[int, bytes], tuple[Isa, np.ndarray]] = {}
+
+
 def decode_for_engine(words: np.ndarray, isa: Isa | None = None) -> np.ndarray:
-    """Decode program words into the engine's table (int64 [n, N_COLS])."""
+    """Decode program words into the engine's table (int64 [n, N_COLS]).
+
+    A program loaded again (a kernel called once per input) reuses its table:
+    decoding runs the strict decoder per distinct word in Python, milliseconds
+    per program, more than simulating a small layer.  Keyed on the words
+    themselves, so an edited program decodes afresh; the caller gets a copy.
+    """
     isa = isa or load_isa()
-    dec = decode_program(np.asarray(words, dtype=np.uint64), isa)
+    words = np.asarray(words, dtype=np.uint64)
+    key = (id(isa), words.tobytes())
+    hit = _decoded.get(key)
+    if hit is None:
+        hit = (isa, _decode(words, isa))   # holding isa keeps its id unique while cached
+        _decoded[key] = hit
+        total = sum(_entry_bytes(k, t) for k, (_, t) in _decoded.items())
+        while total > DECODED_CACHE_BYTES and len(_decoded) > 1:
+            oldest = next(iter(_decoded))
+            total -= _entry_bytes(oldest, _decoded.pop(oldest)[1])
+    return hit[1].copy()
+
+
+def _entry_bytes(key: tuple[int, bytes], table: np.ndarray) -> int:
+    return len(key[1]) + table.nbytes
+
+
+def _decode(words: np.ndarray, isa: Isa) -> np.ndarray:
+    dec = decode_program(words, isa)
     col = {name: 1 + j for j, name in enumerate(isa.slots)}
     vu_codes = unit_op_codes("VU")
+    from .units.nu import OPS as nu_ops     # here: the units build their tables from nnpsim.semantics
     out = np.zeros((len(dec), N_COLS), dtype=np.int64)
     out[:, C_ISA] = dec[:, 0]
     out[:, C_WAIT] = -1
@@ -107,7 +137,7 @@ def decode_for_engine(words: np.ndarray, isa: Isa | None = None) -> np.ndarray:
             if name in ins.fields:
                 block[:, dst] = d[:, col[name]]
         if sem.unit == "NU":
-            block[:, C_F0] = sem.op == "conv_acc"
+            block[:, C_F0] = nu_ops.index(sem.op)
         if sem.unit == "VU":
             block[:, C_F0] = vu_codes[sem.op]
         if "imm" in ins.fields and ins.fields["imm"].kind.cls in ("imm32", "addr"):

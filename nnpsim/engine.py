@@ -36,10 +36,11 @@ from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DDR_BURST, K_DEPTH, K_DMA,
                     K_P_OUT_H, K_P_OUT_W, K_PENALTY, K_ROWS, K_SEMS, K_VU, K_VU_BASE, K_VU_BPC,
                     K_VU_LAT, S_BASE, S_BW, S_LAT, S_SIZE, SPACE_DDR)
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
-                     read_port, vu_cycles, write_port)
+                     nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import nu_conv, nu_macs
-from .units.vu import vu_exec, vu_work
+from .units.nu import (NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_dw_macs, nu_dwconv,
+                       nu_macs)
+from .units.vu import vu_duration, vu_exec
 
 INF = 1 << 62
 CU_RUNNING, CU_STALLED, CU_HALTED = range(3)
@@ -161,8 +162,16 @@ def _execute(t: int, a: int, c: int, ag: np.ndarray, cmd: np.ndarray, mem: np.nd
     f0 = cmd[c, M_FIELDS]
     f1 = cmd[c, M_FIELDS + 1]
     f2 = cmd[c, M_FIELDS + 2]
-    if a < 1 + nnu:
-        code = nu_conv(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0 != 0, rows,
+    if a < 1 + nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
+        code = nu_dwconv(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0 == NU_DWCONV_ACC,
+                         rows, cfg[K_COLS], err)
+        if code == 0:
+            cmd[c, M_MACS] = nu_dw_macs(p, cfg[K_COLS])
+            dur = nu_dwconv_cycles(p[cfg[K_P_IN_CB]], p[cfg[K_P_K_H]], p[cfg[K_P_K_W]], p[cfg[K_P_OUT_H]],
+                                   p[cfg[K_P_OUT_W]], rows, cfg[K_NU_LAT])
+            ag[a, A_END] = t + max(dur, 1)
+    elif a < 1 + nnu:
+        code = nu_conv(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0 == NU_CONV_ACC, rows,
                        cfg[K_COLS], err)
         if code == 0:
             cmd[c, M_MACS] = nu_macs(p, rows, cfg[K_COLS])
@@ -173,8 +182,7 @@ def _execute(t: int, a: int, c: int, ag: np.ndarray, cmd: np.ndarray, mem: np.nd
     elif a < 1 + nnu + cfg[K_VU]:
         code = vu_exec(mem, space[S_BASE], space[S_SIZE], a - 1 - nnu, f0, r0, r1, r2, f1, f2, p, err)
         if code == 0:
-            n_out, window, elem = vu_work(f0, p, f1, f2)
-            ag[a, A_END] = t + max(vu_cycles(n_out, window, elem, cfg[K_VU_BPC], cfg[K_VU_LAT]), 1)
+            ag[a, A_END] = t + max(vu_duration(f0, p, f1, f2, cfg[K_VU_BPC], cfg[K_VU_LAT]), 1)
     else:
         code = dma_copy(mem, space[S_BASE], space[S_SIZE], f0, r0, f1, r1, p, err)
         if code == 0:

@@ -9,7 +9,8 @@ convolution or pooling windows) are allowed: the union is the exact byte set.
 The rules follow docs/architecture.md: a DMA reads the inner (unpadded) box of
 its source and writes the whole destination box, padding included; an NU
 reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
-reads it for nu.conv.acc); a VU reads a (every pooling window) and b (when the
+reads it for nu.conv.acc; nu.dwconv reads only the first cols bytes of each IBUF pixel and
+one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
 op has one) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
 """
@@ -34,8 +35,9 @@ SPACE, WRITE, BASE, WIDTH, N, S = 0, 1, 2, 3, 4, 4 + DIMS
 PATTERN_COLS = 4 + 2 * DIMS
 
 # Footprint rules, numbered in the order of semantics.FOOTPRINTS.
-RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW = range(len(FOOTPRINTS))
-assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window")
+(RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW, RULE_NU_DW,
+ RULE_NU_DW_ACC) = range(len(FOOTPRINTS))
+assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
@@ -137,6 +139,35 @@ def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
 
 
 @njit(cache=True)
+def _nu_dw(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray, rows: int,
+           cols: int) -> None:
+    """nu.dwconv(.acc): the input windows' first cols lanes of each IBUF pixel, WBUF per block cols int32
+    biases and [k_h][k_w][cols] weights, ABUF [in_cb][out_h][out_w][cols] int32 (read too when it
+    accumulates)."""
+    in_w, in_h, in_cb = p[NU_IN_W], p[NU_IN_H], p[NU_IN_CB]
+    out_h, out_w = p[NU_OUT_H], p[NU_OUT_W]
+    k_h, k_w = p[NU_K_H], p[NU_K_W]
+    ibuf, wbuf, abuf = pats[0], pats[1], pats[2]
+    _clear(ibuf)
+    ibuf[SPACE], ibuf[BASE], ibuf[WIDTH] = IBUF + unit, regs[1], min(rows, cols)
+    pix = in_w * rows
+    nw0, sw0, nw1, sw1 = window_dims(out_w, p[NU_STRIDE_W], k_w, p[NU_DIL_W])
+    nh0, sh0, nh1, sh1 = window_dims(out_h, p[NU_STRIDE_H], k_h, p[NU_DIL_H])
+    ibuf[N + 0], ibuf[S + 0] = nw0, sw0 * rows
+    ibuf[N + 1], ibuf[S + 1] = nw1, sw1 * rows
+    ibuf[N + 2], ibuf[S + 2] = nh0, sh0 * pix
+    ibuf[N + 3], ibuf[S + 3] = nh1, sh1 * pix
+    ibuf[N + 4], ibuf[S + 4] = in_cb, in_h * pix
+    _clear(wbuf)
+    wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], in_cb * (4 + k_h * k_w) * cols
+    _clear(abuf)
+    abuf[SPACE], abuf[WRITE], abuf[BASE], abuf[WIDTH] = ABUF + unit, 1, regs[0], in_cb * out_h * out_w * cols * 4
+    if acc:
+        pats[3, :] = abuf
+        pats[3, WRITE] = 0
+
+
+@njit(cache=True)
 def _vu_operand(pat: np.ndarray, space: int, write: int, base: int, width: int,
                 p: np.ndarray, stride0: int) -> None:
     _clear(pat)
@@ -177,6 +208,8 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
         elif rule == RULE_NU or rule == RULE_NU_ACC:
             _nu(pats[c], cmd_unit[c], rule == RULE_NU_ACC or cmd_fields[c, 0] != 0,
                 cmd_regs[c], cmd_params[c], rows, cols)
+        elif rule == RULE_NU_DW or rule == RULE_NU_DW_ACC:
+            _nu_dw(pats[c], cmd_unit[c], rule == RULE_NU_DW_ACC, cmd_regs[c], cmd_params[c], rows, cols)
         elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
     return pats

@@ -23,9 +23,10 @@ SDT = -1    # 1 << the command's sdt field
 DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
-FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window")
+FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
-ABUF too when it accumulates; a VU op element by element, or over a pooling window of a."""
+ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
+depthwise conv (one weight lane per column), reading ABUF too when it accumulates."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ def _cu(mnemonic: str, op: str | None = None, imm: bool = False, timing: str = "
     return Semantics(mnemonic, "CU", op or mnemonic, imm=imm, timing=timing)
 
 
-def _vu(mnemonic: str, op: str, widths: tuple[int, int, int], window: bool = False) -> Semantics:
-    return Semantics(mnemonic, "VU", op, "vu_window" if window else "vu_map", widths, "vu_cycles")
+def _vu(mnemonic: str, op: str, widths: tuple[int, int, int], window: bool = False,
+        timing: str = "vu_cycles") -> Semantics:
+    return Semantics(mnemonic, "VU", op, "vu_window" if window else "vu_map", widths, timing)
 
 
 _ROWS = (
@@ -69,6 +71,8 @@ _ROWS = (
     Semantics("dma", "DMA", "copy", "dma", (ELEM, ELEM, 0), "dma_cycles"),
     Semantics("nu.conv", "NU", "conv", "nu", (4, 1, 1), "nu_conv_cycles"),
     Semantics("nu.conv.acc", "NU", "conv_acc", "nu_acc", (4, 1, 1), "nu_conv_cycles"),
+    Semantics("nu.dwconv", "NU", "dwconv", "nu_dw", (4, 1, 1), "nu_dwconv_cycles"),
+    Semantics("nu.dwconv.acc", "NU", "dwconv_acc", "nu_dw_acc", (4, 1, 1), "nu_dwconv_cycles"),
     _vu("vu.requant", "requant", (1, SDT, 0)),
     _vu("vu.requant.pc", "requant_pc", (1, SDT, 8)),
     _vu("vu.add", "add", (1, 1, 1)),
@@ -83,6 +87,8 @@ _ROWS = (
     _vu("vu.fadd", "fadd", (1, 1, 1)),
     _vu("vu.fmul", "fmul", (1, 1, 1)),
     _vu("vu.pool.favg", "pool_favg", (1, 1, 4), window=True),
+    _vu("vu.pool.acc", "pool_acc", (4, 1, 0), window=True, timing="vu_pool_cycles"),
+    _vu("vu.pool.avg", "pool_avg", (1, 1, 4), window=True, timing="vu_pool_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -26,10 +26,11 @@ from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P
                     K_P_OUT_CB, K_P_OUT_H, K_P_OUT_W, K_VU_BASE, S_BASE, S_BW, S_LAT, S_SIZE,
                     SPACE_DDR, Memory, agent_names, config_vector)
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
-                     read_port, vu_cycles, write_port)
+                     nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import nu_conv, nu_macs
-from .units.vu import vu_exec, vu_work
+from .units.nu import (NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_dw_macs, nu_dwconv,
+                       nu_macs)
+from .units.vu import vu_duration, vu_exec
 
 
 class _Stop(Exception):
@@ -155,8 +156,17 @@ class Stepper:
             r0, r1, r2 = (int(v) for v in row[M_REGS:M_REGS + 3])
             f0, f1, f2 = (int(v) for v in row[M_FIELDS:M_FIELDS + 3])
             sb, ss = mem.table[S_BASE], mem.table[S_SIZE]
-            if a < 1 + self.nnu:
-                code = nu_conv(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0 != 0, self.cfg.nu_rows,
+            if a < 1 + self.nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
+                code = nu_dwconv(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0 == NU_DWCONV_ACC,
+                                 self.cfg.nu_rows, self.cfg.nu_cols, self.err)
+                if code == 0:
+                    row[M_MACS] = nu_dw_macs(p, self.cfg.nu_cols)
+                    dur = nu_dwconv_cycles(*(int(p[k[j]]) for j in (K_P_IN_CB, K_P_K_H, K_P_K_W, K_P_OUT_H,
+                                                                     K_P_OUT_W)),
+                                           self.cfg.nu_rows, self.cfg.nu_latency)
+                    self.end_t[a] = t + max(dur, 1)
+            elif a < 1 + self.nnu:
+                code = nu_conv(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0 == NU_CONV_ACC, self.cfg.nu_rows,
                                self.cfg.nu_cols, self.err)
                 if code == 0:
                     row[M_MACS] = nu_macs(p, self.cfg.nu_rows, self.cfg.nu_cols)
@@ -167,8 +177,7 @@ class Stepper:
             elif a < self.dma0:
                 code = vu_exec(mem.mem, sb, ss, a - 1 - self.nnu, f0, r0, r1, r2, f1, f2, p, self.err)
                 if code == 0:
-                    n_out, window, elem = vu_work(f0, p, f1, f2)
-                    dur = vu_cycles(n_out, window, elem, self.cfg.vu_bytes_per_cycle, self.cfg.vu_latency)
+                    dur = vu_duration(f0, p, f1, f2, self.cfg.vu_bytes_per_cycle, self.cfg.vu_latency)
                     self.end_t[a] = t + max(dur, 1)
             else:
                 code = dma_copy(mem.mem, sb, ss, f0, r0, f1, r1, p, self.err)

@@ -37,9 +37,34 @@ def nu_conv_cycles(out_cb: int, in_cb: int, k_h: int, k_w: int, out_h: int, out_
 
 
 @njit(cache=True)
+def nu_dwconv_cycles(in_cb: int, k_h: int, k_w: int, out_h: int, out_w: int, rows: int, latency: int) -> int:
+    """Cycles of nu.dwconv: each column is one channel, its rows hold the taps of rows // taps pixels
+    at once (one tap group per pass when the window has more taps than rows); per block and pass
+    max(pixel groups, weight load)."""
+    taps = k_h * k_w
+    if taps <= rows:
+        per_cycle, passes = rows // taps, 1
+    else:
+        per_cycle, passes = 1, (taps + rows - 1) // rows
+    pixels = out_h * out_w
+    groups = (pixels + per_cycle - 1) // per_cycle
+    per_pass = groups if groups > rows else rows
+    return latency + in_cb * passes * per_pass
+
+
+@njit(cache=True)
 def vu_cycles(n_out: int, window: int, elem_bytes: int, bytes_per_cycle: int, latency: int) -> int:
     """Cycles of a VU command: latency plus its bytes of work over the datapath width."""
     work = n_out * window * elem_bytes
+    return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
+
+
+@njit(cache=True)
+def vu_pool_cycles(n_out: int, window: int, d_bytes: int, a_bytes: int, b_bytes: int, bytes_per_cycle: int,
+                   latency: int) -> int:
+    """Cycles of a pooling command that accumulates inside the VU: latency plus its window elements at
+    a's width, and each output's d and b once, over the datapath width."""
+    work = n_out * (window * a_bytes + d_bytes + b_bytes)
     return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
 
 

@@ -133,9 +133,8 @@ def dma(mems: dict, dspace: int, daddr: int, sspace: int, saddr: int, named: dic
 
 # --------------------------------------------------------------------------- NU
 
-def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
-            rows: int, cols: int) -> None:
-    """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
+def _nu_params(named: dict) -> dict:
+    """The nu.* parameters, checked as every NU command checks them."""
     q = param_values(named, "nu")
     names = ["in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
              "stride_h", "stride_w", "dil_h", "dil_w"]
@@ -148,24 +147,44 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
         last = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"]
         if last >= q[f"in_{d}"]:
             raise Fault("param", param=_pnum("nu", f"in_{d}"))
-    abuf = _need_memory(mems, 24 + unit)
-    ibuf = _need_memory(mems, 8 + unit)
-    wbuf = _need_memory(mems, 16 + unit)
-    if racc % 4:
-        raise Fault("align", space=24 + unit)
-    if rin % rows:
-        raise Fault("align", space=8 + unit)
-    if rw % rows:
-        raise Fault("align", space=16 + unit)
-    in_cb, out_cb, k_h, k_w = q["in_cb"], q["out_cb"], q["k_h"], q["k_w"]
-    oh, ow = q["out_h"], q["out_w"]
-    shapes = ((abuf, 24 + unit, racc, (out_cb, oh, ow, cols), 4),
-              (ibuf, 8 + unit, rin, (in_cb, q["in_h"], q["in_w"], rows), 1),
-              (wbuf, 16 + unit, rw, (out_cb, in_cb, k_h, k_w, rows, cols), 1))
-    for mem, space, addr, shape, nbytes in shapes:
-        n = int(np.prod(shape)) * nbytes
+    return q
+
+
+def _nu_memories(mems: dict, unit: int, addrs: tuple[int, int, int], w_align: int, dims: tuple,
+                 rows: int | None = None) -> tuple:
+    """ABUF, IBUF and WBUF of an NU command after its checks: the memories exist, racc is 4-aligned,
+    rin rows-aligned (rows = w_align unless given), rw w_align-aligned, each operand (dims of ABUF,
+    IBUF, WBUF; ABUF's in int32) inside its memory."""
+    spaces = (24 + unit, 8 + unit, 16 + unit)
+    bufs = tuple(_need_memory(mems, s) for s in spaces)
+    for space, addr, align in zip(spaces, addrs, (4, rows or w_align, w_align)):
+        if addr % align:
+            raise Fault("align", space=space)
+    for mem, space, addr, shape in zip(bufs, spaces, addrs, dims):
+        n = int(np.prod(shape))
         if addr < 0 or addr + n > mem.size:
             raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    return bufs
+
+
+def _wrap_store(abuf: np.ndarray, racc: int, acc: np.ndarray, accumulate: bool) -> None:
+    """ABUF[racc] = acc (+ the old int32s when accumulating), modulo 2**32."""
+    n_acc = acc.size * 4
+    old = abuf[racc:racc + n_acc].view("<i4").astype(np.int64).reshape(acc.shape)
+    total = acc + old if accumulate else acc
+    wrapped = ((total + (1 << 31)) % (1 << 32)) - (1 << 31)
+    abuf[racc:racc + n_acc] = wrapped.astype("<i4").view(np.uint8).ravel()
+
+
+def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+            rows: int, cols: int) -> None:
+    """nu.conv (or nu.conv.acc) on NU `unit` with the named nu.* parameters."""
+    q = _nu_params(named)
+    in_cb, out_cb, k_h, k_w = q["in_cb"], q["out_cb"], q["k_h"], q["k_w"]
+    oh, ow = q["out_h"], q["out_w"]
+    abuf, ibuf, wbuf = _nu_memories(mems, unit, (racc, rin, rw), rows,
+                                    ((out_cb, oh, ow, cols, 4), (in_cb, q["in_h"], q["in_w"], rows),
+                                     (out_cb, in_cb, k_h, k_w, rows, cols)))
     n_in = in_cb * q["in_h"] * q["in_w"] * rows
     x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
     n_w = out_cb * in_cb * k_h * k_w * rows * cols
@@ -177,20 +196,43 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
             patch = x[:, h0:h0 + (oh - 1) * q["stride_h"] + 1:q["stride_h"],
                       w0:w0 + (ow - 1) * q["stride_w"] + 1:q["stride_w"], :] - q["x_zp"]
             acc += np.einsum("bhwr,obrc->ohwc", patch, w[:, :, kh, kw])
-    n_acc = acc.size * 4
-    old = abuf[racc:racc + n_acc].view("<i4").astype(np.int64).reshape(acc.shape)
-    total = acc + old if accumulate else acc
-    wrapped = ((total + (1 << 31)) % (1 << 32)) - (1 << 31)
-    abuf[racc:racc + n_acc] = wrapped.astype("<i4").view(np.uint8).ravel()
+    _wrap_store(abuf, racc, acc, accumulate)
+
+
+def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+              rows: int, cols: int) -> None:
+    """nu.dwconv (or nu.dwconv.acc): column c of block b adds its int32 bias to lane c of IBUF block b
+    convolved with weight lane c; WBUF per block: [cols] int32 biases, [k_h][k_w][cols] int8 weights;
+    ABUF [in_cb][out_h][out_w][cols] int32 (docs/architecture.md)."""
+    q = _nu_params(named)
+    if cols > rows:
+        raise Fault("param", param=-1)
+    in_cb, k_h, k_w, oh, ow = q["in_cb"], q["k_h"], q["k_w"], q["out_h"], q["out_w"]
+    abuf, ibuf, wbuf = _nu_memories(mems, unit, (racc, rin, rw), cols,
+                                    ((in_cb, oh, ow, cols, 4), (in_cb, q["in_h"], q["in_w"], rows),
+                                     (in_cb, 4 + k_h * k_w, cols)), rows)
+    n_in = in_cb * q["in_h"] * q["in_w"] * rows
+    x = ibuf[rin:rin + n_in].view(np.int8).astype(np.int64).reshape(in_cb, q["in_h"], q["in_w"], rows)
+    blocks = wbuf[rw:rw + in_cb * (4 + k_h * k_w) * cols].reshape(in_cb, (4 + k_h * k_w) * cols)
+    bias = blocks[:, :4 * cols].copy().view("<i4").astype(np.int64)              # [in_cb, cols]
+    w = blocks[:, 4 * cols:].view(np.int8).astype(np.int64).reshape(in_cb, k_h, k_w, cols)
+    acc = np.zeros((in_cb, oh, ow, cols), dtype=np.int64) + bias[:, None, None, :]
+    for kh in range(k_h):
+        for kw in range(k_w):
+            h0, w0 = kh * q["dil_h"], kw * q["dil_w"]
+            patch = x[:, h0:h0 + (oh - 1) * q["stride_h"] + 1:q["stride_h"],
+                      w0:w0 + (ow - 1) * q["stride_w"] + 1:q["stride_w"], :cols] - q["x_zp"]
+            acc += patch * w[:, None, None, kh, kw, :]
+    _wrap_store(abuf, racc, acc, accumulate)
 
 
 # --------------------------------------------------------------------------- VU
 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
-                "vu.pool.favg")
+                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg")
-POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg")
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
 F32_MAX = Fraction(2) ** 128 - Fraction(2) ** 104
 
 
@@ -258,7 +300,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
             "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
-            "vu.pool.favg": (1, 1, 4)}[mnemonic]
+            "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4)}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
@@ -338,12 +380,14 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
     za, zb, ma, mb, shift = q["za"], q["zb"], q["ma"], q["mb"], q["shift"]
     if mnemonic in FLOAT_OPS:
         return _vu_float_element(mem, space, mnemonic, a, b, a_bytes, q, window)
-    if mnemonic in ("vu.pool.max", "vu.pool.sum"):
+    if mnemonic in ("vu.pool.max", "vu.pool.sum", "vu.pool.acc", "vu.pool.avg"):
         xs = [_int(mem, a + dh + dw, 1) for dh, dw in window]
         if mnemonic == "vu.pool.max":
             return max(xs)
         if not -(1 << 31) <= sum(xs) < 1 << 31:
             raise Fault("overflow", space=space, first=a, last=a)
+        if mnemonic == "vu.pool.avg":
+            return _divide_round(mem, space, sum(xs), b)
         return sum(xs)
     x = _int(mem, a, a_bytes)
     if mnemonic in ("vu.requant", "vu.requant.pc"):
@@ -372,13 +416,18 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
     if mnemonic == "vu.clip":
         return _clip(x, q["lo"], q["hi"])
     if mnemonic == "vu.divr":
-        n = _int(mem, b, 4)
-        if n <= 0:
-            raise Fault("div0", space=space, first=b, last=b + 3)
-        mag = (abs(x) + n // 2) // n
-        return _clip(mag if x >= 0 else -mag, -128, 127)
+        return _divide_round(mem, space, x, b)
     assert mnemonic == "vu.mov", mnemonic
     return x
+
+
+def _divide_round(mem: np.ndarray, space: int, x: int, b: int) -> int:
+    """x / n (n the int32 at b) rounded half away from zero, saturated to int8."""
+    n = _int(mem, b, 4)
+    if n <= 0:
+        raise Fault("div0", space=space, first=b, last=b + 3)
+    mag = (abs(x) + n // 2) // n
+    return _clip(mag if x >= 0 else -mag, -128, 127)
 
 
 def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_bytes: int,

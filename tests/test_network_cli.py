@@ -33,8 +33,12 @@ def test_compile_prints_the_layer_table_and_writes_the_program(tiny):
     assert lines[0].split()[:5] == ["layer", "ops", "output", "predicted", "bound"]
     assert any(line.startswith("conv1_quant") and "conv2d" in line for line in lines)
     assert any(line.startswith("arena ") for line in lines)
-    assert "nnpc: wrote tiny.nnp (6 layers" in run.stdout
-    assert len(compiler.load(tiny / "tiny.nnp").layers) == 6
+    n = len(compiler.load(tiny / "tiny.nnp").layers)
+    assert f"nnpc: wrote tiny.nnp ({n} layers" in run.stdout
+    apart = _nnpc("compile", "tiny.onnx", "-o", "apart.nnp", "--no-fuse", cwd=tiny)
+    assert apart.returncode == 0, apart.stderr
+    assert "nnpc: wrote apart.nnp (7 layers" in apart.stdout        # one kernel per node, the add too
+    assert n < 6               # fewer than conv + epilogue kernels: the cost model fused anchors
 
 
 def test_run_compares_with_onnxruntime_bit_for_bit(tiny):

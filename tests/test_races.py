@@ -22,6 +22,7 @@ from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError
+from nnpsim.units.nu import OPS as NU_OPS
 from nnpsim.units.vu import VU_OPS
 from nnpsim.footprint import (SPACE, WIDTH, WRITE, agent_units, build_patterns, footprint_rules, pattern_bytes,
                               space_sizes, window_dims)
@@ -73,12 +74,14 @@ def row(ch: int, dst: tuple[str, int], src: tuple[str, int], n: int, **kw) -> Cm
     return dma(ch, dst, src, sizes=(n, 1, 1, 1), dst_strides=(1, 0, 0, 0), src_strides=(1, 0, 0, 0), **kw)
 
 
-def conv(unit: int, acc: int, inp: int, w: int, accumulate=False, **kw) -> Cmd:
-    """nu.conv with nu.* parameters given as keyword arguments without the prefix (in_h=4 ...)."""
+def conv(unit: int, acc: int, inp: int, w: int, accumulate=False, depthwise=False, **kw) -> Cmd:
+    """nu.conv (nu.dwconv when depthwise) with nu.* parameters given as keyword arguments without
+    the prefix (in_h=4 ...)."""
     names = [n[3:] for n in PARAMS if n.startswith("nu.")]
     p = {f"nu.{k}": kw.pop(k) for k in list(kw) if k in names}
-    return Cmd(f"nu{unit}", "nu.conv.acc" if accumulate else "nu.conv", (acc, inp, w),
-               (int(accumulate), 0, 0, 0), p, **kw)
+    base = "nu.dwconv" if depthwise else "nu.conv"
+    op = ("dwconv" if depthwise else "conv") + "_acc" * bool(accumulate)
+    return Cmd(f"nu{unit}", base + ".acc" * bool(accumulate), (acc, inp, w), (NU_OPS.index(op), 0, 0, 0), p, **kw)
 
 
 def vu(unit: int, mnemonic: str, d: int, a: int, b: int = 0, sdt="i8", ddt="i8", **kw) -> Cmd:
@@ -224,6 +227,7 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
         u = int(log.agents[log.cmd_agent[c]][2:])
         R, C = cfg.nu_rows, cfg.nu_cols
         g = lambda k: p["nu." + k]  # noqa: E731
+        depthwise = mn.startswith("nu.dwconv")   # one lane per column: only C bytes of each pixel
         for cb in range(g("in_cb")):
             for oh in range(g("out_h")):
                 for ow in range(g("out_w")):
@@ -231,12 +235,14 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                         for kw in range(g("k_w")):
                             ih, iw = oh * g("stride_h") + kh * g("dil_h"), ow * g("stride_w") + kw * g("dil_w")
                             at = r1 + ((cb * g("in_h") + ih) * g("in_w") + iw) * R
-                            reads |= {(8 + u, at + r) for r in range(R)}
-        nw = g("out_cb") * g("in_cb") * g("k_h") * g("k_w") * R * C
+                            reads |= {(8 + u, at + r) for r in range(C if depthwise else R)}
+        blocks = g("in_cb") if depthwise else g("out_cb")
+        nw = (g("in_cb") * (4 + g("k_h") * g("k_w")) * C if depthwise
+              else g("out_cb") * g("in_cb") * g("k_h") * g("k_w") * R * C)
         reads |= {(16 + u, r2 + j) for j in range(nw)}
-        acc = {(24 + u, r0 + j) for j in range(g("out_cb") * g("out_h") * g("out_w") * C * 4)}
+        acc = {(24 + u, r0 + j) for j in range(blocks * g("out_h") * g("out_w") * C * 4)}
         writes |= acc
-        if mn == "nu.conv.acc":
+        if mn.endswith(".acc"):
             reads |= acc
     else:
         u = int(log.agents[log.cmd_agent[c]][2:])
@@ -246,7 +252,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.mul": (1, 1, 1), "vu.clip": (1, 1, 0), "vu.pool.max": (1, 1, 0),
                       "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4), "vu.mov": (ddt, sdt, 0),
                       "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
-                      "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4)}[mn]
+                      "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
+                      "vu.pool.avg": (1, 1, 4)}[mn]
         win = mn.startswith("vu.pool")
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
@@ -574,7 +581,7 @@ def _command(draw, wait: int | None, signal: int | None) -> Cmd:
     out = draw(st.integers(1, 3))
     size = (out - 1) * s + (k - 1) * d + 1
     return conv(draw(st.integers(0, 1)), 16 * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)), 0,
-                accumulate=draw(st.booleans()), in_h=size, in_w=size + draw(st.integers(0, 1)),
+                accumulate=draw(st.booleans()), depthwise=draw(st.booleans()), in_h=size, in_w=size + draw(st.integers(0, 1)),
                 out_h=out, out_w=out, k_h=k, k_w=k, stride_h=s, stride_w=s, dil_h=d, dil_w=d,
                 wait=wait, signal=signal, dur=dur)
 
@@ -851,7 +858,8 @@ def test_examples_with_one_sync_removed_agree_with_oracle(example):
 
 ENGINE_CFG = Config(nu_rows=4, nu_cols=4, nu_count=2, vu_count=2, ddr_bytes=1 << 16, dm_bytes=1 << 14,
                     ibuf_bytes=1 << 12, wbuf_bytes=1 << 12, abuf_bytes=1 << 12, vbuf_bytes=1 << 12)
-ENGINE_VU_OPS = ("vu.add", "vu.mul", "vu.clip", "vu.pool.max", "vu.pool.sum", "vu.mov", "vu.requant")
+ENGINE_VU_OPS = ("vu.add", "vu.mul", "vu.clip", "vu.pool.max", "vu.pool.sum", "vu.mov", "vu.requant",
+                 "vu.pool.acc")
 
 
 def _engine_command(draw, wait: int | None, signal: int | None) -> Cmd:
@@ -873,7 +881,8 @@ def _engine_command(draw, wait: int | None, signal: int | None) -> Cmd:
     out = draw(st.integers(1, 3))
     size = (out - 1) * s + (k - 1) * d + 1
     return conv(draw(st.integers(0, 1)), 16 * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)),
-                4 * draw(st.integers(0, 3)), accumulate=draw(st.booleans()), in_h=size,
+                4 * draw(st.integers(0, 3)), accumulate=draw(st.booleans()), depthwise=draw(st.booleans()),
+                in_h=size,
                 in_w=size + draw(st.integers(0, 1)), out_h=out, out_w=out, k_h=k, k_w=k, stride_h=s,
                 stride_w=s, dil_h=d, dil_w=d, wait=wait, signal=signal)
 
@@ -904,7 +913,8 @@ def to_assembly(prog: list) -> str:
                 dt = {v: k for k, v in DT.items()}
                 sdt, ddt = dt[op.fields[1]], dt[op.fields[2]]
                 operands = {"vu.requant": f"r1, r2, {sdt}", "vu.mov": f"{ddt}, r1, {sdt}, r2",
-                            "vu.clip": "r1, r2", "vu.pool.max": "r1, r2", "vu.pool.sum": "r1, r2"}
+                            "vu.clip": "r1, r2", "vu.pool.max": "r1, r2", "vu.pool.sum": "r1, r2",
+                            "vu.pool.acc": "r1, r2"}
                 text = f"{op.mnemonic} {unit}, " + operands.get(op.mnemonic, "r1, r2, r3")
             out.append(f"    {text}{sync}")
     return "\n".join(out + ["    halt", ""])

@@ -143,3 +143,24 @@ def test_load_refuses_a_program_built_for_another_machine():
     sim = Simulator(small_config(nu_count=2))
     sim.load(prog)
     assert sim.run().cycles > 0
+
+
+def test_a_program_loaded_again_reuses_its_decode_not_its_table():
+    """decode_for_engine caches per program words: the same table each time, a copy the caller may change."""
+    from isa_spec import load_isa
+    from nnpsim import cu
+
+    first = assemble("li r1, 5\n.l: addi r2, r2, 3\nloop r1, .l\nhalt\n")
+    other = assemble("li r1, 7\n.l: addi r2, r2, 1\nloop r1, .l\nhalt\n")
+    fresh = cu._decode(np.asarray(first.code, dtype=np.uint64), load_isa())
+    a = cu.decode_for_engine(first.code)
+    a[:] = -9                                        # the caller's copy, not the cache
+    assert np.array_equal(cu.decode_for_engine(first.code), fresh)
+    b = cu.decode_for_engine(other.code)             # other words: decoded afresh
+    assert not np.array_equal(b, fresh)
+    assert np.array_equal(b, cu._decode(np.asarray(other.code, dtype=np.uint64), load_isa()))
+    sim = Simulator()
+    for program, loops in ((first, 5), (other, 7), (first, 5)):
+        sim.load(program)
+        sim.run()
+        assert sim.last_log.registers[1] == 0 and sim.last_log.instructions == 2 + 2 * loops

@@ -1,7 +1,8 @@
 """Mutation tests of the compiler's synchronisation, judged by the simulator's race checker.
 
 For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
-fused and chained kernels, each in several tilings or configurations) and for
+fused and chained kernels, each in several tilings or configurations, whole
+networks whose kernels hold several anchors fused by compiler.graph_fusion) and for
 random kernels drawn like tests/test_compiler_kernels.py draws them, every
 semaphore wait the compiler emitted is removed, one at a time: a command's
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
@@ -31,6 +32,7 @@ from nnpsim.config import Config
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 from tests import test_compiler_kernels as kernels_test
+from tests import test_graph_fusion as fusion_graphs
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -503,3 +505,36 @@ def test_a_fault_caused_by_a_race_is_reported_as_the_race(name):
         return
     assert checked.value.code == errors.DATA_RACE, message
     assert "vu0 `vu.divr`" in message and "the run stopped with division by zero" in message
+
+
+# Whole networks whose kernels hold several anchors (compiler.graph_fusion): every wait of the one program.
+def _network_case(make):
+    import types
+
+    import compiler
+    from compiler.graph_fusion import anchors
+
+    g = make()
+    lib = compiler.build(g)
+    by_name = {n.name: n for n in g.nodes}
+    fused = [layer["name"] for layer in lib.layers if anchors([by_name[n].op for n in layer["nodes"]]) >= 2]
+    ins = [types.SimpleNamespace(name=t["buffer"]) for t in lib.meta["inputs"]]
+    kernel = types.SimpleNamespace(config=lib.config, program=lib.program, ir=types.SimpleNamespace(inputs=ins))
+    rng = np.random.default_rng(3)
+    return kernel, [rand8(rng, t["shape"]) for t in lib.meta["inputs"]], fused
+
+
+NETWORK_CASES = {
+    "network: two ResNet bottlenecks, each fused with its shortcut":
+        lambda: fusion_graphs.bottleneck(np.random.default_rng(2), c=16, hw=5),
+    "network: inverted residuals (expand, depthwise, project, add)":
+        lambda: fusion_graphs.inverted_residual(np.random.default_rng(4), c=8, hw=6),
+    "network: conv -> max_pool -> conv -> conv": lambda: fusion_graphs.stem(np.random.default_rng(6), hw=12),
+}
+
+
+@pytest.mark.parametrize("case", list(NETWORK_CASES))
+def test_every_removed_wait_is_caught_in_fused_networks(case):
+    kernel, inputs, fused = _network_case(NETWORK_CASES[case])
+    assert fused, f"{case}: the cost model fused no kernel of several anchors"
+    kill_all(kernel, inputs, f"{case}: fused kernels {', '.join(fused)}")

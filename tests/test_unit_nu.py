@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnpsim import errors
-from nnpsim.units import nu_conv, nu_macs
+from nnpsim.units import nu_conv, nu_dw_macs, nu_dwconv, nu_macs
 from tests import isa_reference as ref
 
 CODES = {kind: getattr(errors, name) for kind, name in ref.FAULT_ERRORS.items()}
@@ -202,3 +202,128 @@ def test_nu_out_of_bounds(named, racc, rin, rw, fields):
 ])
 def test_nu_macs(named, rows, cols, expected):
     assert nu_macs(ref.snapshot(named, "nu"), rows, cols) == expected
+
+
+# --------------------------------------------------------------------------- nu.dwconv
+
+def run_dw(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
+           rows: int, cols: int) -> tuple:
+    """nu.dwconv(.acc): kernel and model on the same command, identical outcomes; (rc, err)."""
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    rc = nu_dwconv(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), accumulate,
+                   rows, cols, err)
+    ref_mems, fault = ref.run_reference(ref.nu_dwconv, mems, unit, racc, rin, rw, named,
+                                        accumulate, rows, cols)
+    ref.assert_same(rc, err, flat, before, base, ref_mems, fault, CODES)
+    return rc, err
+
+
+@st.composite
+def dw_commands(draw):
+    rows = draw(st.sampled_from([1, 3, 4, 8, 32]))
+    cols = draw(st.sampled_from([1, 2, 3, 4, 8, 32]))      # more columns than rows: refused
+    q = {n: draw(st.integers(1, 3)) for n in ["in_cb", "k_h", "k_w", "stride_h", "stride_w"]}
+    q.update({n: draw(st.integers(1, 2)) for n in ["dil_h", "dil_w"]})
+    q.update({n: draw(st.integers(1, 5)) for n in ["out_h", "out_w"]})
+    q["out_cb"] = draw(st.integers(1, 3))                  # not read by nu.dwconv
+    for d in "hw":
+        need = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"] + 1
+        q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
+    q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
+    in_bytes = q["in_cb"] * q["in_h"] * q["in_w"] * rows
+    w_bytes = q["in_cb"] * (4 + q["k_h"] * q["k_w"]) * cols
+    acc_bytes = q["in_cb"] * q["out_h"] * q["out_w"] * cols * 4
+    sizes = (64 * (in_bytes // 64 + draw(st.integers(1, 3))),
+             64 * (w_bytes // 64 + draw(st.integers(1, 3))),
+             64 * (acc_bytes // 64 + draw(st.integers(1, 3))))
+    rin = rows * draw(st.integers(0, (sizes[0] - in_bytes) // rows))
+    rw = cols * draw(st.integers(0, (sizes[1] - w_bytes) // cols))
+    racc = 4 * draw(st.integers(0, (sizes[2] - acc_bytes) // 4))
+    if draw(st.integers(0, 9)) == 0:   # sometimes misplace one operand
+        which = draw(st.integers(0, 2))
+        shift = draw(st.sampled_from([1, 2, 4, 64, -4, -64, 4096]))
+        rin, rw, racc = [a + shift if i == which else a for i, a in enumerate((rin, rw, racc))]
+    named = {f"nu.{n}": v for n, v in q.items()}
+    return (draw(st.integers(0, 3)), racc, rin, rw, named, draw(st.booleans()), rows, cols,
+            sizes, draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=250, deadline=None)
+@given(dw_commands())
+def test_dwconv_matches_reference(cmd):
+    unit, racc, rin, rw, named, accumulate, rows, cols, sizes, seed = cmd
+    run_dw(_memories(seed, unit, sizes), unit, racc, rin, rw, named, accumulate, rows, cols)
+
+
+@pytest.mark.parametrize("x_byte, w_byte, acc_byte, x_zp, accumulate", [
+    (0x80, 0x80, 0x00, 127, False),   # (-128 - 127) * -128 over the window: the largest magnitude
+    (0x7F, 0x80, 0x00, -128, False),  # 255 * -128: the most negative term
+    (0x7F, 0x7F, 0x7F, -128, True),   # accumulate onto 0x7F7F7F7F: wraps past 2**31
+    (0x80, 0x7F, 0x80, 127, True),    # onto 0x80808080 (negative), wraps below -2**31
+])
+def test_dwconv_extremes_full_array(x_byte, w_byte, acc_byte, x_zp, accumulate):
+    """A 32x32 array, 3x3 window, stride 2, two blocks, constant extreme contents."""
+    named = {"nu.in_h": 7, "nu.in_w": 9, "nu.in_cb": 2, "nu.out_h": 3, "nu.out_w": 4,
+             "nu.k_h": 3, "nu.k_w": 3, "nu.stride_h": 2, "nu.stride_w": 2, "nu.x_zp": x_zp}
+    mems = {8: np.full(2 * 7 * 9 * 32, x_byte, np.uint8), 16: np.full(2 * 13 * 32, w_byte, np.uint8),
+            24: np.full(2 * 12 * 32 * 4, acc_byte, np.uint8)}
+    assert run_dw(mems, 0, 0, 0, 0, named, accumulate, 32, 32)[0] == errors.OK
+
+
+def test_dwconv_wraps_past_int32():
+    """A 264x264 window of (-128 - 127) * -128 sums past 2**31: the kernel wraps like the model."""
+    named = {"nu.in_h": 264, "nu.in_w": 264, "nu.out_h": 1, "nu.out_w": 1, "nu.k_h": 264, "nu.k_w": 264,
+             "nu.x_zp": 127}
+    mems = {8: np.full(264 * 264 * 2, 0x80, np.uint8), 16: np.full((264 * 264 + 4) * 2, 0x80, np.uint8),
+            24: np.zeros(64, np.uint8)}
+    mems[16][:8] = 0                                                   # biases 0
+    assert run_dw(mems, 0, 0, 0, 0, named, False, 2, 2)[0] == errors.OK
+    flat, base, size = ref.pack(mems)
+    err = np.zeros(8, dtype=np.int64)
+    assert nu_dwconv(flat, base, size, 0, 0, 0, 0, ref.snapshot(named, "nu"), False, 2, 2, err) == errors.OK
+    total = 264 * 264 * 255 * 128
+    assert total > 2**31
+    assert (flat[base[24]:base[24] + 8].view("<i4") == (total + 2**31) % 2**32 - 2**31).all()
+
+
+def test_dwconv_known_values():
+    """Two channels, 2x1 window: lane c reads only IBUF lane c, its bias and weight lane c, hand computed."""
+    mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 24: np.zeros(64, np.uint8)}
+    mems[8][:8] = np.array([5, 1, 9, 9, 7, 2, 9, 9], np.uint8)      # pixels of 4 lanes; lanes 2, 3 unused
+    mems[16][:8] = [100, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]              # int32 biases 100 and -1
+    mems[16][8:12] = np.array([256 - 3, 2, 4, 256 - 1], np.uint8)  # [tap][lane]
+    flat, base, size = ref.pack(mems)
+    err = np.zeros(8, dtype=np.int64)
+    p = ref.snapshot({"nu.in_h": 2, "nu.k_h": 2, "nu.x_zp": 1}, "nu")
+    assert nu_dwconv(flat, base, size, 0, 0, 0, 0, p, False, 4, 2, err) == errors.OK
+    # lane 0: 100 + (5 - 1) * -3 + (7 - 1) * 4 = 112; lane 1: -1 + (1 - 1) * 2 + (2 - 1) * -1 = -2
+    assert list(flat[base[24]:base[24] + 8].view("<i4")) == [112, -2]
+
+
+def test_dwconv_refuses_more_columns_than_rows():
+    mems = _memories(3, 0)
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    assert nu_dwconv(flat, base, size, 0, 0, 0, 0, ref.snapshot({}, "nu"), False, 4, 8, err) == errors.BAD_PARAM
+    assert (err[4], err[5], err[6]) == (-1, 8, 4)
+    assert np.array_equal(flat, before)
+
+
+@pytest.mark.parametrize("taps, rows, pixels, expect", [
+    ((3, 3), 32, 12544, 64 + 12544 // 3 + 1),   # 3 pixels of 9 taps per cycle
+    ((3, 3), 32, 10, 64 + 32),                  # at least the weight load
+    ((5, 5), 32, 100, 64 + 100),                # 25 taps: one pixel per cycle
+    ((7, 7), 32, 100, 64 + 2 * 100),            # 49 taps: two passes
+])
+def test_dwconv_cycles(taps, rows, pixels, expect):
+    from nnpsim.timing import nu_dwconv_cycles
+    assert nu_dwconv_cycles(1, *taps, 1, pixels, rows, 64) == expect
+    assert nu_dwconv_cycles(3, *taps, 1, pixels, rows, 64) == 64 + 3 * (expect - 64)
+
+
+def test_dw_macs():
+    p = ref.snapshot({"nu.in_cb": 2, "nu.k_h": 3, "nu.k_w": 3, "nu.out_h": 4, "nu.out_w": 5, "nu.out_cb": 7}, "nu")
+    assert nu_dw_macs(p, 32) == 2 * 9 * 20 * 32

@@ -39,7 +39,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
              "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
              "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
-             "vu.pool.favg": (1, 1, 4)}
+             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4)}
     return table[mnemonic]
 
 
@@ -150,7 +150,7 @@ def vu_commands(draw):
 def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, named: dict,
             bad_entry: bool) -> None:
     """Put legal (M, S) pairs, float scales or divisors at every b element (one illegal one if bad_entry)."""
-    if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg"):
+    if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
     addrs = [rb + sum(i[3 - k] * named[f"vu.b_stride{k}"] for k in range(4))
@@ -160,7 +160,7 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         if mnemonic == "vu.requant.fpc":
             s = float(2.0 ** rng.uniform(-30, 2)) if rng.random() < 0.7 else float(2.0 ** rng.integers(-8, 3))
             mem[a:a + 4] = np.array([s], "<f4").view(np.uint8)
-        elif mnemonic in ("vu.divr", "vu.pool.favg"):
+        elif mnemonic in ("vu.divr", "vu.pool.favg", "vu.pool.avg"):
             n = int(rng.choice([rng.integers(1, 20), rng.integers(1, 2**31), 2**31 - 1, 1]))
             mem[a:a + 4] = np.array([n], "<i4").view(np.uint8)
         else:
@@ -204,7 +204,8 @@ NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU in
 # None: decided by the dtype operands.
 ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
-              "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4}
+              "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
+              "vu.pool.avg": 4}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -384,6 +385,44 @@ def test_vu_largest_pool_sum_fits_int32():
     rc, err, out, _ = _snapshot_case("vu.pool.sum", {"vu.win_h": 2**12, "vu.win_w": 2**12}, mem, rd=8)
     assert rc == errors.OK, err
     assert out[8:12].view("<i4")[0] == -2**31
+
+
+def test_vu_pool_acc_and_avg_extremes():
+    """vu.pool.acc reaches -2**31 like vu.pool.sum; vu.pool.avg of the same window divides it (saturating to
+    -128 for n = 1, exactly -128 for n = 2**24) and rounds half away from zero (-5 / 2 = -3, 5 / 2 = 3)."""
+    mem = np.zeros(64, np.uint8)
+    mem[0] = 0x80
+    rc, err, out, _ = _snapshot_case("vu.pool.acc", {"vu.win_h": 2**12, "vu.win_w": 2**12}, mem, rd=8)
+    assert rc == errors.OK and out[8:12].view("<i4")[0] == -2**31, err
+    for n, want in ((1, -128), (2**24, -128), (2**25, -64), (2**31 - 1, -1)):
+        mem = np.zeros(64, np.uint8)
+        mem[0] = 0x80
+        mem[16:20] = np.array([n], "<i4").view(np.uint8)
+        rc, err, out, _ = _snapshot_case("vu.pool.avg", {"vu.win_h": 2**12, "vu.win_w": 2**12}, mem, rd=8, rb=16)
+        assert rc == errors.OK and out[8].view(np.int8) == want, (n, err)
+    for x, want in ((-5, -3), (5, 3), (-3, -2), (3, 2)):     # window of two: x and 0
+        mem = np.zeros(64, np.uint8)
+        mem[0] = x & 0xFF
+        mem[16:20] = np.array([2], "<i4").view(np.uint8)
+        rc, err, out, _ = _snapshot_case("vu.pool.avg", {"vu.win_w": 2, "vu.win_stride_w": 1}, mem, rd=8, rb=16)
+        assert rc == errors.OK and out[8].view(np.int8) == want, (x, err)
+
+
+def test_vu_pool_avg_refuses_zero_count():
+    mem = np.zeros(64, np.uint8)
+    rc, err, _, unchanged = _snapshot_case("vu.pool.avg", {"vu.win_w": 2}, mem, rd=8, rb=16)
+    assert rc == errors.DIV_BY_ZERO and (err[2], err[3], err[5]) == (16, 19, 0) and unchanged
+
+
+@pytest.mark.parametrize("mnemonic, bytes_per_output", [("vu.pool.acc", 6 + 4), ("vu.pool.avg", 6 + 1 + 4),
+                                                         ("vu.pool.sum", 6 * 4), ("vu.pool.favg", 6 * 4)])
+def test_vu_pool_durations(mnemonic, bytes_per_output):
+    """The int8-pace pooling ops read their window a byte a lane, d and b once an output; the others charge
+    their widest element per window element (30 outputs of a 3x2 window, 64 bytes a cycle, latency 8)."""
+    from nnpsim.units.vu import vu_duration
+    named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5, "vu.win_h": 3, "vu.win_w": 2}
+    got = vu_duration(VU_OPS[mnemonic], ref.snapshot(named, "vu"), I8, I8, 64, 8)
+    assert got == 8 + -(-30 * bytes_per_output // 64)
 
 
 # ---------------------------------------------------------------- the float ops against compiler.semantics

@@ -20,6 +20,8 @@ from ..quant import f32_bits
 from .double_buffer import Slots, Step
 from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
+from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
+                        uses_depthwise_mode)
 from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
@@ -78,6 +80,7 @@ class NuPlan:
     ow: int
     kh: int
     kw: int
+    depthwise: bool = False     # nu.dwconv (compiler.lowering.depthwise) instead of block-diagonal nu.conv
 
     @property
     def n_ob(self) -> int:
@@ -86,9 +89,11 @@ class NuPlan:
 
 def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
     """Weights in NU order (by the layout spec `spec`, when given) plus the output geometry."""
-    w = nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec)
+    dw = uses_depthwise_mode(view, cfg.nu_rows, cfg.nu_cols)
+    w = (depthwise_weights(view.weight, view.bias, cfg.nu_cols) if dw
+         else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec))
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
-                  view.weight.shape[2], view.weight.shape[3])
+                  view.weight.shape[2], view.weight.shape[3], dw)
 
 
 def input_extent(p: NuPlan, t: int, axis: int) -> int:
@@ -174,10 +179,14 @@ class NuLowering:
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
         self.role = {k: f"{name}_{v}" for k, v in roles.items()}
-        self.slots.declare(self.role["in"], "ibuf", needs["ibuf"] // depths["in"], depth=depths["in"], unit=nu)
+        # buffer_needs counts the NU bias pass's own buffers (bias_in, bias_w): not the slots'
+        bias_in, bias_w = (t.th * t.tw * p.rows, p.n_ob * p.rows * cols) if t.bias == "nu" else (0, 0)
+        self.slots.declare(self.role["in"], "ibuf", (needs["ibuf"] - bias_in) // depths["in"], depth=depths["in"],
+                           unit=nu)
         self.w_res = Buffer(self.role["wres"], "wbuf", p.w.blocks.nbytes, unit=nu) if t.resident else None
         if not t.resident:
-            self.slots.declare(self.role["wt"], "wbuf", needs["wbuf"] // depths["wt"], depth=depths["wt"], unit=nu)
+            self.slots.declare(self.role["wt"], "wbuf", (needs["wbuf"] - bias_w) // depths["wt"], depth=depths["wt"],
+                               unit=nu)
         self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
         self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * 4, depth=depths["vacc"], unit=vu)
         if residual is not None:
@@ -215,7 +224,8 @@ class NuLowering:
                                      data=blocks)
 
     def _bias_mode(self, mode: str) -> bool:
-        return self.p.view.bias is not None and self.t.bias == mode
+        # nu.dwconv starts its accumulators at the bias stored with its weights: no other bias path
+        return self.p.view.bias is not None and self.t.bias == mode and not self.p.depthwise
 
     @property
     def fills_bias(self) -> bool:
@@ -299,6 +309,10 @@ class NuLowering:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
             steps.append(step)
+        if p.depthwise:
+            defer_table(steps, self.ms_vbuf)
+            if halo_prefilled(self):
+                fill_halos(self, self.ch + CH_IN, steps[0])
         return steps
 
     def _constants(self) -> Step:
@@ -348,9 +362,15 @@ class NuLowering:
         groups = [(lo, full, rows)] if full > lo else []
         if hi > max(lo, full):
             groups.append((max(lo, full), hi, c - max(lo, full) * rows))
+        interior = p.depthwise and halo_prefilled(self)
         for b0, b1, real in groups:
             src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
+            if interior:
+                step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0),
+                                                (plo_w, plo_h), (phi_w, phi_h),
+                                                f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                continue
             step.loads.append(Dma(
                 self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
@@ -398,13 +418,23 @@ class NuLowering:
         params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
-        for k, ob in enumerate(obs):
+        for k, ob, blocks in self._conv_groups(obs):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * 4)
-            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params), p.rows, p.cols,
-                                       unit=self.nu, comment=f"{self.name}: conv ob {ob}"))
+            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params, in_cb=blocks * count), p.rows,
+                                       p.cols, unit=self.nu, depthwise=p.depthwise,
+                                       comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}, depthwise"
+                                                                               if p.depthwise else "")))
+
+    def _conv_groups(self, obs: range) -> list[tuple[int, int, int]]:
+        """(position in the tile, first output block, blocks) of each NU command of a tile: one per
+        block, or one nu.dwconv for all (its blocks lie one after the other in IBUF, WBUF and ABUF,
+        and one command pays the NU's latency once)."""
+        if self.p.depthwise:
+            return [(0, obs.start, len(obs))]
+        return [(k, ob, 1) for k, ob in enumerate(obs)]
 
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols

@@ -15,6 +15,7 @@ from nnpsim.config import Config
 
 from ..errors import CompileError
 from ..sizes import capacities
+from .depthwise import narrow_tilings
 from .layout import bias_blocks
 from .nu import ConvTiling, NuPlan, buffer_needs, fits
 
@@ -64,13 +65,17 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
             t = _largest_spatial(p, obt, cbt, caps, residual)
             if t is not None:
                 out.append(t)
-        t = _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
+        # depthwise weights are a few hundred bytes a block: streamed, each tile's block rides on an
+        # idle channel, while resident ones only hold back the first tile
+        t = None if p.depthwise else _largest_spatial(p, obt, p.w.span, caps, residual, resident=True)
         if t is not None:
             out.append(t)
+    if p.depthwise:
+        out += narrow_tilings(p, caps, residual)
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
             if t.th >= k and tile_count(p, t) < min_tiles]
-    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW:
+    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW and not p.depthwise:
         modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
         out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
                 if fits(buffer_needs(p, c, residual), caps)]

@@ -186,8 +186,10 @@ class ElementwiseLowering:
 class PoolLowering:
     """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
 
-    The float average pool (QLinearAveragePool) is one vu.pool.favg per tile; the float global
-    one (and a float average pool that onnxruntime runs as global) is vu.pool.sum then vu.requant.f.
+    Sum pooling is one vu.pool.acc per tile, integer average pooling one vu.pool.avg (both read the
+    window a byte a lane).  The float average pool (QLinearAveragePool) is one vu.pool.favg per tile;
+    the float global one (and a float average pool that onnxruntime runs as global) is vu.pool.acc
+    then vu.requant.f.
 
     Parts of one op share its DDR constants: pass the first part's lowering as `shared`.
     """
@@ -207,6 +209,9 @@ class PoolLowering:
         self.div = None
         table = 0
         self.global_f32 = op.mode == "avg" and op.is_float and op.is_global
+        # the result slot holds int32 sums (sum pooling, and the float global average before its
+        # requantisation), else int8: vu.pool.avg and vu.pool.max write the result directly
+        self.slot_bytes = 4 if op.mode == "sum" or self.global_f32 else 1
         if op.mode == "avg" and not self.global_f32:
             if op.count_include_pad:
                 div = np.full((1,), op.kernel[0] * op.kernel[1], dtype=np.int32)
@@ -216,13 +221,20 @@ class PoolLowering:
                         Buffer(f"{name}_div", "ddr", div.nbytes, dtype="int32", shape=div.shape, data=div))
             self.div_vbuf = Buffer(f"{self.name}_div_vbuf", "vbuf", div.nbytes, unit=self.vu)
             table = div.nbytes
+        # a per-position count table larger than a quarter of VBUF comes in a tile's rows at a time
+        self.tile_counts = self.div is not None and not op.count_include_pad and table > cfg.vbuf_bytes // 4
+        if self.tile_counts:
+            table = 0
         self.cc, self.th = tile or self._choose(cfg.vbuf_bytes - table - 256)
         ih = self.in_rows(self.th)
         self.slots = Slots()
         depths = {"in": 2, "out": 2, **(depths or {})}
         self.role = {k: f"{self.name}_{v}" for k, v in {"in": "in", "out": "out", **(roles or {})}.items()}
         self.slots.declare(self.role["in"], "vbuf", self.cc * ih * self.iw, depth=depths["in"], unit=self.vu)
-        self.slots.declare(self.role["out"], "vbuf", self.cc * self.th * ow * 4, depth=depths["out"], unit=self.vu)
+        self.slots.declare(self.role["out"], "vbuf", self.cc * self.th * ow * self.slot_bytes,
+                           depth=depths["out"], unit=self.vu)
+        if self.tile_counts:
+            self.slots.declare(f"{self.name}_cnt", "vbuf", self.th * ow * 4, unit=self.vu)
 
     def in_rows(self, th: int) -> int:
         """Input rows (halo included) that th output rows read."""
@@ -230,7 +242,8 @@ class PoolLowering:
 
     def tile_bytes(self, cc: int, th: int) -> int:
         """VBUF bytes of a tile of cc channels x th output rows, both slots."""
-        return 2 * (cc * self.in_rows(th) * self.iw + cc * th * self.op.out_hw[1] * 4)
+        per_row = cc * self.slot_bytes + (4 if self.tile_counts else 0)
+        return 2 * (cc * self.in_rows(th) * self.iw + th * self.op.out_hw[1] * per_row)
 
     def _choose(self, cap: int) -> tuple[int, int]:
         c = self.op.x_shape[1]
@@ -246,7 +259,9 @@ class PoolLowering:
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
-        extra = [self.div, self.div_vbuf] if self.div is not None else []
+        extra = [self.div] if self.div is not None else []
+        if self.div is not None and not self.tile_counts:
+            extra.append(self.div_vbuf)
         return extra + self.slots.all()
 
     def steps(self) -> list[Step]:
@@ -255,7 +270,7 @@ class PoolLowering:
         n, c, h, w = op.x_shape
         oh, ow = op.out_hw
         steps = []
-        if self.div is not None:
+        if self.div is not None and not self.tile_counts:
             s = Step()
             s.loads.append(Dma(self.ch + CH_B, Ref(self.div_vbuf), Ref(self.div), (self.div.nbytes // 4,), (4,),
                                (4,), elem=4, comment=f"{self.name}: divisors"))
@@ -275,12 +290,18 @@ class PoolLowering:
         """How many tiles the lowering has."""
         return len(self.tiles())
 
-    def _counts(self, oh0: int) -> tuple[Ref, tuple[int, int, int]]:
-        """b of an average: the window size (stride 0), or the per-position counts of this tile's rows."""
+    def _counts(self, s: Step, oh0: int, th: int) -> tuple[Ref, tuple[int, int, int]]:
+        """b of an average: the window size (stride 0), or the per-position counts of this tile's rows
+        (loaded with the tile when the whole table would crowd VBUF)."""
         if self.op.count_include_pad:
             return Ref(self.div_vbuf, 0), (0, 0, 0)
         ow = self.op.out_hw[1]
-        return Ref(self.div_vbuf, oh0 * ow * 4), (4, 4 * ow, 0)
+        if not self.tile_counts:
+            return Ref(self.div_vbuf, oh0 * ow * 4), (4, 4 * ow, 0)
+        cnt = self.slots.next(f"{self.name}_cnt")
+        s.loads.append(Dma(self.ch + CH_B, Ref(cnt), Ref(self.div, oh0 * ow * 4), (th * ow,), (4,), (4,), elem=4,
+                           comment=f"{self.name}: counts of rows {oh0}..{oh0 + th - 1} -> {cnt.name}"))
+        return Ref(cnt), (4, 4 * ow, 0)
 
     def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
         op, iw = self.op, self.iw
@@ -311,15 +332,20 @@ class PoolLowering:
                                 a_st, **win, unit=self.vu, comment=f"{self.name}: window max"))
             res_bytes = 1
         elif op.is_float and not self.global_f32:
-            b_ref, b_st = self._counts(oh0)
+            b_ref, b_st = self._counts(s, oh0, th)
             sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
                   "zp_out": op.zp_out, "lo": -128, "hi": 127}
             s.compute.append(Vu("vu.pool.favg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
                                 a_st, b_st, **win, scalars=sc, unit=self.vu,
                                 comment=f"{self.name}: float32 window average"))
             res_bytes = 1
+        elif op.mode == "avg" and not self.global_f32:
+            b_ref, b_st = self._counts(s, oh0, th)
+            s.compute.append(Vu("vu.pool.avg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
+                                a_st, b_st, **win, unit=self.vu, comment=f"{self.name}: window average"))
+            res_bytes = 1
         else:
-            s.compute.append(Vu("vu.pool.sum", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
+            s.compute.append(Vu("vu.pool.acc", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
                                 (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
                                 comment=f"{self.name}: window sum"))
             res_bytes = 4
@@ -330,12 +356,6 @@ class PoolLowering:
                 s.compute.append(Vu("vu.requant.f", Ref(out), Ref(out), None, "i8", "i32", 0, n3, (1, ow, th * ow),
                                     (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
                                     comment=f"{self.name}: float32 requantise the sums"))
-                res_bytes = 1
-            elif op.mode == "avg":
-                b_ref, b_st = self._counts(oh0)
-                s.compute.append(Vu("vu.divr", Ref(out), Ref(out), b_ref, "i8", "i32", 4, n3, (1, ow, th * ow),
-                                    (4, 4 * ow, 4 * th * ow), b_st, unit=self.vu,
-                                    comment=f"{self.name}: divide, round"))
                 res_bytes = 1
         dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * res_bytes)
         s.epilogue.append(Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),

@@ -363,7 +363,7 @@ class Emitter:
         for name, value in c.params.items():
             self.setp(f"nu.{name}", value)
         racc, rin, rw = self.regs_for(c.racc, c.rin, c.rw)
-        return f"{'nu.conv.acc' if c.acc else 'nu.conv':<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
+        return f"{c.mnemonic:<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
 
     def _vu(self, c: Vu) -> str:
         for k in range(4):

@@ -8,7 +8,8 @@ err are relative to their memory.  err fields by code (unused fields: -1 in err[
   BAD_PARAM       err[4] = parameter number, err[5] = value, err[6] = extra (the other pad for
                   pad_lo + pad_hi > size, the window extent needed for NU, hi for lo > hi, the
                   limit for an oversized element count; err[4] = -1, err[5] = rows or cols
-                  for an NU array size below 1).  A bad (M, S) table entry of
+                  for an NU array size below 1, or err[5] = cols, err[6] = rows for a
+                  nu.dwconv on an array with more columns than rows).  A bad (M, S) table entry of
                   vu.requant.pc: err[1..3] = space and bytes of the int32, err[5] = value,
                   err[6] = element index, err[7] = 0 for M, 1 for S.
   NO_SUCH_MEMORY  err[1] = err[5] = the space id.
@@ -22,10 +23,11 @@ err are relative to their memory.  err fields by code (unused fields: -1 in err[
                   (NU: err[5] = unit).
 """
 from .dma import dma_burst_bytes, dma_bytes, dma_copy
-from .nu import nu_conv, nu_macs
+from .nu import NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_dw_macs, nu_dwconv, nu_macs
 from .vu import (VU_ADD, VU_CLIP, VU_DIVR, VU_MOV, VU_MUL, VU_OPS, VU_POOL_MAX, VU_POOL_SUM,
                  VU_REQUANT, VU_REQUANT_PC, vu_exec, vu_work)
 
-__all__ = ["dma_burst_bytes", "dma_bytes", "dma_copy", "nu_conv", "nu_macs", "vu_exec", "vu_work", "VU_OPS",
+__all__ = ["dma_burst_bytes", "dma_bytes", "dma_copy", "nu_conv", "nu_macs", "nu_dwconv", "nu_dw_macs",
+           "NU_CONV", "NU_CONV_ACC", "NU_DWCONV", "NU_DWCONV_ACC", "vu_exec", "vu_work", "VU_OPS",
            "VU_REQUANT", "VU_REQUANT_PC", "VU_ADD", "VU_MUL", "VU_CLIP", "VU_POOL_MAX",
            "VU_POOL_SUM", "VU_DIVR", "VU_MOV"]

@@ -131,6 +131,94 @@ def _scatter(mem: np.ndarray, base: int, sizes: np.ndarray, strides: np.ndarray,
 
 
 @njit(cache=True)
+def _copy_run(mem: np.ndarray, d: int, ds: int, s: int, ss: int, n: int, elem: int) -> None:
+    """Copy n elements from s (stride ss) to d (stride ds), in order; source and destination apart.
+
+    A contiguous run copies through one-dimensional views (the loop vectorises,
+    ~50x faster than indexing mem); a strided one indexes mem with uint64
+    positions, which spares numba's negative-index fix-up on every access (4x).
+    Negative strides wrap modulo 2**64 to the same (checked, in-bounds) bytes.
+    """
+    if n <= 0:
+        return
+    if ds == elem and ss == elem:
+        dv = mem[d:d + n * elem]
+        sv = mem[s:s + n * elem]
+        for b in range(n * elem):
+            dv[b] = sv[b]
+        return
+    du, dsu, su, ssu = np.uint64(d), np.uint64(ds), np.uint64(s), np.uint64(ss)
+    if elem == 1:
+        for j in range(n):
+            ju = np.uint64(j)
+            mem[du + ju * dsu] = mem[su + ju * ssu]
+        return
+    for j in range(n):
+        ju = np.uint64(j)
+        for b in range(elem):
+            bu = np.uint64(b)
+            mem[du + ju * dsu + bu] = mem[su + ju * ssu + bu]
+
+
+@njit(cache=True)
+def _fill_run(mem: np.ndarray, d: int, ds: int, n: int, elem: int, pad: np.ndarray) -> None:
+    """Write the pad element n times from d (stride ds)."""
+    du, dsu = np.uint64(d), np.uint64(ds)
+    for j in range(n):
+        at = du + np.uint64(j) * dsu
+        for b in range(elem):
+            mem[at + np.uint64(b)] = pad[b]
+
+
+@njit(cache=True)
+def _merge_dims(sizes: np.ndarray, pad_lo: np.ndarray, pad_hi: np.ndarray, src_strides: np.ndarray,
+                dst_strides: np.ndarray) -> None:
+    """Fold each unpadded dimension that continues the one below it on both sides into it (in place).
+
+    Element order is unchanged, so the copy writes the same bytes in the same order;
+    a folded dimension is left with size 1.
+    """
+    for k in range(1, 4):
+        lo = k - 1
+        while lo > 0 and sizes[lo] == 1 and pad_lo[lo] == 0 and pad_hi[lo] == 0:
+            lo -= 1
+        if (sizes[k] > 1 and pad_lo[k] == 0 and pad_hi[k] == 0 and pad_lo[lo] == 0
+                and pad_hi[lo] == 0 and src_strides[k] == sizes[lo] * src_strides[lo]
+                and dst_strides[k] == sizes[lo] * dst_strides[lo]):
+            sizes[lo] *= sizes[k]
+            sizes[k] = 1
+
+
+@njit(cache=True)
+def _copy_apart(mem: np.ndarray, sbase: int, dbase: int, sizes: np.ndarray, pad_lo: np.ndarray,
+                pad_hi: np.ndarray, src_strides: np.ndarray, dst_strides: np.ndarray, elem: int,
+                pad: np.ndarray) -> None:
+    """The box copy straight from source to destination, in element order (no temporary).
+
+    For memories that cannot overlap (different spaces): then reading everything
+    first, as _gather and _scatter do, changes nothing.  Rows run as whole
+    contiguous or strided runs after _merge_dims.
+    """
+    _merge_dims(sizes, pad_lo, pad_hi, src_strides, dst_strides)
+    lo0 = pad_lo[0]
+    hi0 = sizes[0] - pad_hi[0]
+    for i3 in range(sizes[3]):
+        in3 = pad_lo[3] <= i3 < sizes[3] - pad_hi[3]
+        for i2 in range(sizes[2]):
+            in2 = in3 and pad_lo[2] <= i2 < sizes[2] - pad_hi[2]
+            for i1 in range(sizes[1]):
+                a = dbase + i3 * dst_strides[3] + i2 * dst_strides[2] + i1 * dst_strides[1]
+                if not (in2 and pad_lo[1] <= i1 < sizes[1] - pad_hi[1]):
+                    _fill_run(mem, a, dst_strides[0], sizes[0], elem, pad)
+                    continue
+                s = (sbase + (i3 - pad_lo[3]) * src_strides[3] + (i2 - pad_lo[2]) * src_strides[2]
+                     + (i1 - pad_lo[1]) * src_strides[1])
+                _fill_run(mem, a, dst_strides[0], lo0, elem, pad)
+                _copy_run(mem, a + lo0 * dst_strides[0], dst_strides[0], s, src_strides[0], hi0 - lo0, elem)
+                _fill_run(mem, a + hi0 * dst_strides[0], dst_strides[0], sizes[0] - hi0, elem, pad)
+
+
+@njit(cache=True)
 def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, dspace: int,
              daddr: int, sspace: int, saddr: int, p: np.ndarray, err: np.ndarray) -> int:
     """Run one dma command (all checks first); return an errors code, filling err on failure."""
@@ -160,13 +248,17 @@ def dma_copy(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, ds
         rc = _check_inside(space_size, sspace, saddr, inner, src_strides, elem, err)
     if rc != errors.OK:
         return rc
+    pad = np.empty(elem, dtype=np.uint8)
+    for b in range(elem):
+        pad[b] = (p[P_PAD_VALUE] >> (8 * b)) & 0xFF
+    if dspace != sspace:
+        _copy_apart(mem, space_base[sspace] + saddr, space_base[dspace] + daddr, sizes, pad_lo, pad_hi,
+                    src_strides, dst_strides, elem, pad)
+        return errors.OK
     n_inner = inner[0] * inner[1] * inner[2] * inner[3] if reads else 0
     src = np.empty(n_inner * elem, dtype=np.uint8)
     if reads:
         _gather(mem, space_base[sspace] + saddr, inner, src_strides, elem, src)
-    pad = np.empty(elem, dtype=np.uint8)
-    for b in range(elem):
-        pad[b] = (p[P_PAD_VALUE] >> (8 * b)) & 0xFF
     _scatter(mem, space_base[dspace] + daddr, sizes, dst_strides, pad_lo, pad_hi, elem, pad, src)
     return errors.OK
 

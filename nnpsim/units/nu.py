@@ -1,4 +1,5 @@
-"""NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution (docs/architecture.md, NU).
+"""NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution, and nu.dwconv, its depthwise
+mode (docs/architecture.md, NU).
 
 Parameter snapshot: the nu.* group (in_h, in_w, in_cb, out_h, out_w, out_cb, k_h, k_w,
 stride_h, stride_w, dil_h, dil_w, x_zp), offsets from nnp1.toml (nnpsim.isa_layout), which
@@ -6,11 +7,13 @@ must keep this order: the checks walk them as one run.  Check order: parameter r
 parameter order), x_zp, array shape, window fits the tile (height, width), unit, spaces (abuf,
 ibuf, wbuf), alignment (racc % 4, rin % rows, rw % rows), bounds (abuf, ibuf, wbuf).
 
-The product is an integer matrix product written as rank-1 updates over contiguous int32 rows,
-which LLVM vectorises.  Sums wrap modulo 2**32 as they go: the accumulator keeps only that
-much, and wrapping commutes with addition, so the result is exact.  (A BLAS float64 product
-was faster on an idle machine but collapsed 15x under load from BLAS's own threads, and
-pulled in scipy.)
+The product is an integer matrix product: im2col rows of int16 (x - x_zp fits: |.| <= 255)
+against one contiguous int16 row of weights per array column, each output one dot product
+summed in int64, which LLVM vectorises into 16-bit multiply-adds (about 4x the int32
+rank-1 updates this replaced).  The sum is exact (|sum| < K * 2**15) and the accumulator
+keeps its low 32 bits, wrapping as the hardware's does.  (A BLAS float64 product was
+faster on an idle machine but collapsed 15x under load from BLAS's own threads, and pulled
+in scipy.)
 """
 from __future__ import annotations
 
@@ -18,17 +21,20 @@ import numpy as np
 from numba import njit
 
 from .. import errors
+from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, WBUF, offsets
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
-OPS = ("conv", "conv_acc")
-"""The ops this kernel implements (a semantics row's `op`; conv_acc adds to ABUF)."""
+OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc")
+"""The ops this kernel implements (a semantics row's `op`; the _acc ops add to ABUF, dwconv is the
+depthwise mode).  A command's op code (its fields[0]) is the op's index here."""
+NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC = range(len(OPS))
 GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
                           "stride_w", "dil_h", "dil_w", "x_zp")))
-CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (4 MiB of int32)
+CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (2 MiB of int16)
 
 
 @njit(cache=True)
@@ -79,22 +85,26 @@ def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: 
 
 @njit(cache=True)
 def _weights(mem: np.ndarray, wb: int, out_cb: int, k: int, cols: int) -> np.ndarray:
-    """WBUF [out_cb][K][C] as an int32 [K][out_cb * C] matrix."""
-    w = np.empty((k, out_cb * cols), dtype=np.int32)
+    """WBUF [out_cb][K][C] as an int16 [out_cb * C][K] matrix (one contiguous row per array column)."""
+    w8 = mem[wb:wb + out_cb * k * cols].view(np.int8)
+    w = np.empty((out_cb * cols, k), dtype=np.int16)
     for ob in range(out_cb):
         for j in range(k):
-            row = wb + (ob * k + j) * cols
+            row = (ob * k + j) * cols
             for c in range(cols):
-                w[j, ob * cols + c] = load_i8(mem, row + c)
+                w[ob * cols + c, j] = w8[row + c]
     return w
 
 
 @njit(cache=True)
 def _im2col(mem: np.ndarray, ib: int, p: np.ndarray, rows: int, p0: int, x: np.ndarray) -> None:
-    """Fill x[q, k] = I[cb, ih, iw, r] - x_zp for output pixels p0 .. p0 + len(x) - 1."""
+    """Fill x[q, k] = I[cb, ih, iw, r] - x_zp (int16: |I - x_zp| <= 255) for output pixels p0 .. p0 + len(x) - 1."""
     in_h, in_w, in_cb = p[IN_H], p[IN_W], p[IN_CB]
     out_w, k_h, k_w = p[OUT_W], p[K_H], p[K_W]
-    zp = p[X_ZP]
+    zp = np.int16(p[X_ZP])
+    i8 = mem.view(np.int8)
+    flat = x.reshape(-1)
+    at = 0
     for q in range(x.shape[0]):
         oh = (p0 + q) // out_w
         ow = (p0 + q) % out_w
@@ -104,23 +114,31 @@ def _im2col(mem: np.ndarray, ib: int, p: np.ndarray, rows: int, p0: int, x: np.n
                 for kw in range(k_w):
                     iw = ow * p[STRIDE_W] + kw * p[DIL_W]
                     src = ib + ((cb * in_h + ih) * in_w + iw) * rows
-                    kb = ((cb * k_h + kh) * k_w + kw) * rows
+                    # one-dimensional views: plain loops over them vectorise
+                    d = flat[at:at + rows]
+                    v = i8[src:src + rows]
                     for r in range(rows):
-                        x[q, kb + r] = load_i8(mem, src + r) - zp
+                        d[r] = np.int16(v[r]) - zp
+                    at += rows
 
 
 @njit(cache=True)
 def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Product of int32 [n, k] and [k, m] matrices, modulo 2**32."""
+    """Product of int16 [n, k] and the transpose of int16 [m, k], modulo 2**32.
+
+    Each output is one dot product of two contiguous int16 rows summed in int64
+    (|sum| < k * 2**15, far inside int64), which LLVM turns into pairwise
+    multiply-adds of 16-bit lanes; the low 32 bits are the accumulator's.
+    """
     n, k = x.shape
-    m = w.shape[1]
-    y = np.zeros((n, m), dtype=np.int32)
+    m = w.shape[0]
+    y = np.empty((n, m), dtype=np.int32)
     for q in range(n):
-        for j in range(k):
-            a = x[q, j]
-            if a != 0:
-                for c in range(m):
-                    y[q, c] += a * w[j, c]
+        for c in range(m):
+            s = np.int64(0)
+            for j in range(k):
+                s += np.int64(x[q, j]) * np.int64(w[c, j])
+            y[q, c] = wrap32(s)
     return y
 
 
@@ -142,20 +160,23 @@ def nu_conv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
     pixels = p[OUT_H] * p[OUT_W]
     k = p[IN_CB] * p[K_H] * p[K_W] * rows
     w = _weights(mem, wb, out_cb, k, cols)
+    # ABUF bases are 64-byte aligned and racc % 4 == 0 (checked): whole int32s, host order
+    # little-endian like the machine's.
+    acc = mem[ab:ab + out_cb * pixels * cols * 4].view(np.int32)
     chunk = max(1, min(pixels, CHUNK_ELEMS // k))
     for p0 in range(0, pixels, chunk):
         n = min(chunk, pixels - p0)
-        x = np.empty((n, k), dtype=np.int32)
+        x = np.empty((n, k), dtype=np.int16)
         _im2col(mem, ib, p, rows, p0, x)
         y = _matmul(x, w)
         for ob in range(out_cb):
             for q in range(n):
-                at = ab + ((ob * pixels + p0 + q) * cols) * 4
+                at = (ob * pixels + p0 + q) * cols
                 for c in range(cols):
-                    v = np.int64(y[q, ob * cols + c])
                     if accumulate:
-                        v += load_i32(mem, at + 4 * c)
-                    store_i32(mem, at + 4 * c, v)
+                        acc[at + c] = wrap32(np.int64(acc[at + c]) + y[q, ob * cols + c])
+                    else:
+                        acc[at + c] = y[q, ob * cols + c]
     return errors.OK
 
 
@@ -164,5 +185,95 @@ def nu_macs(p: np.ndarray, rows: int, cols: int) -> int:
     """MACs of the command on the array: out_cb*in_cb*k_h*k_w*out_h*out_w*rows*cols (saturated)."""
     n = sat_mul(rows, cols)
     for j in (OUT_CB, IN_CB, K_H, K_W, OUT_H, OUT_W):
+        n = sat_mul(n, max(p[j], 0))
+    return n
+
+
+@njit(cache=True)
+def _check_dw_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int,
+                       p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    """nu.dwconv's unit, spaces, alignment and bounds: ABUF [in_cb][out_h][out_w][cols] int32,
+    IBUF [in_cb][in_h][in_w][rows], WBUF per block [cols] int32 biases then [k_h][k_w][cols] int8."""
+    if cols > rows:      # column c reads IBUF lane c of each pixel: there must be one
+        return bad_param(err, -1, cols, rows)
+    if unit < 0 or unit >= MAX_UNITS:
+        return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
+    abuf, ibuf, wbuf = ABUF + unit, IBUF + unit, WBUF + unit
+    for s in (abuf, ibuf, wbuf):
+        rc = check_space(space_size, s, err)
+        if rc != errors.OK:
+            return rc
+    if racc % 4 != 0:
+        return fail(err, errors.MISALIGNED, abuf, racc, racc + 3, -1, racc, 4, 0)
+    if rin % rows != 0:
+        return fail(err, errors.MISALIGNED, ibuf, rin, rin + rows - 1, -1, rin, rows, 0)
+    if rw % cols != 0:
+        return fail(err, errors.MISALIGNED, wbuf, rw, rw + cols - 1, -1, rw, cols, 0)
+    acc_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[OUT_H]), p[OUT_W]), cols * 4)
+    in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
+    w_bytes = sat_mul(sat_mul(p[IN_CB], sat_mul(p[K_H], p[K_W]) + 4), cols)   # SPAN_LIMIT + 4 fits int64
+    for s, a, n in ((abuf, racc, acc_bytes), (ibuf, rin, in_bytes), (wbuf, rw, w_bytes)):
+        first = clamp_addr(a)
+        rc = check_bounds(space_size, s, first, first + n - 1, err)
+        if rc != errors.OK:
+            return rc
+    return errors.OK
+
+
+@njit(cache=True)
+def nu_dwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int,
+              racc: int, rin: int, rw: int, p: np.ndarray, accumulate: bool, rows: int, cols: int,
+              err: np.ndarray) -> int:
+    """Run nu.dwconv (accumulate False) or nu.dwconv.acc (True): per block cb and column c, ABUF (+)=
+    bias c + sum over the window of (IBUF lane c - x_zp) * weight lane c, int32 wrapping; return an
+    errors code."""
+    rc = _check_params(p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    rc = _check_dw_memories(space_size, unit, racc, rin, rw, p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    ib = space_base[IBUF + unit] + rin
+    wb = space_base[WBUF + unit] + rw
+    ab = space_base[ABUF + unit] + racc
+    in_h, in_w, in_cb = p[IN_H], p[IN_W], p[IN_CB]
+    out_h, out_w, k_h, k_w = p[OUT_H], p[OUT_W], p[K_H], p[K_W]
+    zp = p[X_ZP]
+    taps = k_h * k_w
+    block = (4 + taps) * cols
+    w = np.empty((taps, cols), dtype=np.int64)
+    bias = np.empty(cols, dtype=np.int64)
+    acc = np.empty(cols, dtype=np.int64)
+    for cb in range(in_cb):
+        for c in range(cols):
+            bias[c] = load_i32(mem, wb + cb * block + 4 * c)
+        for j in range(taps):
+            for c in range(cols):
+                w[j, c] = load_i8(mem, wb + cb * block + 4 * cols + j * cols + c)
+        for oh in range(out_h):
+            for ow in range(out_w):
+                acc[:] = bias
+                for kh in range(k_h):
+                    ih = oh * p[STRIDE_H] + kh * p[DIL_H]
+                    for kw in range(k_w):
+                        iw = ow * p[STRIDE_W] + kw * p[DIL_W]
+                        src = ib + ((cb * in_h + ih) * in_w + iw) * rows
+                        j = kh * k_w + kw
+                        for c in range(cols):      # |terms| < 2**15, taps < 2**40, |bias| < 2**31: no int64 overflow
+                            acc[c] += (load_i8(mem, src + c) - zp) * w[j, c]
+                at = ab + ((cb * out_h + oh) * out_w + ow) * cols * 4
+                for c in range(cols):
+                    v = acc[c]
+                    if accumulate:
+                        v += load_i32(mem, at + 4 * c)
+                    store_i32(mem, at + 4 * c, v)
+    return errors.OK
+
+
+@njit(cache=True)
+def nu_dw_macs(p: np.ndarray, cols: int) -> int:
+    """MACs of a nu.dwconv: in_cb*k_h*k_w*out_h*out_w*cols, one per column and tap (saturated)."""
+    n = cols
+    for j in (IN_CB, K_H, K_W, OUT_H, OUT_W):
         n = sat_mul(n, max(p[j], 0))
     return n

@@ -21,28 +21,31 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import vu_elem_bytes
+from ..timing import vu_cycles, vu_elem_bytes, vu_pool_cycles
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
-       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg")
+       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
- VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG) = (_CODE[op] for op in OPS)
+ VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
 N_CODES = 256
 IS_OP = np.zeros(N_CODES, np.bool_)
 IS_WINDOW = np.zeros(N_CODES, np.bool_)
+IS_POOL_TIMED = np.zeros(N_CODES, np.bool_)
 WIDTHS = np.zeros((N_CODES, 3), np.int64)
-"""Per op code: a VU op at all, one that walks a pooling window, element bytes of d, a, b."""
+"""Per op code: a VU op at all, one that walks a pooling window, one timed by timing.vu_pool_cycles,
+element bytes of d, a, b."""
 for _row in (r for r in rows_of("VU") if r.op in OPS):
     _c = _CODE[_row.op]
     IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
+    IS_POOL_TIMED[_c] = _row.timing == "vu_pool_cycles"
 
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
@@ -247,9 +250,53 @@ def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float,
 
 
 @njit(cache=True)
+def _div_round(x: int, n: int) -> int:
+    """saturate8(sign(x) * ((|x| + n // 2) // n)), n > 0: the quotient rounded half away from zero."""
+    q = ((x if x >= 0 else -x) + n // 2) // n
+    return _clip(q if x >= 0 else -q, -128, 127)
+
+
+@njit(cache=True)
+def _requant_fast(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes: int, p: np.ndarray,
+                  out: np.ndarray) -> bool:
+    """out for vu.requant / vu.requant.pc when no element fails a check; False (out unusable) if one might.
+
+    The conv epilogue runs millions of these elements.  This loop has no early
+    exit: it folds every element's checks into one flag, and a command that
+    trips it (a bad (M, S) entry, or |a - za| >= 2**31, where the product
+    check needs the exact test) reruns through _compute's general loop, which
+    reports the first failure in element order.  Same arithmetic otherwise:
+    (1 << s) >> 1 is rshift_round's rounding term, 0 for s = 0.
+    """
+    za, zp_out, lo, hi = p[ZA], p[ZP_OUT], p[LO], p[HI]
+    per_channel = op == VU_REQUANT_PC
+    m, s = p[MA], p[SHIFT]
+    ok = True
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a_row = base + ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                b_row = base + rb + i3 * p[B_STRIDE + 3] + i2 * p[B_STRIDE + 2] + i1 * p[B_STRIDE + 1]
+                for i0 in range(p[N0]):
+                    x = _load(mem, a_row + i0 * p[A_STRIDE], a_bytes) - za
+                    if per_channel:
+                        m = load_i32(mem, b_row + i0 * p[B_STRIDE])
+                        s = load_i32(mem, b_row + i0 * p[B_STRIDE] + 4)
+                        ok &= (m > 0) & (s >= 0) & (s <= 62)
+                        s = min(max(s, 0), 62)
+                    ok &= (x < M_LIMIT) & (x > -M_LIMIT)
+                    out[e] = _clip((((x * m) + ((np.int64(1) << s) >> 1)) >> s) + zp_out, lo, hi)
+                    e += 1
+    return ok
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
+    if (op == VU_REQUANT or op == VU_REQUANT_PC) and _requant_fast(mem, base, op, ra, rb, a_bytes, p, out):
+        return errors.OK
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
     fx, fy, fc = 0.0, 0.0, 0.0
@@ -271,7 +318,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                         out[e] = _favg(mem, base + a_at, p, n, fx, fy, lo, hi)
                         e += 1
                         continue
-                    if op == VU_POOL_MAX or op == VU_POOL_SUM:
+                    if op == VU_POOL_MAX or op == VU_POOL_SUM or op == VU_POOL_ACC or op == VU_POOL_AVG:
                         best = -128
                         total = 0
                         for wh in range(p[WIN_H]):
@@ -282,8 +329,13 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                                 total += x
                         if op == VU_POOL_MAX:
                             out[e] = best
-                        elif total < -M_LIMIT or total >= M_LIMIT:
+                        elif total < -M_LIMIT or total >= M_LIMIT:     # the int32 accumulator
                             return _overflow(err, space, a_at, 1, e)
+                        elif op == VU_POOL_AVG:
+                            n = load_i32(mem, base + b_at)
+                            if n <= 0:
+                                return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
+                            out[e] = _div_round(total, n)
                         else:
                             out[e] = total
                         e += 1
@@ -341,8 +393,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                         n = load_i32(mem, base + b_at)
                         if n <= 0:
                             return fail(err, errors.DIV_BY_ZERO, space, b_at, b_at + 3, -1, n, e, 0)
-                        q = ((x if x >= 0 else -x) + n // 2) // n
-                        out[e] = _clip(q if x >= 0 else -q, -128, 127)
+                        out[e] = _div_round(x, n)
                     elif op == VU_MOV:
                         out[e] = x
                     else:       # a semantics row whose op has no case here: loud, never another op
@@ -363,7 +414,7 @@ def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
                 for i0 in range(p[N0]):
                     at = row + i0 * p[D_STRIDE]
                     if d_bytes == 1:
-                        mem[at] = _clip(out[e], -128, 127) & 0xFF
+                        mem[np.uint64(at)] = _clip(out[e], -128, 127) & 0xFF
                     else:
                         store_i32(mem, at, out[e])
                     e += 1
@@ -413,3 +464,13 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
         window = p[WIN_H] * p[WIN_W]
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
+
+
+@njit(cache=True)
+def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles or vu_pool_cycles)."""
+    n_out, window, elem = vu_work(op, p, sdt, ddt)
+    if elem > 0 and IS_POOL_TIMED[op]:
+        d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
+        return vu_pool_cycles(n_out, window, d_bytes, a_bytes, b_bytes, bytes_per_cycle, latency)
+    return vu_cycles(n_out, window, elem, bytes_per_cycle, latency)

@@ -1,0 +1,80 @@
+"""Pooling kernels against their DDR bound: average, global average and sum pooling, compiled and simulated.
+
+    python benchmarks/pooling.py [--config HW.toml]
+
+For each case: a random int8 input, the compiled kernel on the simulator, its
+output compared with the op's numpy reference (compiler.semantics), then
+cycles, the roofline bound (compiler.roofline: least DDR bytes over DDR bytes
+per cycle, pooling has no MACs) and their ratio.  The integer forms run
+vu.pool.avg / vu.pool.acc; the float forms are onnxruntime's
+QLinearGlobalAveragePool (vu.pool.acc then vu.requant.f) and
+QLinearAveragePool (vu.pool.favg, float32 per window element).
+Target: every average, global average and sum pool at <= 1.5x its bound
+(the exit status is 1 if one is missed), except those marked: a window of
+nine that the VU reads at one byte a lane per window element, which keeps
+the VU above the DDR's pace whatever the schedule (3x3 stride 1: 13 bytes of
+VU work per output against 5 of DDR traffic; 3x3 stride 2 averaging: 14
+against 5), and the float windowed average, whose float32 sums run at four
+bytes per window element.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from compiler import ops  # noqa: E402
+from compiler.kernel import build  # noqa: E402
+from nnpsim.config import load_config  # noqa: E402
+
+TARGET = 1.5
+F = dict(scale_x=np.float32(0.05), scale_out=np.float32(0.04), zp_out=-3)
+
+
+def cases() -> list[tuple[str, object, bool]]:
+    """(name, op, held to the target) of every measured pool."""
+    return [
+        ("global avg 1280x7x7 (MobileNetV2)", ops.global_avg_pool2d((1, 1280, 7, 7)), True),
+        ("global avg 2048x7x7 (ResNet-50)", ops.global_avg_pool2d((1, 2048, 7, 7)), True),
+        ("global avg 1280x7x7, float form", ops.global_avg_pool2d((1, 1280, 7, 7), x_zp=5, **F), True),
+        ("global avg 512x14x14, float form", ops.global_avg_pool2d((1, 512, 14, 14), x_zp=-2, **F), True),
+        ("avg 2x2/2 64x56x56", ops.avg_pool2d((1, 64, 56, 56), 2, 2), True),
+        ("avg 2x2/2 256x28x28", ops.avg_pool2d((1, 256, 28, 28), 2, 2), True),
+        ("avg 3x3/2 pad 1 96x35x35", ops.avg_pool2d((1, 96, 35, 35), 3, 2, 1, count_include_pad=False), False),
+        ("sum 2x2/2 64x56x56", ops.sum_pool2d((1, 64, 56, 56), 2, 2), True),
+        ("sum 3x3/1 32x28x28", ops.sum_pool2d((1, 32, 28, 28), 3, 1), False),
+        ("avg 3x3/1 pad 1 64x28x28", ops.avg_pool2d((1, 64, 28, 28), 3, 1, 1), False),
+        ("avg 2x2/2 64x56x56, float form", ops.avg_pool2d((1, 64, 56, 56), 2, 2, x_zp=1, **F), False),
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    rng = np.random.default_rng(1)
+    missed = []
+    print(f"{'pool':<38} {'cycles':>9} {'bound':>9} {'ratio':>6} {'predicted':>10}  exact")
+    for name, op, held in cases():
+        kernel = build(op, config=cfg)
+        x = rng.integers(-128, 128, op.inputs[0].shape, dtype=np.int8)
+        exact = np.array_equal(kernel(x), op.reference(x))
+        cycles, bound = kernel.stats.cycles, kernel.roofline_cycles
+        print(f"{name:<38} {cycles:>9,} {bound:>9,} {cycles / bound:>6.2f} {kernel.predicted_cycles:>10,}  "
+              f"{'yes' if exact else 'NO'}" + ("" if held else "  (not held to the target)"))
+        if not exact:
+            missed.append(f"{name}: not bit-exact")
+        elif held and cycles > TARGET * bound:
+            missed.append(f"{name}: {cycles / bound:.2f}x its bound (target <= {TARGET})")
+    for line in missed:
+        print(f"target missed: {line}", file=sys.stderr)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Fusion over the graph: kernels that hold several anchors (convolutions, dense, pooling), decided by cost.
+
+network.partition gives every anchor its epilogue (relu / clip, one residual add).
+This pass then looks at the kernels whose output feeds exactly one other kernel,
+as that kernel's first input (a chain: conv -> conv, conv -> pool, a ResNet
+bottleneck conv1 -> conv2 -> conv3 + shortcut add, a MobileNet inverted residual
+expand -> depthwise -> project + add).  Walking each chain, it prices the kernel
+so far extended by the next one against the two apart, with the compiler's cost
+model (cost.schedule_cycles of each best schedule, the same prices the layer table
+reports), and extends it only when the fused kernel is predicted faster.  Inside a
+fused kernel the intermediates stay on chip in DM (lowering.fusion); a chain whose
+intermediate would not fit half of DM is not fused.  Every decision is recorded
+with its predicted gain (`nnpc compile --report` prints them).
+
+build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node
+(network.per_node).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .errors import CompileError
+from .ops import Conv2d, Dense, Elementwise, Pool2d
+
+MAX_ANCHORS = 4     # anchors in one fused kernel: a bottleneck or inverted residual has three
+CHAINABLE = (Conv2d, Dense, Elementwise, Pool2d)
+
+
+@dataclass
+class Decision:
+    """One priced merge: the kernel so far and the next one, apart and fused."""
+
+    members: list[str]           # the kernels' names, the proposed fused kernel in order
+    ops: str
+    apart_cycles: int            # predicted: the kernel so far plus the next one, each alone
+    fused_cycles: int | None     # predicted for the fused kernel (None: it cannot be built)
+    fused: bool
+    why: str = ""
+
+    @property
+    def gain(self) -> float:
+        """Predicted fraction of the cycles the merge saves (negative: it would cost)."""
+        if self.fused_cycles is None or not self.apart_cycles:
+            return 0.0
+        return 1.0 - self.fused_cycles / self.apart_cycles
+
+    def line(self) -> str:
+        """One line of the report."""
+        head = f"{'fuse' if self.fused else 'keep apart'}: {' + '.join(self.members)} ({self.ops})"
+        if self.fused_cycles is None:
+            return f"{head}: {self.why}"
+        return (f"{head}: apart {self.apart_cycles:,}, fused {self.fused_cycles:,} predicted cycles, "
+                f"gain {100 * self.gain:+.1f}%" + (f" ({self.why})" if self.why else ""))
+
+
+def links(graph, groups: list) -> dict[int, int]:
+    """k -> j where kernel k's output feeds kernel j alone, as its first input and nowhere else."""
+    users: dict[str, list[int]] = {}
+    for j, g in enumerate(groups):
+        for v in g.inputs:
+            users.setdefault(v, []).append(j)
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    out = {}
+    outputs = set(graph.outputs)
+    for k, g in enumerate(groups):
+        v = g.output
+        js = users.get(v, [])
+        if v in outputs or len(js) != 1 or readers.get(v, 0) != 1:
+            continue
+        j = js[0]
+        h = groups[j]
+        if h.inputs[0] != v or v in h.inputs[1:]:
+            continue
+        if not all(isinstance(op, CHAINABLE) for op in g.ops + h.ops):
+            continue
+        out[k] = j
+    return out
+
+
+def chains(graph, groups: list) -> list[list[int]]:
+    """Maximal runs of linked kernels (indices into groups), each of two or more."""
+    nxt = links(graph, groups)
+    heads = set(nxt) - set(nxt.values())
+    out = []
+    for k in sorted(heads):
+        run = [k]
+        while run[-1] in nxt:
+            run.append(nxt[run[-1]])
+        out.append(run)
+    return out
+
+
+def anchors(ops) -> int:
+    """Convolutions, dense and pooling ops in a chain."""
+    return sum(isinstance(op, (Conv2d, Dense, Pool2d)) for op in ops)
+
+
+def merged(parts: list):
+    """One kernel of several linked kernels: their ops in order, the first's inputs then the others' second ones."""
+    return replace(parts[0], nodes=[n for g in parts for n in g.nodes], ops=tuple(op for g in parts for op in g.ops),
+                   inputs=list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]],
+                   output=parts[-1].output, parts=list(parts))
+
+
+def too_big_intermediate(parts: list, dm_bytes: int) -> str:
+    """Why the chain's intermediates cannot all stay in DM ('' if they can)."""
+    for g in parts[:-1]:
+        t = g.ops[-1].output
+        if t.nbytes > dm_bytes // 2:
+            return f"intermediate {g.output} ({t.nbytes:,} bytes) does not fit half of DM ({dm_bytes // 2:,})"
+    return ""
+
+
+def fuse(graph, groups: list, price: Callable, dm_bytes: int) -> tuple[list, list[Decision]]:
+    """The kernels with every chain fused where the cost model says it pays; the decisions made.
+
+    price(group) gives the predicted cycles of a kernel alone, or raises CompileError.
+    """
+    fused_at: dict[int, list[int]] = {}
+    decisions: list[Decision] = []
+    for run in chains(graph, groups):
+        cur, cur_cycles = [run[0]], price(groups[run[0]])
+        for j in run[1:]:
+            parts = [groups[i] for i in cur + [j]]
+            apart = cur_cycles + price(groups[j])
+            names = [g.name for g in parts]
+            ops = " -> ".join("+".join(o.kind for o in g.ops) for g in parts)
+            why = too_big_intermediate(parts, dm_bytes)
+            if not why and anchors([o for g in parts for o in g.ops]) > MAX_ANCHORS:
+                why = f"more than {MAX_ANCHORS} anchors"
+            cycles = None
+            if not why:
+                try:
+                    cycles = int(price(merged(parts)))
+                except CompileError as exc:
+                    why = f"cannot be built: {exc}"
+            ok = cycles is not None and cycles < apart
+            decisions.append(Decision(names, ops, int(apart), cycles, ok, why))
+            if ok:
+                cur, cur_cycles = cur + [j], cycles
+            else:
+                if len(cur) > 1:
+                    fused_at[cur[-1]] = cur
+                cur, cur_cycles = [j], price(groups[j])
+        if len(cur) > 1:
+            fused_at[cur[-1]] = cur
+    inside = {i for run in fused_at.values() for i in run}
+    out = []
+    for k, g in enumerate(groups):
+        if k in fused_at:
+            out.append(merged([groups[i] for i in fused_at[k]]))
+        elif k not in inside:
+            out.append(g)
+    return out, decisions

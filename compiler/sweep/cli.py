@@ -1,0 +1,100 @@
+"""`nnpc sweep`: run a sweep file's points and write one row per point.
+
+Exit status: 0 the sweep ran (points that could not be compiled or run are rows with an
+error; the summary counts them); 1 a sweep file, option or results file that cannot be
+used (the message names the key or option); 2 a bad command line; 130 interrupted (the
+rows written so far stay, and the same command resumes).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 130
+
+EPILOG = """\
+examples:
+  nnpc sweep sweep.toml -o results.csv                  # local process pool, one worker per core
+  nnpc sweep sweep.toml -o results.csv --workers 2 --plot pareto.png
+  nnpc sweep sweep.toml -o results.csv --dask local:4   # a Dask LocalCluster of 4 workers
+  nnpc sweep sweep.toml -o results.csv --dask tcp://scheduler:8786
+
+Running the same command again computes only the points without a row.  The file
+format, the columns, the cache and the area proxy are in docs/sweep.md.
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser of `nnpc sweep`."""
+    ap = argparse.ArgumentParser(prog="nnpc sweep", description="compile and simulate every point of a "
+                                 "design-space sweep", epilog=EPILOG,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", help="the sweep file (TOML; docs/sweep.md)")
+    ap.add_argument("-o", "--output", required=True, help="results file: .csv, or .parquet (needs pyarrow)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, help="size of the local process pool (default: one per core)")
+    where.add_argument("--dask", metavar="ADDRESS",
+                       help="run on Dask: tcp://HOST:8786 (a running scheduler) or local:N (a LocalCluster "
+                            "of N workers); needs the scale extra")
+    cache = ap.add_mutually_exclusive_group()
+    cache.add_argument("--cache", metavar="DIR", help="compile cache directory (default ~/.cache/nnpc/sweep)")
+    cache.add_argument("--no-cache", action="store_true", help="compile every point from scratch")
+    ap.add_argument("--limit", type=int, metavar="N", help="run at most N of the pending points, then stop")
+    ap.add_argument("--plot", metavar="FILE.png", help="plot cycles against the area proxy, Pareto front "
+                                                       "marked (needs the plot extra)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar and no front table")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `nnpc sweep ...` (argv without the word sweep)."""
+    args = parser().parse_args(argv)
+    from .plot import front_table, plot_front
+    from .runner import run_sweep
+    from .spec import SweepError
+
+    try:
+        if args.limit is not None and args.limit < 0:
+            raise SweepError(f"--limit must be 0 or more, got {args.limit}")
+        if args.plot:
+            _check_plot()
+        cache = None if args.no_cache else (args.cache or "default")
+        sweep, outcome, rows = run_sweep(args.sweep, args.output, workers=args.workers, dask=args.dask,
+                                         cache=cache, limit=args.limit, progress=not args.quiet)
+    except SweepError as exc:
+        print(f"nnpc sweep: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print(f"nnpc sweep: interrupted; the rows written so far are in {args.output}: run the same command "
+              "to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except RuntimeError as exc:
+        print(f"nnpc sweep: error: {exc}; the rows so far are in {args.output}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        print(f"nnpc sweep: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    left = outcome.points - outcome.skipped - outcome.computed
+    print(f"nnpc sweep: {outcome.points} points: {outcome.computed} computed in {outcome.seconds:.1f} s"
+          f" ({outcome.failed} with an error), {outcome.skipped} already in {args.output}"
+          + (f", {left} left for the next run" if left else "")
+          + (f"; {outcome.dropped} damaged row(s) dropped from the file" if outcome.dropped else ""))
+    errors = sum(bool(r["error"]) for r in rows)
+    if errors:
+        print(f"nnpc sweep: {errors} of the sweep's {len(rows)} rows have an error (the error column says why)")
+    if not args.quiet and rows:
+        print(front_table(rows, sweep.axis_keys))
+    if args.plot:
+        plot_front(rows, args.plot, sweep.area)
+        print(f"nnpc sweep: wrote {args.plot}")
+    return EXIT_OK
+
+
+def _check_plot() -> None:
+    """Fail before running anything when --plot cannot be drawn."""
+    import importlib.util
+
+    from .plot import PLOT_EXTRA
+    from .spec import SweepError
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SweepError(f"--plot needs matplotlib: {PLOT_EXTRA}")

@@ -1,0 +1,143 @@
+"""The sweep loop: the points not yet done go to the executor; each row is appended as it arrives."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, wait
+from dataclasses import dataclass
+
+from .executors import Pool
+from .points import Point
+from .results import Results
+from .run_point import run_point, task
+
+WINDOW = 2      # tasks submitted per worker: enough to keep every worker busy, few to lose on a kill
+
+
+@dataclass
+class Outcome:
+    """What one run did."""
+
+    points: int             # in the sweep
+    skipped: int            # already in the results file
+    computed: int           # run now
+    failed: int             # of those, rows with an error
+    seconds: float
+    dropped: int = 0        # damaged rows (cut short by a kill) dropped from the results file
+
+
+def pending(points: list[Point], results: Results) -> list[Point]:
+    """The points without a row yet, in point order."""
+    done = results.done()
+    return [p for p in points if p.hash not in done]
+
+
+def run(points: list[Point], results: Results, pool: Pool, cache_dir: str | None, area: dict,
+        limit: int | None = None, progress: bool = True) -> Outcome:
+    """Run every pending point (at most `limit`) on the pool, appending rows as they finish."""
+    start = time.perf_counter()
+    todo = pending(points, results)
+    skipped = len(points) - len(todo)
+    if limit is not None:
+        todo = todo[:limit]
+    bar = _bar(len(todo), progress)
+    queue = iter(todo)
+    inflight = {}
+    computed = failed = 0
+    try:
+        while True:
+            while len(inflight) < WINDOW * pool.workers:
+                p = next(queue, None)
+                if p is None:
+                    break
+                inflight[pool.executor.submit(run_point, task(p, cache_dir, area))] = p
+            if not inflight:
+                break
+            finished, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                p = inflight.pop(fut)
+                row = _row(fut, p)
+                results.append(row)
+                computed += 1
+                failed += bool(row["error"])
+                bar.update(1)
+                bar.set_postfix_str(f"{p.workload.name}: {row['cycles'] or row['error'][:40]}", refresh=False)
+    finally:
+        for fut in inflight:
+            fut.cancel()
+        bar.close()
+    return Outcome(len(points), skipped, computed, failed, time.perf_counter() - start)
+
+
+def _row(fut, p: Point) -> dict:
+    """The future's row; a worker that died or could not be reached is a row with that error."""
+    try:
+        return fut.result()
+    except BrokenExecutor as exc:
+        raise RuntimeError(f"a worker process died while running point {p.index} ({p.workload.name}): {exc} "
+                           "(a script that starts a sweep must do it under `if __name__ == \"__main__\":`: "
+                           "each worker process imports it again)") from None
+    except Exception as exc:     # noqa: BLE001 - e.g. a Dask worker lost: the point's row says so
+        from .run_point import COLUMNS
+        from .points import toolchain_version
+        row = {c: None for c in COLUMNS}
+        row.update(point=p.index, hash=p.hash, workload=p.workload.name, kind=p.workload.kind,
+                   toolchain=toolchain_version(), error=f"the executor failed: {type(exc).__name__}: {exc}")
+        return row
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(total: int, progress: bool):
+    """A tqdm bar with ETA on a terminal (nothing without tqdm, when told not to, or output redirected)."""
+    if not progress:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, unit="point", desc="sweep", disable=None, dynamic_ncols=True)
+
+
+def default_cache() -> str:
+    """$XDG_CACHE_HOME/nnpc/sweep (~/.cache/nnpc/sweep): shared by every sweep of this user."""
+    import os
+    from pathlib import Path
+    return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nnpc" / "sweep")
+
+
+def run_sweep(sweep_file, output, *, workers: int | None = None, dask: str | None = None,
+              cache: str | None = "default", limit: int | None = None, progress: bool = True):
+    """Load a sweep file and run its pending points into `output`: (Sweep, Outcome, this sweep's rows).
+
+    cache: a directory, "default" (default_cache()) or None for none.
+    """
+    from .executors import open_pool
+    from .points import points as make_points
+    from .run_point import COLUMNS
+    from .spec import load_sweep
+
+    sweep = load_sweep(sweep_file)
+    pts = make_points(sweep)
+    results = Results(output, COLUMNS)
+    cache_dir = default_cache() if cache == "default" else cache
+    try:
+        waiting = len(pending(pts, results))
+        if waiting and limit != 0:
+            with open_pool(workers, dask) as pool:
+                outcome = run(pts, results, pool, cache_dir, sweep.area, limit, progress)
+        else:
+            outcome = Outcome(len(pts), len(pts) - waiting, 0, 0, 0.0)
+    finally:
+        results.close()
+    outcome.dropped = results.dropped
+    mine = {p.hash for p in pts}
+    return sweep, outcome, sorted((r for r in results.rows if r["hash"] in mine), key=lambda r: r["point"])
