@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python -m compiler.demo
+	$(BIN)/python -m compiler.dynamic_demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

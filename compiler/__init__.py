@@ -4,6 +4,7 @@ Whole networks: build(graph) compiles a compiler.graph.Graph into one program (a
 GraphModule runs it, load() reads a saved one back.
 """
 from . import ops
+from .dims import Dim
 from .errors import CompileError
 from .graph import Graph, QuantParams
 from .kernel import Kernel, build
@@ -13,6 +14,6 @@ from .quant import quantize_multiplier, quantize_multipliers
 from .runtime import GraphModule
 from .schedule import Schedule
 
-__all__ = ["CompileError", "Graph", "GraphModule", "Kernel", "Library", "QuantParams", "Schedule", "build", "from_onnx", "load",
+__all__ = ["CompileError", "Dim", "Graph", "GraphModule", "Kernel", "Library", "QuantParams", "Schedule", "build", "from_onnx", "load",
            "ops", "quantize_multiplier",
            "quantize_multipliers"]

@@ -197,10 +197,15 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
 
     With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
-    instead of searching.  Given a compiler.Graph instead, compile the whole network into one
-    program (a compiler.network.Library); fuse=False keeps one kernel per graph node.
+    instead of searching.  Given an op with a compiler.Dim in its shape, one program for its whole range
+    (compiler.dynamic_kernel.DynamicKernel).  Given a compiler.Graph instead, compile the whole network into
+    one program (a compiler.network.Library); fuse=False keeps one kernel per graph node.
     """
     cfg = (config or Config()).validate()
+    from .dims import DynamicOp
+    if isinstance(op, DynamicOp):
+        from .dynamic_kernel import build_dynamic
+        return build_dynamic(op, *more_ops, config=cfg, schedule=schedule)
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")

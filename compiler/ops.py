@@ -348,7 +348,13 @@ def _bias(bias, o: int) -> np.ndarray | None:
 
 def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
            multiplier=None, shift=None, scale=None, zp_out=0, lo=-128, hi=127) -> Conv2d:
-    """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's."""
+    """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's.
+    A compiler.Dim in x_shape (batch, height, width) makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("conv2d", lambda shape: conv2d(
+            shape, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, x_zp=x_zp,
+            multiplier=multiplier, shift=shift, scale=scale, zp_out=zp_out, lo=lo, hi=hi), x_shape)
     x_shape = _shape("x_shape", x_shape, 4)
     w = _int_array("weight", weight, INT8, ndim=4)
     groups = _int("groups", groups, 1, x_shape[1])
@@ -485,7 +491,10 @@ def _check_global_float(op: Pool2d) -> None:
 
 
 def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
-    """Max pooling; padding never wins."""
+    """Max pooling; padding never wins.  A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("max_pool2d", lambda s: max_pool2d(s, kernel, stride, padding), x_shape)
     return _pool("max", x_shape, kernel, stride, padding)
 
 
@@ -578,6 +587,11 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("add", lambda s: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
+                                               scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
+                                               hi=hi), shape, ("a", "b"))
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
@@ -600,6 +614,11 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("mul", lambda s: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
+                                               scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
+                                               zp_out=zp_out, lo=lo, hi=hi), shape, ("a", "b"))
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
@@ -615,12 +634,18 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
 
 def relu(shape, zp=0) -> Elementwise:
     """max(x, zp)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("relu", lambda s: relu(s, zp), shape)
     zp = _int("zp", zp, *INT8)
     return Elementwise("clip", _shape("shape", shape), lo=zp, hi=127)
 
 
 def clip(shape, lo, hi) -> Elementwise:
     """clip(x, lo, hi)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("clip", lambda s: clip(s, lo, hi), shape)
     _, lo, hi = _clamp(0, lo, hi)
     return Elementwise("clip", _shape("shape", shape), lo=lo, hi=hi)
 

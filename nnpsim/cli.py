@@ -20,6 +20,7 @@ import numpy as np
 from isa_spec.program import BinaryError, Program
 
 from .config import ConfigError, config_toml, load_config
+from . import argblock
 from .errors import SimError
 from .simulator import DTYPES, Simulator
 from .stats import format_summary, summarize
@@ -118,6 +119,15 @@ def _load_input(sim: Simulator, program: Program, name: str, path: str) -> None:
     arr = _read_npy(path)
     want = DTYPES[buf.dtype]
     shape = tuple(buf.shape)
+    dynamic = argblock.signature(program)
+    if dynamic is not None and name in dynamic.buffers:     # any in-range shape: the sizes come from it
+        if arr.dtype.newbyteorder("=") != want.newbyteorder("="):
+            raise UserError(f"--input {name}: {path} holds {arr.dtype}; buffer {name} expects {buf.dtype}")
+        try:
+            sim.write(name, arr.astype(want, copy=False))
+        except ValueError as exc:
+            raise UserError(f"--input {name}: {path}: {exc}") from None
+        return
     if arr.shape != shape or arr.dtype.newbyteorder("=") != want.newbyteorder("="):
         raise UserError(f"--input {name}: {path} holds {arr.dtype} of shape {arr.shape}; buffer {name} "
                         f"expects {buf.dtype} of shape {shape}")

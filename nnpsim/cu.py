@@ -12,6 +12,7 @@ from numba import njit
 
 from isa_spec import Isa, decode_program, load_isa
 
+from . import errors
 from .semantics import SEMANTICS, unit_op_codes
 from .timing import cu_cycles
 
@@ -22,7 +23,7 @@ from .timing import cu_cycles
  OP_SLTU, OP_MIN, OP_MAX, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
  OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(26)
 OP_SYNC = 64
-OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU = range(OP_SYNC, OP_SYNC + 7)
+OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU, OP_LD = range(OP_SYNC, OP_SYNC + 8)
 
 CU_OPERATIONS = {
     "nop": OP_NOP, "add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "and": OP_AND, "or": OP_OR,
@@ -31,6 +32,7 @@ CU_OPERATIONS = {
     "blt": OP_BLT, "bge": OP_BGE, "bltu": OP_BLTU, "bgeu": OP_BGEU, "jal": OP_JAL,
     "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "halt": OP_HALT,
     "sem_signal": OP_SEM_SIGNAL, "sem_wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
+    "ld": OP_LD,
 }
 """The operations the CU implements, by the name a semantics row gives in its `op`."""
 UNIT_OPS = {"DMA": OP_DMA, "NU": OP_NU, "VU": OP_VU}
@@ -150,6 +152,25 @@ _COLUMN_OF = {
     "signal": C_SIGNAL, "rs": C_RS1, "dspace": C_F0, "sspace": C_F1, "racc": C_RD,
     "rin": C_RS1, "rw": C_RS2, "ra": C_RS1, "rb": C_RS2, "sdt": C_F1, "ddt": C_F2,
 }
+
+
+@njit(cache=True, inline="always")
+def load_word(mem: np.ndarray, base: int, size: int, addr: int, err: np.ndarray) -> tuple[int, int]:
+    """(error code, value) of `ld`: the little-endian int32 at byte addr of a memory at base, size bytes."""
+    if addr % 4 != 0:
+        err[1] = 0
+        err[2] = addr
+        err[3] = addr + 3
+        err[4] = -1
+        return errors.MISALIGNED, 0
+    if addr < 0 or addr + 4 > size:
+        err[1] = 0
+        err[2] = addr
+        err[3] = addr + 3
+        return errors.OUT_OF_BOUNDS, 0
+    a = base + addr
+    v = np.int64(mem[a]) | (np.int64(mem[a + 1]) << 8) | (np.int64(mem[a + 2]) << 16) | (np.int64(mem[a + 3]) << 24)
+    return 0, wrap32(v)
 
 
 @njit(cache=True)

@@ -26,7 +26,7 @@ from numba import njit
 from . import errors
 from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
-                 OP_SYNC, OP_VU, exec_pure, unset_mask)
+                 OP_SYNC, OP_VU, OP_LD, exec_pure, load_word, unset_mask, wrap32)
 from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES,
                      M_DDR_BURST, M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
                      M_START, M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_COLS,
@@ -335,9 +335,15 @@ def _issue(t: int, i: int, op: int, prog: np.ndarray, regs: np.ndarray, params: 
 def _cu_sync(t: int, i: int, prog: np.ndarray, regs: np.ndarray, params: np.ndarray,
              ag: np.ndarray, queue: np.ndarray, cmd: np.ndarray, sems: np.ndarray,
              cfg: np.ndarray, err: np.ndarray, sync: np.ndarray, ctr: np.ndarray,
-             st: np.ndarray) -> tuple[int, int, int]:
+             st: np.ndarray, mem: np.ndarray, space: np.ndarray) -> tuple[int, int, int]:
     """Try synchronising instruction i: (errors code, stall reason or -1, stall argument)."""
     op = prog[i, C_OP]
+    if op == OP_LD:
+        code, v = load_word(mem, space[S_BASE, SPACE_DDR], space[S_SIZE, SPACE_DDR],
+                            wrap32(regs[prog[i, C_RS1]] + prog[i, C_IMM]), err)
+        if code == 0 and prog[i, C_RD] != 0:
+            regs[prog[i, C_RD]] = v
+        return code, -1, 0
     if op == OP_HALT:
         st[ST_CU_STATE] = CU_HALTED
         return 0, -1, 0
@@ -388,7 +394,7 @@ def _run_pure(prog: np.ndarray, regs: np.ndarray, params: np.ndarray, st: np.nda
 def _cu_phase(t: int, t_units: int, prog: np.ndarray, regs: np.ndarray, params: np.ndarray,
               ag: np.ndarray, queue: np.ndarray, cmd: np.ndarray, sems: np.ndarray,
               cfg: np.ndarray, err: np.ndarray, sync: np.ndarray, ctr: np.ndarray,
-              stall: np.ndarray, st: np.ndarray) -> int:
+              stall: np.ndarray, st: np.ndarray, mem: np.ndarray, space: np.ndarray) -> int:
     """Phase 3: the CU executes (or retries) one instruction at t, then pure ones up to t_units."""
     pc = st[ST_PC]
     i = pc >> 3
@@ -402,7 +408,7 @@ def _cu_phase(t: int, t_units: int, prog: np.ndarray, regs: np.ndarray, params: 
         _run_pure(prog, regs, params, st, min(t_units, cfg[K_MAX_CYCLES]), cfg[K_PENALTY])
         return 0
     code, reason, arg = _cu_sync(t, i, prog, regs, params, ag, queue, cmd, sems, cfg, err, sync,
-                                 ctr, st)
+                                 ctr, st, mem, space)
     if code != 0:
         st[ST_ERR_AGENT] = 0
         st[ST_ERR_CMD] = -1
@@ -481,7 +487,7 @@ def _build():
             state = st[ST_CU_STATE]
             if state == CU_STALLED or (state == CU_RUNNING and st[ST_CU_TIME] == t):
                 code = _cu_phase(t, t_units, prog, regs, params, ag, queue, cmd, sems, cfg, err,
-                                 sync, ctr, stall, st)
+                                 sync, ctr, stall, st, mem, space)
                 if code != 0:
                     break
 

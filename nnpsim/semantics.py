@@ -67,6 +67,7 @@ _ROWS = (
     _cu("sem.signal", "sem_signal", timing="cu_sync_cycles"),
     _cu("sem.wait", "sem_wait", timing="cu_sync_cycles"),
     _cu("barrier", timing="cu_sync_cycles"),
+    _cu("ld", timing="cu_sync_cycles"),
     Semantics("dma", "DMA", "copy", "dma", (ELEM, ELEM, 0), "dma_cycles"),
     Semantics("nu.conv", "NU", "conv", "nu", (4, 1, 1), "nu_conv_cycles"),
     Semantics("nu.conv.acc", "NU", "conv_acc", "nu_acc", (4, 1, 1), "nu_conv_cycles"),

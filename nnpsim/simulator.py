@@ -6,7 +6,7 @@ import numpy as np
 from isa_spec import DecodeError, decode, load_isa
 from isa_spec.layout import from_stored, stored_shape, to_stored
 
-from . import errors, races
+from . import argblock, errors, races
 from .config import Config, target_mismatches
 from .cu import PARAM_REGS, decode_for_engine, new_param_file
 from .engine import (N_STATE, ST_CU_STATE, ST_CYCLE, ST_ERR_AGENT, ST_ERR_CMD, ST_ERR_PC,
@@ -32,6 +32,8 @@ class Simulator:
         self.program = None
         self.last_log: RunLog | None = None
         self._table: np.ndarray | None = None
+        self._dynamic = None
+        self._dims: dict[str, int] = {}
 
     def load(self, program) -> None:
         """Check its `.target` against this machine, decode it, clear every memory, place its data in DDR."""
@@ -55,12 +57,17 @@ class Simulator:
         self.program = program
         self._table = table
         self.last_log = None
+        self._dynamic = argblock.signature(program)     # None unless built for a range of shapes
+        self._dims: dict[str, int] = {}
 
     def write(self, name: str, array) -> None:
         """Store a tensor, given in the buffer's logical shape and dtype, into its DDR buffer."""
         buf = self._buffer(name)
         a = np.asarray(array)
         want = DTYPES[buf.dtype]
+        if self._dynamic is not None and name in self._dynamic.buffers:
+            self._write_dynamic(name, buf, a)
+            return
         if a.shape != tuple(buf.shape) or a.dtype.newbyteorder("<") != want:
             raise ValueError(f"buffer {name} holds {buf.dtype} of shape {tuple(buf.shape)}; "
                              f"got {a.dtype} of shape {a.shape}")
@@ -68,10 +75,30 @@ class Simulator:
         raw = stored.view(np.uint8).reshape(-1)
         self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
 
+    def _write_dynamic(self, name: str, buf, a: np.ndarray) -> None:
+        """A tensor of an in-range shape packed at the start of its buffer, and the argument block."""
+        if a.dtype.newbyteorder("<") != DTYPES[buf.dtype]:
+            raise ValueError(f"buffer {name} holds {buf.dtype}; got {a.dtype}")
+        self._dims = argblock.infer(self._dynamic, name, a.shape, self._dims)
+        raw = np.ascontiguousarray(a.astype(DTYPES[buf.dtype], copy=False)).view(np.uint8).reshape(-1)
+        self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
+        words = argblock.block(self._dynamic, self._dims).view(np.uint8)
+        self.memory.view(SPACE_DDR, self._buffer(self._dynamic.args).addr, words.size)[:] = words
+
+    def dims(self) -> dict[str, int]:
+        """The dim values the argument block holds (SimError naming one out of range)."""
+        args = self._buffer(self._dynamic.args)
+        words = self.memory.view(SPACE_DDR, args.addr, 4 * len(self._dynamic.dims)).copy().view("<i4")
+        return argblock.check(self._dynamic, words)
+
     def read(self, name: str) -> np.ndarray:
         """A buffer's contents in its logical shape and dtype."""
         buf = self._buffer(name)
         want = DTYPES[buf.dtype]
+        if self._dynamic is not None and name in self._dynamic.buffers:
+            shape = self._dynamic.shape(name, self.dims())
+            n = int(np.prod(shape, dtype=np.int64))
+            return self.memory.view(SPACE_DDR, buf.addr, n * want.itemsize).copy().view(want).reshape(shape)
         shape = stored_shape(buf.layout, tuple(buf.shape))
         nbytes = int(np.prod(shape, dtype=np.int64)) * want.itemsize
         raw = self.memory.view(SPACE_DDR, buf.addr, nbytes).copy()
@@ -81,6 +108,8 @@ class Simulator:
         """Run the loaded program to halt; return its Stats (SimError, with .log and .stats, on failure)."""
         if self._table is None:
             raise SimError("no program loaded: call load(program) first")
+        if self._dynamic is not None:
+            self.dims()          # a bad argument block stops here, naming the dimension
         limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
         if limit < 0:
             raise ValueError(f"max_cycles must be >= 0, got {limit}")

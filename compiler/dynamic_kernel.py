@@ -1,0 +1,116 @@
+"""Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
+
+The lowerings in compiler/lowering/dynamic*.py write the assembly; this
+module assembles it and wraps it in a DynamicKernel that writes the argument
+block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnpsim.config import Config
+
+from .dims import DynamicChain, DynamicOp
+from .errors import CompileError
+from .ops import Conv2d, Elementwise, Pool2d
+
+
+@dataclass
+class DynamicKernel:
+    """A compiled dynamic kernel: call it with an input of any in-range shape."""
+
+    op: DynamicOp
+    asm: str
+    program: object
+    config: Config
+    rows_per_tile: dict[int, int] | None   # conv2d: input width -> output rows per tile
+    files: dict[str, bytes]
+    check_races: bool = False
+    stats: object = None
+
+    def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """Run on the simulator: the argument block is written from the inputs' shapes."""
+        from nnpsim.simulator import Simulator
+
+        arrays = [np.asarray(a) for a in inputs]
+        self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
+        sim = Simulator(self.config)
+        sim.load(self.program)
+        for name, a in zip(self.op.names, arrays):
+            if a.dtype != np.int8:
+                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected int8")
+            sim.write(name, a)
+        races = self.check_races if check_races is None else check_races
+        self.stats = sim.run(check_races=races)
+        return sim.read("y")
+
+    def save_asm(self, path) -> None:
+        """Write the assembly and, beside it, the constant files it includes with .incbin."""
+        from pathlib import Path
+
+        path = Path(path)
+        path.write_text(self.asm)
+        for name, blob in self.files.items():
+            path.with_name(name).write_bytes(blob)
+
+    def save(self, path) -> None:
+        """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
+        self.program.save(path)
+
+
+def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
+                  rows_per_tile: int | None = None) -> DynamicKernel:
+    """Compile a DynamicOp (or a chain of them) into one program for its whole range."""
+    from .kernel import assemble
+
+    if schedule is not None:
+        raise CompileError("a dynamic op takes no schedule= so far")
+    if more_ops:
+        return build_chain((op,) + more_ops, config)
+    asm, files, rows = lower_one(op, config, rows_per_tile)
+    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+
+
+def build_chain(ops: tuple, config: Config) -> DynamicKernel:
+    """Compile dynamic ops that keep their Dims (each output feeds the next) into one program."""
+    from .kernel import assemble
+    from .lowering.dynamic_chain import compose
+
+    for k, o in enumerate(ops):
+        if not isinstance(o, DynamicOp) or o.names != ("x",):
+            raise CompileError(f"a dynamic chain takes one-input dynamic ops (a Dim in each shape); op {k} is "
+                               f"{o!r}")
+    programs = [lower_one(o, config)[:2] for o in ops]
+    asm, files = compose(programs, [o.kind for o in ops])
+    chain = DynamicChain(tuple(ops))
+    return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
+
+
+def check_ddr(op: DynamicOp, config: Config) -> None:
+    """CompileError unless the buffers for the largest shape fit DDR."""
+    big = op.largest
+    need = sum(t.nbytes for t in big.inputs) + big.output.nbytes
+    if need > config.ddr_bytes // 2:
+        dims = ", ".join(f"{d.name} <= {d.hi}" for d in op.dims)
+        raise CompileError(f"{op.kind}: the buffers for the largest shape ({dims}) need {need:,} bytes, more "
+                           f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
+
+
+def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
+    check_ddr(op, config)
+    if isinstance(op.largest, Conv2d):
+        from .lowering.dynamic import lower_conv
+        asm, files, rows = lower_conv(op, config, rows_per_tile)
+    elif isinstance(op.largest, Pool2d):
+        from .lowering.dynamic_pool import lower_pool
+        asm, files, rows = lower_pool(op, config)
+    elif isinstance(op.largest, Elementwise):
+        from .lowering.dynamic_elementwise import lower_elementwise
+        asm, files, rows = lower_elementwise(op, config)
+    else:
+        raise CompileError(f"dynamic shapes are lowered for conv2d, max_pool2d, add, mul, relu and clip so "
+                           f"far, not {op.kind}")
+    return asm, files, rows

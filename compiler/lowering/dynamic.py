@@ -1,0 +1,441 @@
+"""A conv2d over a range of shapes: one program that reads its sizes from an argument block.
+
+The CU `ld`s batch, height and width from the block, computes the output
+size, the padded width and every DMA, NU and VU size and stride from them in
+registers (`setp param, rs, imm`), and loops over tiles of output rows:
+full tiles of `th` rows, then the remainder (min(th, rows left)).  Each tile
+is loaded with its halo (padding by DMA), convolved on the NU onto a bias
+broadcast, drained to VBUF, requantised and stored; two buffer sets let tile
+k+1 load while tile k computes, and the CU waits for tile k-2's store before
+reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nnpsim.config import Config, shape_target
+
+from ..dims import Dim, DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d
+
+MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
+TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
+
+
+def _log2(what: str, v: int) -> int:
+    if v & (v - 1):
+        raise CompileError(f"dynamic conv2d: {what} = {v} is not a power of two (the CU has no divide: the "
+                           f"output size is computed with a shift)")
+    return v.bit_length() - 1
+
+
+class _Geometry:
+    """The static facts of the op and the two buffer sets (each half of IBUF, ABUF, VBUF after the table)."""
+
+    def __init__(self, op: DynamicOp, cfg: Config):
+        big: Conv2d = op.largest
+        if not isinstance(big, Conv2d):
+            raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
+        if big.groups != 1:
+            raise CompileError(f"dynamic conv2d: groups = {big.groups} is not supported yet (groups = 1 only)")
+        if big.scale is not None:
+            raise CompileError("dynamic conv2d: the float form (scale=) is not supported yet; give "
+                               "multiplier= and shift=")
+        self.op, self.cfg = op, cfg
+        self.R, self.C = cfg.nu_rows, cfg.nu_cols
+        n, c, h, w = big.x_shape
+        self.c, self.o = c, big.out_channels
+        self.kh, self.kw = big.kernel
+        self.sh, self.sw = big.stride
+        self.dh, self.dw = big.dilation
+        self.pt, self.pl, self.pb, self.pr = big.padding
+        self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
+        self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
+        self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
+        # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
+        # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
+        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
+        self.kw_nu = 1 if self.fold > 1 else self.kw
+        self.tab = -(-self.out_cb * self.C * 8 // 64) * 64
+        self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
+        self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.tab) // 2) // 128 * 128
+        self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
+        self.wbytes = self.out_cb * self.w_block
+        wd = op.x_shape[3]
+        self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
+        self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
+
+    def out_size(self, n: int, k: int, lo: int, hi: int, shift: int) -> int:
+        return ((n + lo + hi - k) >> shift) + 1
+
+    def fit(self, w: int) -> int:
+        """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
+        ow = self.out_size(w, self.ekw, self.pl, self.pr, self.lsw)
+        by_acc = self.ab // (self.out_cb * ow * self.C * 4)
+        by_in = ((self.ib // (self.in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
+        return max(0, min(by_acc, by_in))
+
+    def in_width(self, w: int) -> int:
+        """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
+        if self.fold > 1:
+            return (self.out_size(w, self.ekw, self.pl, self.pr, self.lsw) - 1) * self.sw + 1
+        return w + self.pl + self.pr
+
+    def fits(self) -> str:
+        """Why the largest shape does not fit the machine, or ''."""
+        if self.wbytes > self.cfg.wbuf_bytes:
+            return f"the weights need {self.wbytes} bytes of WBUF, it has {self.cfg.wbuf_bytes}"
+        if self.tab > self.cfg.vbuf_bytes // 2:
+            return f"the (M, S) table needs {self.tab} bytes of VBUF, more than half its {self.cfg.vbuf_bytes}"
+        if self.fit(self.widths[-1]) < 1:
+            return (f"one output row at the largest width {self.widths[-1]} does not fit half of IBUF "
+                    f"({self.ib} bytes) and half of ABUF/VBUF ({self.ab} bytes)")
+        return ""
+
+
+def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
+    """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
+    work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
+    from nnpsim.timing import nu_conv_cycles
+
+    ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
+    total = 0
+    for n, h in heights:
+        oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
+        full, rest = divmod(oh, th)
+        for rows, count in ((th, full), (rest, 1 if rest else 0)):
+            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+            total += n * count * (nu + TILE_OVERHEAD)
+        total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
+    return total
+
+
+def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
+    """(n, h) at the low end, the middle and the high end of their ranges."""
+    n, _, h, _ = op.x_shape
+    pick = lambda d, f: d.lo + int(round(f * (d.hi - d.lo))) if isinstance(d, Dim) else d   # noqa: E731
+    return [(pick(n, f), pick(h, f)) for f in (0.0, 0.5, 1.0)]
+
+
+def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
+    """For every width of the range, the rows per tile that fit it and price cheapest over sample heights."""
+    g = _Geometry(op, cfg)
+    if len(g.widths) > MAX_WIDTHS:
+        raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
+                           f"{MAX_WIDTHS} widths (its table of tile heights has one word per width)")
+    why = g.fits()
+    if why:
+        raise CompileError(f"dynamic conv2d does not fit this machine: {why}")
+    heights = sample_heights(op)
+    oh_max = op.largest.out_hw[0]
+    for w in g.widths:
+        options = range(1, min(g.fit(w), oh_max) + 1)
+        g.rows[w] = min(options, key=lambda th: (price(g, th, w, heights), -th))
+    return g
+
+
+def constants(g: _Geometry) -> dict[str, bytes]:
+    """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
+    big = g.op.largest
+    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
+    if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
+        folded = big.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
+        wt[:g.o, :g.kw * g.c, :, 0] = folded
+    else:
+        wt[:g.o, :g.c] = big.weight
+    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
+    bias = np.zeros(g.out_cb * g.C, dtype="<i4")
+    if big.bias is not None:
+        bias[:g.o] = big.bias
+    ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
+    ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
+    return {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_bias.bin": bias.tobytes(),
+            "dyn_ms.bin": ms.tobytes()}
+
+
+def _axis(d, add: int, shift: int) -> str:
+    """An output axis ((d + add) >> shift) + 1 in a note: the Dim's name when that is d itself."""
+    if not isinstance(d, Dim):
+        return str(((d + add) >> shift) + 1)
+    return d.name if (add, shift) == (-1, 0) else f"{d.name}:{add}:{shift}"
+
+
+def fold_channels(asm: str, channels: int) -> str:
+    """The program with its DMA channels (ch0 loads, ch1 weights and drains, ch2 stores, ch3 bias) folded
+    onto the configured ones: one queue only adds order (no command waits on one behind it)."""
+    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{int(m.group(2)) % channels}", asm)
+
+
+def axis_name(d) -> str:
+    """An axis in a `.target dynamic.buffer.*` note: a Dim's name or the fixed size."""
+    return d.name if isinstance(d, Dim) else str(d)
+
+
+def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
+    """The `.target dynamic.*` notes that describe the argument block and the buffers to nnpsim."""
+    dims = " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in op.dims)
+    shape = " ".join(axis_name(d) for d in op.x_shape)
+    return ([f'.target dynamic.dims, "{dims}"', '.target dynamic.args, "args"']
+            + [f'.target dynamic.buffer.{t}, "{shape}"' for t in op.names]
+            + [f'.target dynamic.buffer.y, "{" ".join(y_axes)}"'])
+
+
+def notes(g: _Geometry) -> list[str]:
+    """The conv's notes: its output's height and width follow from the input's."""
+    n, _, h, w = g.op.x_shape
+    return target_notes(g.op, [axis_name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
+                               _axis(w, g.pl + g.pr - g.ekw, g.lsw)])
+
+
+# Registers: sizes, loop state, buffer addresses, temporaries.
+RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"
+RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
+RMAX = "r31"
+T = [f"r{k}" for k in range(19, 31)]
+S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W = "s0", "s1", "s2", "s3", "s4", "s5", "s6"
+
+
+def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
+    lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
+
+
+def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
+    """Emit a tile's input rows: (rows, first virtual row, pad top, first real row, pad bottom, scratch) from
+    RTH (its output rows), ROH0 (its first) and RH (the input height), all clamped: a tile may lie wholly in
+    the padding."""
+    rows, vstart, plo, start, phi, tmp = regs
+    i(f"addi    {rows}, {RTH}, -1")
+    i(f"muli    {rows}, {rows}, {sh}")
+    i(f"addi    {rows}, {rows}, {ekh}")
+    i(f"muli    {vstart}, {ROH0}, {sh}")
+    i(f"addi    {vstart}, {vstart}, {-pt}")
+    i(f"sub     {plo}, r0, {vstart}")
+    i(f"max     {plo}, {plo}, r0")
+    i(f"min     {plo}, {plo}, {rows}")
+    i(f"max     {start}, {vstart}, r0")
+    i(f"min     {start}, {start}, {RH}")
+    i(f"add     {phi}, {vstart}, {rows}")
+    i(f"sub     {phi}, {phi}, {RH}")
+    i(f"max     {phi}, {phi}, r0")
+    i(f"sub     {tmp}, {rows}, {plo}")
+    i(f"min     {phi}, {phi}, {tmp}")
+
+
+def program_text(g: _Geometry) -> str:
+    """The assembly of the dynamic kernel."""
+    op, big, cfg = g.op, g.op.largest, g.cfg
+    n, c, h, w = op.x_shape
+    idx = {d.name: k for k, d in enumerate(op.dims)}
+    L = [f"; dynamic kernel: {op!r}", "; output rows per tile read from a table by input width; full width;"
+         " two buffer sets", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()] + ["        " + s for s in notes(g)]
+    x_max, y_max = big.x_shape, big.output.shape
+    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
+          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
+          f"        .space {int(np.prod(x_max))}", "        .align 64",
+          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}",
+          "        .align 64", "dyn_w:", '        .incbin "dyn_w.bin"', "        .align 64",
+          "dyn_bias:", '        .incbin "dyn_bias.bin"', "        .align 64", "dyn_ms:", '        .incbin "dyn_ms.bin"',
+          "        .align 64", f"dyn_rows:                               ; output rows per tile, by input width from "
+          f"{g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
+          "", "        .text", "main:"]
+    e = L.append
+
+    def i(s):
+        e("        " + s)
+
+    def setp(param, v):
+        i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
+
+    def dma_box(elem, dims, pad_value=0):
+        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
+        setp("dma.elem", elem)
+        setp("dma.pad_value", pad_value)
+        for k in range(4):
+            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
+            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
+                setp(f"dma.{p}{k}", v)
+
+    i("la      r1, args")
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        _size(L, reg, d, idx)
+    e("        ; output size, padded width, plane sizes")
+    i(f"addi    {ROH}, {RH}, {g.pt + g.pb - g.ekh}")
+    i(f"srai    {ROH}, {ROH}, {g.lsh}")
+    i(f"addi    {ROH}, {ROH}, 1")
+    i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
+    i(f"srai    {ROW}, {ROW}, {g.lsw}")
+    i(f"addi    {ROW}, {ROW}, 1")
+    if g.fold > 1:
+        i(f"addi    {RWP}, {ROW}, -1")
+        i(f"slli    {RWP}, {RWP}, {g.lsw}")
+        i(f"addi    {RWP}, {RWP}, 1")
+    else:
+        i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+    i(f"mul     {RHW}, {RH}, {RW}")
+    i(f"mul     {ROHW}, {ROH}, {ROW}")
+    e("        ; rows per tile for this width (the compiler's table)")
+    i(f"slli    {T[0]}, {RW}, 2")
+    i(f"la      {T[1]}, dyn_rows - {4 * g.widths[0]}")
+    i(f"add     {T[0]}, {T[0]}, {T[1]}")
+    i(f"ld      {RMAX}, {T[0]}, 0")
+    e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
+    e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
+    e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
+    e("        ; the first broadcast")
+    w_block = g.w_block
+    dma_box(1, [(w_block, 1, 1, 0, 0)])
+    i(f"la      {T[0]}, dyn_w")
+    for ob in range(g.out_cb):
+        i(f"li      {T[1]}, {ob * w_block}")
+        i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
+        i(f"addi    {T[0]}, {T[0]}, {w_block}")
+    dma_box(4, [(g.out_cb * g.C * 2, 4, 4, 0, 0)])
+    i(f"la      {T[0]}, dyn_ms")
+    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}]")
+    setp("dma.size0", g.out_cb * g.C)
+    i(f"la      {T[0]}, dyn_bias")
+    i(f"dma     ch3, dm[r0], ddr[{T[0]}]")
+    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
+        setp(f"nu.{p}", v)
+    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", 8),
+                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
+                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
+        setp(f"vu.{p}", v)
+    i(f"li      {RI}, 0")
+    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
+    i(f"li      {RB}, 0")
+    i(f"li      {RPEND}, 0")
+    e("batch:")
+    i(f"li      {ROH0}, 0")
+    e("tile:")
+    e(f"        ; rows of this tile: th, or the remainder")
+    i(f"sub     {RTH}, {ROH}, {ROH0}")
+    i(f"min     {RTH}, {RTH}, {RMAX}")
+    e("        ; buffers of tile k-2 are reused: wait for its store")
+    i(f"li      {T[0]}, 2")
+    i(f"blt     {RPEND}, {T[0]}, free")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    e("free:")
+    i(f"muli    {RIB}, {RB}, {g.ib}")
+    i(f"muli    {RAB}, {RB}, {g.ab}")
+    i(f"muli    {RVB}, {RB}, {g.ab}")
+    i(f"addi    {RVB}, {RVB}, {g.tab}")
+    i(f"mul     {RPIX}, {RTH}, {ROW}")
+    e("        ; bias broadcast dm -> abuf")
+    i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
+    # only the real channels when there is one block: the others' accumulators are never read
+    dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
+                (g.out_cb, 4 * g.C, T[1], 0, 0)])
+    i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
+    e("        ; input rows with halo -> ibuf")
+    rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
+    halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
+    src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
+    i(f"mul     {src}, {RI}, {RHW}")
+    i(f"muli    {src}, {src}, {g.c}")
+    i(f"mul     {T[11]}, {start}, {RW}")
+    i(f"add     {src}, {src}, {T[11]}")
+    i(f"la      {T[11]}, x")
+    i(f"add     {src}, {src}, {T[11]}")
+    i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
+    i(f"mul     {step_dst}, {rows}, {rowb}")
+    i(f"muli    {step_src}, {RHW}, {g.R}")
+    i(f"add     {dst}, {RIB}, r0")
+    for kwi in range(g.fold if g.fold > 1 else 0):
+        # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
+        col0, lo = max(0, kwi * g.dw - g.pl), max(0, g.pl - kwi * g.dw)
+        i(f"sub     {T[11]}, {RW}, r0")
+        i(f"addi    {T[11]}, {T[11]}, {-col0}")
+        i(f"max     {T[11]}, {T[11]}, r0")
+        i(f"li      {T[0]}, {lo}")
+        i(f"min     {T[0]}, {T[0]}, {RWP}")             # pad_lo: the left padding, at most the row
+        i(f"sub     {step_dst}, {RWP}, {T[0]}")
+        i(f"min     {T[11]}, {T[11]}, {step_dst}")       # real columns
+        i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
+        i(f"addi    {step_src}, {src}, {col0}")
+        i(f"addi    {dst}, {RIB}, {kwi * g.c}")
+        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
+                big.x_zp)
+        sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
+        i(f"dma     ch0, ibuf0[{dst}], ddr[{step_src}]{sig}")
+    for cb in range(g.in_cb if g.fold == 1 else 0):
+        cr = min(g.R, g.c - cb * g.R)
+        if cb:
+            i(f"add     {src}, {src}, {step_src}")
+            i(f"add     {dst}, {dst}, {step_dst}")
+        dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
+        sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
+        i(f"dma     ch0, ibuf0[{dst}], ddr[{src}]{sig}")
+    e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
+    e("        ; overlaps block k+1's convolution")
+    for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
+        setp(f"nu.{p}", v)
+    i(f"sem.wait {S_BIAS}")                        # the NU's one wait is the input's: join the bias here
+    acc, wreg, pixb = T[6], T[7], T[8]
+    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
+    i(f"add     {acc}, {RAB}, r0")
+    for ob in range(g.out_cb):
+        if ob:
+            i(f"add     {acc}, {acc}, {pixb}")
+        wait = f", wait={S_LOAD}" if ob == 0 else ""
+        i(f"beq     r1, r0, weights{ob}")
+        i(f"sem.wait {S_W}")
+        e(f"weights{ob}:")
+        i(f"li      {wreg}, {ob * w_block}")
+        i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
+    i("li      r1, 0")
+    e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
+    i(f"muli    {T[0]}, {RPIX}, {g.C}")
+    setp("vu.n1", RPIX)
+    ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
+    i(f"mul     {ydst}, {RI}, {ROHW}")
+    i(f"muli    {ydst}, {ydst}, {g.o}")
+    i(f"mul     {T[5]}, {ROH0}, {ROW}")
+    i(f"add     {ydst}, {ydst}, {T[5]}")
+    i(f"la      {T[5]}, y")
+    i(f"add     {ydst}, {ydst}, {T[5]}")
+    i(f"muli    {step_y}, {ROHW}, {g.C}")
+    i(f"add     {ysrc}, {RVB}, r0")
+    i(f"add     {asrc}, {RAB}, r0")
+    for ob in range(g.out_cb):
+        cv = min(g.C, g.o - ob * g.C)
+        if ob:
+            i(f"add     {ysrc}, {ysrc}, {pixb}")
+            i(f"add     {asrc}, {asrc}, {pixb}")
+            i(f"add     {ydst}, {ydst}, {step_y}")
+        dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
+        setp("vu.n0", cv)
+        i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
+        i(f"li      {table}, {ob * g.C * 8}")
+        i(f"vu.requant.pc vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
+        dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
+        sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
+        i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
+    i(f"addi    {RPEND}, {RPEND}, 1")
+    i(f"xori    {RB}, {RB}, 1")
+    i(f"add     {ROH0}, {ROH0}, {RTH}")
+    i(f"blt     {ROH0}, {ROH}, tile")
+    i(f"addi    {RI}, {RI}, 1")
+    i(f"blt     {RI}, {RN}, batch")
+    e("drain:")
+    i(f"beq     {RPEND}, r0, done")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    i("jal     r0, drain")
+    e("done:")
+    i("halt")
+    return "\n".join(L) + "\n"
+
+
+def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width)."""
+    g = choose_rows(op, config)
+    if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
+        g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
+    return fold_channels(program_text(g), config.dma_channels), constants(g), g.rows

@@ -1,0 +1,81 @@
+"""A chain of dynamic ops as one program: each op's program in turn, through DDR, a barrier between.
+
+Each op is lowered alone (its own argument-block loads, tiles and semaphores,
+all of which it drains), its labels and constant files prefixed `L<k>_`, its
+input the previous op's output buffer `t<k-1>`.  `barrier Q_ALL` between two
+ops orders op k+1's loads after op k's stores.  So far every op must keep
+the Dims (op k's output shape, axis by axis, is op k+1's input shape: stride
+1 and same padding), so that one argument block describes every buffer.
+"""
+from __future__ import annotations
+
+import re
+
+from ..errors import CompileError
+
+_LABEL = re.compile(r"^(\w+):", re.M)
+_NOTE = re.compile(r'^\s*\.target dynamic\.buffer\.(\w+), "([^"]*)"', re.M)
+
+
+def _parts(asm: str) -> tuple[list[str], list[str], list[str]]:
+    """(header lines, .data lines, .text lines between main: and the final halt) of one op's program."""
+    lines = asm.splitlines()
+    d, t = lines.index("        .data"), lines.index("        .text")
+    body = lines[t + 2:]
+    assert lines[t + 1] == "main:" and body[-1].strip() == "halt", "a dynamic program ends with halt"
+    return lines[:d], lines[d + 1:t], body[:-1]
+
+
+def _rename(asm: str, k: int, names: dict[str, str]) -> str:
+    """op k's program with its labels prefixed and its buffers renamed."""
+    for label in set(_LABEL.findall(asm)) - {"main"}:
+        asm = re.sub(rf"\b{label}\b", f"L{k}_{label}", asm)
+    for old, new in names.items():
+        asm = re.sub(rf"(?<![\w.]){old}\b", new, asm)
+    return asm
+
+
+def _drop_buffer(data: list[str], name: str) -> list[str]:
+    """The data lines without buffer `name` (its .align, .buffer and .space)."""
+    out = []
+    skip = False
+    for line in data:
+        if line.strip().startswith(".buffer "):
+            skip = line.strip().startswith(f".buffer {name},")
+        if not skip:
+            out.append(line)
+        elif line.strip().startswith(".space"):
+            skip = False
+    while out and out[-1].strip() == ".align 64":
+        out.pop()
+    return out
+
+
+def compose(programs: list[tuple[str, dict[str, bytes]]], kinds: list[str]) -> tuple[str, dict[str, bytes]]:
+    """One program running the ops' programs in order; (assembly, .incbin files)."""
+    last = len(programs) - 1
+    header, data, text, files = [], [], [], {}
+    for k, (asm, consts) in enumerate(programs):
+        notes = dict(_NOTE.findall(asm))
+        if k and notes["x"] != prev_y:
+            raise CompileError(f"a dynamic chain's ops must keep the Dims so far: {kinds[k - 1]}'s output is "
+                               f"({prev_y}) but {kinds[k]}'s input is ({notes['x']})")
+        prev_y = notes["y"]
+        names = {"x": f"t{k - 1}" if k else "x", "y": "y" if k == last else f"t{k}"}
+        asm = _rename(asm, k, names)
+        files.update({f"L{k}_{name}": blob for name, blob in consts.items()})
+        h, d, t = _parts(asm)
+        if k == 0:
+            header = [line for line in h if "dynamic.buffer.y" not in line]
+            data = d
+        else:
+            d = _drop_buffer(_drop_buffer(d, "args"), names["x"])
+            data += ["        .align 64"] + d
+            text += ["        barrier Q_ALL                              ; the previous op's stores are done"]
+        if k == last:
+            header += [line for line in h if "dynamic.buffer.y" in line]
+        text += [f"        ; ---- op {k}: {kinds[k]}"] + t
+    header = [line for line in header if "dynamic.buffer.t" not in line]
+    asm = "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text
+                    + ["        halt"]) + "\n"
+    return asm, files

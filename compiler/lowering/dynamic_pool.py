@@ -1,0 +1,167 @@
+"""max_pool2d over a range of shapes: one program that reads its sizes from an argument block.
+
+Per image and tile of output rows (full tiles, then the remainder), one DMA
+loads every channel's input rows with their halo into VBUF as [c][rows][w
+padded] (padding -128, which never wins), one `vu.pool.max` computes the
+tile's [c][rows][w out] and one DMA stores it.  Two buffer sets: tile k+1
+loads while tile k pools and stores; the CU takes tile k-2's store token
+before reusing a set.  The tile height is the largest whose two sets fit VBUF
+at the largest width.
+"""
+from __future__ import annotations
+
+from nnpsim.config import Config, shape_target
+
+from ..dims import Dim, DynamicOp
+from ..errors import CompileError
+from ..ops import Pool2d
+from .dynamic import (RB, RH, RHW, RI, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
+                      fold_channels, halo_rows, target_notes)
+
+S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
+T = [f"r{k}" for k in range(19, 31)]
+
+
+def tile_rows(op: DynamicOp, cfg: Config) -> int:
+    """The most output rows per tile whose two buffer sets fit VBUF at the largest shape."""
+    big: Pool2d = op.largest
+    _, c, _, w = big.x_shape
+    (kh, _), (sh, _), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    oh, ow = big.out_hw
+    best = 0
+    for th in range(1, oh + 1):
+        need = 2 * (c * ((th - 1) * sh + kh) * (w + pl + pr) + c * th * ow)
+        if need > cfg.vbuf_bytes or c * th * ow > 1 << 24:
+            break
+        best = th
+    if not best:
+        raise CompileError(f"dynamic max_pool2d: one output row of {c} channels at width {w} does not fit "
+                           f"two buffer sets in VBUF ({cfg.vbuf_bytes} bytes)")
+    return best
+
+
+def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
+    """The assembly of the dynamic max pool."""
+    big: Pool2d = op.largest
+    n, c, h, w = op.x_shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    lsh, lsw = _log2("stride height", sh), _log2("stride width", sw)
+    _, _, h_max, w_max = big.x_shape
+    oh_max, ow_max = big.out_hw
+    in_set = c * ((th - 1) * sh + kh) * (w_max + pl + pr)
+    set_bytes = -(-(in_set + c * th * ow_max) // 64) * 64
+    idx = {d.name: k for k, d in enumerate(op.dims)}
+    L = [f"; dynamic kernel: {op!r}", f"; {th} output rows per tile; two buffer sets", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
+    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, lsh),
+                                                   _axis(w, pl + pr - kw, lsw)])]
+    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
+          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
+          f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
+          f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)",
+          f"        .space {big.output.size}", "", "        .text", "main:", "        la      r1, args"]
+    e = L.append
+
+    def i(s):
+        e("        " + s)
+
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
+    for reg, src, add, shift in ((ROH, RH, pt + pb - kh, lsh), (ROW, RW, pl + pr - kw, lsw)):
+        i(f"addi    {reg}, {src}, {add}")
+        i(f"srai    {reg}, {reg}, {shift}")
+        i(f"addi    {reg}, {reg}, 1")
+    i(f"addi    {RWP}, {RW}, {pl + pr}")
+    i(f"mul     {RHW}, {RH}, {RW}")
+    i(f"mul     {ROHW}, {ROH}, {ROW}")
+    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
+                 ("pad_lo0", pl), ("pad_hi0", pr),
+                 ("src_stride0", 1), ("dst_stride0", 1)):
+        i(f"setpi   dma.{p}, {v}")
+    for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
+                 ("d_stride0", 1)):
+        i(f"setpi   vu.{p}, {v}")
+    i(f"li      {RI}, 0")
+    i(f"li      {RB}, 0")
+    i(f"li      {RPEND}, 0")
+    e("batch:")
+    i(f"li      {ROH0}, 0")
+    e("tile:")
+    i(f"sub     {RTH}, {ROH}, {ROH0}")
+    i(f"li      {T[0]}, {th}")
+    i(f"min     {RTH}, {RTH}, {T[0]}")
+    i(f"li      {T[0]}, 2")
+    i(f"blt     {RPEND}, {T[0]}, free")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    e("free:")
+    rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
+    halo_rows(i, (rows, vstart, plo, start, phi, T[11]), sh, kh, pt)
+    inb, outb, plane, src = T[6], T[7], T[8], T[9]
+    i(f"muli    {inb}, {RB}, {set_bytes}")
+    i(f"mul     {plane}, {rows}, {RWP}")              # one channel's input rows in VBUF
+    i(f"muli    {outb}, {plane}, {c}")
+    i(f"add     {outb}, {outb}, {inb}")
+    e("        ; every channel's rows with halo -> vbuf [c][rows][w padded]")
+    i(f"mul     {src}, {RI}, {RHW}")
+    i(f"muli    {src}, {src}, {c}")
+    i(f"mul     {T[10]}, {start}, {RW}")
+    i(f"add     {src}, {src}, {T[10]}")
+    i(f"la      {T[10]}, x")
+    i(f"add     {src}, {src}, {T[10]}")
+    for p, v in (("size0", RWP), ("size1", rows), ("src_stride1", RW), ("dst_stride1", RWP), ("pad_lo1", plo),
+                 ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
+        i(f"setp    dma.{p}, {v}, 0")
+    i(f"setpi   dma.size2, {c}")
+    i(f"setpi   dma.pad_lo2, 0")
+    i(f"setpi   dma.pad_hi2, 0")
+    i(f"dma     ch0, vbuf0[{inb}], ddr[{src}], signal={S_LOAD}")
+    e("        ; pool -> [c][rows][w out]")
+    i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
+    i(f"muli    {T[0]}, {RWP}, {sh}")
+    for p, v in (("n0", ROW), ("n1", RTH), ("d_stride1", ROW), ("a_stride1", T[0]), ("d_stride2", T[10]),
+                 ("a_stride2", plane), ("win_stride_h", RWP)):
+        i(f"setp    vu.{p}, {v}, 0")
+    i(f"setpi   vu.n2, {c}")
+    i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+    e("        ; store: per channel th * w out contiguous bytes")
+    i(f"mul     {src}, {RI}, {ROHW}")
+    i(f"muli    {src}, {src}, {c}")
+    i(f"mul     {T[0]}, {ROH0}, {ROW}")
+    i(f"add     {src}, {src}, {T[0]}")
+    i(f"la      {T[0]}, y")
+    i(f"add     {src}, {src}, {T[0]}")
+    for p, v in (("size0", T[10]), ("size1", None), ("src_stride1", T[10]), ("dst_stride1", ROHW)):
+        if v is None:
+            i(f"setpi   dma.size1, {c}")
+        else:
+            i(f"setp    dma.{p}, {v}, 0")
+    for p in ("pad_lo0", "pad_hi0", "pad_lo1", "pad_hi1"):
+        i(f"setpi   dma.{p}, 0")
+    i("setpi   dma.size2, 1")
+    i(f"dma     ch2, ddr[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
+    i(f"setpi   dma.pad_lo0, {pl}")
+    i(f"setpi   dma.pad_hi0, {pr}")
+    i(f"addi    {RPEND}, {RPEND}, 1")
+    i(f"xori    {RB}, {RB}, 1")
+    i(f"add     {ROH0}, {ROH0}, {RTH}")
+    i(f"blt     {ROH0}, {ROH}, tile")
+    i(f"addi    {RI}, {RI}, 1")
+    i(f"blt     {RI}, {RN}, batch")
+    e("drain:")
+    i(f"beq     {RPEND}, r0, done")
+    i(f"sem.wait {S_STORE}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    i("jal     r0, drain")
+    e("done:")
+    i("halt")
+    return "\n".join(L) + "\n"
+
+
+def lower_pool(op: DynamicOp, cfg: Config):
+    """A dynamic max_pool2d's (assembly, .incbin files, None)."""
+    if op.largest.mode != "max":
+        raise CompileError(f"dynamic {op.kind} is not supported yet (max_pool2d is)")
+    th = tile_rows(op, cfg)
+    asm = program_text(op, cfg, th)
+    return fold_channels(asm, cfg.dma_channels), {}, None

@@ -1,0 +1,113 @@
+"""A dynamic-shape program's argument block: which sizes it reads, and the checks on them.
+
+A program compiled for a range of shapes (docs/compiler.md, "Dynamic shapes")
+describes itself in `.target` notes:
+
+    .target dynamic.dims, "n:1:4 h:8:64 w:8:64"     dims in argument-block order, name:lo:hi
+    .target dynamic.args, "args"                     the int32 DDR buffer holding their values
+    .target dynamic.buffer.x, "n 32 h w"             a buffer's actual shape, axis by axis
+    .target dynamic.buffer.y, "n 32 h:-1:0 w:-1:0"   name:add:shift is ((name + add) >> shift) + 1
+
+Its buffers are sized for the largest shape; a tensor of the actual shape is
+stored packed at the buffer's start.  Writing an input infers the dims from
+its shape and writes the block; before a run the block is checked against
+every range, so a bad block is an error naming the dimension, never an
+out-of-bounds access.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import errors
+from .errors import SimError
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The dims (name -> (lo, hi)) in block order, the block's buffer, and each dynamic buffer's axes."""
+
+    dims: dict[str, tuple[int, int]]
+    args: str
+    buffers: dict[str, tuple[str, ...]]
+
+    def shape(self, buffer: str, values: dict[str, int]) -> tuple[int, ...]:
+        """The actual shape of a dynamic buffer for these dim values."""
+        return tuple(axis_size(a, values) for a in self.buffers[buffer])
+
+
+def axis_size(spec: str, values: dict[str, int]) -> int:
+    """An axis spec ("32", "h" or "h:add:shift") evaluated for the dim values."""
+    if spec.lstrip("-").isdigit():
+        return int(spec)
+    if ":" not in spec:
+        return values[spec]
+    name, add, shift = spec.split(":")
+    return ((values[name] + int(add)) >> int(shift)) + 1
+
+
+def signature(program) -> Signature | None:
+    """The program's dynamic-shape description, or None for a program of fixed shapes."""
+    cfg = getattr(program, "config", None) or {}
+    if "dynamic.dims" not in cfg:
+        return None
+    try:
+        dims = {}
+        for item in str(cfg["dynamic.dims"]).split():
+            name, lo, hi = item.split(":")
+            dims[name] = (int(lo), int(hi))
+        buffers = {k[len("dynamic.buffer."):]: tuple(str(v).split()) for k, v in cfg.items()
+                   if k.startswith("dynamic.buffer.")}
+        return Signature(dims, str(cfg["dynamic.args"]), buffers)
+    except (KeyError, ValueError) as exc:
+        raise SimError(f"cannot load program: its dynamic-shape notes (.target dynamic.*) are malformed: {exc}",
+                       errors.BAD_PARAM) from None
+
+
+def infer(sig: Signature, buffer: str, shape: tuple[int, ...], known: dict[str, int]) -> dict[str, int]:
+    """The dim values an array of `shape` written to `buffer` gives, checked against the ranges and the
+    values earlier inputs gave (ValueError naming the dimension and its range)."""
+    axes = sig.buffers[buffer]
+    if len(shape) != len(axes):
+        raise ValueError(f"buffer {buffer} takes {len(axes)} dimensions ({' '.join(axes)}); got shape {shape}")
+    values = dict(known)
+    for k, (spec, n) in enumerate(zip(axes, shape)):
+        if spec.lstrip("-").isdigit():
+            if n != int(spec):
+                raise ValueError(f"buffer {buffer} axis {k} is {n}, expected {spec} (it is not dynamic)")
+            continue
+        if ":" in spec:
+            continue          # a derived axis (an output's): checked below once the dims are known
+        lo, hi = sig.dims[spec]
+        if not lo <= n <= hi:
+            raise ValueError(f"buffer {buffer} axis {k}: dimension {spec} = {n} is outside its range [{lo}, {hi}]")
+        if spec in values and values[spec] != n:
+            raise ValueError(f"dimension {spec} is {values[spec]} from an earlier input but {n} in buffer "
+                             f"{buffer} axis {k}: inputs disagree")
+        values[spec] = n
+    try:
+        want = sig.shape(buffer, values)
+    except KeyError as exc:
+        raise ValueError(f"buffer {buffer}: dimension {exc.args[0]} is not known yet (write an input "
+                         f"that has it first)") from None
+    if tuple(shape) != want:
+        raise ValueError(f"buffer {buffer} has shape {want} for {values}; got {tuple(shape)}")
+    return values
+
+
+def block(sig: Signature, values: dict[str, int]) -> np.ndarray:
+    """The argument block (int32, dims in order) for these values."""
+    return np.array([values.get(name, 0) for name in sig.dims], dtype=np.int32)
+
+
+def check(sig: Signature, words: np.ndarray) -> dict[str, int]:
+    """The dim values of an argument block, or SimError naming the first dimension out of its range."""
+    values = {}
+    for (name, (lo, hi)), v in zip(sig.dims.items(), np.asarray(words).reshape(-1).tolist()):
+        if not lo <= v <= hi:
+            raise SimError(f"bad argument block {sig.args}: dimension {name} = {v} is outside its range "
+                           f"[{lo}, {hi}] (the program's buffers are sized for {name} <= {hi}); write an "
+                           f"input of an in-range shape first", errors.OUT_OF_BOUNDS)
+        values[name] = v
+    return values

@@ -1,0 +1,373 @@
+"""Dynamic shapes: one conv2d binary for a range of sizes (compiler/dims.py, compiler/lowering/dynamic.py).
+
+Hypothesis draws a conv (channels, kernel, stride, padding, dilation, ranges) and shapes inside its
+ranges; every run is compared with numpy on every element and race-checked.  Out-of-range and
+inconsistent shapes are refused naming the dimension; a bad argument block is a simulation error
+naming the dimension; removing any semaphore wait of a dynamic kernel makes the race checker fire.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import compiler
+from compiler import Dim, ops
+from compiler.errors import CompileError
+from compiler.kernel import assemble
+from nnpsim import errors
+from nnpsim.errors import SimError
+from nnpsim.simulator import Simulator
+
+pytestmark = pytest.mark.usefixtures("warm_engine")
+
+
+def rand8(rng, shape) -> np.ndarray:
+    return rng.integers(-128, 128, size=shape).astype(np.int8)
+
+
+def conv(rng, c=8, o=16, k=3, stride=1, padding=1, dilation=1, n=(1, 2), h=(4, 24), w=(4, 24)):
+    weight = rng.integers(-20, 21, size=(o, c, k, k))
+    return ops.conv2d((Dim("n", *n), c, Dim("h", *h), Dim("w", *w)), weight, rng.integers(-5000, 5000, size=o),
+                      stride=stride, padding=padding, dilation=dilation, x_zp=int(rng.integers(-10, 10)),
+                      multiplier=rng.integers(2**29, 2**31, size=o), shift=rng.integers(20, 26, size=o),
+                      zp_out=int(rng.integers(-20, 20)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
+       stride=st.sampled_from([1, 2]), padding=st.integers(0, 2), dilation=st.sampled_from([1, 2]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_conv_bit_exact_across_the_range(seed, c, o, k, stride, padding, dilation, draws):
+    rng = np.random.default_rng(seed)
+    lo = max(1, (k - 1) * dilation + 1 - 2 * padding)
+    op = conv(rng, c, o, k, stride, padding, dilation, n=(1, 2), h=(lo, lo + 20), w=(lo, lo + 20))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        shape = (1 + round(fn), c, lo + round(20 * fh), lo + round(20 * fw))
+        x = rand8(rng, shape)
+        y = kern(x, check_races=True)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+def test_one_binary_serves_every_shape_and_the_extremes():
+    rng = np.random.default_rng(1)
+    op = conv(rng, c=33, o=40, h=(3, 30), w=(3, 30))
+    kern = compiler.build(op)
+    program = kern.program
+    for shape in [(1, 33, 3, 3), (2, 33, 30, 30), (1, 33, 7, 29), (2, 33, 30, 4)]:
+        x = rand8(rng, shape)
+        assert kern.program is program
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def test_out_of_range_and_inconsistent_shapes_are_refused():
+    rng = np.random.default_rng(2)
+    op = conv(rng, h=(8, 16), w=(8, 16))
+    kern = compiler.build(op)
+    with pytest.raises(CompileError, match=r"dimension h = 17 is outside its range \[8, 16\]"):
+        kern(rand8(rng, (1, 8, 17, 8)))
+    with pytest.raises(CompileError, match=r"dimension w = 7 is outside its range \[8, 16\]"):
+        kern(rand8(rng, (1, 8, 8, 7)))
+    with pytest.raises(CompileError, match=r"axis 1 is 9, expected 8"):
+        kern(rand8(rng, (1, 9, 8, 8)))
+    same = ops.conv2d((1, 8, Dim("s", 8, 16), Dim("s", 8, 16)), rng.integers(-3, 3, (4, 8, 3, 3)), None,
+                      multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match=r"dimension s is 8 in input x axis 2 but 9 in input x axis 3"):
+        compiler.build(same)(rand8(rng, (1, 8, 8, 9)))
+
+
+def test_bad_dims_are_refused_at_construction():
+    w = np.ones((4, 8, 3, 3), dtype=np.int64)
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match="lo = 9 is larger than hi = 8"):
+        Dim("h", 9, 8)
+    with pytest.raises(CompileError, match="must be an identifier"):
+        Dim("2h", 1, 8)
+    with pytest.raises(CompileError, match="channels.*cannot be a Dim"):
+        ops.conv2d((1, Dim("c", 1, 8), 8, 8), w, None, **q)
+    with pytest.raises(CompileError, match="declared twice with different ranges"):
+        ops.conv2d((1, 8, Dim("h", 8, 16), Dim("h", 8, 20)), w, None, **q)
+    with pytest.raises(CompileError, match="smallest shape of its range"):
+        ops.conv2d((1, 8, Dim("h", 1, 16), 8), w, None, **q)
+
+
+def test_bad_argument_block_is_an_error_naming_the_dimension():
+    rng = np.random.default_rng(3)
+    op = conv(rng, h=(8, 16), w=(8, 16))
+    kern = compiler.build(op)
+    sim = Simulator(kern.config)
+    sim.load(kern.program)
+    sim.write("x", rand8(rng, (1, 8, 9, 9)))
+    sim.write("args", np.array([1, 9000, 9], dtype=np.int32))     # h far beyond the buffers
+    with pytest.raises(SimError, match=r"dimension h = 9000 is outside its range \[8, 16\]") as exc:
+        sim.run()
+    assert exc.value.code == errors.OUT_OF_BOUNDS
+
+
+def test_ld_is_bounds_and_alignment_checked():
+    prog = assemble(".text\nmain:\n li r1, 0x7ffffffc\n ld r2, r1, 8\n halt\n", {}, "ld.s")
+    sim = Simulator()
+    sim.load(prog)
+    with pytest.raises(SimError, match=r"out-of-bounds access on cu.*instruction ld"):
+        sim.run()
+    prog = assemble(".text\nmain:\n ld r2, r0, 2\n halt\n", {}, "ld.s")
+    sim.load(prog)
+    with pytest.raises(SimError, match=r"misaligned access on cu.*instruction ld"):
+        sim.run()
+
+
+# The drain at the end only takes the stores' tokens so that none is left at halt: removing one of
+# its waits changes no ordering, so it is not mutated.
+def _waits(asm: str) -> list[int]:
+    lines = asm.splitlines()
+    end = next(k for k, line in enumerate(lines) if line.startswith("drain:"))
+    return [k for k, line in enumerate(lines[:end]) if "wait=" in line or "sem.wait" in line]
+
+
+def _mutant(asm: str, k: int) -> str:
+    lines = asm.splitlines()
+    if "sem.wait" in lines[k]:
+        lines[k] = "        nop"
+    else:
+        lines[k] = re.sub(r", wait=s\d+", "", lines[k])
+    return "\n".join(lines) + "\n"
+
+
+def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
+    rng = np.random.default_rng(4)
+    op = conv(rng, c=8, o=40, h=(8, 40), w=(8, 24))
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 8, 37, 19))            # several tiles per image, remainder tile, two images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 6
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+def elementwise(rng, kind: str, shape):
+    if kind == "relu":
+        return ops.relu(shape, zp=int(rng.integers(-20, 20)))
+    if kind == "clip":
+        lo = int(rng.integers(-128, 100))
+        return ops.clip(shape, lo, int(rng.integers(lo, 128)))
+    if kind == "add":
+        return ops.add(shape, za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)), ma=int(rng.integers(1, 2**22)),
+                       mb=int(rng.integers(1, 2**22)), shift=int(rng.integers(18, 24)), zp_out=int(rng.integers(-9, 9)))
+    if kind == "mul":
+        return ops.mul(shape, za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)),
+                       multiplier=int(rng.integers(2**20, 2**24)), shift=int(rng.integers(26, 32)))
+    return ops.add(shape, scale_a=float(rng.uniform(0.01, 0.1)), scale_b=float(rng.uniform(0.01, 0.1)),
+                   scale_out=float(rng.uniform(0.05, 0.2)), za=int(rng.integers(-9, 9)), zb=int(rng.integers(-9, 9)),
+                   zp_out=int(rng.integers(-9, 9)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(["relu", "clip", "add", "mul", "fadd"]),
+       c=st.integers(1, 70), hi=st.integers(1, 48),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_elementwise_bit_exact_across_the_range(seed, kind, c, hi, draws):
+    rng = np.random.default_rng(seed)
+    op = elementwise(rng, kind, (Dim("n", 1, 3), c, Dim("h", 1, hi), Dim("w", 1, 40)))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        shape = (1 + round(2 * fn), c, 1 + round((hi - 1) * fh), 1 + round(39 * fw))
+        ins = [rand8(rng, shape) for _ in op.names]
+        np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
+
+
+def test_binary_inputs_must_agree():
+    rng = np.random.default_rng(5)
+    kern = compiler.build(elementwise(rng, "add", (1, 4, Dim("h", 2, 9), 5)))
+    with pytest.raises(CompileError, match=r"dimension h is 3 in input a axis 2 but 4 in input b axis 2"):
+        kern(rand8(rng, (1, 4, 3, 5)), rand8(rng, (1, 4, 4, 5)))
+    with pytest.raises(CompileError, match=r"takes 2 input\(s\) \(a, b\), got 1"):
+        kern(rand8(rng, (1, 4, 3, 5)))
+
+
+@pytest.mark.parametrize("kind", ["relu", "add"])
+def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
+    rng = np.random.default_rng(6)
+    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 64), Dim("w", 1, 64)))
+    kern = compiler.build(op)
+    ins = [rand8(rng, (2, 16, 50, 61)) for _ in op.names]    # several chunks and a remainder
+    np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
+        for name, a in zip(op.names, ins):
+            sim.write(name, a)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 70), k=st.integers(1, 4), stride=st.sampled_from([1, 2, 4]),
+       pad=st.integers(0, 3), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)),
+                                             min_size=2, max_size=3))
+def test_max_pool_bit_exact_across_the_range(seed, c, k, stride, pad, draws):
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = max(1, k - 2 * pad)
+    op = ops.max_pool2d((Dim("n", 1, 2), c, Dim("h", lo, lo + 30), Dim("w", lo, lo + 30)), k, stride, pad)
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(30 * fh), lo + round(30 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def test_removing_any_wait_of_a_dynamic_pool_is_caught():
+    rng = np.random.default_rng(7)
+    op = ops.max_pool2d((Dim("n", 1, 2), 48, Dim("h", 8, 96), Dim("w", 8, 96)), 3, 2, 1)
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 48, 95, 90))                         # several tiles, a remainder, two images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+def test_unsupported_dynamic_ops_are_refused_by_name():
+    rng = np.random.default_rng(8)
+    w = rng.integers(-3, 3, (4, 8, 3, 3))
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match="stride height = 3 is not a power of two"):
+        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
+    with pytest.raises(CompileError, match="groups = 2 is not supported yet"):
+        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
+    with pytest.raises(CompileError, match="a dynamic chain takes one-input dynamic ops.*op 1 is"):
+        compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
+
+
+def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
+    from nnpsim.cli import main
+
+    rng = np.random.default_rng(9)
+    op = conv(rng, c=8, o=16, n=(1, 1), h=(8, 32), w=(8, 32))
+    kern = compiler.build(op)
+    kern.save(tmp_path / "k.bin")
+    x = rand8(rng, (1, 8, 13, 29))
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(tmp_path / "k.bin"), "--input", f"x={tmp_path / 'x.npy'}", "--output",
+                 f"y={tmp_path / 'y.npy'}", "--check-races"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), op.reference(x))
+    capsys.readouterr()
+    for shape, message in (((1, 8, 13, 40), "dimension w = 40 is outside its range [8, 32]"),
+                           ((1, 9, 13, 20), "axis 1 is 9, expected 8"),
+                           ((2, 8, 13, 20), "dimension n = 2 is outside its range [1, 1]")):
+        np.save(tmp_path / "bad.npy", rand8(rng, shape))
+        assert main(["run", str(tmp_path / "k.bin"), "--input", f"x={tmp_path / 'bad.npy'}"]) == 1
+        assert message in capsys.readouterr().err
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chain_bit_exact_across_the_range(seed, c, o, k, draws):
+    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program."""
+    rng = np.random.default_rng(seed)
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 30), Dim("w", 4, 30)
+    first = conv(rng, c, o, k, 1, k // 2, 1, n=(1, 2), h=(4, 30), w=(4, 30))
+    chain = [first, ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))), ops.max_pool2d((n, o, h, w), 3, 1, 1),
+             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (c, o, 3, 3)), None, padding=1,
+                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c))]
+    kern = compiler.build(*chain)
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 4 + round(26 * fh), 4 + round(26 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def test_a_chain_that_changes_a_dim_is_refused():
+    rng = np.random.default_rng(10)
+    h = Dim("h", 8, 16)
+    down = conv(rng, 8, 8, 3, 2, 1, 1, n=(1, 1), h=(8, 16), w=(8, 16))
+    with pytest.raises(CompileError, match=r"must keep the Dims so far: conv2d's output is \(n 8 h:-1:1 w:-1:1\)"):
+        compiler.build(down, ops.relu((Dim("n", 1, 1), 8, h, Dim("w", 8, 16))))
+
+
+def test_make_demo_runs_one_cnn_binary_at_three_resolutions(tmp_path, monkeypatch, capsys):
+    from compiler import dynamic_demo
+
+    monkeypatch.setattr(dynamic_demo, "OUT", tmp_path)
+    assert dynamic_demo.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bit-exact against numpy, no data race") == 3
+    assert "one binary" in out and (tmp_path / dynamic_demo.BINARY).exists()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ld_runs_the_same_in_the_engine_and_the_stepper(seed):
+    """A program whose DMA size, address and loop count come from ld: same cycles, registers, memory."""
+    from nnpsim.cu import decode_for_engine
+    from nnpsim.simulator import run_program
+    from nnpsim.state import SPACE_DDR
+    from nnpsim.stepper import step_program
+    from tests.test_stepper_equivalence import assert_same, random_memory
+    from tests.conftest import small_config
+
+    rng = np.random.default_rng(seed)
+    cfg = small_config()
+    words = [int(rng.integers(1, 200)), int(rng.integers(0, 64)) * 4, int(rng.integers(1, 5))]
+    src = ".data\n.buffer args, int32, (3,)\n" + "".join(f".word {v}\n" for v in words) + \
+        ".text\nmain:\n la r1, args\n ld r2, r1, 0\n ld r3, r1, 4\n ld r4, r1, 8\n" \
+        " setp dma.size0, r2, 0\n setpi dma.src_stride0, 1\n setpi dma.dst_stride0, 1\n" \
+        "again:\n dma ch0, dm[r3], ddr[r1]\n addi r3, r3, 256\n loop r4, again\n barrier Q_ALL\n halt\n"
+    prog = assemble(src, {}, "ld.s")
+    table = decode_for_engine(prog.code)
+    mems = []
+    for _ in range(2):
+        mem = random_memory(cfg, seed)
+        raw = np.array(words, dtype="<i4").view(np.uint8)
+        mem.view(SPACE_DDR, prog.buffers["args"].addr, raw.size)[:] = raw
+        mems.append(mem)
+    (log_e, failure), (log_s, code) = run_program(table, mems[0], cfg, 10**6), step_program(table, mems[1], cfg, 10**6)
+    mem_e, mem_s = mems
+    assert failure is None and code == 0
+    assert_same(log_e, mem_e, log_s, mem_s)
+    assert list(log_e.registers[2:5]) == [words[0], words[1] + 256 * words[2], 0]
+
+
+def test_ranges_too_large_for_the_machine_are_refused():
+    rng = np.random.default_rng(11)
+    w = rng.integers(-3, 3, (4, 8, 3, 3))
+    q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
+    with pytest.raises(CompileError, match=r"spans more than 4096 widths"):
+        compiler.build(ops.conv2d((1, 8, 8, Dim("w", 8, 9000)), w, None, **q))
+    with pytest.raises(CompileError, match=r"largest shape \(h <= 65536, w <= 65536\) need .* narrow the ranges"):
+        compiler.build(ops.relu((1, 8, Dim("h", 1, 65536), Dim("w", 1, 65536))))
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_dynamic_kernels_on_fewer_dma_channels(channels):
+    """Every dynamic kernel folds its four logical channels onto the machine's: still exact, race-free."""
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(12)
+    cfg = Config(dma_channels=channels)
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 40), Dim("w", 4, 40)
+    chain = [conv(rng, 40, 40, 3, 1, 1, 1, n=(1, 2), h=(4, 40), w=(4, 40)), ops.relu((n, 40, h, w)),
+             ops.max_pool2d((n, 40, h, w), 3, 1, 1)]
+    kern = compiler.build(*chain, config=cfg)
+    used = set(re.findall(r"(?m)^\s+dma\s+(ch\d)", kern.asm))
+    assert used == {f"ch{k}" for k in range(channels)}
+    for shape in [(2, 40, 37, 5), (1, 40, 4, 40)]:
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
