@@ -113,14 +113,14 @@ def _dma(pats: np.ndarray, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) 
 
 
 @njit(cache=True)
-def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
-        rows: int, cols: int) -> None:
+def _input_windows(ibuf: np.ndarray, unit: int, base: int, width: int, p: np.ndarray, rows: int) -> None:
+    """The IBUF an NU command reads: per input block, the k_h x k_w windows of its output pixels,
+    `width` bytes of each pixel's rows lanes."""
     in_w, in_h, in_cb = p[NU_IN_W], p[NU_IN_H], p[NU_IN_CB]
-    out_h, out_w, out_cb = p[NU_OUT_H], p[NU_OUT_W], p[NU_OUT_CB]
+    out_h, out_w = p[NU_OUT_H], p[NU_OUT_W]
     k_h, k_w = p[NU_K_H], p[NU_K_W]
-    ibuf, wbuf, abuf = pats[0], pats[1], pats[2]
     _clear(ibuf)
-    ibuf[SPACE], ibuf[BASE], ibuf[WIDTH] = IBUF + unit, regs[1], rows
+    ibuf[SPACE], ibuf[BASE], ibuf[WIDTH] = IBUF + unit, base, width
     pix = in_w * rows
     nw0, sw0, nw1, sw1 = window_dims(out_w, p[NU_STRIDE_W], k_w, p[NU_DIL_W])
     nh0, sh0, nh1, sh1 = window_dims(out_h, p[NU_STRIDE_H], k_h, p[NU_DIL_H])
@@ -129,6 +129,16 @@ def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
     ibuf[N + 2], ibuf[S + 2] = nh0, sh0 * pix
     ibuf[N + 3], ibuf[S + 3] = nh1, sh1 * pix
     ibuf[N + 4], ibuf[S + 4] = in_cb, in_h * pix
+
+
+@njit(cache=True)
+def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
+        rows: int, cols: int) -> None:
+    in_cb = p[NU_IN_CB]
+    out_h, out_w, out_cb = p[NU_OUT_H], p[NU_OUT_W], p[NU_OUT_CB]
+    k_h, k_w = p[NU_K_H], p[NU_K_W]
+    ibuf, wbuf, abuf = pats[0], pats[1], pats[2]
+    _input_windows(ibuf, unit, regs[1], rows, p, rows)
     _clear(wbuf)
     wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], out_cb * in_cb * k_h * k_w * rows * cols
     _clear(abuf)
@@ -144,20 +154,11 @@ def _nu_dw(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarr
     """nu.dwconv(.acc): the input windows' first cols lanes of each IBUF pixel, WBUF per block cols int32
     biases and [k_h][k_w][cols] weights, ABUF [in_cb][out_h][out_w][cols] int32 (read too when it
     accumulates)."""
-    in_w, in_h, in_cb = p[NU_IN_W], p[NU_IN_H], p[NU_IN_CB]
+    in_cb = p[NU_IN_CB]
     out_h, out_w = p[NU_OUT_H], p[NU_OUT_W]
     k_h, k_w = p[NU_K_H], p[NU_K_W]
     ibuf, wbuf, abuf = pats[0], pats[1], pats[2]
-    _clear(ibuf)
-    ibuf[SPACE], ibuf[BASE], ibuf[WIDTH] = IBUF + unit, regs[1], min(rows, cols)
-    pix = in_w * rows
-    nw0, sw0, nw1, sw1 = window_dims(out_w, p[NU_STRIDE_W], k_w, p[NU_DIL_W])
-    nh0, sh0, nh1, sh1 = window_dims(out_h, p[NU_STRIDE_H], k_h, p[NU_DIL_H])
-    ibuf[N + 0], ibuf[S + 0] = nw0, sw0 * rows
-    ibuf[N + 1], ibuf[S + 1] = nw1, sw1 * rows
-    ibuf[N + 2], ibuf[S + 2] = nh0, sh0 * pix
-    ibuf[N + 3], ibuf[S + 3] = nh1, sh1 * pix
-    ibuf[N + 4], ibuf[S + 4] = in_cb, in_h * pix
+    _input_windows(ibuf, unit, regs[1], min(rows, cols), p, rows)
     _clear(wbuf)
     wbuf[SPACE], wbuf[BASE], wbuf[WIDTH] = WBUF + unit, regs[2], in_cb * (4 + k_h * k_w) * cols
     _clear(abuf)

@@ -417,20 +417,21 @@ def program_text(g: _Geometry) -> str:
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
         i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
-    i(f"addi    {RPEND}, {RPEND}, 1")
-    i(f"xori    {RB}, {RB}, 1")
-    i(f"add     {ROH0}, {ROH0}, {RTH}")
-    i(f"blt     {ROH0}, {ROH}, tile")
-    i(f"addi    {RI}, {RI}, 1")
-    i(f"blt     {RI}, {RN}, batch")
-    e("drain:")
-    i(f"beq     {RPEND}, r0, done")
-    i(f"sem.wait {S_STORE}")
-    i(f"addi    {RPEND}, {RPEND}, -1")
-    i("jal     r0, drain")
-    e("done:")
-    i("halt")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
+
+
+def next_tile() -> list[str]:
+    """The end of a row tile: count its store, flip the slot, step to the next tile, then the next image."""
+    return [f"        addi    {RPEND}, {RPEND}, 1", f"        xori    {RB}, {RB}, 1",
+            f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile",
+            f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"]
+
+
+def drain_and_halt(pending: str, store_sem: str) -> list[str]:
+    """The end of every dynamic program: wait for the `pending` stores still in flight, then halt."""
+    return ["drain:", f"        beq     {pending}, r0, done", f"        sem.wait {store_sem}",
+            f"        addi    {pending}, {pending}, -1", "        jal     r0, drain", "done:", "        halt"]
 
 
 def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):

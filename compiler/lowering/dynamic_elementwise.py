@@ -16,7 +16,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Elementwise
-from .dynamic import axis_name, fold_channels, target_notes
+from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
 from .vu import ElementwiseLowering
 
 CHUNKS_LOG2 = 2          # about 2**2 chunks per run
@@ -104,13 +104,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     i("xori    r7, r7, 1")
     i("add     r6, r6, r9")
     i("blt     r6, r2, chunk")
-    e("drain:")
-    i("beq     r8, r0, done")
-    i(f"sem.wait {S_STORE}")
-    i("addi    r8, r8, -1")
-    i("jal     r0, drain")
-    e("done:")
-    i("halt")
+    L += drain_and_halt("r8", S_STORE)
     return "\n".join(L) + "\n", fit
 
 

@@ -16,7 +16,7 @@ from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
 from .dynamic import (RB, RH, RHW, RI, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
-                      fold_channels, halo_rows, target_notes)
+                      drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 T = [f"r{k}" for k in range(19, 31)]
@@ -142,19 +142,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"dma     ch2, ddr[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
-    i(f"addi    {RPEND}, {RPEND}, 1")
-    i(f"xori    {RB}, {RB}, 1")
-    i(f"add     {ROH0}, {ROH0}, {RTH}")
-    i(f"blt     {ROH0}, {ROH}, tile")
-    i(f"addi    {RI}, {RI}, 1")
-    i(f"blt     {RI}, {RN}, batch")
-    e("drain:")
-    i(f"beq     {RPEND}, r0, done")
-    i(f"sem.wait {S_STORE}")
-    i(f"addi    {RPEND}, {RPEND}, -1")
-    i("jal     r0, drain")
-    e("done:")
-    i("halt")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
 
 

@@ -57,8 +57,10 @@ def _check_params(p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int,
-                    p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+def _check_spans(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int, rows: int, w_align: int,
+                 acc_bytes: int, in_bytes: int, w_bytes: int, err: np.ndarray) -> int:
+    """An NU command's unit, its three spaces, the operands' alignment (ABUF 4, IBUF rows, WBUF
+    w_align) and the bytes each operand spans from its address."""
     if unit < 0 or unit >= MAX_UNITS:
         return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
     abuf, ibuf, wbuf = ABUF + unit, IBUF + unit, WBUF + unit
@@ -70,17 +72,25 @@ def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: 
         return fail(err, errors.MISALIGNED, abuf, racc, racc + 3, -1, racc, 4, 0)
     if rin % rows != 0:
         return fail(err, errors.MISALIGNED, ibuf, rin, rin + rows - 1, -1, rin, rows, 0)
-    if rw % rows != 0:
-        return fail(err, errors.MISALIGNED, wbuf, rw, rw + rows - 1, -1, rw, rows, 0)
-    acc_bytes = sat_mul(sat_mul(sat_mul(p[OUT_CB], p[OUT_H]), p[OUT_W]), cols * 4)
-    in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
-    w_bytes = sat_mul(sat_mul(sat_mul(sat_mul(p[OUT_CB], p[IN_CB]), p[K_H]), p[K_W]), rows * cols)
+    if rw % w_align != 0:
+        return fail(err, errors.MISALIGNED, wbuf, rw, rw + w_align - 1, -1, rw, w_align, 0)
     for s, a, n in ((abuf, racc, acc_bytes), (ibuf, rin, in_bytes), (wbuf, rw, w_bytes)):
         first = clamp_addr(a)
         rc = check_bounds(space_size, s, first, first + n - 1, err)
         if rc != errors.OK:
             return rc
     return errors.OK
+
+
+@njit(cache=True)
+def _check_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int,
+                    p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    """nu.conv's unit, spaces, alignment and bounds: ABUF [out_cb][out_h][out_w][cols] int32,
+    IBUF [in_cb][in_h][in_w][rows], WBUF [out_cb][in_cb][k_h][k_w][rows][cols]."""
+    acc_bytes = sat_mul(sat_mul(sat_mul(p[OUT_CB], p[OUT_H]), p[OUT_W]), cols * 4)
+    in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
+    w_bytes = sat_mul(sat_mul(sat_mul(sat_mul(p[OUT_CB], p[IN_CB]), p[K_H]), p[K_W]), rows * cols)
+    return _check_spans(space_size, unit, racc, rin, rw, rows, rows, acc_bytes, in_bytes, w_bytes, err)
 
 
 @njit(cache=True)
@@ -196,28 +206,10 @@ def _check_dw_memories(space_size: np.ndarray, unit: int, racc: int, rin: int, r
     IBUF [in_cb][in_h][in_w][rows], WBUF per block [cols] int32 biases then [k_h][k_w][cols] int8."""
     if cols > rows:      # column c reads IBUF lane c of each pixel: there must be one
         return bad_param(err, -1, cols, rows)
-    if unit < 0 or unit >= MAX_UNITS:
-        return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
-    abuf, ibuf, wbuf = ABUF + unit, IBUF + unit, WBUF + unit
-    for s in (abuf, ibuf, wbuf):
-        rc = check_space(space_size, s, err)
-        if rc != errors.OK:
-            return rc
-    if racc % 4 != 0:
-        return fail(err, errors.MISALIGNED, abuf, racc, racc + 3, -1, racc, 4, 0)
-    if rin % rows != 0:
-        return fail(err, errors.MISALIGNED, ibuf, rin, rin + rows - 1, -1, rin, rows, 0)
-    if rw % cols != 0:
-        return fail(err, errors.MISALIGNED, wbuf, rw, rw + cols - 1, -1, rw, cols, 0)
     acc_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[OUT_H]), p[OUT_W]), cols * 4)
     in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
     w_bytes = sat_mul(sat_mul(p[IN_CB], sat_mul(p[K_H], p[K_W]) + 4), cols)   # SPAN_LIMIT + 4 fits int64
-    for s, a, n in ((abuf, racc, acc_bytes), (ibuf, rin, in_bytes), (wbuf, rw, w_bytes)):
-        first = clamp_addr(a)
-        rc = check_bounds(space_size, s, first, first + n - 1, err)
-        if rc != errors.OK:
-            return rc
-    return errors.OK
+    return _check_spans(space_size, unit, racc, rin, rw, rows, cols, acc_bytes, in_bytes, w_bytes, err)
 
 
 @njit(cache=True)
