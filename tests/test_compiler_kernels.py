@@ -345,7 +345,10 @@ def test_cost_model_counts_the_simulators_ddr_bursts(burst):
 
 
 @pytest.mark.parametrize("cfg", [dict(dma_channels=1), dict(nu_rows=16, nu_cols=8), dict(dma_channels=2, nu_rows=8),
-                                 dict(vbuf_bytes=8192, ibuf_bytes=8192, abuf_bytes=4096)])
+                                 dict(vbuf_bytes=8192, ibuf_bytes=8192, abuf_bytes=4096),
+                                 # arrays whose sides are not powers of two: IBUF/WBUF operands still land on
+                                 # multiples of rows and columns
+                                 dict(nu_rows=12, nu_cols=12), dict(nu_rows=24, nu_cols=20), dict(nu_rows=48, nu_cols=48)])
 def test_other_configurations(cfg):
     from nnpsim.config import Config
     config = Config(**cfg)

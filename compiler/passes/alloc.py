@@ -8,6 +8,8 @@ DDR buffers are placed by the assembler (`.data`), not here.
 """
 from __future__ import annotations
 
+import math
+
 from nnpsim.config import Config
 
 from ..errors import CompileError
@@ -30,9 +32,15 @@ def _align(v: int, a: int) -> int:
     return -(-v // a) * a
 
 
+def space_align(space: str, config: Config) -> int:
+    """The alignment every buffer of `space` needs: NU operands in IBUF and WBUF start on a multiple
+    of the array's rows (nu.conv) or columns (nu.dwconv), which need not be powers of two."""
+    return math.lcm(config.nu_rows, config.nu_cols) if space in ("ibuf", "wbuf") else 1
+
+
 def place(buffers: list[Buffer], spans: dict[Buffer, tuple[int, int]], capacity: int,
-          space: str) -> int:
-    """First-fit addresses for buffers of one space; returns the peak bytes used."""
+          space: str, align: int = 1) -> int:
+    """First-fit addresses for buffers of one space, each at lcm(its alignment, align); returns the peak bytes used."""
     placed: list[tuple[int, int, int, int]] = []     # (addr, end, first, last)
     peak = 0
     for buf in sorted(buffers, key=lambda b: (spans[b][0], -b.nbytes)):
@@ -42,7 +50,7 @@ def place(buffers: list[Buffer], spans: dict[Buffer, tuple[int, int]], capacity:
         for a, e in live:
             if addr + buf.nbytes <= a:
                 break
-            addr = max(addr, _align(e, buf.align))
+            addr = max(addr, _align(e, math.lcm(buf.align, align)))
         if addr + buf.nbytes > capacity:
             raise CompileError(f"{space}: buffer {buf.name} ({buf.nbytes} bytes) does not fit: "
                                f"{capacity} bytes, {sum(e - a for a, e in live)} live")
@@ -60,5 +68,6 @@ def allocate(kir: KernelIR, config: Config) -> dict[str, int]:
     for space in ON_CHIP:
         mine = [b for b in kir.buffers if b.space == space and b in spans]
         for memory in sorted({b.memory for b in mine}) or [space if space == "dm" else f"{space}0"]:
-            usage[memory] = place([b for b in mine if b.memory == memory], spans, caps[space], memory)
+            usage[memory] = place([b for b in mine if b.memory == memory], spans, caps[space], memory,
+                                  space_align(space, config))
     return usage
