@@ -77,6 +77,7 @@ class GraphModule:
         self.sim.load(lib.program)
         self.stats = None
         self._given: set[str] = set()
+        self._shapes: dict[str, tuple] = {}     # a dynamic network's inputs' shapes so far
 
     # ---------------------------------------------------------------- inputs and outputs
     def _tensor(self, key, which: str) -> dict:
@@ -95,7 +96,11 @@ class GraphModule:
         """Set input `key` (index or name): float arrays are quantised as the model says, int8 taken as is."""
         t = self._tensor(key, "inputs")
         a = np.asarray(array)
-        if tuple(a.shape) != tuple(t["shape"]):
+        if "dims" in self.meta:      # a dynamic network: any in-range shape, the argument block from it
+            from .dynamic_network import check_input
+            check_input(self.meta, t["name"], a.shape, self._shapes)
+            self._shapes[t["name"]] = tuple(a.shape)
+        elif tuple(a.shape) != tuple(t["shape"]):
             raise CompileError(f"input {t['name']} has shape {tuple(t['shape'])}, got {a.shape}")
         if a.dtype.kind == "f":
             if "scale" not in t:
