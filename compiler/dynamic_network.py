@@ -31,7 +31,7 @@ from .dims import Dim, DynamicOp, at, infer_values
 from .errors import CompileError
 from .ops import Conv2d, Elementwise, Pool2d
 
-_RESERVED = ({"args", "main", "x", "y", "a", "b", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
+_RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
              | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
              | {f"nu{k}" for k in range(8)} | {f"{m}{k}" for m in ("ibuf", "wbuf", "abuf", "vbuf") for k in range(8)})
 
@@ -147,7 +147,7 @@ class _Shapes:
             lo, hi = ((d.lo + add) >> shift) + 1, ((d.hi + add) >> shift) + 1
             if d.lo + add < 0:
                 raise CompileError(f"{where}: its output is empty at {d.name} = {d.lo}; raise the range's low end")
-            name = f"{d.name}_{len(self._by_rule) + 1}"
+            name = f"{d.name}_{sum(k[0] == d.name for k in self._by_rule) + 1}"
             new = Dim(name, lo, hi)
             self._by_rule[key] = new
             self.derived[name] = key

@@ -98,7 +98,10 @@ def _declared(data: list[str]) -> list[str]:
 
 def link(programs: list[tuple[str, dict[str, bytes], dict[str, str]]], notes: dict[str, str], derived: str,
          graph_blob) -> tuple[str, dict[str, bytes]]:
-    """A network's dynamic ops as one program, in order, a barrier between two; (assembly, .incbin files).
+    """A network's dynamic ops as one program, in order; (assembly, .incbin files).
+
+    No barrier between two: each op ends waiting for its last stores (its drain), and every command
+    it issued feeds them, so the next op's loads and on-chip writes come after all of it.
 
     Each program comes with its binding (its buffer names x / a / b / y -> the network's buffers); a
     buffer is declared once, by the first op that names it.  `notes` are the `.target dynamic.buffer.*`
@@ -117,7 +120,6 @@ def link(programs: list[tuple[str, dict[str, bytes], dict[str, str]]], notes: di
             for name in set(_declared(d)) & declared:
                 d = _drop_buffer(d, name)
             data += ["        .align 64"] + d
-            text += ["        barrier Q_ALL                              ; the previous op's stores are done"]
         declared |= set(_declared(d))
         text += [f"L{k}_layer:                                      ; ---- op {k}"] + t
     header += [f'        .target dynamic.buffer.{b}, "{axes}"' for b, axes in notes.items()]
