@@ -197,9 +197,9 @@ def test_binary_inputs_must_agree():
 @pytest.mark.parametrize("kind", ["relu", "add"])
 def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
     rng = np.random.default_rng(6)
-    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 64), Dim("w", 1, 64)))
+    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 128), Dim("w", 1, 128)))
     kern = compiler.build(op)
-    ins = [rand8(rng, (2, 16, 50, 61)) for _ in op.names]    # several chunks and a remainder
+    ins = [rand8(rng, (2, 16, 100, 121)) for _ in op.names]    # three or more chunks (VBUF-capped), a remainder
     np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
     sites = _waits(kern.asm)
     assert len(sites) >= 3
