@@ -9,6 +9,8 @@ Building it:
   shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride 2**s
              makes ((h + add) >> s) + 1 of its input's h, a Dim of its own in the argument block
              (the host writes it; the simulator checks it against its parent before a run)
+  fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
+             reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
              (compiler/lowering/dynamic*.py), all reading the one argument block
   link       the programs in graph order, a barrier between two, each op's buffers renamed to
@@ -223,7 +225,7 @@ class Plan:
     shapes: dict[str, tuple]               # tensor -> axes (Dim or int)
     dims: tuple[Dim, ...]                  # the argument block: the graph's dims, then the derived ones
     derived: dict[str, tuple[str, int, int]]
-    ops: list                              # (node, DynamicOp), in graph order
+    ops: list                              # (node, DynamicOp, output, ops), in graph order; clips folded
 
 
 def plan(dg: DynamicGraph) -> Plan:
@@ -259,7 +261,58 @@ def plan(dg: DynamicGraph) -> Plan:
         make = (lambda op: lambda s: _retarget(op, s))(node.op)
         names = ("a", "b") if len(node.inputs) == 2 else ("x",)
         ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
-    return Plan(high, sym, dims, shapes.derived, ops)
+    return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
+
+
+def absorb_clip(op, clip):
+    """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
+    clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
+    if not (isinstance(clip, Elementwise) and clip.mode == "clip"):
+        return None
+    if not (isinstance(op, Conv2d) or (isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"))):
+        return None
+    lo, hi = max(op.lo, clip.lo), min(op.hi, clip.hi)
+    return dataclasses.replace(op, lo=lo, hi=hi) if lo <= hi else None
+
+
+def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> DynamicOp | None:
+    """The DynamicOp op with the dynamic clip after it folded in, or None.  Unless the caller knows the
+    clip reads op's output (a graph edge), the clip's shape must be op's input's, Dim for Dim, and its
+    output's at both ends of the range (a chain's op keeps the Dims)."""
+    if absorb_clip(op.largest, clip.largest) is None:
+        return None
+    if not reads_its_output:
+        x, c = op.x_shape, clip.x_shape
+        if (c[0], c[2:]) != (x[0], x[2:]) or any(a.output.shape != b.inputs[0].shape for a, b in
+                                                  ((op.largest, clip.largest), (op.smallest, clip.smallest))):
+            return None
+    make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
+    return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
+                     make(op.smallest.inputs[0].shape), op.names)
+
+
+def _fold_clips(graph, ops: list) -> list:
+    """(node, op, output, what) with each clip folded into the op before it where that op's output has no
+    other reader and is not a graph output."""
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    out: list = []
+    producer: dict[str, int] = {}
+    for node, op in ops:
+        src = node.inputs[0]
+        k = producer.get(src)
+        if (k is not None and len(node.inputs) == 1 and readers.get(src) == 1 and src not in graph.outputs):
+            merged = folded(out[k][1], op, reads_its_output=True)
+            if merged is not None:
+                prev = out[k]
+                out[k] = (prev[0], merged, node.output, f"{prev[3]} + {node.op.kind}")
+                producer[node.output] = k
+                continue
+        producer[node.output] = len(out)
+        out.append((node, op, node.output, node.op.kind))
+    return out
 
 
 def _show(axes) -> str:
@@ -280,21 +333,21 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     g = p.graph
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
-    for node, _ in p.ops:
-        if node.output not in buffers:
-            buffers[node.output] = buffer_name(f"t_{node.output}", used)
+    for _, _, output, _ in p.ops:
+        if output not in buffers:
+            buffers[output] = buffer_name(f"t_{output}", used)
     programs, layers = [], []
-    for k, (node, op) in enumerate(p.ops):
+    for k, (node, op, output, what) in enumerate(p.ops):
         try:
             asm, files, _ = lower_one(op, cfg)
         except CompileError as exc:
             raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
         bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
-        bind["y"] = buffers[node.output]
+        bind["y"] = buffers[output]
         programs.append((asm, files, bind))
-        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": node.op.kind,
+        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": what,
                        "in_shapes": [list(g.values[v].shape) for v in node.inputs],
-                       "out_shape": list(g.values[node.output].shape), "macs": int(getattr(node.op, "macs", 0)),
+                       "out_shape": list(g.values[output].shape), "macs": int(getattr(node.op, "macs", 0)),
                        "predicted_cycles": 0, "bound_cycles": int(bound_cycles((node.op,), cfg)),
                        "nodes": [node.name], "onchip": {}})
 
