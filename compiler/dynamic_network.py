@@ -331,6 +331,11 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
 
     p = plan(dg)
     g = p.graph
+    need = sum(int(np.prod(g.values[v].shape)) for v in {*g.inputs, *(out for _, _, out, _ in p.ops)})
+    if need > cfg.ddr_bytes // 2:
+        dims = ", ".join(f"{d.name} <= {d.hi}" for d in dg.dims)
+        raise CompileError(f"the network's tensors at the largest shape ({dims}) need {need:,} bytes of DDR, "
+                           f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
     for _, _, output, _ in p.ops:

@@ -218,3 +218,19 @@ def test_one_module_runs_one_shape_after_another():
             m.set_input(k, a)
         m.run()
         np.testing.assert_array_equal(m.get_output(0), dg.reference(ins)[0])
+
+
+def test_a_range_too_large_for_ddr_is_refused():
+    rng = np.random.default_rng(0)
+    w = rng.integers(-3, 4, (8, 8, 3, 3))
+
+    def make(values):
+        shape = (1, 8, values["h"], 4096)
+        g = Graph()
+        x = g.input("x", shape)
+        g.output(g.add(ops.conv2d(shape, w, None, padding=1, multiplier=np.full(8, 2**30), shift=np.full(8, 31)),
+                       x, name="conv"))
+        return g
+
+    with pytest.raises(CompileError, match=r"tensors at the largest shape \(h <= 4096\) need .* narrow the ranges"):
+        compiler.build(DynamicGraph(make, (Dim("h", 1, 4096),)))
