@@ -356,13 +356,15 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
                        "predicted_cycles": 0, "bound_cycles": int(bound_cycles((node.op,), cfg)),
                        "nodes": [node.name], "onchip": {}})
 
+    inner = sum(int(np.prod(g.values[out].shape)) for _, _, out, _ in p.ops if out not in g.outputs)
+
     def io(v):
         t = _tensor_meta(g.values[v], buffers[v])
         t["shape"] = [d.name if isinstance(d, Dim) else d for d in p.shapes[v]]
         return t
 
     meta = {"format": GRAPH_FORMAT, "inputs": [io(v) for v in g.inputs], "outputs": [io(v) for v in g.outputs],
-            "layers": layers, "arena": {"bytes": 0, "naive_bytes": 0}, "fused": False, "onchip_peak": {},
+            "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor "fused": False, "onchip_peak": {},
             "fusion": [], "dims": [[d.name, d.lo, d.hi] for d in p.dims],
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])

@@ -388,3 +388,43 @@ def test_a_chains_relu_goes_into_the_conv_before_it_unless_their_ranges_miss():
     y = kern(x, check_races=True)
     np.testing.assert_array_equal(y, kern.op.reference(x))
     assert (y == 20).all()
+
+
+def float_conv(rng, c, o, k=3, stride=1, h=(4, 24), w=(4, 24)):
+    """A conv in the float form (scale=, QLinearConv's arithmetic): vu.requant.fpc with a float32 table."""
+    return ops.conv2d((Dim("n", 1, 2), c, Dim("h", *h), Dim("w", *w)), rng.integers(-20, 21, size=(o, c, k, k)),
+                      rng.integers(-3000, 3000, size=o), stride=stride, padding=k // 2,
+                      x_zp=int(rng.integers(-10, 10)), scale=rng.uniform(1e-4, 4e-3, size=o).astype(np.float32),
+                      zp_out=int(rng.integers(-20, 20)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 70), k=st.sampled_from([1, 3]),
+       stride=st.sampled_from([1, 2]), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2,
+                                                      max_size=3))
+def test_float_form_conv_bit_exact_across_the_range(seed, c, o, k, stride, draws):
+    rng = np.random.default_rng(seed)
+    op = float_conv(rng, c, o, k, stride)
+    kern = compiler.build(op)
+    assert "vu.requant.fpc" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (2, c, 4 + round(20 * fh), 4 + round(20 * fw)))
+        y = kern(x, check_races=True)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+def test_removing_any_wait_of_a_float_form_conv_is_caught():
+    rng = np.random.default_rng(14)
+    op = float_conv(rng, 8, 40, h=(8, 40), w=(8, 24))
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 8, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 6
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
