@@ -100,6 +100,11 @@ class Simulator:
         words = argblock.block(self._dynamic, self._dims).view(np.uint8)
         self.memory.view(SPACE_DDR, self._buffer(self._dynamic.args).addr, words.size)[:] = words
 
+    @property
+    def inputs_disagree(self) -> str | None:
+        """Why the dynamic inputs written so far disagree on a dim (run() refuses then), or None."""
+        return self._conflict
+
     def dims(self) -> dict[str, int]:
         """The dim values the argument block holds (SimError naming one out of range)."""
         args = self._buffer(self._dynamic.args)
@@ -124,8 +129,8 @@ class Simulator:
         if self._table is None:
             raise SimError("no program loaded: call load(program) first")
         if self._dynamic is not None:
-            if self._conflict:
-                raise SimError(f"the inputs' shapes disagree: {self._conflict}", errors.BAD_PARAM)
+            if self.inputs_disagree:
+                raise SimError(f"the inputs' shapes disagree: {self.inputs_disagree}", errors.BAD_PARAM)
             self.dims()          # a bad argument block stops here, naming the dimension
         limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
         if limit < 0:

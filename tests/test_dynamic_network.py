@@ -162,6 +162,21 @@ def test_a_graph_made_per_shape_with_two_inputs():
         sim.run()
 
 
+def test_nnpsim_run_refuses_inputs_that_disagree(tmp_path, capsys):
+    from nnpsim.cli import main
+
+    lib = compiler.build(two_input_graph())
+    lib.save(tmp_path / "two.bin")
+    np.save(tmp_path / "x.npy", np.ones((1, 8, 9, 12), np.int8))
+    np.save(tmp_path / "y.npy", np.ones((1, 8, 10, 12), np.int8))
+    run = ["run", str(tmp_path / "two.bin"), "--input", f"x={tmp_path / 'x.npy'}", "--input", f"y={tmp_path / 'y.npy'}"]
+    assert main(run) == 1
+    assert "the inputs' shapes disagree: dimension h is 9 from an earlier input but 10" in capsys.readouterr().err
+    np.save(tmp_path / "y.npy", np.ones((1, 8, 9, 12), np.int8))
+    assert main(run + ["--output", f"conv={tmp_path / 'y_out.npy'}"]) == 0
+    assert np.load(tmp_path / "y_out.npy").shape == (1, 8, 5, 6)
+
+
 def test_a_bad_derived_dim_in_the_argument_block_is_a_simulation_error():
     dg = two_input_graph()
     lib = compiler.build(dg)
