@@ -76,14 +76,22 @@ def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
 def build_chain(ops: tuple, config: Config) -> DynamicKernel:
     """Compile dynamic ops that keep their Dims (each output feeds the next) into one program."""
     from .kernel import assemble
+    from .dynamic_network import folded
     from .lowering.dynamic_chain import compose
 
     for k, o in enumerate(ops):
         if not isinstance(o, DynamicOp) or o.names != ("x",):
             raise CompileError(f"a dynamic chain takes one-input dynamic ops (a Dim in each shape); op {k} is "
                                f"{o!r}")
-    programs = [lower_one(o, config)[:2] for o in ops]
-    asm, files = compose(programs, [o.kind for o in ops])
+    merged: list[DynamicOp] = []
+    for o in ops:         # a relu / clip goes into the output range of the conv, add or mul before it
+        both = folded(merged[-1], o) if merged and o.kind in ("relu", "clip") else None
+        if both is not None:
+            merged[-1] = both
+        else:
+            merged.append(o)
+    programs = [lower_one(o, config)[:2] for o in merged]
+    asm, files = compose(programs, [o.kind for o in merged])
     chain = DynamicChain(tuple(ops))
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
 

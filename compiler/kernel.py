@@ -203,6 +203,10 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     """
     cfg = (config or Config()).validate()
     from .dims import DynamicOp
+    from .dynamic_network import DynamicGraph
+    if isinstance(op, DynamicGraph):
+        from .dynamic_network import build_dynamic_network
+        return build_dynamic_network(op, cfg)
     if isinstance(op, DynamicOp):
         from .dynamic_kernel import build_dynamic
         return build_dynamic(op, *more_ops, config=cfg, schedule=schedule)

@@ -73,12 +73,18 @@ def from_onnx(model, *, arithmetic: str = "onnxruntime",
     """A validated Graph from an int8 ONNX model (path, bytes or onnx.ModelProto).
 
     `dims` fixes symbolic dimensions: {"batch": 1} by dim_param name, or {"x": (1, 3, 224, 224)}
-    by input name.  Raises CompileError listing every node that cannot be imported.
+    by input name.  A range {"height": (32, 512)} (or a compiler.Dim) for a dim_param gives a
+    compiler.dynamic_network.DynamicGraph instead, which build() makes one binary for the range.
+    Raises CompileError listing every node that cannot be imported.
     """
     if arithmetic not in ARITHMETIC:
         raise CompileError(f"arithmetic must be one of {ARITHMETIC}, got {arithmetic!r}")
     onnx = _import_onnx()
     proto = _load(onnx, model)
+    from . import dynamic_network
+    fixed, ranges = dynamic_network.split_ranges(proto, dict(dims or {}))
+    if ranges:
+        return dynamic_network.from_onnx(proto, arithmetic, fixed, ranges)
     try:
         return _Importer(onnx, proto, arithmetic, dict(dims or {})).run()
     except CompileError:

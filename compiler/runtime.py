@@ -77,6 +77,7 @@ class GraphModule:
         self.sim.load(lib.program)
         self.stats = None
         self._given: set[str] = set()
+        self._shapes: dict[str, tuple] = {}     # a dynamic network's inputs' shapes so far
 
     # ---------------------------------------------------------------- inputs and outputs
     def _tensor(self, key, which: str) -> dict:
@@ -95,7 +96,11 @@ class GraphModule:
         """Set input `key` (index or name): float arrays are quantised as the model says, int8 taken as is."""
         t = self._tensor(key, "inputs")
         a = np.asarray(array)
-        if tuple(a.shape) != tuple(t["shape"]):
+        if "dims" in self.meta:      # a dynamic network: any in-range shape, the argument block from it
+            from .dynamic_network import check_input
+            check_input(self.meta, t["name"], a.shape, {})      # in range; agreement is checked by run()
+            self._shapes[t["name"]] = tuple(a.shape)
+        elif tuple(a.shape) != tuple(t["shape"]):
             raise CompileError(f"input {t['name']} has shape {tuple(t['shape'])}, got {a.shape}")
         if a.dtype.kind == "f":
             if "scale" not in t:
@@ -131,6 +136,10 @@ class GraphModule:
         missing = [t["name"] for t in self.meta["inputs"] if t["buffer"] not in self._given]
         if missing:
             raise CompileError(f"set every input before run(): missing {', '.join(missing)}")
+        if "dims" in self.meta:
+            from .dynamic_network import check_input
+            for name, shape in self._shapes.items():
+                check_input(self.meta, name, shape, {k: v for k, v in self._shapes.items() if k != name})
         self.stats = self.sim.run(check_races=check_races, trace=trace)
         if trace is not None:
             add_layer_track(trace, self.layer_stats())

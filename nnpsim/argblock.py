@@ -7,6 +7,8 @@ describes itself in `.target` notes:
     .target dynamic.args, "args"                     the int32 DDR buffer holding their values
     .target dynamic.buffer.x, "n 32 h w"             a buffer's actual shape, axis by axis
     .target dynamic.buffer.y, "n 32 h:-1:0 w:-1:0"   name:add:shift is ((name + add) >> shift) + 1
+    .target dynamic.derived, "h_1=h:-3:1"            a dim of its own in the block, fixed by another's
+                                                     value (a network's layer after a strided conv)
 
 Its buffers are sized for the largest shape; a tensor of the actual shape is
 stored packed at the buffer's start.  Writing an input infers the dims from
@@ -26,11 +28,21 @@ from .errors import SimError
 
 @dataclass(frozen=True)
 class Signature:
-    """The dims (name -> (lo, hi)) in block order, the block's buffer, and each dynamic buffer's axes."""
+    """The dims (name -> (lo, hi)) in block order, the block's buffer, each dynamic buffer's axes, and the
+    derived dims (name -> "parent:add:shift")."""
 
     dims: dict[str, tuple[int, int]]
     args: str
     buffers: dict[str, tuple[str, ...]]
+    derived: dict[str, str] = None
+
+    def complete(self, values: dict[str, int]) -> dict[str, int]:
+        """values with every derived dim whose parent is known filled in (in note order)."""
+        out = dict(values)
+        for name, spec in (self.derived or {}).items():
+            if spec.split(":")[0] in out:
+                out[name] = axis_size(spec, out)
+        return out
 
     def shape(self, buffer: str, values: dict[str, int]) -> tuple[int, ...]:
         """The actual shape of a dynamic buffer for these dim values."""
@@ -59,7 +71,15 @@ def signature(program) -> Signature | None:
             dims[name] = (int(lo), int(hi))
         buffers = {k[len("dynamic.buffer."):]: tuple(str(v).split()) for k, v in cfg.items()
                    if k.startswith("dynamic.buffer.")}
-        return Signature(dims, str(cfg["dynamic.args"]), buffers)
+        derived = {}
+        for item in str(cfg.get("dynamic.derived", "")).split():
+            name, spec = item.split("=")
+            parent, add, shift = spec.split(":")
+            int(add), int(shift)
+            if name not in dims or parent not in dims:
+                raise KeyError(f"derived dim {item!r} names a dim the block lacks")
+            derived[name] = spec
+        return Signature(dims, str(cfg["dynamic.args"]), buffers, derived)
     except (KeyError, ValueError) as exc:
         raise SimError(f"cannot load program: its dynamic-shape notes (.target dynamic.*) are malformed: {exc}",
                        errors.BAD_PARAM) from None
@@ -86,6 +106,7 @@ def infer(sig: Signature, buffer: str, shape: tuple[int, ...], known: dict[str, 
             raise ValueError(f"dimension {spec} is {values[spec]} from an earlier input but {n} in buffer "
                              f"{buffer} axis {k}: inputs disagree")
         values[spec] = n
+    values = sig.complete(values)
     try:
         want = sig.shape(buffer, values)
     except KeyError as exc:
@@ -110,4 +131,11 @@ def check(sig: Signature, words: np.ndarray) -> dict[str, int]:
                            f"[{lo}, {hi}] (the program's buffers are sized for {name} <= {hi}); write an "
                            f"input of an in-range shape first", errors.OUT_OF_BOUNDS)
         values[name] = v
+    for name, spec in (sig.derived or {}).items():
+        want = axis_size(spec, values)
+        if values[name] != want:
+            raise SimError(f"bad argument block {sig.args}: dimension {name} = {values[name]} but it follows "
+                           f"from {spec.split(':')[0]} = {values[spec.split(':')[0]]} as {want} ({name} = "
+                           f"(({spec.split(':')[0]} + {spec.split(':')[1]}) >> {spec.split(':')[2]}) + 1)",
+                           errors.BAD_PARAM)
     return values

@@ -193,6 +193,8 @@ def _run(args) -> int:
         raise UserError(f"{args.binary}: {exc}") from None
     for name, path in inputs:
         _load_input(sim, program, name, path)
+    if sim.inputs_disagree:
+        raise UserError(f"--input: the inputs' shapes disagree: {sim.inputs_disagree}")
     try:
         stats = sim.run(max_cycles=args.max_cycles, check_races=args.check_races)
     except SimError as exc:

@@ -34,6 +34,8 @@ class Simulator:
         self._table: np.ndarray | None = None
         self._dynamic = None
         self._dims: dict[str, int] = {}
+        self._shapes: dict[str, tuple] = {}     # the shapes the dynamic buffers were written with
+        self._conflict: str | None = None       # why those shapes disagree, if they do
 
     def load(self, program) -> None:
         """Check its `.target` against this machine, decode it, clear every memory, place its data in DDR."""
@@ -59,6 +61,8 @@ class Simulator:
         self.last_log = None
         self._dynamic = argblock.signature(program)     # None unless built for a range of shapes
         self._dims: dict[str, int] = {}
+        self._shapes: dict[str, tuple] = {}     # the shapes the dynamic buffers were written with
+        self._conflict: str | None = None       # why those shapes disagree, if they do
 
     def write(self, name: str, array) -> None:
         """Store a tensor, given in the buffer's logical shape and dtype, into its DDR buffer."""
@@ -79,11 +83,27 @@ class Simulator:
         """A tensor of an in-range shape packed at the start of its buffer, and the argument block."""
         if a.dtype.newbyteorder("<") != DTYPES[buf.dtype]:
             raise ValueError(f"buffer {name} holds {buf.dtype}; got {a.dtype}")
-        self._dims = argblock.infer(self._dynamic, name, a.shape, self._dims)
+        argblock.infer(self._dynamic, name, a.shape, {})        # in range on its own, or ValueError
+        self._shapes[name] = tuple(a.shape)
         raw = np.ascontiguousarray(a.astype(DTYPES[buf.dtype], copy=False)).view(np.uint8).reshape(-1)
         self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
+        # Inputs that share a dim may be rewritten one at a time (a new shape for every input): until they
+        # agree again the block is left alone and run() refuses, naming the dimension.
+        try:
+            dims: dict[str, int] = {}
+            for other, shape in self._shapes.items():
+                dims = argblock.infer(self._dynamic, other, shape, dims)
+        except ValueError as exc:
+            self._conflict = str(exc)
+            return
+        self._dims, self._conflict = dims, None
         words = argblock.block(self._dynamic, self._dims).view(np.uint8)
         self.memory.view(SPACE_DDR, self._buffer(self._dynamic.args).addr, words.size)[:] = words
+
+    @property
+    def inputs_disagree(self) -> str | None:
+        """Why the dynamic inputs written so far disagree on a dim (run() refuses then), or None."""
+        return self._conflict
 
     def dims(self) -> dict[str, int]:
         """The dim values the argument block holds (SimError naming one out of range)."""
@@ -109,6 +129,8 @@ class Simulator:
         if self._table is None:
             raise SimError("no program loaded: call load(program) first")
         if self._dynamic is not None:
+            if self.inputs_disagree:
+                raise SimError(f"the inputs' shapes disagree: {self.inputs_disagree}", errors.BAD_PARAM)
             self.dims()          # a bad argument block stops here, naming the dimension
         limit = DEFAULT_MAX_CYCLES if max_cycles is None else int(max_cycles)
         if limit < 0:

@@ -197,9 +197,9 @@ def test_binary_inputs_must_agree():
 @pytest.mark.parametrize("kind", ["relu", "add"])
 def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
     rng = np.random.default_rng(6)
-    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 64), Dim("w", 1, 64)))
+    op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 128), Dim("w", 1, 128)))
     kern = compiler.build(op)
-    ins = [rand8(rng, (2, 16, 50, 61)) for _ in op.names]    # several chunks and a remainder
+    ins = [rand8(rng, (2, 16, 100, 121)) for _ in op.names]    # three or more chunks (VBUF-capped), a remainder
     np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
     sites = _waits(kern.asm)
     assert len(sites) >= 3
@@ -371,3 +371,60 @@ def test_dynamic_kernels_on_fewer_dma_channels(channels):
     for shape in [(2, 40, 37, 5), (1, 40, 4, 40)]:
         x = rand8(rng, shape)
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def test_a_chains_relu_goes_into_the_conv_before_it_unless_their_ranges_miss():
+    rng = np.random.default_rng(12)
+    shape = (Dim("n", 1, 1), 8, Dim("h", 4, 20), Dim("w", 4, 20))
+    c = conv(rng, 8, 8, n=(1, 1), h=(4, 20), w=(4, 20))
+    kern = compiler.build(c, ops.relu(shape, 5))
+    assert kern.asm.count("_drain:") == 1 and "L1_" not in kern.asm              # one program: folded
+    x = rand8(rng, (1, 8, 13, 7))
+    np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+    low = ops.conv2d(shape, c.largest.weight, c.largest.bias, padding=1, multiplier=c.largest.multiplier,
+                     shift=c.largest.shift, lo=-128, hi=-100)
+    kern = compiler.build(low, ops.clip(shape, 20, 30))                            # [-128, -100] and [20, 30]
+    assert kern.asm.count("L1_drain:") == 1                                          # two programs
+    y = kern(x, check_races=True)
+    np.testing.assert_array_equal(y, kern.op.reference(x))
+    assert (y == 20).all()
+
+
+def float_conv(rng, c, o, k=3, stride=1, h=(4, 24), w=(4, 24)):
+    """A conv in the float form (scale=, QLinearConv's arithmetic): vu.requant.fpc with a float32 table."""
+    return ops.conv2d((Dim("n", 1, 2), c, Dim("h", *h), Dim("w", *w)), rng.integers(-20, 21, size=(o, c, k, k)),
+                      rng.integers(-3000, 3000, size=o), stride=stride, padding=k // 2,
+                      x_zp=int(rng.integers(-10, 10)), scale=rng.uniform(1e-4, 4e-3, size=o).astype(np.float32),
+                      zp_out=int(rng.integers(-20, 20)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 70), k=st.sampled_from([1, 3]),
+       stride=st.sampled_from([1, 2]), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2,
+                                                      max_size=3))
+def test_float_form_conv_bit_exact_across_the_range(seed, c, o, k, stride, draws):
+    rng = np.random.default_rng(seed)
+    op = float_conv(rng, c, o, k, stride)
+    kern = compiler.build(op)
+    assert "vu.requant.fpc" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (2, c, 4 + round(20 * fh), 4 + round(20 * fw)))
+        y = kern(x, check_races=True)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+def test_removing_any_wait_of_a_float_form_conv_is_caught():
+    rng = np.random.default_rng(14)
+    op = float_conv(rng, 8, 40, h=(8, 40), w=(8, 24))
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 8, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 6
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)

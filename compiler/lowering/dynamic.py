@@ -20,6 +20,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d
+from .layout import fscale_table
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
 TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
@@ -41,9 +42,6 @@ class _Geometry:
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
         if big.groups != 1:
             raise CompileError(f"dynamic conv2d: groups = {big.groups} is not supported yet (groups = 1 only)")
-        if big.scale is not None:
-            raise CompileError("dynamic conv2d: the float form (scale=) is not supported yet; give "
-                               "multiplier= and shift=")
         self.op, self.cfg = op, cfg
         self.R, self.C = cfg.nu_rows, cfg.nu_cols
         n, c, h, w = big.x_shape
@@ -55,11 +53,12 @@ class _Geometry:
         self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
         self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
+        self.entry = 4 if big.scale is not None else 8    # table bytes per channel: float32 scale, or (M, S)
         # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
         # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
         self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
-        self.tab = -(-self.out_cb * self.C * 8 // 64) * 64
+        self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
         self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
         self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.tab) // 2) // 128 * 128
         self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
@@ -150,8 +149,11 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     bias = np.zeros(g.out_cb * g.C, dtype="<i4")
     if big.bias is not None:
         bias[:g.o] = big.bias
-    ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
-    ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
+    if big.scale is not None:       # vu.requant.fpc's float32 scales (the float form, onnxruntime's)
+        ms = fscale_table(big.scale, g.out_cb, g.C)
+    else:
+        ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
+        ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
     return {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_bias.bin": bias.tobytes(),
             "dyn_ms.bin": ms.tobytes()}
 
@@ -293,7 +295,7 @@ def program_text(g: _Geometry) -> str:
         i(f"li      {T[1]}, {ob * w_block}")
         i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
         i(f"addi    {T[0]}, {T[0]}, {w_block}")
-    dma_box(4, [(g.out_cb * g.C * 2, 4, 4, 0, 0)])
+    dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     i(f"la      {T[0]}, dyn_ms")
     i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}]")
     setp("dma.size0", g.out_cb * g.C)
@@ -302,7 +304,7 @@ def program_text(g: _Geometry) -> str:
     for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
                  ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
         setp(f"nu.{p}", v)
-    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", 8),
+    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
                  ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
                  ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
         setp(f"vu.{p}", v)
@@ -412,8 +414,8 @@ def program_text(g: _Geometry) -> str:
         dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
         setp("vu.n0", cv)
         i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        i(f"li      {table}, {ob * g.C * 8}")
-        i(f"vu.requant.pc vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
+        i(f"li      {table}, {ob * g.C * g.entry}")
+        i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
         i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")

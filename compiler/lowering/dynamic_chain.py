@@ -79,3 +79,54 @@ def compose(programs: list[tuple[str, dict[str, bytes]]], kinds: list[str]) -> t
     asm = "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text
                     + ["        halt"]) + "\n"
     return asm, files
+
+
+def _rename_all(asm: str, k: int, names: dict[str, str]) -> str:
+    """op k's program with its labels prefixed and its buffers renamed in one pass (a -> b and b -> c at
+    once do not make a into c)."""
+    for label in set(_LABEL.findall(asm)) - {"main"}:
+        asm = re.sub(rf"\b{label}\b", f"L{k}_{label}", asm)
+    if not names:
+        return asm
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], asm)
+
+
+def _declared(data: list[str]) -> list[str]:
+    return [line.split()[1].rstrip(",") for line in data if line.strip().startswith(".buffer ")]
+
+
+def link(programs: list[tuple[str, dict[str, bytes], dict[str, str]]], notes: dict[str, str], derived: str,
+         graph_blob) -> tuple[str, dict[str, bytes]]:
+    """A network's dynamic ops as one program, in order; (assembly, .incbin files).
+
+    No barrier between two: each op ends waiting for its last stores (its drain), and every command
+    it issued feeds them, so the next op's loads and on-chip writes come after all of it.
+
+    Each program comes with its binding (its buffer names x / a / b / y -> the network's buffers); a
+    buffer is declared once, by the first op that names it.  `notes` are the `.target dynamic.buffer.*`
+    axes of the network's inputs and outputs, `derived` its `.target dynamic.derived` note, and
+    `graph_blob` (int8) the graph description, stored as buffer nnp_graph.
+    """
+    header, data, text, files, declared = [], [], [], {}, {"args"}
+    for k, (asm, consts, bind) in enumerate(programs):
+        asm = _rename_all(asm, k, bind)
+        files.update({f"L{k}_{name}": blob for name, blob in consts.items()})
+        h, d, t = _parts(asm)
+        if k == 0:
+            header = [line for line in h if "dynamic.buffer." not in line]
+            data = d
+        else:
+            for name in set(_declared(d)) & declared:
+                d = _drop_buffer(d, name)
+            data += ["        .align 64"] + d
+        declared |= set(_declared(d))
+        text += [f"L{k}_layer:                                      ; ---- op {k}"] + t
+    header += [f'        .target dynamic.buffer.{b}, "{axes}"' for b, axes in notes.items()]
+    if derived:
+        header += [f'        .target dynamic.derived, "{derived}"']
+    files["nnp_graph.bin"] = bytes(graph_blob.view("uint8"))
+    data += ["        .align 64", f"        .buffer nnp_graph, int8, ({graph_blob.size},)", '        .incbin "nnp_graph.bin"']
+    asm = "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text
+                    + ["        halt"]) + "\n"
+    return asm, files

@@ -1,7 +1,7 @@
 """add / mul / relu / clip over a range of shapes: one program that reads its sizes from an argument block.
 
 The CU `ld`s the sizes, multiplies them into the element count and cuts it
-into about four chunks (a quarter, rounded up to 64 bytes, at most what half
+into about two chunks (a half, rounded up to 64 bytes, at most what half
 of VBUF holds), so that loads, the VU and stores overlap whatever the size;
 chunk k+1 loads while chunk k is computed and stored (two buffer sets, the CU
 taking chunk k-2's store token before reusing its set).  The VU command and
@@ -19,7 +19,7 @@ from ..ops import Elementwise
 from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
 from .vu import ElementwiseLowering
 
-CHUNKS_LOG2 = 2          # about 2**2 chunks per run
+CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 
 
@@ -39,7 +39,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     sets = 2 * (2 if big.binary else 1)
     fit = min(cfg.vbuf_bytes // sets // 64 * 64, 1 << 24)
     idx = {d.name: k for k, d in enumerate(op.dims)}
-    L = [f"; dynamic kernel: {op!r}", "; about four chunks per run; two buffer sets", ""]
+    L = [f"; dynamic kernel: {op!r}", "; about two chunks per run; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
     L += ["        " + s for s in target_notes(op, [axis_name(d) for d in op.x_shape])]
     total_max = big.output.size
@@ -59,7 +59,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
             i("mul     r2, r2, r3")
         elif d != 1:
             i(f"muli    r2, r2, {d}")
-    e("        ; chunk: a quarter of the elements rounded up to 64, at least 64, at most half of VBUF's sets")
+    e("        ; chunk: a half of the elements rounded up to 64, at least 64, at most half of VBUF's sets")
     i(f"srli    r4, r2, {CHUNKS_LOG2}")
     i("addi    r4, r4, 63")
     i("andi    r4, r4, -64")

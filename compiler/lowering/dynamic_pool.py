@@ -5,8 +5,9 @@ loads every channel's input rows with their halo into VBUF as [c][rows][w
 padded] (padding -128, which never wins), one `vu.pool.max` computes the
 tile's [c][rows][w out] and one DMA stores it.  Two buffer sets: tile k+1
 loads while tile k pools and stores; the CU takes tile k-2's store token
-before reusing a set.  The tile height is the largest whose two sets fit VBUF
-at the largest width.
+before reusing a set.  The tile height is about a quarter of the output rows
+(the CU computes it from the actual height), at most the largest whose two
+sets fit VBUF at the largest width.
 """
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RB, RH, RHW, RI, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
                       drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
+SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
 T = [f"r{k}" for k in range(19, 31)]
 
 
@@ -81,6 +83,12 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
                  ("d_stride0", 1)):
         i(f"setpi   vu.{p}, {v}")
+    e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores overlap"
+      f" even at small sizes), at most {th} (two sets fit VBUF)")
+    i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
+    i(f"srai    {RMAX}, {RMAX}, {SPLIT_LOG2}")
+    i(f"li      {T[0]}, {th}")
+    i(f"min     {RMAX}, {RMAX}, {T[0]}")
     i(f"li      {RI}, 0")
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
@@ -88,8 +96,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"li      {ROH0}, 0")
     e("tile:")
     i(f"sub     {RTH}, {ROH}, {ROH0}")
-    i(f"li      {T[0]}, {th}")
-    i(f"min     {RTH}, {RTH}, {T[0]}")
+    i(f"min     {RTH}, {RTH}, {RMAX}")
     i(f"li      {T[0]}, 2")
     i(f"blt     {RPEND}, {T[0]}, free")
     i(f"sem.wait {S_STORE}")

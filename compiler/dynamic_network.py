@@ -1,0 +1,385 @@
+"""Whole networks over a range of shapes: a graph with compiler.Dims built into one binary.
+
+A DynamicGraph is a function from dim values to a static compiler.Graph (an
+ONNX model imported with `dims={"height": (32, 512)}` is one) and its Dims.
+Building it:
+
+  sample     the graph at the low end of every range, at the high end, and with one dim at a time
+             high: the same nodes with the same parameters, only the shapes differ
+  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride 2**s
+             makes ((h + add) >> s) + 1 of its input's h, a Dim of its own in the argument block
+             (the host writes it; the simulator checks it against its parent before a run)
+  fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
+             reads that op's output
+  lower      each node a dynamic op over its input's symbolic shape, lowered alone
+             (compiler/lowering/dynamic*.py), all reading the one argument block
+  link       the programs in graph order, a barrier between two, each op's buffers renamed to
+             the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
+             sized for the largest shape
+  describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
+             GraphModule.set_input and `nnpsim run --input` take any in-range shape
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from nnpsim.config import Config
+
+from .dims import Dim, DynamicOp, at, infer_values
+from .errors import CompileError
+from .ops import Conv2d, Elementwise, Pool2d
+
+_RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
+             | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
+             | {f"nu{k}" for k in range(8)} | {f"{m}{k}" for m in ("ibuf", "wbuf", "abuf", "vbuf") for k in range(8)})
+
+
+@dataclass(eq=False)
+class DynamicGraph:
+    """A network over a range of shapes: `make(values)` is the static Graph for dim values."""
+
+    make: Callable[[dict[str, int]], object]
+    dims: tuple[Dim, ...]
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def at(self, values: dict[str, int]):
+        """The static Graph for these dim values (CompileError naming a dim out of its range)."""
+        for d in self.dims:
+            v = values.get(d.name)
+            if v is None or not d.lo <= v <= d.hi:
+                raise CompileError(f"dimension {d.name} = {v} is outside its range [{d.lo}, {d.hi}]")
+        key = tuple(values[d.name] for d in self.dims)
+        if key not in self._cache:
+            self._cache[key] = self.make({d.name: values[d.name] for d in self.dims})
+        return self._cache[key]
+
+    @property
+    def inputs(self) -> list[str]:
+        return self.at(self.low).inputs
+
+    @property
+    def low(self) -> dict[str, int]:
+        return {d.name: d.lo for d in self.dims}
+
+    @property
+    def high(self) -> dict[str, int]:
+        return {d.name: d.hi for d in self.dims}
+
+    def reference(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The numpy outputs of the graph at the inputs' shapes."""
+        shapes = input_shapes(self)
+        values = infer_values(self.dims, shapes, {k: np.shape(inputs[k]) for k in shapes})
+        return self.at(values).reference(inputs)
+
+    def __repr__(self) -> str:
+        return f"DynamicGraph({', '.join(map(str, self.dims))})"
+
+
+# ----------------------------------------------------------------------------- ONNX
+
+def split_ranges(proto, dims: dict) -> tuple[dict, dict[str, Dim]]:
+    """dims split into the fixed ones and the ranges (a dim_param name with (lo, hi) or a Dim)."""
+    params = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    inputs = {vi.name for vi in proto.graph.input}
+    fixed, ranges = {}, {}
+    for key, v in dims.items():
+        if isinstance(v, Dim):
+            ranges[key] = Dim(key, v.lo, v.hi) if v.name != key else v
+        elif key in params and key not in inputs and isinstance(v, (tuple, list)):
+            if len(v) != 2:
+                raise CompileError(f"dims[{key!r}] = {v!r}: a symbolic dimension takes one size or a range "
+                                   f"(lo, hi)")
+            ranges[key] = Dim(key, *v)
+        else:
+            fixed[key] = v
+    return fixed, ranges
+
+
+def from_onnx(proto, arithmetic: str, fixed: dict, ranges: dict[str, Dim]) -> DynamicGraph:
+    """The DynamicGraph of an ONNX model whose symbolic dimensions `ranges` vary."""
+    from .onnx_import import from_onnx as static
+
+    dg = DynamicGraph(lambda values: static(proto, arithmetic=arithmetic, dims={**fixed, **values}),
+                      tuple(ranges.values()))
+    dg.at(dg.high)        # import errors now, at the largest shape
+    return dg
+
+
+# ----------------------------------------------------------------------------- shapes
+
+def input_shapes(dg: DynamicGraph) -> dict[str, tuple]:
+    """Each graph input's shape, a Dim on every axis that follows one (found by moving one dim at a time)."""
+    low, high = dg.at(dg.low), dg.at(dg.high)
+    out = {}
+    for name in low.inputs:
+        lo_shape, hi_shape = low.values[name].shape, high.values[name].shape
+        axes = list(lo_shape)
+        for k, (a, b) in enumerate(zip(lo_shape, hi_shape)):
+            if a == b:
+                continue
+            movers = [d for d in dg.dims if dg.at({**dg.low, d.name: d.hi}).values[name].shape[k] != a]
+            if len(movers) != 1 or (a, b) != (movers[0].lo, movers[0].hi):
+                raise CompileError(f"input {name} axis {k} is {a} at the smallest shape and {b} at the largest: "
+                                   f"it must be one dimension itself ({', '.join(map(str, dg.dims))})")
+            axes[k] = movers[0]
+        out[name] = tuple(axes)
+    return out
+
+
+class _Shapes:
+    """Symbolic shapes of a graph's tensors, and the derived dims they need."""
+
+    def __init__(self, dims: tuple[Dim, ...]):
+        self.dims = list(dims)
+        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, shift)
+        self._by_rule: dict[tuple[str, int, int], Dim] = {}
+
+    def window(self, d, add: int, shift: int, where: str):
+        """The axis ((d + add) >> shift) + 1 of a window op: a size, d itself, or a derived Dim."""
+        if not isinstance(d, Dim):
+            return ((d + add) >> shift) + 1
+        if (add, shift) == (-1, 0):
+            return d
+        key = (d.name, add, shift)
+        if key not in self._by_rule:
+            lo, hi = ((d.lo + add) >> shift) + 1, ((d.hi + add) >> shift) + 1
+            if d.lo + add < 0:
+                raise CompileError(f"{where}: its output is empty at {d.name} = {d.lo}; raise the range's low end")
+            name = f"{d.name}_{sum(k[0] == d.name for k in self._by_rule) + 1}"
+            new = Dim(name, lo, hi)
+            self._by_rule[key] = new
+            self.derived[name] = key
+            self.dims.append(new)
+        return self._by_rule[key]
+
+    def values(self, base: dict[str, int]) -> dict[str, int]:
+        """base values with every derived dim's value added."""
+        out = dict(base)
+        for name, (parent, add, shift) in self.derived.items():
+            out[name] = ((out[parent] + add) >> shift) + 1
+        return out
+
+
+def _log2(where: str, what: str, v: int) -> int:
+    if v & (v - 1):
+        raise CompileError(f"{where}: {what} = {v} is not a power of two (a dynamic network's sizes are "
+                           f"computed with shifts; the CU has no divide)")
+    return v.bit_length() - 1
+
+
+def output_shape(node, x, shapes: _Shapes) -> tuple:
+    """The symbolic shape of a node's output from its first input's; CompileError for an op not lowered."""
+    op, where = node.op, f"node {node.name} ({node.op.kind})"
+    if isinstance(op, Conv2d):
+        if op.groups != 1:
+            raise CompileError(f"{where}: a grouped conv (groups = {op.groups}) has no dynamic lowering yet")
+        (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
+        ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, _log2(where, "stride", op.stride[0]), where),
+                shapes.window(x[3], l + r - ekw, _log2(where, "stride", op.stride[1]), where))
+    if isinstance(op, Pool2d):
+        if op.mode != "max":
+            raise CompileError(f"{where}: {op.mode} pooling has no dynamic lowering yet (max pooling has)")
+        (kh, kw), (t, l, b, r) = op.kernel, op.padding
+        return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
+                shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
+    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
+        return x
+    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (groups 1), "
+                       f"max pooling, add, mul, relu and clip")
+
+
+def _retarget(op, shape):
+    """op over another input shape (every other parameter kept)."""
+    return dataclasses.replace(op, shape=shape) if isinstance(op, Elementwise) else dataclasses.replace(op, x_shape=shape)
+
+
+def _same_parameters(a, b) -> bool:
+    """Two ops equal in every field but their shape."""
+    if type(a) is not type(b):
+        return False
+    for f in dataclasses.fields(a):
+        if f.name in ("shape", "x_shape"):
+            continue
+        u, v = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
+            if u is None or v is None or not np.array_equal(u, v):
+                return False
+        elif isinstance(u, tuple) and any(isinstance(e, np.ndarray) for e in u):
+            if len(u) != len(v) or not all(np.array_equal(p, q) for p, q in zip(u, v)):
+                return False
+        elif u != v:
+            return False
+    return True
+
+
+@dataclass
+class Plan:
+    """A dynamic network's nodes as dynamic ops, with every tensor's symbolic shape."""
+
+    graph: object                          # the static Graph at the largest shape
+    shapes: dict[str, tuple]               # tensor -> axes (Dim or int)
+    dims: tuple[Dim, ...]                  # the argument block: the graph's dims, then the derived ones
+    derived: dict[str, tuple[str, int, int]]
+    ops: list                              # (node, DynamicOp, output, ops), in graph order; clips folded
+
+
+def plan(dg: DynamicGraph) -> Plan:
+    """Symbolic shapes and dynamic ops of every node, checked against the graph at every sample."""
+    high = dg.at(dg.high)
+    shapes = _Shapes(dg.dims)
+    sym = dict(input_shapes(dg))
+    for node in high.nodes:
+        ins = [sym[v] for v in node.inputs]
+        if len(ins) == 2 and ins[0] != ins[1]:
+            raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({_show(ins[0])} and "
+                               f"{_show(ins[1])}); a dynamic network does not broadcast")
+        sym[node.output] = output_shape(node, ins[0], shapes)
+    samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
+    for base in samples:
+        g, values = dg.at(base), shapes.values(base)
+        if [n.name for n in g.nodes] != [n.name for n in high.nodes]:
+            raise CompileError(f"the graph at {base} has other nodes than at the largest shape: a dynamic network "
+                               f"must keep its structure across the range")
+        for n, m in zip(g.nodes, high.nodes):
+            if not _same_parameters(n.op, m.op):
+                raise CompileError(f"node {n.name} ({n.op.kind}) has other parameters at {base} than at the "
+                                   f"largest shape (padding that depends on the size, say)")
+        for v, axes in sym.items():
+            if tuple(g.values[v].shape) != at(axes, values):
+                raise CompileError(f"tensor {v} is {tuple(g.values[v].shape)} at {base}; its shape "
+                                   f"{_show(axes)} says {at(axes, values)}")
+    dims = tuple(shapes.dims)
+    low, hi = shapes.values(dg.low), shapes.values(dg.high)
+    ops = []
+    for node in high.nodes:
+        x = sym[node.inputs[0]]
+        make = (lambda op: lambda s: _retarget(op, s))(node.op)
+        names = ("a", "b") if len(node.inputs) == 2 else ("x",)
+        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
+    return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
+
+
+def absorb_clip(op, clip):
+    """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
+    clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
+    if not (isinstance(clip, Elementwise) and clip.mode == "clip"):
+        return None
+    if not (isinstance(op, Conv2d) or (isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"))):
+        return None
+    lo, hi = max(op.lo, clip.lo), min(op.hi, clip.hi)
+    return dataclasses.replace(op, lo=lo, hi=hi) if lo <= hi else None
+
+
+def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> DynamicOp | None:
+    """The DynamicOp op with the dynamic clip after it folded in, or None.  Unless the caller knows the
+    clip reads op's output (a graph edge), the clip's shape must be op's input's, Dim for Dim, and its
+    output's at both ends of the range (a chain's op keeps the Dims)."""
+    if absorb_clip(op.largest, clip.largest) is None:
+        return None
+    if not reads_its_output:
+        x, c = op.x_shape, clip.x_shape
+        if (c[0], c[2:]) != (x[0], x[2:]) or any(a.output.shape != b.inputs[0].shape for a, b in
+                                                  ((op.largest, clip.largest), (op.smallest, clip.smallest))):
+            return None
+    make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
+    return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
+                     make(op.smallest.inputs[0].shape), op.names)
+
+
+def _fold_clips(graph, ops: list) -> list:
+    """(node, op, output, what) with each clip folded into the op before it where that op's output has no
+    other reader and is not a graph output."""
+    readers: dict[str, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    out: list = []
+    producer: dict[str, int] = {}
+    for node, op in ops:
+        src = node.inputs[0]
+        k = producer.get(src)
+        if (k is not None and len(node.inputs) == 1 and readers.get(src) == 1 and src not in graph.outputs):
+            merged = folded(out[k][1], op, reads_its_output=True)
+            if merged is not None:
+                prev = out[k]
+                out[k] = (prev[0], merged, node.output, f"{prev[3]} + {node.op.kind}")
+                producer[node.output] = k
+                continue
+        producer[node.output] = len(out)
+        out.append((node, op, node.output, node.op.kind))
+    return out
+
+
+def _show(axes) -> str:
+    return "(" + ", ".join(d.name if isinstance(d, Dim) else str(d) for d in axes) + ")"
+
+
+# ----------------------------------------------------------------------------- build
+
+def build_dynamic_network(dg: DynamicGraph, cfg: Config):
+    """Compile a DynamicGraph into one program (a compiler.network.Library) for its whole range."""
+    from .dynamic_kernel import lower_one
+    from .kernel import assemble
+    from .lowering.dynamic_chain import link
+    from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
+    from .roofline import bound_cycles
+
+    p = plan(dg)
+    g = p.graph
+    need = sum(int(np.prod(g.values[v].shape)) for v in {*g.inputs, *(out for _, _, out, _ in p.ops)})
+    if need > cfg.ddr_bytes // 2:
+        dims = ", ".join(f"{d.name} <= {d.hi}" for d in dg.dims)
+        raise CompileError(f"the network's tensors at the largest shape ({dims}) need {need:,} bytes of DDR, "
+                           f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
+    used = set(_RESERVED)
+    buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
+    for _, _, output, _ in p.ops:
+        if output not in buffers:
+            buffers[output] = buffer_name(f"t_{output}", used)
+    programs, layers = [], []
+    for k, (node, op, output, what) in enumerate(p.ops):
+        try:
+            asm, files, _ = lower_one(op, cfg)
+        except CompileError as exc:
+            raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
+        bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
+        bind["y"] = buffers[output]
+        programs.append((asm, files, bind))
+        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": what,
+                       "in_shapes": [list(g.values[v].shape) for v in node.inputs],
+                       "out_shape": list(g.values[output].shape), "macs": int(getattr(node.op, "macs", 0)),
+                       "predicted_cycles": 0, "bound_cycles": int(bound_cycles((node.op,), cfg)),
+                       "nodes": [node.name], "onchip": {}})
+
+    inner = sum(int(np.prod(g.values[out].shape)) for _, _, out, _ in p.ops if out not in g.outputs)
+
+    def io(v):
+        t = _tensor_meta(g.values[v], buffers[v])
+        t["shape"] = [d.name if isinstance(d, Dim) else d for d in p.shapes[v]]
+        return t
+
+    meta = {"format": GRAPH_FORMAT, "inputs": [io(v) for v in g.inputs], "outputs": [io(v) for v in g.outputs],
+            "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor "fused": False, "onchip_peak": {},
+            "fusion": [], "dims": [[d.name, d.lo, d.hi] for d in p.dims],
+            "derived": {k: list(v) for k, v in p.derived.items()}}
+    notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
+             for v in list(g.inputs) + list(g.outputs)}
+    derived = " ".join(f"{k}={a}:{b}:{c}" for k, (a, b, c) in p.derived.items())
+    blob = _graph_buffer(meta)
+    asm, files = link(programs, notes, derived, blob.data)
+    return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
+
+
+def check_input(meta: dict, name: str, shape: tuple, given: dict[str, tuple]) -> None:
+    """CompileError naming the dimension and its range unless input `name` of a dynamic network may have
+    `shape` (in range, and agreeing with the inputs `given` so far)."""
+    dims = {n: Dim(n, lo, hi) for n, lo, hi in meta["dims"]}
+    declared = {t["name"]: tuple(dims[a] if isinstance(a, str) else a for a in t["shape"])
+                for t in meta["inputs"]}
+    shapes = {**given, name: tuple(shape)}
+    infer_values(tuple(dims.values()), {k: declared[k] for k in shapes}, shapes)
