@@ -145,8 +145,8 @@ class Block:
                               else ("vu.requant.fpc" if f else "vu.requant.pc"),)
             # the NU's output stage: it takes the bias too, and needs the whole sum (one chunk)
             if not self.ctx["plan"].depthwise and drains_on_nu(self.ctx["plan"], self.ctx["plan"].w.span):
-                if self.intrinsics.get("requant") == "nu.conv.rq":
-                    out["requant"] = ("nu.conv.rq",)
+                if self.intrinsics.get("requant") == "nu.conv.rq":      # one command does all three
+                    out["conv"] = out["requant"] = ("nu.conv.rq",)
                     if v.bias is not None:
                         out["bias"] = ("nu.conv.rq",)
                 elif not per_channel:
@@ -667,7 +667,7 @@ class Schedule:
                 why = " (the bias is too large to be made by an NU pass)"
             _fail(f"{what}: {stage!r} goes onto {' or '.join(stages[stage])}{why}")
         if b.kind == "nu" and stage in ("conv",):
-            rq = b.intrinsics.get("requant") == "nu.conv.rq"     # its result goes to VBUF, not ABUF
+            rq = intrinsic == "nu.conv.rq"       # its result goes to VBUF, not ABUF
             for (tensor, scope), role in NU_CACHES.items():
                 if role in ("in", "wt", "acc") and not (rq and role == "acc") and b.role_cache(role) is None:
                     _fail(f"{what}: {intrinsic} reads x from ibuf and w from wbuf and accumulates into abuf: "
