@@ -214,9 +214,11 @@ def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict,
                                     out_cb * q["in_cb"] * q["k_h"] * q["k_w"] * rows * cols)):
         if addr < 0 or addr + n > mem.size:
             raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
-    for n in ("rq_table", "rq_zp_out", "rq_lo", "rq_hi"):
+    for n in ("rq_table", "rq_zp_out", "rq_lo", "rq_hi", "rq_float"):
         if abs(q[n]) > 1 << 32:
             raise Fault("param", param=_pnum("nu", n))
+    if q["rq_float"] not in (0, 1):
+        raise Fault("param", param=_pnum("nu", "rq_float"))
     for n in ("rq_zp_out", "rq_lo", "rq_hi"):
         if not -128 <= q[n] <= 127:
             raise Fault("param", param=_pnum("nu", n))
@@ -230,6 +232,10 @@ def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict,
         raise Fault("bounds", space=wspace, first=t, last=t + 12 * n_ch - 1)
     table = [[_int(wbuf, t + 12 * e + 4 * j, 4) for j in range(3)] for e in range(n_ch)]
     for e, (_, m, sh) in enumerate(table):
+        if q["rq_float"]:
+            if not _positive_finite(f32_bits(m)):
+                raise Fault("param", space=wspace, first=t + 12 * e + 4, last=t + 12 * e + 7)
+            continue
         if m <= 0:
             raise Fault("param", space=wspace, first=t + 12 * e + 4, last=t + 12 * e + 7)
         if not 0 <= sh <= 62:
@@ -241,7 +247,12 @@ def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict,
     for ob, h, w, c in itertools.product(range(out_cb), range(oh), range(ow), range(cols)):
         bias, m, sh = table[ob * cols + c]
         v = ((int(acc[ob, h, w, c]) + bias + (1 << 31)) % (1 << 32)) - (1 << 31)
-        out[ob, h, w, c] = _clip(rshift_round(v * m, sh) + q["rq_zp_out"], q["rq_lo"], q["rq_hi"])
+        zp, lo, hi = q["rq_zp_out"], q["rq_lo"], q["rq_hi"]
+        if q["rq_float"]:           # vu.requant.f's arithmetic: exact rationals rounded to float32
+            t = min(max(round_f32(round_f32(v) * Fraction(f32_bits(m))), -128 - zp), 127 - zp)
+            out[ob, h, w, c] = _clip(_round_half_even(t) + zp, lo, hi)
+        else:
+            out[ob, h, w, c] = _clip(rshift_round(v * m, sh) + zp, lo, hi)
     vbuf[racc:racc + out.size] = out.astype(np.int8).view(np.uint8).ravel()
 
 

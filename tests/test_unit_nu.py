@@ -331,11 +331,18 @@ def test_dw_macs():
 
 # --------------------------------------------------------------------------- nu.conv.rq
 
-def _rq_table(rng: np.random.Generator, n: int, bad: int) -> np.ndarray:
+def _rq_table(rng: np.random.Generator, n: int, bad: int, fl: bool = False) -> np.ndarray:
     """n (bias, M, S) int32 triples: random biases (extremes too), M in [1, 2**31), S in [0, 62];
-    bad = 1 / 2 puts an M <= 0 / an S out of range into one entry."""
+    bad = 1 / 2 puts an M <= 0 / an S out of range into one entry.  fl: (bias, float32 scale bits,
+    junk), scales from 2**-40 to 2**10 (bad = 1: a zero, negative, infinite or NaN one)."""
     bias = rng.integers(-2**31, 2**31, n)
     bias[rng.integers(0, n)] = rng.choice([-2**31, 2**31 - 1])
+    if fl:
+        bits = (2.0 ** rng.uniform(-40, 10, n)).astype(np.float32).view(np.int32).astype(np.int64)
+        if bad == 1:
+            bits[rng.integers(0, n)] = np.array([rng.choice([0.0, -0.5, np.inf, np.nan])], np.float32).view(np.int32)[0]
+        junk = rng.integers(-2**31, 2**31, n)
+        return np.stack([bias, bits, junk], axis=1).astype("<i4").view(np.uint8).ravel()
     m = rng.integers(1, 2**31, n)
     m[rng.integers(0, n)] = rng.choice([1, 2**31 - 1])
     s = rng.integers(0, 63, n)
@@ -361,7 +368,7 @@ def nu_rq_commands(draw):
     if draw(st.integers(0, 9)):
         lo, hi = min(lo, hi), max(lo, hi)
     named.update({"nu.rq_table": table, "nu.rq_zp_out": draw(st.integers(-130, 129)), "nu.rq_lo": lo,
-                  "nu.rq_hi": hi})
+                  "nu.rq_hi": hi, "nu.rq_float": draw(st.sampled_from([0, 1, 0, 1, 2, -1]))})
     bad = draw(st.sampled_from([0] * 12 + [1, 2]))
     return unit, racc, rin, rw, named, rows, cols, sizes, seed, bad
 
@@ -387,7 +394,7 @@ def test_nu_conv_rq_matches_reference(cmd):
     mems[32 + unit] = mems.pop(24 + unit)          # the result goes to the VU's VBUF, not ABUF
     t, n_ch = named["nu.rq_table"], named["nu.out_cb"] * cols
     if 0 <= t and t % 4 == 0 and t + 12 * n_ch <= sizes[1]:
-        mems[16 + unit][t:t + 12 * n_ch] = _rq_table(np.random.default_rng(seed), n_ch, bad)
+        mems[16 + unit][t:t + 12 * n_ch] = _rq_table(np.random.default_rng(seed), n_ch, bad, named["nu.rq_float"] == 1)
     run_rq(mems, unit, racc, rin, rw, named, rows, cols)
 
 

@@ -158,18 +158,21 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
-    """Can nu.conv.rq's output stage finish this conv: integer (M, S) requantisation, one chunk
-    (the stage must see the whole sum), not depthwise.  (A residual add still runs on the VU, on
-    the int8 result in VBUF.)"""
-    return not p.depthwise and p.view.scale is None and cbt >= p.w.span and p.view.multiplier is not None
+    """Can nu.conv.rq's output stage finish this conv: one chunk (the stage must see the whole
+    sum), not depthwise.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
+    return not p.depthwise and cbt >= p.w.span and (p.view.scale is not None or p.view.multiplier is not None)
 
 
 def rq_table(p: NuPlan) -> np.ndarray:
-    """int32 [n_ob * cols, 3]: nu.conv.rq's (bias, M, S) per channel; padding lanes (0, 1, 0)."""
+    """int32 [n_ob * cols, 3]: nu.conv.rq's (bias, M, S) per channel, padding lanes (0, 1, 0); with a
+    float scale (rq_float) (bias, scale bits, 0), padding lanes scaled by 1.0."""
     v = p.view
     t = np.zeros((p.n_ob * p.cols, 3), dtype=np.int32)
     t[:, 0] = bias_table(v.bias, p.n_ob, p.cols)
-    t[:, 1:] = requant_table(v.multiplier, v.shift, p.n_ob, p.cols)
+    if v.scale is not None:
+        t[:, 1] = fscale_table(v.scale, p.n_ob, p.cols)
+    else:
+        t[:, 1:] = requant_table(v.multiplier, v.shift, p.n_ob, p.cols)
     return t
 
 
@@ -470,7 +473,7 @@ class NuLowering:
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
         rq = self.t.drain == "nu"
         if rq:
-            params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi)
+            params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
         for k, ob, blocks in self._conv_groups(obs):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident

@@ -23,6 +23,8 @@ from numba import njit
 from .. import errors
 from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, VBUF, WBUF, offsets
+from . import f32
+from .vu import requant_f
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
@@ -35,7 +37,8 @@ GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
                           "stride_w", "dil_h", "dil_w", "x_zp")))
-RQ_TABLE, RQ_ZP_OUT, RQ_LO, RQ_HI = offsets("nu.rq_table", "nu.rq_zp_out", "nu.rq_lo", "nu.rq_hi")
+RQ_TABLE, RQ_ZP_OUT, RQ_LO, RQ_HI, RQ_FLOAT = offsets("nu.rq_table", "nu.rq_zp_out", "nu.rq_lo", "nu.rq_hi",
+                                                      "nu.rq_float")
 RQ_ENTRY = 12            # a (bias, M, S) int32 triple per output channel
 M_LIMIT = 1 << 31
 CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (2 MiB of int16)
@@ -198,12 +201,14 @@ def nu_conv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
 @njit(cache=True)
 def _check_rq(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, unit: int, p: np.ndarray,
               cols: int, err: np.ndarray) -> int:
-    """nu.conv.rq's output stage: parameter ranges, zp_out / lo / hi in int8 and lo <= hi, the
-    (bias, M, S) table's alignment and bounds in WBUF, then each entry's M in [1, 2**31) and S in
-    [0, 62] (in table order)."""
-    rc = check_param_range(p, GROUP, RQ_TABLE, RQ_HI, err)
+    """nu.conv.rq's output stage: parameter ranges, rq_float 0 or 1, zp_out / lo / hi in int8 and
+    lo <= hi, the table's alignment and bounds in WBUF, then each entry's M in [1, 2**31) and S in
+    [0, 62] (rq_float: its scale a positive finite float32), in table order."""
+    rc = check_param_range(p, GROUP, RQ_TABLE, RQ_FLOAT, err)
     if rc != errors.OK:
         return rc
+    if p[RQ_FLOAT] != 0 and p[RQ_FLOAT] != 1:
+        return bad_param(err, GROUP + RQ_FLOAT, p[RQ_FLOAT], 0)
     for j in (RQ_ZP_OUT, RQ_LO, RQ_HI):
         if p[j] < -128 or p[j] > 127:
             return bad_param(err, GROUP + j, p[j], 0)
@@ -222,6 +227,10 @@ def _check_rq(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, u
         at = t + e * RQ_ENTRY
         m = load_i32(mem, base + at + 4)
         s = load_i32(mem, base + at + 8)
+        if p[RQ_FLOAT] == 1:
+            if not f32.positive_finite(m):
+                return fail(err, errors.BAD_PARAM, wbuf, at + 4, at + 7, -1, m, e, 0)
+            continue
         if m <= 0:
             return fail(err, errors.BAD_PARAM, wbuf, at + 4, at + 7, -1, m, e, 0)
         if s < 0 or s > 62:
@@ -262,6 +271,10 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
         bias[e] = load_i32(mem, tb + e * RQ_ENTRY)
         m[e] = load_i32(mem, tb + e * RQ_ENTRY + 4)
         s[e] = load_i32(mem, tb + e * RQ_ENTRY + 8)
+    fl = p[RQ_FLOAT] == 1
+    scale = np.empty(n_ch, np.float64)
+    for e in range(n_ch):
+        scale[e] = f32.value(m[e]) if fl else 0.0
     k = p[IN_CB] * p[K_H] * p[K_W] * rows
     w = _weights(mem, wb, out_cb, k, cols)
     chunk = max(1, min(pixels, CHUNK_ELEMS // k))
@@ -275,6 +288,9 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
                 at = ab + (ob * pixels + p0 + q) * cols
                 for c in range(cols):
                     e = ob * cols + c
+                    if fl:
+                        mem[at + c] = requant_f(wrap32(np.int64(y[q, e]) + bias[e]), scale[e], zp_out, lo, hi) & 0xFF
+                        continue
                     # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
                     v = np.int64(wrap32(np.int64(y[q, e]) + bias[e])) * m[e]
                     r = ((v + ((np.int64(1) << s[e]) >> 1)) >> s[e]) + zp_out
