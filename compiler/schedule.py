@@ -802,6 +802,8 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     k = cfg.nu_count
     if k > 1:
         for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k):
+            if t.drain == "nu" and cfg.vu_count < k:    # part j runs on NU j and VU j % vu_count
+                continue                                # and nu.conv.rq writes VBUF j
             ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
             out += [(t, by, k) for by, n in ways.items() if n >= k]
     return out
