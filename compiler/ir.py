@@ -213,12 +213,15 @@ _FILL = {f: [(f,) * (4 - n) for n in range(4)] for f in (0, 1)}
 
 NU_PARAMS = ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w",
              "stride_h", "stride_w", "dil_h", "dil_w", "x_zp")
+RQ_ENTRY = 12
+"""Bytes of one channel's (bias, M, S) entry in nu.conv.rq's table."""
 
 
 @dataclass(eq=False)
 class NuConv(Command):
     """nu.conv / nu.conv.acc (nu.dwconv when depthwise) on NU `unit` with its parameters (names as in
-    NU_PARAMS; nu.dwconv reads no out_cb)."""
+    NU_PARAMS; nu.dwconv reads no out_cb).  With `rq`, the (bias, M, S) table in WBUF: nu.conv.rq,
+    whose int8 result goes to racc in VBUF (params then also rq_zp_out, rq_lo, rq_hi)."""
 
     acc: bool
     racc: Ref
@@ -229,6 +232,7 @@ class NuConv(Command):
     cols: int = 32
     unit: int = 0
     depthwise: bool = False
+    rq: Ref | None = None
 
     @property
     def queue(self) -> str:
@@ -236,6 +240,8 @@ class NuConv(Command):
 
     @property
     def mnemonic(self) -> str:
+        if self.rq is not None:
+            return "nu.conv.rq"
         return ("nu.dwconv" if self.depthwise else "nu.conv") + (".acc" if self.acc else "")
 
     @property
@@ -251,10 +257,12 @@ class NuConv(Command):
         blocks = p["in_cb"] if self.depthwise else p["out_cb"]
         w_bytes = (p["in_cb"] * (4 + p["k_h"] * p["k_w"]) * c if self.depthwise
                    else p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c)
-        a_bytes = blocks * p["out_h"] * p["out_w"] * c * 4
+        a_bytes = blocks * p["out_h"] * p["out_w"] * c * (1 if self.rq is not None else 4)
         out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
                _access(self.rw, (0, w_bytes), False),
                _access(self.racc, (0, a_bytes), True)]
+        if self.rq is not None:
+            out.append(_access(self.rq, (0, blocks * c * RQ_ENTRY), False))
         if self.acc:
             out.append(_access(self.racc, (0, a_bytes), False))
         return out

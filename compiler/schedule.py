@@ -45,7 +45,7 @@ from .errors import CompileError
 from .ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view
-from .lowering.nu import DEPTHS, ConvTiling, buffer_needs, fits, plan
+from .lowering.nu import DEPTHS, ConvTiling, buffer_needs, drains_on_nu, fits, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, elementwise_tiles
@@ -143,6 +143,14 @@ class Block:
             f = v.scale is not None
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
                               else ("vu.requant.fpc" if f else "vu.requant.pc"),)
+            # the NU's output stage: it takes the bias too, and needs the whole sum (one chunk)
+            if not self.ctx["plan"].depthwise and drains_on_nu(self.ctx["plan"], self.ctx["plan"].w.span):
+                if self.intrinsics.get("requant") == "nu.conv.rq":      # one command does all three
+                    out["conv"] = out["requant"] = ("nu.conv.rq",)
+                    if v.bias is not None:
+                        out["bias"] = ("nu.conv.rq",)
+                elif not per_channel:
+                    out["requant"] += ("nu.conv.rq",)
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
@@ -208,14 +216,17 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv: its own
-        return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias)
+        drain = "nu" if self.intrinsics.get("requant") == "nu.conv.rq" else "vu"
+        bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv, nu.conv.rq: their own
+        return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias, drain)
 
     def check(self, cfg: Config) -> None:
         """Everything the lowering needs is decided and consistent; CompileError says what is not."""
         where = self.where()
         needed = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES}[self.kind]
         roles = {c.role for c in self.caches.values()}
+        if self.kind == "nu" and self.intrinsics.get("requant") == "nu.conv.rq":
+            needed = {k: r for k, r in needed.items() if r != "acc"}     # the result goes straight to VBUF
         for (tensor, scope), role in needed.items():
             if role not in roles and tensor in self.tensors():
                 _fail(f"{where}: {tensor!r} is not cached in {scope}: call cache_"
@@ -236,6 +247,11 @@ class Block:
         if self.kind != "nu":
             return
         t = self.tiling()
+        if t.drain == "nu" and "acc" in roles:
+            _fail(f"{where}: nu.conv.rq writes its int8 result to VBUF: drop the ABUF cache "
+                  f"{self.role_cache('acc')!r}")
+        if t.drain == "nu" and t.cbt < self.ctx["plan"].w.span:
+            _fail(f"{where}: nu.conv.rq requantises the whole sum, but ic is split by {self.factors['ic']}")
         if t.resident:
             if "ic" in self.factors:
                 _fail(f"{where}: resident weights are one chunk, but ic is split by {self.factors['ic']}")
@@ -651,8 +667,9 @@ class Schedule:
                 why = " (the bias is too large to be made by an NU pass)"
             _fail(f"{what}: {stage!r} goes onto {' or '.join(stages[stage])}{why}")
         if b.kind == "nu" and stage in ("conv",):
+            rq = intrinsic == "nu.conv.rq"       # its result goes to VBUF, not ABUF
             for (tensor, scope), role in NU_CACHES.items():
-                if role in ("in", "wt", "acc") and b.role_cache(role) is None:
+                if role in ("in", "wt", "acc") and not (rq and role == "acc") and b.role_cache(role) is None:
                     _fail(f"{what}: {intrinsic} reads x from ibuf and w from wbuf and accumulates into abuf: "
                           f"cache {tensor!r} in {scope} first")
         b.intrinsics[stage] = intrinsic
@@ -715,15 +732,19 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
             s.reorder(*[l for l in b.loops if l != "oc.o"], "oc.o", **kw)
     else:
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
-    s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
+    if t.drain == "vu":
+        s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
+    if t.drain == "nu":
+        s.tensorize("requant", "nu.conv.rq", **kw)
     s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", "nu.dwconv" if p.depthwise else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else "nu.conv.rq" if t.drain == "nu"
+                    else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
-        if stage in b.stages():
+        if stage in b.stages() and stage not in b.intrinsics:
             s.tensorize(stage, b.stages()[stage][0], **kw)
     for step in b.ctx["default_layout"]:
         name, args = step.split("(")
@@ -781,6 +802,8 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     k = cfg.nu_count
     if k > 1:
         for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k):
+            if t.drain == "nu" and cfg.vu_count < k:    # part j runs on NU j and VU j % vu_count
+                continue                                # and nu.conv.rq writes VBUF j
             ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
             out += [(t, by, k) for by, n in ways.items() if n >= k]
     return out

@@ -199,6 +199,63 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
     _wrap_store(abuf, racc, acc, accumulate)
 
 
+def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, rows: int, cols: int) -> None:
+    """nu.conv.rq: nu.conv's sums plus each column's int32 bias, wrapped to int32, requantised by its
+    (M, S) (WBUF[rq_table], [out_cb][cols] of (bias, M, S) int32) and stored as int8 to VBUF[racc]."""
+    q = _nu_params(named)
+    out_cb, oh, ow = q["out_cb"], q["out_h"], q["out_w"]
+    spaces = (32 + unit, 8 + unit, 16 + unit)
+    vbuf, ibuf, wbuf = (_need_memory(mems, s) for s in spaces)
+    for space, addr in zip(spaces[1:], (rin, rw)):
+        if addr % rows:
+            raise Fault("align", space=space)
+    for mem, space, addr, n in zip((vbuf, ibuf, wbuf), spaces, (racc, rin, rw),
+                                   (out_cb * oh * ow * cols, q["in_cb"] * q["in_h"] * q["in_w"] * rows,
+                                    out_cb * q["in_cb"] * q["k_h"] * q["k_w"] * rows * cols)):
+        if addr < 0 or addr + n > mem.size:
+            raise Fault("bounds", space=space, first=addr, last=addr + n - 1)
+    for n in ("rq_table", "rq_zp_out", "rq_lo", "rq_hi", "rq_float"):
+        if abs(q[n]) > 1 << 32:
+            raise Fault("param", param=_pnum("nu", n))
+    if q["rq_float"] not in (0, 1):
+        raise Fault("param", param=_pnum("nu", "rq_float"))
+    for n in ("rq_zp_out", "rq_lo", "rq_hi"):
+        if not -128 <= q[n] <= 127:
+            raise Fault("param", param=_pnum("nu", n))
+    if q["rq_lo"] > q["rq_hi"]:
+        raise Fault("param", param=_pnum("nu", "rq_lo"))
+    t, wspace = q["rq_table"], 16 + unit
+    if t % 4:
+        raise Fault("align", space=wspace, first=t, last=t + 3)
+    n_ch = out_cb * cols
+    if t < 0 or t + 12 * n_ch > wbuf.size:
+        raise Fault("bounds", space=wspace, first=t, last=t + 12 * n_ch - 1)
+    table = [[_int(wbuf, t + 12 * e + 4 * j, 4) for j in range(3)] for e in range(n_ch)]
+    for e, (_, m, sh) in enumerate(table):
+        if q["rq_float"]:
+            if not _positive_finite(f32_bits(m)):
+                raise Fault("param", space=wspace, first=t + 12 * e + 4, last=t + 12 * e + 7)
+            continue
+        if m <= 0:
+            raise Fault("param", space=wspace, first=t + 12 * e + 4, last=t + 12 * e + 7)
+        if not 0 <= sh <= 62:
+            raise Fault("param", space=wspace, first=t + 12 * e + 8, last=t + 12 * e + 11)
+    scratch = {24 + unit: np.zeros(out_cb * oh * ow * cols * 4, np.uint8), 8 + unit: ibuf, 16 + unit: wbuf}
+    nu_conv(scratch, unit, 0, rin, rw, named, False, rows, cols)
+    acc = scratch[24 + unit].view("<i4").astype(np.int64).reshape(out_cb, oh, ow, cols)
+    out = np.empty(acc.shape, np.int64)
+    for ob, h, w, c in itertools.product(range(out_cb), range(oh), range(ow), range(cols)):
+        bias, m, sh = table[ob * cols + c]
+        v = ((int(acc[ob, h, w, c]) + bias + (1 << 31)) % (1 << 32)) - (1 << 31)
+        zp, lo, hi = q["rq_zp_out"], q["rq_lo"], q["rq_hi"]
+        if q["rq_float"]:           # vu.requant.f's arithmetic: exact rationals rounded to float32
+            t = min(max(round_f32(round_f32(v) * Fraction(f32_bits(m))), -128 - zp), 127 - zp)
+            out[ob, h, w, c] = _clip(_round_half_even(t) + zp, lo, hi)
+        else:
+            out[ob, h, w, c] = _clip(rshift_round(v * m, sh) + zp, lo, hi)
+    vbuf[racc:racc + out.size] = out.astype(np.int8).view(np.uint8).ravel()
+
+
 def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumulate: bool,
               rows: int, cols: int) -> None:
     """nu.dwconv (or nu.dwconv.acc): column c of block b adds its int32 bias to lane c of IBUF block b

@@ -538,3 +538,31 @@ def test_every_removed_wait_is_caught_in_fused_networks(case):
     kernel, inputs, fused = _network_case(NETWORK_CASES[case])
     assert fused, f"{case}: the cost model fused no kernel of several anchors"
     kill_all(kernel, inputs, f"{case}: fused kernels {', '.join(fused)}")
+
+
+# kernels whose convs run nu.conv.rq (the NU's requantising output stage writes int8 into VBUF)
+RQ_CASES = {
+    "conv 1x1 40->36 on 9x7 (channels and tiles that do not divide)": (
+        lambda r: conv_case(r, (1, 40, 9, 7), 36, (1, 1), x_zp=-3), [SMALL_NU, {}]),
+    "conv 3x3 stride 2, no bias": (
+        lambda r: conv_case(r, (2, 10, 9, 8), 33, (3, 3), bias=False, stride=2, padding=1), [SMALL_NU]),
+    "fused conv+relu+residual add+clip": (fused, [SMALL_NU]),
+    "chain conv->conv": (lambda r: chain(r, "conv-conv"), [{}, ONE_DMA]),
+}
+
+
+@pytest.mark.parametrize("case", list(RQ_CASES))
+def test_every_removed_wait_is_caught_with_the_nu_output_stage(case):
+    """The waits around nu.conv.rq (its table loaded into WBUF, its int8 tile read from VBUF by the store
+    or the residual add, the slot it rewrites) are each needed and each caught."""
+    build_chain, configs = RQ_CASES[case]
+    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    for overrides in configs:
+        cfg = Config(**overrides).validate()
+        found = [s for s in candidates(tuple(chain_ops), cfg)
+                 if any(b.intrinsics.get("requant") == "nu.conv.rq" for b in s.blocks)][:3]
+        assert found, f"{case}: no schedule uses nu.conv.rq"
+        for s in found:
+            kernel = build(*chain_ops, config=cfg, schedule=s)
+            assert "nu.conv.rq" in kernel.asm
+            kill_all(kernel, inputs, f"{case} (nu.conv.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnpsim import errors
-from nnpsim.units import nu_conv, nu_dw_macs, nu_dwconv, nu_macs
+from nnpsim.units import nu_conv, nu_conv_rq, nu_dw_macs, nu_dwconv, nu_macs
 from tests import isa_reference as ref
 
 CODES = {kind: getattr(errors, name) for kind, name in ref.FAULT_ERRORS.items()}
@@ -327,3 +327,126 @@ def test_dwconv_cycles(taps, rows, pixels, expect):
 def test_dw_macs():
     p = ref.snapshot({"nu.in_cb": 2, "nu.k_h": 3, "nu.k_w": 3, "nu.out_h": 4, "nu.out_w": 5, "nu.out_cb": 7}, "nu")
     assert nu_dw_macs(p, 32) == 2 * 9 * 20 * 32
+
+
+# --------------------------------------------------------------------------- nu.conv.rq
+
+def _rq_table(rng: np.random.Generator, n: int, bad: int, fl: bool = False) -> np.ndarray:
+    """n (bias, M, S) int32 triples: random biases (extremes too), M in [1, 2**31), S in [0, 62];
+    bad = 1 / 2 puts an M <= 0 / an S out of range into one entry.  fl: (bias, float32 scale bits,
+    junk), scales from 2**-40 to 2**10 (bad = 1: a zero, negative, infinite or NaN one)."""
+    bias = rng.integers(-2**31, 2**31, n)
+    bias[rng.integers(0, n)] = rng.choice([-2**31, 2**31 - 1])
+    if fl:
+        bits = (2.0 ** rng.uniform(-40, 10, n)).astype(np.float32).view(np.int32).astype(np.int64)
+        if bad == 1:
+            bits[rng.integers(0, n)] = np.array([rng.choice([0.0, -0.5, np.inf, np.nan])], np.float32).view(np.int32)[0]
+        junk = rng.integers(-2**31, 2**31, n)
+        return np.stack([bias, bits, junk], axis=1).astype("<i4").view(np.uint8).ravel()
+    m = rng.integers(1, 2**31, n)
+    m[rng.integers(0, n)] = rng.choice([1, 2**31 - 1])
+    s = rng.integers(0, 63, n)
+    s[rng.integers(0, n)] = rng.choice([0, 62])
+    if bad == 1:
+        m[rng.integers(0, n)] = rng.choice([0, -5])
+    elif bad == 2:
+        s[rng.integers(0, n)] = rng.choice([-1, 63])
+    return np.stack([bias, m, s], axis=1).astype("<i4").view(np.uint8).ravel()
+
+
+@st.composite
+def nu_rq_commands(draw):
+    unit, racc, rin, rw, named, _, rows, cols, sizes, seed = draw(nu_commands())
+    n_ch = named["nu.out_cb"] * cols
+    w_end = rw + named["nu.out_cb"] * named["nu.in_cb"] * named["nu.k_h"] * named["nu.k_w"] * rows * cols
+    table = 4 * draw(st.integers(max(0, w_end) // 4, max(0, w_end) // 4 + 8))
+    if draw(st.integers(0, 14)) == 0:
+        table += draw(st.sampled_from([1, 2, 4096, -8]))
+    sizes = (sizes[0], max(sizes[1], 64 * ((max(table, 0) + 12 * n_ch) // 64 + 1)), sizes[2])
+    lo = draw(st.integers(-128, 127))
+    hi = draw(st.integers(-128, 127))
+    if draw(st.integers(0, 9)):
+        lo, hi = min(lo, hi), max(lo, hi)
+    named.update({"nu.rq_table": table, "nu.rq_zp_out": draw(st.integers(-130, 129)), "nu.rq_lo": lo,
+                  "nu.rq_hi": hi, "nu.rq_float": draw(st.sampled_from([0, 1, 0, 1, 2, -1]))})
+    bad = draw(st.sampled_from([0] * 12 + [1, 2]))
+    return unit, racc, rin, rw, named, rows, cols, sizes, seed, bad
+
+
+def run_rq(mems: dict, unit, racc, rin, rw, named, rows, cols) -> tuple:
+    """Run nu.conv.rq's kernel and the model on the same command; assert identical outcomes."""
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    rc = nu_conv_rq(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), rows, cols, err)
+    ref_mems, fault = ref.run_reference(ref.nu_conv_rq, mems, unit, racc, rin, rw, named, rows, cols)
+    ref.assert_same(rc, err, flat, before, base, ref_mems, fault, CODES)
+    return rc, err
+
+
+@settings(max_examples=250, deadline=None)
+@given(nu_rq_commands())
+def test_nu_conv_rq_matches_reference(cmd):
+    """Random shapes (array sizes that do not divide the tile), tables with extreme entries, bad
+    parameters and misplaced operands: the kernel and the model agree on every byte or on the fault."""
+    unit, racc, rin, rw, named, rows, cols, sizes, seed, bad = cmd
+    mems = _memories(seed, unit, sizes)
+    mems[32 + unit] = mems.pop(24 + unit)          # the result goes to the VU's VBUF, not ABUF
+    t, n_ch = named["nu.rq_table"], named["nu.out_cb"] * cols
+    if 0 <= t and t % 4 == 0 and t + 12 * n_ch <= sizes[1]:
+        mems[16 + unit][t:t + 12 * n_ch] = _rq_table(np.random.default_rng(seed), n_ch, bad, named["nu.rq_float"] == 1)
+    run_rq(mems, unit, racc, rin, rw, named, rows, cols)
+
+
+def test_nu_conv_rq_known_value():
+    """One pixel, one channel, hand computed: (5 - 2) * -3 = -9; + bias 1000 = 991; * M 3 = 2973;
+    >> 4 rounded = 186 (2973 / 16 = 185.8); + zp_out -60 = 126; clipped to hi 100."""
+    mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 32: np.zeros(64, np.uint8)}
+    mems[8][0] = 5
+    mems[16][0] = np.uint8(256 - 3)
+    mems[16][4:16] = np.array([1000, 3, 4], "<i4").view(np.uint8)
+    for hi, want in ((100, 100), (127, 126)):
+        flat, base, size = ref.pack(mems)
+        err = np.zeros(8, dtype=np.int64)
+        p = ref.snapshot({"nu.x_zp": 2, "nu.rq_table": 4, "nu.rq_zp_out": -60, "nu.rq_hi": hi}, "nu")
+        assert nu_conv_rq(flat, base, size, 0, 0, 0, 0, p, 1, 1, err) == errors.OK, err
+        assert flat[base[32]:base[32] + 1].view(np.int8)[0] == want
+        assert (flat[base[32] + 1:base[32] + 64] == 0).all()       # one int8 written, not an int32
+
+
+def test_nu_conv_rq_bias_wraps_like_the_accumulator():
+    """conv + bias past 2**31 wraps to int32 before the multiply, as nu.conv.acc onto a filled bias does."""
+    mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 32: np.zeros(64, np.uint8)}
+    mems[8][0] = 127
+    mems[16][0] = 127
+    mems[16][4:16] = np.array([2**31 - 1, 1, 0], "<i4").view(np.uint8)
+    flat, base, size = ref.pack(mems)
+    err = np.zeros(8, dtype=np.int64)
+    p = ref.snapshot({"nu.rq_table": 4, "nu.rq_zp_out": 0}, "nu")
+    assert nu_conv_rq(flat, base, size, 0, 0, 0, 0, p, 1, 1, err) == errors.OK
+    assert flat[base[32]:base[32] + 1].view(np.int8)[0] == -128     # wrapped negative, saturated
+
+
+@pytest.mark.parametrize("named, code, fields", [
+    ({"nu.rq_zp_out": 128}, errors.BAD_PARAM, {4: 46, 5: 128}),
+    ({"nu.rq_lo": -129}, errors.BAD_PARAM, {4: 47}),
+    ({"nu.rq_hi": 200}, errors.BAD_PARAM, {4: 48}),
+    ({"nu.rq_lo": 5, "nu.rq_hi": 4}, errors.BAD_PARAM, {4: 47, 5: 5, 6: 4}),
+    ({"nu.rq_table": 2}, errors.MISALIGNED, {1: 16, 2: 2, 3: 5}),
+    ({"nu.rq_table": 2040}, errors.OUT_OF_BOUNDS, {1: 16, 2: 2040}),
+    ({"nu.out_h": 9, "nu.out_w": 8, "nu.in_h": 9, "nu.in_w": 8, "nu.out_cb": 4}, errors.OUT_OF_BOUNDS, {1: 32, 2: 0, 3: 1151}),
+])
+def test_nu_conv_rq_errors(named, code, fields):
+    """Each bad output-stage parameter, a misplaced table, and a result too large for VBUF (4 blocks of 9 x 8 pixels
+    x 4 x 4 int8 = 1152 bytes, past VBUF's 1024: the int8 size, not ABUF's int32 one)."""
+    mems = _memories(5, 0)
+    mems[32] = mems.pop(24)
+    mems[16][:48] = np.array([[7, 1, 3]] * 4, "<i4").view(np.uint8).ravel()
+    flat, base, size = ref.pack(mems)
+    before = flat.copy()
+    err = np.zeros(8, dtype=np.int64)
+    rc = nu_conv_rq(flat, base, size, 0, 0, 0, 0, ref.snapshot({"nu.rq_table": 0, **named}, "nu"), 4, 4, err)
+    assert rc == code and err[0] == code, (rc, err)
+    for i, v in fields.items():
+        assert err[i] == v, (i, err)
+    assert np.array_equal(flat, before)

@@ -7,7 +7,10 @@ by a stride-0 DMA; one nu.conv(.acc) per output block and input-block chunk
 accumulates into ABUF; the result is drained ABUF -> VBUF, requantised per
 channel in place by vu.requant.pc (or, with the bias in the requantiser, by
 one vu.requant per channel into an int8 slot), an optional residual add
-follows, and the tile is stored to DDR in NCHW.
+follows, and the tile is stored to DDR in NCHW.  With the NU's requantising
+output stage (drain "nu"), the tile's one chunk runs as nu.conv.rq, which adds
+the bias, requantises and writes int8 straight into VBUF: no ABUF slot, no
+drain, no VU pass (docs/architecture.md, "The NU's output stage").
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from dataclasses import dataclass
 
 from nnpsim.config import Config
 
-from ..ir import Buffer, Dma, NuConv, Note, Ref, Vu
+import numpy as np
+
+from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
+from ..errors import CompileError
 from ..quant import f32_bits
 from .double_buffer import Slots, Step
 from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
@@ -40,6 +46,9 @@ class ConvTiling:
     command with za = -bias (the requantiser computes (a - za) * M) into a
     separate int8 slot.  "nu": a first 1x1 nu.conv over a constant input tile
     with weights that multiply out to the bias (layout.bias_blocks).
+    drain: how the accumulators reach VBUF.  "vu": drained by DMA as int32 and requantised by
+    the VU.  "nu": nu.conv.rq's output stage adds the bias, requantises and writes int8 into
+    VBUF (one chunk only: it sees the whole sum; the bias mode is then unused).
     """
 
     th: int
@@ -48,6 +57,7 @@ class ConvTiling:
     cbt: int
     resident: bool = False
     bias: str = "fill"
+    drain: str = "vu"
 
 
 @dataclass(frozen=True)
@@ -135,12 +145,35 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     res = t.obt * t.th * t.tw * p.cols if residual else 0
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
     on_nu = t.bias == "nu"
+    if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
+        w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
+        return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
+                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res, "dm": 0}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": d["acc"] * acc,
             "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
             "dm": p.n_ob * p.cols * 4}
+
+
+def drains_on_nu(p: NuPlan, cbt: int) -> bool:
+    """Can nu.conv.rq's output stage finish this conv: one chunk (the stage must see the whole
+    sum), not depthwise.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
+    return not p.depthwise and cbt >= p.w.span and (p.view.scale is not None or p.view.multiplier is not None)
+
+
+def rq_table(p: NuPlan) -> np.ndarray:
+    """int32 [n_ob * cols, 3]: nu.conv.rq's (bias, M, S) per channel, padding lanes (0, 1, 0); with a
+    float scale (rq_float) (bias, scale bits, 0), padding lanes scaled by 1.0."""
+    v = p.view
+    t = np.zeros((p.n_ob * p.cols, 3), dtype=np.int32)
+    t[:, 0] = bias_table(v.bias, p.n_ob, p.cols)
+    if v.scale is not None:
+        t[:, 1] = fscale_table(v.scale, p.n_ob, p.cols)
+    else:
+        t[:, 1:] = requant_table(v.multiplier, v.shift, p.n_ob, p.cols)
+    return t
 
 
 def fits(needs: dict[str, int], caps: dict[str, int]) -> bool:
@@ -169,9 +202,14 @@ class NuLowering:
             self._share_constants(shared)
         else:
             self._make_constants(name)
+        if t.drain == "nu" and self.nu != self.vu:
+            raise CompileError(f"{self.name}: nu.conv.rq on NU {self.nu} writes VBUF {self.nu}, but this part's "
+                               f"tiles go to VU {self.vu}")
         if t.bias == "nu":
             self.bias_in = Buffer(f"{self.name}_bias_in", "ibuf", t.th * t.tw * p.rows, unit=self.nu)
             self.bias_w = Buffer(f"{self.name}_bias_wbuf", "wbuf", self.bias_w_ddr.nbytes, unit=self.nu)
+        if t.drain == "nu":
+            self.rq_w = Buffer(f"{self.name}_rq_wbuf", "wbuf", self.rq_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
         self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
         roles, depths = {**ROLES, **(roles or {})}, {**DEPTHS, **(depths or {})}
@@ -187,8 +225,11 @@ class NuLowering:
         if not t.resident:
             self.slots.declare(self.role["wt"], "wbuf", (needs["wbuf"] - bias_w) // depths["wt"], depth=depths["wt"],
                                unit=nu)
-        self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
-        self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * 4, depth=depths["vacc"], unit=vu)
+        rq = t.drain == "nu"
+        if not rq:
+            self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
+        self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * (1 if rq else 4),
+                           depth=depths["vacc"], unit=vu)
         if residual is not None:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
@@ -198,6 +239,8 @@ class NuLowering:
         self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
         if self.t.bias == "nu":
             self.bias_lanes_ddr, self.bias_w_ddr = other.bias_lanes_ddr, other.bias_w_ddr
+        if self.t.drain == "nu":
+            self.rq_ddr = other.rq_ddr
 
     def _make_constants(self, name: str) -> None:
         """The DDR constants: weights in NU order, the bias and (M, S) tables (and the bias pass's)."""
@@ -216,6 +259,9 @@ class NuLowering:
         else:
             self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
                                  data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
+        if t.drain == "nu":
+            table = rq_table(p)
+            self.rq_ddr = Buffer(f"{name}_rq", "ddr", table.nbytes, dtype="int32", shape=table.shape, data=table)
         if t.bias == "nu":
             lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)
             self.bias_lanes_ddr = Buffer(f"{name}_bias_rows", "ddr", p.rows, dtype="int8", shape=(p.rows,),
@@ -224,8 +270,10 @@ class NuLowering:
                                      data=blocks)
 
     def _bias_mode(self, mode: str) -> bool:
-        # nu.dwconv starts its accumulators at the bias stored with its weights: no other bias path
-        return self.p.view.bias is not None and self.t.bias == mode and not self.p.depthwise
+        # nu.dwconv starts its accumulators at the bias stored with its weights, nu.conv.rq adds it in
+        # its output stage: no other bias path
+        return (self.p.view.bias is not None and self.t.bias == mode and not self.p.depthwise
+                and self.t.drain == "vu")
 
     @property
     def fills_bias(self) -> bool:
@@ -235,6 +283,8 @@ class NuLowering:
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses, DDR constants included."""
         out = [self.w_ddr]
+        if self.t.drain == "nu":
+            return out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else []) + self.slots.all()
         if self.fills_bias:
             out += [self.bias_ddr, self.bias_dm]
         if not self._bias_mode("requant"):
@@ -287,7 +337,7 @@ class NuLowering:
             first, count = chunk_list[j]
             th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
             if j == 0:
-                acc = self.slots.next(self.role["acc"])
+                acc = self.slots.next(self.role["vacc" if t.drain == "nu" else "acc"])
             step = Step()
             where = (f"{self.name}: tile ob {obs.start}..{obs.stop - 1} n {n} "
                      f"oh {oh0}..{oh0 + th - 1} ow {ow0}..{ow0 + tw - 1} chunk {j}")
@@ -329,7 +379,10 @@ class NuLowering:
                                   (1, rows), comment=f"{self.name}: constant input rows of the bias pass -> ibuf"))
             step.loads.append(Dma(ch, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,),
                                   (1,), comment=f"{self.name}: bias weight blocks -> wbuf"))
-        if not self._bias_mode("requant"):
+        if self.t.drain == "nu":
+            step.loads.append(Dma(ch, Ref(self.rq_w), Ref(self.rq_ddr), (self.rq_ddr.nbytes // 4,), (4,), (4,),
+                                  elem=4, comment=f"{self.name}: (bias, M, S) table -> wbuf"))
+        elif not self._bias_mode("requant"):
             words, what = ((n, "float32 scale") if p.view.scale is not None else (2 * n, "(M, S)"))
             step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (words,), (4,), (4,), elem=4,
                                   comment=f"{self.name}: {what} table -> vbuf"))
@@ -418,15 +471,20 @@ class NuLowering:
         params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
+        rq = self.t.drain == "nu"
+        if rq:
+            params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
         for k, ob, blocks in self._conv_groups(obs):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
-            racc = Ref(acc, k * th * tw * p.cols * 4)
-            step.compute.append(NuConv(accumulate, racc, rin, rw, dict(params, in_cb=blocks * count), p.rows,
-                                       p.cols, unit=self.nu, depthwise=p.depthwise,
-                                       comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}, depthwise"
-                                                                               if p.depthwise else "")))
+            racc = Ref(acc, k * th * tw * p.cols * (1 if rq else 4))
+            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, in_cb=blocks * count),
+                                       p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
+                                       rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
+                                       comment=f"{self.name}: conv ob {ob}" + (
+                                           f"..{ob + blocks - 1}, depthwise" if p.depthwise
+                                           else ", requantised into VBUF" if rq else "")))
 
     def _conv_groups(self, obs: range) -> list[tuple[int, int, int]]:
         """(position in the tile, first output block, blocks) of each NU command of a tile: one per
@@ -439,6 +497,9 @@ class NuLowering:
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols = self.p, self.p.view, self.p.cols
         pix, nob = th * tw, len(obs)
+        if self.t.drain == "nu":        # nu.conv.rq left the int8 tile in VBUF
+            self._finish(step, acc, obs, n, oh0, ow0, th, tw)
+            return
         vacc = self.slots.next(self.role["vacc"])
         step.epilogue.append(Dma(self.ch + CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
                                  comment=f"{self.name}: drain {acc.name} -> {vacc.name}"))
@@ -465,6 +526,11 @@ class NuLowering:
                 (cols, pix, nob), (1, cols, pix * cols), (4, cols * 4, pix * cols * 4), (e, 0, cols * e),
                 scalars={"za": 0, **clamp}, unit=self.vu,
                 comment=f"{self.name}: requantise in place in {vacc.name}"))
+        self._finish(step, out, obs, n, oh0, ow0, th, tw)
+
+    def _finish(self, step, out, obs, n, oh0, ow0, th, tw) -> None:
+        """The int8 tile in VBUF `out`: the residual add, if any, then the store to DDR in NCHW."""
+        v, cols, pix = self.p.view, self.p.cols, th * tw
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
         sn, sc, sh, sw = v.y_strides

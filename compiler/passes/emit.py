@@ -362,6 +362,8 @@ class Emitter:
     def _nu(self, c: NuConv) -> str:
         for name, value in c.params.items():
             self.setp(f"nu.{name}", value)
+        if c.rq is not None:            # a constant table: the same address in every loop iteration
+            self.setp("nu.rq_table", c.rq.addr)
         racc, rin, rw = self.regs_for(c.racc, c.rin, c.rw)
         return f"{c.mnemonic:<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
 

@@ -22,18 +22,25 @@ from numba import njit
 
 from .. import errors
 from ..cu import wrap32
-from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, WBUF, offsets
+from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, VBUF, WBUF, offsets
+from . import f32
+from .vu import requant_f
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
-OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc")
+OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc", "conv_rq")
 """The ops this kernel implements (a semantics row's `op`; the _acc ops add to ABUF, dwconv is the
-depthwise mode).  A command's op code (its fields[0]) is the op's index here."""
-NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC = range(len(OPS))
+depthwise mode, conv_rq requantises in the array's output stage).  A command's op code (its
+fields[0]) is the op's index here."""
+NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, NU_CONV_RQ = range(len(OPS))
 GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
                           "stride_w", "dil_h", "dil_w", "x_zp")))
+RQ_TABLE, RQ_ZP_OUT, RQ_LO, RQ_HI, RQ_FLOAT = offsets("nu.rq_table", "nu.rq_zp_out", "nu.rq_lo", "nu.rq_hi",
+                                                      "nu.rq_float")
+RQ_ENTRY = 12            # a (bias, M, S) int32 triple per output channel
+M_LIMIT = 1 << 31
 CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (2 MiB of int16)
 
 
@@ -58,18 +65,19 @@ def _check_params(p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
 
 @njit(cache=True)
 def _check_spans(space_size: np.ndarray, unit: int, racc: int, rin: int, rw: int, rows: int, w_align: int,
-                 acc_bytes: int, in_bytes: int, w_bytes: int, err: np.ndarray) -> int:
-    """An NU command's unit, its three spaces, the operands' alignment (ABUF 4, IBUF rows, WBUF
-    w_align) and the bytes each operand spans from its address."""
+                 acc_bytes: int, in_bytes: int, w_bytes: int, err: np.ndarray, out: int = ABUF,
+                 out_align: int = 4) -> int:
+    """An NU command's unit, its three spaces (the result in `out`, ABUF or VBUF, of the unit), the
+    operands' alignment (result out_align, IBUF rows, WBUF w_align) and the bytes each spans."""
     if unit < 0 or unit >= MAX_UNITS:
         return fail(err, errors.ILLEGAL_INSTRUCTION, -1, -1, -1, -1, unit, 0, 0)
-    abuf, ibuf, wbuf = ABUF + unit, IBUF + unit, WBUF + unit
+    abuf, ibuf, wbuf = out + unit, IBUF + unit, WBUF + unit
     for s in (abuf, ibuf, wbuf):
         rc = check_space(space_size, s, err)
         if rc != errors.OK:
             return rc
-    if racc % 4 != 0:
-        return fail(err, errors.MISALIGNED, abuf, racc, racc + 3, -1, racc, 4, 0)
+    if racc % out_align != 0:
+        return fail(err, errors.MISALIGNED, abuf, racc, racc + out_align - 1, -1, racc, out_align, 0)
     if rin % rows != 0:
         return fail(err, errors.MISALIGNED, ibuf, rin, rin + rows - 1, -1, rin, rows, 0)
     if rw % w_align != 0:
@@ -187,6 +195,107 @@ def nu_conv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, uni
                         acc[at + c] = wrap32(np.int64(acc[at + c]) + y[q, ob * cols + c])
                     else:
                         acc[at + c] = y[q, ob * cols + c]
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_rq(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, unit: int, p: np.ndarray,
+              cols: int, err: np.ndarray) -> int:
+    """nu.conv.rq's output stage: parameter ranges, rq_float 0 or 1, zp_out / lo / hi in int8 and
+    lo <= hi, the table's alignment and bounds in WBUF, then each entry's M in [1, 2**31) and S in
+    [0, 62] (rq_float: its scale a positive finite float32), in table order."""
+    rc = check_param_range(p, GROUP, RQ_TABLE, RQ_FLOAT, err)
+    if rc != errors.OK:
+        return rc
+    if p[RQ_FLOAT] != 0 and p[RQ_FLOAT] != 1:
+        return bad_param(err, GROUP + RQ_FLOAT, p[RQ_FLOAT], 0)
+    for j in (RQ_ZP_OUT, RQ_LO, RQ_HI):
+        if p[j] < -128 or p[j] > 127:
+            return bad_param(err, GROUP + j, p[j], 0)
+    if p[RQ_LO] > p[RQ_HI]:
+        return bad_param(err, GROUP + RQ_LO, p[RQ_LO], p[RQ_HI])
+    wbuf, t = WBUF + unit, p[RQ_TABLE]
+    if t % 4 != 0:
+        return fail(err, errors.MISALIGNED, wbuf, t, t + 3, -1, t, 4, 0)
+    n = sat_mul(p[OUT_CB], cols * RQ_ENTRY)
+    first = clamp_addr(t)
+    rc = check_bounds(space_size, wbuf, first, first + n - 1, err)
+    if rc != errors.OK:
+        return rc
+    base = space_base[wbuf]
+    for e in range(p[OUT_CB] * cols):
+        at = t + e * RQ_ENTRY
+        m = load_i32(mem, base + at + 4)
+        s = load_i32(mem, base + at + 8)
+        if p[RQ_FLOAT] == 1:
+            if not f32.positive_finite(m):
+                return fail(err, errors.BAD_PARAM, wbuf, at + 4, at + 7, -1, m, e, 0)
+            continue
+        if m <= 0:
+            return fail(err, errors.BAD_PARAM, wbuf, at + 4, at + 7, -1, m, e, 0)
+        if s < 0 or s > 62:
+            return fail(err, errors.BAD_PARAM, wbuf, at + 8, at + 11, -1, s, e, 1)
+    return errors.OK
+
+
+@njit(cache=True)
+def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int,
+               racc: int, rin: int, rw: int, p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    """Run nu.conv.rq: nu.conv's sums, plus each column's bias (wrapping to int32), requantised by its
+    (M, S) and written as int8 [out_cb][out_h][out_w][cols] to VBUF[racc] of the VU of the same number
+    (the output stage's link, docs/architecture.md); return an errors code."""
+    rc = _check_params(p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    out_cb = p[OUT_CB]
+    pixels = p[OUT_H] * p[OUT_W]
+    in_bytes = sat_mul(sat_mul(sat_mul(p[IN_CB], p[IN_H]), p[IN_W]), rows)
+    w_bytes = sat_mul(sat_mul(sat_mul(sat_mul(out_cb, p[IN_CB]), p[K_H]), p[K_W]), rows * cols)
+    rc = _check_spans(space_size, unit, racc, rin, rw, rows, rows, sat_mul(sat_mul(out_cb, pixels), cols),
+                      in_bytes, w_bytes, err, VBUF, 1)
+    if rc != errors.OK:
+        return rc
+    rc = _check_rq(space_size, space_base, mem, unit, p, cols, err)
+    if rc != errors.OK:
+        return rc
+    ib = space_base[IBUF + unit] + rin
+    wb = space_base[WBUF + unit] + rw
+    ab = space_base[VBUF + unit] + racc
+    tb = space_base[WBUF + unit] + p[RQ_TABLE]
+    zp_out, lo, hi = p[RQ_ZP_OUT], p[RQ_LO], p[RQ_HI]
+    n_ch = out_cb * cols
+    bias = np.empty(n_ch, np.int64)
+    m = np.empty(n_ch, np.int64)
+    s = np.empty(n_ch, np.int64)
+    for e in range(n_ch):
+        bias[e] = load_i32(mem, tb + e * RQ_ENTRY)
+        m[e] = load_i32(mem, tb + e * RQ_ENTRY + 4)
+        s[e] = load_i32(mem, tb + e * RQ_ENTRY + 8)
+    fl = p[RQ_FLOAT] == 1
+    scale = np.empty(n_ch, np.float64)
+    for e in range(n_ch):
+        scale[e] = f32.value(m[e]) if fl else 0.0
+    k = p[IN_CB] * p[K_H] * p[K_W] * rows
+    w = _weights(mem, wb, out_cb, k, cols)
+    chunk = max(1, min(pixels, CHUNK_ELEMS // k))
+    for p0 in range(0, pixels, chunk):
+        n = min(chunk, pixels - p0)
+        x = np.empty((n, k), dtype=np.int16)
+        _im2col(mem, ib, p, rows, p0, x)
+        y = _matmul(x, w)
+        for ob in range(out_cb):
+            for q in range(n):
+                at = ab + (ob * pixels + p0 + q) * cols
+                for c in range(cols):
+                    e = ob * cols + c
+                    if fl:
+                        mem[at + c] = requant_f(wrap32(np.int64(y[q, e]) + bias[e]), scale[e], zp_out, lo, hi) & 0xFF
+                        continue
+                    # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
+                    v = np.int64(wrap32(np.int64(y[q, e]) + bias[e])) * m[e]
+                    r = ((v + ((np.int64(1) << s[e]) >> 1)) >> s[e]) + zp_out
+                    r = lo if r < lo else (hi if r > hi else r)
+                    mem[at + c] = r & 0xFF
     return errors.OK
 
 

@@ -229,7 +229,7 @@ def _overflow(err: np.ndarray, space: int, at: int, nbytes: int, e: int) -> int:
 
 
 @njit(cache=True)
-def _requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
+def requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
     """clip(rne(clamp(f32(v) * s, -128 - zp_out, 127 - zp_out)) + zp_out, lo, hi) (MlasRequantizeOutput)."""
     t = f32.r32(f32.i2f(v) * s)
     t = max(t, float(-128 - zp_out))
@@ -348,7 +348,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             if not f32.positive_finite(bits):
                                 return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, bits, e, 0)
                             s = f32.value(bits)
-                        out[e] = _requant_f(x - za, s, zp_out, lo, hi)
+                        out[e] = requant_f(x - za, s, zp_out, lo, hi)
                     elif op == VU_FADD:
                         t = f32.fma32(float(x), fx, f32.fma32(float(load_i8(mem, base + b_at)), fy, fc))
                         out[e] = _clip(f32.cvt8(t), lo, hi)
