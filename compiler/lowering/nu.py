@@ -18,7 +18,7 @@ from nnpsim.config import Config
 from ..ir import Buffer, Dma, NuConv, Note, Ref, Vu
 from ..quant import f32_bits
 from .double_buffer import Slots, Step
-from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
+from .layout import (ConvView, NuWeights, act_strides, ddr_order, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
@@ -66,6 +66,7 @@ class Residual:
     lo: int
     hi: int
     fbits: tuple[int, int, int] | None = None
+    layout: str = "nchw"        # b's DDR layout (lowering.layout)
 
 
 @dataclass
@@ -371,10 +372,10 @@ class NuLowering:
                                                 (plo_w, plo_h), (phi_w, phi_h),
                                                 f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
                 continue
-            step.loads.append(Dma(
+            step.loads.append(ddr_order(Dma(
                 self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
-                pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
 
     def _load_folded(self, step: Step, inp: Buffer, n: int, r0: int, plo_h: int, phi_h: int,
@@ -387,10 +388,10 @@ class NuLowering:
         for j in range(kw):
             first, plo, phi = _strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w)
             src = Ref(self.x, n * sn + r0 * sh + first * sx)
-            step.loads.append(Dma(
+            step.loads.append(ddr_order(Dma(
                 self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
                 (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
-                comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}"))
+                comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
         """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
@@ -472,21 +473,22 @@ class NuLowering:
         for b0, b1, real in _block_groups(obs, o, cols):
             dst = Ref(self.y, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
-                                     (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
-                                     comment=f"{self.name}: store {out.name} -> y"))
+            step.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
+                                               (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
+                                               comment=f"{self.name}: store {out.name} -> y")))
 
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
         pix, nob = th * tw, len(obs)
         res = self.slots.next(self.role["res"])
-        sn, sc, sh, sw = v.y_strides
+        sn, sc, sh, sw = act_strides(v.y_shape, r.layout)
         for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
             src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             dst = Ref(res, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
-                                     (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
-                                     comment=f"{self.name}: residual -> {res.name}"))
+            step.epilogue.append(ddr_order(Dma(
+                self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
+                (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
+                comment=f"{self.name}: residual -> {res.name}")))
         n_el = nob * pix * cols
         if r.fbits is not None:
             m, sc = "vu.fadd", dict(zip(("fscale", "fscale_b", "fbias"), r.fbits))
