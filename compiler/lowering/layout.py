@@ -72,6 +72,14 @@ def from_layout(stored: np.ndarray, shape, layout: str) -> np.ndarray:
     return np.moveaxis(stored.reshape((shape[0],) + shape[2:] + (shape[1],)), -1, 1)
 
 
+def io_layouts(ops) -> tuple[list[str], str]:
+    """The DDR layouts of a chain's inputs (in the kernel's input order: the head's, then each later
+    binary op's second operand) and of its output."""
+    ins = [getattr(ops[0], "x_layout", "nchw")] * len(ops[0].inputs)
+    ins += [op.x_layout for op in ops[1:] if getattr(op, "binary", False)]
+    return ins, getattr(ops[-1], "y_layout", "nchw")
+
+
 def ddr_order(cmd: Dma) -> Dma:
     """cmd with its dims sorted by the DDR side's byte strides, smallest innermost (the same copy).
 
