@@ -17,12 +17,13 @@ into VBUF and scatters it in the other), inserted only on a value whose stored l
 differs from a reader's.  Fixed to NCHW: the graph's inputs and outputs (the model's
 layout), tensors that share storage through a reshape or concat (their bytes are read
 under another shape), int32 tensors (no transform kernel moves them) and the kernels
-that touch them.  Tensors of fewer than three dims have one layout.  Weights never
+that touch them.  Tensors of fewer than three dims, or of one channel or one pixel, have one layout.  Weights never
 move at run time: their layout is folded into the constants (lowering.layout).
 """
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -115,8 +116,10 @@ class LayoutPlan:
 
 
 def _activation(graph, v: str) -> bool:
-    """Does v have a layout at all (three dims or more)?"""
-    return len(graph.values[v].shape) >= 3
+    """Does v have a layout at all (three dims or more, neither the channels nor the plane of size 1:
+    NCHW and NHWC are then the same bytes)?"""
+    shape = graph.values[v].shape
+    return len(shape) >= 3 and shape[1] > 1 and math.prod(shape[2:]) > 1
 
 
 def pinned_values(graph, al) -> dict[str, str]:
@@ -200,6 +203,7 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
         kernels = sum(prices[n][choice[n]] for n in names)
         return kernels + sum(move_cost(v, s, d) for v, s, d in _needed(graph, groups, choice, pinned))
 
+    near = _neighbours(groups, pinned)
     choice = {n: min(prices[n], key=prices[n].get) for n in names}
     best = total(choice)
     for _ in range(MAX_ROUNDS):
@@ -208,10 +212,14 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
             for lay in allowed[n]:
                 if lay == choice[n]:
                     continue
-                trial = dict(choice, **{n: lay})
-                t = total(trial)
-                if t < best:
-                    choice, best, improved = trial, t, True
+                # the kernel alone, then with the run of kernels around it that share its layout (a
+                # chain may only pay as a whole: one kernel moved alone costs two transforms)
+                for moved in ([n], _run(n, choice, near)):
+                    trial = dict(choice, **{m: lay for m in moved if lay in allowed[m]})
+                    t = total(trial)
+                    if t < best:
+                        choice, best, improved = trial, t, True
+                        break
         if not improved:
             break
     stored = _stored(graph, groups, choice, pinned)
@@ -219,6 +227,31 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
                             readers, move_cost(v, s, d))
                   for (v, s, d), readers in _needed(graph, groups, choice, pinned).items()]
     return LayoutPlan(dict(choice), stored, prices, transforms, fixed)
+
+
+def _neighbours(groups, pinned) -> dict[str, set[str]]:
+    """Kernel -> the kernels it shares an unpinned value with (writer and readers)."""
+    touch: dict[str, set[str]] = {}
+    for g in groups:
+        for v in g.inputs + [g.output]:
+            if v not in pinned:
+                touch.setdefault(v, set()).add(g.name)
+    near: dict[str, set[str]] = {g.name: set() for g in groups}
+    for names in touch.values():
+        for n in names:
+            near[n] |= names - {n}
+    return near
+
+
+def _run(n: str, choice: dict[str, str], near: dict[str, set[str]]) -> list[str]:
+    """n and every kernel reachable from it through kernels in n's layout."""
+    seen, todo = {n}, [n]
+    while todo:
+        for m in near[todo.pop()]:
+            if m not in seen and choice[m] == choice[n]:
+                seen.add(m)
+                todo.append(m)
+    return sorted(seen)
 
 
 def _moved_name(graph, v: str, layout: str) -> str:
