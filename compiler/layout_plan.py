@@ -111,7 +111,7 @@ class LayoutPlan:
     def as_meta(self) -> dict:
         """The plan as JSON-able data (the network binary's description carries it)."""
         return {"kernels": dict(self.kernels), "prices": {g: dict(p) for g, p in self.prices.items()},
-                "fixed": dict(self.fixed), "lines": self.lines(),
+                "fixed": dict(self.fixed), "stored": dict(self.stored), "lines": self.lines(),
                 "transforms": [vars(t) | {"readers": list(t.readers)} for t in self.transforms]}
 
 
