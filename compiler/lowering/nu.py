@@ -194,6 +194,11 @@ class NuLowering:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
+        if staged_fold(p.view):
+            kw, sw, dw = p.view.fold
+            span = (t.tw - 1) * sw + (kw - 1) * dw + 1
+            self.slots.declare(f"{name}_stage", "dm", p.view.x_shape[1] * input_extent(p, t.th, 0) * span,
+                               depth=depths["in"])
 
     def _share_constants(self, other: "NuLowering") -> None:
         self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
@@ -385,12 +390,24 @@ class NuLowering:
         kw, sw, dw = v.fold
         sn, sc, sh, sx = v.x_strides
         _, c, h, w = v.x_shape
-        for j in range(kw):
-            first, plo, phi = _strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w)
-            src = Ref(self.x, n * sn + r0 * sh + first * sx)
+        halos = [_strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w) for j in range(kw)]
+        real = [(first, first + (tw - plo - phi - 1) * sw) for first, plo, phi in halos if plo + phi < tw]
+        rows_real = ih - plo_h - phi_h
+        base, strides, lo = Ref(self.x, n * sn + r0 * sh), (sc, sx, sh), 0
+        if staged_fold(v) and real and rows_real > 0:
+            # one DDR read of the rows' whole span (runs of the span) into DM, then the strided or
+            # per-pixel gathers from DM, which has no bursts
+            lo, span = min(a for a, _ in real), max(b for _, b in real) - min(a for a, _ in real) + 1
+            stage = self.slots.next(f"{self.name}_stage")
             step.loads.append(ddr_order(Dma(
-                self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
-                (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
+                self.ch + CH_IN, Ref(stage), base + lo * sx, (span, rows_real, c), (sx, sh, sc),
+                (1, span, rows_real * span), comment=f"{self.name}: input rows' span -> {stage.name}")))
+            base, strides = Ref(stage, -lo), (rows_real * span, 1, span)
+        for j, (first, plo, phi) in enumerate(halos):
+            src = base + (first if plo + phi < tw else lo) * strides[1]     # (all padding: reads nothing)
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (strides[0], sw * strides[1], strides[2]),
+                (1, rows, tw * rows), (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
                 comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
@@ -497,6 +514,12 @@ class NuLowering:
         step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
                                 scalars={**sc, "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
+
+
+def staged_fold(v: ConvView) -> bool:
+    """Does a folded conv read its input through DM?  When its DDR gathers would be short runs: a
+    stride over columns (single bytes) or channel-innermost x (a pixel's few channels)."""
+    return v.fold is not None and (v.fold[1] > 1 or v.x_strides[1] == 1)
 
 
 def _halo(start: int, extent: int, size: int) -> tuple[int, int, int]:
