@@ -122,16 +122,20 @@ ROLES = {"in": "in", "wt": "wt", "wres": "wres", "acc": "acc", "vacc": "vacc", "
 """Each buffer role's name (after the lowering's name and an underscore) by default."""
 
 
+def tile_blocks(p: NuPlan, t: ConvTiling) -> int:
+    """The most input blocks one input tile load holds."""
+    if t.resident:
+        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
+        return hi - lo
+    return max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
+               for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+
+
 def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
     """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
     d = {**DEPTHS, **(depths or {})}
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
-    if t.resident:
-        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
-        blocks = hi - lo
-    else:
-        blocks = max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
-                     for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    blocks = tile_blocks(p, t)
     acc = t.obt * t.th * t.tw * p.cols * 4
     res = t.obt * t.th * t.tw * p.cols if residual else 0
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
@@ -194,6 +198,8 @@ class NuLowering:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
+        if staged_input(p, t):
+            self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
         if staged_fold(p.view):
             kw, sw, dw = p.view.fold
             span = (t.tw - 1) * sw + (kw - 1) * dw + 1
@@ -369,8 +375,20 @@ class NuLowering:
         if hi > max(lo, full):
             groups.append((max(lo, full), hi, c - max(lo, full) * rows))
         interior = p.depthwise and halo_prefilled(self)
+        base, (sc, sw, sh) = Ref(self.x, n * sn + r0 * sh + c0 * sw), (sc, sw, sh)
+        inner_w, inner_h = iw - plo_w - phi_w, ih - plo_h - phi_h
+        if staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
+            # NCHW rows shorter than the plane's: read the tile's rows whole (runs of rows x width) into
+            # DM, then block them into IBUF from DM, which has no bursts
+            chans = min(hi * rows, c) - lo * rows
+            stage = self.slots.next(f"{self.name}_stage")
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + lo * rows * v.x_strides[1] + r0 * sh),
+                (w, inner_h, chans), (sw, sh, v.x_strides[1]), (1, w, inner_h * w),
+                comment=f"{self.name}: input rows of blocks {lo}..{hi - 1} -> {stage.name}")))
+            base, (sc, sw, sh) = Ref(stage, c0 - lo * rows * inner_h * w), (inner_h * w, 1, w)
         for b0, b1, real in groups:
-            src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
+            src = base + b0 * rows * sc
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
             if interior:
                 step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0),
@@ -514,6 +532,24 @@ class NuLowering:
         step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
                                 scalars={**sc, "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
+
+
+STAGE_BYTES = 256 * 1024     # DM a staged input tile may take (two slots)
+
+
+def staged_input(p: NuPlan, t: ConvTiling) -> bool:
+    """Does an (unfolded, not depthwise) conv read NCHW input tiles through DM?  When a tile's rows
+    are short runs in DDR (narrower than the plane and than a burst: a strided conv on a small map)."""
+    v = p.view
+    if v.fold is not None or p.depthwise or v.x_strides[1] == 1:
+        return False
+    w = v.x_shape[3]
+    return input_extent(p, t.tw, 1) < min(w, 64) and _stage_bytes(p, t) <= STAGE_BYTES // 2
+
+
+def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
+    """Bytes of one staged input tile: a chunk's channels x the tile's rows x the plane's width."""
+    return min(p.view.x_shape[1], tile_blocks(p, t) * p.rows) * input_extent(p, t.th, 0) * p.view.x_shape[3]
 
 
 def staged_fold(v: ConvView) -> bool:
