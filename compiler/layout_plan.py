@@ -9,9 +9,10 @@ ResNet's last stage), and a 64-byte burst makes the short runs pay for whole bur
 
 The plan prices every kernel in each layout it can take with the compiler's cost model
 (the same price the fusion pass and the layer table use) and the transforms the choice
-would need, then settles each kernel's layout by coordinate descent on the total:
-start each at its cheapest alone, then move one kernel at a time to the layout that
-lowers kernels + transforms, until none does.  A transform is a kernel of its own (an
+would need, then settles each kernel's layout by coordinate descent on the total,
+from two starts (each kernel at its cheapest alone; every kernel NCHW): move a kernel,
+or the run of same-layout kernels around it, to the layout that lowers kernels +
+transforms, until none does; the lower of the two ends wins.  A transform is a kernel of its own (an
 int8 identity clip whose input and output layouts differ: the DMA gathers one layout
 into VBUF and scatters it in the other), inserted only on a value whose stored layout
 differs from a reader's.  Fixed to NCHW: the graph's inputs and outputs (the model's
@@ -204,24 +205,32 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
         return kernels + sum(move_cost(v, s, d) for v, s, d in _needed(graph, groups, choice, pinned))
 
     near = _neighbours(groups, pinned)
-    choice = {n: min(prices[n], key=prices[n].get) for n in names}
-    best = total(choice)
-    for _ in range(MAX_ROUNDS):
-        improved = False
-        for n in names:
-            for lay in allowed[n]:
-                if lay == choice[n]:
-                    continue
-                # the kernel alone, then with the run of kernels around it that share its layout (a
-                # chain may only pay as a whole: one kernel moved alone costs two transforms)
-                for moved in ([n], _run(n, choice, near)):
-                    trial = dict(choice, **{m: lay for m in moved if lay in allowed[m]})
-                    t = total(trial)
-                    if t < best:
-                        choice, best, improved = trial, t, True
-                        break
-        if not improved:
-            break
+
+    def descend(choice: dict[str, str]) -> tuple[dict[str, str], int]:
+        best = total(choice)
+        for _ in range(MAX_ROUNDS):
+            improved = False
+            for n in names:
+                for lay in allowed[n]:
+                    if lay == choice[n]:
+                        continue
+                    # the kernel alone, then with the run of kernels around it that share its layout (a
+                    # chain may only pay as a whole: one kernel moved alone costs two transforms)
+                    for moved in ([n], _run(n, choice, near)):
+                        trial = dict(choice, **{m: lay for m in moved if lay in allowed[m]})
+                        t = total(trial)
+                        if t < best:
+                            choice, best, improved = trial, t, True
+                            break
+            if not improved:
+                break
+        return choice, best
+
+    # two starts: each kernel at its cheapest alone, and every kernel in the model's layout (no
+    # transform at all); the lower total wins, the model's layout on a tie
+    starts = [{n: "nchw" if "nchw" in prices[n] else next(iter(prices[n])) for n in names},
+              {n: min(prices[n], key=prices[n].get) for n in names}]
+    choice, _ = min((descend(c) for c in starts), key=lambda cb: cb[1])
     stored = _stored(graph, groups, choice, pinned)
     transforms = [Transform(v, s, d, _moved_name(graph, v, d) if d != "nchw" or v not in pinned else v,
                             readers, move_cost(v, s, d))
