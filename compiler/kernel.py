@@ -16,6 +16,7 @@ from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
 from . import schedule as sched_mod
 from .lowering import fusion
+from .lowering.layout import from_layout, io_layouts, to_layout
 from .passes import alloc, emit, loops, sync
 from .schedule import Schedule
 
@@ -59,11 +60,12 @@ class Kernel:
         arrays = check_inputs(_Signature(self), inputs)
         sim = Simulator(self.config)
         sim.load(self.program)
-        for buf, a in zip(self.ir.inputs, arrays):
-            sim.write(buf.name, a)
+        in_layouts, out_layout = io_layouts(self.ops)     # what the ops keep in DDR (NCHW unless set)
+        for buf, a, lay in zip(self.ir.inputs, arrays, in_layouts):
+            sim.write(buf.name, to_layout(a, lay).reshape(a.shape))
         races = self.check_races if check_races is None else check_races
         self.stats = sim.run(check_races=races)
-        return sim.read(self.ir.output.name)
+        return from_layout(sim.read(self.ir.output.name), self.ir.output.shape, out_layout)
 
     def save(self, path: str | Path) -> None:
         """Write the binary that `nnpsim run` accepts."""

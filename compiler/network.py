@@ -376,6 +376,8 @@ class Library:
             made = [Decision(**d) for d in self.meta.get("fusion", [])]
             rows = [f"fusion: {sum(d.fused for d in made)} of {len(made)} merges priced faster fused"]
             rows += [f"  {d.line()}" for d in made]
+        plan = self.meta.get("layout")
+        rows += plan["lines"] if plan else ["layouts: not planned (every activation NCHW in DDR)"]
         peak = self.meta.get("onchip_peak", {})
         rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
         return "\n".join(rows)
@@ -418,7 +420,7 @@ class _Kernels:
         """(kir, predicted cycles, on-chip usage) of the group's kernel alone."""
         from .kernel import best_schedule
 
-        mine = tuple(n.name for n in g.nodes)
+        mine = (tuple(n.name for n in g.nodes), tiling_key(g.ops))   # one node set may be built in two layouts
         if mine not in self.built:
             key = tiling_key(g.ops)
             kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self.chosen.get(key),
@@ -436,19 +438,23 @@ class _Kernels:
 
 
 def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] | None = None,
-                 kernels: _Kernels | None = None) -> tuple[list[Group], list]:
+                 kernels: _Kernels | None = None, layouts: bool = True) -> tuple[list[Group], list]:
     """The network's kernels in run order and the fusion decisions (graph_fusion.Decision) made.
 
-    A fused kernel's Group lists the kernels it was merged from in .parts.
+    A fused kernel's Group lists the kernels it was merged from in .parts.  With `layouts`, a
+    kernel is priced in the DDR layout it does best in (the layout plan comes after fusion).
     """
     from . import graph_fusion
+    from .layout_plan import best_price
 
     if copies is None:
         copies = alias(graph)[1]
     decisions = []
     if fuse:
         groups = partition(graph, copies)
-        groups, decisions = graph_fusion.fuse(graph, groups, (kernels or _Kernels(cfg)).price, cfg.dm_bytes)
+        kernels = kernels or _Kernels(cfg)
+        price = (lambda g: best_price(g, kernels.price)) if layouts else kernels.price
+        groups, decisions = graph_fusion.fuse(graph, groups, price, cfg.dm_bytes)
     else:
         groups = per_node(graph, copies)
     if not groups:
@@ -456,16 +462,24 @@ def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] |
     return groups, decisions
 
 
-def build_network(graph, cfg: Config, fuse: bool = True) -> Library:
+def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes).
 
     fuse=False keeps one kernel per node (no epilogues, no multi-anchor fusion): the baseline
-    the benchmarks compare against.
+    the benchmarks compare against.  layouts=False keeps every activation NCHW in DDR (no
+    layout plan, no transforms).
     """
+    from . import layout_plan
+
     graph.validate()
     al, copies = alias(graph)
     kernels = _Kernels(cfg)
-    groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels)
+    groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels, layouts)
+    plan = None
+    if layouts:
+        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price)
+        graph, groups = layout_plan.apply(graph, groups, plan)
+        al = alias(graph)[0]
     storage = plan_arena(graph, groups, al)
     ddr = {name: Buffer(name, "ddr", _nbytes(graph.values[v]), dtype=graph.values[v].dtype,
                         shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}
@@ -493,6 +507,7 @@ def build_network(graph, cfg: Config, fuse: bool = True) -> Library:
             "layers": [vars(layer) for layer in layers],
             "arena": {"bytes": storage.arena_bytes, "naive_bytes": storage.naive_bytes},
             "fused": bool(fuse), "onchip_peak": onchip,
+            "layout": plan.as_meta() if plan is not None else None,
             "fusion": [{"members": d.members, "ops": d.ops, "apart_cycles": d.apart_cycles,
                         "fused_cycles": d.fused_cycles, "fused": d.fused, "why": d.why} for d in decisions]}
     ins = [ddr[storage.named[v]] for v in graph.inputs]

@@ -259,6 +259,8 @@ class Conv2d(Op):
     lo: int
     hi: int
     scale: np.ndarray | None = None    # float32 [O]: the float form (onnxruntime arithmetic)
+    x_layout: str = "nchw"             # DDR layouts of x and of y (and a fused residual): lowering.layout
+    y_layout: str = "nchw"
     kind: str = field(init=False, default="conv2d")
 
     @property
@@ -406,6 +408,8 @@ class Pool2d(Op):
     zp_out: int = 0
     scale_x: np.float32 | None = None      # the float form (QLinearAveragePool): input and output scales
     scale_out: np.float32 | None = None
+    x_layout: str = "nchw"                 # DDR layouts of x and y: lowering.layout
+    y_layout: str = "nchw"
     kind: str = field(init=False, default="pool2d")
 
     def __post_init__(self):
@@ -536,6 +540,8 @@ class Elementwise(Op):
     hi: int = 127
     scale: np.ndarray | np.float32 | None = None    # requantize's float form: per tensor, or per channel
     fscales: tuple | None = None                    # add / mul's float form: float32 (scale_a, scale_b, scale_out)
+    x_layout: str = "nchw"      # DDR layouts of the inputs and of y (a clip between two: a layout transform)
+    y_layout: str = "nchw"
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):

@@ -43,7 +43,7 @@ class Config:
     ddr_bytes: int = 256 * 1024 * 1024
     ddr_bytes_per_cycle: int = 32
     ddr_latency: int = 100
-    ddr_burst_bytes: int = 1      # DDR access granularity: a transfer pays the aligned bursts it touches (1: every byte alone; 64 once activations are channel-innermost, docs/timing.md)
+    ddr_burst_bytes: int = 64     # DDR access granularity: a transfer pays the aligned bursts its contiguous runs touch (docs/timing.md)
     dm_bytes: int = 2 * 1024 * 1024
     dm_bytes_per_cycle: int = 128
     dm_latency: int = 8

@@ -13,7 +13,7 @@ def test_defaults_are_the_reference_machine():
     assert (c.dm_bytes, c.ibuf_bytes, c.wbuf_bytes, c.abuf_bytes, c.vbuf_bytes) == (
         2 << 20, 256 << 10, 256 << 10, 128 << 10, 256 << 10)
     assert c.ddr_bytes == 256 << 20
-    assert c.ddr_burst_bytes == 1      # 64 once activations are laid out channel-innermost (issue 13)
+    assert c.ddr_burst_bytes == 64
 
 
 def test_printed_defaults_load_back(tmp_path):
@@ -23,10 +23,10 @@ def test_printed_defaults_load_back(tmp_path):
 
 
 def test_burst_bytes_is_printed_and_read_back(tmp_path):
-    assert "[memory.ddr]" in config_toml() and "burst_bytes = 1" in config_toml()
+    assert "[memory.ddr]" in config_toml() and "burst_bytes = 64" in config_toml()
     p = tmp_path / "hw.toml"
-    p.write_text(config_toml().replace("burst_bytes = 1", "burst_bytes = 64"))
-    assert load_config(p) == Config(ddr_burst_bytes=64)
+    p.write_text(config_toml().replace("burst_bytes = 64", "burst_bytes = 1"))
+    assert load_config(p) == Config(ddr_burst_bytes=1)
 
 
 def test_edited_file_changes_only_that_key(tmp_path):

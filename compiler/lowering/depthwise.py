@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Dma, Ref
-from .layout import ConvView, NuWeights
+from .layout import ConvView, NuWeights, ddr_order
 
 
 def uses_depthwise_mode(view: ConvView, rows: int, cols: int) -> bool:
@@ -90,9 +90,9 @@ def interior_load(low, chan: int, dst: Ref, src: Ref, size: tuple[int, int, int,
     lanes, iw, ih, blocks = size
     _, sc, sh, sw = v.x_strides
     at = Ref(dst.buf, dst.offset + (lo[1] * iw + lo[0]) * rows)
-    return Dma(chan, at, src, (lanes, iw - lo[0] - hi[0], ih - lo[1] - hi[1], blocks),
-               (sc, sw, sh, rows * sc), (1, rows, iw * rows, ih * iw * rows),
-               comment=f"{low.name}: {what} (halo filled)")
+    return ddr_order(Dma(chan, at, src, (lanes, iw - lo[0] - hi[0], ih - lo[1] - hi[1], blocks),
+                         (sc, sw, sh, rows * sc), (1, rows, iw * rows, ih * iw * rows),
+                         comment=f"{low.name}: {what} (halo filled)"))
 
 
 MIN_WIDTH = 8      # narrower tiles read more halo columns than they save halo rows

@@ -65,11 +65,13 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                                                                                     op.lo, op.hi))))
         elif isinstance(op, Elementwise) and op.mode == "add" and residual is None:
             residual, add_op = Residual(op.za, op.zb, op.ma, op.mb, op.shift, op.zp_out, op.lo, op.hi,
-                                        _fadd_bits(op)), op
+                                        _fadd_bits(op), op.x_layout), op
         else:
             raise CompileError(f"cannot fuse {op.kind} after {prev.kind}: a conv2d or dense kernel takes "
                                "relu / clip and one residual add (then relu / clip) after it")
-    return replace(head, lo=lo, hi=hi), residual, add_op
+    # the segment stores what its last op writes, in that op's layout
+    out = {"y_layout": ops[-1].y_layout} if isinstance(head, Conv2d) and len(ops) > 1 else {}
+    return replace(head, lo=lo, hi=hi, **out), residual, add_op
 
 
 def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:

@@ -5,8 +5,14 @@ that is the isa_spec.layout spec WEIGHT_SPEC applied to [O, C, KH, KW] weights.
 Grouped (and depthwise) convolutions become block-diagonal: output block ob
 only reads the `span` input blocks starting at `cb_start[ob]`, so the stored
 array is [out_cb][span][k_h][k_w][rows][cols] with zeros outside the group.
-Activations stay in logical NCHW (layout spec "") in DDR; the DMA does the
-blocking on the way in and out.
+Activations in DDR are NCHW or NHWC (channel innermost), per tensor: an op's
+x_layout and y_layout say which (compiler.layout_plan chooses them for a
+network; a kernel built from ops alone keeps NCHW, the layout its user's arrays
+have).  On chip nothing changes: the DMA gathers either layout into the same
+blocked buffers, so a layout only changes the DDR side's strides.  ddr_order
+then puts the DMA's dims in the order of the DDR side's strides, so that its
+contiguous runs are as long as the layout allows (docs/timing.md, DDR bursts):
+a row of pixels from NCHW, a pixel's channels from NHWC.
 """
 from __future__ import annotations
 
@@ -18,7 +24,80 @@ import numpy as np
 from isa_spec.layout import LayoutError, stored_shape, to_stored
 
 from ..errors import CompileError
+from ..ir import Dma
 from ..ops import Conv2d, Dense
+
+LAYOUTS = ("nchw", "nhwc")
+"""DDR layouts of an activation: logical NCHW, or channel innermost (NHWC)."""
+
+
+def check_layout(layout: str) -> str:
+    """layout, or CompileError naming it when it is none of LAYOUTS."""
+    if layout not in LAYOUTS:
+        raise CompileError(f"activation layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    return layout
+
+
+def act_strides(shape, layout: str) -> tuple[int, ...]:
+    """Element strides of a contiguous activation of logical `shape` (N, C, then the rest) stored in `layout`.
+
+    NHWC puts the channel innermost: (n, c, r...) lives at (n * R + r) * C + c, R the product of
+    the rest.  A tensor of fewer than three dims has one layout.
+    """
+    shape = tuple(int(v) for v in shape)
+    rest = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        rest[k] = rest[k + 1] * shape[k + 1]
+    if check_layout(layout) == "nchw" or len(shape) < 3:
+        return tuple(rest)
+    c = shape[1]
+    inner = [1] * len(shape)
+    for k in range(len(shape) - 2, 1, -1):
+        inner[k] = inner[k + 1] * shape[k + 1]
+    return (rest[0], 1) + tuple(c * v for v in inner[2:])
+
+
+def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
+    """The bytes of logical x as stored in `layout` (a test's and a runtime's view; never a kernel's)."""
+    if check_layout(layout) == "nchw" or x.ndim < 3:
+        return np.ascontiguousarray(x)
+    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+
+
+def from_layout(stored: np.ndarray, shape, layout: str) -> np.ndarray:
+    """Logical `shape` back from the bytes of a tensor stored in `layout`."""
+    shape = tuple(shape)
+    if check_layout(layout) == "nchw" or len(shape) < 3:
+        return stored.reshape(shape)
+    return np.moveaxis(stored.reshape((shape[0],) + shape[2:] + (shape[1],)), -1, 1)
+
+
+def io_layouts(ops) -> tuple[list[str], str]:
+    """The DDR layouts of a chain's inputs (in the kernel's input order: the head's, then each later
+    binary op's second operand) and of its output."""
+    ins = [getattr(ops[0], "x_layout", "nchw")] * len(ops[0].inputs)
+    ins += [op.x_layout for op in ops[1:] if getattr(op, "binary", False)]
+    return ins, getattr(ops[-1], "y_layout", "nchw")
+
+
+def ddr_order(cmd: Dma) -> Dma:
+    """cmd with its dims sorted by the DDR side's byte strides, smallest innermost (the same copy).
+
+    A DMA box is the same set of (source, destination) element pairs in any dim order, padding
+    included; its DDR cost is not: each contiguous run pays its bursts, and a run only grows
+    along dims whose stride continues it.  Dims of size 1 and of stride 0 go outermost.  A
+    command with both or neither side in DDR is returned as it is.
+    """
+    src_ddr, dst_ddr = cmd.src.buf.space == "ddr", cmd.dst.buf.space == "ddr"
+    if src_ddr == dst_ddr:
+        return cmd
+    key = cmd.src_stride if src_ddr else cmd.dst_stride
+    order = sorted(range(4), key=lambda k: (cmd.size[k] == 1 or key[k] == 0, abs(key[k])))
+    if order == [0, 1, 2, 3]:
+        return cmd
+    pick = (lambda v: tuple(v[k] for k in order))
+    return replace(cmd, size=pick(cmd.size), src_stride=pick(cmd.src_stride), dst_stride=pick(cmd.dst_stride),
+                   pad_lo=pick(cmd.pad_lo), pad_hi=pick(cmd.pad_hi))
 
 
 def weight_spec(rows: int, cols: int) -> str:
@@ -100,7 +179,8 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
                         op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
                         op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale)
     y = op.output.shape
-    view = ConvView(op.x_shape, nchw_strides(op.x_shape), y, nchw_strides(y), op.weight, op.bias,
+    view = ConvView(op.x_shape, act_strides(op.x_shape, op.x_layout), y, act_strides(y, op.y_layout),
+                    op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
                     op.zp_out, op.lo, op.hi, scale=op.scale)
     return fold_columns(view, rows) if rows else view

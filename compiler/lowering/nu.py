@@ -24,7 +24,7 @@ from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
 from ..errors import CompileError
 from ..quant import f32_bits
 from .double_buffer import Slots, Step
-from .layout import (ConvView, NuWeights, bias_blocks, bias_table, fscale_table, nu_weights,
+from .layout import (ConvView, NuWeights, act_strides, ddr_order, bias_blocks, bias_table, fscale_table, nu_weights,
                              requant_table)
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
@@ -76,6 +76,7 @@ class Residual:
     lo: int
     hi: int
     fbits: tuple[int, int, int] | None = None
+    layout: str = "nchw"        # b's DDR layout (lowering.layout)
 
 
 @dataclass
@@ -131,16 +132,20 @@ ROLES = {"in": "in", "wt": "wt", "wres": "wres", "acc": "acc", "vacc": "vacc", "
 """Each buffer role's name (after the lowering's name and an underscore) by default."""
 
 
+def tile_blocks(p: NuPlan, t: ConvTiling) -> int:
+    """The most input blocks one input tile load holds."""
+    if t.resident:
+        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
+        return hi - lo
+    return max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
+               for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+
+
 def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
     """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
     d = {**DEPTHS, **(depths or {})}
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
-    if t.resident:
-        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
-        blocks = hi - lo
-    else:
-        blocks = max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
-                     for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    blocks = tile_blocks(p, t)
     acc = t.obt * t.th * t.tw * p.cols * 4
     res = t.obt * t.th * t.tw * p.cols if residual else 0
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
@@ -234,6 +239,13 @@ class NuLowering:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
+        if staged_input(p, t):
+            self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
+        if staged_fold(p.view):
+            kw, sw, dw = p.view.fold
+            span = (t.tw - 1) * sw + (kw - 1) * dw + 1
+            self.slots.declare(f"{name}_stage", "dm", p.view.x_shape[1] * input_extent(p, t.th, 0) * span,
+                               depth=depths["in"])
 
     def _share_constants(self, other: "NuLowering") -> None:
         self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
@@ -416,18 +428,30 @@ class NuLowering:
         if hi > max(lo, full):
             groups.append((max(lo, full), hi, c - max(lo, full) * rows))
         interior = p.depthwise and halo_prefilled(self)
+        base, (sc, sw, sh) = Ref(self.x, n * sn + r0 * sh + c0 * sw), (sc, sw, sh)
+        inner_w, inner_h = iw - plo_w - phi_w, ih - plo_h - phi_h
+        if staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
+            # NCHW rows shorter than the plane's: read the tile's rows whole (runs of rows x width) into
+            # DM, then block them into IBUF from DM, which has no bursts
+            chans = min(hi * rows, c) - lo * rows
+            stage = self.slots.next(f"{self.name}_stage")
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + lo * rows * v.x_strides[1] + r0 * sh),
+                (w, inner_h, chans), (sw, sh, v.x_strides[1]), (1, w, inner_h * w),
+                comment=f"{self.name}: input rows of blocks {lo}..{hi - 1} -> {stage.name}")))
+            base, (sc, sw, sh) = Ref(stage, c0 - lo * rows * inner_h * w), (inner_h * w, 1, w)
         for b0, b1, real in groups:
-            src = Ref(self.x, n * sn + b0 * rows * sc + r0 * sh + c0 * sw)
+            src = base + b0 * rows * sc
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
             if interior:
                 step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0),
                                                 (plo_w, plo_h), (phi_w, phi_h),
                                                 f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
                 continue
-            step.loads.append(Dma(
+            step.loads.append(ddr_order(Dma(
                 self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
-                pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
 
     def _load_folded(self, step: Step, inp: Buffer, n: int, r0: int, plo_h: int, phi_h: int,
@@ -437,13 +461,25 @@ class NuLowering:
         kw, sw, dw = v.fold
         sn, sc, sh, sx = v.x_strides
         _, c, h, w = v.x_shape
-        for j in range(kw):
-            first, plo, phi = _strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w)
-            src = Ref(self.x, n * sn + r0 * sh + first * sx)
-            step.loads.append(Dma(
-                self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (sc, sw * sx, sh), (1, rows, tw * rows),
-                (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
-                comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}"))
+        halos = [_strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w) for j in range(kw)]
+        real = [(first, first + (tw - plo - phi - 1) * sw) for first, plo, phi in halos if plo + phi < tw]
+        rows_real = ih - plo_h - phi_h
+        base, strides, lo = Ref(self.x, n * sn + r0 * sh), (sc, sx, sh), 0
+        if staged_fold(v) and real and rows_real > 0:
+            # one DDR read of the rows' whole span (runs of the span) into DM, then the strided or
+            # per-pixel gathers from DM, which has no bursts
+            lo, span = min(a for a, _ in real), max(b for _, b in real) - min(a for a, _ in real) + 1
+            stage = self.slots.next(f"{self.name}_stage")
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(stage), base + lo * sx, (span, rows_real, c), (sx, sh, sc),
+                (1, span, rows_real * span), comment=f"{self.name}: input rows' span -> {stage.name}")))
+            base, strides = Ref(stage, -lo), (rows_real * span, 1, span)
+        for j, (first, plo, phi) in enumerate(halos):
+            src = base + (first if plo + phi < tw else lo) * strides[1]     # (all padding: reads nothing)
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (strides[0], sw * strides[1], strides[2]),
+                (1, rows, tw * rows), (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
+                comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
         """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
@@ -538,21 +574,22 @@ class NuLowering:
         for b0, b1, real in _block_groups(obs, o, cols):
             dst = Ref(self.y, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
-                                     (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
-                                     comment=f"{self.name}: store {out.name} -> y"))
+            step.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
+                                               (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
+                                               comment=f"{self.name}: store {out.name} -> y")))
 
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
         pix, nob = th * tw, len(obs)
         res = self.slots.next(self.role["res"])
-        sn, sc, sh, sw = v.y_strides
+        sn, sc, sh, sw = act_strides(v.y_shape, r.layout)
         for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
             src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
             dst = Ref(res, (b0 - obs.start) * pix * cols)
-            step.epilogue.append(Dma(self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
-                                     (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
-                                     comment=f"{self.name}: residual -> {res.name}"))
+            step.epilogue.append(ddr_order(Dma(
+                self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
+                (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
+                comment=f"{self.name}: residual -> {res.name}")))
         n_el = nob * pix * cols
         if r.fbits is not None:
             m, sc = "vu.fadd", dict(zip(("fscale", "fscale_b", "fbias"), r.fbits))
@@ -561,6 +598,30 @@ class NuLowering:
         step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
                                 scalars={**sc, "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
+
+
+STAGE_BYTES = 256 * 1024     # DM a staged input tile may take (two slots)
+
+
+def staged_input(p: NuPlan, t: ConvTiling) -> bool:
+    """Does an (unfolded, not depthwise) conv read NCHW input tiles through DM?  When a tile's rows
+    are short runs in DDR (narrower than the plane and than a burst: a strided conv on a small map)."""
+    v = p.view
+    if v.fold is not None or p.depthwise or v.x_strides[1] == 1:
+        return False
+    w = v.x_shape[3]
+    return input_extent(p, t.tw, 1) < min(w, 64) and _stage_bytes(p, t) <= STAGE_BYTES // 2
+
+
+def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
+    """Bytes of one staged input tile: a chunk's channels x the tile's rows x the plane's width."""
+    return min(p.view.x_shape[1], tile_blocks(p, t) * p.rows) * input_extent(p, t.th, 0) * p.view.x_shape[3]
+
+
+def staged_fold(v: ConvView) -> bool:
+    """Does a folded conv read its input through DM?  When its DDR gathers would be short runs: a
+    stride over columns (single bytes) or channel-innermost x (a pixel's few channels)."""
+    return v.fold is not None and (v.fold[1] > 1 or v.x_strides[1] == 1)
 
 
 def _halo(start: int, extent: int, size: int) -> tuple[int, int, int]:

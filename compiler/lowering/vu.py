@@ -18,6 +18,7 @@ from ..ops import Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
+from .layout import act_strides, ddr_order
 from .units import Part
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
@@ -32,10 +33,28 @@ def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
 
 
+def strided(op: Elementwise) -> bool:
+    """Does the op address its tensors by channel and position (its layouts differ, or a per-channel
+    table meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
+    if op.x_layout == op.y_layout and op.x_layout != "nchw":
+        per_channel = op.mode == "requantize" and np.ndim(op.scale if op.scale is not None else op.ma) > 0
+        return per_channel
+    return op.x_layout != op.y_layout
+
+
+TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC side's run, a burst
+
+
 def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int, int, int]]:
     """(n, c0, c1, r0, r1) tiles of at most `budget` elements."""
     n, c, r = _ncr(op.shape)
     out = []
+    if strided(op) and r > budget:
+        # channels x positions: runs of positions on the NCHW side, of channels on the NHWC side
+        cc = min(c, TRANSFORM_CHANNELS, budget)
+        nr = budget // cc
+        return [(ni, c0, min(c, c0 + cc), r0, min(r, r0 + nr))
+                for ni in range(n) for c0 in range(0, c, cc) for r0 in range(0, r, nr)]
     for ni in range(n):
         if r <= budget:
             step = max(1, budget // r)
@@ -110,24 +129,30 @@ class ElementwiseLowering:
                                (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
         esz = 4 if op.in_dtype == "int32" else 1
+        # VBUF holds a tile as [channel][position] whatever the DDR layouts: only the DDR strides change
+        lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
+        xn, xc, xr = act_strides((n, c, r), lx)
+        yn, yc, yr = act_strides((n, c, r), ly)
         for ni, c0, c1, r0, r1 in self.tiles():
             s = Step()
             where = f"{self.name}: tile n {ni} c {c0}..{c1 - 1} r {r0}..{r1 - 1}"
             nc, nr = c1 - c0, r1 - r0
-            base = (ni * c + c0) * r + r0
+            base = ni * xn + c0 * xc + r0 * xr
             s.loads.append(Note(where + ": loads"))
             a = self.slots.next(self.role["a"])
-            s.loads.append(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc), (esz, r * esz),
-                               (esz, nr * esz), elem=esz, comment=f"{self.name}: {self.ins[0].name} -> {a.name}"))
+            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc),
+                                         (xr * esz, xc * esz), (esz, nr * esz), elem=esz,
+                                         comment=f"{self.name}: {self.ins[0].name} -> {a.name}")))
             b = None
             if op.binary:
                 b = self.slots.next(self.role["b"])
-                s.loads.append(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (1, r), (1, nr),
-                                   comment=f"{self.name}: {self.ins[1].name} -> {b.name}"))
+                s.loads.append(ddr_order(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (xr, xc),
+                                             (1, nr), comment=f"{self.name}: {self.ins[1].name} -> {b.name}")))
             s.compute.append(Note(where + ": VU"))
             s.compute.append(self._vu(a, b, nc, nr, c0))
-            s.epilogue.append(Dma(self.ch + CH_OUT, Ref(self.y, base), Ref(a), (nr, nc), (1, nr), (1, r),
-                                  comment=f"{self.name}: {a.name} -> {self.y.name}"))
+            s.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, ni * yn + c0 * yc + r0 * yr), Ref(a),
+                                            (nr, nc), (1, nr), (yr, yc),
+                                            comment=f"{self.name}: {a.name} -> {self.y.name}")))
             steps.append(s)
         return steps
 
@@ -319,9 +344,10 @@ class PoolLowering:
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
         fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
-        s.loads.append(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ((ni * c + c0) * h + row0) * w), (iw, ih, cc),
-                           (1, w, h * w), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0), pad_value=fill,
-                           comment=f"{self.name}: x -> {inp.name}"))
+        xn, xc, xh, xw = act_strides(op.x_shape, op.x_layout)
+        s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ni * xn + c0 * xc + row0 * xh),
+                                     (iw, ih, cc), (xw, xh, xc), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0),
+                                     pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         win = dict(win=op.kernel, win_stride=(iw, 1))
@@ -357,8 +383,15 @@ class PoolLowering:
                                     (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
                                     comment=f"{self.name}: float32 requantise the sums"))
                 res_bytes = 1
-        dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * res_bytes)
-        s.epilogue.append(Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (res_bytes, th * ow * res_bytes),
-                              (res_bytes, oh * ow * res_bytes), elem=res_bytes,
-                              comment=f"{self.name}: {out.name} -> {self.y.name}"))
+        rb = res_bytes
+        if op.y_layout == "nchw":
+            dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * rb)
+            store = Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (rb, th * ow * rb), (rb, oh * ow * rb),
+                        elem=rb, comment=f"{self.name}: {out.name} -> {self.y.name}")
+        else:
+            yn, yc, yh, yw = act_strides(op.output.shape, op.y_layout)
+            store = ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, (ni * yn + c0 * yc + oh0 * yh) * rb), Ref(out),
+                                  (ow, th, cc), (rb, ow * rb, th * ow * rb), (yw * rb, yh * rb, yc * rb), elem=rb,
+                                  comment=f"{self.name}: {out.name} -> {self.y.name}"))
+        s.epilogue.append(store)
         return s

@@ -1,0 +1,282 @@
+"""DDR activation layouts: strides, DMA dim order, kernels in any layout, and the network's layout plan."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compiler
+from compiler import layout_plan, ops
+from compiler.errors import CompileError
+from compiler.graph import Graph
+from compiler.ir import Buffer, Dma, Ref
+from compiler.kernel import build
+from compiler.lowering.layout import LAYOUTS, act_strides, ddr_order, from_layout, to_layout
+from compiler.network import alias, build_network, partition
+from compiler.quant import quantize_multipliers
+from nnpsim.config import Config
+from tests.test_network import _conv, _int8, _run, topologies
+
+layouts = st.sampled_from(LAYOUTS)
+
+
+# ----------------------------------------------------------------------------- strides and DMA order
+
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), layouts)
+def test_strides_address_the_stored_bytes(shape, layout):
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    stored = to_layout(x, layout).ravel()
+    strides = act_strides(shape, layout)
+    for idx in np.ndindex(*shape):
+        assert stored[sum(i * s for i, s in zip(idx, strides))] == x[idx]
+    np.testing.assert_array_equal(from_layout(stored, shape, layout), x)
+
+
+def test_unknown_layout_is_refused_naming_it():
+    with pytest.raises(CompileError, match="'nchw32'"):
+        act_strides((1, 2, 3, 4), "nchw32")
+
+
+def _pairs(cmd: Dma) -> set[tuple[int, int]]:
+    """Every (destination byte, source byte or None for padding) the DMA writes, by brute force."""
+    out = set()
+    for idx in np.ndindex(*cmd.size):
+        pad = any(i < lo or i >= n - hi for i, n, lo, hi in zip(idx, cmd.size, cmd.pad_lo, cmd.pad_hi))
+        d = cmd.dst.offset + sum(i * s for i, s in zip(idx, cmd.dst_stride))
+        s = None if pad else cmd.src.offset + sum((i - lo) * st for i, lo, st in zip(idx, cmd.pad_lo, cmd.src_stride))
+        out.add((d, s))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=4, max_size=4), st.permutations(range(4)), st.booleans(),
+       st.lists(st.integers(0, 1), min_size=4, max_size=4))
+def test_ddr_order_is_the_same_copy_with_the_ddr_side_innermost(size, perm, load, pads):
+    # a dense box in DDR addressed in a shuffled dim order, on chip contiguous in the given order
+    ddr_stride = [0] * 4
+    step = 1
+    for k in perm:
+        ddr_stride[k], step = step, step * size[k]
+    chip_stride = [int(np.prod(size[:k])) for k in range(4)]
+    lo = [min(p, n - 1) if load else 0 for p, n in zip(pads, size)]
+    ddr, chip = Buffer("x", "ddr", 4096), Buffer("t", "vbuf", 4096)
+    if load:
+        cmd = Dma(0, Ref(chip, 8), Ref(ddr, 3), size, ddr_stride, chip_stride, lo, (0, 0, 0, 0), pad_value=5)
+    else:
+        cmd = Dma(0, Ref(ddr, 3), Ref(chip, 8), size, chip_stride, ddr_stride)
+    got = ddr_order(cmd)
+    assert _pairs(got) == _pairs(cmd)
+    side = got.src_stride if load else got.dst_stride
+    real = [s for s, n in zip(side, got.size) if n > 1]
+    assert real == sorted(real)
+
+
+# ----------------------------------------------------------------------------- kernels in any layout
+
+def _requant(rng, o, c, k):
+    return quantize_multipliers(rng.uniform(0.5, 2.0, o) / (c * k * k * 8))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2 ** 31), layouts, layouts, st.sampled_from(["conv", "dw", "fold", "pool", "avg", "add",
+                                                                   "requant", "move"]))
+def test_single_op_kernels_are_bit_exact_in_any_layout(seed, lx, ly, kind):
+    rng = np.random.default_rng(seed)
+    c, h, w = int(rng.integers(2, 40)), int(rng.integers(3, 12)), int(rng.integers(3, 12))
+    shape = (1, c, h, w)
+    if kind in ("conv", "dw", "fold"):
+        k = int(rng.choice([1, 3]))
+        groups = c if kind == "dw" else 1
+        o = c if kind == "dw" else int(rng.integers(1, 50))
+        if kind == "fold":
+            c, k = int(rng.integers(1, 5)), 3
+            shape = (1, c, h, w)
+        wt = rng.integers(-20, 21, (o, c // groups, k, k)).astype(np.int8)
+        m, s = _requant(rng, o, c // groups, k)
+        op = ops.conv2d(shape, wt, rng.integers(-500, 500, o).astype(np.int32), stride=int(rng.integers(1, 3)),
+                        padding=k // 2, groups=groups, x_zp=int(rng.integers(-4, 5)), multiplier=m, shift=s, zp_out=2)
+    elif kind == "pool":
+        op = ops.max_pool2d(shape, 2, 1, 1) if min(h, w) > 2 else ops.max_pool2d(shape, 1)
+    elif kind == "avg":
+        op = ops.avg_pool2d(shape, 3, 2, 1, count_include_pad=False)
+    elif kind == "add":
+        op = ops.add(shape, za=-3, zb=2, ma=1 << 13, mb=3 << 12, shift=14)
+    elif kind == "requant":
+        m, s = quantize_multipliers(rng.uniform(0.2, 0.9, c))
+        op = ops.requantize(shape, in_dtype="int8", zx=1, multiplier=m, shift=s, zp_out=-2)
+    else:
+        op = ops.clip(shape, -128, 127)
+    op2 = replace(op, x_layout=lx, y_layout=ly)
+    xs = [_int8(rng, t.shape) for t in op.inputs]
+    got = build(op2)(*xs, check_races=True)
+    np.testing.assert_array_equal(got, op.reference(*xs))
+
+
+def test_single_op_kernels_keep_the_users_nchw():
+    op = _conv(np.random.default_rng(3), (1, 8, 6, 6), 8)
+    assert (op.x_layout, op.y_layout) == ("nchw", "nchw")
+    k = build(op)
+    x = _int8(np.random.default_rng(4), op.x_shape)
+    np.testing.assert_array_equal(k(x), op.reference(x))
+
+
+# ----------------------------------------------------------------------------- the plan
+
+def _chain() -> Graph:
+    rng = np.random.default_rng(7)
+    g = Graph("chain")
+    t = g.input("x", (1, 8, 6, 6))
+    for name in ("a", "b", "c"):
+        t = g.add(_conv(rng, (1, 8, 6, 6), 8), t, name=name)
+    g.output(t)
+    return g.validate()
+
+
+def _prices(table: dict[str, dict[str, int]], move: int):
+    def price(group):
+        if group.name == "price":       # a transform, priced by plan_layouts
+            return move
+        return table[group.name][group.ops[0].x_layout]
+    return price
+
+
+def _plan(g, table, move):
+    groups = partition(g)
+    return layout_plan.plan_layouts(g, groups, alias(g)[0], _prices(table, move))
+
+
+def test_transforms_only_where_writer_and_reader_disagree():
+    g = _chain()
+    plan = _plan(g, {"a": {"nchw": 9000, "nhwc": 100}, "b": {"nchw": 100, "nhwc": 9000},
+                     "c": {"nchw": 9000, "nhwc": 100}}, 10)
+    assert plan.kernels == {"a": "nhwc", "b": "nchw", "c": "nhwc"}
+    moves = {(t.value, t.src, t.dst, tuple(t.readers)) for t in plan.transforms}
+    a, b, c = (n.output for n in g.nodes)
+    assert moves == {("x", "nchw", "nhwc", ("a",)), (a, "nhwc", "nchw", ("b",)), (b, "nchw", "nhwc", ("c",)),
+                     (c, "nhwc", "nchw", ("graph input/output",))}
+    assert plan.stored["x"] == "nchw" and plan.stored[c] == "nchw"
+    assert plan.total == 300 + 4 * 10
+
+
+def test_a_small_preference_does_not_pay_for_transforms():
+    g = _chain()
+    plan = _plan(g, {"a": {"nchw": 1000, "nhwc": 900}, "b": {"nchw": 900, "nhwc": 1000},
+                     "c": {"nchw": 1000, "nhwc": 900}}, 1000)
+    assert plan.kernels == {"a": "nchw", "b": "nchw", "c": "nchw"} and plan.transforms == []
+
+
+def test_a_run_of_kernels_moves_together():
+    # each kernel alone is cheaper in nchw by 50 once its neighbours are nchw, but all three in nhwc win
+    g = _chain()
+    plan = _plan(g, {n: {"nchw": 1000, "nhwc": 700} for n in "abc"}, 100)
+    assert plan.kernels == {"a": "nhwc", "b": "nhwc", "c": "nhwc"}
+    assert [(t.src, t.dst) for t in plan.transforms] == [("nchw", "nhwc"), ("nhwc", "nchw")]
+
+
+def _check_plan(g, groups, plan):
+    """Every disagreement has exactly one transform, every transform is a disagreement."""
+    pinned = layout_plan.pinned_values(g, alias(g)[0])
+    want = {}
+    for grp in groups:
+        lay = plan.kernels[grp.name]
+        for v in dict.fromkeys(grp.inputs):
+            if v in plan.stored and plan.stored[v] != lay:
+                want.setdefault((v, plan.stored[v], lay), set()).add(grp.name)
+        if grp.output in pinned and lay != "nchw":
+            want[(grp.output, lay, "nchw")] = {pinned[grp.output]}
+    got = {(t.value, t.src, t.dst): set(t.readers) for t in plan.transforms}
+    assert got == want
+    assert all(t.src != t.dst for t in plan.transforms)
+    for v in list(g.inputs) + list(g.outputs):
+        assert plan.stored.get(v, "nchw") == "nchw"
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(topologies(), st.integers(0, 2 ** 31), st.booleans())
+def test_random_networks_with_mixed_layouts_are_bit_exact_and_race_free(monkeypatch_plan, drawn, pick, fuse):
+    g, seed = drawn
+    seen = monkeypatch_plan(pick)
+    lib = compiler.build(g, fuse=fuse)
+    groups, plan, disliked = seen[-1]
+    for name, lay in plan.kernels.items():       # the plan follows each kernel's (random) preference
+        assert name in plan.fixed or name not in disliked or lay != disliked[name]
+    _check_plan(g, groups, plan)
+    moved = [layer for layer in lib.layers if layer["name"].startswith("layout.")]
+    assert len(moved) == len(plan.transforms)
+    x = _int8(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
+    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+
+
+@pytest.fixture
+def monkeypatch_plan():
+    """Make plan_layouts price each kernel's layouts at random (seeded), so plans mix layouts."""
+    original = layout_plan.plan_layouts
+    seen = []
+
+    def install(pick: int):
+        rng = np.random.default_rng(pick)
+        bias: dict[str, str] = {}
+
+        def plan_layouts(graph, groups, al, price):
+            def noisy(group):
+                p = int(price(group))
+                if group.name == "price":
+                    return p
+                # each kernel dislikes one layout (at random) more than any transform costs
+                if not hasattr(group.ops[0], "x_layout"):
+                    return p
+                bias.setdefault(group.name, LAYOUTS[int(rng.integers(0, 2))])
+                return p + (10_000_000 if group.ops[0].x_layout == bias[group.name] else 0)
+            plan = original(graph, groups, al, noisy)
+            seen.append((groups, plan, bias))
+            return plan
+        layout_plan.plan_layouts = plan_layouts
+        return seen
+    yield install
+    layout_plan.plan_layouts = original
+
+
+def test_default_plan_of_a_network_is_checked_and_bit_exact():
+    rng = np.random.default_rng(11)
+    g = Graph("mixed")
+    t = g.input("x", (1, 3, 16, 16))
+    t = g.add(_conv(rng, (1, 3, 16, 16), 32, relu=True), t, name="stem")
+    t = g.add(ops.max_pool2d((1, 32, 16, 16), 2), t, name="pool")
+    t = g.add(_conv(rng, (1, 32, 8, 8), 40, k=1), t, name="pw")
+    g.output(t)
+    g.validate()
+    lib = build_network(g, Config())
+    meta = lib.meta["layout"]
+    assert set(meta["kernels"].values()) <= set(LAYOUTS)
+    assert meta["stored"]["x"] == "nchw"
+    for t in meta["transforms"]:
+        assert t["src"] != t["dst"]
+        for r in t["readers"]:
+            assert r == "graph input/output" or meta["kernels"][r] == t["dst"]
+    x = _int8(rng, (1, 3, 16, 16))
+    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+    off = build_network(g, Config(), layouts=False)
+    assert off.meta["layout"] is None
+    np.testing.assert_array_equal(_run(off, x).get_output(0), g.reference(x)[0])
+
+
+def test_nnpc_compile_report_prints_the_layout_plan(tmp_path):
+    import onnx
+
+    from compiler import models
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(models.tiny("qoperator"), str(path))
+    out = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(tmp_path / "t.nnp"),
+                          "--report"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lib = compiler.load(tmp_path / "t.nnp")
+    for line in lib.meta["layout"]["lines"]:
+        assert line in out.stdout
+    assert any(line.startswith("layouts:") for line in out.stdout.splitlines())
