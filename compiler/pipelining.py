@@ -27,7 +27,7 @@ intermediate, which is not built).
 The choice is priced: `choose` allocates, synchronises and replays
 (cost.schedule_cycles) the chain one kernel after another and interleaved with
 each lag in LAGS, and keeps the cheapest (a variant whose buffers do not fit at
-once is out).  The kernel's notes say what was chosen and what each cost.
+once is out; one whose order is the plain one or another lag's is not priced).  The kernel's notes say what was chosen and what each cost.
 """
 from __future__ import annotations
 
@@ -165,6 +165,11 @@ def body(steps: list[list[Step]], lag: int | None) -> list[Stmt]:
     return out
 
 
+def _order(merged: list[Step]) -> tuple[int, ...]:
+    """The merged order of the kernels' Steps, padding left out."""
+    return tuple(id(st) for st in merged if st.statements())
+
+
 def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[list[Stmt], Choice]:
     """The cheapest body among the variants: (body, Choice).
 
@@ -175,7 +180,13 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[
         return body(steps, None), Choice(None, 0, {})
     priced: dict[str, int | None] = {}
     best = None
+    seen = {_order([st for kernel in steps for st in kernel])}
     for lag in (None,) + LAGS:
+        if lag is not None:
+            order = _order(interleave(steps, lag))
+            if order in seen:         # no consumer tile moves ahead (or as another lag): nothing new to price
+                continue
+            seen.add(order)
         kir.body = body(steps, lag)
         try:
             cycles = int(price(kir, cfg))
