@@ -34,9 +34,19 @@ def shared(cfg: Config, n: int) -> Config:
                    abuf_bytes=cfg.abuf_bytes // n, vbuf_bytes=cfg.vbuf_bytes // n)
 
 
-def row_by_row(base: "sm.Schedule", cfg: Config) -> "sm.Schedule | None":
+SLACK = 1.2     # offered only when its blocks' quick estimates sum to at most this times the other schedule's
+
+
+def quick(s: "sm.Schedule", cfg: Config) -> float:
+    """The quick estimates of a schedule's blocks, summed (one after another)."""
+    return sum(sm.estimate(s, cfg, k) for k in range(len(s.blocks)))
+
+
+def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = None) -> "sm.Schedule | None":
     """The chain with every conv block tiled row by row in its share of the local memories (None: a block
-    has no such tiling, or the chain has fewer than two conv blocks)."""
+    has no such tiling, the chain has fewer than two conv blocks, or its tiles are so small that its
+    blocks one after another are estimated over SLACK times schedule `than`'s: interleaving could not win
+    that back, and pricing it would only cost compile time)."""
     nu = [k for k, b in enumerate(base.blocks) if b.kind == "nu"]
     if len(nu) < 2 or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
         return None
@@ -55,4 +65,6 @@ def row_by_row(base: "sm.Schedule", cfg: Config) -> "sm.Schedule | None":
             return None
         trials = [sm._auto_nu(s, t, None, 1, k) for t in tilings]
         s = min(trials, key=lambda trial: sm.estimate(trial, cfg, k))
+    if than is not None and quick(s, cfg) > SLACK * quick(than, cfg):
+        return None
     return s

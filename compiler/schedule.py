@@ -813,7 +813,7 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
             _PICKS[key] = min(range(len(trials)), key=lambda i: estimate(trials[i], cfg, k))
         s = trials[_PICKS[key]]
     from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
-    rows = row_by_row(base, cfg)
+    rows = row_by_row(base, cfg, s)
     return [s] + ([rows] if rows is not None else [])
 
 
