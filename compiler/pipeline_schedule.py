@@ -38,8 +38,8 @@ SLACK = 1.2     # offered only when its blocks' quick estimates sum to at most t
 
 
 def quick(s: "sm.Schedule", cfg: Config) -> float:
-    """The quick estimates of a schedule's blocks, summed (one after another)."""
-    return sum(sm.estimate(s, cfg, k) for k in range(len(s.blocks)))
+    """The quick estimates of a schedule's conv blocks, summed (its VU blocks are the other schedule's)."""
+    return sum(sm.estimate(s, cfg, k) for k, b in enumerate(s.blocks) if b.kind == "nu")
 
 
 def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = None) -> "sm.Schedule | None":
