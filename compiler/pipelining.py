@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 from nnpsim.config import Config
 
-from . import cost
 from .errors import CompileError
 from .ir import Command, KernelIR, Stmt
 from .lowering.double_buffer import Step, pipeline
@@ -158,7 +157,7 @@ def check_order(steps: list[list[Step]], body: list[Stmt]) -> None:
 
 def body(steps: list[list[Step]], lag: int | None) -> list[Stmt]:
     """The body of a variant: the kernels one after another (lag None) or interleaved."""
-    if lag is None or len(steps) < 2:
+    if lag is None or len(steps) < 2:       # each kernel double-buffered, one after the other
         return [stmt for kernel in steps for stmt in pipeline(kernel)]
     out = pipeline(interleave(steps, lag))
     check_order(steps, out)

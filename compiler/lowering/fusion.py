@@ -26,7 +26,7 @@ from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
-from .double_buffer import Step, pipeline
+from .double_buffer import Step
 from .nu import ConvTiling, NuLowering, NuPlan, Residual
 from .units import SplitLowering, parts
 from .vu import ElementwiseLowering, PoolLowering
@@ -302,7 +302,3 @@ def lower(sched, cfg: Config) -> tuple[KernelIR, list[list[Step]]]:
     buffers = inputs + [y] + mids + [b for low in lows for b in low.buffers()]
     return KernelIR(sched.ops[0].kind, buffers, [], inputs, y, notes), steps
 
-
-def pipelined(steps: list[list[Step]]) -> list:
-    """The body: each kernel's Steps double-buffered, one kernel after the other."""
-    return [stmt for kernel in steps for stmt in pipeline(kernel)]
