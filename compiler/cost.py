@@ -153,7 +153,10 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     A DMA spends its latency, then streams its bytes (or its DDR bursts, if
     more: stream_bytes) at the smaller share of its on-chip ports, a port's
     bandwidth being split between it and the transfers placed before it that
-    are still streaming there (nnpsim.timing.port_share).  On DDR's one port
+    are still streaming there (nnpsim.timing.port_share); each of those ends
+    later by the bytes the new one moves while they overlap (the simulator
+    shares a port both ways: a drain into VBUF beside a residual load into it
+    slows down too), and so do its token and its queue.  On DDR's one port
     a transfer shares with every DDR transfer placed before it that still has
     bytes left, the port's floor(bw / n) going to each of the n streaming
     until one runs out (_ddr_share); each of those ends later by what the new
@@ -243,8 +246,8 @@ def schedule_cycles(body: list, cfg: Config) -> int:
 
 @dataclass
 class _Stream:
-    """A DMA as the replay placed it: first streaming cycle, end, bytes streamed; for a DDR
-    transfer also its queue and position there, and its token (semaphore, index among its signals)."""
+    """A DMA as the replay placed it: first streaming cycle, end, bytes streamed, its queue and position
+    there, and its token (semaphore, index among its signals)."""
 
     first: int
     end: float
@@ -257,7 +260,7 @@ class _Stream:
 
 def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: dict[str, list[_Stream]],
             ddr_work: list[tuple[int, float]], cfg: Config) -> tuple[int, _Stream | None, list[_Stream]]:
-    """(end, its _Stream if a DDR transfer, the DDR transfers placed before that it makes end later)."""
+    """(end, its _Stream if a DMA, the transfers placed before that it makes end later)."""
     if isinstance(c, NuConv):
         return start + nu_cycles(c, cfg), None, []
     if isinstance(c, Vu):
@@ -267,25 +270,46 @@ def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: d
     first = start + max(lat for _, lat in ports.values())
     nbytes = stream_bytes(c, cfg)
     rate = None
+    sharing: dict[int, tuple[_Stream, int]] = {}
     for s, (bw, _) in ports.items():
         port_busy[s] = port_busy.get(s, 0) + nbytes / bw
         share = bw
         if s != "ddr":
             # transfers already placed that still stream through this port when this one begins
-            streams = 1 + sum(1 for o in port_streams.get(s, ()) if o.first <= first < o.end)
-            share = timing.port_share(bw, streams)
+            here = [o for o in port_streams.get(s, ()) if o.first <= first < o.end]
+            share = timing.port_share(bw, 1 + len(here))
+            sharing.update((id(o), (o, bw)) for o in here)
         rate = share if rate is None else min(rate, share)
     finish = first + -(-nbytes // rate)
-    stream, late = None, []
+    late = []
     if "ddr" in ports:
         end, work, late = _ddr_share(first, nbytes, ports["ddr"][0], port_streams.get("ddr", []))
         finish = max(finish, end)
         ddr_work.append((first, work))
+    # the port is shared both ways: a transfer it now shares with streams slower while they overlap, by
+    # the bytes this one moves meanwhile (a drain into VBUF beside a residual load into it, say)
+    for o, bw in sharing.values():
+        if all(o is not d for d in late):
+            left = o.nbytes * (o.end - first) / max(1, o.end - o.first)
+            o.end += min(left, nbytes) / bw
+            late.append(o)
+    # and one placed before it that begins streaming while it does takes its half meanwhile
+    for s, (bw, _) in ports.items():
+        if s == "ddr":
+            continue
+        for o in port_streams.get(s, ()):
+            if first < o.first < finish and all(o is not d for d in late):
+                both = min(o.end, finish) - o.first
+                finish += both * (1 - min(rate, bw // 2) / rate)
+                o_rate = o.nbytes / max(1, o.end - o.first)
+                o.end += both * max(0.0, 1 - min(o_rate, bw // 2) / o_rate)
+                late.append(o)
+    finish = int(-(-finish // 1))
     me = _Stream(first, finish, nbytes)
     for s in spaces:
         port_streams.setdefault(s, []).append(me)
         port_streams[s] = port_streams[s][-16:]
-    return int(finish), (me if "ddr" in ports else None), late
+    return int(finish), me, late
 
 
 def _ddr_share(first: int, nbytes: int, bw: int, placed: list[_Stream]) -> tuple[int, float, list[_Stream]]:

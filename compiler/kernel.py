@@ -10,7 +10,7 @@ import numpy as np
 import nnpasm
 from nnpsim.config import Config, shape_target
 
-from . import cost
+from . import cost, pipelining
 from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
@@ -112,8 +112,13 @@ def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True):
 def lowered(sched: Schedule, cfg: Config) -> KernelIR:
     """A schedule lowered and pipelined: the KernelIR before the passes."""
     kir, steps = fusion.lower(sched, cfg)
-    kir.body = fusion.pipelined(steps)
+    kir.body = pipelining.pipelined(kir, steps, cfg, _price)
     return kir
+
+
+def _price(kir: KernelIR, cfg: Config) -> int:
+    """Predicted cycles of kir's body as it stands, allocated and synchronised (not rolled)."""
+    return schedule(kir, cfg, reroll=False)[0]
 
 
 def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
@@ -221,7 +226,7 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     segs = fusion.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
     sched = choose(schedule, ops, cfg, segs)             # 2. schedule search: the best, or the given one checked
     kir, steps = fusion.lower(sched, cfg)                # 3. lowering: each kernel's tiles as Steps
-    kir.body = fusion.pipelined(steps)                   # 4. pipelining: tile k+1's loads before tile k's compute
+    kir.body = pipelining.pipelined(kir, steps, cfg, _price)   # 4. pipelining: tile k+1's loads first; a chain interleaved if cheaper
     fold_channels(kir, cfg)                              # 5. channel folding: logical DMA channels onto real ones
     usage = alloc.allocate(kir, cfg)                     # 6. allocation: on-chip addresses by lifetime
     kir.body, report = synchronise(kir, cfg)             # 7. synchronisation: semaphores, then loops

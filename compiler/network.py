@@ -327,7 +327,8 @@ def link(k: int, group: Group, kir: KernelIR, storage: Storage,
     for stmt in body:
         if isinstance(stmt, Command):
             _retarget(stmt, mapping)
-    title = f"layer {k}: {group.name}: " + " + ".join(o.kind for o in group.ops)
+    title = f"layer {k}: {group.name}: " + " + ".join(o.kind for o in group.ops) + "".join(
+        f"; {n}" for n in kir.notes if n.startswith("pipelining:"))      # compiler.pipelining's choice
     return [Label(label), Note(title)] + [s for s in body if not isinstance(s, CuWait)], own
 
 

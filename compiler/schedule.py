@@ -817,7 +817,8 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     """The schedules the automatic search ranks, each made of primitives.
 
     A single conv2d / dense kernel: one per tiling (and split over NUs); a chain: one, each NU
-    block taking its best tiling by the quick estimate and each VU block its lowering's tile.
+    block taking its best tiling by the quick estimate and each VU block its lowering's tile,
+    and one with its convs row by row for pipelining (pipeline_schedule.row_by_row).
     """
     base = Schedule(*ops, config=cfg, segments=segments)
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
@@ -834,7 +835,9 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
         if key not in _PICKS:    # graph fusion prices many chains that share segments
             _PICKS[key] = min(range(len(trials)), key=lambda i: estimate(trials[i], cfg, k))
         s = trials[_PICKS[key]]
-    return [s]
+    from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
+    rows = row_by_row(base, cfg, s)
+    return [s] + ([rows] if rows is not None else [])
 
 
 def _auto_nu(s: Schedule, t: ConvTiling, by: str | None, units: int, k: int = 0) -> Schedule:

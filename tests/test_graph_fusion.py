@@ -144,6 +144,16 @@ def test_every_decision_follows_the_prices_and_the_layers_follow_the_decisions(b
             assert kernels_in, f"{layer['name']} fused without a decision"
 
 
+def test_every_fused_kernel_says_how_its_anchors_were_pipelined(built):
+    """compiler.pipelining's priced choice (one after another or interleaved) is in the layer's title."""
+    name, g, fused, apart = built
+    titles = [line for line in fused.asm.splitlines() if "pipelining:" in line]
+    for k, layer in enumerate(fused.layers):
+        if anchors_of(g, layer) >= 2:
+            mine = [t for t in titles if f"layer {k}: {layer['name']}: " in t]
+            assert len(mine) == 1 and "one after another" in mine[0], f"{name}: {layer['name']}: {mine}"
+
+
 def test_fused_network_moves_fewer_ddr_bytes(built):
     name, g, fused, apart = built
     x = _int8(np.random.default_rng(5), g.values[g.inputs[0]].shape)

@@ -2,7 +2,8 @@
 
 For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
 fused and chained kernels, each in several tilings or configurations, whole
-networks whose kernels hold several anchors fused by compiler.graph_fusion) and for
+networks whose kernels hold several anchors fused by compiler.graph_fusion, fused
+chains interleaved tile by tile by compiler.pipelining) and for
 random kernels drawn like tests/test_compiler_kernels.py draws them, every
 semaphore wait the compiler emitted is removed, one at a time: a command's
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
@@ -33,6 +34,7 @@ from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 from tests import test_compiler_kernels as kernels_test
 from tests import test_graph_fusion as fusion_graphs
+from tests import test_pipelining as pipelined_chains
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -566,3 +568,23 @@ def test_every_removed_wait_is_caught_with_the_nu_output_stage(case):
             kernel = build(*chain_ops, config=cfg, schedule=s)
             assert "nu.conv.rq" in kernel.asm
             kill_all(kernel, inputs, f"{case} (nu.conv.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")
+
+
+# Fused chains pipelined tile by tile (compiler.pipelining): consumer tiles interleaved with the producer's.
+def _interleaved(make, overrides: dict, lag: int):
+    chain = make(np.random.default_rng(8))
+    kernel, _ = pipelined_chains.variant(chain, Config(**overrides), lag)
+    return kernel, [rand8(np.random.default_rng(9), chain[0].x_shape)]
+
+
+PIPELINED_CASES = {
+    "interleaved conv -> conv, lag 1": (lambda r: pipelined_chains.conv_conv(r, 16, 13), SMALL_NU, 1),
+    "interleaved expand -> depthwise -> project, lag 3": (lambda r: pipelined_chains.inverted(r, 8, 20),
+                                                          SMALL_NU, 3),
+}
+
+
+@pytest.mark.parametrize("case", list(PIPELINED_CASES))
+def test_every_removed_wait_is_caught_in_interleaved_chains(case):
+    kernel, inputs = _interleaved(*PIPELINED_CASES[case])
+    kill_all(kernel, inputs, f"{case}: {kernel.ir.notes[-1]}")

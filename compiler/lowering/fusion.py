@@ -26,7 +26,7 @@ from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
-from .double_buffer import Step, pipeline
+from .double_buffer import Step
 from .nu import ConvTiling, NuLowering, NuPlan, Residual
 from .units import SplitLowering, parts
 from .vu import ElementwiseLowering, PoolLowering
@@ -157,6 +157,22 @@ class Site:
     out: Buffer
     res_buf: Buffer | None = None
     where: str = ""          # where its output lives, when it is an intermediate
+    in_rows: bool = False    # its input is an intermediate in DM stored row by row (row_strides)
+    out_rows: bool = False   # its output likewise
+
+
+def row_strides(shape) -> tuple[int, int, int, int]:
+    """Element strides (n, c, h, w) of an (n, h, c, w) array: a tile of whole rows is one contiguous range,
+    so a consumer's row tile depends on the producer tiles that wrote those rows alone (compiler.pipelining)."""
+    n, c, h, w = shape
+    return c * h * w, w, c * w, 1
+
+
+def _by_rows(seg: tuple[Op, ...], nxt: tuple[Op, ...], out: Buffer) -> bool:
+    """Is the intermediate between two kernels kept row by row?  Between conv2d kernels in DM whose
+    producer has no residual add (that reads its DDR input with the output's strides)."""
+    return (out.space == "dm" and isinstance(seg[0], Conv2d) and isinstance(nxt[0], Conv2d)
+            and not any(isinstance(o, Elementwise) and o.mode == "add" for o in seg))
 
 
 def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], Buffer, list[Buffer]]:
@@ -165,23 +181,25 @@ def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], B
     names = _Names(ops[0])
     y = _io_buffer("y", ops[-1].output)
     out_sites, mids = [], []
-    x = names.inputs[0]
+    x, in_rows = names.inputs[0], False
     for k, seg in enumerate(segs):
-        where = ""
+        where, out_rows = "", False
         if k + 1 < len(segs):
             out, where = _intermediate(k + 1, seg[-1].output, cfg)
+            out_rows = _by_rows(seg, segs[k + 1], out)
+            where += ", row by row (n, h, c, w)" if out_rows else ""
             mids.append(out)
         else:
             out = y
         if isinstance(seg[0], (Conv2d, Dense)):
             _, residual, add_op = fuse_nu_chain(seg)
             res = names.extra(add_op.inputs[1]) if residual is not None else None
-            out_sites.append(Site(seg, f"L{k}", [x], out, res, where))
+            out_sites.append(Site(seg, f"L{k}", [x], out, res, where, in_rows, out_rows))
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
                          if getattr(seg[0], "binary", False) else [])
             out_sites.append(Site(seg, f"L{k}", ins, out, None, where))
-        x = out
+        x, in_rows = out, out_rows
     return out_sites, names.inputs, y, mids
 
 
@@ -198,13 +216,22 @@ def nu_note(site: Site, c: NuChoice) -> str:
 
 def nu_lowering(site: Site, c: NuChoice, cfg: Config):
     """The lowering of an NU kernel as chosen (its parts side by side when split over NUs)."""
-    args = (c.plan, c.tiling, site.ins[0], site.out, site.name, c.residual, site.res_buf)
+    args = (_placed(c.plan, site), c.tiling, site.ins[0], site.out, site.name, c.residual, site.res_buf)
     kw = dict(roles=c.roles, depths=c.depths)
     if c.split is None:
         return NuLowering(*args, **kw)
     first, *rest = parts(c.split, c.units, cfg)
     low = NuLowering(*args, first, **kw)
     return SplitLowering([low] + [NuLowering(*args, pt, low, **kw) for pt in rest])
+
+
+def _placed(p: NuPlan, site: Site) -> NuPlan:
+    """The plan with the strides of an intermediate kept row by row."""
+    if not (site.in_rows or site.out_rows):
+        return p
+    v = p.view
+    return replace(p, view=replace(v, x_strides=row_strides(v.x_shape) if site.in_rows else v.x_strides,
+                                   y_strides=row_strides(v.y_shape) if site.out_rows else v.y_strides))
 
 
 def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config):
@@ -277,7 +304,3 @@ def lower(sched, cfg: Config) -> tuple[KernelIR, list[list[Step]]]:
     buffers = inputs + [y] + mids + [b for low in lows for b in low.buffers()]
     return KernelIR(sched.ops[0].kind, buffers, [], inputs, y, notes), steps
 
-
-def pipelined(steps: list[list[Step]]) -> list:
-    """The body: each kernel's Steps double-buffered, one kernel after the other."""
-    return [stmt for kernel in steps for stmt in pipeline(kernel)]

@@ -1,0 +1,208 @@
+"""Tile-level pipelining inside a fused kernel: the kernels of a chain interleaved tile by tile.
+
+lowering.fusion gives each kernel of a chain (L0, L1 ...) its tiles as Steps, and
+the intermediate between two kernels stays in DM.  One after another, kernel k+1
+starts only when the whole intermediate is complete, and each kernel fills and
+drains its own double-buffering pipeline.  Interleaved, the Steps of every kernel
+are merged into one list that lowering.double_buffer.pipeline issues as one
+pipeline: a consumer tile is placed as soon as the producer tiles that write the
+rows it reads (their footprints in the intermediate overlap its loads) are issued
+`lag` tiles ahead of it, so the NU, VU and DMA work of different layers overlaps
+and the fill and drain of one layer hide behind the other's tiles.  Intermediates
+a producer stores row by row (lowering.fusion keeps them in DM as (n, h, c, w):
+a row tile is one contiguous range) gate consumer tiles by rows; any other
+intermediate is written whole before it is read, as before.
+
+The pipeline issues tile k's loads one iteration early and tile k's epilogue one
+late, so a consumer tile sits at least GAP places after the producer tile whose
+store it reads (empty Steps fill in when the producer has run out): its loads
+then come after that store in issue order, which is the order the sync pass
+orders memory by.  `check_order` verifies it on the merged body.
+
+Halo rows between a consumer's row tiles are kept: the whole intermediate stays in
+DM, the producer computes each row once and the consumer re-reads the halo rows
+from DM (recomputing them would only pay with a ring buffer smaller than the
+intermediate, which is not built).
+
+The choice is priced: `choose` allocates, synchronises and replays
+(cost.schedule_cycles) the chain one kernel after another and interleaved with
+each lag in LAGS, and keeps the cheapest (a variant whose buffers do not fit at
+once is out; one whose order is the plain one or another lag's is not priced).  The kernel's notes say what was chosen and what each cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnpsim.config import Config
+
+from .errors import CompileError
+from .ir import Command, KernelIR, Stmt
+from .lowering.double_buffer import Step, pipeline
+
+GAP = 3             # places between a producer tile and the consumer tile that loads what it stored
+LAGS = (1, 3)       # producer tiles a consumer tile trails by, beyond the ones it needs (priced)
+
+
+@dataclass
+class Choice:
+    """How a chain's kernels were put in one body: lag None = one after another."""
+
+    lag: int | None
+    cycles: int
+    priced: dict[str, int | None]    # every variant priced: its name -> predicted cycles (None: does not fit)
+
+    def note(self) -> str:
+        """The kernel header's line about it."""
+        how = ("one kernel after another" if self.lag is None
+               else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
+        rest = ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in self.priced.items())
+        return f"pipelining: {how} (predicted cycles: {rest})"
+
+
+def variant_name(lag: int | None) -> str:
+    """A variant as the notes name it."""
+    return "one after another" if lag is None else f"interleaved lag {lag}"
+
+
+def _footprints(step: Step, buf, write: bool) -> list[tuple[int, int]]:
+    """[lo, hi) byte ranges of buf that a Step's commands write (or read)."""
+    return [(a.lo, a.hi) for s in step.statements() if isinstance(s, Command)
+            for a in s.accesses() if a.buf is buf and a.write == write and a.hi > a.lo]
+
+
+def intermediate(producer: list[Step], consumer: list[Step]):
+    """The on-chip buffer the producer kernel writes and the consumer kernel reads (None if none)."""
+    written = {id(a.buf): a.buf for st in producer for s in st.statements() if isinstance(s, Command)
+               for a in s.accesses() if a.write and a.buf.space == "dm"}
+    for st in consumer:
+        for s in st.statements():
+            if isinstance(s, Command):
+                for a in s.accesses():
+                    if not a.write and id(a.buf) in written:
+                        return a.buf
+    return None
+
+
+def needs(producer: list[Step], consumer: list[Step]) -> list[int]:
+    """For each consumer Step, the last producer Step whose writes it reads (-1: none); never decreasing."""
+    buf = intermediate(producer, consumer)
+    if buf is None:
+        return [len(producer) - 1] * len(consumer)
+    writes = [_footprints(st, buf, True) for st in producer]
+    out, last = [], -1
+    for st in consumer:
+        reads = _footprints(st, buf, False)
+        k = max((i for i, ws in enumerate(writes) for lo, hi in ws
+                 if any(lo < rh and rl < hi for rl, rh in reads)), default=-1)
+        last = max(last, k)
+        out.append(last)
+    return out
+
+
+def merge(first: list[Step], owner: list[int], consumer: list[Step], need: list[int], lag: int) -> list[Step]:
+    """first (owner[i]: the producer's Step index of first[i], or -1) and consumer merged: consumer
+    Step j once producer Step min(need[j] + lag, last) is placed and need[j] at least GAP places back."""
+    last = max(owner, default=-1)
+    where: dict[int, int] = {}
+    out: list[Step] = []
+    i = j = 0
+    while j < len(consumer):
+        k = need[j]
+        gate = min(k + lag, last) if k >= 0 else -1
+        if gate < 0 or (gate in where and (k < 0 or len(out) - where[k] >= GAP)):
+            out.append(consumer[j])
+            j += 1
+            continue
+        if i < len(first):
+            if owner[i] >= 0:
+                where[owner[i]] = len(out)
+            out.append(first[i])
+            i += 1
+        else:
+            out.append(Step())
+    return out + first[i:]
+
+
+def interleave(steps: list[list[Step]], lag: int) -> list[Step]:
+    """Every kernel's Steps in one list, each consumer gated on the producer tiles it reads."""
+    merged = list(steps[0])
+    owner = list(range(len(steps[0])))
+    for prev, cur in zip(steps, steps[1:]):
+        need = needs(prev, cur)
+        mine = {id(s): k for k, s in enumerate(cur)}
+        merged = merge(merged, owner, cur, need, lag)
+        owner = [mine.get(id(s), -1) for s in merged]
+    return merged
+
+
+def check_order(steps: list[list[Step]], body: list[Stmt]) -> None:
+    """Every read of an intermediate comes after every producer write that overlaps it, in issue order."""
+    pos = {id(s): i for i, s in enumerate(body)}
+    for prev, cur in zip(steps, steps[1:]):
+        buf = intermediate(prev, cur)
+        if buf is None:
+            continue
+        writes = [(pos[id(s)], a.lo, a.hi) for st in prev for s in st.statements() if isinstance(s, Command)
+                  for a in s.accesses() if a.buf is buf and a.write]
+        for st in cur:
+            for s in st.statements():
+                if not isinstance(s, Command):
+                    continue
+                for a in s.accesses():
+                    if a.buf is buf and not a.write and any(p > pos[id(s)] and lo < a.hi and a.lo < hi
+                                                          for p, lo, hi in writes):
+                        raise CompileError(f"internal: interleaving reads {buf.name} before it is written "
+                                           f"({s.comment})")
+
+
+def body(steps: list[list[Step]], lag: int | None) -> list[Stmt]:
+    """The body of a variant: the kernels one after another (lag None) or interleaved."""
+    if lag is None or len(steps) < 2:       # each kernel double-buffered, one after the other
+        return [stmt for kernel in steps for stmt in pipeline(kernel)]
+    out = pipeline(interleave(steps, lag))
+    check_order(steps, out)
+    return out
+
+
+def _order(merged: list[Step]) -> tuple[int, ...]:
+    """The merged order of the kernels' Steps, padding left out."""
+    return tuple(id(st) for st in merged if st.statements())
+
+
+def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[list[Stmt], Choice]:
+    """The cheapest body among the variants: (body, Choice).
+
+    price(kir, cfg) allocates, synchronises and replays kir as it stands and gives its
+    predicted cycles (CompileError when its buffers do not fit at once).
+    """
+    if len(steps) < 2:
+        return body(steps, None), Choice(None, 0, {})
+    priced: dict[str, int | None] = {}
+    best = None
+    seen = {_order([st for kernel in steps for st in kernel])}
+    for lag in (None,) + LAGS:
+        if lag is not None:
+            order = _order(interleave(steps, lag))
+            if order in seen:         # no consumer tile moves ahead (or as another lag): nothing new to price
+                continue
+            seen.add(order)
+        kir.body = body(steps, lag)
+        try:
+            cycles = int(price(kir, cfg))
+        except CompileError:
+            if lag is None:
+                raise
+            priced[variant_name(lag)] = None
+            continue
+        priced[variant_name(lag)] = cycles
+        if best is None or cycles < best[1]:
+            best = (lag, cycles)
+    return body(steps, best[0]), Choice(best[0], best[1], priced)
+
+
+def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> list[Stmt]:
+    """The chosen body (choose); a chain's kernel notes say how its kernels were put together."""
+    out, choice = choose(kir, steps, cfg, price)
+    if len(steps) > 1:
+        kir.notes.append(choice.note())
+    return out

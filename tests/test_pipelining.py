@@ -1,0 +1,139 @@
+"""Tile-level pipelining inside a fused kernel (compiler.pipelining): interleaved chains, bit-exact and race-free."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import compiler
+from compiler import kernel, pipelining
+from compiler.errors import CompileError
+from compiler.lowering import fusion
+from compiler.lowering.double_buffer import Step
+from compiler.pipeline_schedule import row_by_row
+from compiler.schedule import Schedule
+from nnpsim.config import Config
+from tests.test_graph_fusion import _dw
+from tests.test_network import _conv
+
+SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
+
+
+def conv_conv(rng, c, hw, out=None):
+    """3x3 conv + relu, then a 3x3 conv (hw need not divide any tile)."""
+    a = _conv(rng, (1, c, hw, hw + 3), out or 2 * c, relu=True)
+    return a, _conv(rng, a.output.shape, c, relu=True)
+
+
+def inverted(rng, c, hw, stride=1):
+    """MobileNetV2's expand 1x1 + relu6, 3x3 depthwise + relu6, project 1x1."""
+    e = _conv(rng, (1, c, hw, hw), 4 * c, k=1, relu=True)
+    d = _dw(rng, e.output.shape, stride=stride, lo=-2, hi=100)
+    return e, d, _conv(rng, d.output.shape, c, k=1)
+
+
+def variant(chain, cfg: Config, lag: int | None):
+    """The chain built with its convs row by row, one kernel after another (lag None) or interleaved."""
+    s = row_by_row(Schedule(*chain, config=cfg), cfg)
+    assert s is not None, "no row-by-row schedule for the chain"
+    kir, steps = fusion.lower(s, cfg)
+    kir.body = pipelining.body(steps, lag)
+    predicted, usage, report = kernel.schedule(kir, cfg)
+    return kernel.finish(tuple(chain), kir, cfg, predicted, usage, report), steps
+
+
+def reference(chain, x):
+    for op in chain:
+        x = op.reference(x)
+    return x
+
+
+def _int8(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+def _consumer_starts_early(steps, lag) -> bool:
+    """Is some Step of the second kernel placed before the last Step of the first?"""
+    merged = pipelining.interleave(steps, lag)
+    pos = {id(s): i for i, s in enumerate(merged)}
+    return min(pos[id(s)] for s in steps[1][1:]) < pos[id(steps[0][-1])]
+
+
+CASES = {
+    "conv -> conv 3x3, 13x16": (lambda r: conv_conv(r, 16, 13), SMALL_NU),
+    "conv -> conv 3x3, 9x12, 40 channels": (lambda r: conv_conv(r, 40, 9, out=24), dict(SMALL_NU, wbuf_bytes=65536)),
+    "expand -> depthwise -> project, 20x20": (lambda r: inverted(r, 8, 20), SMALL_NU),
+    "expand -> depthwise stride 2 -> project, 23x23": (lambda r: inverted(r, 8, 23, stride=2), SMALL_NU),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("lag", [1, 3])
+def test_interleaved_chain_is_bit_exact_race_free_and_really_interleaved(case, lag):
+    make, over = CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    chain = make(rng)
+    cfg = Config(**over)
+    k, steps = variant(chain, cfg, lag)
+    assert _consumer_starts_early(steps, lag), f"{case}: the consumer never starts before the producer ends"
+    for seed in range(2):
+        x = _int8(np.random.default_rng(seed), chain[0].x_shape)
+        np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+@settings(max_examples=8, deadline=None)
+@given(c=st.integers(3, 40), hw=st.integers(4, 15), lag=st.sampled_from([1, 2, 3]), seed=st.integers(0, 99),
+       dw=st.booleans())
+def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
+    rng = np.random.default_rng(seed)
+    chain = inverted(rng, c, hw) if dw else conv_conv(rng, c, hw)
+    cfg = Config(**SMALL_NU)
+    if row_by_row(Schedule(*chain, config=cfg), cfg) is None:      # no conv tiling fits its share
+        return
+    try:
+        k, _ = variant(chain, cfg, lag)
+    except CompileError as exc:          # the blocks' buffers must fit side by side
+        assert "does not fit" in str(exc), exc
+        return
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+def test_build_prices_every_variant_and_keeps_the_cheapest():
+    rng = np.random.default_rng(11)
+    chain = inverted(rng, 8, 10)
+    k = compiler.build(*chain, config=Config(**SMALL_NU))
+    note = next(n for n in k.ir.notes if n.startswith("pipelining:"))
+    priced = {name: int(v.replace(",", "")) for name, v in
+              (part.rsplit(" ", 1) for part in note.split("predicted cycles: ")[1].rstrip(")").split(", "))
+              if v != "fit"}
+    assert "one after another" in priced and len(priced) >= 2, note
+    assert ("interleaved" in note.split("(")[0]) == (min(priced, key=priced.get) != "one after another"), note
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+def test_the_consumer_waits_for_the_rows_it_reads():
+    """needs(): a consumer tile's gate is the last producer tile that stored rows it loads."""
+    rng = np.random.default_rng(3)
+    chain = conv_conv(rng, 16, 13)
+    cfg = Config(**SMALL_NU)
+    s = row_by_row(Schedule(*chain, config=cfg), cfg)
+    _, steps = fusion.lower(s, cfg)
+    need = pipelining.needs(steps[0], steps[1])
+    assert need == sorted(need) and need[0] == -1          # the constants read nothing of the intermediate
+    assert -1 < need[1] < len(steps[0]) - 1                 # the first row tile needs the first rows only
+    assert need[-1] == len(steps[0]) - 1                    # the last needs the last
+
+
+def test_merge_keeps_each_kernels_order_and_the_gap():
+    prod = [Step() for _ in range(6)]
+    cons = [Step() for _ in range(4)]
+    out = pipelining.merge(prod, list(range(6)), cons, [-1, 1, 3, 5], lag=1)
+    pos = {id(s): i for i, s in enumerate(out)}
+    assert [pos[id(s)] for s in prod] == sorted(pos[id(s)] for s in prod)
+    assert [pos[id(s)] for s in cons] == sorted(pos[id(s)] for s in cons)
+    for j, k in enumerate([-1, 1, 3, 5]):
+        if k >= 0:
+            assert pos[id(cons[j])] - pos[id(prod[k])] >= pipelining.GAP
+            assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
