@@ -129,12 +129,12 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
     return [found[k] for k in _ranked(found, cfg)]
 
 
-def _ranked(found: list[Schedule], cfg: Config) -> list[int]:
-    """Positions of the candidates, best first by the quick estimate (a chain's one: no estimate)."""
+def _ranked(found: list[Schedule], cfg: Config, top: int | None = None) -> list[int]:
+    """Positions of the candidates (the `top` first), best first by the quick estimate (a chain's one:
+    no estimate)."""
     if len(found) == 1:
         return [0]
-    quick = [sched_mod.estimate(s, cfg) for s in found]
-    return sorted(range(len(found)), key=quick.__getitem__)
+    return sched_mod.ranked(found, cfg, len(found) if top is None else top)
 
 
 def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments: list | None = None):
@@ -149,7 +149,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     if choice is not None and 0 <= choice < len(found):
         order = [choice]
     else:
-        order = _ranked(found, cfg)[:FINALISTS]
+        order = _ranked(found, cfg, FINALISTS)
     why, priced_all = "", []
     for k in order:
         try:
