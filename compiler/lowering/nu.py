@@ -11,7 +11,7 @@ follows, and the tile is stored to DDR in NCHW.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nnpsim.config import Config
 
@@ -81,6 +81,7 @@ class NuPlan:
     kh: int
     kw: int
     depthwise: bool = False     # nu.dwconv (compiler.lowering.depthwise) instead of block-diagonal nu.conv
+    hulls: dict = field(default_factory=dict, repr=False, compare=False)   # _hull_blocks' memo
 
     @property
     def n_ob(self) -> int:
@@ -125,12 +126,7 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
     d = {**DEPTHS, **(depths or {})}
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
-    if t.resident:
-        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
-        blocks = hi - lo
-    else:
-        blocks = max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
-                     for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    blocks = _hull_blocks(p, t.obt, t.cbt, t.resident)
     acc = t.obt * t.th * t.tw * p.cols * 4
     res = t.obt * t.th * t.tw * p.cols if residual else 0
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
@@ -141,6 +137,19 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
             "abuf": d["acc"] * acc,
             "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
             "dm": p.n_ob * p.cols * 4}
+
+
+def _hull_blocks(p: NuPlan, obt: int, cbt: int, resident: bool) -> int:
+    """Input blocks of the widest chunk of a tiling (memoised on the plan: every tiling asks)."""
+    key = (obt, cbt, resident)
+    if key not in p.hulls:
+        if resident:
+            lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
+            p.hulls[key] = hi - lo
+        else:
+            p.hulls[key] = max(hi - lo for ob0 in range(0, p.n_ob, obt) for first, count in chunks(p, cbt)
+                               for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + obt)), first, count)])
+    return p.hulls[key]
 
 
 def fits(needs: dict[str, int], caps: dict[str, int]) -> bool:
