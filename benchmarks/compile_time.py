@@ -80,7 +80,12 @@ def main(argv=None) -> int:
         for nu in counts:
             cfg = Config(nu_count=nu, vu_count=nu)
             load = os.getloadavg()[0]
-            lib, wall, cpu = compile_once(graphs[name], cfg, args.profile)
+            try:
+                lib, wall, cpu = compile_once(graphs[name], cfg, args.profile)
+            except compiler.CompileError as exc:
+                print(f"{name:<12} {nu:>3} does not compile: {exc}", flush=True)
+                missed.append(f"{name} on {nu} NU(s): does not compile")
+                continue
             binary = lib.program.to_bytes()
             target = COMPILE_TARGETS.get(nu, COMPILE_TARGETS[2])
             ok = cpu < target
