@@ -49,14 +49,24 @@ def stream_bytes(cmd: Dma, cfg: Config) -> int:
     """Bytes a DMA streams through its ports: its bytes, or its DDR bursts if more (timing.dma_stream_bytes)."""
     if cmd.src.buf.space != "ddr" and cmd.dst.buf.space != "ddr":
         return cmd.nbytes
-    return int(timing.dma_stream_bytes(cmd.nbytes, *ddr_burst_bytes(cmd, cfg)))
+    return _stream_bytes(cmd.nbytes, *ddr_burst_bytes(cmd, cfg))
 
 
-def dma_cycles(cmd: Dma, cfg: Config) -> int:
-    """Cycles of a DMA that shares no port."""
-    sbw, slat = timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space])
-    dbw, dlat = timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space])
-    return int(timing.dma_cycles(stream_bytes(cmd, cfg), sbw, slat, dbw, dlat))
+@lru_cache(maxsize=1 << 16)
+def _stream_bytes(nbytes: int, src_bursts: int, dst_bursts: int) -> int:
+    return int(timing.dma_stream_bytes(nbytes, src_bursts, dst_bursts))
+
+
+def dma_cycles(cmd: Dma, cfg: Config, nbytes: int | None = None) -> int:
+    """Cycles of a DMA that shares no port (nbytes: its stream_bytes, if the caller has them)."""
+    return _dma_cycles(stream_bytes(cmd, cfg) if nbytes is None else nbytes,
+                       *timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space]),
+                       *timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space]))
+
+
+@lru_cache(maxsize=1 << 16)
+def _dma_cycles(nbytes: int, sbw: int, slat: int, dbw: int, dlat: int) -> int:
+    return int(timing.dma_cycles(nbytes, sbw, slat, dbw, dlat))
 
 
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
@@ -72,13 +82,19 @@ def nu_cycles(cmd: NuConv, cfg: Config) -> int:
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
     """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
     row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output)."""
-    widths = element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type])
-    elem = timing.vu_elem_bytes(*widths)
-    n_out = cmd.n[0] * cmd.n[1] * cmd.n[2] * cmd.n[3]
-    if SEMANTICS[cmd.mnemonic].timing == "vu_pool_cycles":
-        return int(timing.vu_pool_cycles(n_out, cmd.win[0] * cmd.win[1], *widths, cfg.vu_bytes_per_cycle,
-                                         cfg.vu_latency))
-    return int(timing.vu_cycles(n_out, cmd.win[0] * cmd.win[1], elem, cfg.vu_bytes_per_cycle, cfg.vu_latency))
+    n = cmd.n
+    return _vu_cycles(cmd.mnemonic, cmd.a_type, cmd.d_type, n[0] * n[1] * n[2] * n[3], cmd.win[0] * cmd.win[1],
+                      cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+@lru_cache(maxsize=1 << 16)
+def _vu_cycles(mnemonic: str, a_type: str, d_type: str, n_out: int, window: int, bytes_per_cycle: int,
+               latency: int) -> int:
+    """vu_cycles on plain values (a network prices millions of commands with few distinct ones)."""
+    widths = element_bytes(mnemonic, DTYPE_BYTES[a_type], DTYPE_BYTES[d_type])
+    if SEMANTICS[mnemonic].timing == "vu_pool_cycles":
+        return int(timing.vu_pool_cycles(n_out, window, *widths, bytes_per_cycle, latency))
+    return int(timing.vu_cycles(n_out, window, timing.vu_elem_bytes(*widths), bytes_per_cycle, latency))
 
 
 @dataclass
@@ -106,7 +122,7 @@ def load_of(cmds: list[Command], cfg: Config) -> Load:
             ld.add(c.queue, vu_cycles(c, cfg))
         elif isinstance(c, Dma):
             nbytes = stream_bytes(c, cfg)
-            cycles = dma_cycles(c, cfg)
+            cycles = dma_cycles(c, cfg, nbytes)
             ld.add(c.queue, cycles)
             ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
             for port, space in dma_ports(c).items():

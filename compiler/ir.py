@@ -172,9 +172,9 @@ class Dma(Command):
     elem: int = 1
 
     def __post_init__(self):
-        self.size, self.src_stride, self.dst_stride, self.pad_lo, self.pad_hi = (
-            _dims4(v, fill) for v, fill in ((self.size, 1), (self.src_stride, 0), (self.dst_stride, 0),
-                                              (self.pad_lo, 0), (self.pad_hi, 0)))
+        self.size, self.src_stride, self.dst_stride = (
+            _dims4(self.size, 1), _dims4(self.src_stride, 0), _dims4(self.dst_stride, 0))
+        self.pad_lo, self.pad_hi = _dims4(self.pad_lo, 0), _dims4(self.pad_hi, 0)
         for k in range(4):
             if self.size[k] < 1 or self.pad_lo[k] + self.pad_hi[k] > self.size[k]:
                 raise ValueError(f"dma: bad size/padding in dim {k}: {self.size}, {self.pad_lo}, {self.pad_hi}")
@@ -203,6 +203,8 @@ class Dma(Command):
 def _dims4(v, fill: int) -> tuple[int, ...]:
     """v padded to 4 dimensions with `fill` (hot: called for every command built)."""
     n = len(v)
+    if n == 4 and type(v) is tuple:
+        return v
     if n > 4:
         raise ValueError(f"at most 4 dimensions, got {v}")
     return tuple(v) + _FILL[fill][n] if n < 4 else tuple(v)
@@ -293,8 +295,8 @@ class Vu(Command):
 
     def __post_init__(self):
         self.n = _dims4(self.n, 1)
-        self.d_stride, self.a_stride, self.b_stride = (_dims4(s, 0) for s in
-                                                       (self.d_stride, self.a_stride, self.b_stride))
+        self.d_stride, self.a_stride, self.b_stride = (
+            _dims4(self.d_stride, 0), _dims4(self.a_stride, 0), _dims4(self.b_stride, 0))
 
     @property
     def queue(self) -> str:

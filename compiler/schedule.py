@@ -35,17 +35,21 @@ from __future__ import annotations
 import ast
 import copy
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from isa_spec.layout import LayoutError, from_stored, parse_layout, stored_shape, to_stored
+from nnpsim import timing
 from nnpsim.config import Config
 
+from . import cost
+from .cost import SPACE_ID
 from .errors import CompileError
 from .ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view
-from .lowering.nu import DEPTHS, ConvTiling, buffer_needs, drains_on_nu, fits, plan
+from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, elementwise_tiles
@@ -833,7 +837,7 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
         site = found[k]
         key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None, cfg)
         if key not in _PICKS:    # graph fusion prices many chains that share segments
-            _PICKS[key] = min(range(len(trials)), key=lambda i: estimate(trials[i], cfg, k))
+            _PICKS[key] = ranked(trials, cfg, 1, k, found)[0]
         s = trials[_PICKS[key]]
     from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
     rows = row_by_row(base, cfg, s)
@@ -845,8 +849,100 @@ def _auto_nu(s: Schedule, t: ConvTiling, by: str | None, units: int, k: int = 0)
     return _nu_steps(new, new.blocks[k], t, by, units)
 
 
-def estimate(s: Schedule, cfg: Config, k: int = 0) -> float:
-    """Quick cycles of block k of a schedule (the per-tile model on its first tiles, scaled)."""
-    found, _, _, _ = fusion.sites(s.ops, cfg)
-    low, _ = fusion.lowering(found[k], s.blocks[k].choice(cfg), cfg)
-    return fusion.estimate(low, cfg)
+def estimate(s: Schedule, cfg: Config, k: int = 0, found: list | None = None) -> float:
+    """Quick cycles of block k of a schedule (the per-tile model on its first tiles, scaled);
+    `found`: the chain's fusion.sites, if the caller has them."""
+    return fusion.estimate(_block_lowering(s, cfg, k, found), cfg)
+
+
+def _block_lowering(s: Schedule, cfg: Config, k: int, found: list | None):
+    if found is None:
+        found = fusion.sites(s.ops, cfg)[0]
+    return fusion.lowering(found[k], s.blocks[k].choice(cfg), cfg)[0]
+
+
+def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: list | None = None) -> list[int]:
+    """Positions of the `top` schedules with the least quick estimate of block k, best first (ties: the
+    earlier), as sorting all of them by estimate() would give.
+
+    Each is first given its estimate_floor, which needs no tile lowered; they are priced in order
+    of it, and the ones whose floor exceeds the top-th best estimate so far are never lowered.
+    """
+    if found is None and trials:
+        found = fusion.sites(trials[0].ops, cfg)[0]
+    lows = [_block_lowering(t, cfg, k, found) for t in trials]
+    floors = [estimate_floor(low, cfg) for low in lows]
+    quick: dict[int, float] = {}
+    for i in sorted(range(len(trials)), key=lambda i: (floors[i], i)):
+        if len(quick) >= top and floors[i] > sorted(quick.values())[top - 1]:
+            break
+        quick[i] = fusion.estimate(lows[i], cfg)
+    return sorted(quick, key=lambda i: (quick[i], i))[:top]
+
+
+def estimate_floor(low, cfg: Config) -> float:
+    """A floor under fusion.estimate(low): the NU's and the VU's busy cycles on the tiles it prices,
+    scaled as it scales them, counted from the tiling alone (0 for a VU kernel's lowering).
+
+    fusion.estimate charges each tile its busiest resource; an NU lowering's tiles keep one NU
+    and one VU busy with at least their nu.conv and requantising commands (nu.lowering's
+    _convs and _epilogue), whatever else the tile does.
+    """
+    parts = getattr(low, "parts", [low])
+    if not all(isinstance(part, NuLowering) for part in parts):
+        return 0.0
+    busy, ddr, priced, tiles = [], 0, [], []
+    for part in parts:
+        b, d, n_priced, n_tiles = _busy_floor(part, cfg)
+        busy.append(b)
+        ddr += d
+        priced.append(n_priced)
+        tiles.append(n_tiles)
+    # every part's DMAs share DDR's one port; the parts' NUs and VUs are their own.  The margin
+    # covers the estimate's port time summed transfer by transfer in floating point.
+    floor = max(max(busy), ddr / timing.memory_port(cfg, SPACE_ID["ddr"])[0])
+    return floor * max(tiles) / max(1, max(priced)) * (1 - 1e-9)
+
+
+def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
+    """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights and the output
+    stores, over the tiles fusion.estimate prices; those tiles; all tiles)."""
+    p, t, v = low.p, low.t, low.p.view
+    streamed = not t.resident and not p.depthwise
+    stores = low.y.space == "ddr"
+    ddr = 0
+    cols, n_chunks, channels = p.cols, chunks(p, t.cbt), v.y_shape[1]
+    per_channel = low._bias_mode("requant")
+    requant = (("vu.requant.f" if v.scale is not None else "vu.requant") if per_channel
+               else ("vu.requant.fpc" if v.scale is not None else "vu.requant.pc"))
+    nu = vu = n = 0
+    for obs, _, oh0, ow0, j, load_w, _ in low.tiles():
+        n += 1
+        if n > fusion.ESTIMATE_TILES:
+            continue
+        count = n_chunks[j][1]
+        th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
+        if streamed and load_w:
+            ddr += count * p.w.block_bytes * len(obs)
+        if stores and j == len(n_chunks) - 1:
+            ddr += sum(max(0, min(cols, channels - ob * cols)) for ob in obs) * th * tw
+        if p.depthwise:
+            nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+        else:
+            nu += len(obs) * _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+        if j == len(n_chunks) - 1:
+            pix = th * tw
+            if per_channel:
+                cycles = cost._vu_cycles(requant, "i32", "i8", pix, 1, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+                vu += cycles * sum(max(0, min(cols, channels - ob * cols)) for ob in obs)
+            else:
+                vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
+                                      cfg.vu_latency)
+    return max(nu, vu), ddr, min(n, fusion.ESTIMATE_TILES), n
+
+
+@lru_cache(maxsize=1 << 12)
+def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int) -> int:
+    if depthwise:
+        return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
+    return int(timing.nu_conv_cycles(1, in_cb, kh, kw, oh, ow, rows, latency))

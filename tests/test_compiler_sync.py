@@ -123,3 +123,20 @@ def test_too_few_semaphores_is_a_compile_error():
     body = [Fake(q=q, ranges=((MEM, 0, 8, True),), comment=q) for q in ("dma0", "nu0", "vu0", "dma1")]
     with pytest.raises(CompileError, match="semaphores"):
         synchronise(body, semaphores=2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(schedules())
+def test_dependencies_are_the_latest_conflict_of_each_other_queue(body):
+    # the access logs drop accesses a later one of the same queue hides: the answer must not change
+    from compiler.passes.sync import dependencies
+
+    cmds = [s for s in body if isinstance(s, Command)]
+    want = []
+    for i, c in enumerate(cmds):
+        latest = {}
+        for j in range(i):
+            if cmds[j].queue != c.queue and conflicts(cmds[j], c):
+                latest[cmds[j].queue] = j
+        want.append(latest)
+    assert dependencies(cmds) == want

@@ -540,3 +540,24 @@ def test_random_hand_written_schedules_are_exact(case, data):
         assert "more than its" in str(exc) or "does not fit" in str(exc), str(exc)
         return
     np.testing.assert_array_equal(kernel(x, check_races=True), want, err_msg=str(s))
+
+
+# ----------------------------------------------------------------------------- the search's ranking
+
+@settings(max_examples=8, **SETTINGS)
+@given(convs(), st.sampled_from([{}, SMALL_NU, dict(nu_count=2, vu_count=2, **SMALL_NU)]))
+def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(case, overrides):
+    # the search lowers only the tilings whose floor can still beat the top-k estimates found
+    from compiler.lowering import fusion
+    from compiler.schedule import _block_lowering, candidates as all_candidates, estimate, estimate_floor, ranked
+
+    op, _, _ = case
+    cfg = Config(**overrides)
+    found = all_candidates((op,), cfg)
+    quick = [estimate(s, cfg) for s in found]
+    sites = fusion.sites((op,), cfg)[0]
+    floors = [estimate_floor(_block_lowering(s, cfg, 0, sites), cfg) for s in found]
+    assert all(f <= q for f, q in zip(floors, quick)), [(f, q) for f, q in zip(floors, quick) if f > q]
+    assert any(f > 0 for f in floors)
+    for top in (1, 6, len(found)):
+        assert ranked(found, cfg, top) == sorted(range(len(found)), key=quick.__getitem__)[:top]

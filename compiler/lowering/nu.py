@@ -14,7 +14,7 @@ drain, no VU pass (docs/architecture.md, "The NU's output stage").
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nnpsim.config import Config
 
@@ -92,6 +92,7 @@ class NuPlan:
     kh: int
     kw: int
     depthwise: bool = False     # nu.dwconv (compiler.lowering.depthwise) instead of block-diagonal nu.conv
+    hulls: dict = field(default_factory=dict, repr=False, compare=False)   # tile_blocks' memo
 
     @property
     def n_ob(self) -> int:
@@ -133,12 +134,16 @@ ROLES = {"in": "in", "wt": "wt", "wres": "wres", "acc": "acc", "vacc": "vacc", "
 
 
 def tile_blocks(p: NuPlan, t: ConvTiling) -> int:
-    """The most input blocks one input tile load holds."""
-    if t.resident:
-        lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
-        return hi - lo
-    return max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
-               for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    """The most input blocks one input tile load holds (memoised on the plan: every tiling asks)."""
+    key = (t.obt, t.cbt, t.resident)
+    if key not in p.hulls:
+        if t.resident:
+            lo, hi = block_hull(p, range(p.n_ob), 0, p.w.span)
+            p.hulls[key] = hi - lo
+        else:
+            p.hulls[key] = max(hi - lo for ob0 in range(0, p.n_ob, t.obt) for first, count in chunks(p, t.cbt)
+                               for lo, hi in [block_hull(p, range(ob0, min(p.n_ob, ob0 + t.obt)), first, count)])
+    return p.hulls[key]
 
 
 def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:

@@ -56,6 +56,17 @@ class _Log:
         self.cols = np.zeros((5, 64), dtype=np.int64)     # lo, hi, write, command, queue
 
     def add(self, lo: int, hi: int, write: bool, cmd: int, queue: int) -> None:
+        """Log an access, dropping the earlier ones of its queue it hides: one inside [lo, hi) that
+        it reads (or it writes) can no longer be the latest conflict of that queue for any access,
+        so a network's log stays as long as its live footprints instead of growing with every tile."""
+        c = self.cols[:, :self.n]
+        hidden = (c[4] == queue) & (c[0] >= lo) & (c[1] <= hi)
+        if not write:
+            hidden &= c[2] == 0
+        if hidden.any():
+            keep = c[:, ~hidden]
+            self.n = keep.shape[1]
+            self.cols[:, :self.n] = keep
         if self.n == self.cols.shape[1]:
             self.cols = np.concatenate([self.cols, np.zeros_like(self.cols)], axis=1)
         self.cols[:, self.n] = (lo, hi, write, cmd, queue)
