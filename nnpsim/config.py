@@ -167,6 +167,9 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(f"cannot read configuration {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:     # TOML is UTF-8; a binary given by mistake fails here
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {exc.start}: "
+                          f"{exc.object[exc.start:exc.start + 1]!r})") from None
     try:
         return config_from_dict(data)
     except ConfigError as exc:

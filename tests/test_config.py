@@ -63,6 +63,10 @@ def test_unreadable_and_malformed_files(tmp_path):
     bad.write_text("[nu\ncount = 1\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+    binary = tmp_path / "prog.bin"       # a program given where the configuration goes
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(binary)
 
 
 def test_target_mismatches_name_configuration_keys_only():
