@@ -55,7 +55,8 @@ def parts(by: str, count: int, cfg: Config) -> list[Part]:
     are staggered so that the same role (say, every part's drain) is not all on one queue.
     """
     step = 4
-    return [Part(by, k, count, k % cfg.nu_count, k % cfg.vu_count, step * k) for k in range(count)]
+    return [Part(by, k, count, k % cfg.nu_count, k % cfg.vu_count, step * k % cfg.dma_channels)
+            for k in range(count)]
 
 
 def shared_capacity(cfg: Config, count: int, spread: str) -> Config:
