@@ -10,7 +10,8 @@ from compiler.ir import Buffer, Dma, KernelIR, Ref
 from compiler.kernel import build, candidates
 from compiler.passes import alloc
 from compiler.lowering.double_buffer import Step
-from compiler.lowering.units import SplitLowering, parts, shared_capacity
+from compiler.lowering import fusion
+from compiler.lowering.units import SplitLowering, aligned, parts, share_loads, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
 from tests.test_compiler_kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds
@@ -27,8 +28,10 @@ def busy_units(kernel, kind: str) -> int:
 
 def test_parts_deal_units_and_channels():
     cfg = Config(nu_count=3, vu_count=2)
-    assert [(p.index, p.nu, p.vu, p.ch) for p in parts("spatial", 3, cfg)] == [(0, 0, 0, 0), (1, 1, 1, 4),
-                                                                               (2, 2, 0, 8)]
+    # four channels: every part's roles on the same four queues (the quick estimate sees them shared)
+    assert [(p.index, p.nu, p.vu, p.ch) for p in parts("spatial", 3, cfg)] == [(0, 0, 0, 0), (1, 1, 1, 0),
+                                                                               (2, 2, 0, 0)]
+    assert [p.ch for p in parts("spatial", 3, Config(nu_count=3, dma_channels=8))] == [0, 4, 0]
     shared = shared_capacity(cfg, 3, "nu")
     assert shared.vbuf_bytes == cfg.vbuf_bytes // 2 and shared.dm_bytes == cfg.dm_bytes // 3
     assert shared_capacity(cfg, 2, "vu").vbuf_bytes == cfg.vbuf_bytes
@@ -59,8 +62,69 @@ def test_split_lowering_merges_steps_and_shares_constants():
     steps = split.steps()
     assert [len(s.loads) for s in steps] == [2, 2, 1]
     assert [c.dst.buf.memory for c in steps[0].loads] == ["vbuf0", "vbuf1"]
+    # the same DDR box in both parts' step: read from DDR once, the second part copies the first's buffer
+    for s in steps[:2]:
+        assert [c.src.buf.memory for c in s.loads] == ["ddr", "vbuf0"]
+        assert s.loads[1].size == s.loads[0].size and s.loads[1].src_stride == s.loads[0].dst_stride
     assert len(split.steps(limit=1)) == 1
     assert split.buffers().count(ddr) == 1 and len(split.buffers()) == 3
+
+
+def _load(buf: Buffer, ddr: Buffer, at: int) -> Dma:
+    return Dma(0, Ref(buf), Ref(ddr, at), (8, 2), (1, 16), (1, 8), (0, 1), (0, 0), pad_value=-3)
+
+
+def test_parts_meet_at_their_shared_loads():
+    """A part whose next load another part makes later waits for it; the others go on."""
+    ddr, a, b = Buffer("w", "ddr", 4096), Buffer("a", "wbuf", 64, unit=0), Buffer("b", "wbuf", 64, unit=1)
+    x = Buffer("x", "ddr", 4096)
+    # part a: weights at 0, two tiles of its own input, weights at 64; part b: weights at 0, one tile, 64
+    pa = [Step(loads=[_load(a, ddr, 0)]), Step(loads=[_load(a, x, 0)]), Step(loads=[_load(a, x, 100)]),
+          Step(loads=[_load(a, ddr, 64)])]
+    pb = [Step(loads=[_load(b, ddr, 0)]), Step(loads=[_load(b, x, 200)]), Step(loads=[_load(b, ddr, 64)])]
+    rows = aligned([pa, pb])
+    assert rows == [[pa[0], pb[0]], [pa[1], pb[1]], [pa[2], None], [pa[3], pb[2]]]
+    loads = share_loads(pa[3].loads + pb[2].loads)
+    assert [(c.src.buf.name, c.dst.buf.name) for c in loads] == [("w", "a"), ("a", "b")]
+    copy = loads[1]     # the whole destination box, padding included, without padding of its own
+    assert (copy.size, copy.src_stride, copy.pad_lo, copy.pad_hi) == ((8, 2, 1, 1), (1, 8, 0, 0), (0,) * 4, (0,) * 4)
+    # loads that differ in anything the destination sees are not shared
+    other = Dma(0, Ref(b), Ref(ddr, 64), (8, 2), (1, 16), (1, 8), (0, 1), (0, 0), pad_value=5)
+    assert [c.src.buf.name for c in share_loads(pa[3].loads + [other])] == ["w", "w"]
+    # shared loads met in different orders: no part waits forever, each then loads for itself
+    crossed = aligned([[Step(loads=[_load(a, ddr, 0)]), Step(loads=[_load(a, ddr, 64)])],
+                       [Step(loads=[_load(b, ddr, 64)]), Step(loads=[_load(b, ddr, 0)])]])
+    assert len(crossed) == 2 and all(None not in row for row in crossed)
+
+
+def _ddr_bytes(steps: list[Step], name: str) -> int:
+    """Bytes the steps' DMAs read from the DDR buffer `name`."""
+    return sum(int(np.prod(c.inner)) * c.elem for s in steps for c in s.statements()
+               if isinstance(c, Dma) and c.src.buf.name == name)
+
+
+@pytest.mark.parametrize("case", ["conv-bias-residual", "grouped"])
+def test_split_parts_read_shared_tensors_from_ddr_once(case):
+    """Spread over two NUs, the weights (split by spatial tiles) or the input (by output channels)
+    cross DDR as often as for the busiest part alone: the other part copies what it loaded."""
+    cfg = Config(**SMALL, nu_count=2, vu_count=2)
+    chain, _, _ = candidate_case(np.random.default_rng(17), case, 100, (3, 3), 9)
+    checked = set()
+    for s in candidates(tuple(chain), cfg):
+        (choice,) = s.choices()
+        if choice.split is None:
+            continue
+        found, _, _, _ = fusion.sites(s.ops, cfg)
+        split, _ = fusion.lowering(found[0], choice, cfg)
+        tensor = split.parts[0].w_ddr.name if choice.split == "spatial" else found[0].ins[0].name
+        alone = _ddr_bytes(split.parts[0].steps(), tensor)
+        both = split.steps()
+        assert _ddr_bytes(both, tensor) == alone, str(s)
+        copies = [c for st in both for c in st.loads if isinstance(c, Dma) and c.src.buf.space != "ddr"
+                  and c.dst.buf.unit == 1]
+        assert copies and all(c.src.buf.unit == 0 for c in copies), str(s)
+        checked.add(choice.split)
+    assert checked == {"spatial", "channel"}
 
 
 def test_alloc_places_each_units_buffers_in_its_own_memory():
