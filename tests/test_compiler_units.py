@@ -232,3 +232,37 @@ def test_a_second_nu_shortens_a_compute_bound_layer():
         assert abs(kernel.predicted_cycles / kernel.stats.cycles - 1) <= 0.10, (nus, kernel.predicted_cycles,
                                                                                 kernel.stats.cycles)
     assert cycles[2] < 0.7 * cycles[1] and cycles[4] < 0.8 * cycles[2], cycles
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=12), st.integers(2, 3), st.data())
+def test_aligned_parts_meet_at_every_shared_load(master, n_parts, data):
+    """Parts whose shared loads come in one order (each part a subsequence of the same loop nest,
+    with loads of its own between): every step once, in order, and each shared load in one row."""
+    ddr, own = Buffer("w", "ddr", 4096), Buffer("x", "ddr", 4096)
+    lists = []
+    for p in range(n_parts):
+        buf = Buffer(f"b{p}", "wbuf", 64, unit=p)
+        keep = data.draw(st.lists(st.booleans(), min_size=len(master), max_size=len(master)))
+        steps = []
+        for j, (k, on) in enumerate(zip(master, keep)):
+            if on:
+                steps.append(Step(loads=[_load(buf, ddr, 64 * j + k)]))
+            for _ in range(data.draw(st.integers(0, 2))):
+                steps.append(Step(loads=[_load(buf, own, 1000 * p + len(steps))]))
+        lists.append(steps)
+    rows = aligned(lists)
+    for p, steps in enumerate(lists):
+        assert [r[p] for r in rows if r[p] is not None] == steps
+    holders: dict[int, set[int]] = {}
+    for p, steps in enumerate(lists):
+        for s in steps:
+            if s.loads[0].src.buf is ddr:
+                holders.setdefault(s.loads[0].src.offset, set()).add(p)
+    for at, who in holders.items():
+        hits = [r for r in rows if any(s is not None and s.loads[0].src.buf is ddr and s.loads[0].src.offset == at
+                                       for s in r)]
+        assert len(hits) == 1, (at, who)
+        merged = share_loads([s.loads[0] for s in hits[0]
+                              if s is not None and s.loads[0].src.buf is ddr and s.loads[0].src.offset == at])
+        assert [c.src.buf.space for c in merged] == ["ddr"] + ["wbuf"] * (len(who) - 1)
