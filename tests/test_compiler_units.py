@@ -28,10 +28,16 @@ def busy_units(kernel, kind: str) -> int:
 
 def test_parts_deal_units_and_channels():
     cfg = Config(nu_count=3, vu_count=2)
-    # four channels: every part's roles on the same four queues (the quick estimate sees them shared)
-    assert [(p.index, p.nu, p.vu, p.ch) for p in parts("spatial", 3, cfg)] == [(0, 0, 0, 0), (1, 1, 1, 0),
-                                                                               (2, 2, 0, 0)]
-    assert [p.ch for p in parts("spatial", 3, Config(nu_count=3, dma_channels=8))] == [0, 4, 0]
+    # four channels, NU parts: a drain queue each (2, 3, then 2 again), inputs, weights and stores shared
+    assert [(p.index, p.nu, p.vu, p.channels) for p in parts("spatial", 3, cfg)] == [
+        (0, 0, 0, (0, 1, 2, 1)), (1, 1, 1, (0, 1, 3, 1)), (2, 2, 0, (0, 1, 2, 1))]
+    # VU parts, or channels enough for four a part: part k's roles from channel 4k, modulo the channels
+    assert [p.channels for p in parts("tile", 2, Config(vu_count=2))] == [(0, 1, 2, 3)] * 2
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=8))] == [(0, 1, 2, 3),
+                                                                                           (4, 5, 6, 7)]
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=3))] == [(0, 1, 2, 0),
+                                                                                           (1, 2, 0, 1)]
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=2))] == [(0, 1, 0, 1)] * 2
     shared = shared_capacity(cfg, 3, "nu")
     assert shared.vbuf_bytes == cfg.vbuf_bytes // 2 and shared.dm_bytes == cfg.dm_bytes // 3
     assert shared_capacity(cfg, 2, "vu").vbuf_bytes == cfg.vbuf_bytes
