@@ -10,7 +10,8 @@ from compiler.ir import Buffer, Dma, KernelIR, Ref
 from compiler.kernel import build, candidates
 from compiler.passes import alloc
 from compiler.lowering.double_buffer import Step
-from compiler.lowering.units import SplitLowering, parts, shared_capacity
+from compiler.lowering import fusion
+from compiler.lowering.units import SplitLowering, aligned, parts, share_loads, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
 from tests.test_compiler_kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds
@@ -27,8 +28,16 @@ def busy_units(kernel, kind: str) -> int:
 
 def test_parts_deal_units_and_channels():
     cfg = Config(nu_count=3, vu_count=2)
-    assert [(p.index, p.nu, p.vu, p.ch) for p in parts("spatial", 3, cfg)] == [(0, 0, 0, 0), (1, 1, 1, 4),
-                                                                               (2, 2, 0, 8)]
+    # four channels, NU parts: a drain queue each (2, 3, then 2 again), inputs, weights and stores shared
+    assert [(p.index, p.nu, p.vu, p.channels) for p in parts("spatial", 3, cfg)] == [
+        (0, 0, 0, (0, 1, 2, 1)), (1, 1, 1, (0, 1, 3, 1)), (2, 2, 0, (0, 1, 2, 1))]
+    # VU parts, or channels enough for four a part: part k's roles from channel 4k, modulo the channels
+    assert [p.channels for p in parts("tile", 2, Config(vu_count=2))] == [(0, 1, 2, 3)] * 2
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=8))] == [(0, 1, 2, 3),
+                                                                                           (4, 5, 6, 7)]
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=3))] == [(0, 1, 2, 0),
+                                                                                           (1, 2, 0, 1)]
+    assert [p.channels for p in parts("channel", 2, Config(nu_count=2, dma_channels=2))] == [(0, 1, 0, 1)] * 2
     shared = shared_capacity(cfg, 3, "nu")
     assert shared.vbuf_bytes == cfg.vbuf_bytes // 2 and shared.dm_bytes == cfg.dm_bytes // 3
     assert shared_capacity(cfg, 2, "vu").vbuf_bytes == cfg.vbuf_bytes
@@ -59,8 +68,69 @@ def test_split_lowering_merges_steps_and_shares_constants():
     steps = split.steps()
     assert [len(s.loads) for s in steps] == [2, 2, 1]
     assert [c.dst.buf.memory for c in steps[0].loads] == ["vbuf0", "vbuf1"]
+    # the same DDR box in both parts' step: read from DDR once, the second part copies the first's buffer
+    for s in steps[:2]:
+        assert [c.src.buf.memory for c in s.loads] == ["ddr", "vbuf0"]
+        assert s.loads[1].size == s.loads[0].size and s.loads[1].src_stride == s.loads[0].dst_stride
     assert len(split.steps(limit=1)) == 1
     assert split.buffers().count(ddr) == 1 and len(split.buffers()) == 3
+
+
+def _load(buf: Buffer, ddr: Buffer, at: int) -> Dma:
+    return Dma(0, Ref(buf), Ref(ddr, at), (8, 2), (1, 16), (1, 8), (0, 1), (0, 0), pad_value=-3)
+
+
+def test_parts_meet_at_their_shared_loads():
+    """A part whose next load another part makes later waits for it; the others go on."""
+    ddr, a, b = Buffer("w", "ddr", 4096), Buffer("a", "wbuf", 64, unit=0), Buffer("b", "wbuf", 64, unit=1)
+    x = Buffer("x", "ddr", 4096)
+    # part a: weights at 0, two tiles of its own input, weights at 64; part b: weights at 0, one tile, 64
+    pa = [Step(loads=[_load(a, ddr, 0)]), Step(loads=[_load(a, x, 0)]), Step(loads=[_load(a, x, 100)]),
+          Step(loads=[_load(a, ddr, 64)])]
+    pb = [Step(loads=[_load(b, ddr, 0)]), Step(loads=[_load(b, x, 200)]), Step(loads=[_load(b, ddr, 64)])]
+    rows = aligned([pa, pb])
+    assert rows == [[pa[0], pb[0]], [pa[1], pb[1]], [pa[2], None], [pa[3], pb[2]]]
+    loads = share_loads(pa[3].loads + pb[2].loads)
+    assert [(c.src.buf.name, c.dst.buf.name) for c in loads] == [("w", "a"), ("a", "b")]
+    copy = loads[1]     # the whole destination box, padding included, without padding of its own
+    assert (copy.size, copy.src_stride, copy.pad_lo, copy.pad_hi) == ((8, 2, 1, 1), (1, 8, 0, 0), (0,) * 4, (0,) * 4)
+    # loads that differ in anything the destination sees are not shared
+    other = Dma(0, Ref(b), Ref(ddr, 64), (8, 2), (1, 16), (1, 8), (0, 1), (0, 0), pad_value=5)
+    assert [c.src.buf.name for c in share_loads(pa[3].loads + [other])] == ["w", "w"]
+    # shared loads met in different orders: no part waits forever, each then loads for itself
+    crossed = aligned([[Step(loads=[_load(a, ddr, 0)]), Step(loads=[_load(a, ddr, 64)])],
+                       [Step(loads=[_load(b, ddr, 64)]), Step(loads=[_load(b, ddr, 0)])]])
+    assert len(crossed) == 2 and all(None not in row for row in crossed)
+
+
+def _ddr_bytes(steps: list[Step], name: str) -> int:
+    """Bytes the steps' DMAs read from the DDR buffer `name`."""
+    return sum(int(np.prod(c.inner)) * c.elem for s in steps for c in s.statements()
+               if isinstance(c, Dma) and c.src.buf.name == name)
+
+
+@pytest.mark.parametrize("case", ["conv-bias-residual", "grouped"])
+def test_split_parts_read_shared_tensors_from_ddr_once(case):
+    """Spread over two NUs, the weights (split by spatial tiles) or the input (by output channels)
+    cross DDR as often as for the busiest part alone: the other part copies what it loaded."""
+    cfg = Config(**SMALL, nu_count=2, vu_count=2)
+    chain, _, _ = candidate_case(np.random.default_rng(17), case, 100, (3, 3), 9)
+    checked = set()
+    for s in candidates(tuple(chain), cfg):
+        (choice,) = s.choices()
+        if choice.split is None:
+            continue
+        found, _, _, _ = fusion.sites(s.ops, cfg)
+        split, _ = fusion.lowering(found[0], choice, cfg)
+        tensor = split.parts[0].w_ddr.name if choice.split == "spatial" else found[0].ins[0].name
+        alone = _ddr_bytes(split.parts[0].steps(), tensor)
+        both = split.steps()
+        assert _ddr_bytes(both, tensor) == alone, str(s)
+        copies = [c for st in both for c in st.loads if isinstance(c, Dma) and c.src.buf.space != "ddr"
+                  and c.dst.buf.unit == 1]
+        assert copies and all(c.src.buf.unit == 0 for c in copies), str(s)
+        checked.add(choice.split)
+    assert checked == {"spatial", "channel"}
 
 
 def test_alloc_places_each_units_buffers_in_its_own_memory():
@@ -168,3 +238,37 @@ def test_a_second_nu_shortens_a_compute_bound_layer():
         assert abs(kernel.predicted_cycles / kernel.stats.cycles - 1) <= 0.10, (nus, kernel.predicted_cycles,
                                                                                 kernel.stats.cycles)
     assert cycles[2] < 0.7 * cycles[1] and cycles[4] < 0.8 * cycles[2], cycles
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=12), st.integers(2, 3), st.data())
+def test_aligned_parts_meet_at_every_shared_load(master, n_parts, data):
+    """Parts whose shared loads come in one order (each part a subsequence of the same loop nest,
+    with loads of its own between): every step once, in order, and each shared load in one row."""
+    ddr, own = Buffer("w", "ddr", 4096), Buffer("x", "ddr", 4096)
+    lists = []
+    for p in range(n_parts):
+        buf = Buffer(f"b{p}", "wbuf", 64, unit=p)
+        keep = data.draw(st.lists(st.booleans(), min_size=len(master), max_size=len(master)))
+        steps = []
+        for j, (k, on) in enumerate(zip(master, keep)):
+            if on:
+                steps.append(Step(loads=[_load(buf, ddr, 64 * j + k)]))
+            for _ in range(data.draw(st.integers(0, 2))):
+                steps.append(Step(loads=[_load(buf, own, 1000 * p + len(steps))]))
+        lists.append(steps)
+    rows = aligned(lists)
+    for p, steps in enumerate(lists):
+        assert [r[p] for r in rows if r[p] is not None] == steps
+    holders: dict[int, set[int]] = {}
+    for p, steps in enumerate(lists):
+        for s in steps:
+            if s.loads[0].src.buf is ddr:
+                holders.setdefault(s.loads[0].src.offset, set()).add(p)
+    for at, who in holders.items():
+        hits = [r for r in rows if any(s is not None and s.loads[0].src.buf is ddr and s.loads[0].src.offset == at
+                                       for s in r)]
+        assert len(hits) == 1, (at, who)
+        merged = share_loads([s.loads[0] for s in hits[0]
+                              if s is not None and s.loads[0].src.buf is ddr and s.loads[0].src.offset == at])
+        assert [c.src.buf.space for c in merged] == ["ddr"] + ["wbuf"] * (len(who) - 1)

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import ops
+from compiler.ir import Dma
 from compiler.kernel import build, candidates
 from isa_spec import decode, encode, load_isa
 from nnpasm import assemble
@@ -327,9 +328,19 @@ def test_every_removed_wait_is_caught_in_split_kernels(case):
     cfg = Config(**overrides).validate()
     split = [s for s in candidates(tuple(chain_ops), cfg) if any(b.parallel for b in s.blocks)][:4]
     assert split, f"{case}: no candidate spreads over several units"
+    copies = 0
     for s in split:
         kernel = build(*chain_ops, config=cfg, schedule=s)
+        copies += sum(1 for c in kernel.ir.commands() if _shared_copy(c))
         kill_all(kernel, inputs, f"{case}: {overrides} {kernel.ir.notes[-1]}")
+    # the NU splits share their loads (compiler.lowering.units): the copies' waits are among those removed
+    assert copies or not any(b.kind == "nu" and b.parallel for s in split for b in s.blocks), f"{case}: no shared load"
+
+
+def _shared_copy(c) -> bool:
+    """Is c a part's on-chip copy of another part's load (compiler.lowering.units.share_loads)?"""
+    return (isinstance(c, Dma) and c.src.buf.space == c.dst.buf.space != "ddr"
+            and c.src.buf.unit != c.dst.buf.unit)
 
 
 def fused_big(rng):
