@@ -139,11 +139,14 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
 
 
 def _ranked(found: list[Schedule], cfg: Config, top: int | None = None) -> list[int]:
-    """Positions of the candidates (the `top` first), best first by the quick estimate (a chain's one:
-    no estimate)."""
-    if len(found) == 1:
-        return [0]
-    return sched_mod.ranked(found, cfg, len(found) if top is None else top)
+    """Positions of the candidates (the `top` first), best first by the quick estimate of their first
+    conv block (none: in the order given)."""
+    nu = [k for k, b in enumerate(found[0].blocks) if b.kind == "nu"]
+    if len(found) == 1 or not nu:
+        return list(range(len(found)))[:top]
+    # by the first conv block: a chain's candidates (its own schedule, compiler.pipeline_schedule's
+    # row by row one) differ only in their conv blocks, and a VU block has no quick estimate
+    return sched_mod.ranked(found, cfg, len(found) if top is None else top, nu[0])
 
 
 def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments: list | None = None):

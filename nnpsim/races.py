@@ -413,10 +413,10 @@ def _private_semaphores(program, agents: list[str]) -> list[int]:
 def _replayable(pats: np.ndarray, size: np.ndarray) -> bool:
     """Every pattern of a command that never ran lies inside its memory and is small enough to replay."""
     for pat in pats:
-        if pat[WIDTH] <= 0:
-            continue
-        sp = int(pat[SPACE])
         n, stride = pat[N:N + DIMS], pat[S:S + DIMS]
+        if pat[WIDTH] <= 0 or ((n == 0).any() and (n >= 0).all()):
+            continue            # touches nothing: e.g. the read side of a DMA that only fills padding
+        sp = int(pat[SPACE])
         if not 0 <= sp < size.shape[0] or (n < 1).any() or int(np.prod(n, dtype=np.float64)) > MAX_PENDING_ELEMENTS:
             return False
         reach = (n - 1) * stride

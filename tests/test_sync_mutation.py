@@ -436,6 +436,17 @@ def test_every_removed_wait_is_caught_in_random_kernels(case):
     kill_all(kernel, inputs, f"{label}: {config or 'default config'} {kernel.ir.notes[-1]}")
 
 
+def test_a_read_before_its_load_behind_a_padding_fill_is_a_race():
+    """Found by the random test: with one DMA queue the (M, S) table's load sits behind a DMA that only
+    fills padding (its read side is empty); a requant that no longer waits reads the table first and
+    fails on it.  The checker must look past that fill and name the race."""
+    w = np.array([35, 2], np.int8).reshape(2, 1, 1, 1)
+    op = ops.conv2d((1, 2, 6, 12), w, None, padding=(0, 0, 0, 1), groups=2, x_zp=89,
+                    multiplier=np.array([1363423102, 1404271150]), shift=np.array([20, 20]))
+    kernel = build(op, config=Config(**ONE_DMA))
+    kill_all(kernel, [rand8(np.random.default_rng(0), op.x_shape)], "depthwise 1x1, one DMA queue")
+
+
 DIVISOR = """
         la      r10, four
         la      r11, zero
