@@ -304,3 +304,25 @@ def test_onnx_models_on_the_machine_equal_onnxruntime(case):
     m.run(check_races=True)
     for k, want in enumerate(sess.run(None, feeds)):
         np.testing.assert_array_equal(m.get_output(k), want)
+
+
+def test_a_network_on_two_units_fits_few_semaphores_through_the_cu(residual):
+    """One sync pass over a whole network on two NUs and two VUs meets more (producer, consumer) queue
+    pairs than the configuration has semaphores: the pairs past a budget go through the CU (one
+    semaphore per producer queue), still bit-exact and race-free.  Without that this raised."""
+    from nnpsim.config import Config
+    g, _ = residual
+    few = Config(nu_count=2, vu_count=2, semaphores=8)
+    assert len(_semaphores(compiler.build(g, config=Config(nu_count=2, vu_count=2)))) > few.semaphores
+    lib = compiler.build(g, config=few)
+    assert max(_semaphores(lib)) < few.semaphores
+    x = _int8(np.random.default_rng(4), (1, 8, 10, 10))
+    m = _run(lib, x)
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference(x)[0])
+
+
+def _semaphores(lib) -> set[int]:
+    """Every semaphore a network's program waits on or signals."""
+    isa = load_isa()
+    return {v for w in lib.program.code for k, v in decode(int(w), isa)[1].items()
+            if k in ("wait", "signal", "sem") and v is not None}

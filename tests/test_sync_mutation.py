@@ -532,14 +532,14 @@ def test_a_fault_caused_by_a_race_is_reported_as_the_race(name):
 
 
 # Whole networks whose kernels hold several anchors (compiler.graph_fusion): every wait of the one program.
-def _network_case(make):
+def _network_case(make, config=None):
     import types
 
     import compiler
     from compiler.graph_fusion import anchors
 
     g = make()
-    lib = compiler.build(g)
+    lib = compiler.build(g, config=config)
     by_name = {n.name: n for n in g.nodes}
     fused = [layer["name"] for layer in lib.layers if anchors([by_name[n].op for n in layer["nodes"]]) >= 2]
     ins = [types.SimpleNamespace(name=t["buffer"]) for t in lib.meta["inputs"]]
@@ -562,6 +562,16 @@ def test_every_removed_wait_is_caught_in_fused_networks(case):
     kernel, inputs, fused = _network_case(NETWORK_CASES[case])
     assert fused, f"{case}: the cost model fused no kernel of several anchors"
     kill_all(kernel, inputs, f"{case}: fused kernels {', '.join(fused)}")
+
+
+def test_every_removed_wait_is_caught_in_a_network_synchronised_through_the_cu():
+    """Two NUs, two VUs and 8 semaphores: the network's queue pairs outnumber the semaphores, so sync
+    sends producers past its budget through the CU (passes/sync.py); every wait is still needed."""
+    few = Config(nu_count=2, vu_count=2, semaphores=8)
+    from tests.test_network import _residual_net     # needs 12 semaphores when every pair has its own
+    kernel, inputs, _ = _network_case(lambda: _residual_net(np.random.default_rng(11)), few)
+    assert "sem.wait" in {decode(int(w))[0].mnemonic for w in kernel.program.code}
+    kill_all(kernel, inputs, "network on two NUs and two VUs with 8 semaphores")
 
 
 # kernels whose convs run nu.conv.rq (the NU's requantising output stage writes int8 into VBUF)

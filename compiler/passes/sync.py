@@ -127,10 +127,14 @@ def _frontier(unsat: list[int], cmds: list[Command], clocks: _Clocks) -> list[in
                   if not any(o != p and clocks.knows(clocks.done[o], cmds, p) for o in unsat))
 
 
-def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets, sems, limit):
-    """One pass in issue order; plans targets (targets None) or assigns semaphores."""
+def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets, sems, limit,
+           direct: int | None = None):
+    """One pass in issue order; plans targets (targets None) or assigns semaphores.  A plan with a
+    `direct` budget routes a producer through the CU once that many (producer, consumer) queue
+    pairs are taken, so the pairs plus the CU's own stay within the semaphores there are."""
     index = {id(c): i for i, c in enumerate(cmds)}
     plan: dict[int, set[str]] = defaultdict(set)
+    pairs: set[tuple[str, str]] = set()
     cu_vc = clocks.zero()
     last: dict[str, int] = {}
     out: list[Stmt] = []
@@ -157,8 +161,14 @@ def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets
                 plan[p].add(CU)
                 cu_vc = np.maximum(cu_vc, clocks.done[p])
             if unsat:
-                plan[unsat[-1]].add(q)
-                vc = np.maximum(np.maximum(vc, cu_vc), clocks.done[unsat[-1]])
+                p, key = unsat[-1], (cmds[unsat[-1]].queue, q)
+                if direct is not None and key not in pairs and len(pairs) >= direct:
+                    plan[p].add(CU)
+                    cu_vc = np.maximum(cu_vc, clocks.done[p])
+                else:
+                    plan[p].add(q)
+                    pairs.add(key)
+                vc = np.maximum(np.maximum(vc, cu_vc), clocks.done[p])
         else:
             for p in unsat:
                 if targets[p] == CU and not clocks.knows(cu_vc, cmds, p):
@@ -187,7 +197,22 @@ def synchronise(body: list[Stmt], semaphores: int = 32) -> tuple[list[Stmt], Syn
     for c in cmds:
         c.wait = c.signal = None
     deps = dependencies(cmds)
-    _, plan, _, _ = _sweep(body, cmds, deps, _Clocks(cmds), None, {}, semaphores)
+    try:
+        return _assign(body, cmds, deps, semaphores)
+    except CompileError as exc:
+        # too many queue pairs (a whole network on several units): pairs past a budget go through
+        # the CU, one semaphore per producer queue, instead of one per pair
+        budget = semaphores - len({c.queue for c in cmds})
+        if "semaphores of the configuration" not in str(exc) or budget < 1:
+            raise
+        for c in cmds:
+            c.wait = c.signal = None
+        return _assign(body, cmds, deps, semaphores, budget)
+
+
+def _assign(body: list[Stmt], cmds: list[Command], deps, semaphores: int, direct: int | None = None):
+    """Plan which producers go through the CU, then assign semaphores: (body, report)."""
+    _, plan, _, _ = _sweep(body, cmds, deps, _Clocks(cmds), None, {}, semaphores, direct)
     targets = {p: next(iter(cons)) if len(cons) == 1 else CU for p, cons in plan.items()}
     sems: dict[tuple[str, str], int] = {}
     out, _, waits, cu_waits = _sweep(body, cmds, deps, _Clocks(cmds), targets, sems, semaphores)
