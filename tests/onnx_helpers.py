@@ -9,7 +9,10 @@ Differences are in output steps (int8 units).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -110,3 +113,17 @@ def _tally(r: Agreement, node: str, mine: np.ndarray, theirs: np.ndarray) -> Non
     r.equal += int((d == 0).sum())
     if d.max() > r.max_step:
         r.max_step, r.worst = int(d.max()), node
+
+
+def nnpc_compile_tiny(tmp_path: Path, *flags: str, out: str = "t.nnp") -> tuple[subprocess.CompletedProcess, Path]:
+    """`nnpc compile` (run as `python -m compiler`) of the tiny QOperator model, saved once under tmp_path,
+    with `flags`: (the finished process, its text output captured; the .nnp written)."""
+    from compiler import models
+
+    path = tmp_path / "tiny.onnx"
+    if not path.exists():
+        onnx.save(models.tiny("qoperator"), str(path))
+    target = tmp_path / out
+    done = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(target), *flags],
+                          capture_output=True, text=True)
+    return done, target

@@ -1,9 +1,6 @@
 """Graph fusion (compiler.graph_fusion): multi-anchor kernels decided by the cost model, against fuse=False."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -15,6 +12,7 @@ from compiler.network import alias, partition, per_node, plan_kernels
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
 from nnpsim.config import Config
+from tests.onnx_helpers import nnpc_compile_tiny
 from tests.test_network import _conv, _int8
 
 
@@ -193,19 +191,11 @@ def test_chains_link_only_single_consumer_first_inputs():
 
 
 def test_nnpc_compile_report_prints_every_decision(tmp_path):
-    import onnx          # the test extra installs it: a missing onnx fails here, never skips
-
-    from compiler import models
-
-    path = tmp_path / "tiny.onnx"
-    onnx.save(models.tiny("qoperator"), str(path))
-    out = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(tmp_path / "t.nnp"),
-                          "--report"], capture_output=True, text=True)
+    out, nnp = nnpc_compile_tiny(tmp_path, "--report")
     assert out.returncode == 0, out.stderr
     assert "fusion:" in out.stdout and "on-chip high-water" in out.stdout
-    lib = compiler.load(tmp_path / "t.nnp")
+    lib = compiler.load(nnp)
     for d in lib.meta["fusion"]:
         assert Decision(**d).line() in out.stdout
-    off = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(tmp_path / "u.nnp"),
-                          "--report", "--no-fuse"], capture_output=True, text=True)
+    off, _ = nnpc_compile_tiny(tmp_path, "--report", "--no-fuse", out="u.nnp")
     assert off.returncode == 0 and "fusion: off" in off.stdout

@@ -1,8 +1,6 @@
 """DDR activation layouts: strides, DMA dim order, kernels in any layout, and the network's layout plan."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -20,6 +18,7 @@ from compiler.lowering.layout import LAYOUTS, act_strides, ddr_order, from_layou
 from compiler.network import alias, build_network, partition
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config
+from tests.onnx_helpers import nnpc_compile_tiny
 from tests.test_network import _conv, _int8, _run, topologies
 
 layouts = st.sampled_from(LAYOUTS)
@@ -267,16 +266,9 @@ def test_default_plan_of_a_network_is_checked_and_bit_exact():
 
 
 def test_nnpc_compile_report_prints_the_layout_plan(tmp_path):
-    import onnx
-
-    from compiler import models
-
-    path = tmp_path / "tiny.onnx"
-    onnx.save(models.tiny("qoperator"), str(path))
-    out = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(tmp_path / "t.nnp"),
-                          "--report"], capture_output=True, text=True)
+    out, nnp = nnpc_compile_tiny(tmp_path, "--report")
     assert out.returncode == 0, out.stderr
-    lib = compiler.load(tmp_path / "t.nnp")
+    lib = compiler.load(nnp)
     for line in lib.meta["layout"]["lines"]:
         assert line in out.stdout
     assert any(line.startswith("layouts:") for line in out.stdout.splitlines())

@@ -36,6 +36,25 @@ def run(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, accumu
     return rc, err
 
 
+def _draw_input_size(draw, q: dict) -> None:
+    """Input height and width that the window just covers (sometimes one short: a bad command), and x_zp."""
+    for d in "hw":
+        need = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"] + 1
+        q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
+    q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
+
+
+def _draw_places(draw, spans: tuple[int, int, int], aligns: tuple[int, int, int]):
+    """IBUF, WBUF, ABUF sizes with room for the operands' spans, and the operands' aligned addresses
+    (sometimes one misplaced)."""
+    sizes = tuple(64 * (n // 64 + draw(st.integers(1, 3))) for n in spans)
+    places = [a * draw(st.integers(0, (size - n) // a)) for size, n, a in zip(sizes, spans, aligns)]
+    if draw(st.integers(0, 9)) == 0:
+        which = draw(st.integers(0, 2))
+        places[which] += draw(st.sampled_from([1, 2, 4, 64, -4, -64, 4096]))
+    return sizes, places
+
+
 @st.composite
 def nu_commands(draw):
     rows = draw(st.sampled_from([1, 2, 3, 4, 8, 32]))
@@ -44,23 +63,11 @@ def nu_commands(draw):
                                                "stride_h", "stride_w"]}
     q.update({n: draw(st.integers(1, 2)) for n in ["dil_h", "dil_w"]})
     q.update({n: draw(st.integers(1, 4)) for n in ["out_h", "out_w"]})
-    for d in "hw":
-        need = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"] + 1
-        q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
-    q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
+    _draw_input_size(draw, q)
     in_bytes = q["in_cb"] * q["in_h"] * q["in_w"] * rows
     w_bytes = q["out_cb"] * q["in_cb"] * q["k_h"] * q["k_w"] * rows * cols
     acc_bytes = q["out_cb"] * q["out_h"] * q["out_w"] * cols * 4
-    sizes = (64 * (in_bytes // 64 + draw(st.integers(1, 3))),
-             64 * (w_bytes // 64 + draw(st.integers(1, 3))),
-             64 * (acc_bytes // 64 + draw(st.integers(1, 3))))
-    rin = rows * draw(st.integers(0, (sizes[0] - in_bytes) // rows))
-    rw = rows * draw(st.integers(0, (sizes[1] - w_bytes) // rows))
-    racc = 4 * draw(st.integers(0, (sizes[2] - acc_bytes) // 4))
-    if draw(st.integers(0, 9)) == 0:   # sometimes misplace one operand
-        which = draw(st.integers(0, 2))
-        shift = draw(st.sampled_from([1, 2, 4, 64, -4, -64, 4096]))
-        rin, rw, racc = [a + shift if i == which else a for i, a in enumerate((rin, rw, racc))]
+    sizes, (rin, rw, racc) = _draw_places(draw, (in_bytes, w_bytes, acc_bytes), (rows, rows, 4))
     named = {f"nu.{n}": v for n, v in q.items()}
     return (draw(st.integers(0, 3)), racc, rin, rw, named, draw(st.booleans()), rows, cols,
             sizes, draw(st.integers(0, 2**32 - 1)))
@@ -228,23 +235,11 @@ def dw_commands(draw):
     q.update({n: draw(st.integers(1, 2)) for n in ["dil_h", "dil_w"]})
     q.update({n: draw(st.integers(1, 5)) for n in ["out_h", "out_w"]})
     q["out_cb"] = draw(st.integers(1, 3))                  # not read by nu.dwconv
-    for d in "hw":
-        need = (q[f"out_{d}"] - 1) * q[f"stride_{d}"] + (q[f"k_{d}"] - 1) * q[f"dil_{d}"] + 1
-        q[f"in_{d}"] = need + draw(st.integers(-1 if draw(st.integers(0, 19)) == 0 else 0, 2))
-    q["x_zp"] = draw(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, 0])))
+    _draw_input_size(draw, q)
     in_bytes = q["in_cb"] * q["in_h"] * q["in_w"] * rows
     w_bytes = q["in_cb"] * (4 + q["k_h"] * q["k_w"]) * cols
     acc_bytes = q["in_cb"] * q["out_h"] * q["out_w"] * cols * 4
-    sizes = (64 * (in_bytes // 64 + draw(st.integers(1, 3))),
-             64 * (w_bytes // 64 + draw(st.integers(1, 3))),
-             64 * (acc_bytes // 64 + draw(st.integers(1, 3))))
-    rin = rows * draw(st.integers(0, (sizes[0] - in_bytes) // rows))
-    rw = cols * draw(st.integers(0, (sizes[1] - w_bytes) // cols))
-    racc = 4 * draw(st.integers(0, (sizes[2] - acc_bytes) // 4))
-    if draw(st.integers(0, 9)) == 0:   # sometimes misplace one operand
-        which = draw(st.integers(0, 2))
-        shift = draw(st.sampled_from([1, 2, 4, 64, -4, -64, 4096]))
-        rin, rw, racc = [a + shift if i == which else a for i, a in enumerate((rin, rw, racc))]
+    sizes, (rin, rw, racc) = _draw_places(draw, (in_bytes, w_bytes, acc_bytes), (rows, cols, 4))
     named = {f"nu.{n}": v for n, v in q.items()}
     return (draw(st.integers(0, 3)), racc, rin, rw, named, draw(st.booleans()), rows, cols,
             sizes, draw(st.integers(0, 2**32 - 1)))

@@ -26,15 +26,6 @@ def _parts(asm: str) -> tuple[list[str], list[str], list[str]]:
     return lines[:d], lines[d + 1:t], body[:-1]
 
 
-def _rename(asm: str, k: int, names: dict[str, str]) -> str:
-    """op k's program with its labels prefixed and its buffers renamed."""
-    for label in set(_LABEL.findall(asm)) - {"main"}:
-        asm = re.sub(rf"\b{label}\b", f"L{k}_{label}", asm)
-    for old, new in names.items():
-        asm = re.sub(rf"(?<![\w.]){old}\b", new, asm)
-    return asm
-
-
 def _drop_buffer(data: list[str], name: str) -> list[str]:
     """The data lines without buffer `name` (its .align, .buffer and .space)."""
     out = []
@@ -54,7 +45,7 @@ def _drop_buffer(data: list[str], name: str) -> list[str]:
 def compose(programs: list[tuple[str, dict[str, bytes]]], kinds: list[str]) -> tuple[str, dict[str, bytes]]:
     """One program running the ops' programs in order; (assembly, .incbin files)."""
     last = len(programs) - 1
-    header, data, text, files = [], [], [], {}
+    header, data, text, files, prev_y = [], [], [], {}, None
     for k, (asm, consts) in enumerate(programs):
         notes = dict(_NOTE.findall(asm))
         if k and notes["x"] != prev_y:
@@ -76,12 +67,10 @@ def compose(programs: list[tuple[str, dict[str, bytes]]], kinds: list[str]) -> t
             header += [line for line in h if "dynamic.buffer.y" in line]
         text += [f"        ; ---- op {k}: {kinds[k]}"] + t
     header = [line for line in header if "dynamic.buffer.t" not in line]
-    asm = "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text
-                    + ["        halt"]) + "\n"
-    return asm, files
+    return _program(header, data, text), files
 
 
-def _rename_all(asm: str, k: int, names: dict[str, str]) -> str:
+def _rename(asm: str, k: int, names: dict[str, str]) -> str:
     """op k's program with its labels prefixed and its buffers renamed in one pass (a -> b and b -> c at
     once do not make a into c)."""
     for label in set(_LABEL.findall(asm)) - {"main"}:
@@ -90,6 +79,11 @@ def _rename_all(asm: str, k: int, names: dict[str, str]) -> str:
         return asm
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
     return pattern.sub(lambda m: names[m.group(1)], asm)
+
+
+def _program(header: list[str], data: list[str], text: list[str]) -> str:
+    """The linked program: header, .data, then main: running the ops' text and one halt."""
+    return "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text + ["        halt"]) + "\n"
 
 
 def _declared(data: list[str]) -> list[str]:
@@ -110,7 +104,7 @@ def link(programs: list[tuple[str, dict[str, bytes], dict[str, str]]], notes: di
     """
     header, data, text, files, declared = [], [], [], {}, {"args"}
     for k, (asm, consts, bind) in enumerate(programs):
-        asm = _rename_all(asm, k, bind)
+        asm = _rename(asm, k, bind)
         files.update({f"L{k}_{name}": blob for name, blob in consts.items()})
         h, d, t = _parts(asm)
         if k == 0:
@@ -127,6 +121,4 @@ def link(programs: list[tuple[str, dict[str, bytes], dict[str, str]]], notes: di
         header += [f'        .target dynamic.derived, "{derived}"']
     files["nnp_graph.bin"] = bytes(graph_blob.view("uint8"))
     data += ["        .align 64", f"        .buffer nnp_graph, int8, ({graph_blob.size},)", '        .incbin "nnp_graph.bin"']
-    asm = "\n".join(header + ["        .data"] + data + ["", "        .text", "main:"] + text
-                    + ["        halt"]) + "\n"
-    return asm, files
+    return _program(header, data, text), files

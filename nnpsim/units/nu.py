@@ -24,7 +24,7 @@ from .. import errors
 from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, VBUF, WBUF, offsets
 from . import f32
-from .vu import requant_f
+from .vu import requant_f, requant_i
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
@@ -292,10 +292,8 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
                         mem[at + c] = requant_f(wrap32(np.int64(y[q, e]) + bias[e]), scale[e], zp_out, lo, hi) & 0xFF
                         continue
                     # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
-                    v = np.int64(wrap32(np.int64(y[q, e]) + bias[e])) * m[e]
-                    r = ((v + ((np.int64(1) << s[e]) >> 1)) >> s[e]) + zp_out
-                    r = lo if r < lo else (hi if r > hi else r)
-                    mem[at + c] = r & 0xFF
+                    v = np.int64(wrap32(np.int64(y[q, e]) + bias[e]))
+                    mem[at + c] = requant_i(v, m[e], s[e], zp_out, lo, hi) & 0xFF
     return errors.OK
 
 

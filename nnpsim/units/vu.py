@@ -229,6 +229,13 @@ def _overflow(err: np.ndarray, space: int, at: int, nbytes: int, e: int) -> int:
 
 
 @njit(cache=True)
+def requant_i(v: int, m: int, s: int, zp_out: int, lo: int, hi: int) -> int:
+    """clip(round_half_up(v * M / 2**S) + zp_out, lo, hi) for 0 <= S <= 62 and v * M inside int64:
+    rshift_round without its branch ((1 << S) >> 1 is its rounding term, 0 for S = 0)."""
+    return _clip((((v * m) + ((np.int64(1) << s) >> 1)) >> s) + zp_out, lo, hi)
+
+
+@njit(cache=True)
 def requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
     """clip(rne(clamp(f32(v) * s, -128 - zp_out, 127 - zp_out)) + zp_out, lo, hi) (MlasRequantizeOutput)."""
     t = f32.r32(f32.i2f(v) * s)
@@ -265,8 +272,7 @@ def _requant_fast(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
     exit: it folds every element's checks into one flag, and a command that
     trips it (a bad (M, S) entry, or |a - za| >= 2**31, where the product
     check needs the exact test) reruns through _compute's general loop, which
-    reports the first failure in element order.  Same arithmetic otherwise:
-    (1 << s) >> 1 is rshift_round's rounding term, 0 for s = 0.
+    reports the first failure in element order.  Same arithmetic otherwise (requant_i).
     """
     za, zp_out, lo, hi = p[ZA], p[ZP_OUT], p[LO], p[HI]
     per_channel = op == VU_REQUANT_PC
@@ -286,7 +292,7 @@ def _requant_fast(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
                         ok &= (m > 0) & (s >= 0) & (s <= 62)
                         s = min(max(s, 0), 62)
                     ok &= (x < M_LIMIT) & (x > -M_LIMIT)
-                    out[e] = _clip((((x * m) + ((np.int64(1) << s) >> 1)) >> s) + zp_out, lo, hi)
+                    out[e] = requant_i(x, m, s, zp_out, lo, hi)
                     e += 1
     return ok
 
