@@ -83,8 +83,24 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
     """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
     row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output)."""
     n = cmd.n
+    if SEMANTICS[cmd.mnemonic].timing == "vu_slide_cycles":
+        return vu_slide_cycles(cmd, cfg)
     return _vu_cycles(cmd.mnemonic, cmd.a_type, cmd.d_type, n[0] * n[1] * n[2] * n[3], cmd.win[0] * cmd.win[1],
                       cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+def vu_slide_cycles(cmd: Vu, cfg: Config) -> int:
+    """Cycles of a vu.slide.* command (timing.vu_slide_cycles): its steps are its a strides over its window's."""
+    n, a, ws, b = cmd.n, cmd.a_stride, cmd.win_stride, cmd.b_stride
+    d_bytes, _, b_bytes = element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type])
+    return _slide_cycles(n[0], n[1], n[2] * n[3], a[0] // ws[1], a[1] // ws[0], cmd.win[0], cmd.win[1], d_bytes,
+                         b_bytes, b[0] == 0 and b[1] == 0, cmd.mnemonic == "vu.slide.favg",
+                         cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+@lru_cache(maxsize=1 << 16)
+def _slide_cycles(*args) -> int:
+    return int(timing.vu_slide_cycles(*args))
 
 
 @lru_cache(maxsize=1 << 16)

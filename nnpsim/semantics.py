@@ -41,7 +41,7 @@ class Semantics:
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
-    a vu.requant.fpc one a float32 scale, a vu.pool.favg one an int32 count."""
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
 
@@ -91,6 +91,9 @@ _ROWS = (
     _vu("vu.pool.favg", "pool_favg", (1, 1, 4), window=True),
     _vu("vu.pool.acc", "pool_acc", (4, 1, 0), window=True, timing="vu_pool_cycles"),
     _vu("vu.pool.avg", "pool_avg", (1, 1, 4), window=True, timing="vu_pool_cycles"),
+    _vu("vu.slide.acc", "slide_acc", (4, 1, 0), window=True, timing="vu_slide_cycles"),
+    _vu("vu.slide.avg", "slide_avg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
+    _vu("vu.slide.favg", "slide_favg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

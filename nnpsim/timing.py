@@ -69,6 +69,28 @@ def vu_pool_cycles(n_out: int, window: int, d_bytes: int, a_bytes: int, b_bytes:
 
 
 @njit(cache=True)
+def slide_span(n: int, step: int, win: int) -> int:
+    """Input rows (or columns) n windows of `win` at `step` apart cover: gaps between windows are never read."""
+    reach = (n - 1) * step + win
+    return reach if reach < n * win else n * win
+
+
+@njit(cache=True)
+def vu_slide_cycles(n0: int, n1: int, planes: int, step_w: int, step_h: int, win_h: int, win_w: int,
+                    d_bytes: int, b_bytes: int, b_per_plane: bool, fadd: bool, bytes_per_cycle: int,
+                    latency: int) -> int:
+    """Cycles of the sliding-window engine: each plane's input bytes once, each output's d once and b once an
+    output (once a plane when b is one count a plane), or, for the float form, one window element per lane
+    and cycle if that is more."""
+    n_out = n0 * n1 * planes
+    stream = planes * slide_span(n1, step_h, win_h) * slide_span(n0, step_w, win_w) + n_out * d_bytes
+    stream += planes * b_bytes if b_per_plane else n_out * b_bytes
+    adds = n_out * win_h * win_w if fadd else 0
+    work = stream if stream > adds else adds
+    return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
+
+
+@njit(cache=True)
 def vu_elem_bytes(d_bytes: int, a_bytes: int, b_bytes: int) -> int:
     """The elem_bytes of vu_cycles: the widest operand element, an (M, S) pair counting as one int32."""
     return max(d_bytes, a_bytes, min(b_bytes, 4))

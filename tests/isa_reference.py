@@ -287,9 +287,13 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
-                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
-FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg")
-POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg")
+                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
+FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")
+SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
+SLIDE_AS_POOL = {"vu.slide.acc": "vu.pool.acc", "vu.slide.avg": "vu.pool.avg", "vu.slide.favg": "vu.pool.favg"}
+"""The sliding-window engine's ops compute what these compute (docs/architecture.md); only their cycles differ."""
+SLIDE_MAX_COLS, SLIDE_LINE_BYTES = 1024, 4096
 F32_MAX = Fraction(2) ** 128 - Fraction(2) ** 104
 
 
@@ -357,7 +361,8 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
             "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
-            "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4)}[mnemonic]
+            "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
+            "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4)}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
@@ -380,6 +385,25 @@ def _vu_check_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "mb"))
     if mnemonic in FLOAT_OPS:
         _vu_check_float_params(mnemonic, q)
+    if mnemonic in SLIDE_OPS:
+        _vu_check_slide_params(q)
+
+
+def _vu_check_slide_params(q: dict) -> None:
+    """The engine's grid: window strides >= 1, a_stride0 / a_stride1 whole steps of them; its line buffer."""
+    for d in ("w", "h"):
+        if q[f"win_stride_{d}"] < 1:
+            raise Fault("param", param=_pnum("vu", f"win_stride_{d}"))
+    for k, d in ((0, "w"), (1, "h")):
+        a, ws = q[f"a_stride{k}"], q[f"win_stride_{d}"]
+        if a < ws or a % ws:
+            raise Fault("param", param=_pnum("vu", f"a_stride{k}"))
+    step = q["a_stride0"] // q["win_stride_w"]
+    cols = min(q["n0"] * q["win_w"], (q["n0"] - 1) * step + q["win_w"])
+    if cols > SLIDE_MAX_COLS:
+        raise Fault("param", param=_pnum("vu", "n0"))
+    if q["win_h"] * cols > SLIDE_LINE_BYTES:
+        raise Fault("param", param=_pnum("vu", "win_h"))
 
 
 def _vu_check_float_params(mnemonic: str, q: dict) -> None:
@@ -388,7 +412,7 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))
-    if mnemonic in ("vu.fadd", "vu.pool.favg") and not _positive_finite(f32_bits(q["fscale_b"])):
+    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg") and not _positive_finite(f32_bits(q["fscale_b"])):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
@@ -435,6 +459,7 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
                 q: dict, window: list) -> int:
     """The value one element of a VU instruction computes, in exact integers."""
     za, zb, ma, mb, shift = q["za"], q["zb"], q["ma"], q["mb"], q["shift"]
+    mnemonic = SLIDE_AS_POOL.get(mnemonic, mnemonic)
     if mnemonic in FLOAT_OPS:
         return _vu_float_element(mem, space, mnemonic, a, b, a_bytes, q, window)
     if mnemonic in ("vu.pool.max", "vu.pool.sum", "vu.pool.acc", "vu.pool.avg"):

@@ -253,8 +253,9 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4), "vu.mov": (ddt, sdt, 0),
                       "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
                       "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
-                      "vu.pool.avg": (1, 1, 4)}[mn]
-        win = mn.startswith("vu.pool")
+                      "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
+                      "vu.slide.favg": (1, 1, 4)}[mn]
+        win = mn.startswith(("vu.pool", "vu.slide"))
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
             off = lambda x: sum(i[k] * p[f"vu.{x}_stride{k}"] for k in range(4))  # noqa: E731
@@ -570,7 +571,7 @@ def _command(draw, wait: int | None, signal: int | None) -> Cmd:
     if what == "vu":
         mn = draw(st.sampled_from(sorted(VU_OP_CODE)))
         kw = {f"{x}_stride0": draw(st.integers(0, 8)) for x in "dab"}
-        if mn.startswith("vu.pool"):
+        if mn.startswith(("vu.pool", "vu.slide")):
             kw.update(win_h=draw(st.integers(1, 3)), win_w=draw(st.integers(1, 2)),
                       win_stride_h=draw(st.integers(0, 9)), win_stride_w=draw(st.integers(0, 3)))
         return vu(draw(st.integers(0, 1)), mn, draw(st.integers(0, 40)), draw(st.integers(0, 40)),

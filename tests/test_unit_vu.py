@@ -39,7 +39,8 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.pool.max": (1, 1, 0), "vu.pool.sum": (4, 1, 0), "vu.divr": (1, 4, 4),
              "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
              "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
-             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4)}
+             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
+             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4)}
     return table[mnemonic]
 
 
@@ -81,6 +82,7 @@ def _float_param(draw, lo: float, hi: float) -> int:
 
 def _float_params(draw, mnemonic: str, sdt: int) -> dict:
     """fscale, fscale_b, fbias sized so that the float ops' results are mostly inside int8."""
+    mnemonic = ref.SLIDE_AS_POOL.get(mnemonic, mnemonic)
     if mnemonic in ("vu.requant.f", "vu.requant.fpc"):
         scale = _float_param(draw, -30, 0) if sdt == I32 else _float_param(draw, -4, 2)
         return {"vu.fscale": scale, "vu.fscale_b": 0, "vu.fbias": 0}
@@ -112,6 +114,11 @@ def vu_commands(draw):
         dense = np.cumprod([nb] + counts[:3])
         strides = [int(dense[k]) if draw(st.booleans()) else step * draw(st.integers(-6, 6))
                    for k in range(4)]
+        if x == "a" and mnemonic in ref.SLIDE_OPS and draw(st.integers(0, 4)) > 0:
+            # mostly on the sliding-window engine's grid: whole steps of positive window strides
+            win_strides = [draw(st.integers(1, 16)), draw(st.integers(1, 4))]
+            strides[:2] = [win_strides[1] * draw(st.integers(1, 4)), win_strides[0] * draw(st.integers(1, 3))]
+            named.update({"vu.win_stride_h": win_strides[0], "vu.win_stride_w": win_strides[1]})
         named.update({f"vu.{x}_stride{k}": strides[k] for k in range(4)})
         if nb == 0:
             addrs.append(draw(st.integers(-100, 100)))   # unused: any value must be fine
@@ -150,6 +157,7 @@ def vu_commands(draw):
 def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, named: dict,
             bad_entry: bool) -> None:
     """Put legal (M, S) pairs, float scales or divisors at every b element (one illegal one if bad_entry)."""
+    mnemonic = ref.SLIDE_AS_POOL.get(mnemonic, mnemonic)
     if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
@@ -205,7 +213,7 @@ NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU in
 ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
-              "vu.pool.avg": 4}
+              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -524,7 +532,8 @@ def test_vu_fadd_out_of_int32_range_gives_minus_128():
     assert list(out[8:10].view(np.int8)) == [-128, 127]      # 100 * 2**25 + 1 > 2**31; 1 * 2**25 + 1 fits
 
 
-def test_vu_pool_favg_matches_semantics():
+@pytest.mark.parametrize("mnemonic", ["vu.pool.favg", "vu.slide.favg"])
+def test_vu_pool_favg_matches_semantics(mnemonic):
     from compiler.semantics import avg_pool2d_f32
     rng = np.random.default_rng(6)
     h, w, k, s = 9, 11, (3, 2), (2, 1)
@@ -537,7 +546,7 @@ def test_vu_pool_favg_matches_semantics():
         named = {"vu.n0": ow, "vu.n1": oh, "vu.a_stride0": s[1], "vu.a_stride1": s[0] * w, "vu.d_stride0": 1,
                  "vu.d_stride1": ow, "vu.win_h": k[0], "vu.win_w": k[1], "vu.win_stride_h": w,
                  "vu.win_stride_w": 1, "vu.za": zx, "vu.zp_out": zp, "vu.fscale": bits(sx), "vu.fscale_b": bits(sy)}
-        out = _run_vu("vu.pool.favg", named, mem, 128, 0, 256)
+        out = _run_vu(mnemonic, named, mem, 128, 0, 256)
         want = avg_pool2d_f32(x, k, s, (0, 0, 0, 0), True, zx, F32(sx), F32(sy), zp)
         np.testing.assert_array_equal(out[128:128 + oh * ow].view(np.int8), want.ravel())
         assert len(np.unique(want)) > 10
@@ -570,3 +579,110 @@ def test_vu_requant_fpc_refuses_a_bad_table_entry():
     mem[64:76] = np.array([0.5, 0.0, 0.25], "<f4").view(np.uint8)    # the second scale is 0.0
     _expect("vu.requant.fpc", {"vu.n0": 3, "vu.a_stride0": 4, "vu.b_stride0": 4}, errors.BAD_PARAM,
             {1: 32, 2: 68, 3: 71, 5: 0, 6: 1}, mem=mem, rd=128, ra=0, rb=64, sdt=I32)
+
+
+# ---------------------------------------------------------------- the sliding-window engine against numpy pooling
+# vu.slide.* on random planes, windows, steps, row and column pitches and count tables, through the jitted
+# kernel, against a numpy pooling model written here (sums of the windowed view; the float form's float32 sum
+# in rows-then-columns order); and its cycles against the engine's formula written out.
+
+def _windows(planes: np.ndarray, k: tuple[int, int], s: tuple[int, int]) -> np.ndarray:
+    """[C, oh, ow, kh, kw] windows of [C, H, W] planes at steps s."""
+    v = np.lib.stride_tricks.sliding_window_view(planes, k, axis=(1, 2))
+    return v[:, ::s[0], ::s[1]]
+
+
+def _slide_model(mnemonic: str, win: np.ndarray, counts: np.ndarray, q: dict) -> np.ndarray:
+    """What each vu.slide.* output is, from its windows [C, oh, ow, kh, kw] and counts [oh, ow]."""
+    if mnemonic == "vu.slide.acc":
+        return win.astype(np.int64).sum(axis=(3, 4))
+    if mnemonic == "vu.slide.avg":
+        s = win.astype(np.int64).sum(axis=(3, 4))
+        q_ = (np.abs(s) + counts // 2) // counts
+        return np.clip(np.where(s >= 0, q_, -q_), -128, 127)
+    total = np.zeros(win.shape[:3], F32)
+    for wh in range(win.shape[3]):
+        for ww in range(win.shape[4]):
+            total = total + F32(q["sx"]) * (win[..., wh, ww].astype(np.int64) - q["za"]).astype(F32)
+    t = total / counts.astype(F32) / F32(q["sy"]) + F32(q["zp"])
+    return np.clip(np.clip(np.rint(t), -128, 127), q["lo"], q["hi"]).astype(np.int64)
+
+
+@st.composite
+def slide_cases(draw):
+    mnemonic = draw(st.sampled_from(ref.SLIDE_OPS))
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    c = draw(st.integers(1, 4))
+    hp, wp = kh + draw(st.integers(0, 10)), kw + draw(st.integers(0, 12))   # padded plane (the DMA writes the halo)
+    col = draw(st.integers(1, 2))                                            # column pitch (win_stride_w)
+    row = wp * col + draw(st.integers(0, 5))                                 # row pitch (win_stride_h)
+    plane = row * hp + draw(st.integers(0, 7))
+    per_position = draw(st.booleans())
+    q = {"za": draw(st.integers(-128, 127)), "zp": draw(st.integers(-128, 127)),
+         "sx": float(F32(2.0 ** draw(st.floats(-7, 0)))), "sy": float(F32(2.0 ** draw(st.floats(-7, 0)))),
+         "lo": draw(st.integers(-128, 0)), "hi": draw(st.integers(0, 127))}
+    return mnemonic, (kh, kw), (sh, sw), c, (hp, wp), (col, row, plane), per_position, q, draw(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(slide_cases())
+def test_vu_slide_matches_numpy_pooling(case):
+    from nnpsim.units.vu import vu_duration
+    mnemonic, k, s, c, (hp, wp), (col, row, plane), per_position, q, seed = case
+    rng = np.random.default_rng(seed)
+    oh, ow = (hp - k[0]) // s[0] + 1, (wp - k[1]) // s[1] + 1
+    nonzero = rng.integers(1, 128, (c, hp, wp)) * rng.choice([-1, 1], (c, hp, wp))
+    planes = nonzero.astype(np.int8)
+    counts = (rng.integers(1, 2 * k[0] * k[1] + 2, (oh, ow)) if per_position
+              else np.full((oh, ow), rng.integers(1, k[0] * k[1] + 1)))
+    a_size = c * plane
+    d_bytes = 4 if mnemonic == "vu.slide.acc" else 1
+    rd = -(-a_size // 4) * 4
+    rb = rd + -(-c * oh * ow * d_bytes // 4) * 4
+    mem = rng.integers(0, 256, rb + 4 * oh * ow + 64, dtype=np.uint8)
+    for ci in range(c):
+        for hi in range(hp):
+            at = ci * plane + hi * row
+            mem[at:at + wp * col:col] = planes[ci, hi].view(np.uint8)
+    mem[rb:rb + 4 * oh * ow] = counts.astype("<i4").ravel().view(np.uint8)
+    named = {"vu.n0": ow, "vu.n1": oh, "vu.n2": c, "vu.a_stride0": s[1] * col, "vu.a_stride1": s[0] * row,
+             "vu.a_stride2": plane, "vu.d_stride0": d_bytes, "vu.d_stride1": ow * d_bytes,
+             "vu.d_stride2": oh * ow * d_bytes, "vu.b_stride0": 4 if per_position else 0,
+             "vu.b_stride1": 4 * ow if per_position else 0, "vu.win_h": k[0], "vu.win_w": k[1],
+             "vu.win_stride_h": row, "vu.win_stride_w": col, "vu.za": q["za"], "vu.zp_out": q["zp"],
+             "vu.fscale": bits(q["sx"]), "vu.fscale_b": bits(q["sy"]), "vu.lo": q["lo"], "vu.hi": q["hi"]}
+    if mnemonic != "vu.slide.favg":
+        named.update({"vu.lo": -128, "vu.hi": 127})
+    out = _run_vu(mnemonic, named, mem.copy(), rd, 0, rb)
+    got = out[rd:rd + c * oh * ow * d_bytes].view("<i4" if d_bytes == 4 else np.int8).reshape(c, oh, ow)
+    want = _slide_model(mnemonic, _windows(planes, k, s), counts, q)
+    np.testing.assert_array_equal(got, want)
+    # cycles: each plane's rows x columns once, each output's d once, b once an output (once a command
+    # when it is one count), the float form one window element a lane a cycle when that is more
+    rows = min(oh * k[0], (oh - 1) * s[0] + k[0])
+    cols = min(ow * k[1], (ow - 1) * s[1] + k[1])
+    n_out = c * oh * ow
+    stream = c * rows * cols + n_out * d_bytes + (0 if mnemonic == "vu.slide.acc" else
+                                                  4 * (n_out if per_position else c))
+    work = max(stream, n_out * k[0] * k[1]) if mnemonic == "vu.slide.favg" else stream
+    assert vu_duration(VU_OPS[mnemonic], ref.snapshot(named, "vu"), I8, I8, 64, 8) == 8 + -(-work // 64)
+
+
+@pytest.mark.parametrize("named, fields", [
+    ({"vu.win_stride_w": 0, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8}, {4: 83, 5: 0}),
+    ({"vu.win_stride_w": 1, "vu.win_stride_h": -8, "vu.a_stride0": 1, "vu.a_stride1": 8}, {4: 82, 5: -8}),
+    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 3, "vu.a_stride1": 8}, {4: 72, 5: 3, 6: 2}),
+    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 0, "vu.a_stride1": 8}, {4: 72, 5: 0, 6: 2}),
+    ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 12}, {4: 73, 5: 12, 6: 8}),
+    ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8, "vu.n0": 1023,
+      "vu.win_w": 3}, {4: 64, 5: 1023, 6: 1025}),
+    ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8, "vu.n0": 500,
+      "vu.win_h": 9}, {4: 80, 5: 9, 6: 500}),
+])
+@pytest.mark.parametrize("mnemonic", ref.SLIDE_OPS)
+def test_vu_slide_refuses_commands_off_its_grid(mnemonic, named, fields):
+    """Window strides >= 1, a_stride0 / a_stride1 whole steps of them, and the columns inside the column
+    sums (1024) and the line buffer (win_h x columns <= 4096): BAD_PARAM naming the parameter and its value."""
+    floats = {"vu.fscale": bits(0.5), "vu.fscale_b": bits(0.5)} if mnemonic == "vu.slide.favg" else {}
+    _expect(mnemonic, {**named, **floats}, errors.BAD_PARAM, fields)

@@ -8,10 +8,15 @@ and stored through double-buffered VBUF slots.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from nnpsim.config import Config
+from nnpsim.timing import slide_span
+from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
+from ..cost import vu_cycles
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
 from ..ops import Elementwise, Pool2d
@@ -208,6 +213,30 @@ class ElementwiseLowering:
                   comment=f"{self.name}: float32 requantise in place")
 
 
+SLIDE_OF = {"vu.pool.acc": "vu.slide.acc", "vu.pool.avg": "vu.slide.avg", "vu.pool.favg": "vu.slide.favg"}
+"""The sliding-window engine's form of each window-summing pool instruction (same values, other timing)."""
+
+
+def fits_slide_engine(cmd: Vu) -> bool:
+    """Is the command on the engine's grid (a strides whole steps of positive window strides) with the
+    columns its windows span inside the engine's column sums and line buffer (docs/architecture.md)?"""
+    (wsh, wsw), (a0, a1) = cmd.win_stride, cmd.a_stride[:2]
+    if wsh < 1 or wsw < 1 or a0 < wsw or a1 < wsh or a0 % wsw or a1 % wsh:
+        return False
+    cols = slide_span(cmd.n[0], a0 // wsw, cmd.win[1])
+    return cols <= SLIDE_MAX_COLS and cmd.win[0] * cols <= SLIDE_LINE_BYTES
+
+
+def pool_engine(cmd: Vu, cfg: Config) -> Vu:
+    """The pooling command as given, or on the sliding-window engine when it fits there and the cost model
+    prices it lower."""
+    if cmd.mnemonic not in SLIDE_OF or not fits_slide_engine(cmd):
+        return cmd
+    slide = dataclasses.replace(cmd, mnemonic=SLIDE_OF[cmd.mnemonic],
+                                comment=cmd.comment + " (sliding-window engine)")
+    return slide if vu_cycles(slide, cfg) < vu_cycles(cmd, cfg) else cmd
+
+
 class PoolLowering:
     """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
 
@@ -223,7 +252,7 @@ class PoolLowering:
                  tile: tuple[int, int] | None = None, part: Part | None = None,
                  shared: "PoolLowering | None" = None, roles: dict[str, str] | None = None,
                  depths: dict[str, int] | None = None):
-        self.op, self.x, self.y, self.part = op, x, y, part
+        self.op, self.x, self.y, self.part, self.cfg = op, x, y, part, cfg
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         n, c, h, w = op.x_shape
@@ -361,19 +390,20 @@ class PoolLowering:
             b_ref, b_st = self._counts(s, oh0, th)
             sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
                   "zp_out": op.zp_out, "lo": -128, "hi": 127}
-            s.compute.append(Vu("vu.pool.favg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
-                                a_st, b_st, **win, scalars=sc, unit=self.vu,
-                                comment=f"{self.name}: float32 window average"))
+            s.compute.append(pool_engine(Vu("vu.pool.favg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3,
+                                            (1, ow, th * ow), a_st, b_st, **win, scalars=sc, unit=self.vu,
+                                            comment=f"{self.name}: float32 window average"), self.cfg))
             res_bytes = 1
         elif op.mode == "avg" and not self.global_f32:
             b_ref, b_st = self._counts(s, oh0, th)
-            s.compute.append(Vu("vu.pool.avg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3, (1, ow, th * ow),
-                                a_st, b_st, **win, unit=self.vu, comment=f"{self.name}: window average"))
+            s.compute.append(pool_engine(Vu("vu.pool.avg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3,
+                                            (1, ow, th * ow), a_st, b_st, **win, unit=self.vu,
+                                            comment=f"{self.name}: window average"), self.cfg))
             res_bytes = 1
         else:
-            s.compute.append(Vu("vu.pool.acc", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
-                                (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
-                                comment=f"{self.name}: window sum"))
+            s.compute.append(pool_engine(Vu("vu.pool.acc", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
+                                            (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
+                                            comment=f"{self.name}: window sum"), self.cfg))
             res_bytes = 4
             if self.global_f32:
                 n = op.x_shape[2] * op.x_shape[3]

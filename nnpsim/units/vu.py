@@ -21,17 +21,19 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import vu_cycles, vu_elem_bytes, vu_pool_cycles
+from ..timing import slide_span, vu_cycles, vu_elem_bytes, vu_pool_cycles, vu_slide_cycles
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
-       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg")
+       "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
+       "slide_acc", "slide_avg", "slide_favg")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
- VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG) = (_CODE[op] for op in OPS)
+ VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
+ VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -39,13 +41,15 @@ N_CODES = 256
 IS_OP = np.zeros(N_CODES, np.bool_)
 IS_WINDOW = np.zeros(N_CODES, np.bool_)
 IS_POOL_TIMED = np.zeros(N_CODES, np.bool_)
+IS_SLIDE = np.zeros(N_CODES, np.bool_)
 WIDTHS = np.zeros((N_CODES, 3), np.int64)
 """Per op code: a VU op at all, one that walks a pooling window, one timed by timing.vu_pool_cycles,
-element bytes of d, a, b."""
+one run by the sliding-window engine (timing.vu_slide_cycles), element bytes of d, a, b."""
 for _row in (r for r in rows_of("VU") if r.op in OPS):
     _c = _CODE[_row.op]
     IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
     IS_POOL_TIMED[_c] = _row.timing == "vu_pool_cycles"
+    IS_SLIDE[_c] = _row.timing == "vu_slide_cycles"
 
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
@@ -62,6 +66,10 @@ LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, Z
 DT_I8, DT_I32 = 0, 2
 FIT_LIMIT = 1 << 62      # |intermediate| must stay below this (room for the rounding term)
 M_LIMIT = 1 << 31
+SLIDE_MAX_COLS = 1024
+"""Columns the sliding-window engine's int32 column sums cover (docs/architecture.md, "The sliding-window engine")."""
+SLIDE_LINE_BYTES = 4096
+"""Bytes of its line buffer: win_h input rows of the columns a command's windows span."""
 # ILLEGAL_INSTRUCTION err[6]: what was illegal
 BAD_OP, BAD_UNIT, BAD_SDT, BAD_DDT = 0, 1, 2, 3
 
@@ -104,7 +112,45 @@ def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
 
 @njit(cache=True)
 def _is_float(op: int) -> bool:
-    return op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
+    return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
+            or op == VU_SLIDE_FAVG)
+
+
+@njit(cache=True)
+def _pool_form(op: int) -> int:
+    """The vu.pool.* op whose arithmetic a vu.slide.* op computes (itself for any other op)."""
+    if op == VU_SLIDE_ACC:
+        return VU_POOL_ACC
+    if op == VU_SLIDE_AVG:
+        return VU_POOL_AVG
+    if op == VU_SLIDE_FAVG:
+        return VU_POOL_FAVG
+    return op
+
+
+@njit(cache=True)
+def _slide_steps(p: np.ndarray) -> tuple[int, int]:
+    """(step_w, step_h): the window's step in columns and rows, from the a strides over the window strides."""
+    return p[A_STRIDE] // p[WIN_STRIDE_W], p[A_STRIDE + 1] // p[WIN_STRIDE_H]
+
+
+@njit(cache=True)
+def _check_slide(p: np.ndarray, err: np.ndarray) -> int:
+    """The engine's grid (window strides >= 1, the a strides whole steps of them) and its line buffer."""
+    for ws, at in ((p[WIN_STRIDE_W], WIN_STRIDE_W), (p[WIN_STRIDE_H], WIN_STRIDE_H)):
+        if ws < 1:
+            return bad_param(err, GROUP + at, ws, 0)
+    for k, ws in ((0, p[WIN_STRIDE_W]), (1, p[WIN_STRIDE_H])):
+        a = p[A_STRIDE + k]
+        if a < ws or a % ws != 0:
+            return bad_param(err, GROUP + A_STRIDE + k, a, ws)
+    step_w, _ = _slide_steps(p)
+    cols = slide_span(p[N0], step_w, p[WIN_W])
+    if cols > SLIDE_MAX_COLS:
+        return bad_param(err, GROUP + N0, p[N0], cols)
+    if p[WIN_H] * cols > SLIDE_LINE_BYTES:
+        return bad_param(err, GROUP + WIN_H, p[WIN_H], cols)
+    return errors.OK
 
 
 @njit(cache=True)
@@ -114,7 +160,7 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
-    if (op == VU_FADD or op == VU_POOL_FAVG) and not f32.positive_finite(p[FSCALE_B]):
+    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG) and not f32.positive_finite(p[FSCALE_B]):
         return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
     if op == VU_FADD and not f32.finite(p[FBIAS]):
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
@@ -141,7 +187,11 @@ def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         if p[MB] < 0 or p[MB] >= M_LIMIT:
             return bad_param(err, GROUP + MB, p[MB], 0)
     if _is_float(op):
-        return _check_float_scalars(op, p, err)
+        rc = _check_float_scalars(op, p, err)
+        if rc != errors.OK:
+            return rc
+    if IS_SLIDE[op]:
+        return _check_slide(p, err)
     return errors.OK
 
 
@@ -303,6 +353,7 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
     if (op == VU_REQUANT or op == VU_REQUANT_PC) and _requant_fast(mem, base, op, ra, rb, a_bytes, p, out):
         return errors.OK
+    op = _pool_form(op)     # the sliding-window engine computes the same values; only its timing differs
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
     fx, fy, fc = 0.0, 0.0, 0.0
@@ -474,8 +525,16 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
 
 @njit(cache=True)
 def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
-    """Cycles of a VU command by its instruction's timing formula (vu_cycles or vu_pool_cycles)."""
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles or vu_slide_cycles)."""
     n_out, window, elem = vu_work(op, p, sdt, ddt)
+    if elem > 0 and IS_SLIDE[op]:
+        d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
+        step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse
+        if p[WIN_STRIDE_W] >= 1 and p[WIN_STRIDE_H] >= 1:
+            step_w, step_h = max(_slide_steps(p)[0], 1), max(_slide_steps(p)[1], 1)
+        b_per_plane = p[B_STRIDE] == 0 and p[B_STRIDE + 1] == 0
+        return vu_slide_cycles(p[N0], p[N0 + 1], p[N0 + 2] * p[N0 + 3], step_w, step_h, p[WIN_H], p[WIN_W],
+                               d_bytes, b_bytes, b_per_plane, op == VU_SLIDE_FAVG, bytes_per_cycle, latency)
     if elem > 0 and IS_POOL_TIMED[op]:
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         return vu_pool_cycles(n_out, window, d_bytes, a_bytes, b_bytes, bytes_per_cycle, latency)
