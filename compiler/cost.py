@@ -91,11 +91,18 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
 
 def vu_slide_cycles(cmd: Vu, cfg: Config) -> int:
     """Cycles of a vu.slide.* command (timing.vu_slide_cycles): its steps are its a strides over its window's."""
-    n, a, ws, b = cmd.n, cmd.a_stride, cmd.win_stride, cmd.b_stride
+    n, b = cmd.n, cmd.b_stride
     d_bytes, _, b_bytes = element_bytes(cmd.mnemonic, DTYPE_BYTES[cmd.a_type], DTYPE_BYTES[cmd.d_type])
-    return _slide_cycles(n[0], n[1], n[2] * n[3], a[0] // ws[1], a[1] // ws[0], cmd.win[0], cmd.win[1], d_bytes,
+    return _slide_cycles(n[0], n[1], n[2] * n[3], *slide_steps(cmd), cmd.win[0], cmd.win[1], d_bytes,
                          b_bytes, b[0] == 0 and b[1] == 0, cmd.mnemonic == "vu.slide.favg",
                          cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+def slide_steps(cmd: Vu) -> tuple[int, int]:
+    """(step_w, step_h) of a pooling command on the sliding-window engine's grid: its n0 and n1 a strides
+    over its window strides (1 along a count of 1)."""
+    (wsh, wsw), (a0, a1) = cmd.win_stride, cmd.a_stride[:2]
+    return (a0 // wsw if cmd.n[0] > 1 else 1), (a1 // wsh if cmd.n[1] > 1 else 1)
 
 
 @lru_cache(maxsize=1 << 16)

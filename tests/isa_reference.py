@@ -396,9 +396,9 @@ def _vu_check_slide_params(q: dict) -> None:
             raise Fault("param", param=_pnum("vu", f"win_stride_{d}"))
     for k, d in ((0, "w"), (1, "h")):
         a, ws = q[f"a_stride{k}"], q[f"win_stride_{d}"]
-        if a < ws or a % ws:
+        if q[f"n{k}"] > 1 and (a < ws or a % ws):
             raise Fault("param", param=_pnum("vu", f"a_stride{k}"))
-    step = q["a_stride0"] // q["win_stride_w"]
+    step = q["a_stride0"] // q["win_stride_w"] if q["n0"] > 1 else 1
     cols = min(q["n0"] * q["win_w"], (q["n0"] - 1) * step + q["win_w"])
     if cols > SLIDE_MAX_COLS:
         raise Fault("param", param=_pnum("vu", "n0"))

@@ -672,9 +672,9 @@ def test_vu_slide_matches_numpy_pooling(case):
 @pytest.mark.parametrize("named, fields", [
     ({"vu.win_stride_w": 0, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8}, {4: 83, 5: 0}),
     ({"vu.win_stride_w": 1, "vu.win_stride_h": -8, "vu.a_stride0": 1, "vu.a_stride1": 8}, {4: 82, 5: -8}),
-    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 3, "vu.a_stride1": 8}, {4: 72, 5: 3, 6: 2}),
-    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 0, "vu.a_stride1": 8}, {4: 72, 5: 0, 6: 2}),
-    ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 12}, {4: 73, 5: 12, 6: 8}),
+    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 3, "vu.n0": 2}, {4: 72, 5: 3, 6: 2}),
+    ({"vu.win_stride_w": 2, "vu.win_stride_h": 8, "vu.a_stride0": 0, "vu.n0": 2}, {4: 72, 5: 0, 6: 2}),
+    ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride1": 12, "vu.n1": 2}, {4: 73, 5: 12, 6: 8}),
     ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8, "vu.n0": 1023,
       "vu.win_w": 3}, {4: 64, 5: 1023, 6: 1025}),
     ({"vu.win_stride_w": 1, "vu.win_stride_h": 8, "vu.a_stride0": 1, "vu.a_stride1": 8, "vu.n0": 500,

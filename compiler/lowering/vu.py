@@ -16,7 +16,7 @@ from nnpsim.config import Config
 from nnpsim.timing import slide_span
 from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
-from ..cost import vu_cycles
+from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
 from ..ops import Elementwise, Pool2d
@@ -220,10 +220,12 @@ SLIDE_OF = {"vu.pool.acc": "vu.slide.acc", "vu.pool.avg": "vu.slide.avg", "vu.po
 def fits_slide_engine(cmd: Vu) -> bool:
     """Is the command on the engine's grid (a strides whole steps of positive window strides) with the
     columns its windows span inside the engine's column sums and line buffer (docs/architecture.md)?"""
-    (wsh, wsw), (a0, a1) = cmd.win_stride, cmd.a_stride[:2]
-    if wsh < 1 or wsw < 1 or a0 < wsw or a1 < wsh or a0 % wsw or a1 % wsh:
+    if min(cmd.win_stride) < 1:
         return False
-    cols = slide_span(cmd.n[0], a0 // wsw, cmd.win[1])
+    for n, a, ws in zip(cmd.n, cmd.a_stride, cmd.win_stride[::-1]):     # (n0, a_stride0, win_stride_w), ...
+        if n > 1 and (a < ws or a % ws):
+            return False
+    cols = slide_span(cmd.n[0], slide_steps(cmd)[0], cmd.win[1])
     return cols <= SLIDE_MAX_COLS and cmd.win[0] * cols <= SLIDE_LINE_BYTES
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from isa_spec import load_isa
+from nnpsim.semantics import SEMANTICS
 
 from dataclasses import dataclass
 
@@ -375,7 +376,7 @@ class Emitter:
                 self.setp(f"vu.a_stride{k}", c.a_stride[k])
                 if c.b is not None:
                     self.setp(f"vu.b_stride{k}", c.b_stride[k])
-        if c.mnemonic.startswith("vu.pool"):
+        if SEMANTICS[c.mnemonic].footprint == "vu_window":
             self.setp("vu.win_h", c.win[0])
             self.setp("vu.win_w", c.win[1])
             self.setp("vu.win_stride_h", c.win_stride[0])

@@ -130,19 +130,23 @@ def _pool_form(op: int) -> int:
 
 @njit(cache=True)
 def _slide_steps(p: np.ndarray) -> tuple[int, int]:
-    """(step_w, step_h): the window's step in columns and rows, from the a strides over the window strides."""
-    return p[A_STRIDE] // p[WIN_STRIDE_W], p[A_STRIDE + 1] // p[WIN_STRIDE_H]
+    """(step_w, step_h): the window's step in columns and rows, from the a strides over the window strides
+    (1 along a count of 1, whose stride nothing reads)."""
+    step_w = p[A_STRIDE] // p[WIN_STRIDE_W] if p[N0] > 1 else 1
+    step_h = p[A_STRIDE + 1] // p[WIN_STRIDE_H] if p[N0 + 1] > 1 else 1
+    return step_w, step_h
 
 
 @njit(cache=True)
 def _check_slide(p: np.ndarray, err: np.ndarray) -> int:
-    """The engine's grid (window strides >= 1, the a strides whole steps of them) and its line buffer."""
+    """The engine's grid (window strides >= 1, the a strides of n0 and n1 whole steps of them where those
+    counts exceed 1) and its line buffer."""
     for ws, at in ((p[WIN_STRIDE_W], WIN_STRIDE_W), (p[WIN_STRIDE_H], WIN_STRIDE_H)):
         if ws < 1:
             return bad_param(err, GROUP + at, ws, 0)
     for k, ws in ((0, p[WIN_STRIDE_W]), (1, p[WIN_STRIDE_H])):
         a = p[A_STRIDE + k]
-        if a < ws or a % ws != 0:
+        if p[N0 + k] > 1 and (a < ws or a % ws != 0):
             return bad_param(err, GROUP + A_STRIDE + k, a, ws)
     step_w, _ = _slide_steps(p)
     cols = slide_span(p[N0], step_w, p[WIN_W])
