@@ -1,5 +1,6 @@
-"""Average, global average and sum pooling on the VU's pooling accumulators (vu.pool.avg, vu.pool.acc),
-compiled and run with race checking, against tests/reference.py and the ops' numpy models, bit for bit."""
+"""Average, global average and sum pooling on the VU's pooling accumulators (vu.pool.avg, vu.pool.acc) and
+its sliding-window engine (vu.slide.*), compiled and run with race checking, against tests/reference.py, the
+ops' numpy models and onnxruntime, bit for bit; and the synchronisation of a kernel on the engine, mutated."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,10 @@ from hypothesis import given, settings, strategies as st
 
 from compiler import ops
 from compiler.kernel import build
+from compiler.lowering.vu import SLIDE_OF
 from tests import reference as ref
 from tests.test_compiler_kernels import SETTINGS, rand8, run, seeds
+from tests.test_ort_arithmetic import qlinear_pool
 
 
 @st.composite
@@ -42,7 +45,8 @@ def test_pools_on_the_accumulators(case, seed, mode):
         op = ops.avg_pool2d(shape, k, stride, pad, cip, zp)
         want, used = ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zp), "vu.pool.avg"
     kernel = build(op)
-    assert used in kernel.asm and "vu.pool.sum" not in kernel.asm and "vu.divr" not in kernel.asm
+    assert (used in kernel.asm or SLIDE_OF[used] in kernel.asm) and "vu.pool.sum" not in kernel.asm
+    assert "vu.divr" not in kernel.asm
     got = run(kernel, x)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
@@ -72,3 +76,83 @@ def test_count_table_larger_than_a_quarter_of_vbuf_comes_by_tile(float_form):
     assert "counts of rows" in kernel.asm
     x = rand8(rng, shape)
     np.testing.assert_array_equal(run(kernel, x), op.reference(x))
+
+
+# ---------------------------------------------------------------- the sliding-window engine
+
+@st.composite
+def overlapping_pools(draw):
+    """Windows of 2..4 a side that overlap along at least one axis (stride below the window), padded or not."""
+    k = (draw(st.integers(2, 4)), draw(st.integers(2, 4)))
+    stride = (draw(st.integers(1, k[0])), draw(st.integers(1, k[1])))
+    if stride == k:
+        stride = (k[0] - 1, stride[1])
+    pad = tuple(draw(st.integers(0, kk - 1)) for kk in k + k)
+    h = draw(st.integers(max(1, k[0] - pad[0] - pad[2]), 30))
+    w = draw(st.integers(max(1, k[1] - pad[1] - pad[3]), 30))
+    return k, stride, pad, (draw(st.integers(1, 2)), draw(st.integers(1, 40)), h, w)
+
+
+def _large(op) -> bool:
+    """Enough outputs that the engine's saving shows in every tile's cycles (the lowering picks it by cost)."""
+    n, c, _, _ = op.x_shape
+    return n * c * op.out_hw[0] * op.out_hw[1] >= 512
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(overlapping_pools(), seeds, st.sampled_from(["sum", "avg", "avg_nopad", "float", "float_nopad"]))
+def test_overlapping_pools_on_the_sliding_window_engine(case, seed, mode):
+    k, stride, pad, shape = case
+    rng = np.random.default_rng(seed)
+    x = rand8(rng, shape)
+    if mode == "sum":
+        op, want = ops.sum_pool2d(shape, k, stride, pad), ref.sum_pool2d(x, k, stride, pad)
+    elif mode.startswith("avg"):
+        cip, zp = mode == "avg", int(rng.integers(-128, 128))
+        op = ops.avg_pool2d(shape, k, stride, pad, cip, zp)
+        want = ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zp)
+    else:
+        sx, sy = (2.0 ** rng.uniform(-6, 0, size=2)).astype(np.float32)
+        op = ops.avg_pool2d(shape, k, stride, pad, mode == "float", int(rng.integers(-128, 128)), scale_x=sx,
+                            scale_out=sy, zp_out=int(rng.integers(-128, 128)))
+        want = op.reference(x)
+    kernel = build(op)
+    if _large(op) and not op.is_global:
+        assert "vu.slide." in kernel.asm
+    got = run(kernel, x)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(overlapping_pools(), seeds, st.booleans())
+def test_float_average_on_the_engine_equals_onnxruntime(case, seed, count_include_pad):
+    """QLinearAveragePool through vu.slide.favg: onnxruntime's float32 window sums, bit for bit."""
+    k, stride, pad, shape = case
+    rng = np.random.default_rng(seed)
+    x = rand8(rng, shape)
+    zx, zy = (int(v) for v in rng.integers(-128, 128, size=2))
+    sx, sy = (np.float32(s) for s in 2.0 ** rng.uniform(-6, 0, size=2))
+    op = ops.avg_pool2d(shape, k, stride, pad, count_include_pad, zx, scale_x=sx, scale_out=sy, zp_out=zy)
+    kernel = build(op)
+    if _large(op) and not op.is_global:
+        assert "vu.slide.favg" in kernel.asm
+    want = qlinear_pool("QLinearAveragePool", x, sx, zx, sy, zy, kernel_shape=list(k), strides=list(stride),
+                        pads=list(pad), count_include_pad=int(count_include_pad))
+    np.testing.assert_array_equal(run(kernel, x), want)
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: ops.avg_pool2d(s, 3, 1, 1, count_include_pad=False, x_zp=3),
+    lambda s: ops.sum_pool2d(s, 3, 1),
+    lambda s: ops.avg_pool2d(s, 3, 1, 1, x_zp=2, scale_x=np.float32(0.05), scale_out=np.float32(0.03), zp_out=-4),
+], ids=["avg", "sum", "float avg"])
+def test_every_removed_wait_is_caught_on_the_engine(make):
+    """Each semaphore wait of a kernel on the sliding-window engine, removed (with and without its signal):
+    every mutant stops with a data race or a deadlock."""
+    from tests.test_sync_mutation import kill_all
+    x = rand8(np.random.default_rng(5), (1, 24, 14, 15))
+    op = make(x.shape)
+    kernel = build(op)
+    assert "vu.slide." in kernel.asm
+    kill_all(kernel, [x], f"{op.kind} on the sliding-window engine")
