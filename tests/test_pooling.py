@@ -25,25 +25,38 @@ def pools(draw):
     return k, stride, pad, (draw(st.integers(1, 2)), draw(st.integers(1, 70)), h, w)
 
 
-@settings(max_examples=30, **SETTINGS)
-@given(pools(), seeds, st.sampled_from(["sum", "avg", "avg_nopad", "global", "global_f32"]))
-def test_pools_on_the_accumulators(case, seed, mode):
+def pool_and_model(mode: str, case, rng, x):
+    """(op, its expected output on x) of a pooling mode: sum, avg / avg_nopad (padding counted or not),
+    float / float_nopad (QLinearAveragePool), global, global_f32 (QLinearGlobalAveragePool)."""
     k, stride, pad, shape = case
-    rng = np.random.default_rng(seed)
-    x = rand8(rng, shape)
     if mode == "sum":
-        op, want, used = ops.sum_pool2d(shape, k, stride, pad), ref.sum_pool2d(x, k, stride, pad), "vu.pool.acc"
-    elif mode == "global":
-        op, want, used = ops.global_avg_pool2d(shape), ref.global_avg_pool2d(x), "vu.pool.avg"
-    elif mode == "global_f32":
-        sx, sy = (2.0 ** rng.uniform(-6, 0, size=2)).astype(np.float32)
-        op = ops.global_avg_pool2d(shape, x_zp=int(rng.integers(-128, 128)), scale_x=sx, scale_out=sy,
-                                   zp_out=int(rng.integers(-128, 128)))
-        want, used = op.reference(x), "vu.pool.acc"
+        return ops.sum_pool2d(shape, k, stride, pad), ref.sum_pool2d(x, k, stride, pad)
+    if mode == "global":
+        return ops.global_avg_pool2d(shape), ref.global_avg_pool2d(x)
+    zx, zy = (int(v) for v in rng.integers(-128, 128, size=2))
+    if mode in ("avg", "avg_nopad"):
+        cip = mode == "avg"
+        return (ops.avg_pool2d(shape, k, stride, pad, cip, zx),
+                ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zx))
+    sx, sy = (2.0 ** rng.uniform(-6, 0, size=2)).astype(np.float32)
+    if mode == "global_f32":
+        op = ops.global_avg_pool2d(shape, x_zp=zx, scale_x=sx, scale_out=sy, zp_out=zy)
     else:
-        cip, zp = mode == "avg", int(rng.integers(-128, 128))
-        op = ops.avg_pool2d(shape, k, stride, pad, cip, zp)
-        want, used = ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zp), "vu.pool.avg"
+        op = ops.avg_pool2d(shape, k, stride, pad, mode == "float", zx, scale_x=sx, scale_out=sy, zp_out=zy)
+    return op, op.reference(x)
+
+
+ACCUMULATOR = {"sum": "vu.pool.acc", "global": "vu.pool.avg", "global_f32": "vu.pool.acc", "avg": "vu.pool.avg",
+               "avg_nopad": "vu.pool.avg"}
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(pools(), seeds, st.sampled_from(sorted(ACCUMULATOR)))
+def test_pools_on_the_accumulators(case, seed, mode):
+    rng = np.random.default_rng(seed)
+    x = rand8(rng, case[3])
+    op, want = pool_and_model(mode, case, rng, x)
+    used = ACCUMULATOR[mode]
     kernel = build(op)
     assert (used in kernel.asm or SLIDE_OF[used] in kernel.asm) and "vu.pool.sum" not in kernel.asm
     assert "vu.divr" not in kernel.asm
@@ -102,20 +115,9 @@ def _large(op) -> bool:
 @settings(max_examples=30, **SETTINGS)
 @given(overlapping_pools(), seeds, st.sampled_from(["sum", "avg", "avg_nopad", "float", "float_nopad"]))
 def test_overlapping_pools_on_the_sliding_window_engine(case, seed, mode):
-    k, stride, pad, shape = case
     rng = np.random.default_rng(seed)
-    x = rand8(rng, shape)
-    if mode == "sum":
-        op, want = ops.sum_pool2d(shape, k, stride, pad), ref.sum_pool2d(x, k, stride, pad)
-    elif mode.startswith("avg"):
-        cip, zp = mode == "avg", int(rng.integers(-128, 128))
-        op = ops.avg_pool2d(shape, k, stride, pad, cip, zp)
-        want = ref.avg_pool2d(x, k, stride, pad, count_include_pad=cip, x_zp=zp)
-    else:
-        sx, sy = (2.0 ** rng.uniform(-6, 0, size=2)).astype(np.float32)
-        op = ops.avg_pool2d(shape, k, stride, pad, mode == "float", int(rng.integers(-128, 128)), scale_x=sx,
-                            scale_out=sy, zp_out=int(rng.integers(-128, 128)))
-        want = op.reference(x)
+    x = rand8(rng, case[3])
+    op, want = pool_and_model(mode, case, rng, x)
     kernel = build(op)
     if _large(op) and not op.is_global:
         assert "vu.slide." in kernel.asm
