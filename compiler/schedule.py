@@ -52,7 +52,7 @@ from .lowering.layout import bias_blocks, conv_view
 from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
-from .lowering.vu import _ncr, elementwise_tiles
+from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engines
 from .sizes import capacities
 from .structure import tiling_key
 
@@ -160,14 +160,8 @@ class Block:
             return out
         op = fusion.fold_clamps(self.seg)
         if isinstance(op, Pool2d):
-            if op.mode == "max":
-                return {"pool": ("vu.pool.max",)}
-            if op.is_float and not (op.mode == "avg" and op.is_global):
-                return {"pool": ("vu.pool.favg",)}
-            if op.mode == "avg" and not op.is_float:
-                return {"pool": ("vu.pool.avg",)}
-            out = {"pool": ("vu.pool.acc",)}
-            if op.mode == "avg":
+            out = {"pool": pool_engines(op)}
+            if op.mode == "avg" and op.is_float and op.is_global:
                 out["scale"] = ("vu.requant.f",)
             return out
         if op.mode == "clip":
@@ -310,7 +304,7 @@ class Block:
             fused = "+".join(self.fused_axes)
             tile = self.factors.get(fused, self._extent(fused))
         units = self.parallel[1] if self.parallel else 1
-        return fusion.VuChoice(tile, units, roles, self.lowering_depths())
+        return fusion.VuChoice(tile, units, roles, self.lowering_depths(), self.intrinsics.get("pool"))
 
     def weight_layout(self) -> "Layout":
         """The weight's stored layout: the composed layout steps."""
@@ -788,7 +782,7 @@ def _vu_steps(s: Schedule, b: Block) -> Schedule:
             name = "ab"[k]
             s.cache_read(t.name, "vbuf", name, **kw).double_buffer(name, 3 if name == "a" else 2, **kw)
     for stage, allowed in b.stages().items():
-        s.tensorize(stage, allowed[0], **kw)
+        s.tensorize(stage, default_pool_engine(op, cfg, tile) if stage == "pool" else allowed[0], **kw)
     tiles = int(np.prod([b.loop_extent(l) for l in b.loops]))
     units = min(cfg.vu_count, tiles)
     if units > 1:

@@ -158,3 +158,41 @@ def test_every_removed_wait_is_caught_on_the_engine(make):
     kernel = build(op)
     assert "vu.slide." in kernel.asm
     kill_all(kernel, [x], f"{op.kind} on the sliding-window engine")
+
+
+@pytest.mark.parametrize("engine", ["vu.pool.avg", "vu.slide.avg"])
+def test_a_schedule_picks_the_window_instruction(engine):
+    """tensorize('pool', ...) chooses the accumulators or the sliding-window engine; either is bit-exact, and
+    the engine (the default here, priced lower) is faster."""
+    from compiler.errors import CompileError
+    from compiler.schedule import Schedule
+    op = ops.avg_pool2d((1, 16, 20, 21), 3, 1, 1, count_include_pad=False, x_zp=-2)
+    x = rand8(np.random.default_rng(12), op.x_shape)
+    s = Schedule(op)
+    s.split("oh", 5).cache_read("x", "vbuf", "rows").double_buffer("rows")
+    s.cache_write("y", "vbuf", "win").double_buffer("win")
+    s.tensorize("pool", engine)
+    kernel = build(op, schedule=s)
+    other = ({"vu.pool.avg", "vu.slide.avg"} - {engine}).pop()
+    assert engine in kernel.asm and other not in kernel.asm
+    np.testing.assert_array_equal(run(kernel, x), op.reference(x))
+    default = build(op)
+    assert "vu.slide.avg" in default.asm
+    np.testing.assert_array_equal(run(default, x), op.reference(x))
+    if engine == "vu.pool.avg":
+        assert kernel.stats.cycles > default.stats.cycles
+    with pytest.raises(CompileError, match="goes onto vu.pool.avg or vu.slide.avg"):
+        Schedule(op).tensorize("pool", "vu.slide.acc")
+
+
+def test_the_engine_refuses_rows_wider_than_its_line_buffer():
+    """A 3x3 window over rows of 1,500 columns spans more than the engine's 1,024 column sums: by default
+    the accumulators run it; asked for the engine, the compiler says why not."""
+    from compiler.errors import CompileError
+    from compiler.schedule import Schedule
+    op = ops.sum_pool2d((1, 1, 4, 1500), 3, 1)
+    assert "vu.pool.acc" in build(op).asm
+    s = Schedule(op).cache_read("x", "vbuf", "rows").double_buffer("rows")
+    s.cache_write("y", "vbuf", "win").double_buffer("win").tensorize("pool", "vu.slide.acc")
+    with pytest.raises(CompileError, match="vu.slide.acc needs windows on its grid within 1024 columns"):
+        build(op, schedule=s)

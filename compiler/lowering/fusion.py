@@ -139,12 +139,13 @@ class NuChoice:
 class VuChoice:
     """What a schedule decided for a pooling / elementwise kernel: its tile (an elementwise op's
     element budget, a pool's (channels, output rows)), the VUs its tiles are dealt over, its
-    buffers' names and slots."""
+    buffers' names and slots, and a pool's window instruction (None: the cheaper)."""
 
     tile: int | tuple[int, int] | None = None
     units: int = 1
     roles: dict[str, str] = field(default_factory=dict)
     depths: dict[str, int] = field(default_factory=dict)
+    engine: str | None = None
 
 
 @dataclass
@@ -260,10 +261,11 @@ def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c
     """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note."""
     lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering
     args = (ins[0],) if isinstance(op, Pool2d) else (ins,)
+    engine = {"engine": c.engine} if isinstance(op, Pool2d) else {}
     lows = []
     for part in parts("tile", c.units, cfg) if c.units > 1 else [None]:
         lows.append(lowering(op, *args, y, cfg, name, c.tile, part=part, shared=lows[0] if lows else None,
-                             roles=c.roles, depths=c.depths))
+                             roles=c.roles, depths=c.depths, **engine))
     low, split = lows[0], SplitLowering(lows)
     spread = f", tiles dealt over {len(split.parts)} VUs" if len(split.parts) > 1 else ""
     if isinstance(op, Pool2d):

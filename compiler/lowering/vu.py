@@ -229,14 +229,32 @@ def fits_slide_engine(cmd: Vu) -> bool:
     return cols <= SLIDE_MAX_COLS and cmd.win[0] * cols <= SLIDE_LINE_BYTES
 
 
-def pool_engine(cmd: Vu, cfg: Config) -> Vu:
-    """The pooling command as given, or on the sliding-window engine when it fits there and the cost model
-    prices it lower."""
+def cheaper_engine(cmd: Vu, cfg: Config) -> str:
+    """The command's mnemonic, or its sliding-window engine form when the command fits there and the cost
+    model prices it lower."""
     if cmd.mnemonic not in SLIDE_OF or not fits_slide_engine(cmd):
-        return cmd
-    slide = dataclasses.replace(cmd, mnemonic=SLIDE_OF[cmd.mnemonic],
-                                comment=cmd.comment + " (sliding-window engine)")
-    return slide if vu_cycles(slide, cfg) < vu_cycles(cmd, cfg) else cmd
+        return cmd.mnemonic
+    slide = dataclasses.replace(cmd, mnemonic=SLIDE_OF[cmd.mnemonic])
+    return slide.mnemonic if vu_cycles(slide, cfg) < vu_cycles(cmd, cfg) else cmd.mnemonic
+
+
+def pool_engines(op: Pool2d) -> tuple[str, ...]:
+    """The instructions a pool's window stage can run on: vu.pool.max, or a summing pool's accumulator
+    instruction and its sliding-window engine form."""
+    if op.mode == "max":
+        return ("vu.pool.max",)
+    if op.is_float and not (op.mode == "avg" and op.is_global):
+        acc = "vu.pool.favg"
+    else:
+        acc = "vu.pool.avg" if op.mode == "avg" and not op.is_float else "vu.pool.acc"
+    return acc, SLIDE_OF[acc]
+
+
+def default_pool_engine(op: Pool2d, cfg: Config, tile: tuple[int, int] | None = None) -> str:
+    """The instruction a pool's window runs on by default (pool_engines: the one the cost model prices lower
+    on a whole tile)."""
+    x = Buffer("x", "ddr", 1)
+    return PoolLowering(op, x, x, cfg, "L", tile).engine
 
 
 class PoolLowering:
@@ -253,7 +271,7 @@ class PoolLowering:
     def __init__(self, op: Pool2d, x: Buffer, y: Buffer, cfg: Config, name: str,
                  tile: tuple[int, int] | None = None, part: Part | None = None,
                  shared: "PoolLowering | None" = None, roles: dict[str, str] | None = None,
-                 depths: dict[str, int] | None = None):
+                 depths: dict[str, int] | None = None, engine: str | None = None):
         self.op, self.x, self.y, self.part, self.cfg = op, x, y, part, cfg
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
@@ -291,6 +309,26 @@ class PoolLowering:
                            depth=depths["out"], unit=self.vu)
         if self.tile_counts:
             self.slots.declare(f"{self.name}_cnt", "vbuf", self.th * ow * 4, unit=self.vu)
+        self.engine = self._engine(engine)
+
+    def _engine(self, engine: str | None) -> str:
+        """The instruction every tile's window runs on: the one asked for, or the one the cost model prices
+        lower on a whole tile."""
+        engines = pool_engines(self.op)
+        if engine is None:
+            if len(engines) == 1:
+                return engines[0]
+            probe = Ref(Buffer("probe", "vbuf", 1))
+            return cheaper_engine(self._window(engines[0], probe, probe, probe, self.cc, self.th), self.cfg)
+        if engine not in engines:
+            raise CompileError(f"{self.op.kind}: its window runs on {' or '.join(engines)}, not {engine}")
+        if engine in SLIDE_OF.values():
+            probe = Ref(Buffer("probe", "vbuf", 1))
+            if not fits_slide_engine(self._window(engine, probe, probe, probe, self.cc, self.th)):
+                raise CompileError(f"{self.op.kind}: {engine} needs windows on its grid within "
+                                   f"{SLIDE_MAX_COLS} columns and a {SLIDE_LINE_BYTES}-byte line buffer "
+                                   f"(docs/architecture.md); this pool's rows are {self.iw} wide")
+        return engine
 
     def in_rows(self, th: int) -> int:
         """Input rows (halo included) that th output rows read."""
@@ -346,25 +384,52 @@ class PoolLowering:
         """How many tiles the lowering has."""
         return len(self.tiles())
 
-    def _counts(self, s: Step, oh0: int, th: int) -> tuple[Ref, tuple[int, int, int]]:
-        """b of an average: the window size (stride 0), or the per-position counts of this tile's rows
-        (loaded with the tile when the whole table would crowd VBUF)."""
+    def _count_strides(self) -> tuple[int, int, int]:
+        """b's strides of an average: one count (stride 0), or one per output position."""
+        return (0, 0, 0) if self.op.count_include_pad else (4, 4 * self.op.out_hw[1], 0)
+
+    def _counts(self, s: Step, oh0: int, th: int) -> Ref:
+        """b of an average: the window size, or the per-position counts of this tile's rows (loaded with
+        the tile when the whole table would crowd VBUF)."""
         if self.op.count_include_pad:
-            return Ref(self.div_vbuf, 0), (0, 0, 0)
+            return Ref(self.div_vbuf, 0)
         ow = self.op.out_hw[1]
         if not self.tile_counts:
-            return Ref(self.div_vbuf, oh0 * ow * 4), (4, 4 * ow, 0)
+            return Ref(self.div_vbuf, oh0 * ow * 4)
         cnt = self.slots.next(f"{self.name}_cnt")
         s.loads.append(Dma(self.ch + CH_B, Ref(cnt), Ref(self.div, oh0 * ow * 4), (th * ow,), (4,), (4,), elem=4,
                            comment=f"{self.name}: counts of rows {oh0}..{oh0 + th - 1} -> {cnt.name}"))
-        return Ref(cnt), (4, 4 * ow, 0)
+        return Ref(cnt)
+
+    def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int) -> Vu:
+        """The window command of a tile of cc channels x th output rows on `mnemonic` (counts: b of an
+        average)."""
+        op, iw = self.op, self.iw
+        ow = op.out_hw[1]
+        sh, sw = op.stride
+        n3, win = (ow, th, cc), dict(win=op.kernel, win_stride=(iw, 1))
+        a_st = (sw, sh * iw, self.in_rows(th) * iw)
+        engine = " (sliding-window engine)" if mnemonic in SLIDE_OF.values() else ""
+        if mnemonic == "vu.pool.max":
+            return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win, unit=self.vu,
+                      comment=f"{self.name}: window max")
+        if mnemonic.endswith(".favg"):
+            sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
+                  "zp_out": op.zp_out, "lo": -128, "hi": 127}
+            return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
+                      **win, scalars=sc, unit=self.vu, comment=f"{self.name}: float32 window average{engine}")
+        if mnemonic.endswith(".avg"):
+            return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
+                      **win, unit=self.vu, comment=f"{self.name}: window average{engine}")
+        return Vu(mnemonic, out, inp, None, "i32", "i8", 0, n3, (4, 4 * ow, 4 * th * ow), a_st, **win,
+                  unit=self.vu, comment=f"{self.name}: window sum{engine}")
 
     def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
         op, iw = self.op, self.iw
         n, c, h, w = op.x_shape
         oh, ow = op.out_hw
         t, l, b, r = op.padding
-        sh, sw = op.stride
+        sh = op.stride[0]
         ih = self.in_rows(th)
         s = Step()
         where = f"{self.name}: tile n {ni} c {c0}..{c0 + cc - 1} oh {oh0}..{oh0 + th - 1}"
@@ -381,41 +446,17 @@ class PoolLowering:
                                      pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
-        win = dict(win=op.kernel, win_stride=(iw, 1))
-        n3 = (ow, th, cc)
-        a_st = (sw, sh * iw, ih * iw)
-        if op.mode == "max":
-            s.compute.append(Vu("vu.pool.max", Ref(out), Ref(inp), None, "i8", "i8", 0, n3, (1, ow, th * ow),
-                                a_st, **win, unit=self.vu, comment=f"{self.name}: window max"))
-            res_bytes = 1
-        elif op.is_float and not self.global_f32:
-            b_ref, b_st = self._counts(s, oh0, th)
-            sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
+        counts = self._counts(s, oh0, th) if self.div is not None else None      # an average's divisors
+        s.compute.append(self._window(self.engine, Ref(out), Ref(inp), counts, cc, th))
+        rb = self.slot_bytes
+        if self.global_f32:
+            n = op.x_shape[2] * op.x_shape[3]
+            sc = {"za": op.x_zp * n, "fscale": f32_bits(global_avg_pool_scale(op.scale_x, op.scale_out, n)),
                   "zp_out": op.zp_out, "lo": -128, "hi": 127}
-            s.compute.append(pool_engine(Vu("vu.pool.favg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3,
-                                            (1, ow, th * ow), a_st, b_st, **win, scalars=sc, unit=self.vu,
-                                            comment=f"{self.name}: float32 window average"), self.cfg))
-            res_bytes = 1
-        elif op.mode == "avg" and not self.global_f32:
-            b_ref, b_st = self._counts(s, oh0, th)
-            s.compute.append(pool_engine(Vu("vu.pool.avg", Ref(out), Ref(inp), b_ref, "i8", "i8", 4, n3,
-                                            (1, ow, th * ow), a_st, b_st, **win, unit=self.vu,
-                                            comment=f"{self.name}: window average"), self.cfg))
-            res_bytes = 1
-        else:
-            s.compute.append(pool_engine(Vu("vu.pool.acc", Ref(out), Ref(inp), None, "i32", "i8", 0, n3,
-                                            (4, 4 * ow, 4 * th * ow), a_st, **win, unit=self.vu,
-                                            comment=f"{self.name}: window sum"), self.cfg))
-            res_bytes = 4
-            if self.global_f32:
-                n = op.x_shape[2] * op.x_shape[3]
-                sc = {"za": op.x_zp * n, "fscale": f32_bits(global_avg_pool_scale(op.scale_x, op.scale_out, n)),
-                      "zp_out": op.zp_out, "lo": -128, "hi": 127}
-                s.compute.append(Vu("vu.requant.f", Ref(out), Ref(out), None, "i8", "i32", 0, n3, (1, ow, th * ow),
-                                    (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
-                                    comment=f"{self.name}: float32 requantise the sums"))
-                res_bytes = 1
-        rb = res_bytes
+            s.compute.append(Vu("vu.requant.f", Ref(out), Ref(out), None, "i8", "i32", 0, (ow, th, cc),
+                                (1, ow, th * ow), (4, 4 * ow, 4 * th * ow), scalars=sc, unit=self.vu,
+                                comment=f"{self.name}: float32 requantise the sums"))
+            rb = 1
         if op.y_layout == "nchw":
             dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * rb)
             store = Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (rb, th * ow * rb), (rb, oh * ow * rb),

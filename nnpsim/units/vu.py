@@ -535,7 +535,8 @@ def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse
         if p[WIN_STRIDE_W] >= 1 and p[WIN_STRIDE_H] >= 1:
-            step_w, step_h = max(_slide_steps(p)[0], 1), max(_slide_steps(p)[1], 1)
+            sw, sh = _slide_steps(p)
+            step_w, step_h = max(sw, 1), max(sh, 1)
         b_per_plane = p[B_STRIDE] == 0 and p[B_STRIDE + 1] == 0
         return vu_slide_cycles(p[N0], p[N0 + 1], p[N0 + 2] * p[N0 + 3], step_w, step_h, p[WIN_H], p[WIN_W],
                                d_bytes, b_bytes, b_per_plane, op == VU_SLIDE_FAVG, bytes_per_cycle, latency)
