@@ -12,6 +12,8 @@ reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -33,10 +35,21 @@ def _log2(what: str, v: int) -> int:
     return v.bit_length() - 1
 
 
-class _Geometry:
-    """The static facts of the op and the two buffer sets (each half of IBUF, ABUF, VBUF after the table)."""
+@dataclass(frozen=True)
+class Region:
+    """Where one op's tables and buffer sets go: all of the machine for one op; in a fused chain every
+    op's sets share the buffers (one op of a tile at a time) and only the tables are apart."""
 
-    def __init__(self, op: DynamicOp, cfg: Config):
+    table: int = 0                  # VBUF offset of the (M, S) table
+    vbuf: int | None = None         # VBUF offset of the two sets (None: after the table)
+    wbuf: int = 0
+    dm: int = 0                     # the bias table's
+
+
+class _Geometry:
+    """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
+
+    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region()):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
@@ -59,8 +72,10 @@ class _Geometry:
         self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
         self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
+        self.region = region
+        self.sets = self.tab if region.vbuf is None else region.vbuf      # VBUF offset of the two sets
         self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
-        self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.tab) // 2) // 128 * 128
+        self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.sets) // 2) // 128 * 128
         self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
         self.wbytes = self.out_cb * self.w_block
         wd = op.x_shape[3]
@@ -226,6 +241,108 @@ def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
     i(f"min     {phi}, {phi}, {tmp}")
 
 
+class Emit:
+    """Assembly lines being written, with the helpers every dynamic lowering uses."""
+
+    def __init__(self, lines: list[str]):
+        self.L = lines
+
+    def e(self, s: str) -> None:
+        """A line as it is (a label or comment)."""
+        self.L.append(s)
+
+    def i(self, s: str) -> None:
+        """An instruction."""
+        self.L.append("        " + s)
+
+    def setp(self, param: str, v) -> None:
+        """A command parameter from a register (str) or an immediate."""
+        self.i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
+
+    def dma_box(self, elem: int, dims, pad_value: int = 0) -> None:
+        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
+        self.setp("dma.elem", elem)
+        self.setp("dma.pad_value", pad_value)
+        for k in range(4):
+            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
+            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
+                self.setp(f"dma.{p}{k}", v)
+
+
+@dataclass(frozen=True)
+class TileIO:
+    """Where a tile's input rows come from and its output rows go: DDR buffers x and y for one op, DM
+    tiles inside a fused chain.  `src(em, reg, start, tmp)` puts the address of input row `start` of
+    channel 0 in reg (channels RHW apart, rows RW apart); `dst(em, reg, tmp)` the address of output row
+    ROH0 of channel 0 (channels ROHW apart, rows ROW apart)."""
+
+    src: Callable
+    dst: Callable
+    src_space: str = "ddr"
+    dst_space: str = "ddr"
+
+
+def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
+    """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow])."""
+    def src(em, reg, start, tmp):
+        em.i(f"mul     {reg}, {RI}, {RHW}")
+        em.i(f"muli    {reg}, {reg}, {c}")
+        em.i(f"mul     {tmp}, {start}, {RW}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+        em.i(f"la      {tmp}, {x}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+
+    def dst(em, reg, tmp):
+        em.i(f"mul     {reg}, {RI}, {ROHW}")
+        em.i(f"muli    {reg}, {reg}, {o}")
+        em.i(f"mul     {tmp}, {ROH0}, {ROW}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+        em.i(f"la      {tmp}, {y}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+    return TileIO(src, dst)
+
+
+def load_constants(em: Emit, g: _Geometry) -> None:
+    """Queue the constants, each ahead of its first user on the same channel (FIFO orders them)."""
+    rg = g.region
+    em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
+    em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
+    em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
+    em.e("        ; the first broadcast")
+    em.dma_box(1, [(g.w_block, 1, 1, 0, 0)])
+    em.i(f"la      {T[0]}, dyn_w")
+    for ob in range(g.out_cb):
+        em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
+        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
+        em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
+    em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
+    em.i(f"la      {T[0]}, dyn_ms")
+    em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
+    em.setp("dma.size0", g.out_cb * g.C)
+    em.i(f"la      {T[0]}, dyn_bias")
+    em.i(f"dma     ch3, dm[{_at(em, rg.dm, T[1])}], ddr[{T[0]}]")
+
+
+def _at(em: Emit, offset: int, reg: str) -> str:
+    """A register holding offset: r0 for 0, else reg loaded with it."""
+    if not offset:
+        return "r0"
+    em.i(f"li      {reg}, {offset}")
+    return reg
+
+
+def fixed_params(em: Emit, g: _Geometry) -> None:
+    """The NU and VU parameters that do not depend on the shape."""
+    big = g.op.largest
+    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
+        em.setp(f"nu.{p}", v)
+    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
+                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
+                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
+        em.setp(f"vu.{p}", v)
+
+
 def program_text(g: _Geometry) -> str:
     """The assembly of the dynamic kernel."""
     op, big, cfg = g.op, g.op.largest, g.cfg
@@ -238,29 +355,12 @@ def program_text(g: _Geometry) -> str:
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
           f"        .space {int(np.prod(x_max))}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}",
-          "        .align 64", "dyn_w:", '        .incbin "dyn_w.bin"', "        .align 64",
-          "dyn_bias:", '        .incbin "dyn_bias.bin"', "        .align 64", "dyn_ms:", '        .incbin "dyn_ms.bin"',
-          "        .align 64", f"dyn_rows:                               ; output rows per tile, by input width from "
-          f"{g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
-          "", "        .text", "main:"]
-    e = L.append
-
-    def i(s):
-        e("        " + s)
-
-    def setp(param, v):
-        i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
-
-    def dma_box(elem, dims, pad_value=0):
-        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
-        setp("dma.elem", elem)
-        setp("dma.pad_value", pad_value)
-        for k in range(4):
-            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
-            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
-                setp(f"dma.{p}{k}", v)
-
+          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}"]
+    L += constant_data(g) + ["        .align 64", f"dyn_rows:                               ; output rows per tile, by "
+                             f"input width from {g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
+                             "", "        .text", "main:"]
+    em = Emit(L)
+    e, i = em.e, em.i
     i("la      r1, args")
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         _size(L, reg, d, idx)
@@ -271,12 +371,7 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
     i(f"srai    {ROW}, {ROW}, {g.lsw}")
     i(f"addi    {ROW}, {ROW}, 1")
-    if g.fold > 1:
-        i(f"addi    {RWP}, {ROW}, -1")
-        i(f"slli    {RWP}, {RWP}, {g.lsw}")
-        i(f"addi    {RWP}, {RWP}, 1")
-    else:
-        i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+    padded_width(em, g)
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
     e("        ; rows per tile for this width (the compiler's table)")
@@ -284,30 +379,8 @@ def program_text(g: _Geometry) -> str:
     i(f"la      {T[1]}, dyn_rows - {4 * g.widths[0]}")
     i(f"add     {T[0]}, {T[0]}, {T[1]}")
     i(f"ld      {RMAX}, {T[0]}, 0")
-    e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
-    e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
-    e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
-    e("        ; the first broadcast")
-    w_block = g.w_block
-    dma_box(1, [(w_block, 1, 1, 0, 0)])
-    i(f"la      {T[0]}, dyn_w")
-    for ob in range(g.out_cb):
-        i(f"li      {T[1]}, {ob * w_block}")
-        i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
-        i(f"addi    {T[0]}, {T[0]}, {w_block}")
-    dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
-    i(f"la      {T[0]}, dyn_ms")
-    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}]")
-    setp("dma.size0", g.out_cb * g.C)
-    i(f"la      {T[0]}, dyn_bias")
-    i(f"dma     ch3, dm[r0], ddr[{T[0]}]")
-    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
-        setp(f"nu.{p}", v)
-    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
-                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
-                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
-        setp(f"vu.{p}", v)
+    load_constants(em, g)
+    fixed_params(em, g)
     i(f"li      {RI}, 0")
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
@@ -324,27 +397,50 @@ def program_text(g: _Geometry) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
+    tile_body(em, g, ddr_io(g.c, g.o))
+    i("li      r1, 0")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    return "\n".join(L) + "\n"
+
+
+def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
+    """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
+    out = []
+    for name in ("dyn_w", "dyn_bias", "dyn_ms"):
+        out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
+    return out
+
+
+def padded_width(em: Emit, g: _Geometry) -> None:
+    """RWP: the columns of a tile's input rows in IBUF (from ROW when folded, else RW plus the padding)."""
+    if g.fold > 1:
+        em.i(f"addi    {RWP}, {ROW}, -1")
+        em.i(f"slli    {RWP}, {RWP}, {g.lsw}")
+        em.i(f"addi    {RWP}, {RWP}, 1")
+    else:
+        em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+
+
+def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "") -> None:
+    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region."""
+    e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
+    big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
     i(f"muli    {RAB}, {RB}, {g.ab}")
     i(f"muli    {RVB}, {RB}, {g.ab}")
-    i(f"addi    {RVB}, {RVB}, {g.tab}")
+    i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
     e("        ; bias broadcast dm -> abuf")
     i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
     # only the real channels when there is one block: the others' accumulators are never read
     dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
                 (g.out_cb, 4 * g.C, T[1], 0, 0)])
-    i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
+    i(f"dma     ch3, abuf0[{RAB}], dm[{_at(em, rg.dm, T[0])}], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
     src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
-    i(f"mul     {src}, {RI}, {RHW}")
-    i(f"muli    {src}, {src}, {g.c}")
-    i(f"mul     {T[11]}, {start}, {RW}")
-    i(f"add     {src}, {src}, {T[11]}")
-    i(f"la      {T[11]}, x")
-    i(f"add     {src}, {src}, {T[11]}")
+    io.src(em, src, start, T[11])
     i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
     i(f"mul     {step_dst}, {rows}, {rowb}")
     i(f"muli    {step_src}, {RHW}, {g.R}")
@@ -365,7 +461,7 @@ def program_text(g: _Geometry) -> str:
         dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
                 big.x_zp)
         sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], ddr[{step_src}]{sig}")
+        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{step_src}]{sig}")
     for cb in range(g.in_cb if g.fold == 1 else 0):
         cr = min(g.R, g.c - cb * g.R)
         if cb:
@@ -373,7 +469,7 @@ def program_text(g: _Geometry) -> str:
             i(f"add     {dst}, {dst}, {step_dst}")
         dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
         sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], ddr[{src}]{sig}")
+        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
     e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
     e("        ; overlaps block k+1's convolution")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
@@ -386,22 +482,16 @@ def program_text(g: _Geometry) -> str:
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        i(f"beq     r1, r0, weights{ob}")
+        i(f"beq     r1, r0, {prefix}weights{ob}")
         i(f"sem.wait {S_W}")
-        e(f"weights{ob}:")
-        i(f"li      {wreg}, {ob * w_block}")
+        e(f"{prefix}weights{ob}:")
+        i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
         i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
-    i("li      r1, 0")
     e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
     i(f"muli    {T[0]}, {RPIX}, {g.C}")
     setp("vu.n1", RPIX)
     ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
-    i(f"mul     {ydst}, {RI}, {ROHW}")
-    i(f"muli    {ydst}, {ydst}, {g.o}")
-    i(f"mul     {T[5]}, {ROH0}, {ROW}")
-    i(f"add     {ydst}, {ydst}, {T[5]}")
-    i(f"la      {T[5]}, y")
-    i(f"add     {ydst}, {ydst}, {T[5]}")
+    io.dst(em, ydst, T[5])
     i(f"muli    {step_y}, {ROHW}, {g.C}")
     i(f"add     {ysrc}, {RVB}, r0")
     i(f"add     {asrc}, {RAB}, r0")
@@ -414,13 +504,11 @@ def program_text(g: _Geometry) -> str:
         dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
         setp("vu.n0", cv)
         i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        i(f"li      {table}, {ob * g.C * g.entry}")
+        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
         i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
-        i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
-    return "\n".join(L) + "\n"
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
 
 
 def next_tile() -> list[str]:

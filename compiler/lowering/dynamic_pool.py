@@ -16,8 +16,8 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
-                      drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis, _log2,
+                      axis_name, ddr_io, drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
@@ -42,6 +42,27 @@ def tile_rows(op: DynamicOp, cfg: Config) -> int:
     return best
 
 
+def set_bytes(op: DynamicOp, th: int) -> int:
+    """Bytes of one buffer set (input rows with halo, output rows) at th output rows and the largest width."""
+    big: Pool2d = op.largest
+    _, c, _, w_max = big.x_shape
+    (kh, _), (sh, _), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    return -(-(c * ((th - 1) * sh + kh) * (w_max + pl + pr) + c * th * big.out_hw[1]) // 64) * 64
+
+
+def fixed_params(em: Emit, op: DynamicOp) -> None:
+    """The DMA and VU parameters that do not depend on the shape."""
+    big: Pool2d = op.largest
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
+                 ("pad_lo0", pl), ("pad_hi0", pr),
+                 ("src_stride0", 1), ("dst_stride0", 1)):
+        em.i(f"setpi   dma.{p}, {v}")
+    for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
+                 ("d_stride0", 1)):
+        em.i(f"setpi   vu.{p}, {v}")
+
+
 def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     """The assembly of the dynamic max pool."""
     big: Pool2d = op.largest
@@ -49,9 +70,6 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
     lsh, lsw = _log2("stride height", sh), _log2("stride width", sw)
     _, _, h_max, w_max = big.x_shape
-    oh_max, ow_max = big.out_hw
-    in_set = c * ((th - 1) * sh + kh) * (w_max + pl + pr)
-    set_bytes = -(-(in_set + c * th * ow_max) // 64) * 64
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", f"; {th} output rows per tile; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
@@ -62,11 +80,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
           f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)",
           f"        .space {big.output.size}", "", "        .text", "main:", "        la      r1, args"]
-    e = L.append
-
-    def i(s):
-        e("        " + s)
-
+    em = Emit(L)
+    e, i = em.e, em.i
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
     for reg, src, add, shift in ((ROH, RH, pt + pb - kh, lsh), (ROW, RW, pl + pr - kw, lsw)):
@@ -76,13 +91,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
-    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
-                 ("pad_lo0", pl), ("pad_hi0", pr),
-                 ("src_stride0", 1), ("dst_stride0", 1)):
-        i(f"setpi   dma.{p}, {v}")
-    for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
-                 ("d_stride0", 1)):
-        i(f"setpi   vu.{p}, {v}")
+    fixed_params(em, op)
     e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores overlap"
       f" even at small sizes), at most {th} (two sets fit VBUF)")
     i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
@@ -102,27 +111,38 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
+    tile_body(em, op, ddr_io(c, c), set_bytes(op, th))
+    i(f"setpi   dma.pad_lo0, {pl}")
+    i(f"setpi   dma.pad_hi0, {pr}")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    return "\n".join(L) + "\n"
+
+
+def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0) -> None:
+    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB (set_size bytes each from
+    VBUF offset vbuf)."""
+    e, i = em.e, em.i
+    big: Pool2d = op.largest
+    c = big.x_shape[1]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     halo_rows(i, (rows, vstart, plo, start, phi, T[11]), sh, kh, pt)
     inb, outb, plane, src = T[6], T[7], T[8], T[9]
-    i(f"muli    {inb}, {RB}, {set_bytes}")
+    i(f"muli    {inb}, {RB}, {set_size}")
+    if vbuf:
+        i(f"addi    {inb}, {inb}, {vbuf}")
     i(f"mul     {plane}, {rows}, {RWP}")              # one channel's input rows in VBUF
     i(f"muli    {outb}, {plane}, {c}")
     i(f"add     {outb}, {outb}, {inb}")
     e("        ; every channel's rows with halo -> vbuf [c][rows][w padded]")
-    i(f"mul     {src}, {RI}, {RHW}")
-    i(f"muli    {src}, {src}, {c}")
-    i(f"mul     {T[10]}, {start}, {RW}")
-    i(f"add     {src}, {src}, {T[10]}")
-    i(f"la      {T[10]}, x")
-    i(f"add     {src}, {src}, {T[10]}")
+    io.src(em, src, start, T[10])
     for p, v in (("size0", RWP), ("size1", rows), ("src_stride1", RW), ("dst_stride1", RWP), ("pad_lo1", plo),
                  ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
         i(f"setp    dma.{p}, {v}, 0")
     i(f"setpi   dma.size2, {c}")
     i(f"setpi   dma.pad_lo2, 0")
     i(f"setpi   dma.pad_hi2, 0")
-    i(f"dma     ch0, vbuf0[{inb}], ddr[{src}], signal={S_LOAD}")
+    i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
     e("        ; pool -> [c][rows][w out]")
     i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
     i(f"muli    {T[0]}, {RWP}, {sh}")
@@ -132,12 +152,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"setpi   vu.n2, {c}")
     i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
-    i(f"mul     {src}, {RI}, {ROHW}")
-    i(f"muli    {src}, {src}, {c}")
-    i(f"mul     {T[0]}, {ROH0}, {ROW}")
-    i(f"add     {src}, {src}, {T[0]}")
-    i(f"la      {T[0]}, y")
-    i(f"add     {src}, {src}, {T[0]}")
+    io.dst(em, src, T[0])
     for p, v in (("size0", T[10]), ("size1", None), ("src_stride1", T[10]), ("dst_stride1", ROHW)):
         if v is None:
             i(f"setpi   dma.size1, {c}")
@@ -146,11 +161,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     for p in ("pad_lo0", "pad_hi0", "pad_lo1", "pad_hi1"):
         i(f"setpi   dma.{p}, 0")
     i("setpi   dma.size2, 1")
-    i(f"dma     ch2, ddr[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
-    i(f"setpi   dma.pad_lo0, {pl}")
-    i(f"setpi   dma.pad_hi0, {pr}")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
-    return "\n".join(L) + "\n"
+    i(f"dma     ch2, {io.dst_space}[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
 
 
 def lower_pool(op: DynamicOp, cfg: Config):

@@ -1,0 +1,321 @@
+"""A fused chain of dynamic ops: one tile loop over the last op's output rows, intermediates in DM.
+
+Every op keeps the Dims (a conv or max pool of stride 1 and same padding), so
+op k's output has the input's height and width.  A tile of the last op's
+rows [r, r + th) needs rows [r - P_k, r + th + Q_k) of op k's output, where
+P_k and Q_k are the top and bottom padding of the ops after k (clamped to
+the image): each op computes those rows from the rows the op before left in
+DM, so a tile recomputes the halo rows its neighbours also compute, and no
+intermediate goes through DDR.  Sizes come from the argument block; th comes
+from a table by width (the largest that fits every op's share of the
+buffers, priced over sample heights); the last tile is the remainder.
+
+Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py)
+with its own share of IBUF, ABUF, VBUF and WBUF, its own semaphores and its
+input from DM; its first load waits for the store of the op before (on the
+device, not the CU).  Two buffer sets throughout: before tile t + 2 reuses a
+set the CU takes the last op's store token of tile t, which every command of
+tile t feeds.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nnpsim.config import Config, shape_target
+
+from ..dims import Dim, DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d, Pool2d
+from . import dynamic as conv_lowering
+from . import dynamic_pool as pool_lowering
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, TILE_OVERHEAD, Emit, Region,
+                      TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
+
+RF0 = ROH           # the tile's first output row of the last op (ROH: every op keeps the height)
+T = [f"r{k}" for k in range(19, 31)]
+SEMS = {"conv": 7, "pool": 3}
+
+
+def fusable(ops: list[DynamicOp]) -> bool:
+    """True if every op keeps the Dims and has a tile body: a conv (groups 1) or max pool of stride 1 and
+    same padding."""
+    if len(ops) < 2:
+        return False
+    for o in ops:
+        big = o.largest
+        if isinstance(big, Conv2d):
+            if big.groups != 1:
+                return False
+            ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
+        elif isinstance(big, Pool2d) and big.mode == "max":
+            ekh, ekw = big.kernel
+        else:
+            return False
+        pt, pl, pb, pr = big.padding
+        if big.stride != (1, 1) or pt + pb != ekh - 1 or pl + pr != ekw - 1:
+            return False
+    return True
+
+
+class _Plan:
+    """The ops' regions, halos, semaphores, DM tiles and the rows-per-tile table."""
+
+    def __init__(self, ops: list[DynamicOp], cfg: Config):
+        self.ops, self.cfg, self.K = ops, cfg, len(ops)
+        convs = [k for k, o in enumerate(ops) if isinstance(o.largest, Conv2d)]
+        big = ops[0].largest
+        self.n_max, _, self.h_max, self.w_max = big.x_shape
+        pads = [o.largest.padding for o in ops]
+        self.P = {k: sum(p[0] for p in pads[k + 1:]) for k in range(-1, self.K)}     # -1: the input tile
+        self.Q = {k: sum(p[2] for p in pads[k + 1:]) for k in range(-1, self.K)}
+        self.out_c = {k: o.largest.output.shape[1] for k, o in enumerate(ops)}
+        self.out_c[-1] = big.x_shape[1]
+        self.geo: dict[int, object] = {}
+        wbuf = dm = table = 0
+        for k in convs:
+            g0 = conv_lowering._Geometry(ops[k], cfg)
+            wbuf += -(-g0.wbytes // 64) * 64
+            table += g0.tab
+        self.sets = table                   # VBUF: every conv's table, then the two sets every op shares
+        wbuf = table = 0
+        for k in convs:
+            g0 = conv_lowering._Geometry(ops[k], cfg)
+            self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(table, self.sets, wbuf, dm))
+            wbuf += -(-g0.wbytes // 64) * 64
+            dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
+            table += g0.tab
+        if wbuf > cfg.wbuf_bytes:
+            raise CompileError(f"fused dynamic chain: the convs' weights need {wbuf} bytes of WBUF together, it "
+                               f"has {cfg.wbuf_bytes}")
+        if self.sets > cfg.vbuf_bytes // 2:
+            raise CompileError(f"fused dynamic chain: the convs' (M, S) tables need {self.sets} bytes of VBUF, "
+                               f"more than half its {cfg.vbuf_bytes}")
+        self.dm_tiles = dm
+        # one stride for every op's VBUF sets, so that set 1 of one op never overlaps set 0 of another
+        self.vset = (self.geo[convs[0]].ab if convs else (cfg.vbuf_bytes - self.sets) // 2 // 128 * 128)
+        self.widths = list(self.geo[convs[0]].widths) if convs else self._widths()
+        self.rows = {w: self._choose(w) for w in self.widths}
+        th_max = max(self.rows.values())
+        self.tile_set, self.tile_at = {}, {}
+        for k in range(-1, self.K - 1):  # the input's and op k's output rows, two sets, in DM after the bias tables
+            self.tile_set[k] = -(-self.out_c[k] * self.rows_of(k, th_max) * self.w_max // 64) * 64
+            self.tile_at[k] = dm
+            dm += 2 * self.tile_set[k]
+        if dm > cfg.dm_bytes:
+            raise CompileError(f"fused dynamic chain: the intermediate tiles need {dm:,} bytes of DM, it has "
+                               f"{cfg.dm_bytes:,}; narrow the width range")
+        self.sem_base, base = [], 1       # s0: the input tile's load
+        for k in range(self.K):
+            self.sem_base.append(base)
+            base += SEMS["conv" if k in self.geo else "pool"]
+        if base > cfg.semaphores:
+            raise CompileError(f"fused dynamic chain of {self.K} ops needs {base} semaphores, the machine has "
+                               f"{cfg.semaphores}")
+
+    def _widths(self) -> list[int]:
+        w = self.ops[0].x_shape[3]
+        return list(range(w.lo, w.hi + 1)) if isinstance(w, Dim) else [w]
+
+    def rows_of(self, k: int, th: int) -> int:
+        """Op k's output rows for a tile of th rows of the last op (at most)."""
+        return min(self.h_max, th + self.P[k] + self.Q[k])
+
+    def _fits(self, th: int, w: int) -> bool:
+        for k, o in enumerate(self.ops):
+            rows = self.rows_of(k, th)
+            if k in self.geo:
+                if self.geo[k].fit(w) < rows:
+                    return False
+            elif pool_lowering.set_bytes(o, rows) > self.vset:
+                return False
+        return 2 * sum(-(-self.out_c[k] * self.rows_of(k, th) * self.w_max // 64) * 64
+                       for k in range(-1, self.K - 1)) + self.dm_tiles <= self.cfg.dm_bytes
+
+    def _price(self, th: int, w: int) -> int:
+        """Predicted cycles over sample heights: each tile's work in every op (halo rows included)."""
+        from nnpsim.timing import nu_conv_cycles
+
+        total = 0
+        for n, h in conv_lowering.sample_heights(self.ops[0]):
+            for r in range(0, h, th):
+                rows = min(th, h - r)
+                for k, o in enumerate(self.ops):
+                    rk = min(h, r + rows + self.Q[k]) - max(0, r - self.P[k])
+                    if k in self.geo:
+                        g = self.geo[k]
+                        work = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rk, w, g.R, self.cfg.nu_latency)
+                    else:
+                        kh, kw = o.largest.kernel
+                        work = self.out_c[k] * rk * w * kh * kw // self.cfg.vu_bytes_per_cycle
+                    total += n * (work + TILE_OVERHEAD)
+        return total
+
+    def _choose(self, w: int) -> int:
+        options = [th for th in range(1, self.h_max + 1) if self._fits(th, w)]
+        if not options:
+            raise CompileError(f"fused dynamic chain: one row of the last op at width {w} does not fit every "
+                               f"op's share of the buffers (and DM)")
+        return min(options, key=lambda th: (self._price(th, w), -th))
+
+
+def _sems(text: str, base: int) -> str:
+    return re.sub(r"\bs(\d+)\b", lambda m: f"s{int(m.group(1)) + base}", text)
+
+
+def _consts(text: str, k: int) -> str:
+    return re.sub(r"\b(dyn_(?:w|bias|ms))\b", rf"F{k}_\1", text)
+
+
+def _tile_rows(em: Emit, p: _Plan, k: int, first: str, count: str) -> None:
+    """first, count := op k's output rows (k = -1: the input's) for this tile: [max(0, RF0 - P), min(H, RF0 + th
+    + Q))."""
+    i = em.i
+    i(f"sub     {count}, {RH}, {RF0}")
+    i(f"min     {count}, {count}, {RMAX}")
+    i(f"add     {count}, {count}, {RF0}")
+    i(f"addi    {count}, {count}, {p.Q[k]}")
+    i(f"min     {count}, {count}, {RH}")
+    i(f"addi    {first}, {RF0}, {-p.P[k]}")
+    i(f"max     {first}, {first}, r0")
+    i(f"sub     {count}, {count}, {first}")
+
+
+def _io(p: _Plan, k: int) -> TileIO:
+    """Op k's input: the DM tile of op k-1 (or of the input); output: its DM tile, DDR y for the last op."""
+    def src(em, reg, start, tmp, j=k - 1):
+        em.i(f"addi    {reg}, {RF0}, {-p.P[j]}")          # op j's first row in its tile
+        em.i(f"max     {reg}, {reg}, r0")
+        em.i(f"sub     {reg}, {start}, {reg}")
+        em.i(f"mul     {reg}, {reg}, {RW}")
+        em.i(f"muli    {tmp}, {RB}, {p.tile_set[j]}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+        em.i(f"addi    {reg}, {reg}, {p.tile_at[j]}")
+
+    def dst(em, reg, tmp):
+        em.i(f"muli    {reg}, {RB}, {p.tile_set[k]}")
+        em.i(f"addi    {reg}, {reg}, {p.tile_at[k]}")
+    if k == p.K - 1:
+        return TileIO(src, ddr_io(p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
+    return TileIO(src, dst, "dm", "dm")
+
+
+def program_text(p: _Plan) -> str:
+    """The assembly of the fused chain."""
+    ops, cfg = p.ops, p.cfg
+    first, lastop = ops[0], ops[-1]
+    n, c, h, w = first.x_shape
+    idx = {d.name: k for k, d in enumerate(first.dims)}
+    kinds = " -> ".join(o.kind for o in ops)
+    L = [f"; dynamic fused chain: {kinds}", "; one tile loop over the last op's output rows (rows per tile read "
+         "from a table by width); intermediates in DM; two buffer sets", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
+    L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[-1]), axis_name(h), axis_name(w)])]
+    x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
+    L += ["", "        .data", f"        .buffer args, int32, ({len(first.dims)},)",
+          f"        .space {4 * len(first.dims)}", "        .align 64",
+          f"        .buffer x, int8, ({', '.join(map(str, x_max))},)", f"        .space {int(np.prod(x_max))}",
+          "        .align 64", f"        .buffer y, int8, ({', '.join(map(str, y_max))},)",
+          f"        .space {int(np.prod(y_max))}"]
+    for k in p.geo:
+        L += conv_lowering.constant_data(p.geo[k], f"F{k}_")
+    L += ["        .align 64", f"fused_rows:                             ; last op's rows per tile, by width from "
+          f"{p.widths[0]}", *(f"        .word {p.rows[w]}" for w in p.widths), "", "        .text", "main:"]
+    em = Emit(L)
+    e, i = em.e, em.i
+    i("la      r1, args")
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        conv_lowering._size(L, reg, d, idx)
+    i(f"add     {ROW}, {RW}, r0")                     # every op keeps the width
+    e("        ; the last op's rows per tile for this width (the compiler's table)")
+    i(f"slli    {T[0]}, {RW}, 2")
+    i(f"la      {T[1]}, fused_rows - {4 * p.widths[0]}")
+    i(f"add     {T[0]}, {T[0]}, {T[1]}")
+    i(f"ld      {RMAX}, {T[0]}, 0")
+    for k, g in p.geo.items():
+        e(f"        ; op {k} ({ops[k].kind}): constants")
+        sub = Emit([])
+        conv_lowering.load_constants(sub, g)
+        L += [_consts(_sems(line, p.sem_base[k]), k) for line in sub.L]
+    i(f"li      {RI}, 0")
+    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
+    i(f"li      {RB}, 0")
+    i(f"li      {RPEND}, 0")
+    last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
+    e("batch:")
+    i(f"li      {RF0}, 0")
+    e("tile:")
+    e("        ; buffers of tile k-2 are reused: wait for its last store (every command of tile k-2 feeds it)")
+    i(f"li      {T[0]}, 2")
+    i(f"blt     {RPEND}, {T[0]}, free")
+    i(f"sem.wait {last_store}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    e("free:")
+    e("        ; the input tile's rows DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them from DM)")
+    _tile_rows(em, p, -1, T[0], T[1])
+    i(f"mul     {T[2]}, {T[1]}, {RW}")
+    i(f"mul     {T[3]}, {RH}, {RW}")
+    em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, T[3], T[2], 0, 0)])
+    i(f"mul     {T[4]}, {RI}, {T[3]}")
+    i(f"muli    {T[4]}, {T[4]}, {c}")
+    i(f"mul     {T[5]}, {T[0]}, {RW}")
+    i(f"add     {T[4]}, {T[4]}, {T[5]}")
+    i(f"la      {T[5]}, x")
+    i(f"add     {T[4]}, {T[4]}, {T[5]}")
+    i(f"muli    {T[5]}, {RB}, {p.tile_set[-1]}")
+    i(f"addi    {T[5]}, {T[5]}, {p.tile_at[-1]}")
+    i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}], signal=s0")
+    prev_store = "s0"
+    for k, o in enumerate(ops):
+        sub = Emit([])
+        sub.e(f"        ; ---- op {k}: {o.kind}, rows [max(0, r - {p.P[k]}), min(h, r + th + {p.Q[k]}))")
+        _tile_rows(sub, p, k, ROH0, RTH)
+        _tile_rows(sub, p, k - 1, T[0], T[1])      # op k-1's (or the input's) tile in DM: its rows are a plane
+        sub.i(f"mul     {RHW}, {T[1]}, {RW}")
+        if k == p.K - 1:
+            sub.i(f"mul     {ROHW}, {RH}, {RW}")
+        else:
+            sub.i(f"mul     {ROHW}, {RTH}, {ROW}")
+        io = _io(p, k)
+        if k in p.geo:
+            g = p.geo[k]
+            conv_lowering.padded_width(sub, g)
+            conv_lowering.fixed_params(sub, g)
+            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_")
+            store = conv_lowering.S_STORE
+        else:
+            big = o.largest
+            sub.i(f"addi    {conv_lowering.RWP}, {RW}, {big.padding[1] + big.padding[3]}")
+            pool_lowering.fixed_params(sub, o)
+            pool_lowering.tile_body(sub, o, io, p.vset, p.sets)
+            store = pool_lowering.S_STORE
+        if prev_store:       # op k-1's tile is in DM (and its buffers are free for op k): one op at a time
+            L.append(f"        sem.wait {prev_store}")
+        L += _sems("\n".join(sub.L), p.sem_base[k]).split("\n")
+        prev_store = _sems(store, p.sem_base[k])
+    i("li      r1, 0")
+    e("        ; next tile: count its store, flip the set, step the last op's rows")
+    i(f"addi    {RPEND}, {RPEND}, 1")
+    i(f"xori    {RB}, {RB}, 1")
+    i(f"sub     {T[0]}, {RH}, {RF0}")
+    i(f"min     {T[0]}, {T[0]}, {RMAX}")
+    i(f"add     {RF0}, {RF0}, {T[0]}")
+    i(f"blt     {RF0}, {RH}, tile")
+    i(f"addi    {RI}, {RI}, 1")
+    i(f"blt     {RI}, {RN}, batch")
+    L += drain_and_halt(RPEND, last_store)
+    return "\n".join(L) + "\n"
+
+
+def lower_fused(ops: list[DynamicOp], cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A fused dynamic chain's (assembly, .incbin files, last op's rows per tile by width)."""
+    for k in range(1, len(ops)):
+        if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
+            raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
+                               f"{ops[k - 1].largest.output.shape[1]}")
+    p = _Plan(ops, cfg)
+    files = {}
+    for k, g in p.geo.items():
+        files.update({f"F{k}_{name}": blob for name, blob in conv_lowering.constants(g).items()})
+    return fold_channels(program_text(p), cfg.dma_channels), files, p.rows
