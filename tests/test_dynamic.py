@@ -279,20 +279,67 @@ def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
-       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
-def test_fused_chain_bit_exact_across_the_range(seed, c, o, k, draws):
-    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program."""
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), o2=st.integers(1, 40),
+       k=st.sampled_from([1, 3, 5]), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chain_bit_exact_across_the_range(seed, c, o, o2, k, draws):
+    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program, fused on chip."""
     rng = np.random.default_rng(seed)
     n, h, w = Dim("n", 1, 2), Dim("h", 4, 30), Dim("w", 4, 30)
     first = conv(rng, c, o, k, 1, k // 2, 1, n=(1, 2), h=(4, 30), w=(4, 30))
     chain = [first, ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))), ops.max_pool2d((n, o, h, w), 3, 1, 1),
-             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (c, o, 3, 3)), None, padding=1,
-                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c))]
+             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (o2, o, 3, 3)), None, padding=1,
+                        multiplier=rng.integers(2**29, 2**31, o2), shift=rng.integers(20, 26, o2))]
     kern = compiler.build(*chain)
+    assert "dynamic fused chain" in kern.asm and "L1_" not in kern.asm       # on chip: no DDR intermediates
+    assert ".buffer t0" not in kern.asm
     for fh, fw in draws:
         x = rand8(rng, (1 + int(fh > 0.5), c, 4 + round(26 * fh), 4 + round(26 * fw)))
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def _fused_chain(rng, c=8, o=40):
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 40), Dim("w", 4, 24)
+    return [conv(rng, c, o, 3, 1, 1, 1, n=(1, 2), h=(4, 40), w=(4, 24)), ops.max_pool2d((n, o, h, w), 3, 1, 1),
+            ops.conv2d((n, o, h, w), rng.integers(-20, 21, (12, o, 5, 5)), rng.integers(-99, 99, 12), padding=2,
+                       multiplier=rng.integers(2**29, 2**31, 12), shift=rng.integers(20, 26, 12), lo=0)]
+
+
+def test_fused_chain_keeps_intermediates_in_dm_and_pulls_the_halo_rows():
+    """Tiles of the last op's rows, remainder tile, two images: the DDR traffic is the input (its halo
+    rows read again by the next tile) and the output only, and the result equals the chain through DDR."""
+    rng = np.random.default_rng(21)
+    chain = _fused_chain(rng)
+    kern, ddr = compiler.build(*chain), compiler.build(*chain, fuse=False)
+    x = rand8(rng, (2, 8, 37, 19))
+    y = kern(x, check_races=True)
+    np.testing.assert_array_equal(y, kern.op.reference(x))
+    np.testing.assert_array_equal(ddr(x), y)
+    assert kern.rows_per_tile[19] < 37                       # several tiles, the last a remainder
+    traffic = kern.stats.memory["ddr"]
+    assert traffic.written_bytes == y.nbytes
+    consts = sum(len(blob) for blob in kern.files.values())     # weights, bias and (M, S) tables
+    th, halo, h = kern.rows_per_tile[19], 1 + 1 + 2, 37        # the paddings of the ops after the input
+    rows = sum(min(h, r + th + halo) - max(0, r - halo) for r in range(0, h, th))
+    assert traffic.read_bytes - consts == 2 * 8 * rows * 19                   # two images, 8 channels
+    assert ddr.stats.memory["ddr"].written_bytes > 2 * y.nbytes
+
+
+def test_removing_any_wait_of_a_fused_dynamic_chain_is_caught():
+    rng = np.random.default_rng(22)
+    chain = _fused_chain(rng)
+    kern = compiler.build(*chain)
+    x = rand8(rng, (2, 8, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 12
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
 
 
 def test_a_chain_that_changes_a_dim_is_refused():

@@ -302,8 +302,9 @@ def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
     return TileIO(src, dst)
 
 
-def load_constants(em: Emit, g: _Geometry) -> None:
-    """Queue the constants, each ahead of its first user on the same channel (FIFO orders them)."""
+def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
+    """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
+    weights signal S_W block by block unless signal=False (something else orders them)."""
     rg = g.region
     em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
     em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
@@ -313,7 +314,7 @@ def load_constants(em: Emit, g: _Geometry) -> None:
     em.i(f"la      {T[0]}, dyn_w")
     for ob in range(g.out_cb):
         em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
-        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
+        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
         em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
@@ -421,8 +422,9 @@ def padded_width(em: Emit, g: _Geometry) -> None:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
 
 
-def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "") -> None:
-    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region."""
+def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True) -> None:
+    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region (the first
+    tile's CU waits for each weight block unless weights_wait=False)."""
     e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
     big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
@@ -482,9 +484,10 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "") -> None:
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        i(f"beq     r1, r0, {prefix}weights{ob}")
-        i(f"sem.wait {S_W}")
-        e(f"{prefix}weights{ob}:")
+        if weights_wait:
+            i(f"beq     r1, r0, {prefix}weights{ob}")
+            i(f"sem.wait {S_W}")
+            e(f"{prefix}weights{ob}:")
         i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
         i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
     e("        ; per output block: drain abuf -> vbuf, requantise in place, store")

@@ -106,7 +106,7 @@ class _Plan:
         if dm > cfg.dm_bytes:
             raise CompileError(f"fused dynamic chain: the intermediate tiles need {dm:,} bytes of DM, it has "
                                f"{cfg.dm_bytes:,}; narrow the width range")
-        self.sem_base, base = [], 1       # s0: the input tile's load
+        self.sem_base, base = [], 0
         for k in range(self.K):
             self.sem_base.append(base)
             base += SEMS["conv" if k in self.geo else "pool"]
@@ -211,7 +211,7 @@ def program_text(p: _Plan) -> str:
     L = [f"; dynamic fused chain: {kinds}", "; one tile loop over the last op's output rows (rows per tile read "
          "from a table by width); intermediates in DM; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[-1]), axis_name(h), axis_name(w)])]
+    L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)])]
     x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
     L += ["", "        .data", f"        .buffer args, int32, ({len(first.dims)},)",
           f"        .space {4 * len(first.dims)}", "        .align 64",
@@ -233,10 +233,11 @@ def program_text(p: _Plan) -> str:
     i(f"la      {T[1]}, fused_rows - {4 * p.widths[0]}")
     i(f"add     {T[0]}, {T[0]}, {T[1]}")
     i(f"ld      {RMAX}, {T[0]}, 0")
+    first_conv = min(p.geo, default=None)
     for k, g in p.geo.items():
         e(f"        ; op {k} ({ops[k].kind}): constants")
         sub = Emit([])
-        conv_lowering.load_constants(sub, g)
+        conv_lowering.load_constants(sub, g, signal=k == first_conv)
         L += [_consts(_sems(line, p.sem_base[k]), k) for line in sub.L]
     i(f"li      {RI}, 0")
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
@@ -246,12 +247,8 @@ def program_text(p: _Plan) -> str:
     e("batch:")
     i(f"li      {RF0}, 0")
     e("tile:")
-    e("        ; buffers of tile k-2 are reused: wait for its last store (every command of tile k-2 feeds it)")
-    i(f"li      {T[0]}, 2")
-    i(f"blt     {RPEND}, {T[0]}, free")
-    i(f"sem.wait {last_store}")
-    i(f"addi    {RPEND}, {RPEND}, -1")
-    e("free:")
+    e("        ; no wait for tile k-2 before reusing its buffer sets: the CU waited, in tile k-1, for the store")
+    e("        ; of the last op but one, queued behind tile k-2's last stores on the same channel")
     e("        ; the input tile's rows DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them from DM)")
     _tile_rows(em, p, -1, T[0], T[1])
     i(f"mul     {T[2]}, {T[1]}, {RW}")
@@ -265,8 +262,8 @@ def program_text(p: _Plan) -> str:
     i(f"add     {T[4]}, {T[4]}, {T[5]}")
     i(f"muli    {T[5]}, {RB}, {p.tile_set[-1]}")
     i(f"addi    {T[5]}, {T[5]}, {p.tile_at[-1]}")
-    i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}], signal=s0")
-    prev_store = "s0"
+    i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}]")       # op 0's loads from DM queue behind it on ch0
+    prev_store = None
     for k, o in enumerate(ops):
         sub = Emit([])
         sub.e(f"        ; ---- op {k}: {o.kind}, rows [max(0, r - {p.P[k]}), min(h, r + th + {p.Q[k]}))")
@@ -282,7 +279,8 @@ def program_text(p: _Plan) -> str:
             g = p.geo[k]
             conv_lowering.padded_width(sub, g)
             conv_lowering.fixed_params(sub, g)
-            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_")
+            # only the first conv waits for its weights: the others' are queued on ch1 ahead of its drains
+            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv)
             store = conv_lowering.S_STORE
         else:
             big = o.largest
