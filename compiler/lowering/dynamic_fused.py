@@ -87,40 +87,36 @@ class _Plan:
             dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
             table += g0.tab
         if wbuf > cfg.wbuf_bytes:
-            raise CompileError(f"fused dynamic chain: the convs' weights need {wbuf} bytes of WBUF together, it "
-                               f"has {cfg.wbuf_bytes}")
+            raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
         if self.sets > cfg.vbuf_bytes // 2:
-            raise CompileError(f"fused dynamic chain: the convs' (M, S) tables need {self.sets} bytes of VBUF, "
-                               f"more than half its {cfg.vbuf_bytes}")
-        self.dm_tiles = dm
+            raise CompileError(f"the convs' (M, S) tables need {self.sets} bytes of VBUF, more than half its "
+                               f"{cfg.vbuf_bytes}")
+        # every op's output (and the input) as whole planes of one image in DM, after the bias tables
+        self.plane_at = {}
+        for k in range(-1, self.K - 1):
+            self.plane_at[k] = dm
+            dm += -(-self.out_c[k] * self.h_max * self.w_max // 64) * 64
+        if dm > cfg.dm_bytes:
+            raise CompileError(f"the intermediates of one image need {dm:,} bytes of DM at the largest shape, "
+                               f"it has {cfg.dm_bytes:,}")
         # one stride for every op's VBUF sets, so that set 1 of one op never overlaps set 0 of another
         self.vset = (self.geo[convs[0]].ab if convs else (cfg.vbuf_bytes - self.sets) // 2 // 128 * 128)
         self.widths = list(self.geo[convs[0]].widths) if convs else self._widths()
         self.rows = {w: self._choose(w) for w in self.widths}
-        th_max = max(self.rows.values())
-        self.tile_set, self.tile_at = {}, {}
-        for k in range(-1, self.K - 1):  # the input's and op k's output rows, two sets, in DM after the bias tables
-            self.tile_set[k] = -(-self.out_c[k] * self.rows_of(k, th_max) * self.w_max // 64) * 64
-            self.tile_at[k] = dm
-            dm += 2 * self.tile_set[k]
-        if dm > cfg.dm_bytes:
-            raise CompileError(f"fused dynamic chain: the intermediate tiles need {dm:,} bytes of DM, it has "
-                               f"{cfg.dm_bytes:,}; narrow the width range")
         self.sem_base, base = [], 0
         for k in range(self.K):
             self.sem_base.append(base)
             base += SEMS["conv" if k in self.geo else "pool"]
         if base > cfg.semaphores:
-            raise CompileError(f"fused dynamic chain of {self.K} ops needs {base} semaphores, the machine has "
-                               f"{cfg.semaphores}")
+            raise CompileError(f"{self.K} ops need {base} semaphores, the machine has {cfg.semaphores}")
 
     def _widths(self) -> list[int]:
         w = self.ops[0].x_shape[3]
         return list(range(w.lo, w.hi + 1)) if isinstance(w, Dim) else [w]
 
     def rows_of(self, k: int, th: int) -> int:
-        """Op k's output rows for a tile of th rows of the last op (at most)."""
-        return min(self.h_max, th + self.P[k] + self.Q[k])
+        """The most output rows op k computes in one tile of th rows of the last op (the first tile's)."""
+        return min(self.h_max, th + self.Q[k])
 
     def _fits(self, th: int, w: int) -> bool:
         for k, o in enumerate(self.ops):
@@ -130,33 +126,33 @@ class _Plan:
                     return False
             elif pool_lowering.set_bytes(o, rows) > self.vset:
                 return False
-        return 2 * sum(-(-self.out_c[k] * self.rows_of(k, th) * self.w_max // 64) * 64
-                       for k in range(-1, self.K - 1)) + self.dm_tiles <= self.cfg.dm_bytes
+        return True
 
     def _price(self, th: int, w: int) -> int:
-        """Predicted cycles over sample heights: each tile's work in every op (halo rows included)."""
+        """Predicted cycles over sample heights: per tile the busiest op's new rows and an overhead per op,
+        and once the first tile's work (nothing overlaps it)."""
         from nnpsim.timing import nu_conv_cycles
+
+        def work(k: int, rows: int) -> int:
+            if k in self.geo:
+                g = self.geo[k]
+                return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, w, g.R, self.cfg.nu_latency)
+            kh, kw = self.ops[k].largest.kernel
+            return self.out_c[k] * rows * w * kh * kw // self.cfg.vu_bytes_per_cycle
 
         total = 0
         for n, h in conv_lowering.sample_heights(self.ops[0]):
             for r in range(0, h, th):
-                rows = min(th, h - r)
-                for k, o in enumerate(self.ops):
-                    rk = min(h, r + rows + self.Q[k]) - max(0, r - self.P[k])
-                    if k in self.geo:
-                        g = self.geo[k]
-                        work = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rk, w, g.R, self.cfg.nu_latency)
-                    else:
-                        kh, kw = o.largest.kernel
-                        work = self.out_c[k] * rk * w * kh * kw // self.cfg.vu_bytes_per_cycle
-                    total += n * (work + TILE_OVERHEAD)
+                new = [min(h, r + th + self.Q[k]) - (min(h, r + self.Q[k]) if r else 0) for k in range(self.K)]
+                total += n * (max(work(k, m) for k, m in enumerate(new) if m) + self.K * TILE_OVERHEAD)
+                if not r:
+                    total += n * sum(work(k, m) for k, m in enumerate(new))
         return total
 
     def _choose(self, w: int) -> int:
         options = [th for th in range(1, self.h_max + 1) if self._fits(th, w)]
         if not options:
-            raise CompileError(f"fused dynamic chain: one row of the last op at width {w} does not fit every "
-                               f"op's share of the buffers (and DM)")
+            raise CompileError(f"one row of the last op at width {w} does not fit every op's buffers")
         return min(options, key=lambda th: (self._price(th, w), -th))
 
 
@@ -168,34 +164,31 @@ def _consts(text: str, k: int) -> str:
     return re.sub(r"\b(dyn_(?:w|bias|ms))\b", rf"F{k}_\1", text)
 
 
-def _tile_rows(em: Emit, p: _Plan, k: int, first: str, count: str) -> None:
-    """first, count := op k's output rows (k = -1: the input's) for this tile: [max(0, RF0 - P), min(H, RF0 + th
-    + Q))."""
+def _new_rows(em: Emit, p: _Plan, k: int, first: str, count: str, tmp: str) -> None:
+    """first, count := the rows op k (k = -1: the input) adds in this tile: [min(h, r + Q), min(h, r + th +
+    Q)), from 0 in the first tile; the rows above were computed by earlier tiles and are still in DM."""
     i = em.i
     i(f"sub     {count}, {RH}, {RF0}")
     i(f"min     {count}, {count}, {RMAX}")
     i(f"add     {count}, {count}, {RF0}")
     i(f"addi    {count}, {count}, {p.Q[k]}")
     i(f"min     {count}, {count}, {RH}")
-    i(f"addi    {first}, {RF0}, {-p.P[k]}")
-    i(f"max     {first}, {first}, r0")
+    i(f"addi    {first}, {RF0}, {p.Q[k]}")
+    i(f"min     {first}, {first}, {RH}")
+    i(f"sltu    {tmp}, r0, {RF0}")                  # 0 in the first tile
+    i(f"mul     {first}, {first}, {tmp}")
     i(f"sub     {count}, {count}, {first}")
 
 
 def _io(p: _Plan, k: int) -> TileIO:
-    """Op k's input: the DM tile of op k-1 (or of the input); output: its DM tile, DDR y for the last op."""
+    """Op k's input: the DM plane of op k-1 (or of the input); output: its DM plane, DDR y for the last op."""
     def src(em, reg, start, tmp, j=k - 1):
-        em.i(f"addi    {reg}, {RF0}, {-p.P[j]}")          # op j's first row in its tile
-        em.i(f"max     {reg}, {reg}, r0")
-        em.i(f"sub     {reg}, {start}, {reg}")
-        em.i(f"mul     {reg}, {reg}, {RW}")
-        em.i(f"muli    {tmp}, {RB}, {p.tile_set[j]}")
-        em.i(f"add     {reg}, {reg}, {tmp}")
-        em.i(f"addi    {reg}, {reg}, {p.tile_at[j]}")
+        em.i(f"mul     {reg}, {start}, {RW}")
+        em.i(f"addi    {reg}, {reg}, {p.plane_at[j]}")
 
     def dst(em, reg, tmp):
-        em.i(f"muli    {reg}, {RB}, {p.tile_set[k]}")
-        em.i(f"addi    {reg}, {reg}, {p.tile_at[k]}")
+        em.i(f"mul     {reg}, {ROH0}, {ROW}")
+        em.i(f"addi    {reg}, {reg}, {p.plane_at[k]}")
     if k == p.K - 1:
         return TileIO(src, ddr_io(p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
     return TileIO(src, dst, "dm", "dm")
@@ -209,7 +202,7 @@ def program_text(p: _Plan) -> str:
     idx = {d.name: k for k, d in enumerate(first.dims)}
     kinds = " -> ".join(o.kind for o in ops)
     L = [f"; dynamic fused chain: {kinds}", "; one tile loop over the last op's output rows (rows per tile read "
-         "from a table by width); intermediates in DM; two buffer sets", ""]
+         "from a table by width); each op adds the rows the next needs; intermediates in DM", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
     L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)])]
     x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
@@ -247,33 +240,41 @@ def program_text(p: _Plan) -> str:
     e("batch:")
     i(f"li      {RF0}, 0")
     e("tile:")
-    e("        ; no wait for tile k-2 before reusing its buffer sets: the CU waited, in tile k-1, for the store")
-    e("        ; of the last op but one, queued behind tile k-2's last stores on the same channel")
-    e("        ; the input tile's rows DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them from DM)")
-    _tile_rows(em, p, -1, T[0], T[1])
+    e("        ; buffers of tile k-2 are reused: wait for its last store")
+    i(f"li      {T[0]}, 2")
+    i(f"blt     {RPEND}, {T[0]}, free")
+    i(f"sem.wait {last_store}")
+    i(f"addi    {RPEND}, {RPEND}, -1")
+    e("free:")
+    i(f"mul     {RHW}, {RH}, {RW}")                   # every plane, in DM and DDR: h * w per channel
+    i(f"add     {ROHW}, {RHW}, r0")
+    e("        ; the input's new rows DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them from DM)")
+    _new_rows(em, p, -1, T[0], T[1], T[2])
+    i(f"beq     {T[1]}, r0, staged")
     i(f"mul     {T[2]}, {T[1]}, {RW}")
-    i(f"mul     {T[3]}, {RH}, {RW}")
-    em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, T[3], T[2], 0, 0)])
-    i(f"mul     {T[4]}, {RI}, {T[3]}")
+    em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, RHW, RHW, 0, 0)])
+    i(f"mul     {T[4]}, {RI}, {RHW}")
     i(f"muli    {T[4]}, {T[4]}, {c}")
     i(f"mul     {T[5]}, {T[0]}, {RW}")
     i(f"add     {T[4]}, {T[4]}, {T[5]}")
-    i(f"la      {T[5]}, x")
-    i(f"add     {T[4]}, {T[4]}, {T[5]}")
-    i(f"muli    {T[5]}, {RB}, {p.tile_set[-1]}")
-    i(f"addi    {T[5]}, {T[5]}, {p.tile_at[-1]}")
+    i(f"la      {T[3]}, x")
+    i(f"add     {T[4]}, {T[4]}, {T[3]}")
+    i(f"addi    {T[5]}, {T[5]}, {p.plane_at[-1]}")
     i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}]")       # op 0's loads from DM queue behind it on ch0
+    e("staged:")
     prev_store = None
     for k, o in enumerate(ops):
         sub = Emit([])
-        sub.e(f"        ; ---- op {k}: {o.kind}, rows [max(0, r - {p.P[k]}), min(h, r + th + {p.Q[k]}))")
-        _tile_rows(sub, p, k, ROH0, RTH)
-        _tile_rows(sub, p, k - 1, T[0], T[1])      # op k-1's (or the input's) tile in DM: its rows are a plane
-        sub.i(f"mul     {RHW}, {T[1]}, {RW}")
-        if k == p.K - 1:
-            sub.i(f"mul     {ROHW}, {RH}, {RW}")
-        else:
-            sub.i(f"mul     {ROHW}, {RTH}, {ROW}")
+        sub.e(f"        ; ---- op {k}: {o.kind}, its new rows [min(h, r + {p.Q[k]}), min(h, r + th + {p.Q[k]}))")
+        _new_rows(sub, p, k, ROH0, RTH, T[0])
+        sub.i(f"beq     {RTH}, r0, F{k}_skip")
+        if prev_store:       # op k-1's rows are in DM (and its buffer sets free for op k): one op at a time
+            sub.e("        ; wait for op k-1's store if it added rows in this tile (if it did not, neither did")
+            sub.e("        ; the ops before it, and this op waited for its rows in an earlier tile)")
+            _new_rows(sub, p, k - 1, T[0], T[1], T[2])
+            sub.i(f"beq     {T[1]}, r0, F{k}_ready")
+            sub.i(f"sem.wait PREV")
+            sub.e(f"F{k}_ready:")
         io = _io(p, k)
         if k in p.geo:
             g = p.geo[k]
@@ -288,9 +289,9 @@ def program_text(p: _Plan) -> str:
             pool_lowering.fixed_params(sub, o)
             pool_lowering.tile_body(sub, o, io, p.vset, p.sets)
             store = pool_lowering.S_STORE
-        if prev_store:       # op k-1's tile is in DM (and its buffers are free for op k): one op at a time
-            L.append(f"        sem.wait {prev_store}")
-        L += _sems("\n".join(sub.L), p.sem_base[k]).split("\n")
+        sub.e(f"F{k}_skip:")
+        text = _sems("\n".join(sub.L), p.sem_base[k])
+        L += (text.replace("PREV", prev_store) if prev_store else text).split("\n")
         prev_store = _sems(store, p.sem_base[k])
     i("li      r1, 0")
     e("        ; next tile: count its store, flip the set, step the last op's rows")
