@@ -37,13 +37,18 @@ def _log2(what: str, v: int) -> int:
 
 @dataclass(frozen=True)
 class Region:
-    """Where one op's tables and buffer sets go: all of the machine for one op; in a fused chain every
-    op's sets share the buffers (one op of a tile at a time) and only the tables are apart."""
+    """Where one op's tables and two buffer sets go: all of the machine for one op, a share of it for each
+    op of a fused chain (its ops run at once, each on its own tile)."""
 
     table: int = 0                  # VBUF offset of the (M, S) table
     vbuf: int | None = None         # VBUF offset of the two sets (None: after the table)
     wbuf: int = 0
     dm: int = 0                     # the bias table's
+    ibuf: int = 0                   # IBUF and ABUF offsets of the two sets
+    abuf: int = 0
+    ibuf_bytes: int | None = None   # bytes for the two sets (None: the whole buffer, VBUF after the table)
+    abuf_bytes: int | None = None
+    vbuf_bytes: int | None = None
 
 
 class _Geometry:
@@ -74,8 +79,11 @@ class _Geometry:
         self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
         self.region = region
         self.sets = self.tab if region.vbuf is None else region.vbuf      # VBUF offset of the two sets
-        self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
-        self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.sets) // 2) // 128 * 128
+        ibuf = cfg.ibuf_bytes if region.ibuf_bytes is None else region.ibuf_bytes
+        abuf = cfg.abuf_bytes if region.abuf_bytes is None else region.abuf_bytes
+        vbuf = cfg.vbuf_bytes - self.sets if region.vbuf_bytes is None else region.vbuf_bytes
+        self.ib = ibuf // 2 // self.R * self.R
+        self.ab = min(abuf // 2, vbuf // 2) // 128 * 128
         self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
         self.wbytes = self.out_cb * self.w_block
         wd = op.x_shape[3]
@@ -428,7 +436,11 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
     big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
+    if rg.ibuf:
+        i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
     i(f"muli    {RAB}, {RB}, {g.ab}")
+    if rg.abuf:
+        i(f"addi    {RAB}, {RAB}, {rg.abuf}")
     i(f"muli    {RVB}, {RB}, {g.ab}")
     i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")

@@ -70,6 +70,7 @@ class _Plan:
         pads = [o.largest.padding for o in ops]
         self.P = {k: sum(p[0] for p in pads[k + 1:]) for k in range(-1, self.K)}     # -1: the input tile
         self.Q = {k: sum(p[2] for p in pads[k + 1:]) for k in range(-1, self.K)}
+        self.S = {k: sum(p[2] for p in pads[:k + 1]) for k in range(-1, self.K)}     # bottom pads up to op k
         self.out_c = {k: o.largest.output.shape[1] for k, o in enumerate(ops)}
         self.out_c[-1] = big.x_shape[1]
         self.geo: dict[int, object] = {}
@@ -78,19 +79,36 @@ class _Plan:
             g0 = conv_lowering._Geometry(ops[k], cfg)
             wbuf += -(-g0.wbytes // 64) * 64
             table += g0.tab
-        self.sets = table                   # VBUF: every conv's table, then the two sets every op shares
-        wbuf = table = 0
-        for k in convs:
-            g0 = conv_lowering._Geometry(ops[k], cfg)
-            self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(table, self.sets, wbuf, dm))
-            wbuf += -(-g0.wbytes // 64) * 64
-            dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
-            table += g0.tab
         if wbuf > cfg.wbuf_bytes:
             raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
-        if self.sets > cfg.vbuf_bytes // 2:
-            raise CompileError(f"the convs' (M, S) tables need {self.sets} bytes of VBUF, more than half its "
+        if table > cfg.vbuf_bytes // 2:
+            raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
                                f"{cfg.vbuf_bytes}")
+        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF and ABUF split
+        # between the convs, VBUF after the tables as much for each conv as its ABUF, the rest for the pools.
+        nc, npool = len(convs), self.K - len(convs)
+        ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
+        ashare = cfg.abuf_bytes // max(1, nc) // 256 * 256
+        vfree = (cfg.vbuf_bytes - table) // 256 * 256
+        if npool:
+            ashare = min(ashare, vfree // (nc + npool) // 256 * 256) if nc else 0
+        self.vset = {}
+        at, wbuf, tab = table, 0, 0
+        for k in range(self.K):
+            if k in convs:
+                g0 = conv_lowering._Geometry(ops[k], cfg)
+                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
+                    tab, at, wbuf, dm, convs.index(k) * ishare, convs.index(k) * ashare, ishare, ashare, ashare))
+                self.vset[k] = (at, self.geo[k].ab)
+                at += ashare
+                wbuf += -(-g0.wbytes // 64) * 64
+                dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
+                tab += g0.tab
+        pool_bytes = (cfg.vbuf_bytes - at) // max(1, npool) // 128 * 128
+        for k in range(self.K):
+            if k not in convs:
+                self.vset[k] = (at, pool_bytes // 2 // 64 * 64)
+                at += pool_bytes
         # every op's output (and the input) as whole planes of one image in DM, after the bias tables
         self.plane_at = {}
         for k in range(-1, self.K - 1):
@@ -99,8 +117,6 @@ class _Plan:
         if dm > cfg.dm_bytes:
             raise CompileError(f"the intermediates of one image need {dm:,} bytes of DM at the largest shape, "
                                f"it has {cfg.dm_bytes:,}")
-        # one stride for every op's VBUF sets, so that set 1 of one op never overlaps set 0 of another
-        self.vset = (self.geo[convs[0]].ab if convs else (cfg.vbuf_bytes - self.sets) // 2 // 128 * 128)
         self.widths = list(self.geo[convs[0]].widths) if convs else self._widths()
         self.rows = {w: self._choose(w) for w in self.widths}
         self.sem_base, base = [], 0
@@ -115,8 +131,8 @@ class _Plan:
         return list(range(w.lo, w.hi + 1)) if isinstance(w, Dim) else [w]
 
     def rows_of(self, k: int, th: int) -> int:
-        """The most output rows op k computes in one tile of th rows of the last op (the first tile's)."""
-        return min(self.h_max, th + self.Q[k])
+        """The most output rows op k adds in one step of th rows."""
+        return min(self.h_max, th)
 
     def _fits(self, th: int, w: int) -> bool:
         for k, o in enumerate(self.ops):
@@ -124,29 +140,28 @@ class _Plan:
             if k in self.geo:
                 if self.geo[k].fit(w) < rows:
                     return False
-            elif pool_lowering.set_bytes(o, rows) > self.vset:
+            elif pool_lowering.set_bytes(o, rows) > self.vset[k][1]:
                 return False
         return True
 
     def _price(self, th: int, w: int) -> int:
-        """Predicted cycles over sample heights: per tile the busiest op's new rows and an overhead per op,
-        and once the first tile's work (nothing overlaps it)."""
+        """Predicted cycles over sample heights: per step the NU's work or the VU's, whichever is more, and
+        an overhead per op; the steps the wavefront takes to fill and drain included."""
         from nnpsim.timing import nu_conv_cycles
 
-        def work(k: int, rows: int) -> int:
+        nu = vu = 0
+        for k, o in enumerate(self.ops):
             if k in self.geo:
                 g = self.geo[k]
-                return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, w, g.R, self.cfg.nu_latency)
-            kh, kw = self.ops[k].largest.kernel
-            return self.out_c[k] * rows * w * kh * kw // self.cfg.vu_bytes_per_cycle
-
+                nu += nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, th, w, g.R, self.cfg.nu_latency)
+                vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
+            else:
+                kh, kw = o.largest.kernel
+                vu += self.out_c[k] * th * w * kh * kw // self.cfg.vu_bytes_per_cycle
         total = 0
         for n, h in conv_lowering.sample_heights(self.ops[0]):
-            for r in range(0, h, th):
-                new = [min(h, r + th + self.Q[k]) - (min(h, r + self.Q[k]) if r else 0) for k in range(self.K)]
-                total += n * (max(work(k, m) for k, m in enumerate(new) if m) + self.K * TILE_OVERHEAD)
-                if not r:
-                    total += n * sum(work(k, m) for k, m in enumerate(new))
+            steps = -(-(h + self.S[self.K - 1]) // th) + self.K - 1
+            total += n * steps * (max(nu, vu) + self.K * TILE_OVERHEAD)
         return total
 
     def _choose(self, w: int) -> int:
@@ -164,19 +179,18 @@ def _consts(text: str, k: int) -> str:
     return re.sub(r"\b(dyn_(?:w|bias|ms))\b", rf"F{k}_\1", text)
 
 
-def _new_rows(em: Emit, p: _Plan, k: int, first: str, count: str, tmp: str) -> None:
-    """first, count := the rows op k (k = -1: the input) adds in this tile: [min(h, r + Q), min(h, r + th +
-    Q)), from 0 in the first tile; the rows above were computed by earlier tiles and are still in DM."""
+def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) -> None:
+    """first, count := the rows op k (k = -1: the input) adds in the step starting at row `step`: [clamp(step -
+    D), clamp(step + th - D)) clamped to [0, h), D = k * th + the bottom pads up to op k.  Op k's rows then
+    need rows of op k-1 that op k-1 added a step earlier at the latest."""
     i = em.i
-    i(f"sub     {count}, {RH}, {RF0}")
-    i(f"min     {count}, {count}, {RMAX}")
-    i(f"add     {count}, {count}, {RF0}")
-    i(f"addi    {count}, {count}, {p.Q[k]}")
-    i(f"min     {count}, {count}, {RH}")
-    i(f"addi    {first}, {RF0}, {p.Q[k]}")
-    i(f"min     {first}, {first}, {RH}")
-    i(f"sltu    {tmp}, r0, {RF0}")                  # 0 in the first tile
-    i(f"mul     {first}, {first}, {tmp}")
+    i(f"muli    {first}, {RMAX}, {max(k, 0)}")
+    i(f"sub     {first}, {step}, {first}")
+    i(f"addi    {first}, {first}, {-p.S[k]}")
+    i(f"add     {count}, {first}, {RMAX}")
+    for r in (first, count):
+        i(f"min     {r}, {r}, {RH}")
+        i(f"max     {r}, {r}, r0")
     i(f"sub     {count}, {count}, {first}")
 
 
@@ -201,8 +215,8 @@ def program_text(p: _Plan) -> str:
     n, c, h, w = first.x_shape
     idx = {d.name: k for k, d in enumerate(first.dims)}
     kinds = " -> ".join(o.kind for o in ops)
-    L = [f"; dynamic fused chain: {kinds}", "; one tile loop over the last op's output rows (rows per tile read "
-         "from a table by width); each op adds the rows the next needs; intermediates in DM", ""]
+    L = [f"; dynamic fused chain: {kinds}", "; steps of th rows (th read from a table by width); op k adds its rows "
+         "k steps behind the input; intermediates in DM", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
     L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)])]
     x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
@@ -239,17 +253,12 @@ def program_text(p: _Plan) -> str:
     last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
     e("batch:")
     i(f"li      {RF0}, 0")
-    e("tile:")
-    e("        ; buffers of tile k-2 are reused: wait for its last store")
-    i(f"li      {T[0]}, 2")
-    i(f"blt     {RPEND}, {T[0]}, free")
-    i(f"sem.wait {last_store}")
-    i(f"addi    {RPEND}, {RPEND}, -1")
-    e("free:")
+    e("step:")
     i(f"mul     {RHW}, {RH}, {RW}")                   # every plane, in DM and DDR: h * w per channel
     i(f"add     {ROHW}, {RHW}, r0")
-    e("        ; the input's new rows DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them from DM)")
-    _new_rows(em, p, -1, T[0], T[1], T[2])
+    e("        ; the input's rows of this step DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them")
+    e("        ; from DM)")
+    _step_rows(em, p, -1, RF0, T[0], T[1])
     i(f"beq     {T[1]}, r0, staged")
     i(f"mul     {T[2]}, {T[1]}, {RW}")
     em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, RHW, RHW, 0, 0)])
@@ -265,16 +274,23 @@ def program_text(p: _Plan) -> str:
     prev_store = None
     for k, o in enumerate(ops):
         sub = Emit([])
-        sub.e(f"        ; ---- op {k}: {o.kind}, its new rows [min(h, r + {p.Q[k]}), min(h, r + th + {p.Q[k]}))")
-        _new_rows(sub, p, k, ROH0, RTH, T[0])
-        sub.i(f"beq     {RTH}, r0, F{k}_skip")
-        if prev_store:       # op k-1's rows are in DM (and its buffer sets free for op k): one op at a time
-            sub.e("        ; wait for op k-1's store if it added rows in this tile (if it did not, neither did")
-            sub.e("        ; the ops before it, and this op waited for its rows in an earlier tile)")
-            _new_rows(sub, p, k - 1, T[0], T[1], T[2])
+        sub.e(f"        ; ---- op {k}: {o.kind}, its rows of this step (op k works {k} steps behind the input)")
+        if prev_store:
+            sub.e("        ; op k-1's rows of the step before are in DM: wait for its store if it had any")
+            sub.i(f"sub     {T[2]}, {RF0}, {RMAX}")
+            _step_rows(sub, p, k - 1, T[2], T[0], T[1])
             sub.i(f"beq     {T[1]}, r0, F{k}_ready")
-            sub.i(f"sem.wait PREV")
+            sub.i("sem.wait PREV")
             sub.e(f"F{k}_ready:")
+        _step_rows(sub, p, k, RF0, ROH0, RTH)
+        sub.i(f"beq     {RTH}, r0, F{k}_skip")
+        if k == p.K - 1:
+            sub.e("        ; its buffers of two steps ago are reused: wait for that store")
+            sub.i(f"li      {T[0]}, 2")
+            sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
+            sub.i(f"sem.wait {conv_lowering.S_STORE if k in p.geo else pool_lowering.S_STORE}")
+            sub.i(f"addi    {RPEND}, {RPEND}, -1")
+            sub.e(f"F{k}_free:")
         io = _io(p, k)
         if k in p.geo:
             g = p.geo[k]
@@ -282,25 +298,28 @@ def program_text(p: _Plan) -> str:
             conv_lowering.fixed_params(sub, g)
             # only the first conv waits for its weights: the others' are queued on ch1 ahead of its drains
             conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv)
+            if k == first_conv:
+                sub.i("li      r1, 0")
             store = conv_lowering.S_STORE
         else:
             big = o.largest
             sub.i(f"addi    {conv_lowering.RWP}, {RW}, {big.padding[1] + big.padding[3]}")
             pool_lowering.fixed_params(sub, o)
-            pool_lowering.tile_body(sub, o, io, p.vset, p.sets)
+            pool_lowering.tile_body(sub, o, io, p.vset[k][1], p.vset[k][0])
             store = pool_lowering.S_STORE
+        if k == p.K - 1:
+            sub.i(f"addi    {RPEND}, {RPEND}, 1")
         sub.e(f"F{k}_skip:")
         text = _sems("\n".join(sub.L), p.sem_base[k])
         L += (text.replace("PREV", prev_store) if prev_store else text).split("\n")
         prev_store = _sems(store, p.sem_base[k])
-    i("li      r1, 0")
-    e("        ; next tile: count its store, flip the set, step the last op's rows")
-    i(f"addi    {RPEND}, {RPEND}, 1")
+    e("        ; next step: flip the sets, until the last op has its last row")
     i(f"xori    {RB}, {RB}, 1")
-    i(f"sub     {T[0]}, {RH}, {RF0}")
-    i(f"min     {T[0]}, {T[0]}, {RMAX}")
-    i(f"add     {RF0}, {RF0}, {T[0]}")
-    i(f"blt     {RF0}, {RH}, tile")
+    i(f"add     {RF0}, {RF0}, {RMAX}")
+    i(f"muli    {T[0]}, {RMAX}, {p.K - 1}")
+    i(f"sub     {T[0]}, {RF0}, {T[0]}")
+    i(f"addi    {T[0]}, {T[0]}, {-p.S[p.K - 1]}")
+    i(f"blt     {T[0]}, {RH}, step")
     i(f"addi    {RI}, {RI}, 1")
     i(f"blt     {RI}, {RN}, batch")
     L += drain_and_halt(RPEND, last_store)
