@@ -93,13 +93,19 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
         else:
             merged.append(o)
     chain = DynamicChain(tuple(ops))
-    if fuse and fusable(merged):
+    why = "fuse=False" if not fuse else "" if fusable(merged) else "an op changes a Dim or has no fused form"
+    if not why:
         for o in merged:
             check_ddr(o, config)
-        asm, files, rows = lower_fused(merged, config)
-        return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+        try:
+            asm, files, rows = lower_fused(merged, config)
+            return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+        except CompileError as exc:      # does not fit on chip: op after op through DDR instead
+            why = str(exc)
     programs = [lower_one(o, config)[:2] for o in merged]
     asm, files = compose(programs, [o.kind for o in merged])
+    if len(merged) > 1:
+        asm = f"; not fused on chip: {why}\n" + asm
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
 
 

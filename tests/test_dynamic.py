@@ -297,6 +297,51 @@ def test_fused_chain_bit_exact_across_the_range(seed, c, o, o2, k, draws):
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
 
 
+_LINK = st.tuples(st.sampled_from(["conv", "pool", "fconv"]), st.sampled_from([1, 3, 5]), st.integers(1, 40),
+                  st.sampled_from([1, 2]), st.booleans())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), links=st.lists(_LINK, min_size=2, max_size=4),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chains_of_any_composition_are_bit_exact(seed, c, links, draws):
+    """2 to 4 convs (integer or float form, kernel 1/3/5, dilation 1/2) and max pools of stride 1 and same
+    padding, some convs with a relu after (folded): fused on chip, bit-exact and race-free at shapes across
+    the range."""
+    rng = np.random.default_rng(seed)
+    n, h, w = Dim("n", 1, 2), Dim("h", 9, 28), Dim("w", 9, 28)
+    chain, ch = [], c
+    for kind, k, o, dil, relu in links:
+        shape = (n, ch, h, w)
+        if kind == "pool":
+            chain.append(ops.max_pool2d(shape, k, 1, k // 2))
+            o = ch
+        else:
+            q = (dict(scale=rng.uniform(1e-4, 1e-2, o).astype(np.float32)) if kind == "fconv" else
+                 dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o)))
+            chain.append(ops.conv2d(shape, rng.integers(-20, 21, (o, ch, k, k)), rng.integers(-999, 999, o),
+                                    padding=dil * (k // 2), dilation=dil, x_zp=int(rng.integers(-9, 9)), **q))
+        if relu and kind != "pool":
+            chain.append(ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))))
+        ch = o
+    kern = compiler.build(*chain)
+    assert "dynamic fused chain" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 9 + round(19 * fh), 9 + round(19 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def test_a_chain_too_big_for_dm_goes_through_ddr_and_says_why():
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(23)
+    chain = _fused_chain(rng)
+    small = compiler.build(*chain, config=Config(dm_bytes=64 * 1024))
+    assert "; not fused on chip: the intermediates of one image need" in small.asm
+    x = rand8(rng, (2, 8, 40, 24))
+    np.testing.assert_array_equal(small(x, check_races=True), small.op.reference(x))
+
+
 def _fused_chain(rng, c=8, o=40):
     n, h, w = Dim("n", 1, 2), Dim("h", 4, 40), Dim("w", 4, 24)
     return [conv(rng, c, o, 3, 1, 1, 1, n=(1, 2), h=(4, 40), w=(4, 24)), ops.max_pool2d((n, o, h, w), 3, 1, 1),
