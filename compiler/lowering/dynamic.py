@@ -22,6 +22,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d
+from .depthwise import depthwise_weights
 from .layout import fscale_table
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
@@ -58,8 +59,6 @@ class _Geometry:
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
-        if big.groups != 1:
-            raise CompileError(f"dynamic conv2d: groups = {big.groups} is not supported yet (groups = 1 only)")
         self.op, self.cfg = op, cfg
         self.R, self.C = cfg.nu_rows, cfg.nu_cols
         n, c, h, w = big.x_shape
@@ -72,9 +71,15 @@ class _Geometry:
         self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
         self.entry = 4 if big.scale is not None else 8    # table bytes per channel: float32 scale, or (M, S)
+        # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel
+        # b * C + j, its bias starts the accumulator.  Any other grouping runs as a dense conv whose
+        # weights are zero between groups (block-diagonal: exact, the NU multiplies the zeros too).
+        self.depthwise = (big.groups > 1 and big.weight.shape[1] == 1 and self.o == big.groups == c
+                          and self.R == self.C)
+        self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
         # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
         # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
-        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
+        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
         self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
         self.region = region
@@ -84,7 +89,8 @@ class _Geometry:
         vbuf = cfg.vbuf_bytes - self.sets if region.vbuf_bytes is None else region.vbuf_bytes
         self.ib = ibuf // 2 // self.R * self.R
         self.ab = min(abuf // 2, vbuf // 2) // 128 * 128
-        self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
+        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
+                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
@@ -118,18 +124,25 @@ class _Geometry:
         return ""
 
 
+def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
+    """The NU's cycles for one tile of rows x ow outputs (every block)."""
+    from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles
+
+    if g.depthwise:
+        return g.out_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+    return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+
+
 def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
     """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
     work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
-    from nnpsim.timing import nu_conv_cycles
-
     ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
     total = 0
     for n, h in heights:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
-            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+            nu = nu_cycles(g, rows, ow)
             total += n * count * (nu + TILE_OVERHEAD)
         total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
     return total
@@ -164,11 +177,13 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     big = g.op.largest
     wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
     if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
-        folded = big.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
+        folded = g.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
         wt[:g.o, :g.kw * g.c, :, 0] = folded
-    else:
-        wt[:g.o, :g.c] = big.weight
+    elif not g.depthwise:
+        wt[:g.o, :g.c] = g.weight
     w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
+    if g.depthwise:     # per block its biases then [kh][kw][C]: nu.dwconv's own bias, no broadcast
+        w5 = depthwise_weights(big.weight, big.bias, g.C).blocks
     bias = np.zeros(g.out_cb * g.C, dtype="<i4")
     if big.bias is not None:
         bias[:g.o] = big.bias
@@ -177,8 +192,21 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     else:
         ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
         ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
-    return {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_bias.bin": bias.tobytes(),
-            "dyn_ms.bin": ms.tobytes()}
+    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_ms.bin": ms.tobytes()}
+    if not g.depthwise:
+        files["dyn_bias.bin"] = bias.tobytes()
+    return files
+
+
+def block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
+    """A grouped conv's [O, C/groups, KH, KW] weights as a dense conv's [O, C, KH, KW]: output channel o of
+    group g sees only group g's input channels, every other weight zero."""
+    o, cg, kh, kw = weight.shape
+    dense = np.zeros((o, cg * groups, kh, kw), dtype=weight.dtype)
+    og = o // groups
+    for grp in range(groups):
+        dense[grp * og:(grp + 1) * og, grp * cg:(grp + 1) * cg] = weight[grp * og:(grp + 1) * og]
+    return dense
 
 
 def _axis(d, add: int, shift: int) -> str:
@@ -288,6 +316,7 @@ class TileIO:
     dst: Callable
     src_space: str = "ddr"
     dst_space: str = "ddr"
+    stage: Callable | None = None    # stage(em, start, rows, plo, phi, prefix): bring the rows on chip first
 
 
 def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
@@ -310,6 +339,41 @@ def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
     return TileIO(src, dst)
 
 
+def staged_io(g: _Geometry, at: int, set_bytes: int) -> TileIO:
+    """Input rows DDR -> DM as whole rows per channel first (DDR bursts: IBUF's layout puts the channels
+    innermost, one byte per burst from DDR), then DM -> IBUF; two DM sets of set_bytes from offset at."""
+    def stage(em, start, rows, plo, phi, prefix):
+        real, plane, src, dst = T[6], T[7], T[8], T[9]
+        em.i(f"sub     {real}, {rows}, {plo}")
+        em.i(f"sub     {real}, {real}, {phi}")
+        em.i(f"beq     {real}, r0, {prefix}staged")    # a tile wholly in the padding reads nothing
+        em.i(f"mul     {plane}, {real}, {RW}")
+        em.i(f"mul     {T[10]}, {RH}, {RW}")
+        em.dma_box(1, [(plane, 1, 1, 0, 0), (g.c, T[10], plane, 0, 0)])
+        em.i(f"mul     {src}, {RI}, {T[10]}")
+        em.i(f"muli    {src}, {src}, {g.c}")
+        em.i(f"mul     {T[10]}, {start}, {RW}")
+        em.i(f"add     {src}, {src}, {T[10]}")
+        em.i(f"la      {T[10]}, x")
+        em.i(f"add     {src}, {src}, {T[10]}")
+        em.i(f"muli    {dst}, {RB}, {set_bytes}")
+        em.i(f"addi    {dst}, {dst}, {at}")
+        em.i(f"dma     ch0, dm[{dst}], ddr[{src}]")    # the loads from DM queue behind it on ch0
+        em.e(f"{prefix}staged:")
+        em.i(f"mul     {RHW}, {real}, {RW}")          # the source plane is now the DM tile's
+
+    def src(em, reg, start, tmp):
+        em.i(f"muli    {reg}, {RB}, {set_bytes}")
+        em.i(f"addi    {reg}, {reg}, {at}")
+    return TileIO(src, ddr_io(g.c, g.o).dst, "dm", "ddr", stage)
+
+
+def stage_bytes(g: _Geometry) -> int:
+    """One DM set of a tile's real input rows at the largest width and tile height, 64-aligned."""
+    th = max(g.rows.values())
+    return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
+
+
 def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
     weights signal S_W block by block unless signal=False (something else orders them)."""
@@ -327,9 +391,10 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
     em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
-    em.setp("dma.size0", g.out_cb * g.C)
-    em.i(f"la      {T[0]}, dyn_bias")
-    em.i(f"dma     ch3, dm[{_at(em, rg.dm, T[1])}], ddr[{T[0]}]")
+    if not g.depthwise:
+        em.setp("dma.size0", g.out_cb * g.C)
+        em.i(f"la      {T[0]}, dyn_bias")
+        em.i(f"dma     ch3, dm[{_at(em, rg.dm, T[1])}], ddr[{T[0]}]")
 
 
 def _at(em: Emit, offset: int, reg: str) -> str:
@@ -343,7 +408,7 @@ def _at(em: Emit, offset: int, reg: str) -> str:
 def fixed_params(em: Emit, g: _Geometry) -> None:
     """The NU and VU parameters that do not depend on the shape."""
     big = g.op.largest
-    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
+    for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
                  ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
         em.setp(f"nu.{p}", v)
     for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
@@ -406,7 +471,9 @@ def program_text(g: _Geometry) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    tile_body(em, g, ddr_io(g.c, g.o))
+    at = -(-g.out_cb * g.C * 4 // 64) * 64              # after the bias table
+    size = stage_bytes(g)
+    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes else ddr_io(g.c, g.o))
     i("li      r1, 0")
     L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
@@ -415,7 +482,7 @@ def program_text(g: _Geometry) -> str:
 def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
     """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
     out = []
-    for name in ("dyn_w", "dyn_bias", "dyn_ms"):
+    for name in ("dyn_w", "dyn_ms") if g.depthwise else ("dyn_w", "dyn_bias", "dyn_ms"):
         out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
     return out
 
@@ -444,16 +511,19 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {RVB}, {RB}, {g.ab}")
     i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
-    e("        ; bias broadcast dm -> abuf")
-    i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
-    # only the real channels when there is one block: the others' accumulators are never read
-    dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
-                (g.out_cb, 4 * g.C, T[1], 0, 0)])
-    i(f"dma     ch3, abuf0[{RAB}], dm[{_at(em, rg.dm, T[0])}], signal={S_BIAS}")
+    if not g.depthwise:
+        e("        ; bias broadcast dm -> abuf")
+        i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
+        # only the real channels when there is one block: the others' accumulators are never read
+        dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
+                    (g.out_cb, 4 * g.C, T[1], 0, 0)])
+        i(f"dma     ch3, abuf0[{RAB}], dm[{_at(em, rg.dm, T[0])}], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
     src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
+    if io.stage:
+        io.stage(em, start, rows, plo, phi, prefix)
     io.src(em, src, start, T[11])
     i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
     i(f"mul     {step_dst}, {rows}, {rowb}")
@@ -488,20 +558,29 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     e("        ; overlaps block k+1's convolution")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
-    i(f"sem.wait {S_BIAS}")                        # the NU's one wait is the input's: join the bias here
-    acc, wreg, pixb = T[6], T[7], T[8]
+    if not g.depthwise:
+        i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
+    acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
     i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
     i(f"add     {acc}, {RAB}, r0")
+    if g.depthwise:      # block ob reads input block ob
+        i(f"mul     {in_step}, {rows}, {rowb}")
+        i(f"add     {rin}, {RIB}, r0")
     for ob in range(g.out_cb):
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
+            if g.depthwise:
+                i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
         if weights_wait:
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")
         i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
-        i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
+        if g.depthwise:
+            i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
+        else:
+            i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
     e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
     i(f"muli    {T[0]}, {RPIX}, {g.C}")
     setp("vu.n1", RPIX)

@@ -39,15 +39,13 @@ SEMS = {"conv": 7, "pool": 3}
 
 
 def fusable(ops: list[DynamicOp]) -> bool:
-    """True if every op keeps the Dims and has a tile body: a conv (groups 1) or max pool of stride 1 and
-    same padding."""
+    """True if every op keeps the Dims and has a tile body: a conv or max pool of stride 1 and same
+    padding."""
     if len(ops) < 2:
         return False
     for o in ops:
         big = o.largest
         if isinstance(big, Conv2d):
-            if big.groups != 1:
-                return False
             ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
         elif isinstance(big, Pool2d) and big.mode == "max":
             ekh, ekw = big.kernel
@@ -147,13 +145,11 @@ class _Plan:
     def _price(self, th: int, w: int) -> int:
         """Predicted cycles over sample heights: per step the NU's work or the VU's, whichever is more, and
         an overhead per op; the steps the wavefront takes to fill and drain included."""
-        from nnpsim.timing import nu_conv_cycles
-
         nu = vu = 0
         for k, o in enumerate(self.ops):
             if k in self.geo:
                 g = self.geo[k]
-                nu += nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, th, w, g.R, self.cfg.nu_latency)
+                nu += conv_lowering.nu_cycles(g, th, w)
                 vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
             else:
                 kh, kw = o.largest.kernel
