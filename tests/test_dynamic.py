@@ -251,8 +251,8 @@ def test_unsupported_dynamic_ops_are_refused_by_name():
     q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
     with pytest.raises(CompileError, match="stride height = 3 is not a power of two"):
         compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
-    with pytest.raises(CompileError, match="groups = 2 is not supported yet"):
-        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
+    with pytest.raises(CompileError, match="only the integer form with count_include_pad=True so far"):
+        compiler.build(ops.avg_pool2d((1, 8, Dim("h", 8, 16), 8), 3, 1, 1, count_include_pad=False))
     with pytest.raises(CompileError, match="a dynamic chain takes one-input dynamic ops.*op 1 is"):
         compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
 
@@ -514,6 +514,110 @@ def test_removing_any_wait_of_a_float_form_conv_is_caught():
     for k in sites:
         sim = Simulator(kern.config)
         sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 8), cg=st.integers(1, 6), og=st.integers(1, 6),
+       dw=st.booleans(), k=st.sampled_from([1, 3, 5]), stride=st.sampled_from([1, 2]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_grouped_and_depthwise_conv_bit_exact_across_the_range(seed, groups, cg, og, dw, k, stride, draws):
+    """Depthwise (one channel per group, on nu.dwconv) and any other grouping (dense, block-diagonal)."""
+    rng = np.random.default_rng(seed)
+    if dw:
+        groups, cg, og = groups * int(rng.integers(1, 9)), 1, 1
+    c, o = groups * cg, groups * og
+    op = ops.conv2d((Dim("n", 1, 2), c, Dim("h", 5, 25), Dim("w", 5, 25)), rng.integers(-20, 21, (o, cg, k, k)),
+                    rng.integers(-5000, 5000, o), stride=stride, padding=k // 2, groups=groups,
+                    x_zp=int(rng.integers(-10, 10)), multiplier=rng.integers(2**29, 2**31, o),
+                    shift=rng.integers(20, 26, o), zp_out=int(rng.integers(-20, 20)))
+    kern = compiler.build(op)
+    assert ("nu.dwconv" in kern.asm) == (groups > 1 and cg == 1 and og == 1)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, 5 + round(20 * fh), 5 + round(20 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def _inverted_residual(rng, s, c=8, e=40):
+    """MobileNetV2's block without the add: 1x1 expand (relu) -> depthwise 3x3 (relu) -> 1x1 project."""
+    n = s[0]
+    q = lambda o: dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o))   # noqa: E731
+    return [ops.conv2d(s, rng.integers(-20, 21, (e, c, 1, 1)), rng.integers(-99, 99, e), lo=0, **q(e)),
+            ops.conv2d((n, e, s[2], s[3]), rng.integers(-20, 21, (e, 1, 3, 3)), rng.integers(-99, 99, e), padding=1,
+                       groups=e, lo=0, x_zp=-128, **q(e)),
+            ops.conv2d((n, e, s[2], s[3]), rng.integers(-20, 21, (c, e, 1, 1)), None, **q(c))]
+
+
+def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_caught():
+    rng = np.random.default_rng(24)
+    dw = ops.conv2d((Dim("n", 1, 2), 40, Dim("h", 4, 40), Dim("w", 4, 24)), rng.integers(-20, 21, (40, 1, 3, 3)),
+                    rng.integers(-99, 99, 40), padding=1, groups=40, multiplier=rng.integers(2**29, 2**31, 40),
+                    shift=rng.integers(20, 26, 40))
+    block = _inverted_residual(rng, (Dim("n", 1, 2), 8, Dim("h", 4, 40), Dim("w", 4, 24)))
+    for kern, c in ((compiler.build(dw), 40), (compiler.build(*block), 8)):
+        x = rand8(rng, (2, c, 37, 19))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+        sites = _waits(kern.asm)
+        assert len(sites) >= 6
+        for k in sites:
+            prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+            sim = Simulator(kern.config)
+            sim.load(prog)
+            sim.write("x", x)
+            with pytest.raises(SimError) as exc:
+                sim.run(check_races=True, max_cycles=5_000_000)
+            assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 24), e=st.integers(1, 70),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_inverted_residual_bit_exact_across_the_range(seed, c, e, draws):
+    rng = np.random.default_rng(seed)
+    block = _inverted_residual(rng, (Dim("n", 1, 2), c, Dim("h", 3, 30), Dim("w", 3, 30)), c, e)
+    kern = compiler.build(*block)
+    assert "dynamic fused chain" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 3 + round(27 * fh), 3 + round(27 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(["avg", "sum"]), c=st.integers(1, 70), k=st.integers(1, 4),
+       stride=st.sampled_from([1, 2, 4]), pad=st.integers(0, 3),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_avg_and_sum_pool_bit_exact_across_the_range(seed, mode, c, k, stride, pad, draws):
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = max(1, k - 2 * pad)
+    shape = (Dim("n", 1, 2), c, Dim("h", lo, lo + 24), Dim("w", lo, lo + 24))
+    op = (ops.avg_pool2d(shape, k, stride, pad, x_zp=int(rng.integers(-128, 128))) if mode == "avg"
+          else ops.sum_pool2d(shape, k, stride, pad))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(24 * fh), lo + round(24 * fw)))
+        y = kern(x, check_races=True)
+        assert y.dtype == (np.int32 if mode == "sum" else np.int8)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+@pytest.mark.parametrize("mode", ["avg", "sum"])
+def test_removing_any_wait_of_a_dynamic_avg_or_sum_pool_is_caught(mode):
+    rng = np.random.default_rng(25)
+    shape = (Dim("n", 1, 2), 40, Dim("h", 4, 40), Dim("w", 4, 24))
+    op = ops.avg_pool2d(shape, 3, 1, 1, x_zp=9) if mode == "avg" else ops.sum_pool2d(shape, 3, 1, 1)
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 40, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
         sim.write("x", x)
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)

@@ -319,8 +319,9 @@ class TileIO:
     stage: Callable | None = None    # stage(em, start, rows, plo, phi, prefix): bring the rows on chip first
 
 
-def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
-    """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow])."""
+def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1) -> TileIO:
+    """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow], y_bytes
+    an element)."""
     def src(em, reg, start, tmp):
         em.i(f"mul     {reg}, {RI}, {RHW}")
         em.i(f"muli    {reg}, {reg}, {c}")
@@ -334,6 +335,8 @@ def ddr_io(c: int, o: int, x: str = "x", y: str = "y") -> TileIO:
         em.i(f"muli    {reg}, {reg}, {o}")
         em.i(f"mul     {tmp}, {ROH0}, {ROW}")
         em.i(f"add     {reg}, {reg}, {tmp}")
+        if y_bytes > 1:
+            em.i(f"muli    {reg}, {reg}, {y_bytes}")
         em.i(f"la      {tmp}, {y}")
         em.i(f"add     {reg}, {reg}, {tmp}")
     return TileIO(src, dst)

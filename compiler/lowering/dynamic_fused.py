@@ -190,6 +190,16 @@ def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) ->
     i(f"sub     {count}, {count}, {first}")
 
 
+def _reuse_needs_wait(p: _Plan) -> bool:
+    """Must the last op wait for its store of two steps ago before reusing those buffers?  Not when the op
+    before it ran in the step between on the same units and queues (a conv before anything, or a pool
+    before a pool): the CU waited for that op's store, queued behind the last op's; and it ran whenever the
+    last op runs if the last op takes no rows below its own (bottom padding 0)."""
+    last, before = p.K - 1, p.K - 2
+    same_units = before in p.geo or last not in p.geo
+    return not (same_units and p.ops[last].largest.padding[2] == 0)
+
+
 def _io(p: _Plan, k: int) -> TileIO:
     """Op k's input: the DM plane of op k-1 (or of the input); output: its DM plane, DDR y for the last op."""
     def src(em, reg, start, tmp, j=k - 1):
@@ -280,7 +290,7 @@ def program_text(p: _Plan) -> str:
             sub.e(f"F{k}_ready:")
         _step_rows(sub, p, k, RF0, ROH0, RTH)
         sub.i(f"beq     {RTH}, r0, F{k}_skip")
-        if k == p.K - 1:
+        if k == p.K - 1 and _reuse_needs_wait(p):
             sub.e("        ; its buffers of two steps ago are reused: wait for that store")
             sub.i(f"li      {T[0]}, 2")
             sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
