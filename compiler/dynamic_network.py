@@ -175,22 +175,21 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
     """The symbolic shape of a node's output from its first input's; CompileError for an op not lowered."""
     op, where = node.op, f"node {node.name} ({node.op.kind})"
     if isinstance(op, Conv2d):
-        if op.groups != 1:
-            raise CompileError(f"{where}: a grouped conv (groups = {op.groups}) has no dynamic lowering yet")
         (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
         ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
         return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, _log2(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - ekw, _log2(where, "stride", op.stride[1]), where))
     if isinstance(op, Pool2d):
-        if op.mode != "max":
-            raise CompileError(f"{where}: {op.mode} pooling has no dynamic lowering yet (max pooling has)")
+        if op.mode == "avg" and (op.is_float or not op.count_include_pad):
+            raise CompileError(f"{where}: a float-form or count_include_pad=False average pool has no dynamic "
+                               f"lowering yet (max, sum and integer average pools have)")
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
         return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
     if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
         return x
-    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (groups 1), "
-                       f"max pooling, add, mul, relu and clip")
+    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
+                       f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
 
 
 def _retarget(op, shape):
