@@ -1,7 +1,8 @@
 """The cost of dynamism: one dynamic binary against a static kernel compiled for each shape.
 
-Conv2d layers, max pooling, add, relu, a chain (conv -> relu -> max pool -> conv) and a small ONNX
-network (against the static network, fused and pipelined, per shape).
+Conv2d layers, a depthwise conv, max, average and sum pooling, add, relu, fused chains (conv -> relu ->
+max pool -> conv, two convs, an inverted residual block) and a small ONNX network (against the static
+network, fused and pipelined, per shape).
 
 For five shapes across the range, the dynamic kernel's simulated cycles and the static kernel's
 (compiler.build for that exact shape, the tiling search's best), measured side by side in this
@@ -124,7 +125,20 @@ def other_cases(rng) -> list[tuple]:
     q2 = dict(padding=1, multiplier=rng.integers(2**29, 2**31, size=32), shift=np.full(32, 22))
     chain2 = lambda shape: (ops.conv2d(shape, wt2[0], **q2), ops.relu(shape, 0),        # noqa: E731
                             ops.conv2d(shape, wt2[1], **q2), ops.relu(shape, 0))
+    wd = rng.integers(-20, 21, size=(64, 1, 3, 3))
+    qd = dict(padding=1, groups=64, multiplier=rng.integers(2**29, 2**31, size=64), shift=np.full(64, 22))
+    depthwise = lambda shape: (ops.conv2d(shape, wd, **qd),)       # noqa: E731
+    we, wp = rng.integers(-20, 21, size=(64, 16, 1, 1)), rng.integers(-20, 21, size=(16, 64, 1, 1))
+    qe = dict(multiplier=rng.integers(2**29, 2**31, size=64), shift=np.full(64, 21), lo=0)
+    qp = dict(multiplier=rng.integers(2**29, 2**31, size=16), shift=np.full(16, 23))
+    inverted = lambda s: (ops.conv2d(s, we, **qe), ops.conv2d((s[0], 64) + s[2:], wd, **qd, lo=0),  # noqa: E731
+                          ops.conv2d((s[0], 64) + s[2:], wp, **qp))
     return [
+        ("depthwise conv 3x3, 64 channels, H = W in [16, 64]", depthwise((n, 64, h, w)), depthwise, 64, 1, sizes),
+        ("avg pool 3x3 stride 1 (count_include_pad), 32 channels, H = W in [16, 64]",
+         (ops.avg_pool2d((n, 32, h, w), 3, 1, 1),), lambda s: (ops.avg_pool2d(s, 3, 1, 1),), 32, 1, sizes),
+        ("sum pool 2x2 stride 2, 32 channels, H = W in [16, 64]", (ops.sum_pool2d((n, 32, h, w), 2),),
+         lambda s: (ops.sum_pool2d(s, 2),), 32, 1, sizes),
         ("max pool 3x3 stride 1, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 3, 1, 1),),
          lambda s: (ops.max_pool2d(s, 3, 1, 1),), 32, 1, sizes),
         ("max pool 2x2 stride 2, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 2, 2, 0),),
@@ -137,6 +151,8 @@ def other_cases(rng) -> list[tuple]:
          chain((n, 16, h, w)), chain, 16, 1, sizes),
         ("chain conv 3x3 -> relu -> conv 3x3 -> relu, 32 channels, H = W in [16, 64] (fused on chip)",
          chain2((n, 32, h, w)), chain2, 32, 1, sizes),
+        ("chain inverted residual: 1x1 16 -> 64 (relu) -> depthwise 3x3 (relu) -> 1x1 64 -> 16, H = W in [16, 64] "
+         "(fused on chip)", inverted((n, 16, h, w)), inverted, 16, 1, sizes),
     ]
 
 
