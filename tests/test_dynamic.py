@@ -622,3 +622,21 @@ def test_removing_any_wait_of_a_dynamic_avg_or_sum_pool_is_caught(mode):
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@pytest.mark.parametrize("form", ["integer", "float"])
+def test_a_conv_whose_weights_exceed_wbuf_runs_in_parts(form):
+    """Output channels in parts whose weights fit WBUF, one after another, each writing its channels."""
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(28)
+    o = 200
+    q = (dict(scale=rng.uniform(1e-4, 1e-2, o).astype(np.float32)) if form == "float" else
+         dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o)))
+    op = ops.conv2d((Dim("n", 1, 2), 64, Dim("h", 1, 12), Dim("w", 1, 12)), rng.integers(-20, 21, (o, 64, 3, 3)),
+                    rng.integers(-999, 999, o), padding=1, **q)
+    kern = compiler.build(op, config=Config(wbuf_bytes=64 * 1024))      # 3 of the 7 blocks a part
+    assert kern.asm.count("; ---- part") == 3
+    for shape in [(1, 64, 1, 1), (2, 64, 12, 7), (1, 64, 5, 12)]:
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))

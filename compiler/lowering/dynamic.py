@@ -11,6 +11,7 @@ reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -95,6 +96,7 @@ class _Geometry:
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
+        self.y_slice = (0, self.o)          # a part of a conv too big for WBUF: (first channel, all channels)
 
     def out_size(self, n: int, k: int, lo: int, hi: int, shift: int) -> int:
         return ((n + lo + hi - k) >> shift) + 1
@@ -239,7 +241,7 @@ def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
 def notes(g: _Geometry) -> list[str]:
     """The conv's notes: its output's height and width follow from the input's."""
     n, _, h, w = g.op.x_shape
-    return target_notes(g.op, [axis_name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
+    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
                                _axis(w, g.pl + g.pr - g.ekw, g.lsw)])
 
 
@@ -319,9 +321,9 @@ class TileIO:
     stage: Callable | None = None    # stage(em, start, rows, plo, phi, prefix): bring the rows on chip first
 
 
-def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1) -> TileIO:
+def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1, y_first: int = 0) -> TileIO:
     """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow], y_bytes
-    an element)."""
+    an element, from channel y_first)."""
     def src(em, reg, start, tmp):
         em.i(f"mul     {reg}, {RI}, {RHW}")
         em.i(f"muli    {reg}, {reg}, {c}")
@@ -335,6 +337,9 @@ def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1) -> Tile
         em.i(f"muli    {reg}, {reg}, {o}")
         em.i(f"mul     {tmp}, {ROH0}, {ROW}")
         em.i(f"add     {reg}, {reg}, {tmp}")
+        if y_first:
+            em.i(f"muli    {tmp}, {ROHW}, {y_first}")
+            em.i(f"add     {reg}, {reg}, {tmp}")
         if y_bytes > 1:
             em.i(f"muli    {reg}, {reg}, {y_bytes}")
         em.i(f"la      {tmp}, {y}")
@@ -368,7 +373,7 @@ def staged_io(g: _Geometry, at: int, set_bytes: int) -> TileIO:
     def src(em, reg, start, tmp):
         em.i(f"muli    {reg}, {RB}, {set_bytes}")
         em.i(f"addi    {reg}, {reg}, {at}")
-    return TileIO(src, ddr_io(g.c, g.o).dst, "dm", "ddr", stage)
+    return TileIO(src, ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr", stage)
 
 
 def stage_bytes(g: _Geometry) -> int:
@@ -428,7 +433,8 @@ def program_text(g: _Geometry) -> str:
     L = [f"; dynamic kernel: {op!r}", "; output rows per tile read from a table by input width; full width;"
          " two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()] + ["        " + s for s in notes(g)]
-    x_max, y_max = big.x_shape, big.output.shape
+    x_max = big.x_shape
+    y_max = (big.output.shape[0], g.y_slice[1]) + big.output.shape[2:]
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
           f"        .space {int(np.prod(x_max))}", "        .align 64",
@@ -476,7 +482,8 @@ def program_text(g: _Geometry) -> str:
     e("free:")
     at = -(-g.out_cb * g.C * 4 // 64) * 64              # after the bias table
     size = stage_bytes(g)
-    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes else ddr_io(g.c, g.o))
+    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes
+              else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
     i("li      r1, 0")
     L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
@@ -621,9 +628,47 @@ def drain_and_halt(pending: str, store_sem: str) -> list[str]:
             f"        addi    {pending}, {pending}, -1", "        jal     r0, drain", "done:", "        halt"]
 
 
-def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
-    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width)."""
+def output_part(op: DynamicOp, first: int, end: int) -> DynamicOp:
+    """The conv computing output channels [first, end) of op only (groups 1)."""
+    def cut(c: Conv2d) -> Conv2d:
+        sl = {f: getattr(c, f)[first:end] for f in ("weight", "bias", "multiplier", "shift", "scale")
+              if getattr(c, f) is not None}
+        return dataclasses.replace(c, **sl)
+    return DynamicOp(op.kind, op.x_shape, op.dims, lambda s: cut(op.make(s)), cut(op.largest), cut(op.smallest),
+                     op.names)
+
+
+def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """A dynamic conv whose weights do not fit WBUF as parts of as many output blocks as fit, one after
+    another in one program, each reading all of x and writing its channels of y."""
+    from .dynamic_chain import join
+
+    g = _Geometry(op, config)
+    if op.largest.groups != 1:
+        raise CompileError(f"dynamic conv2d does not fit this machine: the weights need {g.wbytes} bytes of WBUF, "
+                           f"it has {config.wbuf_bytes} (a grouped conv is not split yet)")
+    per = config.wbuf_bytes // g.w_block * g.C
+    if per < 1:
+        raise CompileError(f"dynamic conv2d does not fit this machine: one output block's weights need "
+                           f"{g.w_block} bytes of WBUF, it has {config.wbuf_bytes}")
+    programs, rows = [], {}
+    for first in range(0, g.o, per):
+        asm, files, rows = lower_conv(output_part(op, first, min(g.o, first + per)), config, rows_per_tile,
+                                      (first, g.o))
+        programs.append((asm, files))
+    asm, files = join(programs)
+    return asm, files, rows
+
+
+def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
+               y_slice: tuple[int, int] | None = None):
+    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
+    channel, all channels) it writes its channels of a larger y."""
+    if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
+        return lower_split(op, config, rows_per_tile)
     g = choose_rows(op, config)
+    if y_slice is not None:
+        g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
     return fold_channels(program_text(g), config.dma_channels), constants(g), g.rows
