@@ -1,21 +1,20 @@
-"""A fused chain of dynamic ops: one tile loop over the last op's output rows, intermediates in DM.
+"""A fused chain of dynamic ops: one loop of row steps, every intermediate in DM.
 
 Every op keeps the Dims (a conv or max pool of stride 1 and same padding), so
-op k's output has the input's height and width.  A tile of the last op's
-rows [r, r + th) needs rows [r - P_k, r + th + Q_k) of op k's output, where
-P_k and Q_k are the top and bottom padding of the ops after k (clamped to
-the image): each op computes those rows from the rows the op before left in
-DM, so a tile recomputes the halo rows its neighbours also compute, and no
-intermediate goes through DDR.  Sizes come from the argument block; th comes
-from a table by width (the largest that fits every op's share of the
-buffers, priced over sample heights); the last tile is the remainder.
+op k's output has the input's height and width.  Each op's output, and the
+input, is a whole plane of one image in DM.  In step t op k adds its rows
+[t * th - D_k, (t + 1) * th - D_k) clamped to the image, D_k = k * th plus
+the bottom paddings of ops 0..k: op k works k steps behind the input, so the
+rows it reads (with the halo below) were added by op k-1 the step before.
+No row is computed twice and no halo read twice; sizes come from the
+argument block, th from a table by width (priced per step as the busier of
+NU and VU), the last rows are a clamp.
 
-Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py)
-with its own share of IBUF, ABUF, VBUF and WBUF, its own semaphores and its
-input from DM; its first load waits for the store of the op before (on the
-device, not the CU).  Two buffer sets throughout: before tile t + 2 reuses a
-set the CU takes the last op's store token of tile t, which every command of
-tile t feeds.
+Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
+its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
+tables and semaphores: the units work on several ops at once.  Before op k
+the CU waits for op k-1's store of the step before (when it had rows); the
+mutation test finds every wait needed.  docs/compiler.md, "Dynamic shapes".
 """
 from __future__ import annotations
 
@@ -33,7 +32,7 @@ from . import dynamic_pool as pool_lowering
 from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, TILE_OVERHEAD, Emit, Region,
                       TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
 
-RF0 = ROH           # the tile's first output row of the last op (ROH: every op keeps the height)
+RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
 T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
 
@@ -58,16 +57,14 @@ def fusable(ops: list[DynamicOp]) -> bool:
 
 
 class _Plan:
-    """The ops' regions, halos, semaphores, DM tiles and the rows-per-tile table."""
+    """The ops' buffer shares, delays, semaphores, DM planes and the rows-per-step table."""
 
     def __init__(self, ops: list[DynamicOp], cfg: Config):
         self.ops, self.cfg, self.K = ops, cfg, len(ops)
         convs = [k for k, o in enumerate(ops) if isinstance(o.largest, Conv2d)]
         big = ops[0].largest
-        self.n_max, _, self.h_max, self.w_max = big.x_shape
+        _, _, self.h_max, self.w_max = big.x_shape
         pads = [o.largest.padding for o in ops]
-        self.P = {k: sum(p[0] for p in pads[k + 1:]) for k in range(-1, self.K)}     # -1: the input tile
-        self.Q = {k: sum(p[2] for p in pads[k + 1:]) for k in range(-1, self.K)}
         self.S = {k: sum(p[2] for p in pads[:k + 1]) for k in range(-1, self.K)}     # bottom pads up to op k
         self.out_c = {k: o.largest.output.shape[1] for k, o in enumerate(ops)}
         self.out_c[-1] = big.x_shape[1]
