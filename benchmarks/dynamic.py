@@ -1,14 +1,15 @@
 """The cost of dynamism: one dynamic binary against a static kernel compiled for each shape.
 
-Conv2d layers, max pooling, add, relu, a chain (conv -> relu -> max pool -> conv) and a small ONNX
-network (against the static network, fused and pipelined, per shape).
+Conv2d layers, a depthwise conv, max, average and sum pooling, add, relu, fused chains (conv -> relu ->
+max pool -> conv, two convs, an inverted residual block) and a small ONNX network (against the static
+network, fused and pipelined, per shape).
 
 For five shapes across the range, the dynamic kernel's simulated cycles and the static kernel's
 (compiler.build for that exact shape, the tiling search's best), measured side by side in this
 run, and the binary sizes.  Targets (issue 16): at most 5% more cycles as a geometric mean, at
 most 15% in the worst case.  Run:
 
-    python benchmarks/dynamic.py [--quick] [--conv-only]
+    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only]
 """
 from __future__ import annotations
 
@@ -120,7 +121,24 @@ def other_cases(rng) -> list[tuple]:
     conv_q = dict(padding=1, multiplier=rng.integers(2**29, 2**31, size=16), shift=np.full(16, 21))
     chain = lambda shape: (ops.conv2d(shape, wt, **conv_q), ops.relu(shape, 0),         # noqa: E731
                            ops.max_pool2d(shape, 3, 1, 1), ops.conv2d(shape, wt, **conv_q))
+    wt2 = [rng.integers(-20, 21, size=(32, 32, 3, 3)) for _ in range(2)]
+    q2 = dict(padding=1, multiplier=rng.integers(2**29, 2**31, size=32), shift=np.full(32, 22))
+    chain2 = lambda shape: (ops.conv2d(shape, wt2[0], **q2), ops.relu(shape, 0),        # noqa: E731
+                            ops.conv2d(shape, wt2[1], **q2), ops.relu(shape, 0))
+    wd = rng.integers(-20, 21, size=(64, 1, 3, 3))
+    qd = dict(padding=1, groups=64, multiplier=rng.integers(2**29, 2**31, size=64), shift=np.full(64, 22))
+    depthwise = lambda shape: (ops.conv2d(shape, wd, **qd),)       # noqa: E731
+    we, wp = rng.integers(-20, 21, size=(64, 16, 1, 1)), rng.integers(-20, 21, size=(16, 64, 1, 1))
+    qe = dict(multiplier=rng.integers(2**29, 2**31, size=64), shift=np.full(64, 21), lo=0)
+    qp = dict(multiplier=rng.integers(2**29, 2**31, size=16), shift=np.full(16, 23))
+    inverted = lambda s: (ops.conv2d(s, we, **qe), ops.conv2d((s[0], 64) + s[2:], wd, **qd, lo=0),  # noqa: E731
+                          ops.conv2d((s[0], 64) + s[2:], wp, **qp))
     return [
+        ("depthwise conv 3x3, 64 channels, H = W in [16, 64]", depthwise((n, 64, h, w)), depthwise, 64, 1, sizes),
+        ("avg pool 3x3 stride 1 (count_include_pad), 32 channels, H = W in [16, 64]",
+         (ops.avg_pool2d((n, 32, h, w), 3, 1, 1),), lambda s: (ops.avg_pool2d(s, 3, 1, 1),), 32, 1, sizes),
+        ("sum pool 2x2 stride 2, 32 channels, H = W in [16, 64]", (ops.sum_pool2d((n, 32, h, w), 2),),
+         lambda s: (ops.sum_pool2d(s, 2),), 32, 1, sizes),
         ("max pool 3x3 stride 1, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 3, 1, 1),),
          lambda s: (ops.max_pool2d(s, 3, 1, 1),), 32, 1, sizes),
         ("max pool 2x2 stride 2, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 2, 2, 0),),
@@ -129,8 +147,12 @@ def other_cases(rng) -> list[tuple]:
          lambda s: (ops.add(s, **add_q),), 32, 2, sizes),
         ("relu, 32 channels, H = W in [16, 64]", (ops.relu((n, 32, h, w), 0),), lambda s: (ops.relu(s, 0),),
          32, 1, sizes),
-        ("chain conv 3x3 -> relu -> max pool 3x3 -> conv 3x3, 16 channels, H = W in [16, 64]",
+        ("chain conv 3x3 -> relu -> max pool 3x3 -> conv 3x3, 16 channels, H = W in [16, 64] (fused on chip)",
          chain((n, 16, h, w)), chain, 16, 1, sizes),
+        ("chain conv 3x3 -> relu -> conv 3x3 -> relu, 32 channels, H = W in [16, 64] (fused on chip)",
+         chain2((n, 32, h, w)), chain2, 32, 1, sizes),
+        ("chain inverted residual: 1x1 16 -> 64 (relu) -> depthwise 3x3 (relu) -> 1x1 64 -> 16, H = W in [16, 64] "
+         "(fused on chip)", inverted((n, 16, h, w)), inverted, 16, 1, sizes),
     ]
 
 
@@ -152,7 +174,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one conv layer, then the other ops")
     ap.add_argument("--conv-only", action="store_true", help="the conv layers only")
+    ap.add_argument("--chains-only", action="store_true", help="the fused chains only")
     args = ap.parse_args(argv)
+    if args.chains_only:
+        ok = True
+        for title, dyn_ops, static_ops, c, inputs, sizes in other_cases(np.random.default_rng(1)):
+            if title.startswith("chain"):
+                geo, worst = report(title, measure_ops(dyn_ops, static_ops, sizes, c, inputs))
+                ok &= geo <= GEOMEAN_TARGET and worst <= WORST_TARGET
+        print("\ntargets met" if ok else "\ntargets NOT met")
+        return 0 if ok else 1
     cases = [("conv 3x3 32 -> 32, H = W in [16, 64]", 32, 32, [16, 28, 40, 52, 64], 16, 64)]
     if not args.quick:
         cases.append(("conv 3x3 64 -> 64, H = W in [8, 56]", 64, 64, [8, 20, 32, 44, 56], 8, 56))

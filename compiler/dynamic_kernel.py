@@ -61,23 +61,25 @@ class DynamicKernel:
 
 
 def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
-                  rows_per_tile: int | None = None) -> DynamicKernel:
+                  rows_per_tile: int | None = None, fuse: bool = True) -> DynamicKernel:
     """Compile a DynamicOp (or a chain of them) into one program for its whole range."""
     from .kernel import assemble
 
     if schedule is not None:
         raise CompileError("a dynamic op takes no schedule= so far")
     if more_ops:
-        return build_chain((op,) + more_ops, config)
+        return build_chain((op,) + more_ops, config, fuse)
     asm, files, rows = lower_one(op, config, rows_per_tile)
     return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
 
 
-def build_chain(ops: tuple, config: Config) -> DynamicKernel:
-    """Compile dynamic ops that keep their Dims (each output feeds the next) into one program."""
+def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
+    """Compile dynamic ops that keep their Dims (each output feeds the next) into one program: fused on
+    chip (intermediates in DM) where every op has a tile body, else op after op through DDR."""
     from .kernel import assemble
     from .dynamic_network import folded
     from .lowering.dynamic_chain import compose
+    from .lowering.dynamic_fused import fusable, lower_fused
 
     for k, o in enumerate(ops):
         if not isinstance(o, DynamicOp) or o.names != ("x",):
@@ -90,9 +92,20 @@ def build_chain(ops: tuple, config: Config) -> DynamicKernel:
             merged[-1] = both
         else:
             merged.append(o)
+    chain = DynamicChain(tuple(ops))
+    why = "fuse=False" if not fuse else "" if fusable(merged) else "an op changes a Dim or has no fused form"
+    if not why:
+        for o in merged:
+            check_ddr(o, config)
+        try:
+            asm, files, rows = lower_fused(merged, config)
+            return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
+        except CompileError as exc:      # does not fit on chip: op after op through DDR instead
+            why = str(exc)
     programs = [lower_one(o, config)[:2] for o in merged]
     asm, files = compose(programs, [o.kind for o in merged])
-    chain = DynamicChain(tuple(ops))
+    if len(merged) > 1:
+        asm = f"; not fused on chip: {why}\n" + asm
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
 
 

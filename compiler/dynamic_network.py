@@ -175,22 +175,21 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
     """The symbolic shape of a node's output from its first input's; CompileError for an op not lowered."""
     op, where = node.op, f"node {node.name} ({node.op.kind})"
     if isinstance(op, Conv2d):
-        if op.groups != 1:
-            raise CompileError(f"{where}: a grouped conv (groups = {op.groups}) has no dynamic lowering yet")
         (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
         ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
         return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, _log2(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - ekw, _log2(where, "stride", op.stride[1]), where))
     if isinstance(op, Pool2d):
-        if op.mode != "max":
-            raise CompileError(f"{where}: {op.mode} pooling has no dynamic lowering yet (max pooling has)")
+        if op.mode == "avg" and (op.is_float or not op.count_include_pad):
+            raise CompileError(f"{where}: a float-form or count_include_pad=False average pool has no dynamic "
+                               f"lowering yet (max, sum and integer average pools have)")
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
         return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
     if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
         return x
-    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (groups 1), "
-                       f"max pooling, add, mul, relu and clip")
+    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
+                       f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
 
 
 def _retarget(op, shape):
@@ -326,6 +325,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     from .dynamic_kernel import lower_one
     from .kernel import assemble
     from .lowering.dynamic_chain import link
+    from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
     from .roofline import bound_cycles
 
@@ -342,19 +342,25 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         if output not in buffers:
             buffers[output] = buffer_name(f"t_{output}", used)
     programs, layers = [], []
-    for k, (node, op, output, what) in enumerate(p.ops):
+    for k, run in enumerate(fused_runs(p, cfg)):
+        (node, op, _, _), (_, _, output, _) = run[0], run[-1]
+        nodes = [n for n, _, _, _ in run]
         try:
-            asm, files, _ = lower_one(op, cfg)
+            if len(run) > 1:
+                asm, files, _ = lower_fused([o for _, o, _, _ in run], cfg)
+            else:
+                asm, files, _ = lower_one(op, cfg)
         except CompileError as exc:
             raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
         bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
         bind["y"] = buffers[output]
         programs.append((asm, files, bind))
-        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": what,
+        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": " -> ".join(w for _, _, _, w in run),
                        "in_shapes": [list(g.values[v].shape) for v in node.inputs],
-                       "out_shape": list(g.values[output].shape), "macs": int(getattr(node.op, "macs", 0)),
-                       "predicted_cycles": 0, "bound_cycles": int(bound_cycles((node.op,), cfg)),
-                       "nodes": [node.name], "onchip": {}})
+                       "out_shape": list(g.values[output].shape),
+                       "macs": sum(int(getattr(n.op, "macs", 0)) for n in nodes),
+                       "predicted_cycles": 0, "bound_cycles": int(bound_cycles(tuple(n.op for n in nodes), cfg)),
+                       "nodes": [n.name for n in nodes], "onchip": {}})
 
     inner = sum(int(np.prod(g.values[out].shape)) for _, _, out, _ in p.ops if out not in g.outputs)
 
@@ -373,6 +379,34 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     blob = _graph_buffer(meta)
     asm, files = link(programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
+
+
+def fused_runs(p: Plan, cfg: Config) -> list[list]:
+    """p.ops cut into runs to lower as one fused program (intermediates in DM, never in DDR): each op
+    reads the one before, which nothing else reads and which is no graph output, every op keeps the Dims
+    (lowering/dynamic_fused.fusable) and the run fits on chip; every other op is a run of its own."""
+    from .lowering.dynamic_fused import fusable, lower_fused
+
+    readers: dict[str, int] = {}
+    for node in p.graph.nodes:
+        for v in node.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    runs: list[list] = []
+    for entry in p.ops:
+        node, op = entry[0], entry[1]
+        last = runs[-1][-1] if runs else None
+        if (last is not None and op.names == ("x",) and last[1].names == ("x",) and node.inputs[0] == last[2]
+                and readers.get(last[2]) == 1 and last[2] not in p.graph.outputs
+                and fusable([o for _, o, _, _ in runs[-1]] + [op])):
+            try:
+                lower_fused([o for _, o, _, _ in runs[-1]] + [op], cfg)
+            except CompileError:         # does not fit on chip: start a new run
+                runs.append([entry])
+                continue
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    return runs
 
 
 def check_input(meta: dict, name: str, shape: tuple, given: dict[str, tuple]) -> None:

@@ -221,7 +221,7 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
         return build_dynamic_network(op, cfg)
     if isinstance(op, DynamicOp):
         from .dynamic_kernel import build_dynamic
-        return build_dynamic(op, *more_ops, config=cfg, schedule=schedule)
+        return build_dynamic(op, *more_ops, config=cfg, schedule=schedule, fuse=fuse)
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")

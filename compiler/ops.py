@@ -504,13 +504,22 @@ def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
 
 def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0, *, scale_x=None,
                scale_out=None, zp_out=None) -> Pool2d:
-    """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's."""
+    """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's.
+    A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("avg_pool2d", lambda s: avg_pool2d(s, kernel, stride, padding, count_include_pad, x_zp,
+                                                              scale_x=scale_x, scale_out=scale_out, zp_out=zp_out),
+                          x_shape)
     floats = _avg_floats("avg_pool2d", scale_x, scale_out, zp_out)
     return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats)
 
 
 def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
-    """Window sums as int32."""
+    """Window sums as int32.  A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("sum_pool2d", lambda s: sum_pool2d(s, kernel, stride, padding), x_shape)
     return _pool("sum", x_shape, kernel, stride, padding)
 
 

@@ -251,8 +251,8 @@ def test_unsupported_dynamic_ops_are_refused_by_name():
     q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
     with pytest.raises(CompileError, match="stride height = 3 is not a power of two"):
         compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
-    with pytest.raises(CompileError, match="groups = 2 is not supported yet"):
-        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), rng.integers(-3, 3, (4, 4, 3, 3)), None, groups=2, **q))
+    with pytest.raises(CompileError, match="only the integer form with count_include_pad=True so far"):
+        compiler.build(ops.avg_pool2d((1, 8, Dim("h", 8, 16), 8), 3, 1, 1, count_include_pad=False))
     with pytest.raises(CompileError, match="a dynamic chain takes one-input dynamic ops.*op 1 is"):
         compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
 
@@ -279,20 +279,110 @@ def test_nnpsim_run_infers_the_sizes_from_the_input(tmp_path, capsys):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
-       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
-def test_fused_chain_bit_exact_across_the_range(seed, c, o, k, draws):
-    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program."""
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), o2=st.integers(1, 40),
+       k=st.sampled_from([1, 3, 5]), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chain_bit_exact_across_the_range(seed, c, o, o2, k, draws):
+    """conv (same padding) -> relu -> max pool (stride 1, same padding) -> conv: one program, fused on chip."""
     rng = np.random.default_rng(seed)
     n, h, w = Dim("n", 1, 2), Dim("h", 4, 30), Dim("w", 4, 30)
     first = conv(rng, c, o, k, 1, k // 2, 1, n=(1, 2), h=(4, 30), w=(4, 30))
     chain = [first, ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))), ops.max_pool2d((n, o, h, w), 3, 1, 1),
-             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (c, o, 3, 3)), None, padding=1,
-                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c))]
+             ops.conv2d((n, o, h, w), rng.integers(-20, 21, (o2, o, 3, 3)), None, padding=1,
+                        multiplier=rng.integers(2**29, 2**31, o2), shift=rng.integers(20, 26, o2))]
     kern = compiler.build(*chain)
+    assert "dynamic fused chain" in kern.asm and "L1_" not in kern.asm       # on chip: no DDR intermediates
+    assert ".buffer t0" not in kern.asm
     for fh, fw in draws:
         x = rand8(rng, (1 + int(fh > 0.5), c, 4 + round(26 * fh), 4 + round(26 * fw)))
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+_LINK = st.tuples(st.sampled_from(["conv", "pool", "fconv"]), st.sampled_from([1, 3, 5]), st.integers(1, 40),
+                  st.sampled_from([1, 2]), st.booleans())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), links=st.lists(_LINK, min_size=2, max_size=4),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_chains_of_any_composition_are_bit_exact(seed, c, links, draws):
+    """2 to 4 convs (integer or float form, kernel 1/3/5, dilation 1/2) and max pools of stride 1 and same
+    padding, some convs with a relu after (folded): fused on chip, bit-exact and race-free at shapes across
+    the range."""
+    rng = np.random.default_rng(seed)
+    n, h, w = Dim("n", 1, 2), Dim("h", 9, 28), Dim("w", 9, 28)
+    chain, ch = [], c
+    for kind, k, o, dil, relu in links:
+        shape = (n, ch, h, w)
+        if kind == "pool":
+            chain.append(ops.max_pool2d(shape, k, 1, k // 2))
+            o = ch
+        else:
+            q = (dict(scale=rng.uniform(1e-4, 1e-2, o).astype(np.float32)) if kind == "fconv" else
+                 dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o)))
+            chain.append(ops.conv2d(shape, rng.integers(-20, 21, (o, ch, k, k)), rng.integers(-999, 999, o),
+                                    padding=dil * (k // 2), dilation=dil, x_zp=int(rng.integers(-9, 9)), **q))
+        if relu and kind != "pool":
+            chain.append(ops.relu((n, o, h, w), zp=int(rng.integers(-5, 5))))
+        ch = o
+    kern = compiler.build(*chain)
+    assert "dynamic fused chain" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 9 + round(19 * fh), 9 + round(19 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+def test_a_chain_too_big_for_dm_goes_through_ddr_and_says_why():
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(23)
+    chain = _fused_chain(rng)
+    small = compiler.build(*chain, config=Config(dm_bytes=64 * 1024))
+    assert "; not fused on chip: the intermediates of one image need" in small.asm
+    x = rand8(rng, (2, 8, 40, 24))
+    np.testing.assert_array_equal(small(x, check_races=True), small.op.reference(x))
+
+
+def _fused_chain(rng, c=8, o=40):
+    n, h, w = Dim("n", 1, 2), Dim("h", 4, 40), Dim("w", 4, 24)
+    return [conv(rng, c, o, 3, 1, 1, 1, n=(1, 2), h=(4, 40), w=(4, 24)), ops.max_pool2d((n, o, h, w), 3, 1, 1),
+            ops.conv2d((n, o, h, w), rng.integers(-20, 21, (12, o, 5, 5)), rng.integers(-99, 99, 12), padding=2,
+                       multiplier=rng.integers(2**29, 2**31, 12), shift=rng.integers(20, 26, 12), lo=0)]
+
+
+def test_fused_chain_keeps_intermediates_in_dm_and_reads_each_row_once():
+    """Steps of a few rows, a remainder, two images: the DDR traffic is the input (each row read once) and
+    the output only, and the result equals the chain through DDR."""
+    rng = np.random.default_rng(21)
+    chain = _fused_chain(rng)
+    kern, ddr = compiler.build(*chain), compiler.build(*chain, fuse=False)
+    x = rand8(rng, (2, 8, 37, 19))
+    y = kern(x, check_races=True)
+    np.testing.assert_array_equal(y, kern.op.reference(x))
+    np.testing.assert_array_equal(ddr(x), y)
+    assert kern.rows_per_tile[19] < 37                       # several tiles, the last a remainder
+    traffic = kern.stats.memory["ddr"]
+    assert traffic.written_bytes == y.nbytes
+    consts = sum(len(blob) for blob in kern.files.values())     # weights, bias and (M, S) tables
+    assert traffic.read_bytes - consts == x.nbytes
+    assert ddr.stats.memory["ddr"].written_bytes > 2 * y.nbytes
+
+
+def test_removing_any_wait_of_a_fused_dynamic_chain_is_caught():
+    rng = np.random.default_rng(22)
+    chain = _fused_chain(rng)
+    kern = compiler.build(*chain)
+    x = rand8(rng, (2, 8, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 12
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
 
 
 def test_a_chain_that_changes_a_dim_is_refused():
@@ -428,3 +518,125 @@ def test_removing_any_wait_of_a_float_form_conv_is_caught():
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 8), cg=st.integers(1, 6), og=st.integers(1, 6),
+       dw=st.booleans(), k=st.sampled_from([1, 3, 5]), stride=st.sampled_from([1, 2]),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_grouped_and_depthwise_conv_bit_exact_across_the_range(seed, groups, cg, og, dw, k, stride, draws):
+    """Depthwise (one channel per group, on nu.dwconv) and any other grouping (dense, block-diagonal)."""
+    rng = np.random.default_rng(seed)
+    if dw:
+        groups, cg, og = groups * int(rng.integers(1, 9)), 1, 1
+    c, o = groups * cg, groups * og
+    op = ops.conv2d((Dim("n", 1, 2), c, Dim("h", 5, 25), Dim("w", 5, 25)), rng.integers(-20, 21, (o, cg, k, k)),
+                    rng.integers(-5000, 5000, o), stride=stride, padding=k // 2, groups=groups,
+                    x_zp=int(rng.integers(-10, 10)), multiplier=rng.integers(2**29, 2**31, o),
+                    shift=rng.integers(20, 26, o), zp_out=int(rng.integers(-20, 20)))
+    kern = compiler.build(op)
+    assert ("nu.dwconv" in kern.asm) == (groups > 1 and cg == 1 and og == 1)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, 5 + round(20 * fh), 5 + round(20 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+def _inverted_residual(rng, s, c=8, e=40):
+    """MobileNetV2's block without the add: 1x1 expand (relu) -> depthwise 3x3 (relu) -> 1x1 project."""
+    n = s[0]
+    q = lambda o: dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o))   # noqa: E731
+    return [ops.conv2d(s, rng.integers(-20, 21, (e, c, 1, 1)), rng.integers(-99, 99, e), lo=0, **q(e)),
+            ops.conv2d((n, e, s[2], s[3]), rng.integers(-20, 21, (e, 1, 3, 3)), rng.integers(-99, 99, e), padding=1,
+                       groups=e, lo=0, x_zp=-128, **q(e)),
+            ops.conv2d((n, e, s[2], s[3]), rng.integers(-20, 21, (c, e, 1, 1)), None, **q(c))]
+
+
+def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_caught():
+    rng = np.random.default_rng(24)
+    dw = ops.conv2d((Dim("n", 1, 2), 40, Dim("h", 4, 40), Dim("w", 4, 24)), rng.integers(-20, 21, (40, 1, 3, 3)),
+                    rng.integers(-99, 99, 40), padding=1, groups=40, multiplier=rng.integers(2**29, 2**31, 40),
+                    shift=rng.integers(20, 26, 40))
+    block = _inverted_residual(rng, (Dim("n", 1, 2), 8, Dim("h", 4, 40), Dim("w", 4, 24)))
+    for kern, c in ((compiler.build(dw), 40), (compiler.build(*block), 8)):
+        x = rand8(rng, (2, c, 37, 19))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+        sites = _waits(kern.asm)
+        assert len(sites) >= 6
+        for k in sites:
+            prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+            sim = Simulator(kern.config)
+            sim.load(prog)
+            sim.write("x", x)
+            with pytest.raises(SimError) as exc:
+                sim.run(check_races=True, max_cycles=5_000_000)
+            assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 24), e=st.integers(1, 70),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_fused_inverted_residual_bit_exact_across_the_range(seed, c, e, draws):
+    rng = np.random.default_rng(seed)
+    block = _inverted_residual(rng, (Dim("n", 1, 2), c, Dim("h", 3, 30), Dim("w", 3, 30)), c, e)
+    kern = compiler.build(*block)
+    assert "dynamic fused chain" in kern.asm
+    for fh, fw in draws:
+        x = rand8(rng, (1 + int(fh > 0.5), c, 3 + round(27 * fh), 3 + round(27 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(["avg", "sum"]), c=st.integers(1, 70), k=st.integers(1, 4),
+       stride=st.sampled_from([1, 2, 4]), pad=st.integers(0, 3),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_avg_and_sum_pool_bit_exact_across_the_range(seed, mode, c, k, stride, pad, draws):
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = max(1, k - 2 * pad)
+    shape = (Dim("n", 1, 2), c, Dim("h", lo, lo + 24), Dim("w", lo, lo + 24))
+    op = (ops.avg_pool2d(shape, k, stride, pad, x_zp=int(rng.integers(-128, 128))) if mode == "avg"
+          else ops.sum_pool2d(shape, k, stride, pad))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(24 * fh), lo + round(24 * fw)))
+        y = kern(x, check_races=True)
+        assert y.dtype == (np.int32 if mode == "sum" else np.int8)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+@pytest.mark.parametrize("mode", ["avg", "sum"])
+def test_removing_any_wait_of_a_dynamic_avg_or_sum_pool_is_caught(mode):
+    rng = np.random.default_rng(25)
+    shape = (Dim("n", 1, 2), 40, Dim("h", 4, 40), Dim("w", 4, 24))
+    op = ops.avg_pool2d(shape, 3, 1, 1, x_zp=9) if mode == "avg" else ops.sum_pool2d(shape, 3, 1, 1)
+    kern = compiler.build(op)
+    x = rand8(rng, (2, 40, 37, 19))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    sites = _waits(kern.asm)
+    assert len(sites) >= 3
+    for k in sites:
+        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
+        sim = Simulator(kern.config)
+        sim.load(prog)
+        sim.write("x", x)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
+@pytest.mark.parametrize("form", ["integer", "float"])
+def test_a_conv_whose_weights_exceed_wbuf_runs_in_parts(form):
+    """Output channels in parts whose weights fit WBUF, one after another, each writing its channels."""
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(28)
+    o = 200
+    q = (dict(scale=rng.uniform(1e-4, 1e-2, o).astype(np.float32)) if form == "float" else
+         dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 26, o)))
+    op = ops.conv2d((Dim("n", 1, 2), 64, Dim("h", 1, 12), Dim("w", 1, 12)), rng.integers(-20, 21, (o, 64, 3, 3)),
+                    rng.integers(-999, 999, o), padding=1, **q)
+    kern = compiler.build(op, config=Config(wbuf_bytes=64 * 1024))      # 3 of the 7 blocks a part
+    assert kern.asm.count("; ---- part") == 3
+    for shape in [(1, 64, 1, 1), (2, 64, 12, 7), (1, 64, 5, 12)]:
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))

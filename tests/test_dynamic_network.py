@@ -217,7 +217,8 @@ def test_removing_a_layers_drain_wait_is_a_race():
 
 def test_unsupported_nodes_are_refused_by_name():
     dg = compiler.from_onnx(residual_model(avg=True), dims={"height": RANGE, "width": RANGE})
-    with pytest.raises(CompileError, match=r"node \S+ \(avg_pool2d\): avg pooling has no dynamic lowering yet"):
+    with pytest.raises(CompileError, match=r"node \S+ \(avg_pool2d\): a float-form or count_include_pad=False "
+                                           r"average pool has no dynamic lowering yet"):
         compiler.build(dg)
     with pytest.raises(CompileError, match="a symbolic dimension takes one size or a range"):
         compiler.from_onnx(residual_model(), dims={"height": (8, 16, 32), "width": 8})
@@ -249,3 +250,51 @@ def test_a_range_too_large_for_ddr_is_refused():
 
     with pytest.raises(CompileError, match=r"tensors at the largest shape \(h <= 4096\) need .* narrow the ranges"):
         compiler.build(DynamicGraph(make, (Dim("h", 1, 4096),)))
+
+
+def mobilenet_v2_features() -> onnx.ModelProto:
+    """MobileNetV2 (32x32, QOperator) up to its global average pool: every depthwise, expand and project
+    conv, the residual adds and the last 1x1 conv (320 -> 1280, weights larger than WBUF: split in two
+    parts); its height and width symbolic."""
+    from compiler import models
+
+    m = models.build("mobilenetv2", size=32, classes=10)
+    g = m.graph
+    cut = next(k for k, n in enumerate(g.node) if "GlobalAveragePool" in n.op_type)
+    feat = g.node[cut].input[0]
+    del g.node[cut:]
+    del g.output[:]
+    g.output.append(onnx.helper.make_tensor_value_info(feat, onnx.TensorProto.INT8, None))
+    for axis, name in ((2, "height"), (3, "width")):
+        g.input[0].type.tensor_type.shape.dim[axis].dim_param = name
+    del g.value_info[:]
+    return m
+
+
+def test_mobilenet_v2_features_one_binary_across_the_range():
+    dg = compiler.from_onnx(mobilenet_v2_features(), dims={"height": (32, 64), "width": (32, 64)})
+    lib = compiler.build(dg)
+    assert lib.asm.count("nu.dwconv") >= 17                    # the depthwise convs on the NU's own mode
+    assert "; ---- part 1" in lib.asm                           # the last conv in two parts
+    rng = np.random.default_rng(26)
+    for h, w, races in ((32, 32, True), (64, 40, False), (48, 64, False)):
+        x = rng.integers(-128, 128, (1, 3, h, w)).astype(np.int8)
+        m = compiler.GraphModule(lib)
+        m.set_input(0, x)
+        m.run(check_races=races)
+        g = dg.at({"height": h, "width": w})
+        np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({g.inputs[0]: x})[0])
+
+
+def test_a_networks_conv_after_conv_is_fused_on_chip():
+    """The residual model's second and third convs: the intermediate has one reader, so the two run as
+    one fused program (tile rows in DM, no DDR buffer between), still equal to the reference."""
+    _, dg, lib = built("qoperator")
+    fused = [layer for layer in lib.meta["layers"] if len(layer["nodes"]) > 1]
+    assert len(fused) == 1 and fused[0]["ops"] == "conv2d -> conv2d" and "L1_fused_rows:" in lib.asm
+    x = np.random.default_rng(27).integers(-128, 128, (1, 3, 23, 17)).astype(np.int8)
+    m = compiler.GraphModule(lib)
+    m.set_input(0, x)                        # int8: taken as is
+    m.run(check_races=True)
+    g = dg.at({"height": 23, "width": 17})
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({g.inputs[0]: x})[0])

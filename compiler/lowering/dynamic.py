@@ -11,7 +11,10 @@ reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -20,6 +23,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d
+from .depthwise import depthwise_weights
 from .layout import fscale_table
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
@@ -33,15 +37,29 @@ def _log2(what: str, v: int) -> int:
     return v.bit_length() - 1
 
 
-class _Geometry:
-    """The static facts of the op and the two buffer sets (each half of IBUF, ABUF, VBUF after the table)."""
+@dataclass(frozen=True)
+class Region:
+    """Where one op's tables and two buffer sets go: all of the machine for one op, a share of it for each
+    op of a fused chain (its ops run at once, each on its own tile)."""
 
-    def __init__(self, op: DynamicOp, cfg: Config):
+    table: int = 0                  # VBUF offset of the (M, S) table
+    vbuf: int | None = None         # VBUF offset of the two sets (None: after the table)
+    wbuf: int = 0
+    dm: int = 0                     # the bias table's
+    ibuf: int = 0                   # IBUF and ABUF offsets of the two sets
+    abuf: int = 0
+    ibuf_bytes: int | None = None   # bytes for the two sets (None: the whole buffer, VBUF after the table)
+    abuf_bytes: int | None = None
+    vbuf_bytes: int | None = None
+
+
+class _Geometry:
+    """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
+
+    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region()):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
-        if big.groups != 1:
-            raise CompileError(f"dynamic conv2d: groups = {big.groups} is not supported yet (groups = 1 only)")
         self.op, self.cfg = op, cfg
         self.R, self.C = cfg.nu_rows, cfg.nu_cols
         n, c, h, w = big.x_shape
@@ -54,18 +72,31 @@ class _Geometry:
         self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
         self.entry = 4 if big.scale is not None else 8    # table bytes per channel: float32 scale, or (M, S)
+        # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel
+        # b * C + j, its bias starts the accumulator.  Any other grouping runs as a dense conv whose
+        # weights are zero between groups (block-diagonal: exact, the NU multiplies the zeros too).
+        self.depthwise = (big.groups > 1 and big.weight.shape[1] == 1 and self.o == big.groups == c
+                          and self.R == self.C)
+        self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
         # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
         # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
-        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R else 1
+        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
         self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
-        self.ib = cfg.ibuf_bytes // 2 // self.R * self.R
-        self.ab = min(cfg.abuf_bytes // 2, (cfg.vbuf_bytes - self.tab) // 2) // 128 * 128
-        self.w_block = self.in_cb * self.kh * self.kw_nu * self.R * self.C
+        self.region = region
+        self.sets = self.tab if region.vbuf is None else region.vbuf      # VBUF offset of the two sets
+        ibuf = cfg.ibuf_bytes if region.ibuf_bytes is None else region.ibuf_bytes
+        abuf = cfg.abuf_bytes if region.abuf_bytes is None else region.abuf_bytes
+        vbuf = cfg.vbuf_bytes - self.sets if region.vbuf_bytes is None else region.vbuf_bytes
+        self.ib = ibuf // 2 // self.R * self.R
+        self.ab = min(abuf // 2, vbuf // 2) // 128 * 128
+        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
+                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
+        self.y_slice = (0, self.o)          # a part of a conv too big for WBUF: (first channel, all channels)
 
     def out_size(self, n: int, k: int, lo: int, hi: int, shift: int) -> int:
         return ((n + lo + hi - k) >> shift) + 1
@@ -95,18 +126,25 @@ class _Geometry:
         return ""
 
 
+def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
+    """The NU's cycles for one tile of rows x ow outputs (every block)."""
+    from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles
+
+    if g.depthwise:
+        return g.out_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+    return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+
+
 def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
     """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
     work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
-    from nnpsim.timing import nu_conv_cycles
-
     ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
     total = 0
     for n, h in heights:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
-            nu = nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+            nu = nu_cycles(g, rows, ow)
             total += n * count * (nu + TILE_OVERHEAD)
         total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
     return total
@@ -141,11 +179,13 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     big = g.op.largest
     wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
     if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
-        folded = big.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
+        folded = g.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
         wt[:g.o, :g.kw * g.c, :, 0] = folded
-    else:
-        wt[:g.o, :g.c] = big.weight
+    elif not g.depthwise:
+        wt[:g.o, :g.c] = g.weight
     w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
+    if g.depthwise:     # per block its biases then [kh][kw][C]: nu.dwconv's own bias, no broadcast
+        w5 = depthwise_weights(big.weight, big.bias, g.C).blocks
     bias = np.zeros(g.out_cb * g.C, dtype="<i4")
     if big.bias is not None:
         bias[:g.o] = big.bias
@@ -154,8 +194,21 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     else:
         ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
         ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
-    return {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_bias.bin": bias.tobytes(),
-            "dyn_ms.bin": ms.tobytes()}
+    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_ms.bin": ms.tobytes()}
+    if not g.depthwise:
+        files["dyn_bias.bin"] = bias.tobytes()
+    return files
+
+
+def block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
+    """A grouped conv's [O, C/groups, KH, KW] weights as a dense conv's [O, C, KH, KW]: output channel o of
+    group g sees only group g's input channels, every other weight zero."""
+    o, cg, kh, kw = weight.shape
+    dense = np.zeros((o, cg * groups, kh, kw), dtype=weight.dtype)
+    og = o // groups
+    for grp in range(groups):
+        dense[grp * og:(grp + 1) * og, grp * cg:(grp + 1) * cg] = weight[grp * og:(grp + 1) * og]
+    return dense
 
 
 def _axis(d, add: int, shift: int) -> str:
@@ -188,7 +241,7 @@ def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
 def notes(g: _Geometry) -> list[str]:
     """The conv's notes: its output's height and width follow from the input's."""
     n, _, h, w = g.op.x_shape
-    return target_notes(g.op, [axis_name(n), str(g.o), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
+    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
                                _axis(w, g.pl + g.pr - g.ekw, g.lsw)])
 
 
@@ -226,6 +279,152 @@ def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
     i(f"min     {phi}, {phi}, {tmp}")
 
 
+class Emit:
+    """Assembly lines being written, with the helpers every dynamic lowering uses."""
+
+    def __init__(self, lines: list[str]):
+        self.L = lines
+
+    def e(self, s: str) -> None:
+        """A line as it is (a label or comment)."""
+        self.L.append(s)
+
+    def i(self, s: str) -> None:
+        """An instruction."""
+        self.L.append("        " + s)
+
+    def setp(self, param: str, v) -> None:
+        """A command parameter from a register (str) or an immediate."""
+        self.i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
+
+    def dma_box(self, elem: int, dims, pad_value: int = 0) -> None:
+        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
+        self.setp("dma.elem", elem)
+        self.setp("dma.pad_value", pad_value)
+        for k in range(4):
+            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
+            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
+                self.setp(f"dma.{p}{k}", v)
+
+
+@dataclass(frozen=True)
+class TileIO:
+    """Where a tile's input rows come from and its output rows go: DDR buffers x and y for one op, DM
+    tiles inside a fused chain.  `src(em, reg, start, tmp)` puts the address of input row `start` of
+    channel 0 in reg (channels RHW apart, rows RW apart); `dst(em, reg, tmp)` the address of output row
+    ROH0 of channel 0 (channels ROHW apart, rows ROW apart)."""
+
+    src: Callable
+    dst: Callable
+    src_space: str = "ddr"
+    dst_space: str = "ddr"
+    stage: Callable | None = None    # stage(em, start, rows, plo, phi, prefix): bring the rows on chip first
+
+
+def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1, y_first: int = 0) -> TileIO:
+    """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow], y_bytes
+    an element, from channel y_first)."""
+    def src(em, reg, start, tmp):
+        em.i(f"mul     {reg}, {RI}, {RHW}")
+        em.i(f"muli    {reg}, {reg}, {c}")
+        em.i(f"mul     {tmp}, {start}, {RW}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+        em.i(f"la      {tmp}, {x}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+
+    def dst(em, reg, tmp):
+        em.i(f"mul     {reg}, {RI}, {ROHW}")
+        em.i(f"muli    {reg}, {reg}, {o}")
+        em.i(f"mul     {tmp}, {ROH0}, {ROW}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+        if y_first:
+            em.i(f"muli    {tmp}, {ROHW}, {y_first}")
+            em.i(f"add     {reg}, {reg}, {tmp}")
+        if y_bytes > 1:
+            em.i(f"muli    {reg}, {reg}, {y_bytes}")
+        em.i(f"la      {tmp}, {y}")
+        em.i(f"add     {reg}, {reg}, {tmp}")
+    return TileIO(src, dst)
+
+
+def staged_io(g: _Geometry, at: int, set_bytes: int) -> TileIO:
+    """Input rows DDR -> DM as whole rows per channel first (DDR bursts: IBUF's layout puts the channels
+    innermost, one byte per burst from DDR), then DM -> IBUF; two DM sets of set_bytes from offset at."""
+    def stage(em, start, rows, plo, phi, prefix):
+        real, plane, src, dst = T[6], T[7], T[8], T[9]
+        em.i(f"sub     {real}, {rows}, {plo}")
+        em.i(f"sub     {real}, {real}, {phi}")
+        em.i(f"beq     {real}, r0, {prefix}staged")    # a tile wholly in the padding reads nothing
+        em.i(f"mul     {plane}, {real}, {RW}")
+        em.i(f"mul     {T[10]}, {RH}, {RW}")
+        em.dma_box(1, [(plane, 1, 1, 0, 0), (g.c, T[10], plane, 0, 0)])
+        em.i(f"mul     {src}, {RI}, {T[10]}")
+        em.i(f"muli    {src}, {src}, {g.c}")
+        em.i(f"mul     {T[10]}, {start}, {RW}")
+        em.i(f"add     {src}, {src}, {T[10]}")
+        em.i(f"la      {T[10]}, x")
+        em.i(f"add     {src}, {src}, {T[10]}")
+        em.i(f"muli    {dst}, {RB}, {set_bytes}")
+        em.i(f"addi    {dst}, {dst}, {at}")
+        em.i(f"dma     ch0, dm[{dst}], ddr[{src}]")    # the loads from DM queue behind it on ch0
+        em.e(f"{prefix}staged:")
+        em.i(f"mul     {RHW}, {real}, {RW}")          # the source plane is now the DM tile's
+
+    def src(em, reg, start, tmp):
+        em.i(f"muli    {reg}, {RB}, {set_bytes}")
+        em.i(f"addi    {reg}, {reg}, {at}")
+    return TileIO(src, ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr", stage)
+
+
+def stage_bytes(g: _Geometry) -> int:
+    """One DM set of a tile's real input rows at the largest width and tile height, 64-aligned."""
+    th = max(g.rows.values())
+    return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
+
+
+def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
+    """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
+    weights signal S_W block by block unless signal=False (something else orders them)."""
+    rg = g.region
+    em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
+    em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
+    em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
+    em.e("        ; the first broadcast")
+    em.dma_box(1, [(g.w_block, 1, 1, 0, 0)])
+    em.i(f"la      {T[0]}, dyn_w")
+    for ob in range(g.out_cb):
+        em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
+        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
+        em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
+    em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
+    em.i(f"la      {T[0]}, dyn_ms")
+    em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
+    if not g.depthwise:
+        em.setp("dma.size0", g.out_cb * g.C)
+        em.i(f"la      {T[0]}, dyn_bias")
+        em.i(f"dma     ch3, dm[{_at(em, rg.dm, T[1])}], ddr[{T[0]}]")
+
+
+def _at(em: Emit, offset: int, reg: str) -> str:
+    """A register holding offset: r0 for 0, else reg loaded with it."""
+    if not offset:
+        return "r0"
+    em.i(f"li      {reg}, {offset}")
+    return reg
+
+
+def fixed_params(em: Emit, g: _Geometry) -> None:
+    """The NU and VU parameters that do not depend on the shape."""
+    big = g.op.largest
+    for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
+        em.setp(f"nu.{p}", v)
+    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
+                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
+                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
+        em.setp(f"vu.{p}", v)
+
+
 def program_text(g: _Geometry) -> str:
     """The assembly of the dynamic kernel."""
     op, big, cfg = g.op, g.op.largest, g.cfg
@@ -234,33 +433,17 @@ def program_text(g: _Geometry) -> str:
     L = [f"; dynamic kernel: {op!r}", "; output rows per tile read from a table by input width; full width;"
          " two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()] + ["        " + s for s in notes(g)]
-    x_max, y_max = big.x_shape, big.output.shape
+    x_max = big.x_shape
+    y_max = (big.output.shape[0], g.y_slice[1]) + big.output.shape[2:]
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
           f"        .space {int(np.prod(x_max))}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}",
-          "        .align 64", "dyn_w:", '        .incbin "dyn_w.bin"', "        .align 64",
-          "dyn_bias:", '        .incbin "dyn_bias.bin"', "        .align 64", "dyn_ms:", '        .incbin "dyn_ms.bin"',
-          "        .align 64", f"dyn_rows:                               ; output rows per tile, by input width from "
-          f"{g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
-          "", "        .text", "main:"]
-    e = L.append
-
-    def i(s):
-        e("        " + s)
-
-    def setp(param, v):
-        i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
-
-    def dma_box(elem, dims, pad_value=0):
-        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
-        setp("dma.elem", elem)
-        setp("dma.pad_value", pad_value)
-        for k in range(4):
-            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
-            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
-                setp(f"dma.{p}{k}", v)
-
+          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}"]
+    L += constant_data(g) + ["        .align 64", f"dyn_rows:                               ; output rows per tile, by "
+                             f"input width from {g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
+                             "", "        .text", "main:"]
+    em = Emit(L)
+    e, i = em.e, em.i
     i("la      r1, args")
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         _size(L, reg, d, idx)
@@ -271,12 +454,7 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
     i(f"srai    {ROW}, {ROW}, {g.lsw}")
     i(f"addi    {ROW}, {ROW}, 1")
-    if g.fold > 1:
-        i(f"addi    {RWP}, {ROW}, -1")
-        i(f"slli    {RWP}, {RWP}, {g.lsw}")
-        i(f"addi    {RWP}, {RWP}, 1")
-    else:
-        i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+    padded_width(em, g)
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
     e("        ; rows per tile for this width (the compiler's table)")
@@ -284,30 +462,8 @@ def program_text(g: _Geometry) -> str:
     i(f"la      {T[1]}, dyn_rows - {4 * g.widths[0]}")
     i(f"add     {T[0]}, {T[0]}, {T[1]}")
     i(f"ld      {RMAX}, {T[0]}, 0")
-    e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
-    e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
-    e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
-    e("        ; the first broadcast")
-    w_block = g.w_block
-    dma_box(1, [(w_block, 1, 1, 0, 0)])
-    i(f"la      {T[0]}, dyn_w")
-    for ob in range(g.out_cb):
-        i(f"li      {T[1]}, {ob * w_block}")
-        i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}], signal={S_W}")
-        i(f"addi    {T[0]}, {T[0]}, {w_block}")
-    dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
-    i(f"la      {T[0]}, dyn_ms")
-    i(f"dma     ch1, vbuf0[r0], ddr[{T[0]}]")
-    setp("dma.size0", g.out_cb * g.C)
-    i(f"la      {T[0]}, dyn_bias")
-    i(f"dma     ch3, dm[r0], ddr[{T[0]}]")
-    for p, v in (("in_cb", g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
-        setp(f"nu.{p}", v)
-    for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
-                 ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
-                 ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
-        setp(f"vu.{p}", v)
+    load_constants(em, g)
+    fixed_params(em, g)
     i(f"li      {RI}, 0")
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
@@ -324,27 +480,61 @@ def program_text(g: _Geometry) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
+    at = -(-g.out_cb * g.C * 4 // 64) * 64              # after the bias table
+    size = stage_bytes(g)
+    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes
+              else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
+    i("li      r1, 0")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    return "\n".join(L) + "\n"
+
+
+def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
+    """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
+    out = []
+    for name in ("dyn_w", "dyn_ms") if g.depthwise else ("dyn_w", "dyn_bias", "dyn_ms"):
+        out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
+    return out
+
+
+def padded_width(em: Emit, g: _Geometry) -> None:
+    """RWP: the columns of a tile's input rows in IBUF (from ROW when folded, else RW plus the padding)."""
+    if g.fold > 1:
+        em.i(f"addi    {RWP}, {ROW}, -1")
+        em.i(f"slli    {RWP}, {RWP}, {g.lsw}")
+        em.i(f"addi    {RWP}, {RWP}, 1")
+    else:
+        em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+
+
+def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True) -> None:
+    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region (the first
+    tile's CU waits for each weight block unless weights_wait=False)."""
+    e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
+    big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
+    if rg.ibuf:
+        i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
     i(f"muli    {RAB}, {RB}, {g.ab}")
+    if rg.abuf:
+        i(f"addi    {RAB}, {RAB}, {rg.abuf}")
     i(f"muli    {RVB}, {RB}, {g.ab}")
-    i(f"addi    {RVB}, {RVB}, {g.tab}")
+    i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
-    e("        ; bias broadcast dm -> abuf")
-    i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
-    # only the real channels when there is one block: the others' accumulators are never read
-    dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
-                (g.out_cb, 4 * g.C, T[1], 0, 0)])
-    i(f"dma     ch3, abuf0[{RAB}], dm[r0], signal={S_BIAS}")
+    if not g.depthwise:
+        e("        ; bias broadcast dm -> abuf")
+        i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
+        # only the real channels when there is one block: the others' accumulators are never read
+        dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
+                    (g.out_cb, 4 * g.C, T[1], 0, 0)])
+        i(f"dma     ch3, abuf0[{RAB}], dm[{_at(em, rg.dm, T[0])}], signal={S_BIAS}")
     e("        ; input rows with halo -> ibuf")
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
     src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
-    i(f"mul     {src}, {RI}, {RHW}")
-    i(f"muli    {src}, {src}, {g.c}")
-    i(f"mul     {T[11]}, {start}, {RW}")
-    i(f"add     {src}, {src}, {T[11]}")
-    i(f"la      {T[11]}, x")
-    i(f"add     {src}, {src}, {T[11]}")
+    if io.stage:
+        io.stage(em, start, rows, plo, phi, prefix)
+    io.src(em, src, start, T[11])
     i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
     i(f"mul     {step_dst}, {rows}, {rowb}")
     i(f"muli    {step_src}, {RHW}, {g.R}")
@@ -365,7 +555,7 @@ def program_text(g: _Geometry) -> str:
         dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
                 big.x_zp)
         sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], ddr[{step_src}]{sig}")
+        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{step_src}]{sig}")
     for cb in range(g.in_cb if g.fold == 1 else 0):
         cr = min(g.R, g.c - cb * g.R)
         if cb:
@@ -373,35 +563,39 @@ def program_text(g: _Geometry) -> str:
             i(f"add     {dst}, {dst}, {step_dst}")
         dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
         sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], ddr[{src}]{sig}")
+        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
     e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
     e("        ; overlaps block k+1's convolution")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
-    i(f"sem.wait {S_BIAS}")                        # the NU's one wait is the input's: join the bias here
-    acc, wreg, pixb = T[6], T[7], T[8]
+    if not g.depthwise:
+        i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
+    acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
     i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
     i(f"add     {acc}, {RAB}, r0")
+    if g.depthwise:      # block ob reads input block ob
+        i(f"mul     {in_step}, {rows}, {rowb}")
+        i(f"add     {rin}, {RIB}, r0")
     for ob in range(g.out_cb):
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
+            if g.depthwise:
+                i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        i(f"beq     r1, r0, weights{ob}")
-        i(f"sem.wait {S_W}")
-        e(f"weights{ob}:")
-        i(f"li      {wreg}, {ob * w_block}")
-        i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
-    i("li      r1, 0")
+        if weights_wait:
+            i(f"beq     r1, r0, {prefix}weights{ob}")
+            i(f"sem.wait {S_W}")
+            e(f"{prefix}weights{ob}:")
+        i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
+        if g.depthwise:
+            i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
+        else:
+            i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
     e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
     i(f"muli    {T[0]}, {RPIX}, {g.C}")
     setp("vu.n1", RPIX)
     ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
-    i(f"mul     {ydst}, {RI}, {ROHW}")
-    i(f"muli    {ydst}, {ydst}, {g.o}")
-    i(f"mul     {T[5]}, {ROH0}, {ROW}")
-    i(f"add     {ydst}, {ydst}, {T[5]}")
-    i(f"la      {T[5]}, y")
-    i(f"add     {ydst}, {ydst}, {T[5]}")
+    io.dst(em, ydst, T[5])
     i(f"muli    {step_y}, {ROHW}, {g.C}")
     i(f"add     {ysrc}, {RVB}, r0")
     i(f"add     {asrc}, {RAB}, r0")
@@ -414,13 +608,11 @@ def program_text(g: _Geometry) -> str:
         dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
         setp("vu.n0", cv)
         i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        i(f"li      {table}, {ob * g.C * g.entry}")
+        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
         i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
-        i(f"dma     ch2, ddr[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
-    return "\n".join(L) + "\n"
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
 
 
 def next_tile() -> list[str]:
@@ -436,9 +628,47 @@ def drain_and_halt(pending: str, store_sem: str) -> list[str]:
             f"        addi    {pending}, {pending}, -1", "        jal     r0, drain", "done:", "        halt"]
 
 
-def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
-    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width)."""
+def output_part(op: DynamicOp, first: int, end: int) -> DynamicOp:
+    """The conv computing output channels [first, end) of op only (groups 1)."""
+    def cut(c: Conv2d) -> Conv2d:
+        sl = {f: getattr(c, f)[first:end] for f in ("weight", "bias", "multiplier", "shift", "scale")
+              if getattr(c, f) is not None}
+        return dataclasses.replace(c, **sl)
+    return DynamicOp(op.kind, op.x_shape, op.dims, lambda s: cut(op.make(s)), cut(op.largest), cut(op.smallest),
+                     op.names)
+
+
+def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+    """A dynamic conv whose weights do not fit WBUF as parts of as many output blocks as fit, one after
+    another in one program, each reading all of x and writing its channels of y."""
+    from .dynamic_chain import join
+
+    g = _Geometry(op, config)
+    if op.largest.groups != 1:
+        raise CompileError(f"dynamic conv2d does not fit this machine: the weights need {g.wbytes} bytes of WBUF, "
+                           f"it has {config.wbuf_bytes} (a grouped conv is not split yet)")
+    per = config.wbuf_bytes // g.w_block * g.C
+    if per < 1:
+        raise CompileError(f"dynamic conv2d does not fit this machine: one output block's weights need "
+                           f"{g.w_block} bytes of WBUF, it has {config.wbuf_bytes}")
+    programs, rows = [], {}
+    for first in range(0, g.o, per):
+        asm, files, rows = lower_conv(output_part(op, first, min(g.o, first + per)), config, rows_per_tile,
+                                      (first, g.o))
+        programs.append((asm, files))
+    asm, files = join(programs)
+    return asm, files, rows
+
+
+def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
+               y_slice: tuple[int, int] | None = None):
+    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
+    channel, all channels) it writes its channels of a larger y."""
+    if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
+        return lower_split(op, config, rows_per_tile)
     g = choose_rows(op, config)
+    if y_slice is not None:
+        g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
     return fold_channels(program_text(g), config.dma_channels), constants(g), g.rows

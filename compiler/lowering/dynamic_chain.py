@@ -70,6 +70,25 @@ def compose(programs: list[tuple[str, dict[str, bytes]]], kinds: list[str]) -> t
     return _program(header, data, text), files
 
 
+def join(programs: list[tuple[str, dict[str, bytes]]]) -> tuple[str, dict[str, bytes]]:
+    """Programs over the same buffers (args, x, y: parts of one conv, each writing its channels of y) run
+    one after another in one program; (assembly, .incbin files).  Each ends waiting for its last stores,
+    which every command it issued feeds, so the next starts after all of it."""
+    header, data, text, files = [], [], [], {}
+    for k, (asm, consts) in enumerate(programs):
+        asm = _rename(asm, k, {})                  # labels, and so the constant files, prefixed L<k>_
+        files.update({f"L{k}_{name}": blob for name, blob in consts.items()})
+        h, d, t = _parts(asm)
+        if k == 0:
+            header, data = h, d
+        else:
+            for name in ("args", "x", "y"):
+                d = _drop_buffer(d, name)
+            data += ["        .align 64"] + d
+        text += [f"        ; ---- part {k}"] + t
+    return _program(header, data, text), files
+
+
 def _rename(asm: str, k: int, names: dict[str, str]) -> str:
     """op k's program with its labels prefixed and its buffers renamed in one pass (a -> b and b -> c at
     once do not make a into c)."""

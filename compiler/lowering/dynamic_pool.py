@@ -16,8 +16,8 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, _axis, _log2, axis_name,
-                      drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis, _log2,
+                      axis_name, ddr_io, drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
@@ -32,7 +32,7 @@ def tile_rows(op: DynamicOp, cfg: Config) -> int:
     oh, ow = big.out_hw
     best = 0
     for th in range(1, oh + 1):
-        need = 2 * (c * ((th - 1) * sh + kh) * (w + pl + pr) + c * th * ow)
+        need = 2 * set_bytes(op, th) + 64             # two sets and an average's divisor
         if need > cfg.vbuf_bytes or c * th * ow > 1 << 24:
             break
         best = th
@@ -42,6 +42,39 @@ def tile_rows(op: DynamicOp, cfg: Config) -> int:
     return best
 
 
+def out_bytes(op: DynamicOp) -> int:
+    """Bytes of one output: int32 window sums, else int8."""
+    return 4 if op.largest.mode == "sum" else 1
+
+
+def pad_value(op: DynamicOp) -> int:
+    """What the padding holds: -128 for max (never wins), 0 for sums, x_zp for averages (onnxruntime's
+    count_include_pad=1 counts it as a real x_zp)."""
+    big: Pool2d = op.largest
+    return {"max": -128, "sum": 0, "avg": big.x_zp}[big.mode]
+
+
+def set_bytes(op: DynamicOp, th: int) -> int:
+    """Bytes of one buffer set (input rows with halo, output rows) at th output rows and the largest width."""
+    big: Pool2d = op.largest
+    _, c, _, w_max = big.x_shape
+    (kh, _), (sh, _), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    return -(-(c * ((th - 1) * sh + kh) * (w_max + pl + pr) + c * th * big.out_hw[1] * out_bytes(op) + 3) // 64) * 64
+
+
+def fixed_params(em: Emit, op: DynamicOp) -> None:
+    """The DMA and VU parameters that do not depend on the shape."""
+    big: Pool2d = op.largest
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    for p, v in (("elem", 1), ("pad_value", pad_value(op)), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
+                 ("pad_lo0", pl), ("pad_hi0", pr),
+                 ("src_stride0", 1), ("dst_stride0", 1)):
+        em.i(f"setpi   dma.{p}, {v}")
+    for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
+                 ("d_stride0", out_bytes(op)), ("b_stride0", 0), ("b_stride1", 0), ("b_stride2", 0)):
+        em.i(f"setpi   vu.{p}, {v}")
+
+
 def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     """The assembly of the dynamic max pool."""
     big: Pool2d = op.largest
@@ -49,9 +82,6 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
     lsh, lsw = _log2("stride height", sh), _log2("stride width", sw)
     _, _, h_max, w_max = big.x_shape
-    oh_max, ow_max = big.out_hw
-    in_set = c * ((th - 1) * sh + kh) * (w_max + pl + pr)
-    set_bytes = -(-(in_set + c * th * ow_max) // 64) * 64
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", f"; {th} output rows per tile; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
@@ -60,15 +90,24 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)",
-          f"        .space {big.output.size}", "", "        .text", "main:", "        la      r1, args"]
-    e = L.append
-
-    def i(s):
-        e("        " + s)
-
+          f"        .buffer y, {big.output.dtype}, ({', '.join(map(str, big.output.shape))},)",
+          f"        .space {big.output.nbytes}"]
+    if big.mode == "avg":
+        L += ["        .align 64", "pool_div:                               ; the window size (count_include_pad)",
+              f"        .word {kh * kw}"]
+    L += ["", "        .text", "main:", "        la      r1, args"]
+    em = Emit(L)
+    e, i = em.e, em.i
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
+    if big.mode == "avg":        # the divisor into VBUF after the two sets, ahead of the first load on ch0
+        for p, v in (("elem", 4), ("pad_value", 0), ("size0", 1), ("src_stride0", 4), ("dst_stride0", 4)) + tuple(
+                (f"{q}{k}", 1 if q == "size" else 0) for k in (1, 2, 3) for q in ("size", "src_stride", "dst_stride")) \
+                + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi")):
+            i(f"setpi   dma.{p}, {v}")
+        i(f"la      {T[0]}, pool_div")
+        i(f"li      {T[1]}, {2 * set_bytes(op, th)}")
+        i(f"dma     ch0, vbuf0[{T[1]}], ddr[{T[0]}]")
     for reg, src, add, shift in ((ROH, RH, pt + pb - kh, lsh), (ROW, RW, pl + pr - kw, lsw)):
         i(f"addi    {reg}, {src}, {add}")
         i(f"srai    {reg}, {reg}, {shift}")
@@ -76,13 +115,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
-    for p, v in (("elem", 1), ("pad_value", -128), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
-                 ("pad_lo0", pl), ("pad_hi0", pr),
-                 ("src_stride0", 1), ("dst_stride0", 1)):
-        i(f"setpi   dma.{p}, {v}")
-    for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
-                 ("d_stride0", 1)):
-        i(f"setpi   vu.{p}, {v}")
+    fixed_params(em, op)
     e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores overlap"
       f" even at small sizes), at most {th} (two sets fit VBUF)")
     i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
@@ -102,43 +135,67 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
+    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th))
+    i(f"setpi   dma.pad_lo0, {pl}")
+    i(f"setpi   dma.pad_hi0, {pr}")
+    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    return "\n".join(L) + "\n"
+
+
+def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0) -> None:
+    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB (set_size bytes each from
+    VBUF offset vbuf; an average pool's window size at VBUF div_at)."""
+    e, i = em.e, em.i
+    big: Pool2d = op.largest
+    c = big.x_shape[1]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
     rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
     halo_rows(i, (rows, vstart, plo, start, phi, T[11]), sh, kh, pt)
     inb, outb, plane, src = T[6], T[7], T[8], T[9]
-    i(f"muli    {inb}, {RB}, {set_bytes}")
+    i(f"muli    {inb}, {RB}, {set_size}")
+    if vbuf:
+        i(f"addi    {inb}, {inb}, {vbuf}")
     i(f"mul     {plane}, {rows}, {RWP}")              # one channel's input rows in VBUF
     i(f"muli    {outb}, {plane}, {c}")
     i(f"add     {outb}, {outb}, {inb}")
+    if out_bytes(op) > 1:                           # int32 sums: aligned
+        i(f"addi    {outb}, {outb}, 3")
+        i(f"andi    {outb}, {outb}, -4")
     e("        ; every channel's rows with halo -> vbuf [c][rows][w padded]")
-    i(f"mul     {src}, {RI}, {RHW}")
-    i(f"muli    {src}, {src}, {c}")
-    i(f"mul     {T[10]}, {start}, {RW}")
-    i(f"add     {src}, {src}, {T[10]}")
-    i(f"la      {T[10]}, x")
-    i(f"add     {src}, {src}, {T[10]}")
+    io.src(em, src, start, T[10])
     for p, v in (("size0", RWP), ("size1", rows), ("src_stride1", RW), ("dst_stride1", RWP), ("pad_lo1", plo),
                  ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
         i(f"setp    dma.{p}, {v}, 0")
     i(f"setpi   dma.size2, {c}")
     i(f"setpi   dma.pad_lo2, 0")
     i(f"setpi   dma.pad_hi2, 0")
-    i(f"dma     ch0, vbuf0[{inb}], ddr[{src}], signal={S_LOAD}")
+    i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
     e("        ; pool -> [c][rows][w out]")
+    ob = out_bytes(op)
     i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
     i(f"muli    {T[0]}, {RWP}, {sh}")
-    for p, v in (("n0", ROW), ("n1", RTH), ("d_stride1", ROW), ("a_stride1", T[0]), ("d_stride2", T[10]),
-                 ("a_stride2", plane), ("win_stride_h", RWP)):
+    if ob > 1:
+        i(f"muli    {T[11]}, {ROW}, {ob}")
+        i(f"muli    {T[5]}, {T[10]}, {ob}")
+    for p, v in (("n0", ROW), ("n1", RTH), ("d_stride1", T[11] if ob > 1 else ROW), ("a_stride1", T[0]),
+                 ("d_stride2", T[5] if ob > 1 else T[10]), ("a_stride2", plane), ("win_stride_h", RWP)):
         i(f"setp    vu.{p}, {v}, 0")
     i(f"setpi   vu.n2, {c}")
-    i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+    if big.mode == "max":
+        i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+    elif big.mode == "sum":
+        i(f"vu.pool.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+    else:                                           # the window size, one int32 word every output reads
+        i(f"li      {T[11]}, {div_at}")
+        i(f"vu.pool.avg vu0, {outb}, {inb}, {T[11]}, wait={S_LOAD}, signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
-    i(f"mul     {src}, {RI}, {ROHW}")
-    i(f"muli    {src}, {src}, {c}")
-    i(f"mul     {T[0]}, {ROH0}, {ROW}")
-    i(f"add     {src}, {src}, {T[0]}")
-    i(f"la      {T[0]}, y")
-    i(f"add     {src}, {src}, {T[0]}")
-    for p, v in (("size0", T[10]), ("size1", None), ("src_stride1", T[10]), ("dst_stride1", ROHW)):
+    io.dst(em, src, T[0])
+    if ob > 1:                                      # int32 sums: strides in bytes
+        i(f"muli    {T[11]}, {ROHW}, {ob}")
+        for p, v in (("elem", ob), ("src_stride0", ob), ("dst_stride0", ob)):
+            i(f"setpi   dma.{p}, {v}")
+    for p, v in (("size0", T[10]), ("size1", None), ("src_stride1", T[5] if ob > 1 else T[10]),
+                 ("dst_stride1", T[11] if ob > 1 else ROHW)):
         if v is None:
             i(f"setpi   dma.size1, {c}")
         else:
@@ -146,17 +203,18 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     for p in ("pad_lo0", "pad_hi0", "pad_lo1", "pad_hi1"):
         i(f"setpi   dma.{p}, 0")
     i("setpi   dma.size2, 1")
-    i(f"dma     ch2, ddr[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
-    i(f"setpi   dma.pad_lo0, {pl}")
-    i(f"setpi   dma.pad_hi0, {pr}")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
-    return "\n".join(L) + "\n"
+    i(f"dma     ch2, {io.dst_space}[{src}], vbuf0[{outb}], wait={S_VU}, signal={S_STORE}")
+    if ob > 1:
+        for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1)):
+            i(f"setpi   dma.{p}, {v}")
 
 
 def lower_pool(op: DynamicOp, cfg: Config):
-    """A dynamic max_pool2d's (assembly, .incbin files, None)."""
-    if op.largest.mode != "max":
-        raise CompileError(f"dynamic {op.kind} is not supported yet (max_pool2d is)")
+    """A dynamic max, sum or average pool's (assembly, .incbin files, None)."""
+    big: Pool2d = op.largest
+    if big.mode == "avg" and (big.is_float or not big.count_include_pad):
+        raise CompileError(f"dynamic {op.kind}: only the integer form with count_include_pad=True so far (the "
+                           f"float form and per-position counts are not supported yet)")
     th = tile_rows(op, cfg)
     asm = program_text(op, cfg, th)
     return fold_channels(asm, cfg.dma_channels), {}, None

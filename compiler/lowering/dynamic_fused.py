@@ -1,0 +1,342 @@
+"""A fused chain of dynamic ops: one loop of row steps, every intermediate in DM.
+
+Every op keeps the Dims (a conv or max pool of stride 1 and same padding), so
+op k's output has the input's height and width.  Each op's output, and the
+input, is a whole plane of one image in DM.  In step t op k adds its rows
+[t * th - D_k, (t + 1) * th - D_k) clamped to the image, D_k = k * th plus
+the bottom paddings of ops 0..k: op k works k steps behind the input, so the
+rows it reads (with the halo below) were added by op k-1 the step before.
+No row is computed twice and no halo read twice; sizes come from the
+argument block, th from a table by width (priced per step as the busier of
+NU and VU), the last rows are a clamp.
+
+Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
+its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
+tables and semaphores: the units work on several ops at once.  Before op k
+the CU waits for op k-1's store of the step before (when it had rows); the
+mutation test finds every wait needed.  docs/compiler.md, "Dynamic shapes".
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nnpsim.config import Config, shape_target
+
+from ..dims import Dim, DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d, Pool2d
+from . import dynamic as conv_lowering
+from . import dynamic_pool as pool_lowering
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, TILE_OVERHEAD, Emit, Region,
+                      TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
+
+RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
+T = [f"r{k}" for k in range(19, 31)]
+SEMS = {"conv": 7, "pool": 3}
+
+
+def fusable(ops: list[DynamicOp]) -> bool:
+    """True if every op keeps the Dims and has a tile body: a conv or max pool of stride 1 and same
+    padding."""
+    if len(ops) < 2:
+        return False
+    for o in ops:
+        big = o.largest
+        if isinstance(big, Conv2d):
+            ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
+        elif isinstance(big, Pool2d) and big.mode == "max":
+            ekh, ekw = big.kernel
+        else:
+            return False
+        pt, pl, pb, pr = big.padding
+        if big.stride != (1, 1) or pt + pb != ekh - 1 or pl + pr != ekw - 1:
+            return False
+    return True
+
+
+class _Plan:
+    """The ops' buffer shares, delays, semaphores, DM planes and the rows-per-step table."""
+
+    def __init__(self, ops: list[DynamicOp], cfg: Config):
+        self.ops, self.cfg, self.K = ops, cfg, len(ops)
+        convs = [k for k, o in enumerate(ops) if isinstance(o.largest, Conv2d)]
+        big = ops[0].largest
+        _, _, self.h_max, self.w_max = big.x_shape
+        pads = [o.largest.padding for o in ops]
+        self.S = {k: sum(p[2] for p in pads[:k + 1]) for k in range(-1, self.K)}     # bottom pads up to op k
+        self.out_c = {k: o.largest.output.shape[1] for k, o in enumerate(ops)}
+        self.out_c[-1] = big.x_shape[1]
+        self.geo: dict[int, object] = {}
+        wbuf = dm = table = 0
+        for k in convs:
+            g0 = conv_lowering._Geometry(ops[k], cfg)
+            wbuf += -(-g0.wbytes // 64) * 64
+            table += g0.tab
+        if wbuf > cfg.wbuf_bytes:
+            raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
+        if table > cfg.vbuf_bytes // 2:
+            raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
+                               f"{cfg.vbuf_bytes}")
+        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF and ABUF split
+        # between the convs, VBUF after the tables as much for each conv as its ABUF, the rest for the pools.
+        nc, npool = len(convs), self.K - len(convs)
+        ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
+        ashare = cfg.abuf_bytes // max(1, nc) // 256 * 256
+        vfree = (cfg.vbuf_bytes - table) // 256 * 256
+        if npool:
+            ashare = min(ashare, vfree // (nc + npool) // 256 * 256) if nc else 0
+        self.vset = {}
+        at, wbuf, tab = table, 0, 0
+        for k in range(self.K):
+            if k in convs:
+                g0 = conv_lowering._Geometry(ops[k], cfg)
+                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
+                    tab, at, wbuf, dm, convs.index(k) * ishare, convs.index(k) * ashare, ishare, ashare, ashare))
+                self.vset[k] = (at, self.geo[k].ab)
+                at += ashare
+                wbuf += -(-g0.wbytes // 64) * 64
+                dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
+                tab += g0.tab
+        pool_bytes = (cfg.vbuf_bytes - at) // max(1, npool) // 128 * 128
+        for k in range(self.K):
+            if k not in convs:
+                self.vset[k] = (at, pool_bytes // 2 // 64 * 64)
+                at += pool_bytes
+        # every op's output (and the input) as whole planes of one image in DM, after the bias tables
+        self.plane_at = {}
+        for k in range(-1, self.K - 1):
+            self.plane_at[k] = dm
+            dm += -(-self.out_c[k] * self.h_max * self.w_max // 64) * 64
+        if dm > cfg.dm_bytes:
+            raise CompileError(f"the intermediates of one image need {dm:,} bytes of DM at the largest shape, "
+                               f"it has {cfg.dm_bytes:,}")
+        self.widths = list(self.geo[convs[0]].widths) if convs else self._widths()
+        self.rows = {w: self._choose(w) for w in self.widths}
+        self.sem_base, base = [], 0
+        for k in range(self.K):
+            self.sem_base.append(base)
+            base += SEMS["conv" if k in self.geo else "pool"]
+        if base > cfg.semaphores:
+            raise CompileError(f"{self.K} ops need {base} semaphores, the machine has {cfg.semaphores}")
+
+    def _widths(self) -> list[int]:
+        w = self.ops[0].x_shape[3]
+        return list(range(w.lo, w.hi + 1)) if isinstance(w, Dim) else [w]
+
+    def rows_of(self, k: int, th: int) -> int:
+        """The most output rows op k adds in one step of th rows."""
+        return min(self.h_max, th)
+
+    def _fits(self, th: int, w: int) -> bool:
+        for k, o in enumerate(self.ops):
+            rows = self.rows_of(k, th)
+            if k in self.geo:
+                if self.geo[k].fit(w) < rows:
+                    return False
+            elif pool_lowering.set_bytes(o, rows) > self.vset[k][1]:
+                return False
+        return True
+
+    def _price(self, th: int, w: int) -> int:
+        """Predicted cycles over sample heights: per step the NU's work or the VU's, whichever is more, and
+        an overhead per op; the steps the wavefront takes to fill and drain included."""
+        nu = vu = 0
+        for k, o in enumerate(self.ops):
+            if k in self.geo:
+                g = self.geo[k]
+                nu += conv_lowering.nu_cycles(g, th, w)
+                vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
+            else:
+                kh, kw = o.largest.kernel
+                vu += self.out_c[k] * th * w * kh * kw // self.cfg.vu_bytes_per_cycle
+        total = 0
+        for n, h in conv_lowering.sample_heights(self.ops[0]):
+            steps = -(-(h + self.S[self.K - 1]) // th) + self.K - 1
+            total += n * steps * (max(nu, vu) + self.K * TILE_OVERHEAD)
+        return total
+
+    def _choose(self, w: int) -> int:
+        options = [th for th in range(1, self.h_max + 1) if self._fits(th, w)]
+        if not options:
+            raise CompileError(f"one row of the last op at width {w} does not fit every op's buffers")
+        return min(options, key=lambda th: (self._price(th, w), -th))
+
+
+def _sems(text: str, base: int) -> str:
+    return re.sub(r"\bs(\d+)\b", lambda m: f"s{int(m.group(1)) + base}", text)
+
+
+def _consts(text: str, k: int) -> str:
+    return re.sub(r"\b(dyn_(?:w|bias|ms))\b", rf"F{k}_\1", text)
+
+
+def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) -> None:
+    """first, count := the rows op k (k = -1: the input) adds in the step starting at row `step`: [clamp(step -
+    D), clamp(step + th - D)) clamped to [0, h), D = k * th + the bottom pads up to op k.  Op k's rows then
+    need rows of op k-1 that op k-1 added a step earlier at the latest."""
+    i = em.i
+    i(f"muli    {first}, {RMAX}, {max(k, 0)}")
+    i(f"sub     {first}, {step}, {first}")
+    i(f"addi    {first}, {first}, {-p.S[k]}")
+    i(f"add     {count}, {first}, {RMAX}")
+    for r in (first, count):
+        i(f"min     {r}, {r}, {RH}")
+        i(f"max     {r}, {r}, r0")
+    i(f"sub     {count}, {count}, {first}")
+
+
+def _reuse_needs_wait(p: _Plan) -> bool:
+    """Must the last op wait for its store of two steps ago before reusing those buffers?  Not when the op
+    before it ran in the step between on the same units and queues (a conv before anything, or a pool
+    before a pool): the CU waited for that op's store, queued behind the last op's; and it ran whenever the
+    last op runs if the last op takes no rows below its own (bottom padding 0)."""
+    last, before = p.K - 1, p.K - 2
+    same_units = before in p.geo or last not in p.geo
+    return not (same_units and p.ops[last].largest.padding[2] == 0)
+
+
+def _io(p: _Plan, k: int) -> TileIO:
+    """Op k's input: the DM plane of op k-1 (or of the input); output: its DM plane, DDR y for the last op."""
+    def src(em, reg, start, tmp, j=k - 1):
+        em.i(f"mul     {reg}, {start}, {RW}")
+        em.i(f"addi    {reg}, {reg}, {p.plane_at[j]}")
+
+    def dst(em, reg, tmp):
+        em.i(f"mul     {reg}, {ROH0}, {ROW}")
+        em.i(f"addi    {reg}, {reg}, {p.plane_at[k]}")
+    if k == p.K - 1:
+        return TileIO(src, ddr_io(p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
+    return TileIO(src, dst, "dm", "dm")
+
+
+def program_text(p: _Plan) -> str:
+    """The assembly of the fused chain."""
+    ops, cfg = p.ops, p.cfg
+    first, lastop = ops[0], ops[-1]
+    n, c, h, w = first.x_shape
+    idx = {d.name: k for k, d in enumerate(first.dims)}
+    kinds = " -> ".join(o.kind for o in ops)
+    L = [f"; dynamic fused chain: {kinds}", "; steps of th rows (th read from a table by width); op k adds its rows "
+         "k steps behind the input; intermediates in DM", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
+    L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)])]
+    x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
+    L += ["", "        .data", f"        .buffer args, int32, ({len(first.dims)},)",
+          f"        .space {4 * len(first.dims)}", "        .align 64",
+          f"        .buffer x, int8, ({', '.join(map(str, x_max))},)", f"        .space {int(np.prod(x_max))}",
+          "        .align 64", f"        .buffer y, int8, ({', '.join(map(str, y_max))},)",
+          f"        .space {int(np.prod(y_max))}"]
+    for k in p.geo:
+        L += conv_lowering.constant_data(p.geo[k], f"F{k}_")
+    L += ["        .align 64", f"fused_rows:                             ; last op's rows per tile, by width from "
+          f"{p.widths[0]}", *(f"        .word {p.rows[w]}" for w in p.widths), "", "        .text", "main:"]
+    em = Emit(L)
+    e, i = em.e, em.i
+    i("la      r1, args")
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        conv_lowering._size(L, reg, d, idx)
+    i(f"add     {ROW}, {RW}, r0")                     # every op keeps the width
+    e("        ; the last op's rows per tile for this width (the compiler's table)")
+    i(f"slli    {T[0]}, {RW}, 2")
+    i(f"la      {T[1]}, fused_rows - {4 * p.widths[0]}")
+    i(f"add     {T[0]}, {T[0]}, {T[1]}")
+    i(f"ld      {RMAX}, {T[0]}, 0")
+    first_conv = min(p.geo, default=None)
+    for k, g in p.geo.items():
+        e(f"        ; op {k} ({ops[k].kind}): constants")
+        sub = Emit([])
+        conv_lowering.load_constants(sub, g, signal=k == first_conv)
+        L += [_consts(_sems(line, p.sem_base[k]), k) for line in sub.L]
+    i(f"li      {RI}, 0")
+    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
+    i(f"li      {RB}, 0")
+    i(f"li      {RPEND}, 0")
+    last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
+    e("batch:")
+    i(f"li      {RF0}, 0")
+    e("step:")
+    i(f"mul     {RHW}, {RH}, {RW}")                   # every plane, in DM and DDR: h * w per channel
+    i(f"add     {ROHW}, {RHW}, r0")
+    e("        ; the input's rows of this step DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them")
+    e("        ; from DM)")
+    _step_rows(em, p, -1, RF0, T[0], T[1])
+    i(f"beq     {T[1]}, r0, staged")
+    i(f"mul     {T[2]}, {T[1]}, {RW}")
+    em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, RHW, RHW, 0, 0)])
+    i(f"mul     {T[4]}, {RI}, {RHW}")
+    i(f"muli    {T[4]}, {T[4]}, {c}")
+    i(f"mul     {T[5]}, {T[0]}, {RW}")
+    i(f"add     {T[4]}, {T[4]}, {T[5]}")
+    i(f"la      {T[3]}, x")
+    i(f"add     {T[4]}, {T[4]}, {T[3]}")
+    i(f"addi    {T[5]}, {T[5]}, {p.plane_at[-1]}")
+    i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}]")       # op 0's loads from DM queue behind it on ch0
+    e("staged:")
+    prev_store = None
+    for k, o in enumerate(ops):
+        sub = Emit([])
+        sub.e(f"        ; ---- op {k}: {o.kind}, its rows of this step (op k works {k} steps behind the input)")
+        if prev_store:
+            sub.e("        ; op k-1's rows of the step before are in DM: wait for its store if it had any")
+            sub.i(f"sub     {T[2]}, {RF0}, {RMAX}")
+            _step_rows(sub, p, k - 1, T[2], T[0], T[1])
+            sub.i(f"beq     {T[1]}, r0, F{k}_ready")
+            sub.i("sem.wait PREV")
+            sub.e(f"F{k}_ready:")
+        _step_rows(sub, p, k, RF0, ROH0, RTH)
+        sub.i(f"beq     {RTH}, r0, F{k}_skip")
+        if k == p.K - 1 and _reuse_needs_wait(p):
+            sub.e("        ; its buffers of two steps ago are reused: wait for that store")
+            sub.i(f"li      {T[0]}, 2")
+            sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
+            sub.i(f"sem.wait {conv_lowering.S_STORE if k in p.geo else pool_lowering.S_STORE}")
+            sub.i(f"addi    {RPEND}, {RPEND}, -1")
+            sub.e(f"F{k}_free:")
+        io = _io(p, k)
+        if k in p.geo:
+            g = p.geo[k]
+            conv_lowering.padded_width(sub, g)
+            conv_lowering.fixed_params(sub, g)
+            # only the first conv waits for its weights: the others' are queued on ch1 ahead of its drains
+            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv)
+            if k == first_conv:
+                sub.i("li      r1, 0")
+            store = conv_lowering.S_STORE
+        else:
+            big = o.largest
+            sub.i(f"addi    {conv_lowering.RWP}, {RW}, {big.padding[1] + big.padding[3]}")
+            pool_lowering.fixed_params(sub, o)
+            pool_lowering.tile_body(sub, o, io, p.vset[k][1], p.vset[k][0])
+            store = pool_lowering.S_STORE
+        if k == p.K - 1:
+            sub.i(f"addi    {RPEND}, {RPEND}, 1")
+        sub.e(f"F{k}_skip:")
+        text = _sems("\n".join(sub.L), p.sem_base[k])
+        L += (text.replace("PREV", prev_store) if prev_store else text).split("\n")
+        prev_store = _sems(store, p.sem_base[k])
+    e("        ; next step: flip the sets, until the last op has its last row")
+    i(f"xori    {RB}, {RB}, 1")
+    i(f"add     {RF0}, {RF0}, {RMAX}")
+    i(f"muli    {T[0]}, {RMAX}, {p.K - 1}")
+    i(f"sub     {T[0]}, {RF0}, {T[0]}")
+    i(f"addi    {T[0]}, {T[0]}, {-p.S[p.K - 1]}")
+    i(f"blt     {T[0]}, {RH}, step")
+    i(f"addi    {RI}, {RI}, 1")
+    i(f"blt     {RI}, {RN}, batch")
+    L += drain_and_halt(RPEND, last_store)
+    return "\n".join(L) + "\n"
+
+
+def lower_fused(ops: list[DynamicOp], cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A fused dynamic chain's (assembly, .incbin files, last op's rows per tile by width)."""
+    for k in range(1, len(ops)):
+        if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
+            raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
+                               f"{ops[k - 1].largest.output.shape[1]}")
+    p = _Plan(ops, cfg)
+    files = {}
+    for k, g in p.geo.items():
+        files.update({f"F{k}_{name}": blob for name, blob in conv_lowering.constants(g).items()})
+    return fold_channels(program_text(p), cfg.dma_channels), files, p.rows
