@@ -45,18 +45,34 @@ LAGS = (1, 3)       # producer tiles a consumer tile trails by, beyond the ones 
 
 @dataclass
 class Choice:
-    """How a chain's kernels were put in one body: lag None = one after another."""
+    """How a chain's kernels were put in one body: lag None = one after another; ring = (slots, bands
+    ahead) when the halo is recomputed through rings (lowering.ring) instead of kept."""
 
     lag: int | None
     cycles: int
     priced: dict[str, int | None]    # every variant priced: its name -> predicted cycles (None: does not fit)
+    ring: tuple[int, int] | None = None
+    why: str = ""                    # why the cheapest was not taken, if it was not
+
+    @property
+    def name(self) -> str:
+        """The chosen variant as the notes name it."""
+        return ring_name(*self.ring) if self.ring else variant_name(self.lag)
 
     def note(self) -> str:
         """The kernel header's line about it."""
-        how = ("one kernel after another" if self.lag is None
-               else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
+        if self.ring:
+            how = (f"halo recomputed, intermediates in rings of {self.ring[0]} bands, each producer "
+                   f"{self.ring[1]} band(s) ahead of its consumer")
+        else:
+            how = ("one kernel after another" if self.lag is None
+                   else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
         rest = ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in self.priced.items())
-        return f"pipelining: {how} (predicted cycles: {rest})"
+        return f"pipelining: {how} (predicted cycles: {rest}){self.why}"
+
+    def as_meta(self) -> dict:
+        """What a network's metadata records of it (the report prints it)."""
+        return {"chosen": self.name, "cycles": self.cycles, "priced": dict(self.priced)}
 
 
 def variant_name(lag: int | None) -> str:
@@ -169,11 +185,13 @@ def _order(merged: list[Step]) -> tuple[int, ...]:
     return tuple(id(st) for st in merged if st.statements())
 
 
-def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[list[Stmt], Choice]:
+def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> tuple[list[Stmt], Choice]:
     """The cheapest body among the variants: (body, Choice).
 
     price(kir, cfg) allocates, synchronises and replays kir as it stands and gives its
-    predicted cycles (CompileError when its buffers do not fit at once).
+    predicted cycles (CompileError when its buffers do not fit at once).  With rings
+    (depth -> lowering.ring.RingKernel or None), the halo-recomputing variants are priced
+    too (recompute_variants); when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
         return body(steps, None), Choice(None, 0, {})
@@ -197,12 +215,97 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[
         priced[variant_name(lag)] = cycles
         if best is None or cycles < best[1]:
             best = (lag, cycles)
-    return body(steps, best[0]), Choice(best[0], best[1], priced)
+    kept = Choice(best[0], best[1], priced)
+    ring = recompute_variants(rings, cfg, price, priced) if rings is not None else None
+    scratch = [b.name for b in kir.buffers if b.space == "ddr" and b.data is None
+               and b not in kir.inputs and b is not kir.output]
+    if ring is not None and (ring[1] < kept.cycles or scratch):
+        (depth, ahead), cycles, rk, out = ring
+        why = (f"; kept would hold {', '.join(scratch)} in DDR" if scratch and cycles >= kept.cycles else "")
+        kir.buffers, kir.notes = rk.kir.buffers, list(rk.kir.notes)
+        return out, Choice(None, cycles, priced, (depth, ahead), why)
+    return body(steps, kept.lag), kept
 
 
-def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> list[Stmt]:
-    """The chosen body (choose); a chain's kernel notes say how its kernels were put together."""
-    out, choice = choose(kir, steps, cfg, price)
+def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:
+    """The chosen body (choose); a chain's kernel notes say how its kernels were put together, and
+    kir.pipelining holds the Choice (None for one kernel)."""
+    out, choice = choose(kir, steps, cfg, price, rings)
+    kir.pipelining = choice if len(steps) > 1 else None
     if len(steps) > 1:
         kir.notes.append(choice.note())
     return out
+
+
+# ------------------------------------------------------------------ halo recomputed (lowering.ring)
+
+RINGS = ((2, 1), (3, 2))    # (slots per ring, bands a producer runs ahead): priced when the chain allows it
+
+
+def ring_name(depth: int, ahead: int) -> str:
+    """A recomputing variant as the notes name it."""
+    return f"recompute ring {depth} ahead {ahead}"
+
+
+def ring_order(rk, ahead: int) -> list[Step]:
+    """The constants, then the kernels' bands as a wavefront: kernel k's band i in round i + k * ahead,
+    GAP places after kernel k - 1's band i (empty Steps fill in)."""
+    out = list(rk.constants)
+    n, m = len(rk.banded), len(rk.banded[0])
+    last: dict[tuple[int, int], int] = {}
+    for r in range(m + (n - 1) * ahead):
+        for k in range(n):
+            i = r - k * ahead
+            if not 0 <= i < m:
+                continue
+            if k > 0:
+                out += [Step() for _ in range(GAP - (len(out) - last[k - 1, i]))]
+            out += rk.banded[k][i]
+            last[k, i] = len(out) - 1
+    return out
+
+
+def check_ring(rk, out: list[Stmt]) -> None:
+    """Every band is read after its producer wrote it and before the next band of its slot is written,
+    in issue order (which the sync pass orders memory by)."""
+    pos = {id(s): i for i, s in enumerate(out)}
+
+    def spans(steps: list[Step], ring, write: bool) -> list[int]:
+        return [pos[id(s)] for st in steps for s in st.statements() if isinstance(s, Command)
+                for a in s.accesses() if a.write == write and any(a.buf is b for b in ring.slots)]
+
+    for k, ring in enumerate(rk.rings):
+        depth = len(ring.slots)
+        for i in range(len(ring.bands)):
+            w, r = spans(rk.banded[k][i], ring, True), spans(rk.banded[k + 1][i], ring, False)
+            nxt = spans(rk.banded[k][i + depth], ring, True) if i + depth < len(ring.bands) else []
+            if not w or not r or max(w) > min(r) or (nxt and max(r) > min(nxt)):
+                raise CompileError(f"internal: ring t{k} band {i} is not written, read and overwritten in order")
+
+
+def ring_body(rk, ahead: int) -> list[Stmt]:
+    """The body of a recomputing variant (checked)."""
+    out = pipeline(ring_order(rk, ahead))
+    check_ring(rk, out)
+    return out
+
+
+def recompute_variants(rings, cfg: Config, price, priced: dict):
+    """The cheapest recomputing variant: ((depth, ahead), cycles, RingKernel, body), or None when the
+    chain cannot recompute or no variant fits.  Every one priced goes into `priced`."""
+    best = None
+    for depth, ahead in RINGS:
+        rk = rings(depth)
+        if rk is None:
+            return None
+        out = ring_body(rk, ahead)
+        rk.kir.body = out
+        try:
+            cycles = int(price(rk.kir, cfg))
+        except CompileError:
+            priced[ring_name(depth, ahead)] = None
+            continue
+        priced[ring_name(depth, ahead)] = cycles
+        if best is None or cycles < best[1]:
+            best = ((depth, ahead), cycles, rk, out)
+    return best
