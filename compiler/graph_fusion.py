@@ -9,7 +9,9 @@ so far extended by the next one against the two apart, with the compiler's cost
 model (cost.schedule_cycles of each best schedule, the same prices the layer table
 reports), and extends it only when the fused kernel is predicted faster.  Inside a
 fused kernel the intermediates stay on chip in DM (lowering.fusion); a chain whose
-intermediate would not fit half of DM is not fused.  Every decision is recorded
+intermediate would not fit half of DM is fused only if it can recompute its halos
+instead (lowering.ring: the intermediate is a ring of row bands, far smaller), and
+its kernel then prefers a ring to a DDR scratch buffer (pipelining.choose).  Every decision is recorded
 with its predicted gain (`nnpc compile --report` prints them).
 
 build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node
@@ -106,12 +108,32 @@ def merged(parts: list):
                    output=parts[-1].output, parts=list(parts))
 
 
+def ring_bytes(parts: list) -> int | None:
+    """DM the chain's intermediates take as the smallest rings (two bands of one output row's window:
+    lowering.ring), or None when the chain cannot recompute its halos (a kernel not a conv, a batch
+    above 1, a residual add before the last)."""
+    heads = [g.ops[0] for g in parts]
+    if not all(isinstance(h, Conv2d) and h.x_shape[0] == 1 for h in heads) or any(
+            isinstance(o, Elementwise) and o.mode == "add" for g in parts[:-1] for o in g.ops):
+        return None
+    total = 0
+    for g, h in zip(parts, heads[1:]):
+        _, c, _, w = g.ops[-1].output.shape
+        total += 2 * ((h.weight.shape[2] - 1) * h.dilation[0] + 1) * c * w
+    return total
+
+
 def too_big_intermediate(parts: list, dm_bytes: int) -> str:
-    """Why the chain's intermediates cannot all stay in DM ('' if they can)."""
+    """Why the chain's intermediates cannot all stay in DM ('' if they can, whole or as rings of bands
+    whose halos are recomputed: lowering.ring)."""
     for g in parts[:-1]:
         t = g.ops[-1].output
         if t.nbytes > dm_bytes // 2:
-            return f"intermediate {g.output} ({t.nbytes:,} bytes) does not fit half of DM ({dm_bytes // 2:,})"
+            ring = ring_bytes(parts)
+            if ring is not None and ring <= dm_bytes // 2:
+                return ""
+            return (f"intermediate {g.output} ({t.nbytes:,} bytes) does not fit half of DM ({dm_bytes // 2:,})"
+                    + ("" if ring is None else f", nor as the smallest rings ({ring:,} bytes)"))
     return ""
 
 

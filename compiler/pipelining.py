@@ -67,12 +67,16 @@ class Choice:
         else:
             how = ("one kernel after another" if self.lag is None
                    else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
-        rest = ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in self.priced.items())
-        return f"pipelining: {how} (predicted cycles: {rest}){self.why}"
+        return f"pipelining: {how} (predicted cycles: {prices_text(self.priced)}){self.why}"
 
     def as_meta(self) -> dict:
         """What a network's metadata records of it (the report prints it)."""
         return {"chosen": self.name, "cycles": self.cycles, "priced": dict(self.priced)}
+
+
+def prices_text(priced: dict[str, int | None]) -> str:
+    """Every variant priced, as the notes and the report list them."""
+    return ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in priced.items())
 
 
 def variant_name(lag: int | None) -> str:

@@ -82,7 +82,7 @@ class RingNu(NuLowering):
     def __init__(self, *args, starts: list[int], src: Ring | None, dst: Ring | None, **kw):
         super().__init__(*args, **kw)
         self.starts, self.src, self.dst = starts, src, dst
-        self.band = {oh0: i for i, oh0 in enumerate(starts)}
+        self.current = 0      # the band of the tile being lowered: tiles() sets it as steps() walks them
 
     def tiles(self):
         """One row tile per band (then columns, output-block groups or chunks), row after row."""
@@ -90,7 +90,8 @@ class RingNu(NuLowering):
         groups = [range(ob0, min(p.n_ob, ob0 + t.obt)) for ob0 in range(0, p.n_ob, t.obt)]
         n_chunks = len(chunks(p, t.cbt))
         first = True
-        for oh0 in self.starts:
+        for band, oh0 in enumerate(self.starts):
+            self.current = band
             for ow0 in range(0, p.ow, t.tw):
                 if t.resident:
                     for g, obs in enumerate(groups):
@@ -102,12 +103,12 @@ class RingNu(NuLowering):
 
     def tile_bands(self) -> list[int]:
         """The band of each tile, in tiles() order."""
-        return [self.band[oh0] for _, _, oh0, *_ in self.tiles()]
+        return [self.current for _ in self.tiles()]
 
     def _load_input(self, step, n, oh0, ow0, th, tw, lo, hi):
         if self.src is None:
             return super()._load_input(step, n, oh0, ow0, th, tw, lo, hi)
-        b = self.band[oh0]
+        b = self.current
         r0, r1 = self.src.bands[b]
         p, x, v = self.p, self.x, self.p.view
         # the band seen as the whole input: its first row is row 0, the rows above it are padding
@@ -123,7 +124,7 @@ class RingNu(NuLowering):
         if self.dst is None:
             return super()._finish(step, out, obs, n, oh0, ow0, th, tw)
         y = self.y
-        self.y = self.dst.slot(self.band[oh0])
+        self.y = self.dst.slot(self.current)
         try:
             super()._finish(step, out, obs, n, 0, ow0, th, tw)     # the band's first row is the slot's row 0
         finally:
@@ -149,8 +150,8 @@ def _tilings(found: list[Site], choices: list[NuChoice]) -> tuple[list[ConvTilin
     band_lists = []
     for k in range(len(choices) - 1, 0, -1):
         b = bands(choices[k].plan, starts[0], tilings[0].th)
-        if any(hi <= lo for lo, hi in b) or any(b2[0] <= b1[0] for b1, b2 in zip(b, b[1:])):
-            raise CompileError("a band is empty or two bands start on the same row")
+        if any(hi <= lo for lo, hi in b):
+            raise CompileError("a band is empty (a window of padding alone)")
         rows = max(hi - lo for lo, hi in b)
         pt = choices[k - 1].tiling
         tw = max(1, min(pt.tw, pt.th * pt.tw // rows))
