@@ -401,7 +401,7 @@ def pipelining_lines(layers: list[dict]) -> list[str]:
         p = layer.get("pipelining")
         if p:
             rows.append(f"  {layer['name']} ({layer['ops']}): {p['chosen']} "
-                        f"(predicted cycles: {prices_text(p['priced'])})")
+                        f"(predicted cycles: {prices_text(p['priced'])}){p.get('why', '')}")
     return ([f"pipelining: {len(rows)} fused kernels"] + rows) if rows else []
 
 

@@ -71,7 +71,7 @@ class Choice:
 
     def as_meta(self) -> dict:
         """What a network's metadata records of it (the report prints it)."""
-        return {"chosen": self.name, "cycles": self.cycles, "priced": dict(self.priced)}
+        return {"chosen": self.name, "cycles": self.cycles, "priced": dict(self.priced), "why": self.why}
 
 
 def prices_text(priced: dict[str, int | None]) -> str:
