@@ -57,7 +57,7 @@ def bands(p: NuPlan, starts: list[int], th: int) -> list[tuple[int, int]]:
 
 def ring_able(ops, choices: list) -> str:
     """Why the chain cannot recompute its halos ('' if it can): every kernel a conv on one NU, batch 1,
-    each tiled row after row, no residual add before the last."""
+    no residual add before the last."""
     segs = segments(ops)
     if len(segs) < 2:
         return "one kernel"
@@ -68,8 +68,6 @@ def ring_able(ops, choices: list) -> str:
             return "split over units"
         if seg[0].x_shape[0] != 1:
             return "batch above 1"
-        if not (c.tiling.resident or c.tiling.obt >= c.plan.n_ob):     # pipeline_schedule.row_major
-            return "tiles not row after row"
         if k + 1 < len(segs) and any(isinstance(o, Elementwise) and o.mode == "add" for o in seg):
             return "residual add before the last conv"
     return ""
@@ -142,10 +140,22 @@ class RingKernel:
     rings: list[Ring]
 
 
+def row_after_row(c: NuChoice) -> ConvTiling:
+    """The choice's tiling, or one that runs row after row (every output block in one tile, as
+    pipeline_schedule.row_major asks) with about the same accumulator and weight tile: the columns
+    and input blocks per chunk (unless nu.conv.rq drains it) shrink as the output blocks grow."""
+    t, n_ob = c.tiling, c.plan.n_ob
+    if t.resident or t.obt >= n_ob:
+        return t
+    # nu.conv.rq's output stage must see the whole sum: its input blocks stay in one chunk
+    cbt = t.cbt if t.drain == "nu" else max(1, t.cbt * t.obt // n_ob)
+    return replace(t, obt=n_ob, tw=max(1, t.tw * t.obt // n_ob), cbt=cbt)
+
+
 def _tilings(found: list[Site], choices: list[NuChoice]) -> tuple[list[ConvTiling], list[list[int]], list]:
     """Each conv's tiling and row-tile starts, and each intermediate's bands, from the last conv back."""
     last = choices[-1]
-    t = last.tiling
+    t = row_after_row(last)
     tilings, starts = [t], [list(range(0, last.plan.oh, t.th))]
     band_lists = []
     for k in range(len(choices) - 1, 0, -1):
@@ -153,7 +163,7 @@ def _tilings(found: list[Site], choices: list[NuChoice]) -> tuple[list[ConvTilin
         if any(hi <= lo for lo, hi in b):
             raise CompileError("a band is empty (a window of padding alone)")
         rows = max(hi - lo for lo, hi in b)
-        pt = choices[k - 1].tiling
+        pt = row_after_row(choices[k - 1])
         tw = max(1, min(pt.tw, pt.th * pt.tw // rows))
         tilings.insert(0, replace(pt, th=rows, tw=tw))
         starts.insert(0, [lo for lo, _ in b])
