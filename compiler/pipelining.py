@@ -19,15 +19,25 @@ store it reads (empty Steps fill in when the producer has run out): its loads
 then come after that store in issue order, which is the order the sync pass
 orders memory by.  `check_order` verifies it on the merged body.
 
-Halo rows between a consumer's row tiles are kept: the whole intermediate stays in
-DM, the producer computes each row once and the consumer re-reads the halo rows
-from DM (recomputing them would only pay with a ring buffer smaller than the
-intermediate, which is not built).
+The halo rows between a consumer's row tiles are kept or recomputed, whichever
+is priced lower.  Kept: the whole intermediate stays in DM, the producer computes
+each row once and the consumer re-reads the halo rows from DM.  Recomputed
+(lowering.ring): the intermediate is a ring of a few bands in DM, each band the
+rows one consumer row tile reads; the producer computes each band as a row tile
+of its own, so the rows neighbouring bands share are computed twice, and
+`ring_order` runs the kernels' bands as a wavefront, each producer `ahead` bands
+before its consumer, so that a band is read after it is written and before its
+slot is written again (`check_ring` verifies it on the issued body).
 
 The choice is priced: `choose` allocates, synchronises and replays
-(cost.schedule_cycles) the chain one kernel after another and interleaved with
-each lag in LAGS, and keeps the cheapest (a variant whose buffers do not fit at
-once is out; one whose order is the plain one or another lag's is not priced).  The kernel's notes say what was chosen and what each cost.
+(cost.schedule_cycles) the chain one kernel after another, interleaved with
+each lag in LAGS and (where a kept intermediate would not fit DM, or always
+with RINGS_ALWAYS) recomputed with each (slots, ahead) in RINGS, and keeps
+the cheapest (a variant whose buffers do not fit at once is out; one whose
+order is the plain one or another lag's is not priced); when the kept
+intermediate would not fit DM (a DDR scratch buffer), a ring that fits is
+taken even if dearer.  The kernel's notes say what was chosen and what each
+cost, and kir.pipelining holds the Choice (a network's report prints it).
 """
 from __future__ import annotations
 
@@ -189,13 +199,15 @@ def _order(merged: list[Step]) -> tuple[int, ...]:
     return tuple(id(st) for st in merged if st.statements())
 
 
-def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> tuple[list[Stmt], Choice]:
+def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None,
+           always: bool = False) -> tuple[list[Stmt], Choice]:
     """The cheapest body among the variants: (body, Choice).
 
     price(kir, cfg) allocates, synchronises and replays kir as it stands and gives its
     predicted cycles (CompileError when its buffers do not fit at once).  With rings
     (depth -> lowering.ring.RingKernel or None), the halo-recomputing variants are priced
-    too (recompute_variants); when one wins, kir takes its buffers and notes.
+    too (recompute_variants) when a kept intermediate would spill to DDR, or always if
+    `always`; when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
         return body(steps, None), Choice(None, 0, {})
@@ -220,9 +232,10 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
         if best is None or cycles < best[1]:
             best = (lag, cycles)
     kept = Choice(best[0], best[1], priced)
-    ring = recompute_variants(rings, cfg, price, priced) if rings is not None else None
     scratch = [b.name for b in kir.buffers if b.space == "ddr" and b.data is None
                and b not in kir.inputs and b is not kir.output]
+    ring = (recompute_variants(rings, cfg, price, priced)
+            if rings is not None and (scratch or always) else None)
     if ring is not None and (ring[1] < kept.cycles or scratch):
         (depth, ahead), cycles, rk, out = ring
         why = (f"; kept would hold {', '.join(scratch)} in DDR" if scratch and cycles >= kept.cycles else "")
@@ -234,7 +247,7 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
 def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:
     """The chosen body (choose); a chain's kernel notes say how its kernels were put together, and
     kir.pipelining holds the Choice (None for one kernel)."""
-    out, choice = choose(kir, steps, cfg, price, rings)
+    out, choice = choose(kir, steps, cfg, price, rings, RINGS_ALWAYS)
     kir.pipelining = choice if len(steps) > 1 else None
     if len(steps) > 1:
         kir.notes.append(choice.note())
@@ -244,6 +257,10 @@ def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=
 # ------------------------------------------------------------------ halo recomputed (lowering.ring)
 
 RINGS = ((2, 1), (3, 2))    # (slots per ring, bands a producer runs ahead): priced when the chain allows it
+# Rings are priced only where a kept intermediate would spill to DDR: with the intermediate in DM they
+# lost on every chain measured (benchmarks/halo.py: 7-37% dearer) and pricing them doubles a chain's
+# compile time.  True prices them for every chain of convs.
+RINGS_ALWAYS = False
 
 
 def ring_name(depth: int, ahead: int) -> str:

@@ -219,12 +219,17 @@ def _choice(op):
     return fusion.NuChoice(plan(conv_view(op), cfg), ConvTiling(4, 4, 1, 1, resident=True))
 
 
-def test_build_keeps_the_cheapest_variant_recompute_included():
-    """choose prices the recomputing variants beside the kept ones; the cheapest wins and the note says so."""
+def test_build_keeps_the_cheapest_variant_recompute_included(monkeypatch):
+    """With RINGS_ALWAYS, choose prices the recomputing variants beside the kept ones; the cheapest wins
+    and the note says so.  By default an intermediate that fits DM is kept without pricing rings."""
     rng = np.random.default_rng(11)
     chain = conv_conv(rng, 16, 13)
+    kept = compiler.build(*chain, config=Config(**SMALL_NU)).ir.pipelining
+    assert not any(name.startswith("recompute") for name in kept.priced), kept.priced
+    monkeypatch.setattr(pipelining, "RINGS_ALWAYS", True)
     k = compiler.build(*chain, config=Config(**SMALL_NU))
     choice = k.ir.pipelining
+    assert {n: v for n, v in choice.priced.items() if not n.startswith("recompute")} == kept.priced
     assert any(name.startswith("recompute") for name in choice.priced), choice.priced
     fits = {n: v for n, v in choice.priced.items() if v is not None}
     assert choice.name == min(fits, key=fits.get) and choice.cycles == fits[choice.name], choice.priced
