@@ -7,7 +7,7 @@ import pytest
 import compiler
 from compiler import ops
 from compiler.graph import Graph, QuantParams
-from compiler.graph_fusion import Decision, anchors, chains
+from compiler.graph_fusion import Decision, anchors, chains, fuse
 from compiler.network import alias, partition, per_node, plan_kernels
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
@@ -221,3 +221,22 @@ def test_nnpc_compile_report_prints_every_decision(tmp_path):
             in out.stdout
     off, _ = nnpc_compile_tiny(tmp_path, "--report", "--no-fuse", out="u.nnp")
     assert off.returncode == 0 and "fusion: off" in off.stdout
+
+
+def test_a_kernel_that_does_not_extend_may_hand_its_last_part_over():
+    """graph_fusion.fuse with made-up prices: conv1 + conv2 pays, conv1 + conv2 + conv3 does not, but
+    conv1 alone then conv2 + conv3 prices lower than conv1 + conv2 then conv3 alone: conv2 is handed over."""
+    g = bottleneck(np.random.default_rng(1))
+    groups = partition(g, alias(g)[1])
+    cost = {("b0_conv1",): 10, ("b0_conv2",): 10, ("b0_conv3",): 10, ("b0_conv1", "b0_conv2"): 15,
+            ("b0_conv1", "b0_conv2", "b0_conv3"): 30, ("b0_conv2", "b0_conv3"): 8}
+
+    def price(grp):
+        names = tuple(p.name for p in grp.parts or [grp])
+        return cost.get(names, 10 * len(names) + 5 * (len(names) > 1))      # block 1: nothing pays
+
+    out, made = fuse(g, groups, price, Config().dm_bytes)
+    kernels = [[p.name for p in grp.parts] or [grp.name] for grp in out if grp.name.startswith("b0")]
+    assert [k for k in kernels if "b0_conv1" in k or "b0_conv2" in k] == [["b0_conv1"], ["b0_conv2", "b0_conv3"]]
+    handed = [d for d in made if "handed over" in d.why]
+    assert handed and handed[0].fused and (handed[0].apart_cycles, handed[0].fused_cycles) == (15 + 10, 10 + 8)
