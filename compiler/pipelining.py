@@ -258,7 +258,7 @@ def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=
 
 RINGS = ((2, 1), (3, 2))    # (slots per ring, bands a producer runs ahead): priced when the chain allows it
 # Rings are priced only where a kept intermediate would spill to DDR: with the intermediate in DM they
-# lost on every chain measured (benchmarks/halo.py: 7-37% dearer) and pricing them doubles a chain's
+# lost on every chain measured (benchmarks/halo.py: 7-38% dearer) and pricing them doubles a chain's
 # compile time.  True prices them for every chain of convs.
 RINGS_ALWAYS = False
 
