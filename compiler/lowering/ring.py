@@ -27,7 +27,7 @@ from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Elementwise
 from .double_buffer import Step
-from .fusion import NuChoice, Site, nu_note, row_strides, segments, sites
+from .fusion import NuChoice, nu_note, row_strides, segments, sites
 from .nu import ConvTiling, NuLowering, NuPlan, chunks, input_extent
 
 
@@ -152,7 +152,7 @@ def row_after_row(c: NuChoice) -> ConvTiling:
     return replace(t, obt=n_ob, tw=max(1, t.tw * t.obt // n_ob), cbt=cbt)
 
 
-def _tilings(found: list[Site], choices: list[NuChoice]) -> tuple[list[ConvTiling], list[list[int]], list]:
+def _tilings(choices: list[NuChoice]) -> tuple[list[ConvTiling], list[list[int]], list]:
     """Each conv's tiling and row-tile starts, and each intermediate's bands, from the last conv back."""
     last = choices[-1]
     t = row_after_row(last)
@@ -178,7 +178,7 @@ def lower_ring(sched, cfg: Config, depth: int) -> RingKernel | None:
         return None
     found, inputs, y, _ = sites(sched.ops, cfg)
     try:
-        tilings, starts, band_lists = _tilings(found, choices)
+        tilings, starts, band_lists = _tilings(choices)
     except CompileError:
         return None
     if len(starts[-1]) < 2:
