@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="ONNX model quantised by onnxruntime (QOperator or QDQ)")
     c.add_argument("-o", "--output", required=True, help="program binary to write (.nnp)")
     c.add_argument("--report", action="store_true",
-                   help="print every fusion decision with its predicted gain and the on-chip high-water marks")
+                   help="print every fusion decision with its predicted gain, each fused kernel's pipelining "
+                        "variant with every variant's predicted cycles, and the on-chip high-water marks")
     _common(c)
     r = sub.add_parser("run", help="run a model (.onnx: compiled first; .nnp: as built) on the simulator")
     r.add_argument("model", help="an ONNX model or a program written by nnpc compile")

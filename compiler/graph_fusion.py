@@ -9,7 +9,9 @@ so far extended by the next one against the two apart, with the compiler's cost
 model (cost.schedule_cycles of each best schedule, the same prices the layer table
 reports), and extends it only when the fused kernel is predicted faster.  Inside a
 fused kernel the intermediates stay on chip in DM (lowering.fusion); a chain whose
-intermediate would not fit half of DM is not fused.  Every decision is recorded
+intermediate would not fit half of DM is fused only if it can recompute its halos
+instead (lowering.ring: the intermediate is a ring of row bands, far smaller), and
+its kernel then prefers a ring to a DDR scratch buffer (pipelining.choose).  Every decision is recorded
 with its predicted gain (`nnpc compile --report` prints them).
 
 build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node
@@ -106,46 +108,91 @@ def merged(parts: list):
                    output=parts[-1].output, parts=list(parts))
 
 
+def ring_bytes(parts: list) -> int | None:
+    """DM the chain's intermediates take as the smallest rings (two bands of one output row's window:
+    lowering.ring), or None when the chain cannot recompute its halos (a kernel not a conv, a batch
+    above 1, a residual add before the last)."""
+    heads = [g.ops[0] for g in parts]
+    if not all(isinstance(h, Conv2d) and h.x_shape[0] == 1 for h in heads) or any(
+            isinstance(o, Elementwise) and o.mode == "add" for g in parts[:-1] for o in g.ops):
+        return None
+    total = 0
+    for g, h in zip(parts, heads[1:]):
+        _, c, _, w = g.ops[-1].output.shape
+        total += 2 * ((h.weight.shape[2] - 1) * h.dilation[0] + 1) * c * w
+    return total
+
+
 def too_big_intermediate(parts: list, dm_bytes: int) -> str:
-    """Why the chain's intermediates cannot all stay in DM ('' if they can)."""
+    """Why the chain's intermediates cannot all stay in DM ('' if they can, whole or as rings of bands
+    whose halos are recomputed: lowering.ring)."""
     for g in parts[:-1]:
         t = g.ops[-1].output
         if t.nbytes > dm_bytes // 2:
-            return f"intermediate {g.output} ({t.nbytes:,} bytes) does not fit half of DM ({dm_bytes // 2:,})"
+            ring = ring_bytes(parts)
+            if ring is not None and ring <= dm_bytes // 2:
+                return ""
+            return (f"intermediate {g.output} ({t.nbytes:,} bytes) does not fit half of DM ({dm_bytes // 2:,})"
+                    + ("" if ring is None else f", nor as the smallest rings ({ring:,} bytes)"))
     return ""
+
+
+def _try(parts: list, price: Callable, dm_bytes: int) -> tuple[int | None, str]:
+    """(predicted cycles of the parts fused, or None; why not)."""
+    why = too_big_intermediate(parts, dm_bytes)
+    if not why and anchors([o for g in parts for o in g.ops]) > MAX_ANCHORS:
+        why = f"more than {MAX_ANCHORS} anchors"
+    if why:
+        return None, why
+    try:
+        return int(price(merged(parts))), ""
+    except CompileError as exc:
+        return None, f"cannot be built: {exc}"
+
+
+def _ops(parts: list) -> str:
+    return " -> ".join("+".join(o.kind for o in g.ops) for g in parts)
 
 
 def fuse(graph, groups: list, price: Callable, dm_bytes: int) -> tuple[list, list[Decision]]:
     """The kernels with every chain fused where the cost model says it pays; the decisions made.
 
-    price(group) gives the predicted cycles of a kernel alone, or raises CompileError.
+    price(group) gives the predicted cycles of a kernel alone, or raises CompileError.  When
+    extending a kernel of several by the next one does not pay, its last kernel may be handed
+    over instead: fused with the next one, if the kernel without it plus that pair price lower
+    than the kernel plus the next one alone (MobileNetV2's expand conv whose 1.2 MB output only
+    a ring fits belongs with the depthwise conv after it, not the project conv before it).
     """
     fused_at: dict[int, list[int]] = {}
     decisions: list[Decision] = []
     for run in chains(graph, groups):
-        cur, cur_cycles = [run[0]], price(groups[run[0]])
+        cur, sofar = [run[0]], [price(groups[run[0]])]     # sofar[m]: cycles of cur[:m + 1] fused
         for j in run[1:]:
             parts = [groups[i] for i in cur + [j]]
-            apart = cur_cycles + price(groups[j])
-            names = [g.name for g in parts]
-            ops = " -> ".join("+".join(o.kind for o in g.ops) for g in parts)
-            why = too_big_intermediate(parts, dm_bytes)
-            if not why and anchors([o for g in parts for o in g.ops]) > MAX_ANCHORS:
-                why = f"more than {MAX_ANCHORS} anchors"
-            cycles = None
-            if not why:
-                try:
-                    cycles = int(price(merged(parts)))
-                except CompileError as exc:
-                    why = f"cannot be built: {exc}"
+            alone = price(groups[j])
+            apart = sofar[-1] + alone
+            cycles, why = _try(parts, price, dm_bytes)
             ok = cycles is not None and cycles < apart
-            decisions.append(Decision(names, ops, int(apart), cycles, ok, why))
+            decisions.append(Decision([g.name for g in parts], _ops(parts), int(apart), cycles, ok, why))
             if ok:
-                cur, cur_cycles = cur + [j], cycles
-            else:
-                if len(cur) > 1:
-                    fused_at[cur[-1]] = cur
-                cur, cur_cycles = [j], price(groups[j])
+                cur, sofar = cur + [j], sofar + [cycles]
+                continue
+            if len(cur) > 1:
+                pair = [groups[cur[-1]], groups[j]]
+                pair_cycles, why = _try(pair, price, dm_bytes)
+                if pair_cycles is not None:
+                    handed = sofar[-2] + pair_cycles
+                    ok = handed < apart
+                    decisions.append(Decision([g.name for g in pair], _ops(pair), int(apart), int(handed), ok,
+                                              f"{pair[0].name} handed over from {groups[cur[0]].name}'s kernel: "
+                                              "both kernels' cycles"))
+                    if ok:
+                        if len(cur) > 2:
+                            fused_at[cur[-2]] = cur[:-1]
+                        cur, sofar = [cur[-1], j], [price(pair[0]), pair_cycles]
+                        continue
+                fused_at[cur[-1]] = cur
+            cur, sofar = [j], [alone]
         if len(cur) > 1:
             fused_at[cur[-1]] = cur
     inside = {i for run in fused_at.values() for i in run}

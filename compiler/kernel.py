@@ -5,6 +5,7 @@ import gc
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
 from . import schedule as sched_mod
-from .lowering import fusion
+from .lowering import fusion, ring
 from .lowering.layout import from_layout, io_layouts, to_layout
 from .passes import alloc, emit, loops, sync
 from .schedule import Schedule
@@ -114,7 +115,7 @@ def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True):
 def lowered(sched: Schedule, cfg: Config) -> KernelIR:
     """A schedule lowered and pipelined: the KernelIR before the passes."""
     kir, steps = fusion.lower(sched, cfg)
-    kir.body = pipelining.pipelined(kir, steps, cfg, _price)
+    kir.body = pipelining.pipelined(kir, steps, cfg, _price, partial(ring.lower_ring, sched, cfg))
     return kir
 
 
@@ -232,7 +233,7 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     segs = fusion.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
     sched = choose(schedule, ops, cfg, segs)             # 2. schedule search: the best, or the given one checked
     kir, steps = fusion.lower(sched, cfg)                # 3. lowering: each kernel's tiles as Steps
-    kir.body = pipelining.pipelined(kir, steps, cfg, _price)   # 4. pipelining: tile k+1's loads first; a chain interleaved if cheaper
+    kir.body = pipelining.pipelined(kir, steps, cfg, _price, partial(ring.lower_ring, sched, cfg))   # 4. pipelining: tile k+1's loads first; a chain interleaved if cheaper
     fold_channels(kir, cfg)                              # 5. channel folding: logical DMA channels onto real ones
     usage = alloc.allocate(kir, cfg)                     # 6. allocation: on-chip addresses by lifetime
     kir.body, report = synchronise(kir, cfg)             # 7. synchronisation: semaphores, then loops

@@ -297,6 +297,7 @@ class Layer:
     bound_cycles: int
     nodes: list[str] = field(default_factory=list)      # the graph nodes the kernel runs
     onchip: dict[str, int] = field(default_factory=dict)  # peak bytes of each on-chip memory
+    pipelining: dict | None = None   # a fused kernel's pipelining.Choice (as_meta): chosen variant, every price
 
 
 def _label(name: str, k: int) -> str:
@@ -377,11 +378,31 @@ class Library:
             made = [Decision(**d) for d in self.meta.get("fusion", [])]
             rows = [f"fusion: {sum(d.fused for d in made)} of {len(made)} merges priced faster fused"]
             rows += [f"  {d.line()}" for d in made]
+            rows += pipelining_lines(self.meta.get("layers", []))
         plan = self.meta.get("layout")
         rows += plan["lines"] if plan else ["layouts: not planned (every activation NCHW in DDR)"]
         peak = self.meta.get("onchip_peak", {})
         rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
         return "\n".join(rows)
+
+
+def _pipelining(kir) -> dict | None:
+    """A fused kernel's pipelining decision as the metadata records it (None: one anchor)."""
+    choice = getattr(kir, "pipelining", None)
+    return choice.as_meta() if choice is not None else None
+
+
+def pipelining_lines(layers: list[dict]) -> list[str]:
+    """The report's lines on each fused kernel's pipelining: the variant chosen and every variant's price."""
+    from .pipelining import prices_text
+
+    rows = []
+    for layer in layers:
+        p = layer.get("pipelining")
+        if p:
+            rows.append(f"  {layer['name']} ({layer['ops']}): {p['chosen']} "
+                        f"(predicted cycles: {prices_text(p['priced'])}){p.get('why', '')}")
+    return ([f"pipelining: {len(rows)} fused kernels"] + rows) if rows else []
 
 
 def _tensor_meta(value, buffer: str) -> dict:
@@ -499,7 +520,7 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -
                             [list(graph.values[v].shape) for v in g.inputs],
                             list(graph.values[g.output].shape), sum(int(getattr(o, "macs", 0)) for o in g.ops),
                             int(predicted), int(bound_cycles(g.ops, cfg)), [n.name for n in g.nodes],
-                            {m: int(n) for m, n in usage.items()}))
+                            {m: int(n) for m, n in usage.items()}, _pipelining(kir)))
     body, report = sync.synchronise(body, cfg.semaphores)
     body = loops.reroll(body)
     meta = {"format": GRAPH_FORMAT,

@@ -19,15 +19,25 @@ store it reads (empty Steps fill in when the producer has run out): its loads
 then come after that store in issue order, which is the order the sync pass
 orders memory by.  `check_order` verifies it on the merged body.
 
-Halo rows between a consumer's row tiles are kept: the whole intermediate stays in
-DM, the producer computes each row once and the consumer re-reads the halo rows
-from DM (recomputing them would only pay with a ring buffer smaller than the
-intermediate, which is not built).
+The halo rows between a consumer's row tiles are kept or recomputed, whichever
+is priced lower.  Kept: the whole intermediate stays in DM, the producer computes
+each row once and the consumer re-reads the halo rows from DM.  Recomputed
+(lowering.ring): the intermediate is a ring of a few bands in DM, each band the
+rows one consumer row tile reads; the producer computes each band as a row tile
+of its own, so the rows neighbouring bands share are computed twice, and
+`ring_order` runs the kernels' bands as a wavefront, each producer `ahead` bands
+before its consumer, so that a band is read after it is written and before its
+slot is written again (`check_ring` verifies it on the issued body).
 
 The choice is priced: `choose` allocates, synchronises and replays
-(cost.schedule_cycles) the chain one kernel after another and interleaved with
-each lag in LAGS, and keeps the cheapest (a variant whose buffers do not fit at
-once is out; one whose order is the plain one or another lag's is not priced).  The kernel's notes say what was chosen and what each cost.
+(cost.schedule_cycles) the chain one kernel after another, interleaved with
+each lag in LAGS and (where a kept intermediate would not fit DM, or always
+with RINGS_ALWAYS) recomputed with each (slots, ahead) in RINGS, and keeps
+the cheapest (a variant whose buffers do not fit at once is out; one whose
+order is the plain one or another lag's is not priced); when the kept
+intermediate would not fit DM (a DDR scratch buffer), a ring that fits is
+taken even if dearer.  The kernel's notes say what was chosen and what each
+cost, and kir.pipelining holds the Choice (a network's report prints it).
 """
 from __future__ import annotations
 
@@ -45,18 +55,38 @@ LAGS = (1, 3)       # producer tiles a consumer tile trails by, beyond the ones 
 
 @dataclass
 class Choice:
-    """How a chain's kernels were put in one body: lag None = one after another."""
+    """How a chain's kernels were put in one body: lag None = one after another; ring = (slots, bands
+    ahead) when the halo is recomputed through rings (lowering.ring) instead of kept."""
 
     lag: int | None
     cycles: int
     priced: dict[str, int | None]    # every variant priced: its name -> predicted cycles (None: does not fit)
+    ring: tuple[int, int] | None = None
+    why: str = ""                    # why the cheapest was not taken, if it was not
+
+    @property
+    def name(self) -> str:
+        """The chosen variant as the notes name it."""
+        return ring_name(*self.ring) if self.ring else variant_name(self.lag)
 
     def note(self) -> str:
         """The kernel header's line about it."""
-        how = ("one kernel after another" if self.lag is None
-               else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
-        rest = ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in self.priced.items())
-        return f"pipelining: {how} (predicted cycles: {rest})"
+        if self.ring:
+            how = (f"halo recomputed, intermediates in rings of {self.ring[0]} bands, each producer "
+                   f"{self.ring[1]} band(s) ahead of its consumer")
+        else:
+            how = ("one kernel after another" if self.lag is None
+                   else f"interleaved tile by tile, each consumer tile {self.lag} producer tile(s) behind")
+        return f"pipelining: {how} (predicted cycles: {prices_text(self.priced)}){self.why}"
+
+    def as_meta(self) -> dict:
+        """What a network's metadata records of it (the report prints it)."""
+        return {"chosen": self.name, "cycles": self.cycles, "priced": dict(self.priced), "why": self.why}
+
+
+def prices_text(priced: dict[str, int | None]) -> str:
+    """Every variant priced, as the notes and the report list them."""
+    return ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in priced.items())
 
 
 def variant_name(lag: int | None) -> str:
@@ -169,11 +199,15 @@ def _order(merged: list[Step]) -> tuple[int, ...]:
     return tuple(id(st) for st in merged if st.statements())
 
 
-def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[list[Stmt], Choice]:
+def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None,
+           always: bool = False) -> tuple[list[Stmt], Choice]:
     """The cheapest body among the variants: (body, Choice).
 
     price(kir, cfg) allocates, synchronises and replays kir as it stands and gives its
-    predicted cycles (CompileError when its buffers do not fit at once).
+    predicted cycles (CompileError when its buffers do not fit at once).  With rings
+    (depth -> lowering.ring.RingKernel or None), the halo-recomputing variants are priced
+    too (recompute_variants) when a kept intermediate would spill to DDR, or always if
+    `always`; when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
         return body(steps, None), Choice(None, 0, {})
@@ -197,12 +231,102 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> tuple[
         priced[variant_name(lag)] = cycles
         if best is None or cycles < best[1]:
             best = (lag, cycles)
-    return body(steps, best[0]), Choice(best[0], best[1], priced)
+    kept = Choice(best[0], best[1], priced)
+    scratch = [b.name for b in kir.buffers if b.space == "ddr" and b.data is None
+               and b not in kir.inputs and b is not kir.output]
+    ring = (recompute_variants(rings, cfg, price, priced)
+            if rings is not None and (scratch or always) else None)
+    if ring is not None and (ring[1] < kept.cycles or scratch):
+        (depth, ahead), cycles, rk, out = ring
+        why = (f"; kept would hold {', '.join(scratch)} in DDR" if scratch and cycles >= kept.cycles else "")
+        kir.buffers, kir.notes = rk.kir.buffers, list(rk.kir.notes)
+        return out, Choice(None, cycles, priced, (depth, ahead), why)
+    return body(steps, kept.lag), kept
 
 
-def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> list[Stmt]:
-    """The chosen body (choose); a chain's kernel notes say how its kernels were put together."""
-    out, choice = choose(kir, steps, cfg, price)
+def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:
+    """The chosen body (choose); a chain's kernel notes say how its kernels were put together, and
+    kir.pipelining holds the Choice (None for one kernel)."""
+    out, choice = choose(kir, steps, cfg, price, rings, RINGS_ALWAYS)
+    kir.pipelining = choice if len(steps) > 1 else None
     if len(steps) > 1:
         kir.notes.append(choice.note())
     return out
+
+
+# ------------------------------------------------------------------ halo recomputed (lowering.ring)
+
+RINGS = ((2, 1), (3, 2))    # (slots per ring, bands a producer runs ahead): priced when the chain allows it
+# Rings are priced only where a kept intermediate would spill to DDR: with the intermediate in DM they
+# lost on every chain measured (benchmarks/halo.py: 7-38% dearer) and pricing them doubles a chain's
+# compile time.  True prices them for every chain of convs.
+RINGS_ALWAYS = False
+
+
+def ring_name(depth: int, ahead: int) -> str:
+    """A recomputing variant as the notes name it."""
+    return f"recompute ring {depth} ahead {ahead}"
+
+
+def ring_order(rk, ahead: int) -> list[Step]:
+    """The constants, then the kernels' bands as a wavefront: kernel k's band i in round i + k * ahead,
+    GAP places after kernel k - 1's band i (empty Steps fill in)."""
+    out = list(rk.constants)
+    n, m = len(rk.banded), len(rk.banded[0])
+    last: dict[tuple[int, int], int] = {}
+    for r in range(m + (n - 1) * ahead):
+        for k in range(n):
+            i = r - k * ahead
+            if not 0 <= i < m:
+                continue
+            if k > 0:
+                out += [Step() for _ in range(GAP - (len(out) - last[k - 1, i]))]
+            out += rk.banded[k][i]
+            last[k, i] = len(out) - 1
+    return out
+
+
+def check_ring(rk, out: list[Stmt]) -> None:
+    """Every band is read after its producer wrote it and before the next band of its slot is written,
+    in issue order (which the sync pass orders memory by)."""
+    pos = {id(s): i for i, s in enumerate(out)}
+
+    def spans(steps: list[Step], ring, write: bool) -> list[int]:
+        return [pos[id(s)] for st in steps for s in st.statements() if isinstance(s, Command)
+                for a in s.accesses() if a.write == write and any(a.buf is b for b in ring.slots)]
+
+    for k, ring in enumerate(rk.rings):
+        depth = len(ring.slots)
+        for i in range(len(ring.bands)):
+            w, r = spans(rk.banded[k][i], ring, True), spans(rk.banded[k + 1][i], ring, False)
+            nxt = spans(rk.banded[k][i + depth], ring, True) if i + depth < len(ring.bands) else []
+            if not w or not r or max(w) > min(r) or (nxt and max(r) > min(nxt)):
+                raise CompileError(f"internal: ring t{k} band {i} is not written, read and overwritten in order")
+
+
+def ring_body(rk, ahead: int) -> list[Stmt]:
+    """The body of a recomputing variant (checked)."""
+    out = pipeline(ring_order(rk, ahead))
+    check_ring(rk, out)
+    return out
+
+
+def recompute_variants(rings, cfg: Config, price, priced: dict):
+    """The cheapest recomputing variant: ((depth, ahead), cycles, RingKernel, body), or None when the
+    chain cannot recompute or no variant fits.  Every one priced goes into `priced`."""
+    best = None
+    for depth, ahead in RINGS:
+        rk = rings(depth)
+        if rk is None:
+            return None
+        out = ring_body(rk, ahead)
+        rk.kir.body = out
+        try:
+            cycles = int(price(rk.kir, cfg))
+        except CompileError:
+            priced[ring_name(depth, ahead)] = None
+            continue
+        priced[ring_name(depth, ahead)] = cycles
+        if best is None or cycles < best[1]:
+            best = ((depth, ahead), cycles, rk, out)
+    return best

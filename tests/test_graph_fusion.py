@@ -7,7 +7,7 @@ import pytest
 import compiler
 from compiler import ops
 from compiler.graph import Graph, QuantParams
-from compiler.graph_fusion import Decision, anchors, chains
+from compiler.graph_fusion import Decision, anchors, chains, fuse
 from compiler.network import alias, partition, per_node, plan_kernels
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
@@ -152,6 +152,23 @@ def test_every_fused_kernel_says_how_its_anchors_were_pipelined(built):
             assert len(mine) == 1 and "one after another" in mine[0], f"{name}: {layer['name']}: {mine}"
 
 
+def test_the_report_gives_each_fused_kernels_pipelining_variant_and_prices(built):
+    """Every multi-anchor kernel records compiler.pipelining's choice: the cheapest variant that fits,
+    every variant's price, in the report."""
+    name, g, fused, apart = built
+    report = fused.fusion_report()
+    multi = [layer for layer in fused.layers if anchors_of(g, layer) >= 2]
+    for layer in multi:
+        p = layer["pipelining"]
+        fits = {k: v for k, v in p["priced"].items() if v is not None}
+        assert "one after another" in p["priced"], p
+        assert p["chosen"] in fits and (fits[p["chosen"]] == min(fits.values()) or p["why"]), p
+        line = (f"  {layer['name']} ({layer['ops']}): {p['chosen']} (predicted cycles: "
+                + ", ".join(f"{k} {'does not fit' if v is None else f'{v:,}'}" for k, v in p["priced"].items()))
+        assert line in report, f"{line!r} not in\n{report}"
+    assert all(layer["pipelining"] is None for layer in apart.layers)
+
+
 def test_fused_network_moves_fewer_ddr_bytes(built):
     name, g, fused, apart = built
     x = _int8(np.random.default_rng(5), g.values[g.inputs[0]].shape)
@@ -197,5 +214,29 @@ def test_nnpc_compile_report_prints_every_decision(tmp_path):
     lib = compiler.load(nnp)
     for d in lib.meta["fusion"]:
         assert Decision(**d).line() in out.stdout
+    piped = [layer for layer in lib.layers if layer["pipelining"]]
+    assert piped and "pipelining:" in out.stdout
+    for layer in piped:
+        assert f"  {layer['name']} ({layer['ops']}): {layer['pipelining']['chosen']} (predicted cycles: " \
+            in out.stdout
     off, _ = nnpc_compile_tiny(tmp_path, "--report", "--no-fuse", out="u.nnp")
     assert off.returncode == 0 and "fusion: off" in off.stdout
+
+
+def test_a_kernel_that_does_not_extend_may_hand_its_last_part_over():
+    """graph_fusion.fuse with made-up prices: conv1 + conv2 pays, conv1 + conv2 + conv3 does not, but
+    conv1 alone then conv2 + conv3 prices lower than conv1 + conv2 then conv3 alone: conv2 is handed over."""
+    g = bottleneck(np.random.default_rng(1))
+    groups = partition(g, alias(g)[1])
+    cost = {("b0_conv1",): 10, ("b0_conv2",): 10, ("b0_conv3",): 10, ("b0_conv1", "b0_conv2"): 15,
+            ("b0_conv1", "b0_conv2", "b0_conv3"): 30, ("b0_conv2", "b0_conv3"): 8}
+
+    def price(grp):
+        names = tuple(p.name for p in grp.parts or [grp])
+        return cost.get(names, 10 * len(names) + 5 * (len(names) > 1))      # block 1: nothing pays
+
+    out, made = fuse(g, groups, price, Config().dm_bytes)
+    kernels = [[p.name for p in grp.parts] or [grp.name] for grp in out if grp.name.startswith("b0")]
+    assert [k for k in kernels if "b0_conv1" in k or "b0_conv2" in k] == [["b0_conv1"], ["b0_conv2", "b0_conv3"]]
+    handed = [d for d in made if "handed over" in d.why]
+    assert handed and handed[0].fused and (handed[0].apart_cycles, handed[0].fused_cycles) == (15 + 10, 10 + 8)

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import compiler
 from compiler import kernel, pipelining
 from compiler.errors import CompileError
-from compiler.lowering import fusion
+from compiler.lowering import fusion, ring
 from compiler.lowering.double_buffer import Step
 from compiler.pipeline_schedule import row_by_row
 from compiler.schedule import Schedule
@@ -137,3 +137,137 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
         if k >= 0:
             assert pos[id(cons[j])] - pos[id(prod[k])] >= pipelining.GAP
             assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
+
+
+# ------------------------------------------------------------------ halo recomputed (lowering.ring)
+
+def ring_variant(chain, cfg: Config, depth: int, ahead: int):
+    """The chain built row by row with every intermediate a ring of `depth` bands, each producer
+    `ahead` bands ahead: (Kernel, RingKernel)."""
+    s = row_by_row(Schedule(*chain, config=cfg), cfg)
+    assert s is not None, "no row-by-row schedule for the chain"
+    rk = ring.lower_ring(s, cfg, depth)
+    assert rk is not None, "the chain cannot recompute its halos"
+    rk.kir.body = pipelining.ring_body(rk, ahead)
+    predicted, usage, report = kernel.schedule(rk.kir, cfg)
+    return kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report), rk
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("depth, ahead", pipelining.RINGS)
+def test_recomputed_halo_is_bit_exact_race_free_and_really_recomputes(case, depth, ahead):
+    make, over = CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)) + depth)
+    chain = make(rng)
+    cfg = Config(**over)
+    k, rk = ring_variant(chain, cfg, depth, ahead)
+    for r, op, consumer in zip(rk.rings, chain, chain[1:]):
+        h = op.output.shape[2]
+        # a 3x3 consumer's bands overlap: those rows are computed twice; a 1x1's are the rows it reads
+        assert (sum(hi - lo for lo, hi in r.bands) > h) == (consumer.weight.shape[2] > 1), (case, r.bands)
+        _, c, _, w = op.output.shape
+        assert r.rows == max(hi - lo for lo, hi in r.bands)
+        assert [s.nbytes for s in r.slots] == [r.rows * c * w] * depth      # depth bands, not the map
+        assert r.bands[0][0] == 0 and r.bands[-1][1] == h
+    for seed in range(2):
+        x = _int8(np.random.default_rng(seed), chain[0].x_shape)
+        np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+@settings(max_examples=8, deadline=None)
+@given(c=st.integers(3, 40), hw=st.integers(5, 17), ring_at=st.sampled_from(pipelining.RINGS),
+       seed=st.integers(0, 99), dw=st.booleans(), stride=st.sampled_from([1, 2]))
+def test_random_recomputed_chains_match_numpy(c, hw, ring_at, seed, dw, stride):
+    rng = np.random.default_rng(seed)
+    chain = inverted(rng, c, hw, stride) if dw else conv_conv(rng, c, hw)
+    cfg = Config(**SMALL_NU)
+    s = row_by_row(Schedule(*chain, config=cfg), cfg)
+    if s is None or ring.lower_ring(s, cfg, ring_at[0]) is None:    # no row-by-row tiling, or one band
+        return
+    try:
+        k, _ = ring_variant(chain, cfg, *ring_at)
+    except CompileError as exc:          # the blocks' buffers must fit side by side
+        assert "does not fit" in str(exc), exc
+        return
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+def test_a_ring_overwritten_before_it_is_read_is_refused():
+    """check_ring: a producer more bands ahead than the ring has slots overwrites a band unread."""
+    rng = np.random.default_rng(5)
+    chain = conv_conv(rng, 16, 13)
+    cfg = Config(**SMALL_NU)
+    rk = ring.lower_ring(row_by_row(Schedule(*chain, config=cfg), cfg), cfg, 2)
+    pipelining.ring_body(rk, 1)
+    with pytest.raises(CompileError, match="ring t0 band"):
+        pipelining.ring_body(rk, 3)
+
+
+def test_bands_cover_each_consumer_tiles_window():
+    """A stride-2 3x3 consumer with padding 1: band i holds input rows 2 * oh0 - 1 .. of its tile, clipped."""
+    rng = np.random.default_rng(2)
+    e, d, _ = inverted(rng, 8, 23, stride=2)
+    p = fusion.nu_lowering(fusion.sites((e, d), Config())[0][1], _choice(d), Config()).p
+    assert ring.bands(p, [0, 4, 8], 4) == [(0, 8), (7, 16), (15, 23)]
+
+
+def _choice(op):
+    from compiler.lowering.nu import ConvTiling, plan
+    from compiler.lowering.layout import conv_view
+    cfg = Config()
+    return fusion.NuChoice(plan(conv_view(op), cfg), ConvTiling(4, 4, 1, 1, resident=True))
+
+
+def test_build_keeps_the_cheapest_variant_recompute_included(monkeypatch):
+    """With RINGS_ALWAYS, choose prices the recomputing variants beside the kept ones; the cheapest wins
+    and the note says so.  By default an intermediate that fits DM is kept without pricing rings."""
+    rng = np.random.default_rng(11)
+    chain = conv_conv(rng, 16, 13)
+    kept = compiler.build(*chain, config=Config(**SMALL_NU)).ir.pipelining
+    assert not any(name.startswith("recompute") for name in kept.priced), kept.priced
+    monkeypatch.setattr(pipelining, "RINGS_ALWAYS", True)
+    k = compiler.build(*chain, config=Config(**SMALL_NU))
+    choice = k.ir.pipelining
+    assert {n: v for n, v in choice.priced.items() if not n.startswith("recompute")} == kept.priced
+    assert any(name.startswith("recompute") for name in choice.priced), choice.priced
+    fits = {n: v for n, v in choice.priced.items() if v is not None}
+    assert choice.name == min(fits, key=fits.get) and choice.cycles == fits[choice.name], choice.priced
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+def test_an_intermediate_too_big_for_dm_lives_in_a_ring_not_in_ddr():
+    """Kept, the intermediate (32 x 40 x 43 = 55,040 bytes) would go to a DDR scratch buffer (it does
+    not fit half of a 64 KiB DM); a ring of bands fits, so it is chosen even if dearer."""
+    rng = np.random.default_rng(4)
+    chain = conv_conv(rng, 16, 40)
+    cfg = Config(**SMALL_NU, dm_bytes=65536)
+    k = compiler.build(*chain, config=cfg)
+    assert k.ir.pipelining.ring is not None, k.ir.notes
+    assert not [b for b in k.ir.buffers if b.name.startswith("t0") and b.space == "ddr"]
+    assert any("recomputed halo: a ring of" in n for n in k.ir.notes), k.ir.notes
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+@pytest.mark.parametrize("make", [lambda r: conv_conv(r, 64, 25, out=64), lambda r: inverted(r, 16, 47, stride=2)],
+                         ids=["conv -> conv, 64 channels", "inverted residual, stride 2"])
+def test_recompute_from_the_searchs_own_schedules_is_bit_exact(make):
+    """lower_ring on every candidate schedule, not only row-by-row ones: tilings that stream weights one
+    output block at a time are made row after row (ring.row_after_row), nu.conv.rq keeping one chunk."""
+    rng = np.random.default_rng(6)
+    chain = make(rng)
+    cfg = Config()
+    built = 0
+    for s in kernel.candidates(chain, cfg):
+        rk = ring.lower_ring(s, cfg, 2)
+        if rk is None:
+            continue
+        rk.kir.body = pipelining.ring_body(rk, 1)
+        predicted, usage, report = kernel.schedule(rk.kir, cfg)
+        k = kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report)
+        x = _int8(rng, chain[0].x_shape)
+        np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+        built += 1
+    assert built, "no candidate schedule could recompute its halos"

@@ -620,3 +620,25 @@ PIPELINED_CASES = {
 def test_every_removed_wait_is_caught_in_interleaved_chains(case):
     kernel, inputs = _interleaved(*PIPELINED_CASES[case])
     kill_all(kernel, inputs, f"{case}: {kernel.ir.notes[-1]}")
+
+
+# Halo recomputed (lowering.ring): each intermediate a ring of row bands in DM, each slot written again
+# once its band is read; a wait removed anywhere (the slot's reuse included) must be caught.
+def _recomputed(make, overrides: dict, depth: int, ahead: int):
+    chain = make(np.random.default_rng(8))
+    kernel, _ = pipelined_chains.ring_variant(chain, Config(**overrides), depth, ahead)
+    return kernel, [rand8(np.random.default_rng(9), chain[0].x_shape)]
+
+
+RING_CASES = {
+    "recomputed conv -> conv, ring 2": (lambda r: pipelined_chains.conv_conv(r, 16, 13), SMALL_NU, 2, 1),
+    "recomputed expand -> depthwise stride 2 -> project, ring 3": (
+        lambda r: pipelined_chains.inverted(r, 8, 23, stride=2), SMALL_NU, 3, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(RING_CASES))
+def test_every_removed_wait_is_caught_with_recomputed_halos(case):
+    kernel, inputs = _recomputed(*RING_CASES[case])
+    assert any("recomputed halo" in n for n in kernel.ir.notes), kernel.ir.notes
+    kill_all(kernel, inputs, f"{case}: {kernel.ir.notes[0]}")

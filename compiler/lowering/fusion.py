@@ -8,7 +8,9 @@ by more relu / clip folded into the add's clamp.  A pooling or elementwise op
 lowers onto the VU.  A longer chain (conv2d then conv2d, conv2d then
 max_pool2d ...) is cut into such segments; the intermediate between two
 segments stays on chip in DM when it fits (and the assembly says so), else it
-goes through a DDR scratch buffer.
+goes through a DDR scratch buffer; compiler.pipelining also prices a chain of
+convs with its intermediates in rings of row bands whose halos are recomputed
+(lowering.ring), taken instead of a DDR scratch buffer when it fits.
 
 lower(schedule, config) carries out a compiler.schedule.Schedule: it reads the
 schedule's choices() (a NuChoice or VuChoice per segment) and never imports

@@ -1,0 +1,121 @@
+"""Halo kept or recomputed (compiler.pipelining, compiler.lowering.ring) on chains of real networks.
+
+    python benchmarks/halo.py [--chains mnv2-b1,mnv2-b2,r18-l1,r50-l1] [--config HW.toml]
+
+For each chain (random int8 weights, the layer shapes of the network named, 224x224
+input): compile it (the schedule search, then pipelining.choose prices one kernel
+after another, interleaved with lag 1 and 3, and the halo-recomputing rings, here
+on every chain: pipelining.RINGS_ALWAYS) and
+print every variant's predicted cycles and the one chosen.  Then build the best
+kept variant and the best recomputing one from the same schedule and simulate
+both (random input, one run): their cycles, their DM high-water mark and where
+the intermediate lives.  Both outputs must equal numpy's reference (exit 1 if not).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+import compiler
+from compiler import kernel, ops, pipelining
+from compiler.lowering import fusion, ring
+from compiler.quant import quantize_multipliers
+from nnpsim.config import Config, load_config
+
+
+def conv(rng, shape, out, k=1, stride=1, groups=1, relu=True):
+    """A conv with random int8 weights and a relu (or none)."""
+    c = shape[1]
+    w = rng.integers(-20, 21, (out, c // groups, k, k)).astype(np.int8)
+    m, s = quantize_multipliers(rng.uniform(0.5, 2.0, out) / (c // groups * k * k * 8))
+    return ops.conv2d(shape, w, rng.integers(-800, 800, out).astype(np.int32), stride=stride, padding=k // 2,
+                      groups=groups, x_zp=int(rng.integers(-4, 5)), multiplier=m, shift=s, zp_out=-3,
+                      lo=-3 if relu else -128)
+
+
+def inverted(rng, c, hw, t, out, stride):
+    """MobileNetV2's expand 1x1, depthwise 3x3, project 1x1."""
+    e = conv(rng, (1, c, hw, hw), c * t)
+    d = conv(rng, e.output.shape, c * t, k=3, stride=stride, groups=c * t)
+    return e, d, conv(rng, d.output.shape, out, relu=False)
+
+
+def pair(rng, c, hw, k1, k2):
+    """conv k1 x k1 then conv k2 x k2, c channels at hw x hw."""
+    a = conv(rng, (1, c, hw, hw), c, k=k1)
+    return a, conv(rng, a.output.shape, c, k=k2)
+
+
+CHAINS = {
+    "mnv2-b1": ("MobileNetV2 block 1: expand 16->96 at 112x112, depthwise 3x3/2, project 24",
+                lambda r: inverted(r, 16, 112, 6, 24, 2)),
+    "mnv2-b2": ("MobileNetV2 block 2: expand 24->144 at 56x56, depthwise 3x3, project 24",
+                lambda r: inverted(r, 24, 56, 6, 24, 1)),
+    "r18-l1": ("ResNet-18 layer 1: conv 3x3 -> conv 3x3, 64 channels at 56x56", lambda r: pair(r, 64, 56, 3, 3)),
+    "r50-l1": ("ResNet-50 layer 1: conv 1x1 -> conv 3x3, 64 channels at 56x56", lambda r: pair(r, 64, 56, 1, 3)),
+}
+
+
+def reference(chain, x):
+    for op in chain:
+        x = op.reference(x)
+    return x
+
+
+def variant(chain, sched, cfg: Config, choice: pipelining.Choice, ring_family: bool):
+    """The best priced variant of one family (kept or recomputed) built from the schedule (None: none fits)."""
+    names = {k: v for k, v in choice.priced.items() if v is not None
+             and k.startswith("recompute") == ring_family}
+    if not names:
+        return None, None
+    name = min(names, key=names.get)
+    if ring_family:
+        depth, ahead = next(r for r in pipelining.RINGS if pipelining.ring_name(*r) == name)
+        rk = ring.lower_ring(sched, cfg, depth)
+        kir = rk.kir
+        kir.body = pipelining.ring_body(rk, ahead)
+    else:
+        lag = next(lag for lag in (None,) + pipelining.LAGS if pipelining.variant_name(lag) == name)
+        kir, steps = fusion.lower(sched, cfg)
+        kir.body = pipelining.body(steps, lag)
+    predicted, usage, report = kernel.schedule(kir, cfg)
+    return name, kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--chains", default=",".join(CHAINS))
+    ap.add_argument("--config", default=None, help="hardware TOML (default configuration)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    pipelining.RINGS_ALWAYS = True      # the rings priced even where the kept intermediate fits DM
+    bad = 0
+    for key in args.chains.split(","):
+        title, make = CHAINS[key]
+        rng = np.random.default_rng(1)
+        chain = make(rng)
+        k = compiler.build(*chain, config=cfg)
+        choice = k.ir.pipelining
+        print(f"{key}: {title}")
+        print(f"  chosen: {choice.name}{choice.why}; predicted: {pipelining.prices_text(choice.priced)}")
+        x = rng.integers(-128, 128, chain[0].x_shape).astype(np.int8)
+        want = reference(chain, x)
+        for family in (False, True):
+            name, built = variant(chain, k.schedule, cfg, choice, family)
+            if built is None:
+                print(f"  {'recompute' if family else 'kept'}: no variant")
+                continue
+            got = built(x)
+            ok = np.array_equal(got, want)
+            bad += not ok
+            where = "DDR" if any("DDR scratch" in n for n in built.ir.notes) else "DM"
+            print(f"  {name}: predicted {built.predicted_cycles:,}, simulated {built.stats.cycles:,} cycles, "
+                  f"DM high-water {built.usage.get('dm', 0):,} bytes, intermediates in {where}, "
+                  f"{'bit-exact' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
