@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import compiler
-from compiler import kernel, pipelining
+from compiler import kernel, ops, pipelining
 from compiler.errors import CompileError
 from compiler.lowering import fusion
-from compiler.lowering.double_buffer import Step
+from compiler.lowering.double_buffer import Step, pipeline
 from compiler.pipeline_schedule import row_by_row
 from compiler.schedule import Schedule
 from nnpsim.config import Config
@@ -137,3 +137,102 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
         if k >= 0:
             assert pos[id(cons[j])] - pos[id(prod[k])] >= pipelining.GAP
             assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
+
+
+# A conv into a VU consumer (pool, elementwise): the consumer walks the intermediate's rows outermost.
+SMALL_VU = dict(SMALL_NU, vbuf_bytes=32768)
+
+
+def conv_pool(rng, c, h, w, mode="max", k=3, stride=2, pad=1):
+    """3x3 conv + relu into a pool (h, w need not divide any tile)."""
+    a = _conv(rng, (1, c, h, w), c + 4, relu=True)
+    if mode == "max":
+        return a, ops.max_pool2d(a.output.shape, k, stride, pad)
+    if mode == "sum":
+        return a, ops.sum_pool2d(a.output.shape, k, stride, pad)
+    return a, ops.avg_pool2d(a.output.shape, k, stride, pad, count_include_pad=mode == "avg_pads",
+                             x_zp=int(rng.integers(-4, 5)))
+
+
+def conv_mul(rng, c, h, w):
+    """3x3 conv + relu into a mul whose other operand comes from DDR, then a relu (an add right after a
+    conv is the conv's own residual add: lowering.fusion folds it into the NU kernel)."""
+    a = _conv(rng, (1, c, h, w), c + 2, relu=True)
+    e = ops.mul(a.output.shape, za=int(rng.integers(-3, 4)), zb=int(rng.integers(-3, 4)), multiplier=1 << 20,
+                shift=27, zp_out=2)
+    return a, e, ops.relu(e.output.shape, -1)
+
+
+def run_chain(k, chain, rng):
+    """The kernel's output and the reference's on random int8 inputs (every kernel input)."""
+    xs = [_int8(rng, b.shape) for b in k.ir.inputs]
+    want, extra = xs[0], list(xs[1:])
+    for op in chain:
+        want = op.reference(want, extra.pop(0)) if getattr(op, "binary", False) else op.reference(want)
+    return k(*xs, check_races=True), want
+
+
+VU_CASES = {
+    "conv -> max pool 3x3/2 pad 1, 19x17": lambda r: conv_pool(r, 8, 19, 17),
+    "conv -> avg pool 3x3/2 pad 1 (pads not counted), 13x22": lambda r: conv_pool(r, 6, 13, 22, "avg"),
+    "conv -> avg pool 2x2/1 pad 1 (pads counted), 11x9": lambda r: conv_pool(r, 5, 11, 9, "avg_pads", 2, 1),
+    "conv -> sum pool 3x3/1, 14x10": lambda r: conv_pool(r, 7, 14, 10, "sum", 3, 1, 0),
+    "conv -> mul (DDR operand) -> relu, 17x13": lambda r: conv_mul(r, 9, 17, 13),
+}
+
+
+@pytest.mark.parametrize("case", list(VU_CASES))
+@pytest.mark.parametrize("lag", [1, 3])
+def test_conv_into_a_vu_consumer_interleaves_bit_exact_and_race_free(case, lag):
+    rng = np.random.default_rng(sum(map(ord, case)))
+    chain = VU_CASES[case](rng)
+    k, steps = variant(chain, Config(**SMALL_VU), lag)
+    assert "row by row" in k.ir.notes[0] and any("rows outermost" in n for n in k.ir.notes), k.ir.notes
+    assert _consumer_starts_early(steps, lag), f"{case}: the consumer never starts before the producer ends"
+    for _ in range(2):
+        got, want = run_chain(k, chain, rng)
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=10, deadline=None)
+@given(c=st.integers(1, 24), h=st.integers(3, 21), w=st.integers(3, 21), lag=st.sampled_from([1, 2, 3]),
+       kind=st.sampled_from(["max", "avg", "avg_pads", "sum", "mul"]), k=st.integers(1, 3),
+       stride=st.integers(1, 2), seed=st.integers(0, 99))
+def test_random_conv_into_vu_chains_match_numpy(c, h, w, lag, kind, k, stride, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "mul":
+        chain = conv_mul(rng, c, h, w)
+    else:
+        chain = conv_pool(rng, c, h, w, kind, k, stride, int(rng.integers(0, k // 2 + 1)))
+    cfg = Config(**SMALL_VU)
+    if row_by_row(Schedule(*chain, config=cfg), cfg) is None:      # no conv tiling fits its share
+        return
+    try:
+        kern, _ = variant(chain, cfg, lag)
+    except CompileError as exc:          # the blocks' buffers must fit side by side
+        assert "does not fit" in str(exc), exc
+        return
+    got, want = run_chain(kern, chain, rng)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
+    """needs() of a rows-outermost pool: each row tile's last producer tile is the one that stores the last
+    input row its windows read (halo included), and check_order rejects the pool placed before the conv."""
+    rng = np.random.default_rng(5)
+    chain = conv_pool(rng, 8, 19, 17)
+    cfg = Config(**SMALL_VU)
+    _, steps = fusion.lower(row_by_row(Schedule(*chain, config=cfg), cfg), cfg)
+    conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in st.loads
+                  if hasattr(n, "text") and " oh " in n.text] for st in steps[0]]
+    pool = chain[1]
+    need = pipelining.needs(steps[0], steps[1])
+    assert need == sorted(need) and -1 < need[0] < len(steps[0]) - 1 and need[-1] == len(steps[0]) - 1
+    for st, k in zip(steps[1], need):
+        oh1 = int(next(n.text for n in st.loads if hasattr(n, "text")).split(" oh ")[1].split("..")[1].split(":")[0])
+        last_row = min(pool.x_shape[2] - 1, oh1 * pool.stride[0] - pool.padding[0] + pool.kernel[0] - 1)
+        stored = max(r for rows in conv_rows[:k + 1] for r in rows)
+        assert stored >= last_row, (k, stored, last_row)                  # every row it reads is stored
+        assert k == 0 or max(conv_rows[k - 1] or [-1]) < last_row           # and it waits for no more
+    with pytest.raises(CompileError, match="before it is written"):
+        pipelining.check_order(steps, pipeline(steps[1] + steps[0]))
