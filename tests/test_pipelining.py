@@ -1,6 +1,8 @@
 """Tile-level pipelining inside a fused kernel (compiler.pipelining): interleaved chains, bit-exact and race-free."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -236,3 +238,21 @@ def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
         assert k == 0 or max(conv_rows[k - 1] or [-1]) < last_row           # and it waits for no more
     with pytest.raises(CompileError, match="before it is written"):
         pipelining.check_order(steps, pipeline(steps[1] + steps[0]))
+
+
+@pytest.mark.parametrize("x_layout,y_layout", [("nhwc", "nhwc"), ("nhwc", "nchw"), ("nchw", "nhwc")])
+def test_a_rows_outermost_consumer_reads_and_writes_ddr_in_any_layout(x_layout, y_layout):
+    """The intermediate stays row by row in DM whatever the DDR layouts; the mul's DDR operand and the
+    outputs take their own strides."""
+    rng = np.random.default_rng(len(x_layout + y_layout))
+    cfg = Config(**SMALL_VU)
+    a, e, r = conv_mul(rng, 6, 11, 9)
+    mul = (replace(a, y_layout=x_layout), replace(e, x_layout=x_layout, y_layout=y_layout),
+           replace(r, x_layout=y_layout, y_layout=y_layout))
+    a, p = conv_pool(rng, 6, 11, 9)
+    pool = (replace(a, y_layout=x_layout), replace(p, x_layout=x_layout, y_layout=y_layout))
+    for chain in (mul, pool):
+        k, steps = variant(chain, cfg, 1)
+        assert _consumer_starts_early(steps, 1)
+        got, want = run_chain(k, chain, rng)
+        np.testing.assert_array_equal(got, want)
