@@ -88,8 +88,12 @@ def test_interleaved_chain_is_bit_exact_race_free_and_really_interleaved(case, l
        dw=st.booleans())
 def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     rng = np.random.default_rng(seed)
-    chain = inverted(rng, c, hw) if dw else conv_conv(rng, c, hw)
-    cfg = Config(**SMALL_NU)
+    check_random_chain(inverted(rng, c, hw) if dw else conv_conv(rng, c, hw), Config(**SMALL_NU), lag, rng)
+
+
+def check_random_chain(chain, cfg: Config, lag: int, rng) -> None:
+    """The chain interleaved with its convs row by row equals numpy's reference on random inputs (when
+    it has such a schedule and its blocks' buffers fit side by side)."""
     if row_by_row(Schedule(*chain, config=cfg), cfg) is None:      # no conv tiling fits its share
         return
     try:
@@ -97,8 +101,8 @@ def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     except CompileError as exc:          # the blocks' buffers must fit side by side
         assert "does not fit" in str(exc), exc
         return
-    x = _int8(rng, chain[0].x_shape)
-    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+    got, want = run_chain(k, chain, rng)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_build_prices_every_variant_and_keeps_the_cheapest():
@@ -206,16 +210,7 @@ def test_random_conv_into_vu_chains_match_numpy(c, h, w, lag, kind, k, stride, s
         chain = conv_mul(rng, c, h, w)
     else:
         chain = conv_pool(rng, c, h, w, kind, k, stride, int(rng.integers(0, k // 2 + 1)))
-    cfg = Config(**SMALL_VU)
-    if row_by_row(Schedule(*chain, config=cfg), cfg) is None:      # no conv tiling fits its share
-        return
-    try:
-        kern, _ = variant(chain, cfg, lag)
-    except CompileError as exc:          # the blocks' buffers must fit side by side
-        assert "does not fit" in str(exc), exc
-        return
-    got, want = run_chain(kern, chain, rng)
-    np.testing.assert_array_equal(got, want)
+    check_random_chain(chain, Config(**SMALL_VU), lag, rng)
 
 
 def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
