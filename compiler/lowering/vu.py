@@ -82,8 +82,12 @@ def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int,
 
 
 def row_walk(op) -> bool:
-    """Can the op walk its input rows outermost (an NCHW-shaped pool or elementwise op: rows=True)?"""
-    return isinstance(op, Pool2d) or (isinstance(op, Elementwise) and len(op.shape) == 4)
+    """Does walking the op's input rows outermost (rows=True) give it more than one band of rows to start
+    on: a pool with several output rows, an NCHW-shaped elementwise op with several rows?  (A global
+    pool reads every row for its one output row.)"""
+    if isinstance(op, Pool2d):
+        return op.out_hw[0] > 1
+    return isinstance(op, Elementwise) and len(op.shape) == 4 and op.shape[2] > 1
 
 
 ROW_TILES = 8      # row tiles a rows-outermost consumer aims for: its first waits for an eighth of the producer
