@@ -118,8 +118,8 @@ def row_tile(op: Elementwise | Pool2d, cfg: Config) -> int | tuple[int, int]:
     if isinstance(op, Pool2d):
         return PoolLowering(op, x, x, cfg, "L", rows=True).row_tile()
     n, c, h, w = op.shape
-    fit = ElementwiseLowering(op, [x, x], x, cfg, "L", rows=True).budget
-    return max(1, min(fit, c * w * -(-h // ROW_TILES)))
+    default = ElementwiseLowering(op, [x, x], x, cfg, "L", rows=True).budget      # what fits, in MIN_TILES
+    return max(1, min(default, c * w * -(-h // ROW_TILES)))
 
 
 class ElementwiseLowering:
