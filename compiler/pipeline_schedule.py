@@ -7,9 +7,11 @@ two blocks' buffers do not fit side by side.  This candidate gives every conv
 block of the chain a tiling that walks rows outermost (weights resident, or every
 output block in one tile) in an equal share of each local memory, the best such
 by the same quick estimate, so that a consumer tile can follow the producer
-tiles it reads and every block's buffers fit at once.  kernel.search prices it
-with the chain's other schedule, each with and without interleaving, and keeps
-the cheapest.
+tiles it reads and every block's buffers fit at once.  A pool or elementwise
+block that reads a conv's rows (lowering.vu walks it rows outermost) takes a
+row tile of its share of VBUF (vu_rows).  kernel.search prices it with the
+chain's other schedule, each with and without interleaving, and keeps the
+cheapest.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from nnpsim.config import Config
 
 from . import schedule as sm
 from .errors import CompileError
+from .lowering import fusion, vu
 from .lowering.nu import ConvTiling, NuPlan
 from .lowering.tiling import conv_candidates
 
@@ -48,13 +51,18 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
     blocks one after another are estimated over SLACK times schedule `than`'s: interleaving could not win
     that back, and pricing it would only cost compile time)."""
     nu = [k for k, b in enumerate(base.blocks) if b.kind == "nu"]
-    if len(nu) < 2 or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
+    rows = vu_rows(base)
+    if (len(nu) < 2 and not rows) or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
         return None
     part = shared(cfg, len(base.blocks))
     s = base.fork()
     for k, b in enumerate(s.blocks):
         if b.kind != "nu":
-            sm._vu_steps(s, s.blocks[k])
+            try:
+                tile = vu.row_tile(fusion.fold_clamps(b.seg), part) if k in rows else None
+            except CompileError:      # not one row of its share
+                return None
+            sm._vu_steps(s, s.blocks[k], tile)
             continue
         p = b.ctx["plan"]
         try:
@@ -68,3 +76,9 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
     if than is not None and quick(s, cfg) > SLACK * quick(than, cfg):
         return None
     return s
+
+
+def vu_rows(s: "sm.Schedule") -> set[int]:
+    """The VU blocks of a chain that read a conv's intermediate row by row (they walk rows outermost)."""
+    found = fusion.sites(s.ops, s.config)[0]
+    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and site.in_rows}

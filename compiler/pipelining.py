@@ -11,7 +11,10 @@ rows it reads (their footprints in the intermediate overlap its loads) are issue
 and the fill and drain of one layer hide behind the other's tiles.  Intermediates
 a producer stores row by row (lowering.fusion keeps them in DM as (n, h, c, w):
 a row tile is one contiguous range) gate consumer tiles by rows; any other
-intermediate is written whole before it is read, as before.
+intermediate is written whole before it is read, as before.  A conv's consumer
+may be a conv, or a pool or elementwise op whose VU lowering then walks rows
+outermost (lowering.vu, rows=True: a pool tile reads its window's halo rows from
+the producer's rows in DM), gated the same way.
 
 The pipeline issues tile k's loads one iteration early and tile k's epilogue one
 late, so a consumer tile sits at least GAP places after the producer tile whose

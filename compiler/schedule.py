@@ -761,11 +761,11 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
     return s
 
 
-def _vu_steps(s: Schedule, b: Block) -> Schedule:
-    """The primitives of the VU lowering's own tile choice for block b."""
+def _vu_steps(s: Schedule, b: Block, tile: int | tuple[int, int] | None = None) -> Schedule:
+    """The primitives of the VU lowering's own tile choice for block b (or of the tile given)."""
     cfg, kw = s.config, {"block": b.name}
     op = fusion.fold_clamps(b.seg)
-    tile = fusion.vu_tile(op, cfg)
+    tile = tile or fusion.vu_tile(op, cfg)
     if b.kind == "pool":
         cc, th = tile
         if cc < b.extents["c"]:

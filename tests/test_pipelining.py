@@ -1,15 +1,17 @@
 """Tile-level pipelining inside a fused kernel (compiler.pipelining): interleaved chains, bit-exact and race-free."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import compiler
-from compiler import kernel, pipelining
+from compiler import kernel, ops, pipelining
 from compiler.errors import CompileError
 from compiler.lowering import fusion, ring
-from compiler.lowering.double_buffer import Step
+from compiler.lowering.double_buffer import Step, pipeline
 from compiler.pipeline_schedule import row_by_row
 from compiler.schedule import Schedule
 from nnpsim.config import Config
@@ -86,8 +88,12 @@ def test_interleaved_chain_is_bit_exact_race_free_and_really_interleaved(case, l
        dw=st.booleans())
 def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     rng = np.random.default_rng(seed)
-    chain = inverted(rng, c, hw) if dw else conv_conv(rng, c, hw)
-    cfg = Config(**SMALL_NU)
+    check_random_chain(inverted(rng, c, hw) if dw else conv_conv(rng, c, hw), Config(**SMALL_NU), lag, rng)
+
+
+def check_random_chain(chain, cfg: Config, lag: int, rng) -> None:
+    """The chain interleaved with its convs row by row equals numpy's reference on random inputs (when
+    it has such a schedule and its blocks' buffers fit side by side)."""
     if row_by_row(Schedule(*chain, config=cfg), cfg) is None:      # no conv tiling fits its share
         return
     try:
@@ -95,8 +101,8 @@ def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     except CompileError as exc:          # the blocks' buffers must fit side by side
         assert "does not fit" in str(exc), exc
         return
-    x = _int8(rng, chain[0].x_shape)
-    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+    got, want = run_chain(k, chain, rng)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_build_prices_every_variant_and_keeps_the_cheapest():
@@ -271,3 +277,109 @@ def test_recompute_from_the_searchs_own_schedules_is_bit_exact(make):
         np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
         built += 1
     assert built, "no candidate schedule could recompute its halos"
+# A conv into a VU consumer (pool, elementwise): the consumer walks the intermediate's rows outermost.
+SMALL_VU = dict(SMALL_NU, vbuf_bytes=32768)
+
+
+def conv_pool(rng, c, h, w, mode="max", k=3, stride=2, pad=1):
+    """3x3 conv + relu into a pool (h, w need not divide any tile)."""
+    a = _conv(rng, (1, c, h, w), c + 4, relu=True)
+    if mode == "max":
+        return a, ops.max_pool2d(a.output.shape, k, stride, pad)
+    if mode == "sum":
+        return a, ops.sum_pool2d(a.output.shape, k, stride, pad)
+    return a, ops.avg_pool2d(a.output.shape, k, stride, pad, count_include_pad=mode == "avg_pads",
+                             x_zp=int(rng.integers(-4, 5)))
+
+
+def conv_mul(rng, c, h, w):
+    """3x3 conv + relu into a mul whose other operand comes from DDR, then a relu (an add right after a
+    conv is the conv's own residual add: lowering.fusion folds it into the NU kernel)."""
+    a = _conv(rng, (1, c, h, w), c + 2, relu=True)
+    e = ops.mul(a.output.shape, za=int(rng.integers(-3, 4)), zb=int(rng.integers(-3, 4)), multiplier=1 << 20,
+                shift=27, zp_out=2)
+    return a, e, ops.relu(e.output.shape, -1)
+
+
+def run_chain(k, chain, rng):
+    """The kernel's output and the reference's on random int8 inputs (every kernel input)."""
+    xs = [_int8(rng, b.shape) for b in k.ir.inputs]
+    want, extra = xs[0], list(xs[1:])
+    for op in chain:
+        want = op.reference(want, extra.pop(0)) if getattr(op, "binary", False) else op.reference(want)
+    return k(*xs, check_races=True), want
+
+
+VU_CASES = {
+    "conv -> max pool 3x3/2 pad 1, 19x17": lambda r: conv_pool(r, 8, 19, 17),
+    "conv -> avg pool 3x3/2 pad 1 (pads not counted), 13x22": lambda r: conv_pool(r, 6, 13, 22, "avg"),
+    "conv -> avg pool 2x2/1 pad 1 (pads counted), 11x9": lambda r: conv_pool(r, 5, 11, 9, "avg_pads", 2, 1),
+    "conv -> sum pool 3x3/1, 14x10": lambda r: conv_pool(r, 7, 14, 10, "sum", 3, 1, 0),
+    "conv -> mul (DDR operand) -> relu, 17x13": lambda r: conv_mul(r, 9, 17, 13),
+}
+
+
+@pytest.mark.parametrize("case", list(VU_CASES))
+@pytest.mark.parametrize("lag", [1, 3])
+def test_conv_into_a_vu_consumer_interleaves_bit_exact_and_race_free(case, lag):
+    rng = np.random.default_rng(sum(map(ord, case)))
+    chain = VU_CASES[case](rng)
+    k, steps = variant(chain, Config(**SMALL_VU), lag)
+    assert "row by row" in k.ir.notes[0] and any("rows outermost" in n for n in k.ir.notes), k.ir.notes
+    assert _consumer_starts_early(steps, lag), f"{case}: the consumer never starts before the producer ends"
+    for _ in range(2):
+        got, want = run_chain(k, chain, rng)
+        np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=10, deadline=None)
+@given(c=st.integers(1, 24), h=st.integers(3, 21), w=st.integers(3, 21), lag=st.sampled_from([1, 2, 3]),
+       kind=st.sampled_from(["max", "avg", "avg_pads", "sum", "mul"]), k=st.integers(1, 3),
+       stride=st.integers(1, 2), seed=st.integers(0, 99))
+def test_random_conv_into_vu_chains_match_numpy(c, h, w, lag, kind, k, stride, seed):
+    rng = np.random.default_rng(seed)
+    if kind == "mul":
+        chain = conv_mul(rng, c, h, w)
+    else:
+        chain = conv_pool(rng, c, h, w, kind, k, stride, int(rng.integers(0, k // 2 + 1)))
+    check_random_chain(chain, Config(**SMALL_VU), lag, rng)
+
+
+def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
+    """needs() of a rows-outermost pool: each row tile's last producer tile is the one that stores the last
+    input row its windows read (halo included), and check_order rejects the pool placed before the conv."""
+    rng = np.random.default_rng(5)
+    chain = conv_pool(rng, 8, 19, 17)
+    cfg = Config(**SMALL_VU)
+    _, steps = fusion.lower(row_by_row(Schedule(*chain, config=cfg), cfg), cfg)
+    conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in st.loads
+                  if hasattr(n, "text") and " oh " in n.text] for st in steps[0]]
+    pool = chain[1]
+    need = pipelining.needs(steps[0], steps[1])
+    assert need == sorted(need) and -1 < need[0] < len(steps[0]) - 1 and need[-1] == len(steps[0]) - 1
+    for st, k in zip(steps[1], need):
+        oh1 = int(next(n.text for n in st.loads if hasattr(n, "text")).split(" oh ")[1].split("..")[1].split(":")[0])
+        last_row = min(pool.x_shape[2] - 1, oh1 * pool.stride[0] - pool.padding[0] + pool.kernel[0] - 1)
+        stored = max(r for rows in conv_rows[:k + 1] for r in rows)
+        assert stored >= last_row, (k, stored, last_row)                  # every row it reads is stored
+        assert k == 0 or max(conv_rows[k - 1] or [-1]) < last_row           # and it waits for no more
+    with pytest.raises(CompileError, match="before it is written"):
+        pipelining.check_order(steps, pipeline(steps[1] + steps[0]))
+
+
+@pytest.mark.parametrize("x_layout,y_layout", [("nhwc", "nhwc"), ("nhwc", "nchw"), ("nchw", "nhwc")])
+def test_a_rows_outermost_consumer_reads_and_writes_ddr_in_any_layout(x_layout, y_layout):
+    """The intermediate stays row by row in DM whatever the DDR layouts; the mul's DDR operand and the
+    outputs take their own strides."""
+    rng = np.random.default_rng(len(x_layout + y_layout))
+    cfg = Config(**SMALL_VU)
+    a, e, r = conv_mul(rng, 6, 11, 9)
+    mul = (replace(a, y_layout=x_layout), replace(e, x_layout=x_layout, y_layout=y_layout),
+           replace(r, x_layout=y_layout, y_layout=y_layout))
+    a, p = conv_pool(rng, 6, 11, 9)
+    pool = (replace(a, y_layout=x_layout), replace(p, x_layout=x_layout, y_layout=y_layout))
+    for chain in (mul, pool):
+        k, steps = variant(chain, cfg, 1)
+        assert _consumer_starts_early(steps, 1)
+        got, want = run_chain(k, chain, rng)
+        np.testing.assert_array_equal(got, want)

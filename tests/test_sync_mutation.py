@@ -613,6 +613,8 @@ PIPELINED_CASES = {
     "interleaved conv -> conv, lag 1": (lambda r: pipelined_chains.conv_conv(r, 16, 13), SMALL_NU, 1),
     "interleaved expand -> depthwise -> project, lag 3": (lambda r: pipelined_chains.inverted(r, 8, 20),
                                                           SMALL_NU, 3),
+    "interleaved conv -> max pool 3x3/2 (rows outermost), lag 1": (
+        lambda r: pipelined_chains.conv_pool(r, 8, 19, 17), pipelined_chains.SMALL_VU, 1),
 }
 
 

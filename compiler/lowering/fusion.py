@@ -29,9 +29,10 @@ from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
 from ..semantics import add_f32_params
 from .double_buffer import Step
+from .layout import row_strides
 from .nu import ConvTiling, NuLowering, NuPlan, Residual
 from .units import SplitLowering, parts
-from .vu import ElementwiseLowering, PoolLowering
+from .vu import ElementwiseLowering, PoolLowering, row_walk
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
@@ -164,17 +165,11 @@ class Site:
     out_rows: bool = False   # its output likewise
 
 
-def row_strides(shape) -> tuple[int, int, int, int]:
-    """Element strides (n, c, h, w) of an (n, h, c, w) array: a tile of whole rows is one contiguous range,
-    so a consumer's row tile depends on the producer tiles that wrote those rows alone (compiler.pipelining)."""
-    n, c, h, w = shape
-    return c * h * w, w, c * w, 1
-
-
 def _by_rows(seg: tuple[Op, ...], nxt: tuple[Op, ...], out: Buffer) -> bool:
-    """Is the intermediate between two kernels kept row by row?  Between conv2d kernels in DM whose
-    producer has no residual add (that reads its DDR input with the output's strides)."""
-    return (out.space == "dm" and isinstance(seg[0], Conv2d) and isinstance(nxt[0], Conv2d)
+    """Is the intermediate between two kernels kept row by row?  In DM, from a conv2d kernel with no
+    residual add (that reads its DDR input with the output's strides) into a conv2d kernel or a VU
+    kernel that walks rows outermost (vu.row_walk: a pool, an elementwise op)."""
+    return (out.space == "dm" and isinstance(seg[0], Conv2d) and (isinstance(nxt[0], Conv2d) or row_walk(nxt[0]))
             and not any(isinstance(o, Elementwise) and o.mode == "add" for o in seg))
 
 
@@ -201,7 +196,7 @@ def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], B
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
                          if getattr(seg[0], "binary", False) else [])
-            out_sites.append(Site(seg, f"L{k}", ins, out, None, where))
+            out_sites.append(Site(seg, f"L{k}", ins, out, None, where, in_rows))
         x, in_rows = out, out_rows
     return out_sites, names.inputs, y, mids
 
@@ -241,7 +236,7 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config):
     """(lowering, note) of one kernel of a chain, as its choice says."""
     if isinstance(c, NuChoice):
         return nu_lowering(site, c, cfg), nu_note(site, c)
-    return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c)
+    return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows)
 
 
 def estimate(low, cfg: Config) -> float:
@@ -259,17 +254,19 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
     return op
 
 
-def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice):
-    """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note."""
+def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice, rows: bool = False):
+    """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note (rows: its input
+    is kept row by row, walk rows outermost)."""
     lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering
     args = (ins[0],) if isinstance(op, Pool2d) else (ins,)
     engine = {"engine": c.engine} if isinstance(op, Pool2d) else {}
     lows = []
     for part in parts("tile", c.units, cfg) if c.units > 1 else [None]:
         lows.append(lowering(op, *args, y, cfg, name, c.tile, part=part, shared=lows[0] if lows else None,
-                             roles=c.roles, depths=c.depths, **engine))
+                             roles=c.roles, depths=c.depths, rows=rows, **engine))
     low, split = lows[0], SplitLowering(lows)
     spread = f", tiles dealt over {len(split.parts)} VUs" if len(split.parts) > 1 else ""
+    spread += ", rows outermost" if rows else ""
     if isinstance(op, Pool2d):
         note = f"{name} {op.kind}: tiling {low.cc} channels x {low.th} output rows per tile{spread}"
     else:

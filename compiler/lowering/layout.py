@@ -57,6 +57,13 @@ def act_strides(shape, layout: str) -> tuple[int, ...]:
     return (rest[0], 1) + tuple(c * v for v in inner[2:])
 
 
+def row_strides(shape) -> tuple[int, int, int, int]:
+    """Element strides (n, c, h, w) of an (n, h, c, w) array: a tile of whole rows is one contiguous range,
+    so a consumer's row tile depends on the producer tiles that wrote those rows alone (compiler.pipelining)."""
+    n, c, h, w = shape
+    return c * h * w, w, c * w, 1
+
+
 def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
     """The bytes of logical x as stored in `layout` (a test's and a runtime's view; never a kernel's)."""
     if check_layout(layout) == "nchw" or x.ndim < 3:

@@ -5,6 +5,14 @@ after the channel axis) and run over tiles of whole rows of R, or of part of
 one row; pooling runs over tiles of channels x output rows with the input
 rows (and the halo, filled by the DMA) in VBUF.  Every tile is loaded, computed
 and stored through double-buffered VBUF slots.
+
+A consumer inside a fused kernel whose input is an intermediate kept in DM row by
+row, (n, h, c, w) (layout.row_strides), walks rows outermost (`rows=True`): its
+tiles are whole rows of every channel where they fit (else part of a row), in
+row order, a pool's halo rows read from the producer's rows in DM, so that each
+tile reads rows its producer has finished and compiler.pipelining can interleave
+the two kernels tile by tile.  Only the walk and the DMA strides change; each
+tile's arithmetic is the same.
 """
 from __future__ import annotations
 
@@ -23,13 +31,22 @@ from ..ops import Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
-from .layout import act_strides, ddr_order
+from .layout import act_strides, ddr_order, row_strides
 from .units import Part
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
 MIN_TILES = 4      # split work at least this far, so loads, compute and stores overlap
 DT = {"int8": "i8", "int32": "i32"}
 
+
+
+def _dense(size: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a box of `size` (innermost first) packed in VBUF."""
+    out, step = [], 1
+    for v in size:
+        out.append(step)
+        step *= v
+    return tuple(out)
 
 
 def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
@@ -69,6 +86,47 @@ def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int,
     return out
 
 
+def row_walk(op) -> bool:
+    """Does walking the op's input rows outermost (rows=True) give it more than one band of rows to start
+    on: a pool with several output rows, an NCHW-shaped elementwise op with several rows?  (A global
+    pool reads every row for its one output row.)"""
+    if isinstance(op, Pool2d):
+        return op.out_hw[0] > 1
+    return isinstance(op, Elementwise) and len(op.shape) == 4 and op.shape[2] > 1
+
+
+ROW_TILES = 8      # row tiles a rows-outermost consumer aims for: its first waits for an eighth of the producer
+
+
+def elementwise_row_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int, int, int]]:
+    """(n, c0, c1, r0, r1) tiles of at most `budget` elements, rows outermost: whole rows of every channel,
+    else one row of a channel range, else part of one row of one channel (r: h * W + w)."""
+    n, c, h, w = op.shape
+    out = []
+    for ni in range(n):
+        if c * w <= budget:
+            nh = min(h, budget // (c * w))
+            out += [(ni, 0, c, h0 * w, min(h, h0 + nh) * w) for h0 in range(0, h, nh)]
+        elif w <= budget:
+            cc = budget // w
+            out += [(ni, c0, min(c, c0 + cc), hi * w, (hi + 1) * w) for hi in range(h) for c0 in range(0, c, cc)]
+        else:
+            out += [(ni, ci, ci + 1, hi * w + w0, hi * w + min(w, w0 + budget))
+                    for hi in range(h) for ci in range(c) for w0 in range(0, w, budget)]
+    return out
+
+
+def row_tile(op: Elementwise | Pool2d, cfg: Config) -> int | tuple[int, int]:
+    """The tile a rows-outermost consumer takes in `cfg`: about ROW_TILES row tiles (an elementwise op's
+    element budget; a pool's (channels, output rows), every channel where they fit)."""
+    x = Buffer("x", "ddr", 1)
+    if isinstance(op, Pool2d):
+        return PoolLowering(op, x, x, cfg, "L", rows=True).row_tile()
+    n, c, h, w = op.shape
+    default = ElementwiseLowering(op, [x, x], x, cfg, "L", rows=True).budget      # what fits, in MIN_TILES
+    return max(1, min(default, c * w * -(-h // ROW_TILES)))
+
+
 class ElementwiseLowering:
     """add / mul / clip / requantize over VBUF tiles (or a Part of them: every count-th tile).
 
@@ -78,8 +136,11 @@ class ElementwiseLowering:
     def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
                  budget: int | None = None, part: Part | None = None,
                  shared: "ElementwiseLowering | None" = None, roles: dict[str, str] | None = None,
-                 depths: dict[str, int] | None = None):
+                 depths: dict[str, int] | None = None, rows: bool = False):
         self.op, self.ins, self.y, self.part = op, ins, y, part
+        self.rows = rows       # ins[0] is kept row by row in DM: walk rows outermost
+        if rows and len(op.shape) != 4:
+            raise CompileError(f"{op.kind}: a rows-outermost walk needs an NCHW tensor, not {op.shape}")
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         in_bytes = 4 if op.in_dtype == "int32" else 1
@@ -110,7 +171,7 @@ class ElementwiseLowering:
 
     def tiles(self) -> list[tuple[int, int, int, int, int]]:
         """(n, c0, c1, r0, r1) of this lowering's tiles (its part's share)."""
-        tiles = elementwise_tiles(self.op, self.budget)
+        tiles = (elementwise_row_tiles if self.rows else elementwise_tiles)(self.op, self.budget)
         return tiles if self.part is None else tiles[self.part.index::self.part.count]
 
     def n_tiles(self) -> int:
@@ -134,32 +195,54 @@ class ElementwiseLowering:
                                (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
         esz = 4 if op.in_dtype == "int32" else 1
-        # VBUF holds a tile as [channel][position] whatever the DDR layouts: only the DDR strides change
-        lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
-        xn, xc, xr = act_strides((n, c, r), lx)
-        yn, yc, yr = act_strides((n, c, r), ly)
-        for ni, c0, c1, r0, r1 in self.tiles():
+        xs, bs, ys = self._strides()
+        for tile in self.tiles():
+            ni, c0, c1, r0, r1 = tile
             s = Step()
             where = f"{self.name}: tile n {ni} c {c0}..{c1 - 1} r {r0}..{r1 - 1}"
             nc, nr = c1 - c0, r1 - r0
-            base = ni * xn + c0 * xc + r0 * xr
             s.loads.append(Note(where + ": loads"))
             a = self.slots.next(self.role["a"])
-            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc),
-                                         (xr * esz, xc * esz), (esz, nr * esz), elem=esz,
+            base, size, st = self._box(xs, tile)
+            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), size,
+                                         tuple(v * esz for v in st), tuple(v * esz for v in _dense(size)), elem=esz,
                                          comment=f"{self.name}: {self.ins[0].name} -> {a.name}")))
             b = None
             if op.binary:
                 b = self.slots.next(self.role["b"])
-                s.loads.append(ddr_order(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (xr, xc),
-                                             (1, nr), comment=f"{self.name}: {self.ins[1].name} -> {b.name}")))
+                base, size, st = self._box(bs, tile)
+                s.loads.append(ddr_order(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), size, st,
+                                             _dense(size), comment=f"{self.name}: {self.ins[1].name} -> {b.name}")))
             s.compute.append(Note(where + ": VU"))
             s.compute.append(self._vu(a, b, nc, nr, c0))
-            s.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, ni * yn + c0 * yc + r0 * yr), Ref(a),
-                                            (nr, nc), (1, nr), (yr, yc),
+            base, size, st = self._box(ys, tile)
+            s.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, base), Ref(a), size, _dense(size), st,
                                             comment=f"{self.name}: {a.name} -> {self.y.name}")))
             steps.append(s)
         return steps
+
+    def _strides(self) -> tuple[tuple[int, ...], ...]:
+        """Element strides of x, b and y: (n, c, r) over the [N, C, R] view, or (n, c, h, w) walking rows."""
+        op = self.op
+        if self.rows:
+            return (row_strides(op.shape), act_strides(op.shape, op.x_layout), act_strides(op.shape, op.y_layout))
+        # VBUF holds a tile as [channel][position] whatever the DDR layouts: only the DDR strides change
+        lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
+        shape = _ncr(op.shape)
+        xs = act_strides(shape, lx)
+        return xs, xs, act_strides(shape, ly)
+
+    def _box(self, st: tuple[int, ...], tile) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+        """(first element, size, element strides) of a tile's box in a tensor of strides st, innermost first:
+        (positions, channels) over [N, C, R], or (columns, rows, channels) walking rows."""
+        ni, c0, c1, r0, r1 = tile
+        nc, nr = c1 - c0, r1 - r0
+        if len(st) == 3:
+            return ni * st[0] + c0 * st[1] + r0 * st[2], (nr, nc), (st[2], st[1])
+        w = self.op.shape[3]
+        h0, w0 = divmod(r0, w)
+        nw, nh = (w, nr // w) if w0 == 0 and nr % w == 0 else (nr, 1)     # whole rows, or part of one
+        return ni * st[0] + c0 * st[1] + h0 * st[2] + w0 * st[3], (nw, nh, nc), (st[3], st[2], st[1])
 
     def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int) -> Vu:
         op, name = self.op, self.name
@@ -271,8 +354,9 @@ class PoolLowering:
     def __init__(self, op: Pool2d, x: Buffer, y: Buffer, cfg: Config, name: str,
                  tile: tuple[int, int] | None = None, part: Part | None = None,
                  shared: "PoolLowering | None" = None, roles: dict[str, str] | None = None,
-                 depths: dict[str, int] | None = None, engine: str | None = None):
+                 depths: dict[str, int] | None = None, engine: str | None = None, rows: bool = False):
         self.op, self.x, self.y, self.part, self.cfg = op, x, y, part, cfg
+        self.rows = rows       # x is kept row by row in DM: walk output rows outermost
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         n, c, h, w = op.x_shape
@@ -299,7 +383,8 @@ class PoolLowering:
         self.tile_counts = self.div is not None and not op.count_include_pad and table > cfg.vbuf_bytes // 4
         if self.tile_counts:
             table = 0
-        self.cc, self.th = tile or self._choose(cfg.vbuf_bytes - table - 256)
+        self.cap = cfg.vbuf_bytes - table - 256
+        self.cc, self.th = tile or self._choose(self.cap)
         ih = self.in_rows(self.th)
         self.slots = Slots()
         depths = {"in": 2, "out": 2, **(depths or {})}
@@ -351,6 +436,18 @@ class PoolLowering:
         raise CompileError(f"{self.op.kind}: one output row of one channel needs "
                            f"{self.tile_bytes(1, 1)} bytes of VBUF, more than its {cap}")
 
+    def row_tile(self) -> tuple[int, int]:
+        """(channels, output rows) of a rows-outermost tile in the VBUF it may use: at most 1 / ROW_TILES
+        of the output rows, every channel if such a tile fits (else as many as one row takes)."""
+        c, oh, cap = self.op.x_shape[1], self.op.out_hw[0], self.cap
+        top = max(1, -(-oh // ROW_TILES))
+        th = next((t for t in range(top, 0, -1) if self.tile_bytes(c, t) <= cap), 1)
+        cc = next((k for k in range(c, 0, -1) if self.tile_bytes(k, th) <= cap), None)
+        if cc is None:
+            raise CompileError(f"{self.op.kind}: one output row of one channel needs "
+                               f"{self.tile_bytes(1, 1)} bytes of VBUF, more than its {cap}")
+        return cc, th
+
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
         extra = [self.div] if self.div is not None else []
@@ -376,8 +473,11 @@ class PoolLowering:
     def tiles(self) -> list[tuple[int, int, int]]:
         """(n, first channel, first output row) of this lowering's tiles (its part's share)."""
         n, c, _, _ = self.op.x_shape
-        tiles = [(ni, c0, oh0) for ni in range(n) for c0 in range(0, c, self.cc)
-                 for oh0 in range(0, self.op.out_hw[0], self.th)]
+        oh = self.op.out_hw[0]
+        if self.rows:
+            tiles = [(ni, c0, oh0) for ni in range(n) for oh0 in range(0, oh, self.th) for c0 in range(0, c, self.cc)]
+        else:
+            tiles = [(ni, c0, oh0) for ni in range(n) for c0 in range(0, c, self.cc) for oh0 in range(0, oh, self.th)]
         return tiles if self.part is None else tiles[self.part.index::self.part.count]
 
     def n_tiles(self) -> int:
@@ -440,7 +540,7 @@ class PoolLowering:
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
         fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
-        xn, xc, xh, xw = act_strides(op.x_shape, op.x_layout)
+        xn, xc, xh, xw = row_strides(op.x_shape) if self.rows else act_strides(op.x_shape, op.x_layout)
         s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ni * xn + c0 * xc + row0 * xh),
                                      (iw, ih, cc), (xw, xh, xc), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0),
                                      pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
