@@ -352,13 +352,13 @@ def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
     chain = conv_pool(rng, 8, 19, 17)
     cfg = Config(**SMALL_VU)
     _, steps = fusion.lower(row_by_row(Schedule(*chain, config=cfg), cfg), cfg)
-    conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in st.loads
-                  if hasattr(n, "text") and " oh " in n.text] for st in steps[0]]
+    conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in step.loads
+                  if hasattr(n, "text") and " oh " in n.text] for step in steps[0]]
     pool = chain[1]
     need = pipelining.needs(steps[0], steps[1])
     assert need == sorted(need) and -1 < need[0] < len(steps[0]) - 1 and need[-1] == len(steps[0]) - 1
-    for st, k in zip(steps[1], need):
-        oh1 = int(next(n.text for n in st.loads if hasattr(n, "text")).split(" oh ")[1].split("..")[1].split(":")[0])
+    for step, k in zip(steps[1], need):
+        oh1 = int(next(n.text for n in step.loads if hasattr(n, "text")).split(" oh ")[1].split("..")[1].split(":")[0])
         last_row = min(pool.x_shape[2] - 1, oh1 * pool.stride[0] - pool.padding[0] + pool.kernel[0] - 1)
         stored = max(r for rows in conv_rows[:k + 1] for r in rows)
         assert stored >= last_row, (k, stored, last_row)                  # every row it reads is stored
