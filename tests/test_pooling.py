@@ -107,9 +107,12 @@ def overlapping_pools(draw):
 
 
 def _large(op) -> bool:
-    """Enough outputs that the engine's saving shows in every tile's cycles (the lowering picks it by cost)."""
+    """Enough outputs that the engine's saving shows in every tile's cycles (the lowering picks it by cost),
+    and windows that share inputs along an axis with more than one output (else both cost the same)."""
     n, c, _, _ = op.x_shape
-    return n * c * op.out_hw[0] * op.out_hw[1] >= 512
+    (oh, ow), (kh, kw), (sh, sw) = op.out_hw, op.kernel, op.stride
+    shares = (oh > 1 and sh < kh) or (ow > 1 and sw < kw)
+    return shares and n * c * oh * ow >= 512
 
 
 @settings(max_examples=30, **SETTINGS)
