@@ -14,7 +14,8 @@ from compiler.errors import CompileError
 from compiler.graph import Graph
 from compiler.ir import Buffer, Dma, Ref
 from compiler.kernel import build
-from compiler.lowering.layout import LAYOUTS, act_strides, ddr_order, from_layout, to_layout
+from compiler.lowering.layout import (LAYOUTS, act_strides, blocked_layout, chan_runs, ddr_order, from_layout,
+                                      layouts_for, same_bytes, to_layout)
 from compiler.network import alias, build_network, partition
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config
@@ -22,23 +23,47 @@ from tests.onnx_helpers import nnpc_compile_tiny
 from tests.test_network import _conv, _int8, _run, topologies
 
 layouts = st.sampled_from(LAYOUTS)
+any_layouts = st.one_of(layouts, st.integers(1, 6).map(blocked_layout))
 
 
 # ----------------------------------------------------------------------------- strides and DMA order
 
-@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), layouts)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=5), any_layouts)
 def test_strides_address_the_stored_bytes(shape, layout):
+    # every channel's run (chan_runs: blocked layouts cut at blocks, the narrower last block apart)
+    # addresses the bytes to_layout stored, which take exactly the tensor's size
     x = np.arange(int(np.prod(shape))).reshape(shape)
     stored = to_layout(x, layout).ravel()
-    strides = act_strides(shape, layout)
-    for idx in np.ndindex(*shape):
-        assert stored[sum(i * s for i, s in zip(idx, strides))] == x[idx]
+    assert stored.size == x.size and sorted(stored) == list(range(x.size))
+    if len(shape) >= 3:
+        strides = act_strides(shape, layout)
+        seen = 0
+        for ca, k, nblk, off, bs, inner in chan_runs(shape, layout, 0, shape[1]):
+            for b in range(nblk):
+                for j in range(k):
+                    for idx in np.ndindex(shape[0], *shape[2:]):
+                        at = off + b * bs + j * inner[1] + sum(i * s for i, s in zip(idx, (inner[0],) + inner[2:]))
+                        assert stored[at] == x[(idx[0], ca + b * k + j) + idx[1:]]
+                        seen += 1
+        assert seen == x.size
+    else:
+        strides = act_strides(shape, layout)
+    if layout in LAYOUTS or len(shape) < 3 or shape[1] <= int(layout[2:].split("hw")[0]):
+        for idx in np.ndindex(*shape):      # one block (or none): one set of strides for every channel
+            assert stored[sum(i * s for i, s in zip(idx, strides))] == x[idx]
     np.testing.assert_array_equal(from_layout(stored, shape, layout), x)
 
 
-def test_unknown_layout_is_refused_naming_it():
-    with pytest.raises(CompileError, match="'nchw32'"):
-        act_strides((1, 2, 3, 4), "nchw32")
+@given(st.lists(st.integers(1, 5), min_size=3, max_size=5), any_layouts, any_layouts)
+def test_same_bytes_means_the_same_bytes(shape, a, b):
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    assert same_bytes(shape, a, b) == np.array_equal(to_layout(x, a).ravel(), to_layout(x, b).ravel())
+
+
+@pytest.mark.parametrize("bad", ["nchw32", "nc32hw16", "nc0hw0", "NCHW"])
+def test_unknown_layout_is_refused_naming_it(bad):
+    with pytest.raises(CompileError, match=repr(bad)):
+        act_strides((1, 2, 3, 4), bad)
 
 
 def _pairs(cmd: Dma) -> set[tuple[int, int]]:
@@ -81,19 +106,26 @@ def _requant(rng, o, c, k):
     return quantize_multipliers(rng.uniform(0.5, 2.0, o) / (c * k * k * 8))
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(0, 2 ** 31), layouts, layouts, st.sampled_from(["conv", "dw", "fold", "pool", "avg", "add",
-                                                                   "requant", "move"]))
-def test_single_op_kernels_are_bit_exact_in_any_layout(seed, lx, ly, kind):
+ARRAYS = {32: Config(), 8: Config(nu_rows=8, nu_cols=8), 12: Config(nu_rows=12, nu_cols=12)}
+
+
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2 ** 31), st.sampled_from(sorted(ARRAYS)), st.integers(0, 2), st.integers(0, 2),
+       st.sampled_from(["conv", "dw", "fold", "pool", "avg", "add", "requant", "move"]))
+def test_single_op_kernels_are_bit_exact_in_any_layout(seed, block, kx, ky, kind):
+    # every layout the array offers, blocked included (block = the array's width); channel counts
+    # that leave a narrower last block and counts that fill several
+    cfg = ARRAYS[block]
+    lx, ly = layouts_for(block)[kx], layouts_for(block)[ky]
     rng = np.random.default_rng(seed)
-    c, h, w = int(rng.integers(2, 40)), int(rng.integers(3, 12)), int(rng.integers(3, 12))
+    c, h, w = int(rng.integers(2, 3 * block + 8)), int(rng.integers(3, 12)), int(rng.integers(3, 12))
     shape = (1, c, h, w)
     if kind in ("conv", "dw", "fold"):
         k = int(rng.choice([1, 3]))
         groups = c if kind == "dw" else 1
         o = c if kind == "dw" else int(rng.integers(1, 50))
         if kind == "fold":
-            c, k = int(rng.integers(1, 5)), 3
+            c, k = int(rng.integers(1, max(2, block // 3))), 3
             shape = (1, c, h, w)
         wt = rng.integers(-20, 21, (o, c // groups, k, k)).astype(np.int8)
         m, s = _requant(rng, o, c // groups, k)
@@ -112,7 +144,7 @@ def test_single_op_kernels_are_bit_exact_in_any_layout(seed, lx, ly, kind):
         op = ops.clip(shape, -128, 127)
     op2 = replace(op, x_layout=lx, y_layout=ly)
     xs = [_int8(rng, t.shape) for t in op.inputs]
-    got = build(op2)(*xs, check_races=True)
+    got = build(op2, config=cfg)(*xs, check_races=True)
     np.testing.assert_array_equal(got, op.reference(*xs))
 
 

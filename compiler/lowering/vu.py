@@ -18,7 +18,7 @@ from ..ops import Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
-from .layout import act_strides, ddr_order
+from .layout import chan_runs, ddr_order
 from .units import Part
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
@@ -131,30 +131,38 @@ class ElementwiseLowering:
         esz = 4 if op.in_dtype == "int32" else 1
         # VBUF holds a tile as [channel][position] whatever the DDR layouts: only the DDR strides change
         lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
-        xn, xc, xr = act_strides((n, c, r), lx)
-        yn, yc, yr = act_strides((n, c, r), ly)
         for ni, c0, c1, r0, r1 in self.tiles():
             s = Step()
             where = f"{self.name}: tile n {ni} c {c0}..{c1 - 1} r {r0}..{r1 - 1}"
             nc, nr = c1 - c0, r1 - r0
-            base = ni * xn + c0 * xc + r0 * xr
             s.loads.append(Note(where + ": loads"))
             a = self.slots.next(self.role["a"])
-            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), (nr, nc),
-                                         (xr * esz, xc * esz), (esz, nr * esz), elem=esz,
-                                         comment=f"{self.name}: {self.ins[0].name} -> {a.name}")))
+            s.loads += self._moves(CH_A, a, self.ins[0], lx, (ni, c0, c1, r0, nr), esz, True)
             b = None
             if op.binary:
                 b = self.slots.next(self.role["b"])
-                s.loads.append(ddr_order(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), (nr, nc), (xr, xc),
-                                             (1, nr), comment=f"{self.name}: {self.ins[1].name} -> {b.name}")))
+                s.loads += self._moves(CH_B, b, self.ins[1], lx, (ni, c0, c1, r0, nr), 1, True)
             s.compute.append(Note(where + ": VU"))
             s.compute.append(self._vu(a, b, nc, nr, c0))
-            s.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, ni * yn + c0 * yc + r0 * yr), Ref(a),
-                                            (nr, nc), (1, nr), (yr, yc),
-                                            comment=f"{self.name}: {a.name} -> {self.y.name}")))
+            s.epilogue += self._moves(CH_OUT, a, self.y, ly, (ni, c0, c1, r0, nr), 1, False)
             steps.append(s)
         return steps
+
+    def _moves(self, ch: int, tile: Buffer, ddr: Buffer, layout: str, box: tuple[int, int, int, int, int],
+               esz: int, load: bool) -> list[Dma]:
+        """The DMAs between a VBUF tile [channel][position] and DDR in `layout`: one per run of channels
+        that the layout addresses alike (one unblocked; a blocked layout's full blocks, then the rest)."""
+        ni, c0, c1, r0, nr = box
+        out = []
+        for ca, k, nblk, off, bs, (sn, sc, sr) in chan_runs(_ncr(self.op.shape), layout, c0, c1):
+            far = Ref(ddr, (ni * sn + off + r0 * sr) * esz)
+            near = Ref(tile, (ca - c0) * nr * esz)
+            dims, far_st, near_st = (nr, k, nblk), (sr * esz, sc * esz, bs * esz), (esz, nr * esz, k * nr * esz)
+            where = f"{self.name}: {ddr.name} -> {tile.name}" if load else f"{self.name}: {tile.name} -> {ddr.name}"
+            out.append(ddr_order(Dma(self.ch + ch, near, far, dims, far_st, near_st, elem=esz, comment=where)
+                                 if load else Dma(self.ch + ch, far, near, dims, near_st, far_st, elem=esz,
+                                                  comment=where)))
+        return out
 
     def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int) -> Vu:
         op, name = self.op, self.name
@@ -344,10 +352,11 @@ class PoolLowering:
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
         fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
-        xn, xc, xh, xw = act_strides(op.x_shape, op.x_layout)
-        s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ni * xn + c0 * xc + row0 * xh),
-                                     (iw, ih, cc), (xw, xh, xc), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0),
-                                     pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
+        for ca, k, nblk, off, bs, (xn, xc, xh, xw) in chan_runs(op.x_shape, op.x_layout, c0, c0 + cc):
+            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp, (ca - c0) * ih * iw),
+                                         Ref(self.x, ni * xn + off + row0 * xh), (iw, ih, k, nblk), (xw, xh, xc, bs),
+                                         (1, iw, ih * iw, k * ih * iw), (l, plo, 0, 0), (r, phi, 0, 0),
+                                         pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         win = dict(win=op.kernel, win_stride=(iw, 1))
@@ -388,10 +397,11 @@ class PoolLowering:
             dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * rb)
             store = Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (rb, th * ow * rb), (rb, oh * ow * rb),
                         elem=rb, comment=f"{self.name}: {out.name} -> {self.y.name}")
-        else:
-            yn, yc, yh, yw = act_strides(op.output.shape, op.y_layout)
-            store = ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, (ni * yn + c0 * yc + oh0 * yh) * rb), Ref(out),
-                                  (ow, th, cc), (rb, ow * rb, th * ow * rb), (yw * rb, yh * rb, yc * rb), elem=rb,
-                                  comment=f"{self.name}: {out.name} -> {self.y.name}"))
-        s.epilogue.append(store)
+            s.epilogue.append(store)
+            return s
+        for ca, k, nblk, off, bs, (yn, yc, yh, yw) in chan_runs(op.output.shape, op.y_layout, c0, c0 + cc):
+            s.epilogue.append(ddr_order(Dma(
+                self.ch + CH_OUT, Ref(self.y, (ni * yn + off + oh0 * yh) * rb), Ref(out, (ca - c0) * th * ow * rb),
+                (ow, th, k, nblk), (rb, ow * rb, th * ow * rb, k * th * ow * rb),
+                (yw * rb, yh * rb, yc * rb, bs * rb), elem=rb, comment=f"{self.name}: {out.name} -> {self.y.name}")))
         return s
