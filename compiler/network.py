@@ -478,7 +478,7 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -
     groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels, layouts)
     plan = None
     if layouts:
-        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price)
+        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price, cfg.nu_cols)
         graph, groups = layout_plan.apply(graph, groups, plan)
         al = alias(graph)[0]
     storage = plan_arena(graph, groups, al)

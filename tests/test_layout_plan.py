@@ -172,13 +172,70 @@ def _prices(table: dict[str, dict[str, int]], move: int):
     def price(group):
         if group.name == "price":       # a transform, priced by plan_layouts
             return move
-        return table[group.name][group.ops[0].x_layout]
+        lay = group.ops[0].x_layout
+        if lay not in table[group.name]:
+            raise CompileError(f"{group.name} cannot be built in {lay}")
+        return table[group.name][lay]
     return price
 
 
-def _plan(g, table, move):
+def _plan(g, table, move, block=32):
     groups = partition(g)
-    return layout_plan.plan_layouts(g, groups, alias(g)[0], _prices(table, move))
+    return layout_plan.plan_layouts(g, groups, alias(g)[0], _prices(table, move), block)
+
+
+def _wide_chain(c: int = 40) -> Graph:
+    rng = np.random.default_rng(8)
+    g = Graph("wide")
+    t = g.input("x", (1, c, 6, 6))
+    for name in ("a", "b", "c"):
+        t = g.add(_conv(rng, (1, c, 6, 6), c), t, name=name)
+    g.output(t)
+    return g.validate()
+
+
+def test_blocked_is_a_third_layout_with_transforms_at_its_borders():
+    # 40 channels: two blocks of 32 (the last of 8), so blocked is bytes of its own
+    g = _wide_chain()
+    blk = blocked_layout(32)
+    plan = _plan(g, {"a": {"nchw": 9000, "nhwc": 9000, blk: 100}, "b": {"nchw": 9000, "nhwc": 100, blk: 9000},
+                     "c": {"nchw": 9000, "nhwc": 9000, blk: 100}}, 10)
+    assert plan.kernels == {"a": blk, "b": "nhwc", "c": blk}
+    a, b, c = (n.output for n in g.nodes)
+    moves = {(t.value, t.src, t.dst, tuple(t.readers)) for t in plan.transforms}
+    assert moves == {("x", "nchw", blk, ("a",)), (a, blk, "nhwc", ("b",)), (b, "nhwc", blk, ("c",)),
+                     (c, blk, "nchw", ("graph input/output",))}
+    assert plan.prices["a"] == {"nchw": 9000, "nhwc": 9000, blk: 100}
+    assert any(line.startswith("layouts: 0 nchw, 1 nhwc, 2 nc32hw32 kernels") for line in plan.lines())
+
+
+def test_a_layout_a_kernel_cannot_take_is_dropped():
+    g = _wide_chain()
+    plan = _plan(g, {"a": {"nchw": 900, "nhwc": 800}, "b": {"nchw": 900, "nhwc": 800},
+                     "c": {"nchw": 900, "nhwc": 800}}, 10)
+    assert all(set(p) == {"nchw", "nhwc"} for p in plan.prices.values())
+    assert set(plan.kernels.values()) == {"nhwc"}
+
+
+def test_one_block_tensors_are_nhwc_bytes_priced_once_and_never_moved():
+    # 8 channels fit one block of 32: blocked stores NHWC's bytes, so it is not built (NHWC's price)
+    # and a value written in one is read in the other without a transform
+    g = _chain()
+    calls = []
+
+    def price(group):
+        calls.append(group.ops[0].x_layout)
+        if group.name == "price":
+            return 10
+        return {"nchw": 1000, "nhwc": 100}[group.ops[0].x_layout]
+
+    groups = partition(g)
+    plan = layout_plan.plan_layouts(g, groups, alias(g)[0], price, 32)
+    assert blocked_layout(32) not in calls
+    assert all(p[blocked_layout(32)] == p["nhwc"] for p in plan.prices.values())
+    forced = dict(plan.kernels, b=blocked_layout(32))
+    need = layout_plan._needed(g, groups, forced, layout_plan.pinned_values(g, alias(g)[0]))
+    assert not [k for k in need if k[0] in (g.nodes[0].output, g.nodes[1].output)]
 
 
 def test_transforms_only_where_writer_and_reader_disagree():
@@ -216,24 +273,26 @@ def _check_plan(g, groups, plan):
     for grp in groups:
         lay = plan.kernels[grp.name]
         for v in dict.fromkeys(grp.inputs):
-            if v in plan.stored and plan.stored[v] != lay:
+            if v in plan.stored and not same_bytes(g.values[v].shape, plan.stored[v], lay):
                 want.setdefault((v, plan.stored[v], lay), set()).add(grp.name)
-        if grp.output in pinned and lay != "nchw":
+        if grp.output in pinned and not same_bytes(g.values[grp.output].shape, lay, "nchw"):
             want[(grp.output, lay, "nchw")] = {pinned[grp.output]}
     got = {(t.value, t.src, t.dst): set(t.readers) for t in plan.transforms}
     assert got == want
-    assert all(t.src != t.dst for t in plan.transforms)
+    assert all(not same_bytes(g.values[t.value].shape, t.src, t.dst) for t in plan.transforms)
     for v in list(g.inputs) + list(g.outputs):
         assert plan.stored.get(v, "nchw") == "nchw"
 
 
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(topologies(), st.integers(0, 2 ** 31), st.booleans())
-def test_random_networks_with_mixed_layouts_are_bit_exact_and_race_free(monkeypatch_plan, drawn, pick, fuse):
+@given(topologies(), st.integers(0, 2 ** 31), st.booleans(), st.sampled_from([32, 8]))
+def test_random_networks_with_mixed_layouts_are_bit_exact_and_race_free(monkeypatch_plan, drawn, pick, fuse, block):
+    # random preferences over all three layouts; on an 8-wide array the networks' 20, 33 and 40
+    # channels fill several blocks and leave a narrower last one
     g, seed = drawn
     seen = monkeypatch_plan(pick)
-    lib = compiler.build(g, fuse=fuse)
+    lib = compiler.build(g, fuse=fuse, config=ARRAYS[block])
     groups, plan, disliked = seen[-1]
     for name, lay in plan.kernels.items():       # the plan follows each kernel's (random) preference
         assert name in plan.fixed or name not in disliked or lay != disliked[name]
@@ -254,7 +313,7 @@ def monkeypatch_plan():
         rng = np.random.default_rng(pick)
         bias: dict[str, str] = {}
 
-        def plan_layouts(graph, groups, al, price):
+        def plan_layouts(graph, groups, al, price, block=32):
             def noisy(group):
                 p = int(price(group))
                 if group.name == "price":
@@ -262,15 +321,53 @@ def monkeypatch_plan():
                 # each kernel dislikes one layout (at random) more than any transform costs
                 if not hasattr(group.ops[0], "x_layout"):
                     return p
-                bias.setdefault(group.name, LAYOUTS[int(rng.integers(0, 2))])
+                bias.setdefault(group.name, layouts_for(block)[int(rng.integers(0, 3))])
                 return p + (10_000_000 if group.ops[0].x_layout == bias[group.name] else 0)
-            plan = original(graph, groups, al, noisy)
+            plan = original(graph, groups, al, noisy, block)
             seen.append((groups, plan, bias))
             return plan
         layout_plan.plan_layouts = plan_layouts
         return seen
     yield install
     layout_plan.plan_layouts = original
+
+
+@pytest.mark.parametrize("block", [8, 32])
+def test_a_network_all_blocked_is_bit_exact_and_race_free(monkeypatch, block):
+    # every kernel made to prefer blocked: convs, depthwise, pool, a residual add and the transforms
+    # at the graph's input and output, over channel counts that leave a narrower last block
+    rng = np.random.default_rng(12)
+    c1, c2 = (20, 33) if block == 8 else (40, 72)
+    g = Graph("blocked")
+    t = g.input("x", (1, 3, 12, 12))
+    t = g.add(_conv(rng, (1, 3, 12, 12), c1, relu=True), t, name="stem")
+    t = g.add(ops.max_pool2d((1, c1, 12, 12), 2), t, name="pool")
+    m, sh = _requant(rng, c1, 1, 3)
+    dw = ops.conv2d((1, c1, 6, 6), rng.integers(-20, 21, (c1, 1, 3, 3)).astype(np.int8),
+                    rng.integers(-500, 500, c1).astype(np.int32), padding=1, groups=c1, x_zp=2,
+                    multiplier=m, shift=sh, zp_out=-1)
+    t = g.add(dw, t, name="dw")
+    y = g.add(_conv(rng, (1, c1, 6, 6), c1, k=1), t, name="pw")
+    t = g.add(ops.add((1, c1, 6, 6), za=-3, zb=1, ma=1 << 13, mb=3 << 12, shift=14), t, y, name="add")
+    t = g.add(_conv(rng, (1, c1, 6, 6), c2, stride=2), t, name="down")
+    g.output(t)
+    g.validate()
+    original, blk = layout_plan.plan_layouts, blocked_layout(block)
+
+    def plan_layouts(graph, groups, al, price, b=32):
+        def prefer(group):
+            p = int(price(group))
+            lay = getattr(group.ops[0], "x_layout", blk)
+            return p if group.name == "price" or lay == blk else p + 10_000_000
+        return original(graph, groups, al, prefer, b)
+    monkeypatch.setattr(layout_plan, "plan_layouts", plan_layouts)
+    lib = compiler.build(g, config=ARRAYS[block])
+    meta = lib.meta["layout"]
+    assert set(meta["kernels"].values()) == {blk}
+    assert [(t["value"], t["src"], t["dst"]) for t in meta["transforms"]] == [
+        ("x", "nchw", blk), (g.outputs[0], blk, "nchw")]
+    x = _int8(rng, (1, 3, 12, 12))
+    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
 
 
 def test_default_plan_of_a_network_is_checked_and_bit_exact():
@@ -284,10 +381,10 @@ def test_default_plan_of_a_network_is_checked_and_bit_exact():
     g.validate()
     lib = build_network(g, Config())
     meta = lib.meta["layout"]
-    assert set(meta["kernels"].values()) <= set(LAYOUTS)
+    assert set(meta["kernels"].values()) <= set(layouts_for(32))
     assert meta["stored"]["x"] == "nchw"
     for t in meta["transforms"]:
-        assert t["src"] != t["dst"]
+        assert not same_bytes(g.values[t["value"]].shape, t["src"], t["dst"])
         for r in t["readers"]:
             assert r == "graph input/output" or meta["kernels"][r] == t["dst"]
     x = _int8(rng, (1, 3, 16, 16))

@@ -108,7 +108,7 @@ def block_stride(shape, strides, block: int, unit: int) -> int:
     block of the NU, or a DDR block); CompileError when a blocked layout's blocks are not `unit` wide."""
     if not block:
         return unit * strides[1]
-    if unit != block:
+    if unit != block and shape[1] > block:
         raise CompileError(f"blocked layout {blocked_layout(block)}: the NU's blocks here are {unit} channels "
                            f"wide, not {block}")
     return math.prod(shape[2:]) * block
@@ -168,10 +168,12 @@ def same_bytes(shape, a: str, b: str) -> bool:
     shape = tuple(int(v) for v in shape)
     if len(shape) < 3 or shape[1] == 1 or math.prod(shape[2:]) == 1:
         return True
-    return _canonical(shape, a) == _canonical(shape, b)
+    return canonical(shape, a) == canonical(shape, b)
 
 
-def _canonical(shape, layout: str) -> str:
+def canonical(shape, layout: str) -> str:
+    """The first of NCHW, NHWC, `layout` that stores a tensor of `shape` (three dims or more, C > 1, more
+    than one position) as `layout` does: blocked NC/1HW1 is NCHW, a blocked layout of one block NHWC."""
     blk = layout_block(layout)
     if blk == 1:
         return "nchw"
