@@ -463,12 +463,12 @@ def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] |
     return groups, decisions
 
 
-def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -> Library:
+def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, blocked: bool = True) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes).
 
     fuse=False keeps one kernel per node (no epilogues, no multi-anchor fusion): the baseline
     the benchmarks compare against.  layouts=False keeps every activation NCHW in DDR (no
-    layout plan, no transforms).
+    layout plan, no transforms); blocked=False plans NCHW and NHWC only (no blocked layout).
     """
     from . import layout_plan
 
@@ -478,7 +478,7 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -
     groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels, layouts)
     plan = None
     if layouts:
-        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price, cfg.nu_cols)
+        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price, cfg.nu_cols if blocked else 0)
         graph, groups = layout_plan.apply(graph, groups, plan)
         al = alias(graph)[0]
     storage = plan_arena(graph, groups, al)

@@ -100,6 +100,46 @@ def test_ddr_order_is_the_same_copy_with_the_ddr_side_innermost(size, perm, load
     assert real == sorted(real)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 40), st.integers(1, 6), st.integers(1, 6), st.permutations(range(4)),
+       st.booleans(), st.data())
+def test_ddr_order_keeps_blocked_copies_and_runs_them_contiguously(block, c, h, w, perm, load, data):
+    # the DMA of a box of channels x rows x columns of a blocked tensor, one per run of chan_runs,
+    # its dims in a shuffled order: ddr_order must copy the same (destination, source) pairs, the
+    # source bytes must be the box's elements as to_layout stores them, and the DDR side's strides
+    # must end up innermost first
+    shape, lay = (1, c, h, w), blocked_layout(block)
+    c0 = data.draw(st.integers(0, c - 1))
+    c1 = data.draw(st.integers(c0 + 1, c))
+    r0 = data.draw(st.integers(0, h - 1))
+    nr = data.draw(st.integers(1, h - r0))
+    x = np.arange(int(np.prod(shape))).reshape(shape)
+    stored = to_layout(x, lay).ravel()
+    ddr, chip = Buffer("x", "ddr", x.size), Buffer("t", "vbuf", 1 << 16)
+    want, got_src = set(), set()
+    for ca, k, nblk, off, bs, (_, sc, sh, sw) in chan_runs(shape, lay, c0, c1):
+        size = [k, w, nr, nblk]
+        far = [sc, sw, sh, bs]
+        near = [1, k, k * w, k * w * nr]
+        pick = (lambda v: tuple(v[i] for i in perm))
+        at = off + r0 * sh
+        base = (ca - c0) * w * nr
+        cmd = (Dma(0, Ref(chip, base), Ref(ddr, at), pick(size), pick(far), pick(near)) if load else
+               Dma(0, Ref(ddr, at), Ref(chip, base), pick(size), pick(near), pick(far)))
+        got = ddr_order(cmd)
+        assert _pairs(got) == _pairs(cmd)
+        side = got.src_stride if load else got.dst_stride
+        real = [st_ for st_, n in zip(side, got.size) if n > 1]
+        assert real == sorted(real)
+        for d, s_ in _pairs(got):
+            got_src.add(s_ if load else d)
+        for b in range(nblk):
+            for j in range(k):
+                for r in range(r0, r0 + nr):
+                    want |= {int(np.flatnonzero(stored == x[0, ca + b * k + j, r, q])[0]) for q in range(w)}
+    assert got_src == want
+
+
 # ----------------------------------------------------------------------------- kernels in any layout
 
 def _requant(rng, o, c, k):

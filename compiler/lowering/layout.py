@@ -41,8 +41,8 @@ def blocked_layout(block: int) -> str:
 
 
 def layouts_for(block: int) -> tuple[str, ...]:
-    """Every layout a kernel may take on an array whose channel blocks are `block` wide."""
-    return LAYOUTS + (blocked_layout(block),)
+    """Every layout a kernel may take with channel blocks `block` wide (0: none blocked)."""
+    return LAYOUTS + ((blocked_layout(block),) if block else ())
 
 
 def layout_block(layout: str) -> int:
