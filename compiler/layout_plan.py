@@ -1,21 +1,23 @@
 """Layout planning over the graph: each kernel's DDR activation layout, and transforms where two disagree.
 
 A pre-schedule pass over a network's kernels (network.Group), before they are lowered.
-Every kernel can keep its activations in DDR as NCHW or NHWC (lowering.layout): on chip
-nothing changes, only the DMA's DDR strides, so the choice is a question of DDR bursts
-(docs/timing.md): a conv's input tile is a pixel's channels at a time in NHWC (runs of C
-bytes) but a row of a plane at a time in NCHW (runs of a tile's width, 7 bytes in
-ResNet's last stage), and a 64-byte burst makes the short runs pay for whole bursts.
+Every kernel can keep its activations in DDR as NCHW, NHWC or blocked NC/bHWb, b the NU
+array's columns (lowering.layout): on chip nothing changes, only the DMA's DDR strides, so
+the choice is a question of DDR bursts (docs/timing.md): a conv's input tile is a pixel's
+channels at a time in NHWC (runs of C bytes, 32 when a tile takes one block), a row of a
+plane at a time in NCHW (runs of a tile's width, 7 bytes in ResNet's last stage) and a
+tile row of a block in blocked (the width times 32), and a 64-byte burst makes the short
+runs pay for whole bursts.
 
 The plan prices every kernel in each layout it can take with the compiler's cost model
 (the same price the fusion pass and the layer table use) and the transforms the choice
 would need, then settles each kernel's layout by coordinate descent on the total,
 from two starts (each kernel at its cheapest alone; every kernel NCHW): move a kernel,
-or the run of same-layout kernels around it, to the layout that lowers kernels +
+or the run of same-layout kernels around it, to a layout that lowers kernels +
 transforms, until none does; the lower of the two ends wins.  A transform is a kernel of its own (an
 int8 identity clip whose input and output layouts differ: the DMA gathers one layout
-into VBUF and scatters it in the other), inserted only on a value whose stored layout
-differs from a reader's.  Fixed to NCHW: the graph's inputs and outputs (the model's
+into VBUF and scatters it in the other), inserted only on a value whose stored bytes
+differ from a reader's layout (a tensor of one block is the same in NHWC and blocked).  Fixed to NCHW: the graph's inputs and outputs (the model's
 layout), tensors that share storage through a reshape or concat (their bytes are read
 under another shape), int32 tensors (no transform kernel moves them) and the kernels
 that touch them.  Tensors of fewer than three dims, or of one channel or one pixel, have one layout.  Weights never

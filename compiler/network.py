@@ -424,11 +424,21 @@ class _Kernels:
         mine = (tuple(n.name for n in g.nodes), tiling_key(g.ops))   # one node set may be built in two layouts
         if mine not in self.built:
             key = tiling_key(g.ops)
-            kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self.chosen.get(key),
+            kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self._hint(g, key),
                                                                          reroll=False)
             self.prices[key] = int(predicted)
             self.built[mine] = (kir, int(predicted), usage)
         return self.built[mine]
+
+    def _hint(self, g: Group, key: tuple) -> int | None:
+        """The candidate to build alone: the one a group of this structure chose; in a blocked layout,
+        the one NHWC chose (the layouts differ only in DDR strides: one build instead of the finalists)."""
+        from .layout_plan import with_layout
+        from .lowering.layout import layout_block
+
+        if key in self.chosen or not any(layout_block(getattr(op, "x_layout", "nchw")) for op in g.ops):
+            return self.chosen.get(key)
+        return self.chosen.get(tiling_key(with_layout(g.ops, "nhwc")))
 
     def price(self, g: Group) -> int:
         """Predicted cycles of the group's kernel alone (built only if no group of its structure was)."""

@@ -5,14 +5,18 @@ that is the isa_spec.layout spec WEIGHT_SPEC applied to [O, C, KH, KW] weights.
 Grouped (and depthwise) convolutions become block-diagonal: output block ob
 only reads the `span` input blocks starting at `cb_start[ob]`, so the stored
 array is [out_cb][span][k_h][k_w][rows][cols] with zeros outside the group.
-Activations in DDR are NCHW or NHWC (channel innermost), per tensor: an op's
-x_layout and y_layout say which (compiler.layout_plan chooses them for a
-network; a kernel built from ops alone keeps NCHW, the layout its user's arrays
-have).  On chip nothing changes: the DMA gathers either layout into the same
-blocked buffers, so a layout only changes the DDR side's strides.  ddr_order
+Activations in DDR are NCHW, NHWC (channel innermost) or blocked NC/bHWb
+("nc32hw32": [N][C/b][H][W][b], the NU's own [cb][h][w][cols]; a channel count
+that does not fill the last block leaves it narrower, [H][W][C mod b], so no
+byte is padding), per tensor: an op's x_layout and y_layout say which
+(compiler.layout_plan chooses them for a network; a kernel built from ops alone
+keeps NCHW, the layout its user's arrays have).  On chip nothing changes: the
+DMA gathers any layout into the same blocked buffers, so a layout only changes
+the DDR side's strides (blocked: per block, block_at and chan_runs).  ddr_order
 then puts the DMA's dims in the order of the DDR side's strides, so that its
 contiguous runs are as long as the layout allows (docs/timing.md, DDR bursts):
-a row of pixels from NCHW, a pixel's channels from NHWC.
+a row of pixels from NCHW, a pixel's channels from NHWC, a row of pixels times
+a block's channels from blocked.
 """
 from __future__ import annotations
 
