@@ -188,6 +188,19 @@ def test_single_op_kernels_are_bit_exact_in_any_layout(seed, block, kx, ky, kind
     np.testing.assert_array_equal(got, op.reference(*xs))
 
 
+def test_a_blocked_conv_needs_blocks_as_wide_as_the_arrays():
+    # a 16-row array blocks a conv's 40 input channels by 16: a layout of 32-channel blocks is refused,
+    # saying so; 12 channels (one block) are NHWC's bytes and build
+    rng = np.random.default_rng(5)
+    cfg = Config(nu_rows=16, nu_cols=32)
+    op = replace(_conv(rng, (1, 40, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
+    with pytest.raises(CompileError, match="nc32hw32: the NU's blocks here are 16 channels wide, not 32"):
+        build(op, config=cfg)
+    small = replace(_conv(rng, (1, 12, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
+    x = _int8(rng, small.x_shape)
+    np.testing.assert_array_equal(build(small, config=cfg)(x), small.reference(x))
+
+
 def test_single_op_kernels_keep_the_users_nchw():
     op = _conv(np.random.default_rng(3), (1, 8, 6, 6), 8)
     assert (op.x_layout, op.y_layout) == ("nchw", "nchw")
