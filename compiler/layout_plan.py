@@ -153,28 +153,15 @@ def pinned_values(graph, al) -> dict[str, str]:
     return {v: why for v, why in out.items() if _activation(graph, v)}
 
 
-def candidates(graph, group, pinned: dict[str, str], block: int = 32,
-               everywhere: bool = False) -> tuple[tuple[str, ...], str]:
-    """The layouts a kernel may take (blocked in blocks of `block` where it may pay, or `everywhere`)
-    and, if only NCHW, why."""
+def candidates(graph, group, pinned: dict[str, str], block: int = 32) -> tuple[tuple[str, ...], str]:
+    """The layouts a kernel may take (blocked in blocks of `block`) and, if only NCHW, why."""
     if not all(isinstance(op, PLANNABLE) for op in group.ops):
         kinds = ", ".join(sorted({op.kind for op in group.ops if not isinstance(op, PLANNABLE)}))
         return ("nchw",), f"runs {kinds}"
     for v in group.inputs + [group.output]:
         if v in pinned and graph.values[v].dtype != "int8":
             return ("nchw",), f"{v} is {pinned[v]}"
-    return layouts_for(block if everywhere or blocked_may_pay(group.ops, block) else 0), ""
-
-
-def blocked_may_pay(ops, block: int) -> bool:
-    """Is the blocked layout worth pricing for a kernel?  Where its tiles may take a few blocks of a
-    tensor's channels (a depthwise conv, a pool, a kernel of VU ops alone: NHWC then reads runs of a
-    block, blocked whole tile rows of it), or where it is NHWC's bytes (priced without a build).  A
-    kernel led by a groups = 1 conv tiles over most of its channels, so NHWC's runs are as long
-    (ResNet-50: docs/performance.md, "The blocked layout")."""
-    if _one_block(ops, block) or all(isinstance(op, (Elementwise, Pool2d)) for op in ops):
-        return True
-    return any(isinstance(op, Pool2d) or (isinstance(op, Conv2d) and op.groups > 1) for op in ops)
+    return layouts_for(block), ""
 
 
 def _stored(graph, groups, choice: dict[str, str], pinned) -> dict[str, str]:
@@ -201,13 +188,11 @@ def _needed(graph, groups, choice: dict[str, str], pinned) -> dict[tuple[str, st
     return need
 
 
-def plan_layouts(graph, groups: list, al, price: Callable[[object], int], block: int = 32,
-                 everywhere: bool = False) -> LayoutPlan:
+def plan_layouts(graph, groups: list, al, price: Callable[[object], int], block: int = 32) -> LayoutPlan:
     """Each kernel's DDR activation layout and the transforms it needs, by the cost model.
 
     price(group) gives the predicted cycles of a kernel (network.Group) alone; `block` is the
-    channels per block of the blocked layout (the NU array's columns; 0: no blocked layout), which
-    is priced where it may pay (blocked_may_pay), or for every kernel with `everywhere`.
+    channels per block of the blocked layout (the NU array's columns).
     """
     pinned = pinned_values(graph, al)
     names = [g.name for g in groups]
@@ -215,7 +200,7 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int], block:
         raise CompileError("layout planning needs unique kernel names")
     prices, fixed, allowed = {}, {}, {}
     for g in groups:
-        lays, why = candidates(graph, g, pinned, block, everywhere)
+        lays, why = candidates(graph, g, pinned, block)
         allowed[g.name] = lays
         if why:
             fixed[g.name] = why

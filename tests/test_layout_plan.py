@@ -232,9 +232,9 @@ def _prices(table: dict[str, dict[str, int]], move: int):
     return price
 
 
-def _plan(g, table, move, block=32, everywhere=True):
+def _plan(g, table, move, block=32):
     groups = partition(g)
-    return layout_plan.plan_layouts(g, groups, alias(g)[0], _prices(table, move), block, everywhere)
+    return layout_plan.plan_layouts(g, groups, alias(g)[0], _prices(table, move), block)
 
 
 def _wide_chain(c: int = 40) -> Graph:
@@ -268,32 +268,6 @@ def test_a_layout_a_kernel_cannot_take_is_dropped():
                      "c": {"nchw": 900, "nhwc": 800}}, 10)
     assert all(set(p) == {"nchw", "nhwc"} for p in plan.prices.values())
     assert set(plan.kernels.values()) == {"nhwc"}
-
-
-def test_blocked_is_priced_where_it_may_pay():
-    # without `everywhere`: a kernel led by a groups = 1 conv over two blocks is not priced in blocked,
-    # a depthwise conv, a pool and an add are, and so is any kernel whose tensors fit one block
-    rng = np.random.default_rng(9)
-    g = Graph("where")
-    t = g.input("x", (1, 40, 6, 6))
-    t = g.add(_conv(rng, (1, 40, 6, 6), 40), t, name="conv")
-    m, sh = _requant(rng, 40, 1, 3)
-    t = g.add(ops.conv2d((1, 40, 6, 6), rng.integers(-20, 21, (40, 1, 3, 3)).astype(np.int8), None, padding=1,
-                         groups=40, multiplier=m, shift=sh), t, name="dw")
-    t = g.add(ops.max_pool2d((1, 40, 6, 6), 2), t, name="pool")
-    g.output(g.add(_conv(rng, (1, 40, 3, 3), 8), t, name="narrow_out"))
-    g.validate()
-    blk = blocked_layout(32)
-    table = {n: {"nchw": 500, "nhwc": 500, blk: 500} for n in ("conv", "dw", "pool", "narrow_out")}
-    plan = _plan(g, table, 10, everywhere=False)
-    assert {n: blk in p for n, p in plan.prices.items()} == {"conv": False, "dw": True, "pool": True,
-                                                             "narrow_out": False}
-    small = Graph("small")
-    t = small.input("x", (1, 8, 6, 6))
-    small.output(small.add(_conv(rng, (1, 8, 6, 6), 16), t, name="conv"))
-    small.validate()
-    plan = _plan(small.validate(), {"conv": {"nchw": 500, "nhwc": 400}}, 10, everywhere=False)
-    assert plan.prices["conv"] == {"nchw": 500, "nhwc": 400, blk: 400}
 
 
 def test_one_block_tensors_are_nhwc_bytes_priced_once_and_never_moved():
@@ -402,7 +376,7 @@ def monkeypatch_plan():
                     return p
                 bias.setdefault(group.name, layouts_for(block)[int(rng.integers(0, 3))])
                 return p + (10_000_000 if group.ops[0].x_layout == bias[group.name] else 0)
-            plan = original(graph, groups, al, noisy, block, everywhere=True)
+            plan = original(graph, groups, al, noisy, block)
             seen.append((groups, plan, bias))
             return plan
         layout_plan.plan_layouts = plan_layouts
@@ -438,7 +412,7 @@ def test_a_network_all_blocked_is_bit_exact_and_race_free(monkeypatch, block):
             p = int(price(group))
             lay = getattr(group.ops[0], "x_layout", blk)
             return p if group.name == "price" or lay == blk else p + 10_000_000
-        return original(graph, groups, al, prefer, b, everywhere=True)
+        return original(graph, groups, al, prefer, b)
     monkeypatch.setattr(layout_plan, "plan_layouts", plan_layouts)
     lib = compiler.build(g, config=ARRAYS[block])
     meta = lib.meta["layout"]
