@@ -1,21 +1,23 @@
 """Layout planning over the graph: each kernel's DDR activation layout, and transforms where two disagree.
 
 A pre-schedule pass over a network's kernels (network.Group), before they are lowered.
-Every kernel can keep its activations in DDR as NCHW or NHWC (lowering.layout): on chip
-nothing changes, only the DMA's DDR strides, so the choice is a question of DDR bursts
-(docs/timing.md): a conv's input tile is a pixel's channels at a time in NHWC (runs of C
-bytes) but a row of a plane at a time in NCHW (runs of a tile's width, 7 bytes in
-ResNet's last stage), and a 64-byte burst makes the short runs pay for whole bursts.
+Every kernel can keep its activations in DDR as NCHW, NHWC or blocked NC/bHWb, b the NU
+array's columns (lowering.layout): on chip nothing changes, only the DMA's DDR strides, so
+the choice is a question of DDR bursts (docs/timing.md): a conv's input tile is a pixel's
+channels at a time in NHWC (runs of C bytes, 32 when a tile takes one block), a row of a
+plane at a time in NCHW (runs of a tile's width, 7 bytes in ResNet's last stage) and a
+tile row of a block in blocked (the width times 32), and a 64-byte burst makes the short
+runs pay for whole bursts.
 
 The plan prices every kernel in each layout it can take with the compiler's cost model
 (the same price the fusion pass and the layer table use) and the transforms the choice
 would need, then settles each kernel's layout by coordinate descent on the total,
 from two starts (each kernel at its cheapest alone; every kernel NCHW): move a kernel,
-or the run of same-layout kernels around it, to the layout that lowers kernels +
+or the run of same-layout kernels around it, to a layout that lowers kernels +
 transforms, until none does; the lower of the two ends wins.  A transform is a kernel of its own (an
 int8 identity clip whose input and output layouts differ: the DMA gathers one layout
-into VBUF and scatters it in the other), inserted only on a value whose stored layout
-differs from a reader's.  Fixed to NCHW: the graph's inputs and outputs (the model's
+into VBUF and scatters it in the other), inserted only on a value whose stored bytes
+differ from a reader's layout (a tensor of one block is the same in NHWC and blocked).  Fixed to NCHW: the graph's inputs and outputs (the model's
 layout), tensors that share storage through a reshape or concat (their bytes are read
 under another shape), int32 tensors (no transform kernel moves them) and the kernels
 that touch them.  Tensors of fewer than three dims, or of one channel or one pixel, have one layout.  Weights never
@@ -29,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .errors import CompileError
-from .lowering.layout import LAYOUTS
+from .lowering.layout import LAYOUTS, canonical, layout_block, layouts_for, same_bytes
 from .ops import Conv2d, Dense, Elementwise, Op, Pool2d, clip
 
 MAX_ROUNDS = 8          # coordinate-descent sweeps; each strictly lowers the total, so this only bounds time
@@ -41,16 +43,20 @@ def with_layout(ops: tuple[Op, ...], layout: str) -> tuple[Op, ...]:
     return tuple(replace(op, x_layout=layout, y_layout=layout) if hasattr(op, "x_layout") else op for op in ops)
 
 
-def best_price(group, price: Callable[[object], int]) -> int:
+def best_price(group, price: Callable[[object], int], layouts: tuple[str, ...] = LAYOUTS) -> int:
     """The kernel's predicted cycles in the layout it does best in (fusion prices a merge by it)."""
-    return min(_prices(group, LAYOUTS, price).values())
+    return min(_prices(group, layouts, price).values())
 
 
 def _prices(group, layouts, price: Callable[[object], int]) -> dict[str, int]:
     """layout -> predicted cycles of the kernel in it, for the layouts it can be built in (CompileError
-    from the last when none)."""
+    from the last when none).  A blocked layout whose blocks hold every channel of every tensor the
+    kernel touches stores NHWC's bytes: it takes NHWC's price without a build."""
     out, err = {}, None
     for lay in layouts:
+        if "nhwc" in out and layout_block(lay) and _one_block(group.ops, layout_block(lay)):
+            out[lay] = out["nhwc"]
+            continue
         try:
             out[lay] = int(price(replace(group, ops=with_layout(group.ops, lay))))
         except CompileError as exc:
@@ -58,6 +64,11 @@ def _prices(group, layouts, price: Callable[[object], int]) -> dict[str, int]:
     if not out:
         raise err
     return out
+
+
+def _one_block(ops, block: int) -> bool:
+    """Does every activation the ops read or write have at most `block` channels?"""
+    return all(len(t.shape) < 3 or t.shape[1] <= block for op in ops for t in list(op.inputs) + [op.output])
 
 
 def transform_op(shape: tuple[int, ...], src: str, dst: str) -> Elementwise:
@@ -99,7 +110,8 @@ class LayoutPlan:
 
     def lines(self) -> list[str]:
         """The report: every kernel's layout with its prices, then the transforms."""
-        counts = {lay: sum(v == lay for v in self.kernels.values()) for lay in LAYOUTS}
+        seen = dict.fromkeys(LAYOUTS + tuple(lay for p in self.prices.values() for lay in p))
+        counts = {lay: sum(v == lay for v in self.kernels.values()) for lay in seen}
         rows = [f"layouts: {', '.join(f'{n} {lay}' for lay, n in counts.items())} kernels, "
                 f"{len(self.transforms)} transforms, {self.total:,} predicted cycles"]
         for g, lay in self.kernels.items():
@@ -141,15 +153,15 @@ def pinned_values(graph, al) -> dict[str, str]:
     return {v: why for v, why in out.items() if _activation(graph, v)}
 
 
-def candidates(graph, group, pinned: dict[str, str]) -> tuple[tuple[str, ...], str]:
-    """The layouts a kernel may take and, if only NCHW, why."""
+def candidates(graph, group, pinned: dict[str, str], block: int = 32) -> tuple[tuple[str, ...], str]:
+    """The layouts a kernel may take (blocked in blocks of `block`) and, if only NCHW, why."""
     if not all(isinstance(op, PLANNABLE) for op in group.ops):
         kinds = ", ".join(sorted({op.kind for op in group.ops if not isinstance(op, PLANNABLE)}))
         return ("nchw",), f"runs {kinds}"
     for v in group.inputs + [group.output]:
         if v in pinned and graph.values[v].dtype != "int8":
             return ("nchw",), f"{v} is {pinned[v]}"
-    return LAYOUTS, ""
+    return layouts_for(block), ""
 
 
 def _stored(graph, groups, choice: dict[str, str], pinned) -> dict[str, str]:
@@ -167,18 +179,20 @@ def _needed(graph, groups, choice: dict[str, str], pinned) -> dict[tuple[str, st
     for g in groups:
         lay = choice[g.name]
         for v in dict.fromkeys(g.inputs):
-            if v in stored and stored[v] != lay:
+            if v in stored and not same_bytes(graph.values[v].shape, stored[v], lay):
                 need.setdefault((v, stored[v], lay), []).append(g.name)
         v = g.output
-        if v in pinned and lay != "nchw":        # the kernel writes its own layout; the value must be NCHW
+        if v in pinned and not same_bytes(graph.values[v].shape, lay, "nchw"):
+            # the kernel writes its own layout; the value must be NCHW
             need.setdefault((v, lay, "nchw"), []).append(f"{pinned[v]}")
     return need
 
 
-def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> LayoutPlan:
+def plan_layouts(graph, groups: list, al, price: Callable[[object], int], block: int = 32) -> LayoutPlan:
     """Each kernel's DDR activation layout and the transforms it needs, by the cost model.
 
-    price(group) gives the predicted cycles of a kernel (network.Group) alone.
+    price(group) gives the predicted cycles of a kernel (network.Group) alone; `block` is the
+    channels per block of the blocked layout (the NU array's columns).
     """
     pinned = pinned_values(graph, al)
     names = [g.name for g in groups]
@@ -186,7 +200,7 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
         raise CompileError("layout planning needs unique kernel names")
     prices, fixed, allowed = {}, {}, {}
     for g in groups:
-        lays, why = candidates(graph, g, pinned)
+        lays, why = candidates(graph, g, pinned, block)
         allowed[g.name] = lays
         if why:
             fixed[g.name] = why
@@ -195,7 +209,9 @@ def plan_layouts(graph, groups: list, al, price: Callable[[object], int]) -> Lay
     moves: dict[tuple, int] = {}
 
     def move_cost(v: str, src: str, dst: str) -> int:
-        key = (tuple(graph.values[v].shape), src, dst)
+        shape = tuple(graph.values[v].shape)
+        key = (shape, canonical(shape, src), canonical(shape, dst))     # one price per pair of byte orders
+        src, dst = key[1:]
         if key not in moves:
             moves[key] = int(price(_transform_group("price", v, "price", graph, src, dst)))
         return moves[key]

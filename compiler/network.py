@@ -445,11 +445,21 @@ class _Kernels:
         mine = (tuple(n.name for n in g.nodes), tiling_key(g.ops))   # one node set may be built in two layouts
         if mine not in self.built:
             key = tiling_key(g.ops)
-            kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self.chosen.get(key),
+            kir, (predicted, usage, _), self.chosen[key] = best_schedule(g.ops, self.cfg, self._hint(g, key),
                                                                          reroll=False)
             self.prices[key] = int(predicted)
             self.built[mine] = (kir, int(predicted), usage)
         return self.built[mine]
+
+    def _hint(self, g: Group, key: tuple) -> int | None:
+        """The candidate to build alone: the one a group of this structure chose; in a blocked layout,
+        the one NHWC chose (the layouts differ only in DDR strides: one build instead of the finalists)."""
+        from .layout_plan import with_layout
+        from .lowering.layout import layout_block
+
+        if key in self.chosen or not any(layout_block(getattr(op, "x_layout", "nchw")) for op in g.ops):
+            return self.chosen.get(key)
+        return self.chosen.get(tiling_key(with_layout(g.ops, "nhwc")))
 
     def price(self, g: Group) -> int:
         """Predicted cycles of the group's kernel alone (built only if no group of its structure was)."""
@@ -484,12 +494,12 @@ def plan_kernels(graph, cfg: Config, fuse: bool = True, copies: frozenset[str] |
     return groups, decisions
 
 
-def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -> Library:
+def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, blocked: bool = True) -> Library:
     """Compile a validated graph into one program (see the module docstring for the passes).
 
     fuse=False keeps one kernel per node (no epilogues, no multi-anchor fusion): the baseline
     the benchmarks compare against.  layouts=False keeps every activation NCHW in DDR (no
-    layout plan, no transforms).
+    layout plan, no transforms); blocked=False plans NCHW and NHWC only (no blocked layout).
     """
     from . import layout_plan
 
@@ -499,7 +509,7 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True) -
     groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels, layouts)
     plan = None
     if layouts:
-        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price)
+        plan = layout_plan.plan_layouts(graph, groups, al, kernels.price, cfg.nu_cols if blocked else 0)
         graph, groups = layout_plan.apply(graph, groups, plan)
         al = alias(graph)[0]
     storage = plan_arena(graph, groups, al)

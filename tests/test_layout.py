@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compiler.lowering.layout import blocked_layout, from_layout, to_layout
 from isa_spec.layout import LayoutError, Step, compose, from_stored, parse_layout, stored_shape, to_stored
 
 
@@ -27,6 +28,23 @@ def test_blocked_channels_matches_reference():
     np.testing.assert_array_equal(stored, _blocked_reference(x, 32))
     assert stored.flags.c_contiguous
     np.testing.assert_array_equal(from_stored(spec, stored, x.shape), x)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 70), st.integers(1, 4), st.integers(1, 4), st.sampled_from([1, 3, 8, 32]))
+def test_blocked_activation_layout_is_the_padded_spec_without_its_padding(n, c, h, w, block):
+    # the activation layout nc<b>hw<b> stores the same blocks as the weight-side spec split(1,b)
+    # reorder(0,1,3,4,2) (zero-padded to whole blocks), minus the padding lanes of the last block:
+    # per image, the full blocks as they are, then the last block's real channels innermost
+    rng = np.random.default_rng(c * 1000 + h * 10 + w)
+    x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
+    padded = _blocked_reference(x, block)
+    full, tail = c // block, c % block
+    want = [np.concatenate([padded[i, :full].ravel(), padded[i, full, :, :, :tail].ravel() if tail else []])
+            for i in range(n)]
+    stored = to_layout(x, blocked_layout(block))
+    np.testing.assert_array_equal(stored.ravel(), np.concatenate(want).astype(np.int8))
+    np.testing.assert_array_equal(from_layout(stored, x.shape, blocked_layout(block)), x)
 
 
 def test_pad_and_empty_spec():

@@ -81,17 +81,17 @@ def fill_halos(low, chan: int, step) -> None:
 
 
 def interior_load(low, chan: int, dst: Ref, src: Ref, size: tuple[int, int, int, int], lo: tuple[int, int],
-                  hi: tuple[int, int], what: str) -> Dma:
+                  hi: tuple[int, int], what: str, strides: tuple[int, int, int, int]) -> Dma:
     """The DMA of an input tile's real pixels into a slot whose halo is filled: `size` is (real
     lanes, columns, rows, blocks) of the tile, halo included, `lo` and `hi` the halo's (columns,
     rows) before and after.  Lanes past the real channels keep what they held: a depthwise lane
-    only feeds its own output lane, which is never stored."""
-    v, rows = low.p.view, low.p.rows
+    only feeds its own output lane, which is never stored.  `strides`: the source's (lane, column,
+    row, block) element strides."""
+    rows = low.p.rows
     lanes, iw, ih, blocks = size
-    _, sc, sh, sw = v.x_strides
     at = Ref(dst.buf, dst.offset + (lo[1] * iw + lo[0]) * rows)
     return ddr_order(Dma(chan, at, src, (lanes, iw - lo[0] - hi[0], ih - lo[1] - hi[1], blocks),
-                         (sc, sw, sh, rows * sc), (1, rows, iw * rows, ih * iw * rows),
+                         strides, (1, rows, iw * rows, ih * iw * rows),
                          comment=f"{low.name}: {what} (halo filled)"))
 
 

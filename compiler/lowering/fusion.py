@@ -229,7 +229,9 @@ def _placed(p: NuPlan, site: Site) -> NuPlan:
         return p
     v = p.view
     return replace(p, view=replace(v, x_strides=row_strides(v.x_shape) if site.in_rows else v.x_strides,
-                                   y_strides=row_strides(v.y_shape) if site.out_rows else v.y_strides))
+                                   y_strides=row_strides(v.y_shape) if site.out_rows else v.y_strides,
+                                   x_block=0 if site.in_rows else v.x_block,
+                                   y_block=0 if site.out_rows else v.y_block))
 
 
 def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config):

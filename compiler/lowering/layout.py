@@ -5,18 +5,23 @@ that is the isa_spec.layout spec WEIGHT_SPEC applied to [O, C, KH, KW] weights.
 Grouped (and depthwise) convolutions become block-diagonal: output block ob
 only reads the `span` input blocks starting at `cb_start[ob]`, so the stored
 array is [out_cb][span][k_h][k_w][rows][cols] with zeros outside the group.
-Activations in DDR are NCHW or NHWC (channel innermost), per tensor: an op's
-x_layout and y_layout say which (compiler.layout_plan chooses them for a
-network; a kernel built from ops alone keeps NCHW, the layout its user's arrays
-have).  On chip nothing changes: the DMA gathers either layout into the same
-blocked buffers, so a layout only changes the DDR side's strides.  ddr_order
+Activations in DDR are NCHW, NHWC (channel innermost) or blocked NC/bHWb
+("nc32hw32": [N][C/b][H][W][b], the NU's own [cb][h][w][cols]; a channel count
+that does not fill the last block leaves it narrower, [H][W][C mod b], so no
+byte is padding), per tensor: an op's x_layout and y_layout say which
+(compiler.layout_plan chooses them for a network; a kernel built from ops alone
+keeps NCHW, the layout its user's arrays have).  On chip nothing changes: the
+DMA gathers any layout into the same blocked buffers, so a layout only changes
+the DDR side's strides (blocked: per block, block_at and chan_runs).  ddr_order
 then puts the DMA's dims in the order of the DDR side's strides, so that its
 contiguous runs are as long as the layout allows (docs/timing.md, DDR bursts):
-a row of pixels from NCHW, a pixel's channels from NHWC.
+a row of pixels from NCHW, a pixel's channels from NHWC, a row of pixels times
+a block's channels from blocked.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -28,33 +33,111 @@ from ..ir import Dma
 from ..ops import Conv2d, Dense
 
 LAYOUTS = ("nchw", "nhwc")
-"""DDR layouts of an activation: logical NCHW, or channel innermost (NHWC)."""
+"""DDR layouts of an activation every configuration has: logical NCHW, or channel innermost (NHWC).
+A third, blocked_layout(b), depends on the NU array (its block is the array's columns)."""
+
+_BLOCKED = re.compile(r"nc(\d+)hw(\d+)")
+
+
+def blocked_layout(block: int) -> str:
+    """The blocked layout NC/bHWb: channels in blocks of `block`, a block's channels innermost."""
+    return f"nc{int(block)}hw{int(block)}"
+
+
+def layouts_for(block: int) -> tuple[str, ...]:
+    """Every layout a kernel may take with channel blocks `block` wide (0: none blocked)."""
+    return LAYOUTS + ((blocked_layout(block),) if block else ())
+
+
+def layout_block(layout: str) -> int:
+    """Channels per block of a blocked layout; 0 for NCHW and NHWC (CompileError for no layout)."""
+    return int(_BLOCKED.fullmatch(check_layout(layout)).group(1)) if layout not in LAYOUTS else 0
 
 
 def check_layout(layout: str) -> str:
-    """layout, or CompileError naming it when it is none of LAYOUTS."""
-    if layout not in LAYOUTS:
-        raise CompileError(f"activation layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    """layout, or CompileError naming it when it is none of LAYOUTS nor a blocked layout."""
+    if layout in LAYOUTS:
+        return layout
+    m = _BLOCKED.fullmatch(str(layout))
+    if m is None or m.group(1) != m.group(2) or int(m.group(1)) < 1:
+        raise CompileError(f"activation layout {layout!r}: expected one of {', '.join(LAYOUTS)} "
+                           "or a blocked layout nc<b>hw<b> (b channels per block, e.g. nc32hw32)")
     return layout
+
+
+def _plain(shape) -> tuple[int, ...]:
+    rest = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        rest[k] = rest[k + 1] * shape[k + 1]
+    return tuple(rest)
 
 
 def act_strides(shape, layout: str) -> tuple[int, ...]:
     """Element strides of a contiguous activation of logical `shape` (N, C, then the rest) stored in `layout`.
 
     NHWC puts the channel innermost: (n, c, r...) lives at (n * R + r) * C + c, R the product of
-    the rest.  A tensor of fewer than three dims has one layout.
+    the rest.  Blocked NC/bHWb stores [N][C/b][R...][b]: these are the strides inside the first
+    block (block_at gives any channel's); a tensor of at most b channels is one block, the same
+    bytes as NHWC.  A tensor of fewer than three dims has one layout.
     """
     shape = tuple(int(v) for v in shape)
-    rest = [1] * len(shape)
-    for k in range(len(shape) - 2, -1, -1):
-        rest[k] = rest[k + 1] * shape[k + 1]
+    rest = _plain(shape)
     if check_layout(layout) == "nchw" or len(shape) < 3:
-        return tuple(rest)
+        return rest
     c = shape[1]
-    inner = [1] * len(shape)
-    for k in range(len(shape) - 2, 1, -1):
-        inner[k] = inner[k + 1] * shape[k + 1]
-    return (rest[0], 1) + tuple(c * v for v in inner[2:])
+    if layout != "nhwc":
+        c = min(c, layout_block(layout))
+    inner = _plain(shape[2:])
+    return (rest[0], 1) + tuple(c * v for v in inner)
+
+
+def block_at(shape, strides, block: int, c: int) -> tuple[int, tuple[int, ...]]:
+    """(element offset of channel c at image 0 and position 0, the strides (n, c, pos...) inside c's block).
+
+    `strides` and `block` describe the tensor as stored (act_strides and layout_block, or strides an
+    on-chip buffer keeps, block 0).  Unblocked, every channel shares the strides.  Blocked, the
+    blocks follow one another, each [pos...][b]; the last holds the C mod b channels left (it is
+    narrower: the tensor takes N*C*H*W bytes, as in the other layouts, and DMAs address it apart).
+    """
+    if not block:
+        return c * strides[1], tuple(strides)
+    ch, plane = shape[1], math.prod(shape[2:])
+    width = block if c // block < ch // block else ch - ch // block * block
+    return (c // block) * plane * block + c % block, (strides[0], 1) + tuple(width * s // strides[-1]
+                                                                            for s in strides[2:])
+
+
+def block_stride(shape, strides, block: int, unit: int) -> int:
+    """Element stride between consecutive groups of `unit` channels that start on a block (an on-chip
+    block of the NU, or a DDR block); CompileError when a blocked layout's blocks are not `unit` wide."""
+    if not block:
+        return unit * strides[1]
+    if unit != block and shape[1] > block:
+        raise CompileError(f"blocked layout {blocked_layout(block)}: the NU's blocks here are {unit} channels "
+                           f"wide, not {block}")
+    return math.prod(shape[2:]) * block
+
+
+def chan_runs(shape, layout: str, c0: int, c1: int) -> list[tuple[int, int, int, int, int, tuple[int, ...]]]:
+    """Channels [c0, c1) cut where a layout's addressing changes, per run: (first channel, channels
+    per block, blocks, element offset of the first channel at image 0 and position 0, element
+    stride between the blocks, strides (n, c, pos...) inside them).
+
+    One run unblocked; blocked, a partial first block, the full blocks (one run), the narrower last.
+    """
+    shape = tuple(int(v) for v in shape)
+    strides = act_strides(shape, layout)
+    block = layout_block(layout) if len(shape) >= 3 else 0
+    if not block:
+        return [(c0, c1 - c0, 1, c0 * strides[1], 0, strides)]
+    out, c = [], c0
+    while c < c1:
+        k = min(c1, (c // block + 1) * block) - c
+        nblk = (c1 - c) // block if c % block == 0 and k == block else 1
+        off, inner = block_at(shape, strides, block, c)
+        out.append((c, k, nblk, off, math.prod(shape[2:]) * block, inner))
+        c += k * nblk
+    return out
 
 
 def row_strides(shape) -> tuple[int, int, int, int]:
@@ -68,7 +151,11 @@ def to_layout(x: np.ndarray, layout: str) -> np.ndarray:
     """The bytes of logical x as stored in `layout` (a test's and a runtime's view; never a kernel's)."""
     if check_layout(layout) == "nchw" or x.ndim < 3:
         return np.ascontiguousarray(x)
-    return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    if layout == "nhwc":
+        return np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    b = layout_block(layout)
+    parts = [np.moveaxis(x[:, c:c + b], 1, -1).reshape(x.shape[0], -1) for c in range(0, x.shape[1], b)]
+    return np.ascontiguousarray(np.concatenate(parts, axis=1).reshape(x.shape))
 
 
 def from_layout(stored: np.ndarray, shape, layout: str) -> np.ndarray:
@@ -76,7 +163,32 @@ def from_layout(stored: np.ndarray, shape, layout: str) -> np.ndarray:
     shape = tuple(shape)
     if check_layout(layout) == "nchw" or len(shape) < 3:
         return stored.reshape(shape)
-    return np.moveaxis(stored.reshape((shape[0],) + shape[2:] + (shape[1],)), -1, 1)
+    if layout == "nhwc":
+        return np.moveaxis(stored.reshape((shape[0],) + shape[2:] + (shape[1],)), -1, 1)
+    b, n, c = layout_block(layout), shape[0], shape[1]
+    flat, plane, out, at = stored.reshape(n, -1), math.prod(shape[2:]), [], 0
+    for c0 in range(0, c, b):
+        w = min(b, c - c0)
+        out.append(np.moveaxis(flat[:, at:at + plane * w].reshape((n,) + shape[2:] + (w,)), -1, 1))
+        at += plane * w
+    return np.concatenate(out, axis=1)
+
+
+def same_bytes(shape, a: str, b: str) -> bool:
+    """Do layouts a and b store a tensor of logical `shape` as the same bytes?"""
+    shape = tuple(int(v) for v in shape)
+    if len(shape) < 3 or shape[1] == 1 or math.prod(shape[2:]) == 1:
+        return True
+    return canonical(shape, a) == canonical(shape, b)
+
+
+def canonical(shape, layout: str) -> str:
+    """The first of NCHW, NHWC, `layout` that stores a tensor of `shape` (three dims or more, C > 1, more
+    than one position) as `layout` does: blocked NC/1HW1 is NCHW, a blocked layout of one block NHWC."""
+    blk = layout_block(layout)
+    if blk == 1:
+        return "nchw"
+    return "nhwc" if blk and shape[1] <= blk else layout
 
 
 def io_layouts(ops) -> tuple[list[str], str]:
@@ -157,6 +269,8 @@ class ConvView:
     hi: int
     fold: tuple[int, int, int] | None = None   # (kw, stride_w, dil_w) folded into IBUF rows
     scale: np.ndarray | None = None            # float32 [O]: the float form (multiplier, shift are None)
+    x_block: int = 0                           # channels per DDR block of x and y (blocked layouts; else 0)
+    y_block: int = 0
 
     @property
     def table_entry(self) -> int:
@@ -189,7 +303,8 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
     view = ConvView(op.x_shape, act_strides(op.x_shape, op.x_layout), y, act_strides(y, op.y_layout),
                     op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
-                    op.zp_out, op.lo, op.hi, scale=op.scale)
+                    op.zp_out, op.lo, op.hi, scale=op.scale, x_block=layout_block(op.x_layout),
+                    y_block=layout_block(op.y_layout))
     return fold_columns(view, rows) if rows else view
 
 

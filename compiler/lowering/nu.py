@@ -24,8 +24,8 @@ from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
 from ..errors import CompileError
 from ..quant import f32_bits
 from .double_buffer import Slots, Step
-from .layout import (ConvView, NuWeights, act_strides, ddr_order, bias_blocks, bias_table, fscale_table, nu_weights,
-                             requant_table)
+from .layout import (ConvView, NuWeights, act_strides, block_at, block_stride, ddr_order, layout_block,
+                     bias_blocks, bias_table, fscale_table, nu_weights, requant_table)
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
 from .units import Part
@@ -446,15 +446,19 @@ class NuLowering:
                 comment=f"{self.name}: input rows of blocks {lo}..{hi - 1} -> {stage.name}")))
             base, (sc, sw, sh) = Ref(stage, c0 - lo * rows * inner_h * w), (inner_h * w, 1, w)
         for b0, b1, real in groups:
-            src = base + b0 * rows * sc
+            src, bs = base + b0 * rows * sc, rows * sc
+            if v.x_block and base.buf is self.x:      # blocked NC/bHWb: each block's own strides
+                off, (_, sc, sh, sw) = block_at(v.x_shape, v.x_strides, v.x_block, b0 * rows)
+                src = Ref(self.x, n * sn + off + r0 * sh + c0 * sw)
+                bs = block_stride(v.x_shape, v.x_strides, v.x_block, rows)
             dst = Ref(inp, (b0 - lo) * ih * iw * rows)
             if interior:
                 step.loads.append(interior_load(self, self.ch + CH_IN, dst, src, (real, iw, ih, b1 - b0),
                                                 (plo_w, plo_h), (phi_w, phi_h),
-                                                f"input blocks {b0}..{b1 - 1} -> {inp.name}"))
+                                                f"input blocks {b0}..{b1 - 1} -> {inp.name}", (sc, sw, sh, bs)))
                 continue
             step.loads.append(ddr_order(Dma(
-                self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, rows * sc),
+                self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, bs),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
@@ -466,6 +470,9 @@ class NuLowering:
         kw, sw, dw = v.fold
         sn, sc, sh, sx = v.x_strides
         _, c, h, w = v.x_shape
+        if v.x_block and c > v.x_block:
+            raise CompileError(f"{self.name}: a folded conv reads {c} channels, more than one block of "
+                               f"{v.x_block} (blocked layout)")
         halos = [_strided_halo(ow0 * sw + j * dw - v.padding[1], sw, tw, w) for j in range(kw)]
         real = [(first, first + (tw - plo - phi - 1) * sw) for first, plo, phi in halos if plo + phi < tw]
         rows_real = ih - plo_h - phi_h
@@ -574,25 +581,28 @@ class NuLowering:
         v, cols, pix = self.p.view, self.p.cols, th * tw
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
-        sn, sc, sh, sw = v.y_strides
         o = v.y_shape[1]
         for b0, b1, real in _block_groups(obs, o, cols):
-            dst = Ref(self.y, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
+            off, (sn, sc, sh, sw) = block_at(v.y_shape, v.y_strides, v.y_block, b0 * cols)
+            dst = Ref(self.y, n * sn + off + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)
+            bs = block_stride(v.y_shape, v.y_strides, v.y_block, cols)
             step.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, dst, src, (real, tw, th, b1 - b0),
-                                               (1, cols, tw * cols, pix * cols), (sc, sw, sh, cols * sc),
+                                               (1, cols, tw * cols, pix * cols), (sc, sw, sh, bs),
                                                comment=f"{self.name}: store {out.name} -> y")))
 
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
         p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
         pix, nob = th * tw, len(obs)
         res = self.slots.next(self.role["res"])
-        sn, sc, sh, sw = act_strides(v.y_shape, r.layout)
+        strides, block = act_strides(v.y_shape, r.layout), layout_block(r.layout)
         for b0, b1, real in _block_groups(obs, v.y_shape[1], cols):
-            src = Ref(self.res_buf, n * sn + b0 * cols * sc + oh0 * sh + ow0 * sw)
+            off, (sn, sc, sh, sw) = block_at(v.y_shape, strides, block, b0 * cols)
+            src = Ref(self.res_buf, n * sn + off + oh0 * sh + ow0 * sw)
             dst = Ref(res, (b0 - obs.start) * pix * cols)
             step.epilogue.append(ddr_order(Dma(
-                self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0), (sc, sw, sh, cols * sc),
+                self.ch + CH_OUT, dst, src, (cols, tw, th, b1 - b0),
+                (sc, sw, sh, block_stride(v.y_shape, strides, block, cols)),
                 (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
                 comment=f"{self.name}: residual -> {res.name}")))
         n_el = nob * pix * cols

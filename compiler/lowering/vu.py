@@ -31,7 +31,7 @@ from ..ops import Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
-from .layout import act_strides, ddr_order, row_strides
+from .layout import chan_runs, ddr_order, row_strides
 from .units import Part
 
 CH_A, CH_B, CH_OUT = 0, 1, 3
@@ -53,6 +53,15 @@ def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
     if len(shape) == 1:
         return 1, 1, shape[0]
     return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
+
+
+def _runs(shape, layout: str, c0: int, c1: int) -> list[tuple[int, int, int, int, int, tuple[int, ...]]]:
+    """layout.chan_runs of channels [c0, c1), where layout "rows" is a producer's intermediate kept row by row
+    in DM (layout.row_strides: one run)."""
+    if layout == "rows":
+        st = row_strides(shape)
+        return [(c0, c1 - c0, 1, c0 * st[1], 0, st)]
+    return chan_runs(shape, layout, c0, c1)
 
 
 def strided(op: Elementwise) -> bool:
@@ -195,7 +204,11 @@ class ElementwiseLowering:
                                (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
         esz = 4 if op.in_dtype == "int32" else 1
-        xs, bs, ys = self._strides()
+        if self.rows:      # x is the producer's intermediate, kept row by row in DM; b and y in DDR
+            lx, lb, ly = "rows", op.x_layout, op.y_layout
+        else:              # VBUF holds a tile as [channel][position] whatever the DDR layouts: only their strides change
+            lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
+            lb = lx
         for tile in self.tiles():
             ni, c0, c1, r0, r1 = tile
             s = Step()
@@ -203,47 +216,43 @@ class ElementwiseLowering:
             nc, nr = c1 - c0, r1 - r0
             s.loads.append(Note(where + ": loads"))
             a = self.slots.next(self.role["a"])
-            base, size, st = self._box(xs, tile)
-            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(a), Ref(self.ins[0], base * esz), size,
-                                         tuple(v * esz for v in st), tuple(v * esz for v in _dense(size)), elem=esz,
-                                         comment=f"{self.name}: {self.ins[0].name} -> {a.name}")))
+            s.loads += self._moves(CH_A, a, self.ins[0], lx, tile, esz, True)
             b = None
             if op.binary:
                 b = self.slots.next(self.role["b"])
-                base, size, st = self._box(bs, tile)
-                s.loads.append(ddr_order(Dma(self.ch + CH_B, Ref(b), Ref(self.ins[1], base), size, st,
-                                             _dense(size), comment=f"{self.name}: {self.ins[1].name} -> {b.name}")))
+                s.loads += self._moves(CH_B, b, self.ins[1], lb, tile, 1, True)
             s.compute.append(Note(where + ": VU"))
             s.compute.append(self._vu(a, b, nc, nr, c0))
-            base, size, st = self._box(ys, tile)
-            s.epilogue.append(ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, base), Ref(a), size, _dense(size), st,
-                                            comment=f"{self.name}: {a.name} -> {self.y.name}")))
+            s.epilogue += self._moves(CH_OUT, a, self.y, ly, tile, 1, False)
             steps.append(s)
         return steps
 
-    def _strides(self) -> tuple[tuple[int, ...], ...]:
-        """Element strides of x, b and y: (n, c, r) over the [N, C, R] view, or (n, c, h, w) walking rows."""
-        op = self.op
-        if self.rows:
-            return (row_strides(op.shape), act_strides(op.shape, op.x_layout), act_strides(op.shape, op.y_layout))
-        # VBUF holds a tile as [channel][position] whatever the DDR layouts: only the DDR strides change
-        lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
-        shape = _ncr(op.shape)
-        xs = act_strides(shape, lx)
-        return xs, xs, act_strides(shape, ly)
-
-    def _box(self, st: tuple[int, ...], tile) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-        """(first element, size, element strides) of a tile's box in a tensor of strides st, innermost first:
-        (positions, channels) over [N, C, R], or (columns, rows, channels) walking rows."""
-        ni, c0, c1, r0, r1 = tile
-        nc, nr = c1 - c0, r1 - r0
-        if len(st) == 3:
-            return ni * st[0] + c0 * st[1] + r0 * st[2], (nr, nc), (st[2], st[1])
-        w = self.op.shape[3]
-        h0, w0 = divmod(r0, w)
-        nw, nh = (w, nr // w) if w0 == 0 and nr % w == 0 else (nr, 1)     # whole rows, or part of one
-        return ni * st[0] + c0 * st[1] + h0 * st[2] + w0 * st[3], (nw, nh, nc), (st[3], st[2], st[1])
-
+    def _moves(self, ch: int, tile: Buffer, ddr: Buffer, layout: str, box: tuple[int, int, int, int, int],
+               esz: int, load: bool) -> list[Dma]:
+        """The DMAs between a VBUF tile [channel][position] and a tensor in `layout` ("rows": the intermediate
+        kept row by row): one per run of channels the layout addresses alike (one unblocked; a blocked
+        layout's full blocks, then the rest).  Walking rows, a tile is whole rows or part of one."""
+        ni, c0, c1, r0, r1 = box
+        nr = r1 - r0
+        shape = self.op.shape if self.rows else _ncr(self.op.shape)
+        out = []
+        for ca, k, nblk, off, bs, (sn, sc, *pos) in _runs(shape, layout, c0, c1):
+            if len(pos) == 1:
+                first, dims, far = r0 * pos[0], (nr,), (pos[0],)
+            else:
+                w = shape[3]
+                h0, w0 = divmod(r0, w)
+                dims = (w, nr // w) if w0 == 0 and nr % w == 0 else (nr, 1)
+                first, far = h0 * pos[0] + w0 * pos[1], (pos[1], pos[0])
+            dims += (k, nblk)
+            far_st = tuple(v * esz for v in far + (sc, bs))
+            near_st = tuple(v * esz for v in _dense(dims))
+            far_ref, near = Ref(ddr, (ni * sn + off + first) * esz), Ref(tile, (ca - c0) * nr * esz)
+            where = f"{self.name}: {ddr.name} -> {tile.name}" if load else f"{self.name}: {tile.name} -> {ddr.name}"
+            out.append(ddr_order(Dma(self.ch + ch, near, far_ref, dims, far_st, near_st, elem=esz, comment=where)
+                                 if load else Dma(self.ch + ch, far_ref, near, dims, near_st, far_st, elem=esz,
+                                                  comment=where)))
+        return out
     def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int) -> Vu:
         op, name = self.op, self.name
         lohi = {"zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
@@ -540,10 +549,12 @@ class PoolLowering:
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
         fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
-        xn, xc, xh, xw = row_strides(op.x_shape) if self.rows else act_strides(op.x_shape, op.x_layout)
-        s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp), Ref(self.x, ni * xn + c0 * xc + row0 * xh),
-                                     (iw, ih, cc), (xw, xh, xc), (1, iw, ih * iw), (l, plo, 0), (r, phi, 0),
-                                     pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
+        for ca, k, nblk, off, bs, (xn, xc, xh, xw) in _runs(op.x_shape, "rows" if self.rows else op.x_layout,
+                                                              c0, c0 + cc):
+            s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp, (ca - c0) * ih * iw),
+                                         Ref(self.x, ni * xn + off + row0 * xh), (iw, ih, k, nblk), (xw, xh, xc, bs),
+                                         (1, iw, ih * iw, k * ih * iw), (l, plo, 0, 0), (r, phi, 0, 0),
+                                         pad_value=fill, comment=f"{self.name}: x -> {inp.name}")))
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         counts = self._counts(s, oh0, th) if self.div is not None else None      # an average's divisors
@@ -561,10 +572,11 @@ class PoolLowering:
             dst = Ref(self.y, ((ni * c + c0) * oh + oh0) * ow * rb)
             store = Dma(self.ch + CH_OUT, dst, Ref(out), (th * ow, cc), (rb, th * ow * rb), (rb, oh * ow * rb),
                         elem=rb, comment=f"{self.name}: {out.name} -> {self.y.name}")
-        else:
-            yn, yc, yh, yw = act_strides(op.output.shape, op.y_layout)
-            store = ddr_order(Dma(self.ch + CH_OUT, Ref(self.y, (ni * yn + c0 * yc + oh0 * yh) * rb), Ref(out),
-                                  (ow, th, cc), (rb, ow * rb, th * ow * rb), (yw * rb, yh * rb, yc * rb), elem=rb,
-                                  comment=f"{self.name}: {out.name} -> {self.y.name}"))
-        s.epilogue.append(store)
+            s.epilogue.append(store)
+            return s
+        for ca, k, nblk, off, bs, (yn, yc, yh, yw) in chan_runs(op.output.shape, op.y_layout, c0, c0 + cc):
+            s.epilogue.append(ddr_order(Dma(
+                self.ch + CH_OUT, Ref(self.y, (ni * yn + off + oh0 * yh) * rb), Ref(out, (ca - c0) * th * ow * rb),
+                (ow, th, k, nblk), (rb, ow * rb, th * ow * rb, k * th * ow * rb),
+                (yw * rb, yh * rb, yc * rb, bs * rb), elem=rb, comment=f"{self.name}: {out.name} -> {self.y.name}")))
         return s
