@@ -197,6 +197,11 @@ def _cu_stream(body: list, cfg: Config):
             yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
 
 
+@lru_cache(maxsize=256)
+def _port_share(bytes_per_cycle: int, streams: int) -> int:
+    return int(timing.port_share(bytes_per_cycle, streams))
+
+
 @dataclass(frozen=True)
 class _Work:
     """A command as the engine runs it: its agent, semaphores, and its cycles (an NU or VU command)
@@ -243,16 +248,13 @@ class _Engine:
 
     def run(self, stream) -> int:
         """Cycles from the first instruction to the cycle the engine stops (halted and drained)."""
-        from .ir import CuWait
-
         inf = float("inf")
-        n_agents = len(self.agent)
-        depth = self.cfg.queue_depth
+        n_agents, dma0, depth = len(self.agent), self.dma0, self.cfg.queue_depth
         queues: list[deque] = [deque() for _ in range(n_agents)]
         running: list[_Work | None] = [None] * n_agents
         end = [0] * n_agents                 # an NU or VU command's end
         stream_at = [0] * n_agents           # a DMA transfer's first streamed byte
-        left = [0.0] * n_agents              # bytes it has left to stream
+        left = [0] * n_agents                # bytes it has left to stream
         rate = [0] * n_agents                # bytes per cycle from the last processed cycle on
         sems: dict[int, int] = {}
         busy: list[int] = []                 # agents running a command
@@ -262,81 +264,92 @@ class _Engine:
         pending, cu_at = self._next_sync(items, 0)      # pending None: the final halt
         stalled = halted = False
         t = since = 0
+        t_units = inf                        # the next cycle a unit ends or a transfer begins streaming
+        startable = False                    # an idle unit's head command can start (its token exists)
         while True:
-            if t > since:
+            # the units' phases, at cycles where they can change anything (else only the CU acts)
+            if t >= t_units or startable:
                 for a in busy:
-                    if a >= self.dma0 and rate[a]:
+                    if rate[a]:
                         left[a] -= rate[a] * (t - since)
-            since = t
-            # 1. completions
-            for a in [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= self.dma0 else end[a] == t)]:
-                busy.remove(a)
-                s = running[a].signal
-                running[a] = None
-                rate[a] = 0
-                if s is not None:
-                    sems[s] = sems.get(s, 0) + 1
-            if halted and not busy and not waiting:
-                return t
-            # 2. starts, in agent order
-            if waiting:
-                for a in range(n_agents):
-                    if running[a] is not None or not queues[a]:
-                        continue
-                    w = queues[a][0]
-                    if w.wait is not None:
-                        if not sems.get(w.wait):
+                since = t
+                # 1. completions
+                done = [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= dma0 else end[a] == t)]
+                for a in done:
+                    busy.remove(a)
+                    s = running[a].signal
+                    running[a] = None
+                    rate[a] = 0
+                    if s is not None:
+                        sems[s] = sems.get(s, 0) + 1
+                if halted and not busy and not waiting:
+                    return t
+                # 2. starts, in agent order
+                if waiting:
+                    for a in range(n_agents):
+                        if running[a] is not None or not queues[a]:
                             continue
-                        sems[w.wait] -= 1
-                    queues[a].popleft()
-                    waiting -= 1
-                    running[a] = w
-                    busy.append(a)
-                    if a >= self.dma0:
-                        stream_at[a], left[a], rate[a] = t + w.latency, float(w.nbytes), 0
+                        w = queues[a][0]
+                        if w.wait is not None:
+                            if not sems.get(w.wait):
+                                continue
+                            sems[w.wait] -= 1
+                        queues[a].popleft()
+                        waiting -= 1
+                        running[a] = w
+                        busy.append(a)
+                        if a >= dma0:
+                            stream_at[a], left[a] = t + w.latency, w.nbytes
+                        else:
+                            end[a] = t + w.cycles
+                # 3. port shares of the transfers streaming now, and the next unit event
+                streams = [a for a in busy if a >= dma0 and stream_at[a] <= t]
+                if streams:
+                    count: dict[str, int] = {}
+                    for a in streams:
+                        for p, _ in running[a].ports:
+                            count[p] = count.get(p, 0) + 1
+                    for a in streams:
+                        rate[a] = min(_port_share(bw, count[p]) for p, bw in running[a].ports)
+                t_units = inf
+                for a in busy:
+                    if a < dma0:
+                        e = end[a]
+                    elif stream_at[a] > t:
+                        e = stream_at[a]
                     else:
-                        end[a] = t + w.cycles
-            # 3. port shares of the transfers streaming now, and the next unit event
-            streams = [a for a in busy if a >= self.dma0 and stream_at[a] <= t]
-            if streams:
-                count: dict[str, int] = {}
-                for a in streams:
-                    for p, _ in running[a].ports:
-                        count[p] = count.get(p, 0) + 1
-                for a in streams:
-                    rate[a] = min(timing.port_share(bw, count[p]) for p, bw in running[a].ports)
-            t_next = inf
-            for a in busy:
-                if a < self.dma0:
-                    e = end[a]
-                elif stream_at[a] > t:
-                    e = stream_at[a]
-                else:
-                    e = t + max(-(-left[a] // rate[a]), 1)
-                if e < t_next:
-                    t_next = e
+                        e = t + max(-(-left[a] // rate[a]), 1)
+                    if e < t_units:
+                        t_units = e
+                startable = False            # every head that could start has started
+            elif halted and not busy and not waiting:
+                return t
             # 4. the CU: its next issue, sem.wait or halt, once the instructions before it have run
             if not halted and (stalled or t >= cu_at):
+                stalled = False
                 if pending is None:
                     halted, cu_at = True, t + 1
-                    stalled = False
-                elif isinstance(pending, CuWait) and sems.get(pending.sem):
-                    sems[pending.sem] -= 1
-                    stalled = False
-                elif not isinstance(pending, CuWait) and len(queues[(w := self.work(pending)).agent]) < depth:
-                    queues[w.agent].append(w)
-                    waiting += 1
-                    stalled = False
+                elif isinstance(pending, CuWait):
+                    if sems.get(pending.sem):
+                        sems[pending.sem] -= 1
+                    else:
+                        stalled = True
                 else:
-                    stalled = True                    # retried at every cycle processed from now on
+                    w = self.works.get(id(pending)) or self.work(pending)
+                    q = queues[w.agent]
+                    if len(q) < depth:
+                        q.append(w)
+                        waiting += 1
+                        # a sem.wait only takes tokens: the one queue that grew is the only new start
+                        if running[w.agent] is None and (q[0].wait is None or sems.get(q[0].wait)):
+                            startable = True
+                    else:
+                        stalled = True                # retried at every cycle processed from now on
                 if not stalled and not halted:
                     pending, cu_at = self._next_sync(items, t + 1)
-            if waiting and any(running[a] is None and queues[a] and (queues[a][0].wait is None
-                                                                     or sems.get(queues[a][0].wait))
-                               for a in range(n_agents)):
-                t_next = min(t_next, t + 1)
-            if not stalled and (not halted or cu_at > t):
-                t_next = min(t_next, cu_at)
+            t_next = t + 1 if startable else t_units
+            if not stalled and (not halted or cu_at > t) and cu_at < t_next:
+                t_next = cu_at
             if t_next == inf:
                 raise ValueError(f"internal: the schedule deadlocks at cycle {t} (the CU at {pending!r})")
             t = int(t_next)
