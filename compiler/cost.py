@@ -1,11 +1,14 @@
-"""Analytic cycle model of a schedule, on nnpsim.timing's formulas and a Config.
+"""Cycle models of a schedule, on nnpsim.timing's formulas and a Config.
 
-A tiled kernel is a pipeline: each tile's work spreads over resources (the NU,
-the VU, the DDR port shared by every DMA that touches DDR, and the ABUF and
-VBUF DMA ports), and double buffering lets the resources of different tiles
-overlap.  The model charges each tile the busiest resource's time, adds the
-first tile's loads (nothing to overlap them with) and the last tile's
-epilogue (nothing after it), and a per-command CU issue cost.
+Two of them.  pipeline_cycles, the quick one that ranks tilings: a tiled
+kernel is a pipeline whose tiles' work spreads over resources (the NU, the
+VU, the DDR port shared by every DMA that touches DDR, and the on-chip DMA
+ports), double buffering overlapping the resources of different tiles; it
+charges each tile the busiest resource's time, adds the first tile's loads
+and the last tile's epilogue (nothing overlaps them), and a per-command CU
+issue cost.  schedule_cycles, the exact one (a kernel's predicted cycles):
+the synchronised body replayed as the simulator's engine runs it, without
+the data.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.semantics import SEMANTICS, element_bytes
 
-from .ir import DTYPE_BYTES, Command, CuWait, Dma, NuConv, Ref, Vu
+from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, NuConv, Ref, Vu
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 
@@ -181,7 +184,6 @@ def schedule_cycles(body: list, cfg: Config) -> int:
 
 def _cu_stream(body: list, cfg: Config):
     """(statement or None for CU-only instructions, CU instructions it takes) in issue order, loops expanded."""
-    from .ir import Loop
     from .passes.emit import Emitter
 
     em = Emitter()
@@ -335,7 +337,7 @@ class _Engine:
                     else:
                         stalled = True
                 else:
-                    w = self.works.get(id(pending)) or self.work(pending)
+                    w = self.work(pending)
                     q = queues[w.agent]
                     if len(q) < depth:
                         q.append(w)
