@@ -43,8 +43,9 @@ def random_input(shape, dtype: str, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
-def layer_errors(graph, cfg: Config, fuse: bool, limit: int | None = None) -> list[tuple[str, str, int, int]]:
-    """(kernel, ops, predicted, simulated) of every kernel of the network (fused, or one per node)."""
+def kernels_alone(graph, cfg: Config, fuse: bool, limit: int | None = None) -> list[tuple[object, int, int]]:
+    """(group, predicted, simulated) of every kernel of the network (fused, or one per node), each
+    compiled alone as build(graph) compiles it and run on seeded random inputs."""
     groups, _ = plan_kernels(graph, cfg, fuse)
     rng = np.random.default_rng(SEED)
     chosen: dict[tuple, int] = {}
@@ -54,8 +55,13 @@ def layer_errors(graph, cfg: Config, fuse: bool, limit: int | None = None) -> li
         kir, (predicted, usage, report), chosen[key] = best_schedule(g.ops, cfg, chosen.get(key))
         k = finish(g.ops, kir, cfg, predicted, usage, report)
         k(*[random_input(b.shape, b.dtype, rng) for b in k.ir.inputs])
-        out.append((g.name, " + ".join(o.kind for o in g.ops), int(predicted), int(k.stats.cycles)))
+        out.append((g, int(predicted), int(k.stats.cycles)))
     return out
+
+
+def layer_errors(graph, cfg: Config, fuse: bool, limit: int | None = None) -> list[tuple[str, str, int, int]]:
+    """(kernel, ops, predicted, simulated) of every kernel of the network (fused, or one per node)."""
+    return [(g.name, " + ".join(o.kind for o in g.ops), p, c) for g, p, c in kernels_alone(graph, cfg, fuse, limit)]
 
 
 def main(argv=None) -> int:
@@ -85,11 +91,11 @@ def main(argv=None) -> int:
             worst = max(range(len(rows)), key=lambda i: abs(errs[i]))
             over = sum(abs(e) > TARGET for e in errs)
             w = rows[worst]
-            print(f"{what} {len(rows):>7} {errs[worst]:>+10.1%} {over:>7}  "
+            print(f"{what} {len(rows):>7} {errs[worst]:>+10.2%} {over:>7}  "
                   f"{w[0]} ({w[1]}): predicted {w[2]:,}, simulated {w[3]:,}", flush=True)
             if args.layers:
                 for (layer, ops, p, s), e in zip(rows, errs):
-                    print(f"    {layer[:36]:<36} {ops[:40]:<40} {p:>10,} {s:>10,} {e:>+7.1%}")
+                    print(f"    {layer[:36]:<36} {ops[:40]:<40} {p:>10,} {s:>10,} {e:>+7.2%}")
             if over:
                 missed.append(f"{name} on {nu} NU(s), fuse={fuse}: {over} kernels off by more than {TARGET:.0%}")
     for line in missed:

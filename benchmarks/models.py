@@ -20,6 +20,11 @@ two columns stand side by side with their DDR bytes and on-chip high-water marks
 the fused output must equal the unfused one bit for bit.  --check-groups also
 compiles every fused kernel and each of its parts alone, runs them on the
 simulator (random int8 inputs) and reports both: no fused kernel may be slower.
+--layers prints every layer's cycles over its roofline bound twice: as the network
+run attributes them (from the CU's arrival at the layer's code to its last
+command's end, which charges a layer for its predecessor's stores still
+draining) and compiled and simulated alone (the fair figure), with the
+geometric means of all layers, the depthwise convs and the pooling layers.
 
 Targets (the exit status is 1 if one is missed, with a line saying which):
 every QOperator model bit-exact with onnxruntime; ResNet-50 compiled in under
@@ -79,6 +84,7 @@ class Result:
     worst: list[tuple[str, str, int, int]] = field(default_factory=list)   # (layer, ops, cycles, bound)
     per_layer: list[tuple[str, str, int, int]] = field(default_factory=list)   # every layer, run order
     kinds: dict[str, str] = field(default_factory=dict)   # layer name -> depthwise / pooling / other
+    alone: dict[str, tuple[int, int]] = field(default_factory=dict)   # layer -> (cycles compiled alone, bound)
 
 
 def timed(fn, *args, **kwargs):
@@ -134,8 +140,9 @@ def layer_kind(node) -> str:
 
 
 def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int, fuses: list[bool],
-            worst: int = 3) -> list[Result]:
-    """Build, import, compile (once per fuse setting), simulate and compare one model: table columns."""
+            worst: int = 3, alone: bool = False) -> list[Result]:
+    """Build, import, compile (once per fuse setting), simulate and compare one model: table columns
+    (with `alone`, also every layer compiled and simulated by itself)."""
     model, build_s, _ = timed(models.build, name, fmt, size=size)
     graph, import_s, _ = timed(compiler.from_onnx, model)
     out, theirs = [], None
@@ -155,8 +162,20 @@ def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int,
                           arena["bytes"], arena["naive_bytes"], agree, stats.ddr_bytes,
                           lib.meta["onchip_peak"], m.get_output(0, quantized=True), worst_layers(m, worst),
                           [(s.name, s.ops, s.cycles, s.bound_cycles) for s in m.layer_stats()],
-                          {node.name: layer_kind(node) for node in graph.nodes}))
+                          {node.name: layer_kind(node) for node in graph.nodes},
+                          layers_alone(graph, cfg, fuse) if alone else {}))
     return out
+
+
+def layers_alone(graph, cfg, fuse: bool) -> dict[str, tuple[int, int]]:
+    """Every layer (kernel) of the network compiled and simulated by itself, as build(graph) compiles
+    it: layer -> (cycles, roofline bound).  Unlike the network's attribution (from the CU's arrival at
+    a layer's code to its last command's end), a layer's time here owes nothing to its neighbours:
+    no store of the previous layer still draining, no load of the next one already started."""
+    from compiler.roofline import bound_cycles
+    from cost_model import kernels_alone
+
+    return {g.name: (simulated, bound_cycles(g.ops, cfg)) for g, _, simulated in kernels_alone(graph, cfg, fuse)}
 
 
 def warm_up(cfg) -> None:
@@ -226,28 +245,44 @@ def _geomean(xs: list[float]) -> float:
 
 
 def format_layers(results: list[Result]) -> str:
-    """Per model: every layer's cycles / bound, then the geometric means overall, of the depthwise
-    convs and of the pooling layers, and the worst layer."""
+    """Per model: every layer's cycles / roofline bound, in the network (attributed from the CU's
+    arrival at the layer's code to its last command's end) and compiled alone, then the geometric
+    means overall, of the depthwise convs and of the pooling layers, and the worst layer, of both."""
     lines = []
     for r in results:
-        lines.append(f"{r.name} {r.fmt}{'' if r.fuse else ', fuse=False'}, every layer (cycles / roofline bound):")
-        ratios: dict[str, list[float]] = {"all": [], "depthwise": [], "pooling": []}
-        cycles = {"all": 0, "depthwise": 0, "pooling": 0}
+        lines.append(f"{r.name} {r.fmt}{'' if r.fuse else ', fuse=False'}, every layer (cycles / roofline bound; "
+                     f"in the network, and compiled alone):")
+        lines.append(f"  {'layer':<32} {'ops':<30} {'kind':<9} {'bound':>9} {'network':>9} {'ratio':>6} "
+                     f"{'alone':>9} {'ratio':>6}")
+        ratios: dict[str, dict[str, list[float]]] = {w: {"all": [], "depthwise": [], "pooling": []}
+                                                    for w in ("network", "alone")}
+        cycles = {w: {"all": 0, "depthwise": 0, "pooling": 0} for w in ("network", "alone")}
+        worst: dict[str, tuple[float, str]] = {}
         for layer, ops, c, b in r.per_layer:
             kind = r.kinds.get(layer, "other")
-            ratio = c / b if b else float("nan")
-            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {c:>10,} {b:>10,} {ratio:7.2f}")
-            if b:
+            got = {"network": c}
+            if layer in r.alone:
+                got["alone"] = r.alone[layer][0]
+            ratio = {w: x / b if b else float("nan") for w, x in got.items()}
+            alone = f"{got['alone']:>9,} {ratio['alone']:6.2f}" if "alone" in got else ""
+            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {b:>9,} {c:>9,} {ratio['network']:6.2f} {alone}")
+            if not b:
+                continue
+            for w, x in got.items():
+                worst[w] = max(worst.get(w, (0.0, "")), (ratio[w], layer))
                 for key in ("all", kind):
-                    if key in ratios:
-                        ratios[key].append(ratio)
-                        cycles[key] += c
-        worst = max((c / b, layer) for layer, _, c, b in r.per_layer if b)
-        for key, xs in ratios.items():
-            share = 100 * cycles[key] / max(1, cycles["all"])
-            lines.append(f"  geometric mean, {key} ({len(xs)} layers, {share:.0f}% of the layers' cycles): "
-                         f"{_geomean(xs):.3f}" + (f", worst {max(xs):.2f}" if xs else ""))
-        lines.append(f"  worst layer: {worst[1]} at {worst[0]:.2f}")
+                    if key in ratios[w]:
+                        ratios[w][key].append(ratio[w])
+                        cycles[w][key] += x
+        for w in ("network", "alone"):
+            for key, xs in ratios[w].items():
+                if not xs:
+                    continue
+                share = 100 * cycles[w][key] / max(1, cycles[w]["all"])
+                lines.append(f"  {w}: geometric mean, {key} ({len(xs)} layers, {share:.0f}% of the layers' "
+                             f"cycles): {_geomean(xs):.3f}, worst {max(xs):.2f}")
+            if w in worst:
+                lines.append(f"  {w}: worst layer {worst[w][1]} at {worst[w][0]:.2f}")
     return "\n".join(lines)
 
 
@@ -336,7 +371,8 @@ def main() -> int:
     ap.add_argument("--sim-repeats", type=int, default=3, help="timed simulator runs after the first")
     ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
     ap.add_argument("--layers", action="store_true",
-                    help="also print every layer's cycles / bound and the geometric means (all, depthwise, pooling)")
+                    help="also print every layer's cycles / bound, in the network and compiled alone, and the "
+                         "geometric means (all, depthwise, pooling)")
     ap.add_argument("--fuse", default="both", choices=["both", "on", "off"],
                     help="compile fused, with fuse=False (one kernel per node), or both side by side")
     ap.add_argument("--check-groups", action="store_true",
@@ -353,7 +389,7 @@ def main() -> int:
     for name, fmt in runs:
         print(f"{name} {fmt} at {args.size}x{args.size} ...", file=sys.stderr, flush=True)
         results += measure(name, fmt, args.size, cfg, args.repeats, args.sim_repeats,
-                           {"both": [True, False], "on": [True], "off": [False]}[args.fuse])
+                           {"both": [True, False], "on": [True], "off": [False]}[args.fuse], alone=args.layers)
     print(format_table(results))
     print(format_worst(results))
     if pairs(results):

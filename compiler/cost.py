@@ -1,14 +1,18 @@
-"""Analytic cycle model of a schedule, on nnpsim.timing's formulas and a Config.
+"""Cycle models of a schedule, on nnpsim.timing's formulas and a Config.
 
-A tiled kernel is a pipeline: each tile's work spreads over resources (the NU,
-the VU, the DDR port shared by every DMA that touches DDR, and the ABUF and
-VBUF DMA ports), and double buffering lets the resources of different tiles
-overlap.  The model charges each tile the busiest resource's time, adds the
-first tile's loads (nothing to overlap them with) and the last tile's
-epilogue (nothing after it), and a per-command CU issue cost.
+Two of them.  pipeline_cycles, the quick one that ranks tilings: a tiled
+kernel is a pipeline whose tiles' work spreads over resources (the NU, the
+VU, the DDR port shared by every DMA that touches DDR, and the on-chip DMA
+ports), double buffering overlapping the resources of different tiles; it
+charges each tile the busiest resource's time, adds the first tile's loads
+and the last tile's epilogue (nothing overlaps them), and a per-command CU
+issue cost.  schedule_cycles, the exact one (a kernel's predicted cycles):
+the synchronised body replayed as the simulator's engine runs it, without
+the data.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -16,7 +20,7 @@ from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.semantics import SEMANTICS, element_bytes
 
-from .ir import DTYPE_BYTES, Command, Dma, NuConv, Ref, Vu
+from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, NuConv, Ref, Vu
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 
@@ -183,204 +187,208 @@ def pipeline_cycles(steps, cfg: Config) -> int:
 
 
 def schedule_cycles(body: list, cfg: Config) -> int:
-    """Predicted cycles of a synchronised schedule, replayed command by command.
+    """Predicted cycles of a synchronised schedule: the simulator's engine replayed without the data.
 
-    The CU issues in order, one instruction per cycle (the emitter tells how
-    many instructions each command takes); a queue runs its commands in order;
-    a command starts once its queue is free and its semaphore token exists (the
-    k-th wait on a semaphore takes the k-th signal); a full queue stalls the CU.
-    A DMA spends its latency, then streams its bytes (or its DDR bursts, if
-    more: stream_bytes) at the smaller share of its on-chip ports, a port's
-    bandwidth being split between it and the transfers placed before it that
-    are still streaming there (nnpsim.timing.port_share); each of those ends
-    later by the bytes the new one moves while they overlap (the simulator
-    shares a port both ways: a drain into VBUF beside a residual load into it
-    slows down too), and so do its token and its queue.  On DDR's one port
-    a transfer shares with every DDR transfer placed before it that still has
-    bytes left, the port's floor(bw / n) going to each of the n streaming
-    until one runs out (_ddr_share); each of those ends later by what the new
-    one took from it, and so does its token and its queue, for the commands
-    placed after (those placed before have seen its earlier end).  The kernel
-    takes at least as long as its busiest on-chip port needs for its bytes,
-    and as DDR's port needs to serve every DDR transfer, each from its first
-    byte, never idling while one waits.
-    A Loop costs the instructions the emitter gives it (set-up, body, each
-    iteration's address steps and `loop`, a taken `loop` adding the branch
-    penalty) and its body's commands are replayed once per iteration.
+    The CU runs one instruction per cycle (the emitter tells how many each statement
+    takes, a taken `loop` adding the branch penalty) and issues a command with the
+    last of them, stalling while the command's queue is full or a `sem.wait` finds no
+    token; it ends with `halt`.  Each cycle that something can change goes through
+    the engine's phases in its order (docs/architecture.md, "One cycle, in order"):
+    commands end (signalling their semaphore), idle units in agent order start their
+    queue's head once it holds a token it waits for, DMA transfers share their ports,
+    then the CU tries its next issue or wait.  An NU or VU command lasts its timing
+    formula; a DMA transfer waits its latency, then streams its bytes (or its DDR
+    bursts, if more: stream_bytes) at its smallest port share (nnpsim.timing.port_share
+    of every transfer streaming through the port; DDR has one port for both ways).
+    A Loop's body is replayed once per iteration.
     """
-    from .ir import CuWait, Loop
+    return _Engine(cfg).run(_cu_stream(body, cfg))
+
+
+def _cu_stream(body: list, cfg: Config):
+    """(statement or None for CU-only instructions, CU instructions it takes) in issue order, loops expanded."""
     from .passes.emit import Emitter
 
     em = Emitter()
-    cu = 0
-    queue_free: dict[str, int] = {}
-    starts: dict[str, list[int]] = {}
-    port_busy: dict[str, float] = {}
-    port_streams: dict[str, list[_Stream]] = {}
-    ddr_work: list[tuple[int, float]] = []   # DDR transfers: (first streaming cycle, cycles of DDR's port)
-    tokens: dict[int, list[int]] = {}
-    taken: dict[int, int] = {}
-    end = 0
-
-    def token_time(sem: int) -> int | None:
-        k = taken.get(sem, 0)
-        times = tokens.get(sem, [])
-        return times[k] if k < len(times) else None
-
-    def replay():
-        """(statement, CU instructions before it issues) in issue order, loops expanded."""
-        for stmt in body:
-            if not isinstance(stmt, Loop):
-                yield stmt, em.statement(stmt)
-                continue
-            lc = em.loop(stmt)
-            yield None, lc.setup
-            for v in range(stmt.extent):
-                for k, inner in enumerate(stmt.body):
-                    yield inner, lc.per_stmt[k]
-                yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
-
-    for stmt, instrs in replay():
-        if isinstance(stmt, CuWait):
-            t = token_time(stmt.sem)
-            taken[stmt.sem] = taken.get(stmt.sem, 0) + 1
-            cu = max(cu, t if t is not None else cu) + instrs
+    for stmt in body:
+        if not isinstance(stmt, Loop):
+            yield stmt, em.statement(stmt)
             continue
-        if not isinstance(stmt, Command):
-            cu += instrs
-            continue
-        cu += instrs
-        q = stmt.queue
-        mine = starts.setdefault(q, [])
-        if len(mine) >= cfg.queue_depth:
-            cu = max(cu, mine[-cfg.queue_depth])
-        start = max(cu + 1, queue_free.get(q, 0))
-        if stmt.wait is not None:
-            t = token_time(stmt.wait)
-            taken[stmt.wait] = taken.get(stmt.wait, 0) + 1
-            start = max(start, t if t is not None else start)
-        finish, stream, late = _finish(stmt, start, port_busy, port_streams, ddr_work, cfg)
-        mine.append(start)
-        queue_free[q] = finish
-        if stmt.signal is not None:
-            tokens.setdefault(stmt.signal, []).append(finish)
-        end = max(end, finish)
-        if stream is not None:
-            stream.queue, stream.seq = q, len(mine)
-            if stmt.signal is not None:
-                stream.sem, stream.token = stmt.signal, len(tokens[stmt.signal]) - 1
-        for other in late:
-            fin = int(-(-other.end // 1))
-            end = max(end, fin)
-            if len(starts[other.queue]) == other.seq:          # still the last command of its queue
-                queue_free[other.queue] = max(queue_free[other.queue], fin)
-            if other.sem is not None and other.token >= taken.get(other.sem, 0):   # token not taken yet
-                tokens[other.sem][other.token] = max(tokens[other.sem][other.token], fin)
-    ddr = 0.0
-    for first, work in sorted(ddr_work):
-        ddr = max(ddr, first) + work
-    port_busy.pop("ddr", None)
-    return int(max(end, cu, max(port_busy.values(), default=0), -(-ddr // 1)))
+        lc = em.loop(stmt)
+        yield None, lc.setup
+        for v in range(stmt.extent):
+            for k, inner in enumerate(stmt.body):
+                yield inner, lc.per_stmt[k]
+            yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
 
 
-@dataclass
-class _Stream:
-    """A DMA as the replay placed it: first streaming cycle, end, bytes streamed, its queue and position
-    there, and its token (semaphore, index among its signals)."""
-
-    first: int
-    end: float
-    nbytes: int
-    queue: str = ""
-    seq: int = 0
-    sem: int | None = None
-    token: int = -1
+@lru_cache(maxsize=256)
+def _port_share(bytes_per_cycle: int, streams: int) -> int:
+    return int(timing.port_share(bytes_per_cycle, streams))
 
 
-def _finish(c: Command, start: int, port_busy: dict[str, float], port_streams: dict[str, list[_Stream]],
-            ddr_work: list[tuple[int, float]], cfg: Config) -> tuple[int, _Stream | None, list[_Stream]]:
-    """(end, its _Stream if a DMA, the transfers placed before that it makes end later)."""
-    if isinstance(c, NuConv):
-        return start + nu_cycles(c, cfg), None, []
-    if isinstance(c, Vu):
-        return start + vu_cycles(c, cfg), None, []
-    spaces = dma_ports(c)
-    ports = {m: timing.memory_port(cfg, SPACE_ID[s]) for m, s in spaces.items()}
-    first = start + max(lat for _, lat in ports.values())
-    nbytes = stream_bytes(c, cfg)
-    rate = None
-    sharing: dict[int, tuple[_Stream, int]] = {}
-    for s, (bw, _) in ports.items():
-        port_busy[s] = port_busy.get(s, 0) + nbytes / bw
-        share = bw
-        if s != "ddr":
-            # transfers already placed that still stream through this port when this one begins
-            here = [o for o in port_streams.get(s, ()) if o.first <= first < o.end]
-            share = timing.port_share(bw, 1 + len(here))
-            sharing.update((id(o), (o, bw)) for o in here)
-        rate = share if rate is None else min(rate, share)
-    finish = first + -(-nbytes // rate)
-    late = []
-    if "ddr" in ports:
-        end, work, late = _ddr_share(first, nbytes, ports["ddr"][0], port_streams.get("ddr", []))
-        finish = max(finish, end)
-        ddr_work.append((first, work))
-    # the port is shared both ways: a transfer it now shares with streams slower while they overlap, by
-    # the bytes this one moves meanwhile (a drain into VBUF beside a residual load into it, say)
-    for o, bw in sharing.values():
-        if all(o is not d for d in late):
-            left = o.nbytes * (o.end - first) / max(1, o.end - o.first)
-            o.end += min(left, nbytes) / bw
-            late.append(o)
-    # and one placed before it that begins streaming while it does takes its half meanwhile
-    for s, (bw, _) in ports.items():
-        if s == "ddr":
-            continue
-        for o in port_streams.get(s, ()):
-            if first < o.first < finish and all(o is not d for d in late):
-                both = min(o.end, finish) - o.first
-                finish += both * (1 - min(rate, bw // 2) / rate)
-                o_rate = o.nbytes / max(1, o.end - o.first)
-                o.end += both * max(0.0, 1 - min(o_rate, bw // 2) / o_rate)
-                late.append(o)
-    finish = int(-(-finish // 1))
-    me = _Stream(first, finish, nbytes)
-    for s in spaces:
-        port_streams.setdefault(s, []).append(me)
-        port_streams[s] = port_streams[s][-16:]
-    return int(finish), me, late
+@dataclass(frozen=True)
+class _Work:
+    """A command as the engine runs it: its agent, semaphores, and its cycles (an NU or VU command)
+    or its latency, streamed bytes and ports as (port, bytes per cycle) (a DMA)."""
+
+    agent: int
+    wait: int | None
+    signal: int | None
+    cycles: int = 0
+    latency: int = 0
+    nbytes: int = 0
+    ports: tuple[tuple[str, int], ...] = ()
 
 
-def _ddr_share(first: int, nbytes: int, bw: int, placed: list[_Stream]) -> tuple[int, float, list[_Stream]]:
-    """(end, cycles of DDR's port, transfers it delays) of a DDR transfer streaming nbytes from `first`.
+class _Engine:
+    """nnpsim.engine's event loop over _Work items instead of a program's bytes."""
 
-    The transfers placed before it that end after `first` have, by then, bytes left in
-    proportion to the time they have left (all of them if they begin later).  The port
-    gives each of the n transfers streaming floor(bw / n) bytes per cycle
-    (timing.port_share), so they all move alike until the one with the fewest bytes
-    left runs out.  Each of them ends later by the bytes this one moved meanwhile
-    over the port's bandwidth (its end is moved on here; the caller moves its token).
-    """
-    rest, late = [], []
-    for o in placed:
-        if o.end > first:
-            left = o.nbytes if o.first >= first else o.nbytes * (o.end - first) / (o.end - o.first)
-            rest.append(left)
-            o.end += min(left, nbytes) / bw
-            late.append(o)
-    rest.sort()
-    t, done, n, work = float(first), 0.0, 1 + len(rest), 0.0
-    for left in rest + [float(nbytes)]:
-        step = min(left, nbytes) - done
-        if step > 0:
-            share = timing.port_share(bw, n)
-            t += step / share
-            work += step / (share * n)
-            done += step
-        n -= 1
-        if done >= nbytes:
-            break
-    return int(-(-t // 1)), work, late
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        names = ([f"nu{i}" for i in range(cfg.nu_count)] + [f"vu{i}" for i in range(cfg.vu_count)]
+                 + [f"dma{i}" for i in range(cfg.dma_channels)])
+        self.agent = {name: k for k, name in enumerate(names)}     # agent order: NUs, VUs, DMA channels
+        self.dma0 = cfg.nu_count + cfg.vu_count
+        self.works: dict[int, _Work] = {}
+
+    def work(self, c: Command) -> _Work:
+        """c as the engine runs it (a loop body's commands are priced once)."""
+        w = self.works.get(id(c))
+        if w is None:
+            agent = self.agent.get(c.queue)
+            if agent is None:
+                raise ValueError(f"internal: queue {c.queue} does not exist on this configuration")
+            if isinstance(c, Dma):
+                spaces = dma_ports(c)
+                ports = tuple((p, timing.memory_port(self.cfg, SPACE_ID[s])[0]) for p, s in spaces.items())
+                latency = int(timing.dma_latency(timing.memory_port(self.cfg, SPACE_ID[c.src.buf.space])[1],
+                                                 timing.memory_port(self.cfg, SPACE_ID[c.dst.buf.space])[1]))
+                w = _Work(agent, c.wait, c.signal, latency=latency, nbytes=stream_bytes(c, self.cfg), ports=ports)
+            else:
+                cycles = nu_cycles(c, self.cfg) if isinstance(c, NuConv) else vu_cycles(c, self.cfg)
+                w = _Work(agent, c.wait, c.signal, cycles=max(cycles, 1))
+            self.works[id(c)] = w
+        return w
+
+    def run(self, stream) -> int:
+        """Cycles from the first instruction to the cycle the engine stops (halted and drained)."""
+        inf = float("inf")
+        n_agents, dma0, depth = len(self.agent), self.dma0, self.cfg.queue_depth
+        queues: list[deque] = [deque() for _ in range(n_agents)]
+        running: list[_Work | None] = [None] * n_agents
+        end = [0] * n_agents                 # an NU or VU command's end
+        stream_at = [0] * n_agents           # a DMA transfer's first streamed byte
+        left = [0] * n_agents                # bytes it has left to stream
+        rate = [0] * n_agents                # bytes per cycle from the last processed cycle on
+        sems: dict[int, int] = {}
+        busy: list[int] = []                 # agents running a command
+        waiting = 0                          # commands issued and not started
+
+        items = iter(stream)
+        pending, cu_at = self._next_sync(items, 0)      # pending None: the final halt
+        stalled = halted = False
+        t = since = 0
+        t_units = inf                        # the next cycle a unit ends or a transfer begins streaming
+        startable = False                    # an idle unit's head command can start (its token exists)
+        while True:
+            # the units' phases, at cycles where they can change anything (else only the CU acts)
+            if t >= t_units or startable:
+                for a in busy:
+                    if rate[a]:
+                        left[a] -= rate[a] * (t - since)
+                since = t
+                # 1. completions
+                done = [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= dma0 else end[a] == t)]
+                for a in done:
+                    busy.remove(a)
+                    s = running[a].signal
+                    running[a] = None
+                    rate[a] = 0
+                    if s is not None:
+                        sems[s] = sems.get(s, 0) + 1
+                if halted and not busy and not waiting:
+                    return t
+                # 2. starts, in agent order
+                if waiting:
+                    for a in range(n_agents):
+                        if running[a] is not None or not queues[a]:
+                            continue
+                        w = queues[a][0]
+                        if w.wait is not None:
+                            if not sems.get(w.wait):
+                                continue
+                            sems[w.wait] -= 1
+                        queues[a].popleft()
+                        waiting -= 1
+                        running[a] = w
+                        busy.append(a)
+                        if a >= dma0:
+                            stream_at[a], left[a] = t + w.latency, w.nbytes
+                        else:
+                            end[a] = t + w.cycles
+                # 3. port shares of the transfers streaming now, and the next unit event
+                streams = [a for a in busy if a >= dma0 and stream_at[a] <= t]
+                if streams:
+                    count: dict[str, int] = {}
+                    for a in streams:
+                        for p, _ in running[a].ports:
+                            count[p] = count.get(p, 0) + 1
+                    for a in streams:
+                        rate[a] = min(_port_share(bw, count[p]) for p, bw in running[a].ports)
+                t_units = inf
+                for a in busy:
+                    if a < dma0:
+                        e = end[a]
+                    elif stream_at[a] > t:
+                        e = stream_at[a]
+                    else:
+                        e = t + max(-(-left[a] // rate[a]), 1)
+                    if e < t_units:
+                        t_units = e
+                startable = False            # every head that could start has started
+            elif halted and not busy and not waiting:
+                return t
+            # 4. the CU: its next issue, sem.wait or halt, once the instructions before it have run
+            if not halted and (stalled or t >= cu_at):
+                stalled = False
+                if pending is None:
+                    halted, cu_at = True, t + 1
+                elif isinstance(pending, CuWait):
+                    if sems.get(pending.sem):
+                        sems[pending.sem] -= 1
+                    else:
+                        stalled = True
+                else:
+                    w = self.work(pending)
+                    q = queues[w.agent]
+                    if len(q) < depth:
+                        q.append(w)
+                        waiting += 1
+                        # a sem.wait only takes tokens: the one queue that grew is the only new start
+                        if running[w.agent] is None and (q[0].wait is None or sems.get(q[0].wait)):
+                            startable = True
+                    else:
+                        stalled = True                # retried at every cycle processed from now on
+                if not stalled and not halted:
+                    pending, cu_at = self._next_sync(items, t + 1)
+            t_next = t + 1 if startable else t_units
+            if not stalled and (not halted or cu_at > t) and cu_at < t_next:
+                t_next = cu_at
+            if t_next == inf:
+                raise ValueError(f"internal: the schedule deadlocks at cycle {t} (the CU at {pending!r})")
+            t = int(t_next)
+
+    @staticmethod
+    def _next_sync(items, free: int):
+        """(the CU's next issue or sem.wait, None for the final halt; the cycle it is tried) with the
+        CU free from `free`: the instructions before it take a cycle each, the last being the issue."""
+        for stmt, instrs in items:
+            if isinstance(stmt, (Command, CuWait)):
+                return stmt, free + instrs - 1
+            free += instrs
+        return None, free
+
 
 def instructions(body: list) -> int:
     """CU instructions the emitter writes for a body (its program size, without the final halt)."""

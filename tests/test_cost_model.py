@@ -1,0 +1,88 @@
+"""The cost model (compiler.cost.schedule_cycles) against the simulator, on kernels and on bare schedules."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import nnpasm
+from compiler import cost, ops
+from compiler.ir import Buffer, CuWait, Dma, KernelIR, Ref
+from compiler.kernel import build
+from compiler.passes import emit
+from nnpsim.config import Config
+from nnpsim.simulator import Simulator
+from tests.test_compiler_kernels import SETTINGS, rand8, seeds
+
+
+def _chain(kind: str, rng: np.random.Generator) -> list:
+    """A random op (or conv + depthwise chain) of the given kind, with shapes that divide nothing."""
+    c, o = int(rng.integers(1, 70)), int(rng.integers(1, 70))
+    h, w = int(rng.integers(3, 24)), int(rng.integers(3, 24))
+    k, s = int(rng.choice([1, 3])), int(rng.integers(1, 3))
+    if kind == "conv":
+        return [ops.conv2d((1, c, h, w), rand8(rng, (o, c, k, k)), rng.integers(-99, 99, o).astype(np.int32),
+                           stride=s, padding=k // 2, multiplier=2**30, shift=24)]
+    if kind == "depthwise":
+        return [ops.conv2d((1, c, h, w), rand8(rng, (c, 1, 3, 3)), None, stride=s, padding=1, groups=c,
+                           multiplier=2**30, shift=20)]
+    if kind == "pool":
+        return [ops.avg_pool2d((1, c, h, w), 2, count_include_pad=False)]
+    if kind == "add":
+        return [ops.add((1, c, h, w), ma=1, mb=1, shift=0)]
+    if kind == "dense":
+        return [ops.dense((int(rng.integers(1, 20)), 4 * c), rand8(rng, (4 * c, o)), multiplier=1, shift=8)]
+    expand = ops.conv2d((1, c, h, w), rand8(rng, (o, c, 1, 1)), None, multiplier=2**30, shift=24)
+    return [expand, ops.conv2d((1, o, h, w), rand8(rng, (o, 1, 3, 3)), None, padding=1, groups=o,
+                               multiplier=2**30, shift=20)]
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(seeds, st.sampled_from(["conv", "depthwise", "pool", "add", "dense", "chain"]), st.integers(1, 2),
+       st.integers(1, 2), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 16]), st.sampled_from([1, 32, 64]))
+def test_predicted_cycles_are_the_simulators(seed, kind, nus, vus, channels, depth, burst):
+    # the replay runs the engine's phases on the same timing formulas: to the cycle, whatever the
+    # units, channels, queue depth and DDR burst (up to the 64 bytes every DDR buffer is aligned to)
+    rng = np.random.default_rng(seed)
+    cfg = Config(nu_count=nus, vu_count=vus, dma_channels=channels, queue_depth=depth, ddr_burst_bytes=burst)
+    kernel = build(*_chain(kind, rng), config=cfg)
+    kernel(*[rng.integers(-128, 128, b.shape).astype(b.dtype) for b in kernel.ir.inputs], check_races=False)
+    assert kernel.predicted_cycles == kernel.stats.cycles
+
+
+def _simulated(buffers: list[Buffer], body: list, cfg: Config) -> int:
+    """Cycles of a bare schedule, emitted, assembled and run on the simulator."""
+    text = emit.emit(KernelIR("t", buffers, body, [], buffers[0]))
+    sim = Simulator(cfg)
+    sim.load(nnpasm.assemble(text))
+    return sim.run().cycles
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["ddr>dm", "dm>ddr", "ddr>ddr", "dm>dm"]),
+                          st.integers(1, 6000), st.integers(-1, 7)), min_size=1, max_size=8),
+       st.sampled_from([1, 2, 16]))
+def test_transfers_sharing_ports_take_the_simulators_cycles(transfers, depth):
+    # DMA transfers on four channels, some waiting for an earlier one's end: they stream together
+    # through DDR's one port or DM's read and write ports, or begin streaming after others have
+    # ended, each at its share of its busiest port; the replay must end each where the engine does
+    cfg = Config(queue_depth=depth)
+    buffers, body = [], []
+    for k, (chan, route, n, after) in enumerate(transfers):
+        src, dst = route.split(">")
+        a = Buffer(f"s{k}", src, n, dtype="int8", shape=(n,), addr=None if src == "ddr" else 16384 * k)
+        b = Buffer(f"d{k}", dst, n, dtype="int8", shape=(n,), addr=None if dst == "ddr" else 16384 * k + 8192)
+        buffers += [a, b]
+        body.append(Dma(chan, Ref(b), Ref(a), (n,), (1,), (1,)))
+        if 0 <= after < k and body[after].signal is None:
+            body[after].signal = body[k].wait = after
+    assert cost.schedule_cycles(body, cfg) == _simulated(buffers, body, cfg)
+
+
+def test_a_schedule_that_deadlocks_is_an_internal_error():
+    src, dst = Buffer("x", "ddr", 64, dtype="int8", shape=(64,)), Buffer("d", "dm", 64, addr=0)
+    load = Dma(0, Ref(dst), Ref(src), (64,), (1,), (1,), wait=3)      # nothing ever signals s3
+    with pytest.raises(ValueError, match="deadlocks"):
+        cost.schedule_cycles([load], Config())
+    with pytest.raises(ValueError, match="deadlocks"):
+        cost.schedule_cycles([CuWait(2)], Config())
