@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 MAX_INCLUDE_DEPTH = 32
 MAX_MACRO_DEPTH = 64
-MAX_EXPANDED_LINES = 5_000_000
+MAX_EXPANDED_LINES = 2_000_000
 MAX_REPT = 1_000_000
 
 _HEAD = re.compile(r"\s*(?:[A-Za-z_.][A-Za-z0-9_.$]*\s*:\s*)?(\.[A-Za-z_]+)\b")

@@ -38,7 +38,7 @@ def assemble_or_diagnose(source: str, filename: str = FILENAME, files: dict[str,
                          include_dirs=()) -> Program | None:
     """The assembler's contract for one input: a Program or located diagnostics, in bounded time
     and memory (the process's peak resident size stays under PEAK_RSS)."""
-    with time_limit(30, "assembling"):   # the 5,000,000-line limit takes ~13 s on a loaded 2-core machine
+    with time_limit(30, "assembling"):   # the 2,000,000-line limit takes ~6 s of data lines on a quiet 2-core machine
         try:
             prog = assemble(source, filename, include_dirs=include_dirs)
         except AsmError as exc:
