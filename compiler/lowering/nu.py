@@ -158,13 +158,13 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res, "dm": 0}
+                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res, "dm": d["in"] * tap_stage_bytes(p, t)}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": d["acc"] * acc,
             "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
-            "dm": p.n_ob * p.cols * 4}
+            "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t)}
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
@@ -246,6 +246,8 @@ class NuLowering:
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
         if staged_input(p, t):
             self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
+        if p.view.taps is not None:
+            self.slots.declare(f"{name}_stage", "dm", tap_stage_bytes(p, t), depth=depths["in"])
         if staged_fold(p.view):
             kw, sw, dw = p.view.fold
             span = (t.tw - 1) * sw + (kw - 1) * dw + 1
@@ -420,6 +422,9 @@ class NuLowering:
         """DMA the input tile, blocks [lo, hi), with its halo, into the next IBUF slot."""
         p, v, rows = self.p, self.p.view, self.p.rows
         inp = self.slots.next(self.role["in"])
+        if v.taps is not None:
+            self._load_taps(step, inp, n, oh0, ow0, th, tw)
+            return inp
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         sn, sc, sh, sw = v.x_strides
         _, c, h, w = v.x_shape
@@ -485,6 +490,34 @@ class NuLowering:
                 self.ch + CH_IN, Ref(inp, j * c), src, (c, tw, ih), (strides[0], sw * strides[1], strides[2]),
                 (1, rows, tw * rows), (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
                 comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
+
+    def _load_taps(self, step: Step, inp: Buffer, n: int, oh0: int, ow0: int, th: int, tw: int) -> None:
+        """The tile's window in DM (one DDR read of its rows' span), then one gather per tap from there
+        into its rows of the IBUF slot, the halo filled with x_zp (layout.fold_taps)."""
+        v, rows = self.p.view, self.p.rows
+        f = v.taps
+        sn, sc, sy, sx = v.x_strides
+        _, c, h, w = v.x_shape
+        y0, x0 = oh0 * f.stride[0] - v.padding[0], ow0 * f.stride[1] - v.padding[1]
+        (ya, ys), (xa, xs) = (_span(y0, th, f.stride[0], f.kh, f.dilation[0], h),
+                              _span(x0, tw, f.stride[1], f.kw, f.dilation[1], w))
+        stage = self.slots.next(f"{self.name}_stage")
+        if ys and xs:
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + ya * sy + xa * sx), (xs, ys, c), (sx, sy, sc),
+                (1, xs, ys * xs), comment=f"{self.name}: input window -> {stage.name}")))
+        for k in range(f.kh * f.kw):
+            i, j = divmod(k, f.kw)
+            fy, ply, phy = _strided_halo(y0 + i * f.dilation[0], f.stride[0], th, h)
+            fx, plx, phx = _strided_halo(x0 + j * f.dilation[1], f.stride[1], tw, w)
+            real = ply + phy < th and plx + phx < tw
+            src = Ref(stage, ((fy - ya) * xs + fx - xa) if real else 0)     # (all padding: reads nothing)
+            b, r = f.place(k)
+            step.loads.append(Dma(
+                self.ch + CH_IN, Ref(inp, b * th * tw * rows + r), src, (c, tw, th),
+                (ys * xs, f.stride[1], f.stride[0] * xs), (1, rows, tw * rows), (0, plx, ply), (0, phx, phy),
+                pad_value=v.x_zp, comment=f"{self.name}: input, tap ({i}, {j}) -> block {b} rows {r}..{r + c - 1} "
+                                          f"of {inp.name}"))
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
         """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
@@ -612,7 +645,7 @@ def staged_input(p: NuPlan, t: ConvTiling) -> bool:
     """Does an (unfolded, not depthwise) conv read NCHW input tiles through DM?  When a tile's rows
     are short runs in DDR (narrower than the plane and than a burst: a strided conv on a small map)."""
     v = p.view
-    if v.fold is not None or p.depthwise or v.x_strides[1] == 1:
+    if v.fold is not None or v.taps is not None or p.depthwise or v.x_strides[1] == 1:
         return False
     w = v.x_shape[3]
     return input_extent(p, t.tw, 1) < min(w, 64) and _stage_bytes(p, t) <= STAGE_BYTES // 2
@@ -621,6 +654,22 @@ def staged_input(p: NuPlan, t: ConvTiling) -> bool:
 def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
     """Bytes of one staged input tile: a chunk's channels x the tile's rows x the plane's width."""
     return min(p.view.x_shape[1], tile_blocks(p, t) * p.rows) * input_extent(p, t.th, 0) * p.view.x_shape[3]
+
+
+def tap_stage_bytes(p: NuPlan, t: ConvTiling) -> int:
+    """Bytes of one tap-folded conv's input window in DM (0 for any other conv): the channels x the
+    rows x the columns a full tile reads."""
+    f, (_, c, h, w) = p.view.taps, p.view.x_shape
+    if f is None:
+        return 0
+    return (c * min(h, (t.th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1)
+            * min(w, (t.tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1))
+
+
+def _span(start: int, n: int, step: int, k: int, dil: int, size: int) -> tuple[int, int]:
+    """(first, count) of the real indices in [start, start + (n - 1) * step + (k - 1) * dil]."""
+    a, b = max(0, start), min(size - 1, start + (n - 1) * step + (k - 1) * dil)
+    return (a, b - a + 1) if b >= a else (0, 0)
 
 
 def staged_fold(v: ConvView) -> bool:
