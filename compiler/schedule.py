@@ -963,7 +963,8 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
         if p.depthwise:
             nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
         else:
-            nu += len(obs) * _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+            # one command for every block of the tile (nu._conv_groups), or one per block: no less
+            nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
         if j == len(n_chunks) - 1:
             pix = th * tw
             if per_channel:
@@ -976,7 +977,8 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
 
 
 @lru_cache(maxsize=1 << 12)
-def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int) -> int:
+def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int,
+              out_cb: int = 1) -> int:
     if depthwise:
         return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
-    return int(timing.nu_conv_cycles(1, in_cb, kh, kw, oh, ow, rows, latency))
+    return int(timing.nu_conv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))

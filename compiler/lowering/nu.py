@@ -548,23 +548,29 @@ class NuLowering:
         rq = self.t.drain == "nu"
         if rq:
             params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
-        for k, ob, blocks in self._conv_groups(obs):
+        for k, ob, blocks in self._conv_groups(obs, count):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * (1 if rq else 4))
-            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, in_cb=blocks * count),
+            many = dict(in_cb=blocks * count) if p.depthwise else dict(out_cb=blocks)
+            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, **many),
                                        p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
                                        rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
-                                       comment=f"{self.name}: conv ob {ob}" + (
-                                           f"..{ob + blocks - 1}, depthwise" if p.depthwise
+                                       comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1
+                                                                               else "") + (
+                                           ", depthwise" if p.depthwise
                                            else ", requantised into VBUF" if rq else "")))
 
-    def _conv_groups(self, obs: range) -> list[tuple[int, int, int]]:
-        """(position in the tile, first output block, blocks) of each NU command of a tile: one per
-        block, or one nu.dwconv for all (its blocks lie one after the other in IBUF, WBUF and ABUF,
-        and one command pays the NU's latency once)."""
-        if self.p.depthwise:
+    def _conv_groups(self, obs: range, count: int) -> list[tuple[int, int, int]]:
+        """(position in the tile, first output block, blocks) of each NU command of a tile: one for
+        all when their weights lie one after the other as [out_cb][in_cb] (streamed, or resident and
+        one chunk) and they read the same input blocks (groups = 1), and for nu.dwconv (its blocks lie
+        one after the other in IBUF, WBUF and ABUF); else one per block.  One command pays the NU's
+        latency once."""
+        p = self.p
+        same = len({p.w.cb_start[ob] for ob in obs}) == 1 and (not self.t.resident or count == p.w.span)
+        if p.depthwise or same:
             return [(0, obs.start, len(obs))]
         return [(k, ob, 1) for k, ob in enumerate(obs)]
 
