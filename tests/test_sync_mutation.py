@@ -620,3 +620,17 @@ PIPELINED_CASES = {
 def test_every_removed_wait_is_caught_in_interleaved_chains(case):
     kernel, inputs = _interleaved(*PIPELINED_CASES[case])
     kill_all(kernel, inputs, f"{case}: {kernel.ir.notes[-1]}")
+
+
+@pytest.mark.parametrize("overrides", [{}, SMALL_NU])
+def test_every_removed_wait_is_caught_with_the_taps_folded(overrides):
+    """A stem conv with its whole window gathered into the NU's rows (schedule primitive im2col): the
+    window staged in DM, then one gather per tap into IBUF."""
+    rng = np.random.default_rng(14)
+    chain_ops, inputs = conv_case(rng, (1, 3, 13, 11), 20, (3, 3), stride=2, padding=1, x_zp=-3)
+    cfg = Config(**overrides).validate()
+    folded = [s for s in candidates(tuple(chain_ops), cfg) if "im2col" in str(s)]
+    assert folded
+    kernel = build(*chain_ops, config=cfg, schedule=folded[0])
+    assert "tap (2, 2)" in kernel.asm
+    kill_all(kernel, inputs, f"conv stem 3ch 3x3 stride 2, taps folded {overrides or 'default'}")

@@ -423,7 +423,7 @@ class NuLowering:
         p, v, rows = self.p, self.p.view, self.p.rows
         inp = self.slots.next(self.role["in"])
         if v.taps is not None:
-            self._load_taps(step, inp, n, oh0, ow0, th, tw)
+            self._load_taps(step, inp, n, oh0, ow0, th, tw, lo, hi)
             return inp
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         sn, sc, sh, sw = v.x_strides
@@ -491,9 +491,11 @@ class NuLowering:
                 (1, rows, tw * rows), (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
                 comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
 
-    def _load_taps(self, step: Step, inp: Buffer, n: int, oh0: int, ow0: int, th: int, tw: int) -> None:
-        """The tile's window in DM (one DDR read of its rows' span), then one gather per tap from there
-        into its rows of the IBUF slot, the halo filled with x_zp (layout.fold_taps)."""
+    def _load_taps(self, step: Step, inp: Buffer, n: int, oh0: int, ow0: int, th: int, tw: int,
+                   lo: int, hi: int) -> None:
+        """The tile's window in DM (one DDR read of its rows' span), then one gather per tap of the
+        blocks [lo, hi) from there into its rows of the IBUF slot, the halo filled with x_zp
+        (layout.fold_taps)."""
         v, rows = self.p.view, self.p.rows
         f = v.taps
         sn, sc, sy, sx = v.x_strides
@@ -506,7 +508,7 @@ class NuLowering:
             step.loads.append(ddr_order(Dma(
                 self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + ya * sy + xa * sx), (xs, ys, c), (sx, sy, sc),
                 (1, xs, ys * xs), comment=f"{self.name}: input window -> {stage.name}")))
-        for k in range(f.kh * f.kw):
+        for k in range(lo * f.per_block, min(hi * f.per_block, f.kh * f.kw)):
             i, j = divmod(k, f.kw)
             fy, ply, phy = _strided_halo(y0 + i * f.dilation[0], f.stride[0], th, h)
             fx, plx, phx = _strided_halo(x0 + j * f.dilation[1], f.stride[1], tw, w)
@@ -514,7 +516,7 @@ class NuLowering:
             src = Ref(stage, ((fy - ya) * xs + fx - xa) if real else 0)     # (all padding: reads nothing)
             b, r = f.place(k)
             step.loads.append(Dma(
-                self.ch + CH_IN, Ref(inp, b * th * tw * rows + r), src, (c, tw, th),
+                self.ch + CH_IN, Ref(inp, (b - lo) * th * tw * rows + r), src, (c, tw, th),
                 (ys * xs, f.stride[1], f.stride[0] * xs), (1, rows, tw * rows), (0, plx, ply), (0, phx, phy),
                 pad_value=v.x_zp, comment=f"{self.name}: input, tap ({i}, {j}) -> block {b} rows {r}..{r + c - 1} "
                                           f"of {inp.name}"))
