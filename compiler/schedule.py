@@ -6,6 +6,8 @@ block is a nest of tile loops around one tile that `tensorize` maps onto the uni
 commands.  The primitives say what to do, check that it can be done (a CompileError
 quoting the bad value otherwise), and record themselves in a trace:
 
+    im2col("x")                  gather a conv's whole window into the NU's input rows (a 1x1
+                                 conv over an im2col-like IBUF tile; first, before the rest)
     split(axis, factor)          tile an axis: it becomes the tile loop `axis.o` around
                                  tiles of `factor` (conv: n oc oh ow ic; pool: n c oh;
                                  elementwise: n c r, c and r fused first)

@@ -634,3 +634,18 @@ def test_every_removed_wait_is_caught_with_the_taps_folded(overrides):
     kernel = build(*chain_ops, config=cfg, schedule=folded[0])
     assert "tap (2, 2)" in kernel.asm
     kill_all(kernel, inputs, f"conv stem 3ch 3x3 stride 2, taps folded {overrides or 'default'}")
+
+
+def test_every_removed_wait_is_caught_with_the_input_kept_in_dm():
+    """A strided 1x1 conv whose weights stream by output blocks: the input rows cross DDR once into DM
+    (nu.input_in_dm) and each group of output blocks gathers its tiles from there."""
+    from compiler.lowering.nu import input_in_dm
+    rng = np.random.default_rng(15)
+    chain_ops, inputs = conv_case(rng, (1, 40, 9, 12), 100, (1, 1), stride=2, x_zp=6)
+    cfg = Config(wbuf_bytes=8192, ibuf_bytes=16384).validate()
+    kept = [s for s in candidates(tuple(chain_ops), cfg)
+            if input_in_dm(s.blocks[0].ctx["plan"], s.blocks[0].tiling())]
+    assert kept
+    kernel = build(*chain_ops, config=cfg, schedule=kept[0])
+    assert "_x_dm" in kernel.asm
+    kill_all(kernel, inputs, "conv 1x1 stride 2 40->100, input kept in DM")

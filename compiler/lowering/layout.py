@@ -158,6 +158,11 @@ class ConvView:
         return 4 if self.scale is not None else 8
 
     @property
+    def x_shape_bytes(self) -> int:
+        """Bytes of the whole int8 input."""
+        return math.prod(self.x_shape)
+
+    @property
     def in_channels(self) -> int:
         """Channels the NU sees (kernel columns times channels when folded)."""
         return self.weight.shape[1] * self.groups

@@ -158,13 +158,14 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res, "dm": d["in"] * tap_stage_bytes(p, t)}
+                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
+                "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": d["acc"] * acc,
             "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
-            "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t)}
+            "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
@@ -244,7 +245,9 @@ class NuLowering:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
-        if staged_input(p, t):
+        self.x_dm = Buffer(f"{name}_x_dm", "dm", p.view.x_shape_bytes) if input_in_dm(p, t) else None
+        self.x_dm_rows: dict[tuple[int, int, int], set[int]] = {}     # (n, lo, hi) -> rows loaded into x_dm
+        if staged_input(p, t) and self.x_dm is None:
             self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
         if p.view.taps is not None:
             self.slots.declare(f"{name}_stage", "dm", tap_stage_bytes(p, t), depth=depths["in"])
@@ -303,14 +306,16 @@ class NuLowering:
         """Every buffer the lowering uses, DDR constants included."""
         out = [self.w_ddr]
         if self.t.drain == "nu":
-            return out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else []) + self.slots.all()
+            return (out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else [])
+                    + ([self.x_dm] if self.x_dm is not None else []) + self.slots.all())
         if self.fills_bias:
             out += [self.bias_ddr, self.bias_dm]
         if not self._bias_mode("requant"):
             out += [self.ms_ddr, self.ms_vbuf]
         if self._bias_mode("nu"):
             out += [self.bias_lanes_ddr, self.bias_w_ddr, self.bias_in, self.bias_w]
-        return out + ([self.w_res] if self.t.resident else []) + self.slots.all()
+        return (out + ([self.w_res] if self.t.resident else []) + ([self.x_dm] if self.x_dm is not None else [])
+                + self.slots.all())
 
     # ---------------------------------------------------------------- steps
 
@@ -440,7 +445,10 @@ class NuLowering:
         interior = p.depthwise and halo_prefilled(self)
         base, (sc, sw, sh) = Ref(self.x, n * sn + r0 * sh + c0 * sw), (sc, sw, sh)
         inner_w, inner_h = iw - plo_w - phi_w, ih - plo_h - phi_h
-        if staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
+        if self.x_dm is not None and inner_h > 0 and groups:
+            base, (sc, sw, sh) = self._input_from_dm(step, n, r0, inner_h, lo, hi), (h * w, 1, w)
+            base = base + c0
+        elif self.x_dm is None and staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
             # NCHW rows shorter than the plane's: read the tile's rows whole (runs of rows x width) into
             # DM, then block them into IBUF from DM, which has no bursts
             chans = min(hi * rows, c) - lo * rows
@@ -463,6 +471,29 @@ class NuLowering:
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
+
+    def _input_from_dm(self, step: Step, n: int, r0: int, inner_h: int, lo: int, hi: int) -> Ref:
+        """Ref of image n's row r0, channel 0, in x_dm, after loading the rows [r0, r0 + inner_h) of the
+        blocks [lo, hi) that no earlier tile loaded (each byte crosses DDR once: input_in_dm)."""
+        v, rows = self.p.view, self.p.rows
+        sn, sc, sh, sw = v.x_strides
+        _, c, h, w = v.x_shape
+        chans = min(hi * rows, c) - lo * rows
+        have = self.x_dm_rows.setdefault((n, lo, hi), set())
+        missing = [r for r in range(r0, r0 + inner_h) if r not in have]
+        runs = [[missing[0], missing[0] + 1]] if missing else []
+        for r in missing[1:]:
+            if r == runs[-1][1]:
+                runs[-1][1] += 1
+            else:
+                runs.append([r, r + 1])
+        for a, b in runs:
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(self.x_dm, ((n * c + lo * rows) * h + a) * w),
+                Ref(self.x, n * sn + lo * rows * sc + a * sh), (w, b - a, chans), (sw, sh, sc), (1, w, h * w),
+                comment=f"{self.name}: input rows {a}..{b - 1} of blocks {lo}..{hi - 1} -> {self.x_dm.name}")))
+        have.update(missing)
+        return Ref(self.x_dm, (n * c * h + r0) * w)
 
     def _load_folded(self, step: Step, inp: Buffer, n: int, r0: int, plo_h: int, phi_h: int,
                      ow0: int, tw: int, ih: int) -> None:
@@ -657,6 +688,21 @@ def staged_input(p: NuPlan, t: ConvTiling) -> bool:
         return False
     w = v.x_shape[3]
     return input_extent(p, t.tw, 1) < min(w, 64) and _stage_bytes(p, t) <= STAGE_BYTES // 2
+
+
+DM_INPUT_BYTES = 512 * 1024     # DM a whole input kept on chip may take
+
+
+def input_in_dm(p: NuPlan, t: ConvTiling) -> bool:
+    """Does a staged conv keep its whole input in DM, each row loaded from DDR by the first tile that
+    reads it?  When its weights stream by groups of output blocks, each group reading the whole input
+    again: through DDR in short runs, that traffic would outweigh the weights'."""
+    v = p.view
+    if v.fold is not None or v.taps is not None or p.depthwise or v.x_strides[1] == 1 or t.resident:
+        return False
+    if len(set(p.w.cb_start)) != 1 or -(-p.n_ob // t.obt) < 2 or v.x_shape_bytes > DM_INPUT_BYTES:
+        return False
+    return input_extent(p, t.tw, 1) < min(v.x_shape[3], 64)
 
 
 def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
