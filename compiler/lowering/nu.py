@@ -524,33 +524,34 @@ class NuLowering:
 
     def _load_taps(self, step: Step, inp: Buffer, n: int, oh0: int, ow0: int, th: int, tw: int,
                    lo: int, hi: int) -> None:
-        """The tile's window in DM (one DDR read of its rows' span), then one gather per tap of the
-        blocks [lo, hi) from there into its rows of the IBUF slot, the halo filled with x_zp
-        (layout.fold_taps)."""
+        """The tile's input window into DM, its halo filled with x_zp there (one DDR read), then the
+        taps of the blocks [lo, hi) gathered from it into their IBUF rows: one DMA per run of taps of
+        one kernel row in one block, the run its fourth dim (layout.fold_taps)."""
         v, rows = self.p.view, self.p.rows
         f = v.taps
         sn, sc, sy, sx = v.x_strides
         _, c, h, w = v.x_shape
-        y0, x0 = oh0 * f.stride[0] - v.padding[0], ow0 * f.stride[1] - v.padding[1]
-        (ya, ys), (xa, xs) = (_span(y0, th, f.stride[0], f.kh, f.dilation[0], h),
-                              _span(x0, tw, f.stride[1], f.kw, f.dilation[1], w))
+        ys, xs = ((th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1,
+                  (tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1)
+        fy, ply, phy = _halo(oh0 * f.stride[0] - v.padding[0], ys, h)
+        fx, plx, phx = _halo(ow0 * f.stride[1] - v.padding[1], xs, w)
         stage = self.slots.next(f"{self.name}_stage")
-        if ys and xs:
-            step.loads.append(ddr_order(Dma(
-                self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + ya * sy + xa * sx), (xs, ys, c), (sx, sy, sc),
-                (1, xs, ys * xs), comment=f"{self.name}: input window -> {stage.name}")))
-        for k in range(lo * f.per_block, min(hi * f.per_block, f.kh * f.kw)):
-            i, j = divmod(k, f.kw)
-            fy, ply, phy = _strided_halo(y0 + i * f.dilation[0], f.stride[0], th, h)
-            fx, plx, phx = _strided_halo(x0 + j * f.dilation[1], f.stride[1], tw, w)
-            real = ply + phy < th and plx + phx < tw
-            src = Ref(stage, ((fy - ya) * xs + fx - xa) if real else 0)     # (all padding: reads nothing)
-            b, r = f.place(k)
+        step.loads.append(ddr_order(Dma(
+            self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + fy * sy + fx * sx), (xs, ys, c), (sx, sy, sc),
+            (1, xs, ys * xs), (plx, ply, 0), (phx, phy, 0), pad_value=v.x_zp,
+            comment=f"{self.name}: input window, halo filled -> {stage.name}")))
+        first, end = lo * f.per_block, min(hi * f.per_block, f.kh * f.kw)
+        k = first
+        while k < end:
+            (i, j), (b, r) = divmod(k, f.kw), f.place(k)
+            run = min(f.kw - j, end - k, f.per_block - k % f.per_block)     # same kernel row, same block
             step.loads.append(Dma(
-                self.ch + CH_IN, Ref(inp, (b - lo) * th * tw * rows + r), src, (c, tw, th),
-                (ys * xs, f.stride[1], f.stride[0] * xs), (1, rows, tw * rows), (0, plx, ply), (0, phx, phy),
-                pad_value=v.x_zp, comment=f"{self.name}: input, tap ({i}, {j}) -> block {b} rows {r}..{r + c - 1} "
-                                          f"of {inp.name}"))
+                self.ch + CH_IN, Ref(inp, (b - lo) * th * tw * rows + r),
+                Ref(stage, i * f.dilation[0] * xs + j * f.dilation[1]), (c, tw, th, run),
+                (ys * xs, f.stride[1], f.stride[0] * xs, f.dilation[1]), (1, rows, tw * rows, c),
+                comment=f"{self.name}: input, taps ({i}, {j}..{j + run - 1}) -> block {b} rows "
+                        f"{r}..{r + run * c - 1} of {inp.name}"))
+            k += run
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
         """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
@@ -712,18 +713,12 @@ def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
 
 def tap_stage_bytes(p: NuPlan, t: ConvTiling) -> int:
     """Bytes of one tap-folded conv's input window in DM (0 for any other conv): the channels x the
-    rows x the columns a full tile reads."""
-    f, (_, c, h, w) = p.view.taps, p.view.x_shape
+    rows x the columns, halo included, a full tile reads."""
+    f, c = p.view.taps, p.view.x_shape[1]
     if f is None:
         return 0
-    return (c * min(h, (t.th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1)
-            * min(w, (t.tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1))
-
-
-def _span(start: int, n: int, step: int, k: int, dil: int, size: int) -> tuple[int, int]:
-    """(first, count) of the real indices in [start, start + (n - 1) * step + (k - 1) * dil]."""
-    a, b = max(0, start), min(size - 1, start + (n - 1) * step + (k - 1) * dil)
-    return (a, b - a + 1) if b >= a else (0, 0)
+    return (c * ((t.th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1)
+            * ((t.tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1))
 
 
 def staged_fold(v: ConvView) -> bool:
