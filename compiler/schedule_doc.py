@@ -75,8 +75,9 @@ EXAMPLES = [
      BASE, "s.split('oh', 2)\n" + BASE, {}),
     ("im2col", "Gather the whole 3x3 window into the NU's input rows (`lowering.layout.fold_taps`): 2 taps "
      "of 16 channels per block of 32 rows, 5 blocks, and the NU runs a 1x1 conv over them (5 passes per "
-     "output block instead of 9).  The tile's input window is read once into DM, then each tap is one "
-     "gather from there into its rows, its halo filled with x_zp.  First, before any other primitive.",
+     "output block instead of 9).  The tile's input window is read once into DM, its halo filled with "
+     "x_zp, then each run of taps of one kernel row in one block is one gather from there into its rows.  "
+     "First, before any other primitive.",
      BASE, "s.im2col('x')\n" + BASE, {}),
     ("split (output channels)", "Tile `oc` by 32 (one output block of the array): each tile loads only its "
      "block's weights.", BASE, "s.split('oc', 32)\n" + BASE, {}),
