@@ -17,6 +17,7 @@ from tests import reference as ref
 from tests.test_compiler_kernels import SETTINGS, rand8, requant_params, seeds
 
 SMALL = dict(ibuf_bytes=8192, wbuf_bytes=16384, abuf_bytes=16384)     # several tiles, edge tiles
+TWO_NUS = dict(nu_count=2, vu_count=2)                                # tiles dealt over two NUs
 
 
 @st.composite
@@ -38,7 +39,7 @@ def folded_schedules(op, cfg: Config) -> list:
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(tap_case(), seeds, st.booleans(), st.sampled_from([{}, SMALL]), st.data())
+@given(tap_case(), seeds, st.booleans(), st.sampled_from([{}, SMALL, TWO_NUS]), st.data())
 def test_tap_folded_conv_matches_reference(case, seed, with_bias, overrides, data):
     c, k, stride, dil, pad, xshape, o = case
     rng = np.random.default_rng(seed)

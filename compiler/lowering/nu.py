@@ -246,7 +246,7 @@ class NuLowering:
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
         self.x_dm = Buffer(f"{name}_x_dm", "dm", p.view.x_shape_bytes) if input_in_dm(p, t) else None
-        self.x_dm_rows: dict[tuple[int, int, int], set[int]] = {}     # (n, lo, hi) -> rows loaded into x_dm
+        self.x_dm_rows: dict[tuple[int, int, int], set[int]] = {}     # (n, lo, hi) -> rows steps() loaded
         if staged_input(p, t) and self.x_dm is None:
             self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
         if p.view.taps is not None:
@@ -352,6 +352,7 @@ class NuLowering:
     def steps(self, limit: int | None = None) -> list[Step]:
         """Every tile of the op as a pipeline Step (the constants, then the first `limit` tiles)."""
         p, t = self.p, self.t
+        self.x_dm_rows = {}         # every call loads the input rows afresh
         steps = [self._constants()]
         chunk_list = chunks(p, t.cbt)
         inp = lo = None
