@@ -3,6 +3,8 @@ gathered into the NU's input rows, the NU running a 1x1 conv.  Compiled kernels 
 (race checking on) against tests/reference.py, bit for bit, on random shapes that no tile divides."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -39,8 +41,9 @@ def folded_schedules(op, cfg: Config) -> list:
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(tap_case(), seeds, st.booleans(), st.sampled_from([{}, SMALL, TWO_NUS]), st.data())
-def test_tap_folded_conv_matches_reference(case, seed, with_bias, overrides, data):
+@given(tap_case(), seeds, st.booleans(), st.sampled_from([{}, SMALL, TWO_NUS]),
+       st.sampled_from(["nchw", "nhwc"]), st.sampled_from(["nchw", "nhwc"]), st.data())
+def test_tap_folded_conv_matches_reference(case, seed, with_bias, overrides, x_layout, y_layout, data):
     c, k, stride, dil, pad, xshape, o = case
     rng = np.random.default_rng(seed)
     w = rand8(rng, (o, c) + k)
@@ -48,7 +51,7 @@ def test_tap_folded_conv_matches_reference(case, seed, with_bias, overrides, dat
     m, s = requant_params(rng, o, c * k[0] * k[1])
     kw = dict(stride=stride, padding=pad, dilation=dil, x_zp=int(rng.integers(-128, 128)), multiplier=m,
               shift=s, zp_out=int(rng.integers(-20, 20)))
-    op = ops.conv2d(xshape, w, bias, **kw)
+    op = replace(ops.conv2d(xshape, w, bias, **kw), x_layout=x_layout, y_layout=y_layout)   # DDR layouts
     cfg = Config(**overrides).validate()
     schedules = folded_schedules(op, cfg)
     kernel = build(op, config=cfg, schedule=data.draw(st.sampled_from(schedules)))
