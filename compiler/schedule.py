@@ -6,6 +6,8 @@ block is a nest of tile loops around one tile that `tensorize` maps onto the uni
 commands.  The primitives say what to do, check that it can be done (a CompileError
 quoting the bad value otherwise), and record themselves in a trace:
 
+    im2col("x")                  gather a conv's whole window into the NU's input rows (a 1x1
+                                 conv over an im2col-like IBUF tile; first, before the rest)
     split(axis, factor)          tile an axis: it becomes the tile loop `axis.o` around
                                  tiles of `factor` (conv: n oc oh ow ic; pool: n c oh;
                                  elementwise: n c r, c and r fused first)
@@ -48,7 +50,7 @@ from .cost import SPACE_ID
 from .errors import CompileError
 from .ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from .lowering import fusion
-from .lowering.layout import bias_blocks, conv_view
+from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
@@ -56,7 +58,7 @@ from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engi
 from .sizes import capacities
 from .structure import tiling_key
 
-PRIMITIVES = ("split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
+PRIMITIVES = ("im2col", "split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
               "tensorize", "parallel", "buffer_split", "buffer_reorder", "buffer_pad")
 MAX_DEPTH = 4       # slots a cache may rotate through (the loops pass rolls rotations up to four)
 
@@ -332,10 +334,10 @@ class Layout:
         return stored_shape(self.spec, self.shape)
 
 
-def _block(name: str, seg: tuple[Op, ...], cfg: Config) -> Block:
+def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> Block:
     if isinstance(seg[0], (Conv2d, Dense)):
         nu_op, residual, _ = fusion.fuse_nu_chain(seg)
-        p = plan(conv_view(nu_op, cfg.nu_rows), cfg)
+        p = plan(fold_taps(conv_view(nu_op), cfg.nu_rows) if taps else conv_view(nu_op, cfg.nu_rows), cfg)
         v = p.view
         ext = {"n": v.x_shape[0], "oc": v.y_shape[1], "oh": p.oh, "ow": p.ow,
                "ic": min(v.in_channels, p.w.span * p.rows)}
@@ -470,6 +472,27 @@ class Schedule:
         return [b.choice(self.config) for b in self.blocks]
 
     # ------------------------------------------------------------------ loop primitives
+
+    def im2col(self, tensor: str = "x", *, block: str = "L0") -> "Schedule":
+        """Gather the conv's whole window into the input rows (layout.fold_taps): the NU then runs a
+        1x1 conv over an im2col-like IBUF tile.  First, before any other decision on the block."""
+        b = self.block(block)
+        what = f"im2col({tensor!r})"
+        if b.kind != "nu" or tensor != "x" or not isinstance(b.seg[0], Conv2d):
+            _fail(f"{what}: only a conv2d's input x can be gathered tap by tap ({b.where()})")
+        if b.ctx["plan"].view.taps is not None:
+            _fail(f"{what}: {b.where()} already gathers its taps")
+        if b.factors or b.caches or b.intrinsics or b.layout or b.parallel:
+            _fail(f"{what}: the fold changes the block's channels and window: call it first")
+        if fold_taps(conv_view(fusion.fuse_nu_chain(b.seg)[0]), self.config.nu_rows) is None:
+            w = b.seg[0].weight.shape
+            _fail(f"{what}: the window's taps cannot be folded into the NU's {self.config.nu_rows} rows "
+                  f"(groups = {b.seg[0].groups}, [O, C/groups, KH, KW] = {list(w)}: it takes groups = 1, a "
+                  f"window of more than one tap and C <= {self.config.nu_rows})")
+        folded = _block(b.name, b.seg, self.config, taps=True)
+        b.extents, b.quantum, b.ctx = folded.extents, folded.quantum, folded.ctx
+        self._record("im2col", (tensor,), block)
+        return self
 
     def split(self, axis: str, factor: int, *, block: str = "L0") -> "Schedule":
         """Tile `axis` by `factor`: the tile loop `axis.o` runs over tiles of `factor` along it."""
@@ -820,14 +843,14 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     """
     base = Schedule(*ops, config=cfg, segments=segments)
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
-        return [_auto_nu(base, t, by, k) for t, by, k in nu_tilings(base.blocks[0], cfg)]
+        return [_auto_nu(f, t, by, k) for f in _folds(base, 0) for t, by, k in nu_tilings(f.blocks[0], cfg)]
     s = base.fork()
     found = fusion.sites(ops, cfg)[0]
     for k in range(len(s.blocks)):
         if s.blocks[k].kind != "nu":
             _vu_steps(s, s.blocks[k])
             continue
-        trials = [_auto_nu(s, t, by, u, k) for t, by, u in nu_tilings(s.blocks[k], cfg)]
+        trials = [_auto_nu(f, t, by, u, k) for f in _folds(s, k) for t, by, u in nu_tilings(f.blocks[k], cfg)]
         site = found[k]
         key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None, cfg)
         if key not in _PICKS:    # graph fusion prices many chains that share segments
@@ -836,6 +859,19 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
     rows = row_by_row(base, cfg, s)
     return [s] + ([rows] if rows is not None else [])
+
+
+def _folds(s: Schedule, k: int) -> list[Schedule]:
+    """s and, when gathering block k's whole window into the input rows (im2col) takes fewer NU passes
+    per output block than its own view (kernel columns folded, or none), s with that fold too."""
+    b = s.blocks[k]
+    p = b.ctx["plan"]
+    if p.depthwise or not isinstance(b.seg[0], Conv2d) or p.view.taps is not None:
+        return [s]
+    folded = fold_taps(conv_view(fusion.fuse_nu_chain(b.seg)[0]), s.config.nu_rows)
+    if folded is None or folded.taps.blocks >= p.w.span * p.kh * p.kw:
+        return [s]
+    return [s, s.fork().im2col("x", block=b.name)]
 
 
 def _auto_nu(s: Schedule, t: ConvTiling, by: str | None, units: int, k: int = 0) -> Schedule:
@@ -923,7 +959,8 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
         if p.depthwise:
             nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
         else:
-            nu += len(obs) * _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+            # one command for every block of the tile (nu._conv_groups), or one per block: no less
+            nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
         if j == len(n_chunks) - 1:
             pix = th * tw
             if per_channel:
@@ -936,7 +973,8 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
 
 
 @lru_cache(maxsize=1 << 12)
-def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int) -> int:
+def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int,
+              out_cb: int = 1) -> int:
     if depthwise:
         return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
-    return int(timing.nu_conv_cycles(1, in_cb, kh, kw, oh, ow, rows, latency))
+    return int(timing.nu_conv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))

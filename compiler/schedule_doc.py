@@ -73,6 +73,12 @@ EXAMPLES = [
     ("split", "Tile `oh` by 2: the tile loop `oh.o` runs over two tiles of 2 output rows, each with "
      "its own input rows (and halo), accumulators and store.",
      BASE, "s.split('oh', 2)\n" + BASE, {}),
+    ("im2col", "Gather the whole 3x3 window into the NU's input rows (`lowering.layout.fold_taps`): 2 taps "
+     "of 16 channels per block of 32 rows, 5 blocks, and the NU runs a 1x1 conv over them (5 passes per "
+     "output block instead of 9).  The tile's input window is read once into DM, its halo filled with "
+     "x_zp, then each run of taps of one kernel row in one block is one gather from there into its rows.  "
+     "First, before any other primitive.",
+     BASE, "s.im2col('x')\n" + BASE, {}),
     ("split (output channels)", "Tile `oc` by 32 (one output block of the array): each tile loads only its "
      "block's weights.", BASE, "s.split('oc', 32)\n" + BASE, {}),
     ("compute_at", "Load the weights at the root, once for the whole kernel (resident) instead of "

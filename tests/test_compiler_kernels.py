@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import ops
 from compiler.errors import CompileError
-from compiler.kernel import build
+from compiler.kernel import build, candidates
+from nnpsim.config import Config
 from tests import reference as ref
 
 seeds = st.integers(0, 2**32 - 1)
@@ -211,7 +212,9 @@ def test_conv2d_with_kernel_columns_folded_into_rows(c, kw, sw, dw, pad, seed):
     m, s = requant_params(rng, 35, c * 3 * kw)
     kw_ = dict(stride=(2, sw), padding=(min(pad[0], 2), pad[1], min(pad[2], 2), pad[3]), dilation=(1, dw),
                x_zp=int(rng.integers(-128, 128)), multiplier=m, shift=s)
-    kernel = build(ops.conv2d(xshape, w, None, **kw_))
+    op = ops.conv2d(xshape, w, None, **kw_)
+    # the best schedule that folds the columns (not every tap: tests/test_tap_fold.py)
+    kernel = build(op, schedule=next(s for s in candidates((op,), Config()) if "im2col" not in str(s)))
     assert "kernel column" in kernel.asm
     x = rand8(rng, xshape)
     np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, w, None, **kw_))
@@ -572,3 +575,34 @@ def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
     assert len(kinds) >= 3
     if case != "grouped":
         assert {"requant", "nu"} <= {t.bias for t in kinds}
+
+
+def kernels_with_input_in_dm(op, cfg, limit: int = 2):
+    """Kernels of op, among its candidate schedules, that keep the whole input in DM (nu.input_in_dm)."""
+    from compiler.lowering.nu import input_in_dm
+    picked = [s for s in candidates((op,), cfg) if input_in_dm(s.blocks[0].ctx["plan"], s.blocks[0].tiling())]
+    kernels = [build(op, config=cfg, schedule=s) for s in picked[:limit]]
+    assert all("_x_dm" in k.asm for k in kernels)
+    return kernels
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(st.integers(20, 70), st.integers(40, 130), st.sampled_from([1, 3]), st.integers(3, 8), st.integers(3, 8),
+       st.integers(1, 2), seeds)
+def test_conv2d_with_its_input_kept_in_dm(c, o, k, h2, w2, n, seed):
+    """Weights streamed by groups of output blocks, each group reading the whole input in short runs (a
+    stride-2 window that skips the plane's last column): the rows cross DDR once into DM, every group
+    gathers its tiles from there."""
+    rng = np.random.default_rng(seed)
+    wt = rand8(rng, (o, c, k, k))
+    m, s = requant_params(rng, o, c * k * k)
+    kw = dict(stride=2, x_zp=int(rng.integers(-128, 128)), multiplier=m, shift=s)
+    bias = rng.integers(-(2**15), 2**15, size=o).astype(np.int32)
+    h, w = 2 * h2 + int(rng.integers(0, 2)), 2 * w2
+    op = ops.conv2d((n, c, h, w), wt, bias, **kw)
+    cfg = Config(wbuf_bytes=32768, ibuf_bytes=32768).validate()
+    kernels = kernels_with_input_in_dm(op, cfg)
+    assert kernels, "no candidate keeps the input in DM"
+    x = rand8(rng, (n, c, h, w))
+    for kernel in kernels:
+        np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, wt, bias, **kw))

@@ -644,3 +644,32 @@ def test_every_removed_wait_is_caught_with_recomputed_halos(case):
     kernel, inputs = _recomputed(*RING_CASES[case])
     assert any("recomputed halo" in n for n in kernel.ir.notes), kernel.ir.notes
     kill_all(kernel, inputs, f"{case}: {kernel.ir.notes[0]}")
+
+
+@pytest.mark.parametrize("overrides", [{}, SMALL_NU])
+def test_every_removed_wait_is_caught_with_the_taps_folded(overrides):
+    """A stem conv with its whole window gathered into the NU's rows (schedule primitive im2col): the
+    window staged in DM, then one gather per tap into IBUF."""
+    rng = np.random.default_rng(14)
+    chain_ops, inputs = conv_case(rng, (1, 3, 13, 11), 20, (3, 3), stride=2, padding=1, x_zp=-3)
+    cfg = Config(**overrides).validate()
+    folded = [s for s in candidates(tuple(chain_ops), cfg) if "im2col" in str(s)]
+    assert folded
+    kernel = build(*chain_ops, config=cfg, schedule=folded[0])
+    assert "input, taps (2, 0..2)" in kernel.asm
+    kill_all(kernel, inputs, f"conv stem 3ch 3x3 stride 2, taps folded {overrides or 'default'}")
+
+
+def test_every_removed_wait_is_caught_with_the_input_kept_in_dm():
+    """A strided 1x1 conv whose weights stream by output blocks: the input rows cross DDR once into DM
+    (nu.input_in_dm) and each group of output blocks gathers its tiles from there."""
+    from compiler.lowering.nu import input_in_dm
+    rng = np.random.default_rng(15)
+    chain_ops, inputs = conv_case(rng, (1, 40, 9, 12), 100, (1, 1), stride=2, x_zp=6)
+    cfg = Config(wbuf_bytes=8192, ibuf_bytes=16384).validate()
+    kept = [s for s in candidates(tuple(chain_ops), cfg)
+            if input_in_dm(s.blocks[0].ctx["plan"], s.blocks[0].tiling())]
+    assert kept
+    kernel = build(*chain_ops, config=cfg, schedule=kept[0])
+    assert "_x_dm" in kernel.asm
+    kill_all(kernel, inputs, "conv 1x1 stride 2 40->100, input kept in DM")

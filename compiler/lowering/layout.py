@@ -268,6 +268,7 @@ class ConvView:
     lo: int
     hi: int
     fold: tuple[int, int, int] | None = None   # (kw, stride_w, dil_w) folded into IBUF rows
+    taps: "TapFold | None" = None              # the whole window folded into IBUF rows (fold_taps)
     scale: np.ndarray | None = None            # float32 [O]: the float form (multiplier, shift are None)
     x_block: int = 0                           # channels per DDR block of x and y (blocked layouts; else 0)
     y_block: int = 0
@@ -276,6 +277,11 @@ class ConvView:
     def table_entry(self) -> int:
         """Bytes per output channel of the requantiser's table: a float32 scale, or an (M, S) pair."""
         return 4 if self.scale is not None else 8
+
+    @property
+    def x_shape_bytes(self) -> int:
+        """Bytes of the whole int8 input."""
+        return math.prod(self.x_shape)
 
     @property
     def in_channels(self) -> int:
@@ -323,6 +329,52 @@ def fold_columns(view: ConvView, rows: int) -> ConvView:
     w = view.weight.transpose(0, 3, 1, 2).reshape(o, kw * c, kh)[..., None]
     return replace(view, weight=w, stride=(view.stride[0], 1), dilation=(view.dilation[0], 1),
                    fold=(kw, view.stride[1], view.dilation[1]))
+
+
+@dataclass(frozen=True)
+class TapFold:
+    """A conv's whole window gathered into IBUF rows (fold_taps): the window's geometry, which the
+    input loads apply, and how the taps lie in the rows."""
+
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    channels: int
+    per_block: int              # taps per block of rows: rows // channels
+
+    def place(self, k: int) -> tuple[int, int]:
+        """(block, first row) of tap k = i * kw + j: its channels fill the rows from there."""
+        return k // self.per_block, (k % self.per_block) * self.channels
+
+    @property
+    def blocks(self) -> int:
+        """Blocks of rows the window takes (the NU's passes per output block)."""
+        return -(-(self.kh * self.kw) // self.per_block)
+
+
+def fold_taps(view: ConvView, rows: int) -> ConvView | None:
+    """The conv with its whole window folded into input rows, or None when it cannot be.
+
+    An (unfolded) conv with C <= rows channels and groups = 1 becomes a 1x1 conv, stride 1,
+    over an im2col-like input: tap k = i * KW + j of output pixel (p, q) goes to block
+    k // T, rows (k % T) * C .. + C - 1 (T = rows // C taps per block, so no tap straddles
+    two blocks), holding x[c, p * stride_h + i * dil_h - pad_top, q * stride_w + j * dil_w -
+    pad_left]; the weights become w'[o, b * rows + (k % T) * C + c] = w[o, c, i, j], zero in
+    the rows no tap fills.  The NU then spends ceil(KH * KW / T) passes per output block,
+    against KH passes (fold_columns) or KH * KW (no fold); the input loads gather the taps
+    (nu.NuLowering._load_taps).  The padding stays in the view for those loads.
+    """
+    o, c, kh, kw = view.weight.shape
+    if view.groups != 1 or view.fold is not None or view.taps is not None or kh * kw == 1 or c > rows:
+        return None
+    fold = TapFold(kh, kw, view.stride, view.dilation, c, rows // c)
+    taps = np.zeros((o, fold.blocks * fold.per_block, c), dtype=view.weight.dtype)
+    taps[:, :kh * kw] = view.weight.transpose(0, 2, 3, 1).reshape(o, kh * kw, c)
+    w = np.zeros((o, fold.blocks, rows), dtype=view.weight.dtype)
+    w[:, :, :fold.per_block * c] = taps.reshape(o, fold.blocks, fold.per_block * c)
+    return replace(view, weight=w.reshape(o, fold.blocks * rows, 1, 1), stride=(1, 1), dilation=(1, 1),
+                   taps=fold)
 
 
 def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int,

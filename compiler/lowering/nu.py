@@ -158,13 +158,14 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res, "dm": 0}
+                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
+                "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": d["acc"] * acc,
             "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
-            "dm": p.n_ob * p.cols * 4}
+            "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
@@ -244,8 +245,12 @@ class NuLowering:
             self.slots.declare(self.role["res"], "vbuf", t.obt * t.th * t.tw * cols, depth=depths["res"], unit=vu)
         if t.bias == "requant":
             self.slots.declare(f"{name}_out", "vbuf", t.obt * t.th * t.tw * cols, depth=depths["out"], unit=vu)
-        if staged_input(p, t):
+        self.x_dm = Buffer(f"{name}_x_dm", "dm", p.view.x_shape_bytes) if input_in_dm(p, t) else None
+        self.x_dm_rows: dict[tuple[int, int, int], set[int]] = {}     # (n, lo, hi) -> rows steps() loaded
+        if staged_input(p, t) and self.x_dm is None:
             self.slots.declare(f"{name}_stage", "dm", _stage_bytes(p, t), depth=depths["in"])
+        if p.view.taps is not None:
+            self.slots.declare(f"{name}_stage", "dm", tap_stage_bytes(p, t), depth=depths["in"])
         if staged_fold(p.view):
             kw, sw, dw = p.view.fold
             span = (t.tw - 1) * sw + (kw - 1) * dw + 1
@@ -301,14 +306,16 @@ class NuLowering:
         """Every buffer the lowering uses, DDR constants included."""
         out = [self.w_ddr]
         if self.t.drain == "nu":
-            return out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else []) + self.slots.all()
+            return (out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else [])
+                    + ([self.x_dm] if self.x_dm is not None else []) + self.slots.all())
         if self.fills_bias:
             out += [self.bias_ddr, self.bias_dm]
         if not self._bias_mode("requant"):
             out += [self.ms_ddr, self.ms_vbuf]
         if self._bias_mode("nu"):
             out += [self.bias_lanes_ddr, self.bias_w_ddr, self.bias_in, self.bias_w]
-        return out + ([self.w_res] if self.t.resident else []) + self.slots.all()
+        return (out + ([self.w_res] if self.t.resident else []) + ([self.x_dm] if self.x_dm is not None else [])
+                + self.slots.all())
 
     # ---------------------------------------------------------------- steps
 
@@ -345,6 +352,7 @@ class NuLowering:
     def steps(self, limit: int | None = None) -> list[Step]:
         """Every tile of the op as a pipeline Step (the constants, then the first `limit` tiles)."""
         p, t = self.p, self.t
+        self.x_dm_rows = {}         # every call loads the input rows afresh
         steps = [self._constants()]
         chunk_list = chunks(p, t.cbt)
         inp = lo = None
@@ -420,6 +428,9 @@ class NuLowering:
         """DMA the input tile, blocks [lo, hi), with its halo, into the next IBUF slot."""
         p, v, rows = self.p, self.p.view, self.p.rows
         inp = self.slots.next(self.role["in"])
+        if v.taps is not None:
+            self._load_taps(step, inp, n, oh0, ow0, th, tw, lo, hi)
+            return inp
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         sn, sc, sh, sw = v.x_strides
         _, c, h, w = v.x_shape
@@ -435,7 +446,10 @@ class NuLowering:
         interior = p.depthwise and halo_prefilled(self)
         base, (sc, sw, sh) = Ref(self.x, n * sn + r0 * sh + c0 * sw), (sc, sw, sh)
         inner_w, inner_h = iw - plo_w - phi_w, ih - plo_h - phi_h
-        if staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
+        if self.x_dm is not None and inner_h > 0 and groups:
+            base, (sc, sw, sh) = self._input_from_dm(step, n, r0, inner_h, lo, hi), (h * w, 1, w)
+            base = base + c0
+        elif self.x_dm is None and staged_input(p, self.t) and inner_w < w and inner_h > 0 and groups:
             # NCHW rows shorter than the plane's: read the tile's rows whole (runs of rows x width) into
             # DM, then block them into IBUF from DM, which has no bursts
             chans = min(hi * rows, c) - lo * rows
@@ -462,6 +476,29 @@ class NuLowering:
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
+
+    def _input_from_dm(self, step: Step, n: int, r0: int, inner_h: int, lo: int, hi: int) -> Ref:
+        """Ref of image n's row r0, channel 0, in x_dm, after loading the rows [r0, r0 + inner_h) of the
+        blocks [lo, hi) that no earlier tile loaded (each byte crosses DDR once: input_in_dm)."""
+        v, rows = self.p.view, self.p.rows
+        sn, sc, sh, sw = v.x_strides
+        _, c, h, w = v.x_shape
+        chans = min(hi * rows, c) - lo * rows
+        have = self.x_dm_rows.setdefault((n, lo, hi), set())
+        missing = [r for r in range(r0, r0 + inner_h) if r not in have]
+        runs = [[missing[0], missing[0] + 1]] if missing else []
+        for r in missing[1:]:
+            if r == runs[-1][1]:
+                runs[-1][1] += 1
+            else:
+                runs.append([r, r + 1])
+        for a, b in runs:
+            step.loads.append(ddr_order(Dma(
+                self.ch + CH_IN, Ref(self.x_dm, ((n * c + lo * rows) * h + a) * w),
+                Ref(self.x, n * sn + lo * rows * sc + a * sh), (w, b - a, chans), (sw, sh, sc), (1, w, h * w),
+                comment=f"{self.name}: input rows {a}..{b - 1} of blocks {lo}..{hi - 1} -> {self.x_dm.name}")))
+        have.update(missing)
+        return Ref(self.x_dm, (n * c * h + r0) * w)
 
     def _load_folded(self, step: Step, inp: Buffer, n: int, r0: int, plo_h: int, phi_h: int,
                      ow0: int, tw: int, ih: int) -> None:
@@ -493,6 +530,37 @@ class NuLowering:
                 (1, rows, tw * rows), (0, plo, plo_h), (0, phi, phi_h), pad_value=v.x_zp,
                 comment=f"{self.name}: input, kernel column {j} -> rows {j * c}..{j * c + c - 1} of {inp.name}")))
 
+    def _load_taps(self, step: Step, inp: Buffer, n: int, oh0: int, ow0: int, th: int, tw: int,
+                   lo: int, hi: int) -> None:
+        """The tile's input window into DM, its halo filled with x_zp there (one DDR read), then the
+        taps of the blocks [lo, hi) gathered from it into their IBUF rows: one DMA per run of taps of
+        one kernel row in one block, the run its fourth dim (layout.fold_taps)."""
+        v, rows = self.p.view, self.p.rows
+        f = v.taps
+        sn, sc, sy, sx = v.x_strides
+        _, c, h, w = v.x_shape
+        ys, xs = ((th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1,
+                  (tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1)
+        fy, ply, phy = _halo(oh0 * f.stride[0] - v.padding[0], ys, h)
+        fx, plx, phx = _halo(ow0 * f.stride[1] - v.padding[1], xs, w)
+        stage = self.slots.next(f"{self.name}_stage")
+        step.loads.append(ddr_order(Dma(
+            self.ch + CH_IN, Ref(stage), Ref(self.x, n * sn + fy * sy + fx * sx), (xs, ys, c), (sx, sy, sc),
+            (1, xs, ys * xs), (plx, ply, 0), (phx, phy, 0), pad_value=v.x_zp,
+            comment=f"{self.name}: input window, halo filled -> {stage.name}")))
+        first, end = lo * f.per_block, min(hi * f.per_block, f.kh * f.kw)
+        k = first
+        while k < end:
+            (i, j), (b, r) = divmod(k, f.kw), f.place(k)
+            run = min(f.kw - j, end - k, f.per_block - k % f.per_block)     # same kernel row, same block
+            step.loads.append(Dma(
+                self.ch + CH_IN, Ref(inp, (b - lo) * th * tw * rows + r),
+                Ref(stage, i * f.dilation[0] * xs + j * f.dilation[1]), (c, tw, th, run),
+                (ys * xs, f.stride[1], f.stride[0] * xs, f.dilation[1]), (1, rows, tw * rows, c),
+                comment=f"{self.name}: input, taps ({i}, {j}..{j + run - 1}) -> block {b} rows "
+                        f"{r}..{r + run * c - 1} of {inp.name}"))
+            k += run
+
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:
         """Per output block, a 1x1 nu.conv of the constant rows that writes the bias into ABUF."""
         p = self.p
@@ -522,23 +590,29 @@ class NuLowering:
         rq = self.t.drain == "nu"
         if rq:
             params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
-        for k, ob, blocks in self._conv_groups(obs):
+        for k, ob, blocks in self._conv_groups(obs, count):
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
             racc = Ref(acc, k * th * tw * p.cols * (1 if rq else 4))
-            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, in_cb=blocks * count),
+            many = dict(in_cb=blocks * count) if p.depthwise else dict(out_cb=blocks)
+            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, **many),
                                        p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
                                        rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
-                                       comment=f"{self.name}: conv ob {ob}" + (
-                                           f"..{ob + blocks - 1}, depthwise" if p.depthwise
+                                       comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1
+                                                                               else "") + (
+                                           ", depthwise" if p.depthwise
                                            else ", requantised into VBUF" if rq else "")))
 
-    def _conv_groups(self, obs: range) -> list[tuple[int, int, int]]:
-        """(position in the tile, first output block, blocks) of each NU command of a tile: one per
-        block, or one nu.dwconv for all (its blocks lie one after the other in IBUF, WBUF and ABUF,
-        and one command pays the NU's latency once)."""
-        if self.p.depthwise:
+    def _conv_groups(self, obs: range, count: int) -> list[tuple[int, int, int]]:
+        """(position in the tile, first output block, blocks) of each NU command of a tile: one for
+        all when their weights lie one after the other as [out_cb][in_cb] (streamed, or resident and
+        one chunk) and they read the same input blocks (groups = 1), and for nu.dwconv (its blocks lie
+        one after the other in IBUF, WBUF and ABUF); else one per block.  One command pays the NU's
+        latency once."""
+        p = self.p
+        same = len({p.w.cb_start[ob] for ob in obs}) == 1 and (not self.t.resident or count == p.w.span)
+        if p.depthwise or same:
             return [(0, obs.start, len(obs))]
         return [(k, ob, 1) for k, ob in enumerate(obs)]
 
@@ -622,15 +696,40 @@ def staged_input(p: NuPlan, t: ConvTiling) -> bool:
     """Does an (unfolded, not depthwise) conv read NCHW input tiles through DM?  When a tile's rows
     are short runs in DDR (narrower than the plane and than a burst: a strided conv on a small map)."""
     v = p.view
-    if v.fold is not None or p.depthwise or v.x_strides[1] == 1:
+    if v.fold is not None or v.taps is not None or p.depthwise or v.x_strides[1] == 1:
         return False
     w = v.x_shape[3]
     return input_extent(p, t.tw, 1) < min(w, 64) and _stage_bytes(p, t) <= STAGE_BYTES // 2
 
 
+DM_INPUT_BYTES = 512 * 1024     # DM a whole input kept on chip may take
+
+
+def input_in_dm(p: NuPlan, t: ConvTiling) -> bool:
+    """Does a staged conv keep its whole input in DM, each row loaded from DDR by the first tile that
+    reads it?  When its weights stream by groups of output blocks, each group reading the whole input
+    again: through DDR in short runs, that traffic would outweigh the weights'."""
+    v = p.view
+    if v.fold is not None or v.taps is not None or p.depthwise or v.x_strides[1] == 1 or t.resident:
+        return False
+    if len(set(p.w.cb_start)) != 1 or -(-p.n_ob // t.obt) < 2 or v.x_shape_bytes > DM_INPUT_BYTES:
+        return False
+    return input_extent(p, t.tw, 1) < min(v.x_shape[3], 64)
+
+
 def _stage_bytes(p: NuPlan, t: ConvTiling) -> int:
     """Bytes of one staged input tile: a chunk's channels x the tile's rows x the plane's width."""
     return min(p.view.x_shape[1], tile_blocks(p, t) * p.rows) * input_extent(p, t.th, 0) * p.view.x_shape[3]
+
+
+def tap_stage_bytes(p: NuPlan, t: ConvTiling) -> int:
+    """Bytes of one tap-folded conv's input window in DM (0 for any other conv): the channels x the
+    rows x the columns, halo included, a full tile reads."""
+    f, c = p.view.taps, p.view.x_shape[1]
+    if f is None:
+        return 0
+    return (c * ((t.th - 1) * f.stride[0] + (f.kh - 1) * f.dilation[0] + 1)
+            * ((t.tw - 1) * f.stride[1] + (f.kw - 1) * f.dilation[1] + 1))
 
 
 def staged_fold(v: ConvView) -> bool:
