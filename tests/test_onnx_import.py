@@ -244,7 +244,11 @@ def test_random_topologies_match_onnxruntime(t):
     # fixed point: one step at most per node, and rarely (a tiny net may have one differing element)
     assert a.max_step <= 1 and a.elements - a.equal <= max(1, a.elements // 100), (t, str(a))
     exact = agreement(model, from_onnx(model), seed=t["seed"], runs=1)
-    assert exact.equal == exact.elements and exact.end_equal == exact.end_elements, (t, str(exact))
+    assert exact.end_equal == exact.end_elements, (t, str(exact))
+    if t["fmt"] == "qdq":    # the tapped session runs tapped QDQ groups in float (see tests/onnx_helpers.py)
+        assert exact.max_step <= 1, (t, str(exact))
+    else:
+        assert exact.equal == exact.elements, (t, str(exact))
 
 
 # ---------------------------------------------------------------- inputs, outputs and names
