@@ -174,6 +174,8 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
         if choice is not None:
             return search(ops, cfg, segments=segments)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    # intermediates stay on chip where some finalist manages it (a ring may be dearer than a DDR scratch buffer)
+    priced_all = [p for p in priced_all if not pipelining.scratch(p[1])] or priced_all
     fastest = min(p[2][0] for p in priced_all)
     near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
     return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]

@@ -202,6 +202,12 @@ def _order(merged: list[Step]) -> tuple[int, ...]:
     return tuple(id(st) for st in merged if st.statements())
 
 
+def scratch(kir: KernelIR) -> list[str]:
+    """The DDR scratch buffers holding the kernel's intermediates (none when they all stay on chip)."""
+    io = {b.name for b in kir.inputs} | {kir.output.name}
+    return [b.name for b in kir.buffers if b.space == "ddr" and b.data is None and b.name not in io]
+
+
 def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None,
            always: bool = False) -> tuple[list[Stmt], Choice]:
     """The cheapest body among the variants: (body, Choice).
@@ -235,13 +241,12 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
         if best is None or cycles < best[1]:
             best = (lag, cycles)
     kept = Choice(best[0], best[1], priced)
-    scratch = [b.name for b in kir.buffers if b.space == "ddr" and b.data is None
-               and b not in kir.inputs and b is not kir.output]
+    spilled = scratch(kir)
     ring = (recompute_variants(rings, cfg, price, priced)
-            if rings is not None and (scratch or always) else None)
-    if ring is not None and (ring[1] < kept.cycles or scratch):
+            if rings is not None and (spilled or always) else None)
+    if ring is not None and (ring[1] < kept.cycles or spilled):
         (depth, ahead), cycles, rk, out = ring
-        why = (f"; kept would hold {', '.join(scratch)} in DDR" if scratch and cycles >= kept.cycles else "")
+        why = (f"; kept would hold {', '.join(spilled)} in DDR" if spilled and cycles >= kept.cycles else "")
         kir.buffers, kir.notes = rk.kir.buffers, list(rk.kir.notes)
         return out, Choice(None, cycles, priced, (depth, ahead), why)
     return body(steps, kept.lag), kept

@@ -844,21 +844,33 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     base = Schedule(*ops, config=cfg, segments=segments)
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
         return [_auto_nu(f, t, by, k) for f in _folds(base, 0) for t, by, k in nu_tilings(f.blocks[0], cfg)]
-    s = base.fork()
     found = fusion.sites(ops, cfg)[0]
+    s = _chain(base, cfg, found, True)
+    # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
+    gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
+    plain = [_chain(base, cfg, found, False)] if gathers else []
+    from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
+    rows = row_by_row(base, cfg, s)
+    return [s] + plain + ([rows] if rows is not None else [])
+
+
+def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:
+    """A chain's schedule: each NU block its best tiling by the quick estimate (fold: im2col allowed),
+    each VU block its lowering's tile."""
+    s = base.fork()
     for k in range(len(s.blocks)):
         if s.blocks[k].kind != "nu":
             _vu_steps(s, s.blocks[k])
             continue
-        trials = [_auto_nu(f, t, by, u, k) for f in _folds(s, k) for t, by, u in nu_tilings(f.blocks[k], cfg)]
+        folds = _folds(s, k) if fold else [s]
+        trials = [_auto_nu(f, t, by, u, k) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
         site = found[k]
-        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None, cfg)
+        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
+               cfg, fold)
         if key not in _PICKS:    # graph fusion prices many chains that share segments
             _PICKS[key] = ranked(trials, cfg, 1, k, found)[0]
         s = trials[_PICKS[key]]
-    from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
-    rows = row_by_row(base, cfg, s)
-    return [s] + ([rows] if rows is not None else [])
+    return s
 
 
 def _folds(s: Schedule, k: int) -> list[Schedule]:
