@@ -247,7 +247,9 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     if ring is not None and (ring[1] < kept.cycles or spilled):
         (depth, ahead), cycles, rk, out = ring
         why = (f"; kept would hold {', '.join(spilled)} in DDR" if spilled and cycles >= kept.cycles else "")
+        # the ring kernel's own buffers, its I/O included: a network links a kernel by those objects
         kir.buffers, kir.notes = rk.kir.buffers, list(rk.kir.notes)
+        kir.inputs, kir.output = rk.kir.inputs, rk.kir.output
         return out, Choice(None, cycles, priced, (depth, ahead), why)
     return body(steps, kept.lag), kept
 

@@ -136,22 +136,27 @@ def _mutant(asm: str, k: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _kill_every_wait(kern, inputs: dict, at_least: int) -> None:
+    """Each wait removed (_waits, _mutant) in turn: the run must stop on a data race or a deadlock."""
+    sites = _waits(kern.asm)
+    assert len(sites) >= at_least
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        for name, a in inputs.items():
+            sim.write(name, a)
+        with pytest.raises(SimError) as exc:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+
+
 def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
     rng = np.random.default_rng(4)
     op = conv(rng, c=8, o=40, h=(8, 40), w=(8, 24))
     kern = compiler.build(op)
     x = rand8(rng, (2, 8, 37, 19))            # several tiles per image, remainder tile, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 6
-    for k in sites:
-        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
-        sim = Simulator(kern.config)
-        sim.load(prog)
-        sim.write("x", x)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, {"x": x}, at_least=6)
 
 
 def elementwise(rng, kind: str, shape):
@@ -201,16 +206,7 @@ def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
     kern = compiler.build(op)
     ins = [rand8(rng, (2, 16, 100, 121)) for _ in op.names]    # three or more chunks (VBUF-capped), a remainder
     np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 3
-    for k in sites:
-        sim = Simulator(kern.config)
-        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
-        for name, a in zip(op.names, ins):
-            sim.write(name, a)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, dict(zip(op.names, ins)), at_least=3)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -234,15 +230,7 @@ def test_removing_any_wait_of_a_dynamic_pool_is_caught():
     kern = compiler.build(op)
     x = rand8(rng, (2, 48, 95, 90))                         # several tiles, a remainder, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 3
-    for k in sites:
-        sim = Simulator(kern.config)
-        sim.load(assemble(_mutant(kern.asm, k), {}, "mutant.s"))
-        sim.write("x", x)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 def test_unsupported_dynamic_ops_are_refused_by_name():
@@ -373,16 +361,7 @@ def test_removing_any_wait_of_a_fused_dynamic_chain_is_caught():
     kern = compiler.build(*chain)
     x = rand8(rng, (2, 8, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 12
-    for k in sites:
-        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
-        sim = Simulator(kern.config)
-        sim.load(prog)
-        sim.write("x", x)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, {"x": x}, at_least=12)
 
 
 def test_a_chain_that_changes_a_dim_is_refused():
@@ -509,15 +488,7 @@ def test_removing_any_wait_of_a_float_form_conv_is_caught():
     kern = compiler.build(op)
     x = rand8(rng, (2, 8, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 6
-    for k in sites:
-        sim = Simulator(kern.config)
-        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
-        sim.write("x", x)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, {"x": x}, at_least=6)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -560,16 +531,7 @@ def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_
     for kern, c in ((compiler.build(dw), 40), (compiler.build(*block), 8)):
         x = rand8(rng, (2, c, 37, 19))
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
-        sites = _waits(kern.asm)
-        assert len(sites) >= 6
-        for k in sites:
-            prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
-            sim = Simulator(kern.config)
-            sim.load(prog)
-            sim.write("x", x)
-            with pytest.raises(SimError) as exc:
-                sim.run(check_races=True, max_cycles=5_000_000)
-            assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+        _kill_every_wait(kern, {"x": x}, at_least=6)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -612,16 +574,7 @@ def test_removing_any_wait_of_a_dynamic_avg_or_sum_pool_is_caught(mode):
     kern = compiler.build(op)
     x = rand8(rng, (2, 40, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    sites = _waits(kern.asm)
-    assert len(sites) >= 3
-    for k in sites:
-        prog = assemble(_mutant(kern.asm, k), kern.files, "mutant.s")
-        sim = Simulator(kern.config)
-        sim.load(prog)
-        sim.write("x", x)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
+    _kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 @pytest.mark.parametrize("form", ["integer", "float"])

@@ -9,6 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 import compiler
 from compiler import kernel, ops, pipelining
+from compiler.ir import Ref
+from compiler.passes.loops import flatten
 from compiler.errors import CompileError
 from compiler.lowering import fusion, ring
 from compiler.lowering.double_buffer import Step, pipeline
@@ -251,6 +253,9 @@ def test_an_intermediate_too_big_for_dm_lives_in_a_ring_not_in_ddr():
     cfg = Config(**SMALL_NU, dm_bytes=65536)
     k = compiler.build(*chain, config=cfg)
     assert k.ir.pipelining.ring is not None, k.ir.notes
+    # a network links a kernel's I/O by these objects: they must be the ones its commands use
+    used = {id(r.buf) for stmt in flatten(k.ir.body) for r in vars(stmt).values() if isinstance(r, Ref)}
+    assert all(id(b) in used for b in k.ir.inputs + [k.ir.output])
     assert not [b for b in k.ir.buffers if b.name.startswith("t0") and b.space == "ddr"]
     assert any("recomputed halo: a ring of" in n for n in k.ir.notes), k.ir.notes
     x = _int8(rng, chain[0].x_shape)
