@@ -48,7 +48,7 @@ from nnpsim.config import Config
 from . import cost
 from .cost import SPACE_ID
 from .errors import CompileError
-from .ops import Conv2d, Dense, Elementwise, Op, Pool2d
+from .ops import Conv2d, Dense, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan

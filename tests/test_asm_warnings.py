@@ -156,7 +156,6 @@ def test_examples_assemble_without_warnings(path):
 def test_compiler_kernels_assemble_without_warnings(tmp_path):
     from compiler import ops
     from compiler.cnn_demo import network
-    from compiler.kernel import build
     from compiler.quant import quantize_multiplier
 
     rng = np.random.default_rng(3)
@@ -180,7 +179,6 @@ def test_a_float_scale_left_at_reset_is_caught_when_assembling():
 
 def test_float_form_kernels_assemble_without_warnings(tmp_path):
     from compiler import ops
-    from compiler.kernel import build
 
     w = np.random.default_rng(4).integers(-20, 20, (6, 3, 3, 3), dtype=np.int8)
     chains = [(ops.conv2d((1, 3, 7, 7), w, padding=1, scale=np.linspace(0.001, 0.004, 6, dtype=np.float32)),

@@ -471,7 +471,7 @@ def program_text(g: _Geometry) -> str:
     e("batch:")
     i(f"li      {ROH0}, 0")
     e("tile:")
-    e(f"        ; rows of this tile: th, or the remainder")
+    e("        ; rows of this tile: th, or the remainder")
     i(f"sub     {RTH}, {ROH}, {ROH0}")
     i(f"min     {RTH}, {RTH}, {RMAX}")
     e("        ; buffers of tile k-2 are reused: wait for its store")

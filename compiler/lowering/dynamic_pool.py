@@ -167,8 +167,8 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
                  ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
         i(f"setp    dma.{p}, {v}, 0")
     i(f"setpi   dma.size2, {c}")
-    i(f"setpi   dma.pad_lo2, 0")
-    i(f"setpi   dma.pad_hi2, 0")
+    i("setpi   dma.pad_lo2, 0")
+    i("setpi   dma.pad_hi2, 0")
     i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
     e("        ; pool -> [c][rows][w out]")
     ob = out_bytes(op)

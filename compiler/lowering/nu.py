@@ -617,7 +617,7 @@ class NuLowering:
         return [(k, ob, 1) for k, ob in enumerate(obs)]
 
     def _epilogue(self, step, acc, obs, n, oh0, ow0, th, tw) -> None:
-        p, v, cols = self.p, self.p.view, self.p.cols
+        v, cols = self.p.view, self.p.cols
         pix, nob = th * tw, len(obs)
         if self.t.drain == "nu":        # nu.conv.rq left the int8 tile in VBUF
             self._finish(step, acc, obs, n, oh0, ow0, th, tw)
@@ -666,7 +666,7 @@ class NuLowering:
                                                comment=f"{self.name}: store {out.name} -> y")))
 
     def _residual(self, step, vacc, obs, n, oh0, ow0, th, tw) -> None:
-        p, v, cols, r = self.p, self.p.view, self.p.cols, self.residual
+        v, cols, r = self.p.view, self.p.cols, self.residual
         pix, nob = th * tw, len(obs)
         res = self.slots.next(self.role["res"])
         strides, block = act_strides(v.y_shape, r.layout), layout_block(r.layout)

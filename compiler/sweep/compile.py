@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nnpsim.config import Config
 

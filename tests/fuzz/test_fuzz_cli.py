@@ -253,7 +253,7 @@ def test_a_failed_run_writes_stats_and_trace_up_to_the_failure(capsys, tmp_path)
     failing_program().save(prog)
     cfg = tmp_path / "hw.toml"
     cfg.write_text("[memory.ddr]\nsize = 65536\n")
-    stats, trace, out = tmp_path / "s.json", tmp_path / "t.json", tmp_path / "o.npy"
+    stats, trace = tmp_path / "s.json", tmp_path / "t.json"
     code, _, err = run(capsys, "run", str(prog), "--config", str(cfg), "--stats", str(stats), "--trace", str(trace))
     cycle = check_partial_reports(code, err, stats, trace)
     assert "out-of-bounds" in err and cycle > 100     # the first DMA (DDR latency 100) completed
