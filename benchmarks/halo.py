@@ -91,6 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     pipelining.RINGS_ALWAYS = True      # the rings priced even where the kept intermediate fits DM
+    pipelining.RING_BOUND = False       # and replayed, not skipped on their lower bound
     bad = 0
     for key in args.chains.split(","):
         title, make = CHAINS[key]

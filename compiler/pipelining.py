@@ -34,10 +34,11 @@ slot is written again (`check_ring` verifies it on the issued body).
 
 The choice is priced: `choose` allocates, synchronises and replays
 (cost.schedule_cycles) the chain one kernel after another, interleaved with
-each lag in LAGS and (where a kept intermediate would not fit DM, or always
-with RINGS_ALWAYS) recomputed with each (slots, ahead) in RINGS, and keeps
+each lag in LAGS and recomputed with each (slots, ahead) in RINGS, and keeps
 the cheapest (a variant whose buffers do not fit at once is out; one whose
-order is the plain one or another lag's is not priced); when the kept
+order is the plain one or another lag's is not priced; a ring whose lower
+bound, `ring_floor`, already reaches the best kept price is not replayed, since
+recomputing only adds work where the kept intermediate fits DM); when the kept
 intermediate would not fit DM (a DDR scratch buffer), a ring that fits is
 taken even if dearer.  The kernel's notes say what was chosen and what each
 cost, and kir.pipelining holds the Choice (a network's report prints it).
@@ -49,7 +50,8 @@ from dataclasses import dataclass
 from nnpsim.config import Config
 
 from .errors import CompileError
-from .ir import Command, KernelIR, Stmt
+from .cost import load_of
+from .ir import Command, Dma, KernelIR, Stmt, flat_body
 from .lowering.double_buffer import Step, pipeline
 
 GAP = 3             # places between a producer tile and the consumer tile that loads what it stored
@@ -216,7 +218,8 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     predicted cycles (CompileError when its buffers do not fit at once).  With rings
     (depth -> lowering.ring.RingKernel or None), the halo-recomputing variants are priced
     too (recompute_variants) when a kept intermediate would spill to DDR, or always if
-    `always`; when one wins, kir takes its buffers and notes.
+    `always`: then a ring whose lower bound reaches the kept price is not replayed (when the
+    kept intermediate fits DM); when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
         return body(steps, None), Choice(None, 0, {})
@@ -242,7 +245,8 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
             best = (lag, cycles)
     kept = Choice(best[0], best[1], priced)
     spilled = scratch(kir)
-    ring = (recompute_variants(rings, cfg, price, priced)
+    beat = None if spilled or not RING_BOUND else kept.cycles
+    ring = (recompute_variants(rings, cfg, price, priced, beat)
             if rings is not None and (spilled or always) else None)
     if ring is not None and (ring[1] < kept.cycles or spilled):
         (depth, ahead), cycles, rk, out = ring
@@ -267,10 +271,13 @@ def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=
 # ------------------------------------------------------------------ halo recomputed (lowering.ring)
 
 RINGS = ((2, 1), (3, 2))    # (slots per ring, bands a producer runs ahead): priced when the chain allows it
-# Rings are priced only where a kept intermediate would spill to DDR: with the intermediate in DM they
-# lost on every chain measured (benchmarks/halo.py: 7-38% dearer) and pricing them doubles a chain's
-# compile time.  True prices them for every chain of convs.
-RINGS_ALWAYS = False
+# Rings are priced for every chain that can recompute.  Where the kept intermediate fits DM they lost on
+# every chain measured (benchmarks/halo.py: 7-38% dearer, the recomputed rows being extra NU work), so
+# there a ring is replayed only when its lower bound (ring_floor) is under the best kept price: replaying
+# every ring doubled a chain's compile time.  RINGS_ALWAYS = False prices rings only where a kept
+# intermediate would spill to DDR; RING_BOUND = False replays every ring (benchmarks/halo.py does).
+RINGS_ALWAYS = True
+RING_BOUND = True
 
 
 def ring_name(depth: int, ahead: int) -> str:
@@ -321,9 +328,24 @@ def ring_body(rk, ahead: int) -> list[Stmt]:
     return out
 
 
-def recompute_variants(rings, cfg: Config, price, priced: dict):
+def bound_name(depth: int, ahead: int) -> str:
+    """A recomputing variant left unreplayed, as the notes name its lower bound."""
+    return f"{ring_name(depth, ahead)} at least"
+
+
+def ring_floor(body: list, cfg: Config) -> int:
+    """A lower bound on a body's cycles: its busiest NU, VU or memory port (cost.load_of), DMA queues
+    aside (a queue's transfers overlap their latencies)."""
+    cmds = [s for s in flat_body(body) if isinstance(s, Command)]
+    dma = {c.queue for c in cmds if isinstance(c, Dma)}
+    busy = load_of(cmds, cfg).busy
+    return int(max((v for k, v in busy.items() if k not in dma), default=0))
+
+
+def recompute_variants(rings, cfg: Config, price, priced: dict, beat: int | None = None):
     """The cheapest recomputing variant: ((depth, ahead), cycles, RingKernel, body), or None when the
-    chain cannot recompute or no variant fits.  Every one priced goes into `priced`."""
+    chain cannot recompute or no variant fits.  Every one priced goes into `priced`; with `beat`, a
+    variant whose ring_floor is not under it is not replayed (its bound goes into `priced`)."""
     best = None
     for depth, ahead in RINGS:
         rk = rings(depth)
@@ -331,6 +353,11 @@ def recompute_variants(rings, cfg: Config, price, priced: dict):
             return None
         out = ring_body(rk, ahead)
         rk.kir.body = out
+        if beat is not None:
+            floor = ring_floor(out, cfg)
+            if floor >= beat:
+                priced[bound_name(depth, ahead)] = floor
+                continue
         try:
             cycles = int(price(rk.kir, cfg))
         except CompileError:

@@ -228,21 +228,56 @@ def _choice(op):
 
 
 def test_build_keeps_the_cheapest_variant_recompute_included(monkeypatch):
-    """With RINGS_ALWAYS, choose prices the recomputing variants beside the kept ones; the cheapest wins
-    and the note says so.  By default an intermediate that fits DM is kept without pricing rings."""
+    """Every variant replayed (RING_BOUND off): the cheapest wins and the note says so.  By default a
+    ring whose lower bound reaches the best kept price is not replayed, its bound listed instead; with
+    RINGS_ALWAYS off an intermediate that fits DM is kept without pricing rings."""
     rng = np.random.default_rng(11)
     chain = conv_conv(rng, 16, 13)
-    kept = compiler.build(*chain, config=Config(**SMALL_NU)).ir.pipelining
-    assert not any(name.startswith("recompute") for name in kept.priced), kept.priced
-    monkeypatch.setattr(pipelining, "RINGS_ALWAYS", True)
-    k = compiler.build(*chain, config=Config(**SMALL_NU))
+    cfg = Config(**SMALL_NU)
+    monkeypatch.setattr(pipelining, "RING_BOUND", False)
+    k = compiler.build(*chain, config=cfg)
     choice = k.ir.pipelining
-    assert {n: v for n, v in choice.priced.items() if not n.startswith("recompute")} == kept.priced
-    assert any(name.startswith("recompute") for name in choice.priced), choice.priced
+    rings = {pipelining.ring_name(*r) for r in pipelining.RINGS}
+    assert rings <= set(choice.priced), choice.priced
     fits = {n: v for n, v in choice.priced.items() if v is not None}
     assert choice.name == min(fits, key=fits.get) and choice.cycles == fits[choice.name], choice.priced
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+    monkeypatch.setattr(pipelining, "RING_BOUND", True)
+    bounded = compiler.build(*chain, config=cfg).ir.pipelining
+    kept = {n: v for n, v in choice.priced.items() if n not in rings}
+    assert {n: v for n, v in bounded.priced.items() if not n.startswith("recompute")} == kept
+    best_kept = min(v for v in kept.values() if v is not None)
+    for depth, ahead in pipelining.RINGS:
+        floor = bounded.priced.get(pipelining.bound_name(depth, ahead))
+        if floor is None:       # replayed: the same price as above
+            assert bounded.priced[pipelining.ring_name(depth, ahead)] == choice.priced[pipelining.ring_name(depth, ahead)]
+        else:                   # skipped: its bound reaches the kept price and lies under its real price
+            real = choice.priced[pipelining.ring_name(depth, ahead)]      # None: its buffers do not fit
+            assert best_kept <= floor and (real is None or floor <= real), (bounded.priced, real)
+    assert any(n.startswith("recompute") for n in bounded.priced), bounded.priced
+
+    monkeypatch.setattr(pipelining, "RINGS_ALWAYS", False)
+    plain = compiler.build(*chain, config=cfg).ir.pipelining
+    assert plain.priced == kept
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_ring_floor_is_a_lower_bound(case):
+    """ring_floor, on which choose skips replaying a ring, never exceeds a recomputing body's price nor
+    its simulated cycles."""
+    make, over = CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    chain = make(rng)
+    cfg = Config(**over)
+    for depth, ahead in pipelining.RINGS:
+        k, rk = ring_variant(chain, cfg, depth, ahead)
+        floor = pipelining.ring_floor(rk.kir.body, cfg)
+        x = _int8(rng, chain[0].x_shape)
+        np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+        assert 0 < floor <= k.predicted_cycles and floor <= k.stats.cycles, (case, depth, floor,
+                                                                             k.predicted_cycles, k.stats.cycles)
 
 
 def test_an_intermediate_too_big_for_dm_lives_in_a_ring_not_in_ddr():
