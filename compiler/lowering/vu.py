@@ -573,7 +573,8 @@ class PoolLowering:
         ow = self.op.out_hw[1]
         sh, sw = self.op.stride
         at = r0 * ow + j0
-        where = "windows without padding, one count" if one_count else f"border rows {r0}..{r1 - 1} columns {j0}..{j1 - 1}"
+        where = ("windows without padding, one count" if one_count
+                 else f"border rows {r0}..{r1 - 1} columns {j0}..{j1 - 1}")
         return dataclasses.replace(
             whole, d=whole.d + at * whole.d_stride[0], a=whole.a + r0 * sh * self.iw + j0 * sw,
             b=whole.b + at * whole.b_stride[0], n=(j1 - j0, r1 - r0, whole.n[2], whole.n[3]),
