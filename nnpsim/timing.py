@@ -75,17 +75,22 @@ def slide_span(n: int, step: int, win: int) -> int:
     return reach if reach < n * win else n * win
 
 
+SLIDE_FADDERS = 3
+"""Float32 adders each lane of the sliding-window engine chains (docs/architecture.md, "The sliding-window
+engine"): a lane takes up to three of its output's window elements a cycle, rounding after each add."""
+
+
 @njit(cache=True)
 def vu_slide_cycles(n0: int, n1: int, planes: int, step_w: int, step_h: int, win_h: int, win_w: int,
                     d_bytes: int, b_bytes: int, b_per_plane: bool, fadd: bool, bytes_per_cycle: int,
                     latency: int) -> int:
     """Cycles of the sliding-window engine: each plane's input bytes once, each output's d once and b once an
-    output (once a plane when b is one count a plane), or, for the float form, one window element per lane
-    and cycle if that is more."""
+    output (once a plane when b is one count a plane), or, for the float form, its adds (each window element
+    but the first, which loads the lane's sum) over SLIDE_FADDERS adders a lane if that is more."""
     n_out = n0 * n1 * planes
     stream = planes * slide_span(n1, step_h, win_h) * slide_span(n0, step_w, win_w) + n_out * d_bytes
     stream += planes * b_bytes if b_per_plane else n_out * b_bytes
-    adds = n_out * win_h * win_w if fadd else 0
+    adds = (n_out * (win_h * win_w - 1) + SLIDE_FADDERS - 1) // SLIDE_FADDERS if fadd else 0
     work = stream if stream > adds else adds
     return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
 

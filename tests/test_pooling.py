@@ -147,20 +147,108 @@ def test_float_average_on_the_engine_equals_onnxruntime(case, seed, count_includ
     np.testing.assert_array_equal(run(kernel, x), want)
 
 
+F32_SCALES = dict(scale_x=np.float32(0.05), scale_out=np.float32(0.03), zp_out=-4)
+
+
 @pytest.mark.parametrize("make", [
     lambda s: ops.avg_pool2d(s, 3, 1, 1, count_include_pad=False, x_zp=3),
     lambda s: ops.sum_pool2d(s, 3, 1),
-    lambda s: ops.avg_pool2d(s, 3, 1, 1, x_zp=2, scale_x=np.float32(0.05), scale_out=np.float32(0.03), zp_out=-4),
-], ids=["avg", "sum", "float avg"])
+    lambda s: ops.avg_pool2d(s, 3, 1, 1, x_zp=2, **F32_SCALES),
+    lambda s: ops.avg_pool2d(s, 3, 1, 1, count_include_pad=False, x_zp=2, **F32_SCALES),
+], ids=["avg, padding not counted", "sum", "float avg", "float avg, padding not counted"])
 def test_every_removed_wait_is_caught_on_the_engine(make):
     """Each semaphore wait of a kernel on the sliding-window engine, removed (with and without its signal):
-    every mutant stops with a data race or a deadlock."""
+    every mutant stops with a data race or a deadlock.  The averages that do not count padding run their
+    windows without padding and the border bands as separate commands."""
     from tests.test_sync_mutation import kill_all
     x = rand8(np.random.default_rng(5), (1, 24, 14, 15))
     op = make(x.shape)
     kernel = build(op)
     assert "vu.slide." in kernel.asm
+    assert (ONE_COUNT in kernel.asm) == (op.mode == "avg" and not op.count_include_pad)
     kill_all(kernel, [x], f"{op.kind} on the sliding-window engine")
+
+
+# ---------------------------------------------------------------- averages that do not count padding
+
+ONE_COUNT = "windows without padding, one count"
+"""The comment of a tile's command over its windows without padding (PoolLowering._windows)."""
+
+
+def _lowering(op, **kw):
+    from compiler.ir import Buffer
+    from compiler.lowering.vu import PoolLowering
+    from nnpsim.config import Config
+    x = Buffer("x", "ddr", 1)
+    return PoolLowering(op, x, x, Config().validate(), "L", **kw)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(pools(), st.integers(1, 8))
+def test_full_windows_are_the_windows_without_padding(case, th):
+    """PoolLowering.full_windows: in every tile, exactly the outputs whose real count is the whole window."""
+    from compiler.semantics import real_counts
+    k, stride, pad, shape = case
+    op = ops.avg_pool2d(shape, k, stride, pad, False)
+    full = real_counts(shape[2], shape[3], k, stride, pad) == k[0] * k[1]
+    low = _lowering(op)
+    oh, ow = op.out_hw
+    for oh0 in range(0, oh, th):
+        rows = min(th, oh - oh0)
+        (r0, r1), (j0, j1) = low.full_windows(oh0, rows)
+        got = np.zeros((rows, ow), bool)
+        got[r0:max(r0, r1), j0:max(j0, j1)] = True
+        np.testing.assert_array_equal(got, full[oh0:oh0 + rows], err_msg=f"tile at row {oh0}")
+
+
+def _outputs(cmd) -> list[int]:
+    """Byte offsets in d of every output a VU command writes."""
+    n, st_ = cmd.n, cmd.d_stride
+    return [cmd.d.offset + i0 * st_[0] + i1 * st_[1] + i2 * st_[2] + i3 * st_[3]
+            for i3 in range(n[3]) for i2 in range(n[2]) for i1 in range(n[1]) for i0 in range(n[0])]
+
+
+@pytest.mark.parametrize("float_form", [False, True])
+@pytest.mark.parametrize("shape, k, stride, pad", [
+    ((1, 37, 23, 19), 3, 1, 1),
+    ((2, 20, 17, 30), (3, 2), (2, 1), (1, 0, 2, 1)),
+    ((1, 64, 28, 28), 3, 1, 1),
+    ((1, 9, 35, 35), 3, 2, 1),
+])
+def test_windows_without_padding_take_one_count(shape, k, stride, pad, float_form):
+    """An average that does not count padding, on the engine: each tile's commands cover its outputs once,
+    the ones over windows without padding read one count (b strides 0) that is the whole window, and the
+    kernel equals the model (and, the float form, onnxruntime) bit for bit, with race checking."""
+    rng = np.random.default_rng(sum(shape))
+    x = rand8(rng, shape)
+    f = dict(scale_x=np.float32(0.07), scale_out=np.float32(0.02), zp_out=-9) if float_form else {}
+    op = ops.avg_pool2d(shape, k, stride, pad, False, -5, **f)
+    low = _lowering(op)
+    ow, tiles = op.out_hw[1], low.tiles()
+    steps = low.steps()[-len(tiles):]
+    split = 0
+    for (_, c0, oh0), step in zip(tiles, steps):
+        cc, th = min(low.cc, shape[1] - c0), min(low.th, op.out_hw[0] - oh0)
+        cmds = [c for c in step.compute if getattr(c, "mnemonic", "").startswith("vu.slide.")]
+        assert sorted(o for c in cmds for o in _outputs(c)) == list(range(cc * th * ow))
+        whole = [c for c in cmds if ONE_COUNT in c.comment]
+        first_row = oh0 * ow if low.tile_counts else 0
+        for c in whole:
+            assert c.b_stride == (0, 0, 0, 0)
+            assert low.div.data.reshape(-1)[first_row + c.b.offset // 4] == op.kernel[0] * op.kernel[1]
+        split += bool(whole)
+    assert split, "no tile ran its windows without padding on one count"
+    kernel = build(op)
+    assert ONE_COUNT in kernel.asm
+    want = op.reference(x)
+    np.testing.assert_array_equal(run(kernel, x), want)
+    if float_form:
+        kk = [k, k] if isinstance(k, int) else list(k)
+        ss = [stride, stride] if isinstance(stride, int) else list(stride)
+        pp = [pad] * 4 if isinstance(pad, int) else list(pad)
+        ort = qlinear_pool("QLinearAveragePool", x, f["scale_x"], -5, f["scale_out"], f["zp_out"],
+                           kernel_shape=kk, strides=ss, pads=pp, count_include_pad=0)
+        np.testing.assert_array_equal(want, ort)
 
 
 @pytest.mark.parametrize("engine", ["vu.pool.avg", "vu.slide.avg"])

@@ -533,6 +533,53 @@ class PoolLowering:
         return Vu(mnemonic, out, inp, None, "i32", "i8", 0, n3, (4, 4 * ow, 4 * th * ow), a_st, **win,
                   unit=self.vu, comment=f"{self.name}: window sum{engine}")
 
+    def full_windows(self, oh0: int, th: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(rows, columns) of the tile's outputs whose windows hold no padding, as ranges [lo, hi) relative
+        to the tile (empty when lo >= hi)."""
+        op = self.op
+        _, _, h, w = op.x_shape
+        t, l, _, _ = op.padding
+        (kh, kw), (sh, sw), (oh, ow) = op.kernel, op.stride, op.out_hw
+
+        def full(pad: int, size: int, k: int, step: int, n: int) -> tuple[int, int]:
+            return -(-pad // step), min(n, (size + pad - k) // step + 1) if size + pad >= k else 0
+
+        (i0, i1), (j0, j1) = full(t, h, kh, sh, oh), full(l, w, kw, sw, ow)
+        return (min(max(i0 - oh0, 0), th), min(max(i1 - oh0, 0), th)), (j0, j1)
+
+    def _windows(self, out: Ref, inp: Ref, counts: Ref | None, cc: int, oh0: int, th: int) -> list[Vu]:
+        """A tile's window commands: one, or, for an average whose per-position counts (four bytes an
+        output) would cost the sliding-window engine more than the windows' input, the windows without
+        padding on one count read once a plane and the border bands on the table, when the cost model
+        prices that lower."""
+        whole = self._window(self.engine, out, inp, counts, cc, th)
+        if counts is None or self.op.count_include_pad or self.engine not in SLIDE_OF.values():
+            return [whole]
+        (r0, r1), (j0, j1) = self.full_windows(oh0, th)
+        if r0 >= r1 or j0 >= j1:
+            return [whole]
+        ow = self.op.out_hw[1]
+        bands = [((0, r0), (0, ow)), ((r1, th), (0, ow)), ((r0, r1), (0, j0)), ((r0, r1), (j1, ow))]
+        cmds = [self._rect(whole, (r0, r1), (j0, j1), one_count=True)]
+        cmds += [self._rect(whole, rows, cols, one_count=False) for rows, cols in bands
+                 if rows[0] < rows[1] and cols[0] < cols[1]]
+        cheaper = sum(vu_cycles(c, self.cfg) for c in cmds) < vu_cycles(whole, self.cfg)
+        return cmds if cheaper else [whole]
+
+    def _rect(self, whole: Vu, rows: tuple[int, int], cols: tuple[int, int], one_count: bool) -> Vu:
+        """The tile's window command cut to output rows x columns [lo, hi); one_count: every window there is
+        whole, so its first count serves them all (b strides 0: read once a plane)."""
+        (r0, r1), (j0, j1) = rows, cols
+        ow = self.op.out_hw[1]
+        sh, sw = self.op.stride
+        at = r0 * ow + j0
+        where = ("windows without padding, one count" if one_count
+                 else f"border rows {r0}..{r1 - 1} columns {j0}..{j1 - 1}")
+        return dataclasses.replace(
+            whole, d=whole.d + at * whole.d_stride[0], a=whole.a + r0 * sh * self.iw + j0 * sw,
+            b=whole.b + at * whole.b_stride[0], n=(j1 - j0, r1 - r0, whole.n[2], whole.n[3]),
+            b_stride=(0, 0, 0, 0) if one_count else whole.b_stride, comment=f"{whole.comment}: {where}")
+
     def _tile(self, ni: int, c0: int, cc: int, oh0: int, th: int) -> Step:
         op, iw = self.op, self.iw
         n, c, h, w = op.x_shape
@@ -558,7 +605,7 @@ class PoolLowering:
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         counts = self._counts(s, oh0, th) if self.div is not None else None      # an average's divisors
-        s.compute.append(self._window(self.engine, Ref(out), Ref(inp), counts, cc, th))
+        s.compute.extend(self._windows(Ref(out), Ref(inp), counts, cc, oh0, th))
         rb = self.slot_bytes
         if self.global_f32:
             n = op.x_shape[2] * op.x_shape[3]
