@@ -6,8 +6,8 @@ Building it:
 
   sample     the graph at the low end of every range, at the high end, and with one dim at a time
              high: the same nodes with the same parameters, only the shapes differ
-  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride 2**s
-             makes ((h + add) >> s) + 1 of its input's h, a Dim of its own in the argument block
+  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride s
+             makes (h + add) // s + 1 of its input's h, a Dim of its own in the argument block
              (the host writes it; the simulator checks it against its parent before a run)
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
@@ -29,7 +29,7 @@ import numpy as np
 
 from nnpsim.config import Config
 
-from .dims import Dim, DynamicOp, at, infer_values
+from .dims import Dim, DynamicOp, at, axis_rule, check_divisor, infer_values, window_out
 from .errors import CompileError
 from .ops import Conv2d, Elementwise, Pool2d
 
@@ -135,18 +135,18 @@ class _Shapes:
 
     def __init__(self, dims: tuple[Dim, ...]):
         self.dims = list(dims)
-        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, shift)
+        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, stride)
         self._by_rule: dict[tuple[str, int, int], Dim] = {}
 
-    def window(self, d, add: int, shift: int, where: str):
-        """The axis ((d + add) >> shift) + 1 of a window op: a size, d itself, or a derived Dim."""
+    def window(self, d, add: int, stride: int, where: str):
+        """The axis (d + add) // stride + 1 of a window op: a size, d itself, or a derived Dim."""
         if not isinstance(d, Dim):
-            return ((d + add) >> shift) + 1
-        if (add, shift) == (-1, 0):
+            return window_out(d, add, stride)
+        if (add, stride) == (-1, 1):
             return d
-        key = (d.name, add, shift)
+        key = (d.name, add, stride)
         if key not in self._by_rule:
-            lo, hi = ((d.lo + add) >> shift) + 1, ((d.hi + add) >> shift) + 1
+            lo, hi = window_out(d.lo, add, stride), window_out(d.hi, add, stride)
             if d.lo + add < 0:
                 raise CompileError(f"{where}: its output is empty at {d.name} = {d.lo}; raise the range's low end")
             name = f"{d.name}_{sum(k[0] == d.name for k in self._by_rule) + 1}"
@@ -159,16 +159,11 @@ class _Shapes:
     def values(self, base: dict[str, int]) -> dict[str, int]:
         """base values with every derived dim's value added."""
         out = dict(base)
-        for name, (parent, add, shift) in self.derived.items():
-            out[name] = ((out[parent] + add) >> shift) + 1
+        for name, (parent, add, stride) in self.derived.items():
+            out[name] = window_out(out[parent], add, stride)
         return out
 
 
-def _log2(where: str, what: str, v: int) -> int:
-    if v & (v - 1):
-        raise CompileError(f"{where}: {what} = {v} is not a power of two (a dynamic network's sizes are "
-                           f"computed with shifts; the CU has no divide)")
-    return v.bit_length() - 1
 
 
 def output_shape(node, x, shapes: _Shapes) -> tuple:
@@ -177,15 +172,15 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
     if isinstance(op, Conv2d):
         (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
         ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, _log2(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - ekw, _log2(where, "stride", op.stride[1]), where))
+        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, check_divisor(where, "stride", op.stride[0]), where),
+                shapes.window(x[3], l + r - ekw, check_divisor(where, "stride", op.stride[1]), where))
     if isinstance(op, Pool2d):
         if op.mode == "avg" and (op.is_float or not op.count_include_pad):
             raise CompileError(f"{where}: a float-form or count_include_pad=False average pool has no dynamic "
                                f"lowering yet (max, sum and integer average pools have)")
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
-        return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
+        return (x[0], x[1], shapes.window(x[2], t + b - kh, check_divisor(where, "stride", op.stride[0]), where),
+                shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
     if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
         return x
     raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
@@ -375,7 +370,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
              for v in list(g.inputs) + list(g.outputs)}
-    derived = " ".join(f"{k}={a}:{b}:{c}" for k, (a, b, c) in p.derived.items())
+    derived = " ".join(f"{k}={axis_rule(a, b, c)}" for k, (a, b, c) in p.derived.items())
     blob = _graph_buffer(meta)
     asm, files = link(programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)

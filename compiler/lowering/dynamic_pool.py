@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from nnpsim.config import Config, shape_target
 
-from ..dims import Dim, DynamicOp
+from ..dims import Dim, DynamicOp, check_divisor
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis, _log2,
-                      axis_name, ddr_io, drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis,
+                      axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
@@ -80,13 +80,13 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     big: Pool2d = op.largest
     n, c, h, w = op.x_shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
-    lsh, lsw = _log2("stride height", sh), _log2("stride width", sw)
+    check_divisor(f"dynamic {op.kind}", "stride height", sh), check_divisor(f"dynamic {op.kind}", "stride width", sw)
     _, _, h_max, w_max = big.x_shape
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", f"; {th} output rows per tile; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, lsh),
-                                                   _axis(w, pl + pr - kw, lsw)])]
+    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, sh),
+                                                   _axis(w, pl + pr - kw, sw)])]
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
@@ -108,10 +108,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
         i(f"la      {T[0]}, pool_div")
         i(f"li      {T[1]}, {2 * set_bytes(op, th)}")
         i(f"dma     ch0, vbuf0[{T[1]}], ddr[{T[0]}]")
-    for reg, src, add, shift in ((ROH, RH, pt + pb - kh, lsh), (ROW, RW, pl + pr - kw, lsw)):
-        i(f"addi    {reg}, {src}, {add}")
-        i(f"srai    {reg}, {reg}, {shift}")
-        i(f"addi    {reg}, {reg}, 1")
+    emit_out_size(i, ROH, RH, pt + pb - kh, sh, T[0])
+    emit_out_size(i, ROW, RW, pl + pr - kw, sw, T[0])
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
