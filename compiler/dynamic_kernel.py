@@ -88,6 +88,12 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     merged: list[DynamicOp] = []
     for o in ops:         # a relu / clip goes into the output range of the conv, add or mul before it
         both = folded(merged[-1], o) if merged and o.kind in ("relu", "clip") else None
+        if both is None and o.kind in ("relu", "clip") and len(merged) > 1 and merged[-1].kind == "max_pool2d":
+            # or before a max pool (a monotone clamp commutes with max; the pool's padding never wins)
+            both = folded(merged[-2], o)
+            if both is not None:
+                merged[-2] = both
+                continue
         if both is not None:
             merged[-1] = both
         else:

@@ -16,6 +16,7 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp, check_divisor
 from ..errors import CompileError
 from ..ops import Pool2d
+from ..quant import f32_bits
 from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis,
                       axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile, target_notes)
 
@@ -49,9 +50,18 @@ def out_bytes(op: DynamicOp) -> int:
 
 def pad_value(op: DynamicOp) -> int:
     """What the padding holds: -128 for max (never wins), 0 for sums, x_zp for averages (onnxruntime's
-    count_include_pad=1 counts it as a real x_zp)."""
+    count_include_pad=1 counts it as a real x_zp; the float form subtracts x_zp, so it adds 0), 0 for an
+    integer average over the real elements only."""
     big: Pool2d = op.largest
-    return {"max": -128, "sum": 0, "avg": big.x_zp}[big.mode]
+    avg = big.x_zp if big.count_include_pad or big.is_float else 0
+    return {"max": -128, "sum": 0, "avg": avg}[big.mode]
+
+
+def per_position(op: DynamicOp) -> bool:
+    """Does each output divide by its own count (count_include_pad=False)?  The counts change with the
+    shape: each tile pools a plane of ones (padding 0) into them on the VU."""
+    big: Pool2d = op.largest
+    return big.mode == "avg" and not big.count_include_pad
 
 
 def set_bytes(op: DynamicOp, th: int) -> int:
@@ -59,7 +69,9 @@ def set_bytes(op: DynamicOp, th: int) -> int:
     big: Pool2d = op.largest
     _, c, _, w_max = big.x_shape
     (kh, _), (sh, _), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
-    return -(-(c * ((th - 1) * sh + kh) * (w_max + pl + pr) + c * th * big.out_hw[1] * out_bytes(op) + 3) // 64) * 64
+    rows, ow = (th - 1) * sh + kh, big.out_hw[1]
+    counts = rows * (w_max + pl + pr) + 4 + th * ow * 4 if per_position(op) else 0     # ones, their window sums
+    return -(-(c * rows * (w_max + pl + pr) + c * th * ow * out_bytes(op) + 3 + counts) // 64) * 64
 
 
 def fixed_params(em: Emit, op: DynamicOp) -> None:
@@ -73,6 +85,10 @@ def fixed_params(em: Emit, op: DynamicOp) -> None:
     for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
                  ("d_stride0", out_bytes(op)), ("b_stride0", 0), ("b_stride1", 0), ("b_stride2", 0)):
         em.i(f"setpi   vu.{p}, {v}")
+    if big.is_float:         # vu.pool.favg: sum(sx * (x - x_zp)) / count / sy + zp_out, as onnxruntime
+        for p, v in (("za", big.x_zp), ("fscale", f32_bits(big.scale_x)), ("fscale_b", f32_bits(big.scale_out)),
+                     ("zp_out", big.zp_out), ("lo", -128), ("hi", 127)):
+            em.i(f"setpi   vu.{p}, {v}")
 
 
 def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
@@ -92,15 +108,19 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
           f"        .buffer y, {big.output.dtype}, ({', '.join(map(str, big.output.shape))},)",
           f"        .space {big.output.nbytes}"]
-    if big.mode == "avg":
+    if big.mode == "avg" and not per_position(op):
         L += ["        .align 64", "pool_div:                               ; the window size (count_include_pad)",
               f"        .word {kh * kw}"]
+    if per_position(op):
+        L += ["        .align 64", "pool_ones:                              ; one row of ones: a tile's counts",
+              f"        .space {w_max}, 1"]
     L += ["", "        .text", "main:", "        la      r1, args"]
     em = Emit(L)
     e, i = em.e, em.i
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
-    if big.mode == "avg":        # the divisor into VBUF after the two sets, ahead of the first load on ch0
+    if big.mode == "avg" and not per_position(op):  # the divisor into VBUF after the two sets, ahead of the
+                                                    # first load on ch0
         for p, v in (("elem", 4), ("pad_value", 0), ("size0", 1), ("src_stride0", 4), ("dst_stride0", 4)) + tuple(
                 (f"{q}{k}", 1 if q == "size" else 0) for k in (1, 2, 3) for q in ("size", "src_stride", "dst_stride")) \
                 + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi")):
@@ -156,6 +176,9 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     i(f"mul     {plane}, {rows}, {RWP}")              # one channel's input rows in VBUF
     i(f"muli    {outb}, {plane}, {c}")
     i(f"add     {outb}, {outb}, {inb}")
+    if per_position(op):                            # a plane of ones after the input: [rows][w padded]
+        i(f"addi    {T[11]}, {outb}, 0")
+        i(f"add     {outb}, {outb}, {plane}")
     if out_bytes(op) > 1:                           # int32 sums: aligned
         i(f"addi    {outb}, {outb}, 3")
         i(f"andi    {outb}, {outb}, -4")
@@ -164,6 +187,14 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     for p, v in (("size0", RWP), ("size1", rows), ("src_stride1", RW), ("dst_stride1", RWP), ("pad_lo1", plo),
                  ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
         i(f"setp    dma.{p}, {v}, 0")
+    if per_position(op):
+        e("        ; ones where the tile's input is real, 0 in its padding (one row of ones, read rows times)")
+        for p, v in (("src_stride1", 0), ("size2", 1), ("pad_value", 0)):
+            i(f"setpi   dma.{p}, {v}")
+        i(f"la      {T[0]}, pool_ones")
+        i(f"dma     ch0, vbuf0[{T[11]}], ddr[{T[0]}]")
+        i(f"setp    dma.src_stride1, {RW}, 0")
+        i(f"setpi   dma.pad_value, {pad_value(op)}")
     i(f"setpi   dma.size2, {c}")
     i("setpi   dma.pad_lo2, 0")
     i("setpi   dma.pad_hi2, 0")
@@ -172,6 +203,23 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     ob = out_bytes(op)
     i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
     i(f"muli    {T[0]}, {RWP}, {sh}")
+    load_wait = f"wait={S_LOAD}, "
+    if per_position(op):
+        e("        ; each output's count of real elements: the window sums of the ones, int32 after the output")
+        cnt, row4 = T[5], T[2]
+        i(f"muli    {cnt}, {T[10]}, {c}")
+        i(f"add     {cnt}, {cnt}, {outb}")
+        i(f"addi    {cnt}, {cnt}, 3")
+        i(f"andi    {cnt}, {cnt}, -4")
+        i(f"slli    {row4}, {ROW}, 2")
+        for p, v in (("n0", ROW), ("n1", RTH), ("d_stride1", row4), ("a_stride1", T[0]), ("win_stride_h", RWP)):
+            i(f"setp    vu.{p}, {v}, 0")
+        for p, v in (("n2", 1), ("d_stride0", 4), ("b_stride0", 4), ("b_stride2", 0)):
+            i(f"setpi   vu.{p}, {v}")
+        i(f"vu.pool.acc vu0, {cnt}, {T[11]}, {load_wait.rstrip(', ')}")
+        i("setpi   vu.d_stride0, 1")
+        i(f"setp    vu.b_stride1, {row4}, 0")
+        load_wait = ""                              # the VU runs its commands in order: after the counts
     if ob > 1:
         i(f"muli    {T[11]}, {ROW}, {ob}")
         i(f"muli    {T[5]}, {T[10]}, {ob}")
@@ -183,9 +231,10 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
         i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     elif big.mode == "sum":
         i(f"vu.pool.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
-    else:                                           # the window size, one int32 word every output reads
-        i(f"li      {T[11]}, {div_at}")
-        i(f"vu.pool.avg vu0, {outb}, {inb}, {T[11]}, wait={S_LOAD}, signal={S_VU}")
+    else:           # b: the counts, or the window size (one int32 word every output reads)
+        if not per_position(op):
+            i(f"li      {T[5]}, {div_at}")
+        i(f"vu.pool.{'favg' if big.is_float else 'avg'} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
     io.dst(em, src, T[0])
     if ob > 1:                                      # int32 sums: strides in bytes
@@ -210,9 +259,13 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
 def lower_pool(op: DynamicOp, cfg: Config):
     """A dynamic max, sum or average pool's (assembly, .incbin files, None)."""
     big: Pool2d = op.largest
-    if big.mode == "avg" and (big.is_float or not big.count_include_pad):
-        raise CompileError(f"dynamic {op.kind}: only the integer form with count_include_pad=True so far (the "
-                           f"float form and per-position counts are not supported yet)")
+    if big.mode == "avg" and big.is_float and not any(big.padding):
+        (kh, kw), (_, _, h, w) = big.kernel, op.x_shape
+        lo_hi = [(d.lo, d.hi) if isinstance(d, Dim) else (d, d) for d in (h, w)]
+        if all(lo <= k <= hi for k, (lo, hi) in zip((kh, kw), lo_hi)):
+            raise CompileError(f"dynamic {op.kind}: at {kh}x{kw} the {kh}x{kw} window is the whole plane, which "
+                               f"onnxruntime averages with QLinearGlobalAveragePool's other rounding; pad it or "
+                               f"narrow the range to exclude that shape")
     th = tile_rows(op, cfg)
     asm = program_text(op, cfg, th)
     return fold_channels(asm, cfg.dma_channels), {}, None
