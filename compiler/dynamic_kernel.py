@@ -132,8 +132,9 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
+        from .lowering.dynamic_global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = lower_pool(op, config)
+        asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Elementwise):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)
