@@ -175,9 +175,8 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
         return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, check_divisor(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - ekw, check_divisor(where, "stride", op.stride[1]), where))
     if isinstance(op, Pool2d):
-        if op.mode == "avg" and (op.is_float or not op.count_include_pad):
-            raise CompileError(f"{where}: a float-form or count_include_pad=False average pool has no dynamic "
-                               f"lowering yet (max, sum and integer average pools have)")
+        if _global(op):                     # its window is the plane, whatever the plane's size
+            return (x[0], x[1], 1, 1)
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
         return (x[0], x[1], shapes.window(x[2], t + b - kh, check_divisor(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
@@ -187,9 +186,18 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
                        f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
 
 
+def _global(op) -> bool:
+    """Is op a global average pool (its window, and so its stride, the plane: they follow the shape)?"""
+    return isinstance(op, Pool2d) and op.mode == "avg" and op.is_global
+
+
 def _retarget(op, shape):
-    """op over another input shape (every other parameter kept)."""
-    return dataclasses.replace(op, shape=shape) if isinstance(op, Elementwise) else dataclasses.replace(op, x_shape=shape)
+    """op over another input shape (every other parameter kept; a global pool's window is the new plane)."""
+    if isinstance(op, Elementwise):
+        return dataclasses.replace(op, shape=shape)
+    if _global(op):
+        return dataclasses.replace(op, x_shape=shape, kernel=tuple(shape[2:]), stride=tuple(shape[2:]))
+    return dataclasses.replace(op, x_shape=shape)
 
 
 def _same_parameters(a, b) -> bool:
@@ -197,7 +205,7 @@ def _same_parameters(a, b) -> bool:
     if type(a) is not type(b):
         return False
     for f in dataclasses.fields(a):
-        if f.name in ("shape", "x_shape"):
+        if f.name in ("shape", "x_shape") or (f.name in ("kernel", "stride") and _global(a) and _global(b)):
             continue
         u, v = getattr(a, f.name), getattr(b, f.name)
         if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
