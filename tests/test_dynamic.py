@@ -687,3 +687,33 @@ def test_a_relu_after_a_max_pool_goes_into_the_conv_before_the_pool():
             chain[1].static({"n": s[0], "h": s[2], "w": s[3]}).reference(c.reference(x)))
         np.testing.assert_array_equal(kern(x, check_races=True), ref)
         np.testing.assert_array_equal(unfused(x, check_races=True), ref)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 300), float_form=st.booleans(),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_global_average_pool_bit_exact_across_the_range(seed, c, float_form, draws):
+    """The window is the actual plane: integer form divided by h * w (counted by the VU), float form by
+    QLinearGlobalAveragePool's factor for that plane size."""
+    rng = np.random.default_rng(seed)
+    floats = dict(scale_x=np.float32(rng.uniform(0.01, 0.2)), scale_out=np.float32(rng.uniform(0.01, 0.2)),
+                  zp_out=int(rng.integers(-20, 20))) if float_form else {}
+    op = ops.global_avg_pool2d((Dim("n", 1, 2), c, Dim("h", 1, 20), Dim("w", 1, 20)),
+                               x_zp=int(rng.integers(-128, 128)), **floats)
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, 1 + round(19 * fh), 1 + round(19 * fw)))
+        y = kern(x, check_races=True)
+        assert y.shape == x.shape[:2] + (1, 1)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+@pytest.mark.parametrize("float_form", [False, True])
+def test_removing_any_wait_of_a_dynamic_global_average_pool_is_caught(float_form):
+    rng = np.random.default_rng(46)
+    floats = dict(scale_x=np.float32(0.03), scale_out=np.float32(0.05), zp_out=1) if float_form else {}
+    op = ops.global_avg_pool2d((Dim("n", 1, 3), 700, Dim("h", 2, 40), Dim("w", 2, 40)), x_zp=6, **floats)
+    kern = compiler.build(op)
+    x = rand8(rng, (3, 700, 37, 29))                       # several channel tiles, a remainder, three images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    _kill_every_wait(kern, {"x": x}, at_least=3)
