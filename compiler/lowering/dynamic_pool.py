@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from nnpsim.config import Config, shape_target
 
-from ..dims import Dim, DynamicOp, check_divisor
+from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
@@ -21,7 +21,9 @@ from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RT
                       axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
-SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
+SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
+MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
+CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
 
 
@@ -55,6 +57,86 @@ def pad_value(op: DynamicOp) -> int:
     big: Pool2d = op.largest
     avg = big.x_zp if big.count_include_pad or big.is_float else 0
     return {"max": -128, "sum": 0, "avg": avg}[big.mode]
+
+
+def window_engine(op: DynamicOp, cfg: Config, th: int) -> str:
+    """"slide" if a summing pool's windows fit the sliding-window engine at the largest width and it is
+    cheaper there for a full tile (it reads each input byte once, however much the windows overlap), else
+    "pool" (the accumulators; a max pool has only those)."""
+    from nnpsim.timing import slide_span, vu_pool_cycles, vu_slide_cycles
+    from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
+
+    big: Pool2d = op.largest
+    if big.mode == "max":
+        return "pool"
+    c, ow = big.x_shape[1], big.out_hw[1]
+    (kh, kw), (sh, sw) = big.kernel, big.stride
+    cols = slide_span(ow, sw, kw)
+    if cols > SLIDE_MAX_COLS or kh * cols > SLIDE_LINE_BYTES:
+        return "pool"
+    d, b = out_bytes(op), 0 if big.mode == "sum" else 4
+    bpc, lat = cfg.vu_bytes_per_cycle, cfg.vu_latency
+    pool = vu_pool_cycles(c * th * ow, kh * kw, d, 1, b, bpc, lat)
+    slide = vu_slide_cycles(ow, th, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float, bpc, lat)
+    return "slide" if slide < pool else "pool"
+
+
+def _stages(op: DynamicOp, cfg: Config, engine: str, rows: int, w: int) -> tuple[int, int, int]:
+    """(load, VU, store) cycles of a tile of `rows` output rows at input width w, each on its own."""
+    from nnpsim.timing import dma_cycles, vu_pool_cycles, vu_slide_cycles
+
+    big: Pool2d = op.largest
+    c = big.x_shape[1]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    ow = window_out(w, pl + pr - kw, sw)
+    rin, d = (rows - 1) * sh + kh, out_bytes(op)
+    ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
+    ones = rin * w if per_position(op) else 0
+    load = dma_cycles(c * rin * w + ones, *ddr, *vbuf)
+    b = 0 if big.mode in ("max", "sum") else 4
+    if engine == "slide":
+        vu = vu_slide_cycles(ow, rows, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float,
+                             cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    else:
+        vu = vu_pool_cycles(c * rows * ow, kh * kw, d, 1, b, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    if per_position(op):
+        vu += vu_pool_cycles(rows * ow, kh * kw, 4, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    return load, vu, dma_cycles(c * rows * ow * d, *vbuf, *ddr)
+
+
+def price(op: DynamicOp, cfg: Config, engine: str, th: int, oh: int, w: int) -> int:
+    """Predicted cycles of one image of oh output rows at width w in tiles of th rows: the first tile's
+    load, then per further tile the busiest of its load channel, the VU, its store channel, the DDR port
+    (loads and stores share it), the CU and the two-set ring (half of a tile's load, pooling, store and
+    set-up), then the last tile's pooling and store."""
+    k, last = -(-oh // th), oh - (-(-oh // th) - 1) * th
+    full, rest = _stages(op, cfg, engine, th, w), _stages(op, cfg, engine, last, w)
+    port = full[0] + full[2]
+    ring = (sum(full) + CU_TILE + 1) // 2       # two sets: tile k+2's load follows tile k's store
+    step = max(full[0], full[1], full[2], port, ring, CU_TILE)
+    return CU_TILE + full[0] + (k - 1) * step + rest[1] + rest[2]
+
+
+def rows_table(op: DynamicOp, cfg: Config, engine: str, th_max: int) -> tuple[int, list[int]] | None:
+    """(first input height, rows per tile for each input height of the range), each the cheapest by
+    `price` among th = ceil(oh / k), k = 1..16, at the width on the range's diagonal (w from its low to its
+    high end as h goes); None for a summing pool or a range of more than MAX_TABLE heights.  The price
+    ranks tile heights as measured for max pools (bound by the VU and the per-tile costs); for summing
+    pools it undercounts what each extra tile costs on DDR, and two tiles an image measured best at every
+    size (benchmarks/dynamic.py, docs/performance.md)."""
+    big: Pool2d = op.largest
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    h_lo, h_hi = op.smallest.x_shape[2], big.x_shape[2]
+    w_lo, w_hi = op.smallest.x_shape[3], big.x_shape[3]
+    if big.mode != "max" or h_hi - h_lo + 1 > MAX_TABLE:
+        return None
+    table = []
+    for h in range(h_lo, h_hi + 1):
+        w = w_lo + (h - h_lo) * (w_hi - w_lo) // max(1, h_hi - h_lo)
+        oh = window_out(h, pt + pb - kh, sh)
+        options = sorted({min(th_max, -(-oh // k)) for k in range(1, min(oh, 16) + 1)})
+        table.append(min(options, key=lambda th: price(op, cfg, engine, th, oh, w)))
+    return h_lo, table
 
 
 def per_position(op: DynamicOp) -> bool:
@@ -114,6 +196,11 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     if per_position(op):
         L += ["        .align 64", "pool_ones:                              ; one row of ones: a tile's counts",
               f"        .space {w_max}, 1"]
+    engine = window_engine(op, cfg, th)
+    table = rows_table(op, cfg, engine, th)          # max pools; two tiles an image for the others
+    if table is not None:
+        L += ["        .align 64", f"pool_rows:                              ; rows per tile by input height from "
+                                    f"{table[0]}", *(f"        .word {r}" for r in table[1])]
     L += ["", "        .text", "main:", "        la      r1, args"]
     em = Emit(L)
     e, i = em.e, em.i
@@ -134,12 +221,20 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
     fixed_params(em, op)
-    e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores overlap"
-      f" even at small sizes), at most {th} (two sets fit VBUF)")
-    i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
-    i(f"srai    {RMAX}, {RMAX}, {SPLIT_LOG2}")
-    i(f"li      {T[0]}, {th}")
-    i(f"min     {RMAX}, {RMAX}, {T[0]}")
+    if table is not None:
+        e(f"        ; rows per tile for this height (the compiler's table, at most {th}: two sets fit VBUF)")
+        i(f"addi    {T[0]}, {RH}, {-table[0]}")
+        i(f"slli    {T[0]}, {T[0]}, 2")
+        i(f"la      {T[1]}, pool_rows")
+        i(f"add     {T[0]}, {T[0]}, {T[1]}")
+        i(f"ld      {RMAX}, {T[0]}, 0")
+    else:
+        e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores "
+          f"overlap), at most {th} (two sets fit VBUF)")
+        i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
+        i(f"srai    {RMAX}, {RMAX}, {SPLIT_LOG2}")
+        i(f"li      {T[0]}, {th}")
+        i(f"min     {RMAX}, {RMAX}, {T[0]}")
     i(f"li      {RI}, 0")
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
@@ -153,16 +248,18 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th))
+    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th), engine)
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
     L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
 
 
-def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0) -> None:
+def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0,
+              engine: str = "pool") -> None:
     """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB (set_size bytes each from
-    VBUF offset vbuf; an average pool's window size at VBUF div_at)."""
+    VBUF offset vbuf; an average pool's window size at VBUF div_at; a summing pool's windows on
+    vu.<engine>.*: window_engine)."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     c = big.x_shape[1]
@@ -216,7 +313,7 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
             i(f"setp    vu.{p}, {v}, 0")
         for p, v in (("n2", 1), ("d_stride0", 4), ("b_stride0", 4), ("b_stride2", 0)):
             i(f"setpi   vu.{p}, {v}")
-        i(f"vu.pool.acc vu0, {cnt}, {T[11]}, {load_wait.rstrip(', ')}")
+        i(f"vu.{engine}.acc vu0, {cnt}, {T[11]}, {load_wait.rstrip(', ')}")
         i("setpi   vu.d_stride0, 1")
         i(f"setp    vu.b_stride1, {row4}, 0")
         load_wait = ""                              # the VU runs its commands in order: after the counts
@@ -230,11 +327,11 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     if big.mode == "max":
         i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     elif big.mode == "sum":
-        i(f"vu.pool.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+        i(f"vu.{engine}.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     else:           # b: the counts, or the window size (one int32 word every output reads)
         if not per_position(op):
             i(f"li      {T[5]}, {div_at}")
-        i(f"vu.pool.{'favg' if big.is_float else 'avg'} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
+        i(f"vu.{engine}.{'favg' if big.is_float else 'avg'} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
     io.dst(em, src, T[0])
     if ob > 1:                                      # int32 sums: strides in bytes
