@@ -172,8 +172,9 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
     if isinstance(op, Conv2d):
         (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
         ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, check_divisor(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - ekw, check_divisor(where, "stride", op.stride[1]), where))
+        sh, sw = (check_divisor(where, "stride", s) for s in op.stride)
+        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, sh, where),
+                shapes.window(x[3], l + r - ekw, sw, where))
     if isinstance(op, Pool2d):
         if _global(op):                     # its window is the plane, whatever the plane's size
             return (x[0], x[1], 1, 1)

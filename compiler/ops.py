@@ -528,8 +528,8 @@ def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=N
     A compiler.Dim in x_shape makes a DynamicOp whose window is the actual plane (compiler/dims.py)."""
     from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
-        return dynamic_op("global_avg_pool2d", lambda s: global_avg_pool2d(s, x_zp=x_zp, scale_x=scale_x,
-                                                                            scale_out=scale_out, zp_out=zp_out), x_shape)
+        return dynamic_op("global_avg_pool2d", lambda s: global_avg_pool2d(
+            s, x_zp=x_zp, scale_x=scale_x, scale_out=scale_out, zp_out=zp_out), x_shape)
     x_shape = _shape("x_shape", x_shape, 4)
     floats = _avg_floats("global_avg_pool2d", scale_x, scale_out, zp_out)
     return _pool("avg", x_shape, x_shape[2:], None, 0, True, x_zp, **floats)

@@ -74,7 +74,8 @@ class _Geometry:
         self.dh, self.dw = big.dilation
         self.pt, self.pl, self.pb, self.pr = big.padding
         self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
-        check_divisor("dynamic conv2d", "stride height", self.sh), check_divisor("dynamic conv2d", "stride width", self.sw)
+        check_divisor("dynamic conv2d", "stride height", self.sh)
+        check_divisor("dynamic conv2d", "stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
         self.entry = 4 if big.scale is not None else 8    # table bytes per channel: float32 scale, or (M, S)
         # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel

@@ -18,7 +18,8 @@ from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
 from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis,
-                      axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile, target_notes)
+                      axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile,
+                      target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
@@ -87,7 +88,7 @@ def _stages(op: DynamicOp, cfg: Config, engine: str, rows: int, w: int) -> tuple
 
     big: Pool2d = op.largest
     c = big.x_shape[1]
-    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    (kh, kw), (sh, sw), (_, pl, _, pr) = big.kernel, big.stride, big.padding
     ow = window_out(w, pl + pr - kw, sw)
     rin, d = (rows - 1) * sh + kh, out_bytes(op)
     ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
@@ -125,7 +126,7 @@ def rows_table(op: DynamicOp, cfg: Config, engine: str, th_max: int) -> tuple[in
     pools it undercounts what each extra tile costs on DDR, and two tiles an image measured best at every
     size (benchmarks/dynamic.py, docs/performance.md)."""
     big: Pool2d = op.largest
-    (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
+    (kh, _), (sh, _), (pt, _, pb, _) = big.kernel, big.stride, big.padding
     h_lo, h_hi = op.smallest.x_shape[2], big.x_shape[2]
     w_lo, w_hi = op.smallest.x_shape[3], big.x_shape[3]
     if big.mode != "max" or h_hi - h_lo + 1 > MAX_TABLE:
