@@ -139,6 +139,6 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)
     else:
-        raise CompileError(f"dynamic shapes are lowered for conv2d, max_pool2d, add, mul, relu and clip so "
-                           f"far, not {op.kind}")
+        raise CompileError(f"dynamic shapes are lowered for conv2d, max, sum, average and global average "
+                           f"pooling, add, mul, relu and clip so far, not {op.kind}")
     return asm, files, rows

@@ -31,7 +31,7 @@ from nnpsim.config import Config
 
 from .dims import Dim, DynamicOp, at, axis_rule, check_divisor, infer_values, window_out
 from .errors import CompileError
-from .ops import Conv2d, Elementwise, Pool2d
+from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 _RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
              | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
@@ -183,8 +183,33 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
                 shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
     if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
         return x
+    if _flattens_a_point(op, x):             # (n, c, 1, 1) -> (n, c): the same bytes
+        return (x[0], x[1])
+    if isinstance(op, Dense) and len(x) == 2:
+        return (x[0], op.weight.shape[1])
     raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
                        f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
+
+
+def _flattens_a_point(op, x) -> bool:
+    """Is op a reshape of an (n, c, 1, 1) tensor to (n, c) (a Flatten after a global pool)?"""
+    from .graph import Reshape
+
+    return (isinstance(op, Reshape) and len(x) == 4 and tuple(x[2:]) == (1, 1) and not isinstance(x[1], Dim)
+            and tuple(op.out_shape[1:]) == (x[1],))
+
+
+def dense_as_conv(op: DynamicOp) -> DynamicOp:
+    """A dynamic dense [n, K] -> [n, O] as the 1x1 conv over (n, K, 1, 1) it equals (same bytes in and
+    out, same accumulation and requantisation)."""
+    def conv(d: Dense) -> Conv2d:
+        k, o = d.weight.shape
+        return Conv2d(x_shape=(d.x_shape[0], k, 1, 1), weight=np.ascontiguousarray(d.weight.T).reshape(o, k, 1, 1),
+                      bias=d.bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, x_zp=d.x_zp,
+                      multiplier=d.multiplier, shift=d.shift, zp_out=d.zp_out, lo=d.lo, hi=d.hi, scale=d.scale)
+    x = (op.x_shape[0], op.x_shape[1], 1, 1)
+    return DynamicOp("conv2d", x, op.dims, lambda s: conv(op.make(s[:2])), conv(op.largest), conv(op.smallest),
+                     op.names)
 
 
 def _global(op) -> bool:
@@ -194,8 +219,12 @@ def _global(op) -> bool:
 
 def _retarget(op, shape):
     """op over another input shape (every other parameter kept; a global pool's window is the new plane)."""
+    from .graph import Reshape
+
     if isinstance(op, Elementwise):
         return dataclasses.replace(op, shape=shape)
+    if isinstance(op, Reshape):
+        return dataclasses.replace(op, in_shape=shape, out_shape=tuple(shape[:2]))
     if _global(op):
         return dataclasses.replace(op, x_shape=shape, kernel=tuple(shape[2:]), stride=tuple(shape[2:]))
     return dataclasses.replace(op, x_shape=shape)
@@ -263,7 +292,8 @@ def plan(dg: DynamicGraph) -> Plan:
         x = sym[node.inputs[0]]
         make = (lambda op: lambda s: _retarget(op, s))(node.op)
         names = ("a", "b") if len(node.inputs) == 2 else ("x",)
-        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
+        op = DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)
+        ops.append((node, dense_as_conv(op) if isinstance(node.op, Dense) else op))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
 
 
@@ -342,12 +372,16 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
                            f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
-    for _, _, output, _ in p.ops:
-        if output not in buffers:
+    for node, _, output, _ in p.ops:
+        if node.op.kind == "reshape" and output not in g.outputs:      # the same bytes: its input's buffer
+            buffers[output] = buffers[node.inputs[0]]
+        elif output not in buffers:
             buffers[output] = buffer_name(f"t_{output}", used)
     programs, layers = [], []
     for k, run in enumerate(fused_runs(p, cfg)):
         (node, op, _, _), (_, _, output, _) = run[0], run[-1]
+        if buffers[output] == buffers[node.inputs[0]]:          # a flatten: no program
+            continue
         nodes = [n for n, _, _, _ in run]
         try:
             if len(run) > 1:
