@@ -1,13 +1,15 @@
-"""max_pool2d over a range of shapes: one program that reads its sizes from an argument block.
+"""Max, sum and average pooling over a range of shapes: one program that reads its sizes from an argument block.
 
 Per image and tile of output rows (full tiles, then the remainder), one DMA
 loads every channel's input rows with their halo into VBUF as [c][rows][w
-padded] (padding -128, which never wins), one `vu.pool.max` computes the
-tile's [c][rows][w out] and one DMA stores it.  Two buffer sets: tile k+1
-loads while tile k pools and stores; the CU takes tile k-2's store token
-before reusing a set.  The tile height is about a quarter of the output rows
-(the CU computes it from the actual height), at most the largest whose two
-sets fit VBUF at the largest width.
+padded] (padding -128 for max, which never wins), one window command
+(vu.pool.max, or vu.pool.acc / .avg / .favg or their sliding-window forms)
+computes the tile's [c][rows][w out] and one DMA stores it.  An average that
+does not count the padding first pools a plane of ones into per-position
+counts.  Two buffer sets: tile k+1 loads while tile k pools and stores; the
+CU takes tile k-2's store token before reusing a set.  The tile height comes
+from a table by height for a max pool (priced), else is half the output rows,
+at most the largest whose two sets fit VBUF at the largest width.
 """
 from __future__ import annotations
 
