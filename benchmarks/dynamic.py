@@ -9,7 +9,7 @@ For five shapes across the range, the dynamic kernel's simulated cycles and the 
 run, and the binary sizes.  Targets (issue 16): at most 5% more cycles as a geometric mean, at
 most 15% in the worst case.  Run:
 
-    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only]
+    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only] [--pools-only]
 """
 from __future__ import annotations
 
@@ -117,6 +117,8 @@ def other_cases(rng) -> list[tuple]:
     n, h, w = Dim("n", 1, 1), Dim("h", 16, 64), Dim("w", 16, 64)
     sizes = [16, 28, 40, 52, 64]
     add_q = dict(za=3, zb=-2, ma=3 << 20, mb=5 << 20, shift=22, zp_out=1)
+    favg_q = dict(x_zp=-3, scale_x=np.float32(0.05), scale_out=np.float32(0.04), zp_out=2)
+    gavg_q = dict(x_zp=-3, scale_x=np.float32(0.05), scale_out=np.float32(0.02), zp_out=2)
     wt = rng.integers(-20, 21, size=(16, 16, 3, 3))
     conv_q = dict(padding=1, multiplier=rng.integers(2**29, 2**31, size=16), shift=np.full(16, 21))
     chain = lambda shape: (ops.conv2d(shape, wt, **conv_q), ops.relu(shape, 0),         # noqa: E731
@@ -143,6 +145,17 @@ def other_cases(rng) -> list[tuple]:
          lambda s: (ops.max_pool2d(s, 3, 1, 1),), 32, 1, sizes),
         ("max pool 2x2 stride 2, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 2, 2, 0),),
          lambda s: (ops.max_pool2d(s, 2, 2, 0),), 32, 1, sizes),
+        ("max pool 3x3 stride 3, 32 channels, H = W in [16, 64]", (ops.max_pool2d((n, 32, h, w), 3, 3, 0),),
+         lambda s: (ops.max_pool2d(s, 3, 3, 0),), 32, 1, sizes),
+        ("avg pool 3x3 stride 1 (count_include_pad=False), 32 channels, H = W in [16, 64]",
+         (ops.avg_pool2d((n, 32, h, w), 3, 1, 1, False),), lambda s: (ops.avg_pool2d(s, 3, 1, 1, False),), 32, 1,
+         sizes),
+        ("avg pool 3x3 stride 2, float form (QLinearAveragePool), 32 channels, H = W in [16, 64]",
+         (ops.avg_pool2d((n, 32, h, w), 3, 2, 1, **favg_q),), lambda s: (ops.avg_pool2d(s, 3, 2, 1, **favg_q),), 32,
+         1, sizes),
+        ("global avg pool, float form (QLinearGlobalAveragePool), 256 channels, H = W in [16, 64]",
+         (ops.global_avg_pool2d((n, 256, h, w), **gavg_q),), lambda s: (ops.global_avg_pool2d(s, **gavg_q),), 256, 1,
+         sizes),
         ("add, 32 channels, H = W in [16, 64]", (ops.add((n, 32, h, w), **add_q),),
          lambda s: (ops.add(s, **add_q),), 32, 2, sizes),
         ("relu, 32 channels, H = W in [16, 64]", (ops.relu((n, 32, h, w), 0),), lambda s: (ops.relu(s, 0),),
@@ -175,11 +188,12 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one conv layer, then the other ops")
     ap.add_argument("--conv-only", action="store_true", help="the conv layers only")
     ap.add_argument("--chains-only", action="store_true", help="the fused chains only")
+    ap.add_argument("--pools-only", action="store_true", help="the pools only")
     args = ap.parse_args(argv)
-    if args.chains_only:
+    if args.chains_only or args.pools_only:
         ok = True
         for title, dyn_ops, static_ops, c, inputs, sizes in other_cases(np.random.default_rng(1)):
-            if title.startswith("chain"):
+            if title.startswith("chain" if args.chains_only else ("avg", "sum", "max", "global")):
                 geo, worst = report(title, measure_ops(dyn_ops, static_ops, sizes, c, inputs))
                 ok &= geo <= GEOMEAN_TARGET and worst <= WORST_TARGET
         print("\ntargets met" if ok else "\ntargets NOT met")

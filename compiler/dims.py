@@ -45,6 +45,38 @@ class Dim:
         return f"{self.name} in [{self.lo}, {self.hi}]"
 
 
+MAX_STRIDE = 1 << 11       # strides and windows a dynamic size may be divided by (mulhu is exact below it)
+
+
+def window_out(n: int, add: int, stride: int) -> int:
+    """A window op's output size (n + add) // stride + 1 (add = the paddings minus the window)."""
+    return (n + add) // stride + 1
+
+
+def check_divisor(where: str, what: str, v: int) -> int:
+    """v, a stride or window a dynamic size is divided by; CompileError quoting it unless 1 <= v < MAX_STRIDE."""
+    if not 1 <= v < MAX_STRIDE:
+        raise CompileError(f"{where}: {what} = {v} is out of range for a dynamic size (1 to {MAX_STRIDE - 1}: the CU "
+                           f"divides by a constant with mulhu)")
+    return v
+
+
+def reciprocal(stride: int) -> int:
+    """The magic constant m = ceil(2**32 / stride): for 0 <= n < 2**21, floor(n / stride) is the high word
+    of n * m (`mulhu`), exactly, as n * (m * stride - 2**32) < 2**32 (docs/architecture.md)."""
+    if not 2 <= stride < MAX_STRIDE:
+        raise CompileError(f"a dynamic size can be divided by 2 to {MAX_STRIDE - 1}, not by {stride}")
+    return -(-(1 << 32) // stride)
+
+
+def axis_rule(name: str, add: int, stride: int) -> str:
+    """An output axis in a `.target dynamic.*` note: `name:add:shift` (((name + add) >> shift) + 1) for a
+    power-of-two stride, else `name:add:0:stride` (((name + add) // stride) + 1)."""
+    if stride & (stride - 1):
+        return f"{name}:{add}:0:{stride}"
+    return f"{name}:{add}:{stride.bit_length() - 1}"
+
+
 def has_dims(shape) -> bool:
     """True if some entry of shape is a Dim."""
     try:

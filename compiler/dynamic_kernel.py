@@ -88,6 +88,12 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     merged: list[DynamicOp] = []
     for o in ops:         # a relu / clip goes into the output range of the conv, add or mul before it
         both = folded(merged[-1], o) if merged and o.kind in ("relu", "clip") else None
+        if both is None and o.kind in ("relu", "clip") and len(merged) > 1 and merged[-1].kind == "max_pool2d":
+            # or before a max pool (a monotone clamp commutes with max; the pool's padding never wins)
+            both = folded(merged[-2], o)
+            if both is not None:
+                merged[-2] = both
+                continue
         if both is not None:
             merged[-1] = both
         else:
@@ -126,12 +132,13 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
+        from .lowering.dynamic_global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = lower_pool(op, config)
+        asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Elementwise):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)
     else:
-        raise CompileError(f"dynamic shapes are lowered for conv2d, max_pool2d, add, mul, relu and clip so "
-                           f"far, not {op.kind}")
+        raise CompileError(f"dynamic shapes are lowered for conv2d, max, sum, average and global average "
+                           f"pooling, add, mul, relu and clip so far, not {op.kind}")
     return asm, files, rows

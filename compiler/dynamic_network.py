@@ -6,8 +6,8 @@ Building it:
 
   sample     the graph at the low end of every range, at the high end, and with one dim at a time
              high: the same nodes with the same parameters, only the shapes differ
-  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride 2**s
-             makes ((h + add) >> s) + 1 of its input's h, a Dim of its own in the argument block
+  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride s
+             makes (h + add) // s + 1 of its input's h, a Dim of its own in the argument block
              (the host writes it; the simulator checks it against its parent before a run)
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
@@ -29,9 +29,9 @@ import numpy as np
 
 from nnpsim.config import Config
 
-from .dims import Dim, DynamicOp, at, infer_values
+from .dims import Dim, DynamicOp, at, axis_rule, check_divisor, infer_values, window_out
 from .errors import CompileError
-from .ops import Conv2d, Elementwise, Pool2d
+from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 _RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
              | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
@@ -135,18 +135,18 @@ class _Shapes:
 
     def __init__(self, dims: tuple[Dim, ...]):
         self.dims = list(dims)
-        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, shift)
+        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, stride)
         self._by_rule: dict[tuple[str, int, int], Dim] = {}
 
-    def window(self, d, add: int, shift: int, where: str):
-        """The axis ((d + add) >> shift) + 1 of a window op: a size, d itself, or a derived Dim."""
+    def window(self, d, add: int, stride: int, where: str):
+        """The axis (d + add) // stride + 1 of a window op: a size, d itself, or a derived Dim."""
         if not isinstance(d, Dim):
-            return ((d + add) >> shift) + 1
-        if (add, shift) == (-1, 0):
+            return window_out(d, add, stride)
+        if (add, stride) == (-1, 1):
             return d
-        key = (d.name, add, shift)
+        key = (d.name, add, stride)
         if key not in self._by_rule:
-            lo, hi = ((d.lo + add) >> shift) + 1, ((d.hi + add) >> shift) + 1
+            lo, hi = window_out(d.lo, add, stride), window_out(d.hi, add, stride)
             if d.lo + add < 0:
                 raise CompileError(f"{where}: its output is empty at {d.name} = {d.lo}; raise the range's low end")
             name = f"{d.name}_{sum(k[0] == d.name for k in self._by_rule) + 1}"
@@ -159,16 +159,11 @@ class _Shapes:
     def values(self, base: dict[str, int]) -> dict[str, int]:
         """base values with every derived dim's value added."""
         out = dict(base)
-        for name, (parent, add, shift) in self.derived.items():
-            out[name] = ((out[parent] + add) >> shift) + 1
+        for name, (parent, add, stride) in self.derived.items():
+            out[name] = window_out(out[parent], add, stride)
         return out
 
 
-def _log2(where: str, what: str, v: int) -> int:
-    if v & (v - 1):
-        raise CompileError(f"{where}: {what} = {v} is not a power of two (a dynamic network's sizes are "
-                           f"computed with shifts; the CU has no divide)")
-    return v.bit_length() - 1
 
 
 def output_shape(node, x, shapes: _Shapes) -> tuple:
@@ -177,24 +172,62 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
     if isinstance(op, Conv2d):
         (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
         ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, _log2(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - ekw, _log2(where, "stride", op.stride[1]), where))
+        sh, sw = (check_divisor(where, "stride", s) for s in op.stride)
+        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, sh, where),
+                shapes.window(x[3], l + r - ekw, sw, where))
     if isinstance(op, Pool2d):
-        if op.mode == "avg" and (op.is_float or not op.count_include_pad):
-            raise CompileError(f"{where}: a float-form or count_include_pad=False average pool has no dynamic "
-                               f"lowering yet (max, sum and integer average pools have)")
+        if _global(op):                     # its window is the plane, whatever the plane's size
+            return (x[0], x[1], 1, 1)
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
-        return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
+        return (x[0], x[1], shapes.window(x[2], t + b - kh, check_divisor(where, "stride", op.stride[0]), where),
+                shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
     if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
         return x
+    if _flattens_a_point(op, x):             # (n, c, 1, 1) -> (n, c): the same bytes
+        return (x[0], x[1])
+    if isinstance(op, Dense) and len(x) == 2:
+        return (x[0], op.weight.shape[1])
     raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
                        f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
 
 
+def _flattens_a_point(op, x) -> bool:
+    """Is op a reshape of an (n, c, 1, 1) tensor to (n, c) (a Flatten after a global pool)?"""
+    from .graph import Reshape
+
+    return (isinstance(op, Reshape) and len(x) == 4 and tuple(x[2:]) == (1, 1) and not isinstance(x[1], Dim)
+            and tuple(op.out_shape[1:]) == (x[1],))
+
+
+def dense_as_conv(op: DynamicOp) -> DynamicOp:
+    """A dynamic dense [n, K] -> [n, O] as the 1x1 conv over (n, K, 1, 1) it equals (same bytes in and
+    out, same accumulation and requantisation)."""
+    def conv(d: Dense) -> Conv2d:
+        k, o = d.weight.shape
+        return Conv2d(x_shape=(d.x_shape[0], k, 1, 1), weight=np.ascontiguousarray(d.weight.T).reshape(o, k, 1, 1),
+                      bias=d.bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, x_zp=d.x_zp,
+                      multiplier=d.multiplier, shift=d.shift, zp_out=d.zp_out, lo=d.lo, hi=d.hi, scale=d.scale)
+    x = (op.x_shape[0], op.x_shape[1], 1, 1)
+    return DynamicOp("conv2d", x, op.dims, lambda s: conv(op.make(s[:2])), conv(op.largest), conv(op.smallest),
+                     op.names)
+
+
+def _global(op) -> bool:
+    """Is op a global average pool (its window, and so its stride, the plane: they follow the shape)?"""
+    return isinstance(op, Pool2d) and op.mode == "avg" and op.is_global
+
+
 def _retarget(op, shape):
-    """op over another input shape (every other parameter kept)."""
-    return dataclasses.replace(op, shape=shape) if isinstance(op, Elementwise) else dataclasses.replace(op, x_shape=shape)
+    """op over another input shape (every other parameter kept; a global pool's window is the new plane)."""
+    from .graph import Reshape
+
+    if isinstance(op, Elementwise):
+        return dataclasses.replace(op, shape=shape)
+    if isinstance(op, Reshape):
+        return dataclasses.replace(op, in_shape=shape, out_shape=tuple(shape[:2]))
+    if _global(op):
+        return dataclasses.replace(op, x_shape=shape, kernel=tuple(shape[2:]), stride=tuple(shape[2:]))
+    return dataclasses.replace(op, x_shape=shape)
 
 
 def _same_parameters(a, b) -> bool:
@@ -202,7 +235,7 @@ def _same_parameters(a, b) -> bool:
     if type(a) is not type(b):
         return False
     for f in dataclasses.fields(a):
-        if f.name in ("shape", "x_shape"):
+        if f.name in ("shape", "x_shape") or (f.name in ("kernel", "stride") and _global(a) and _global(b)):
             continue
         u, v = getattr(a, f.name), getattr(b, f.name)
         if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
@@ -259,7 +292,8 @@ def plan(dg: DynamicGraph) -> Plan:
         x = sym[node.inputs[0]]
         make = (lambda op: lambda s: _retarget(op, s))(node.op)
         names = ("a", "b") if len(node.inputs) == 2 else ("x",)
-        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
+        op = DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)
+        ops.append((node, dense_as_conv(op) if isinstance(node.op, Dense) else op))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
 
 
@@ -338,12 +372,16 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
                            f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
-    for _, _, output, _ in p.ops:
-        if output not in buffers:
+    for node, _, output, _ in p.ops:
+        if node.op.kind == "reshape" and output not in g.outputs:      # the same bytes: its input's buffer
+            buffers[output] = buffers[node.inputs[0]]
+        elif output not in buffers:
             buffers[output] = buffer_name(f"t_{output}", used)
     programs, layers = [], []
     for k, run in enumerate(fused_runs(p, cfg)):
         (node, op, _, _), (_, _, output, _) = run[0], run[-1]
+        if buffers[output] == buffers[node.inputs[0]]:          # a flatten: no program
+            continue
         nodes = [n for n, _, _, _ in run]
         try:
             if len(run) > 1:
@@ -375,7 +413,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
              for v in list(g.inputs) + list(g.outputs)}
-    derived = " ".join(f"{k}={a}:{b}:{c}" for k, (a, b, c) in p.derived.items())
+    derived = " ".join(f"{k}={axis_rule(a, b, c)}" for k, (a, b, c) in p.derived.items())
     blob = _graph_buffer(meta)
     asm, files = link(programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)

@@ -524,7 +524,12 @@ def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
 
 
 def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=None) -> Pool2d:
-    """Average over the whole plane: [N, C, 1, 1]; with scale_x= and scale_out=, QLinearGlobalAveragePool's."""
+    """Average over the whole plane: [N, C, 1, 1]; with scale_x= and scale_out=, QLinearGlobalAveragePool's.
+    A compiler.Dim in x_shape makes a DynamicOp whose window is the actual plane (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("global_avg_pool2d", lambda s: global_avg_pool2d(
+            s, x_zp=x_zp, scale_x=scale_x, scale_out=scale_out, zp_out=zp_out), x_shape)
     x_shape = _shape("x_shape", x_shape, 4)
     floats = _avg_floats("global_avg_pool2d", scale_x, scale_out, zp_out)
     return _pool("avg", x_shape, x_shape[2:], None, 0, True, x_zp, **floats)

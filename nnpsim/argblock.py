@@ -6,7 +6,8 @@ describes itself in `.target` notes:
     .target dynamic.dims, "n:1:4 h:8:64 w:8:64"     dims in argument-block order, name:lo:hi
     .target dynamic.args, "args"                     the int32 DDR buffer holding their values
     .target dynamic.buffer.x, "n 32 h w"             a buffer's actual shape, axis by axis
-    .target dynamic.buffer.y, "n 32 h:-1:0 w:-1:0"   name:add:shift is ((name + add) >> shift) + 1
+    .target dynamic.buffer.y, "n 32 h:-1:0 w:-1:0"   name:add:shift is ((name + add) >> shift) + 1,
+                                                     name:add:shift:d (((name + add) >> shift) // d) + 1
     .target dynamic.derived, "h_1=h:-3:1"            a dim of its own in the block, fixed by another's
                                                      value (a network's layer after a strided conv)
 
@@ -50,13 +51,19 @@ class Signature:
 
 
 def axis_size(spec: str, values: dict[str, int]) -> int:
-    """An axis spec ("32", "h" or "h:add:shift") evaluated for the dim values."""
+    """An axis spec ("32", "h", "h:add:shift" or "h:add:shift:divisor") evaluated for the dim values."""
     if spec.lstrip("-").isdigit():
         return int(spec)
     if ":" not in spec:
         return values[spec]
-    name, add, shift = spec.split(":")
-    return ((values[name] + int(add)) >> int(shift)) + 1
+    name, add, shift, *div = spec.split(":")
+    return ((values[name] + int(add)) >> int(shift)) // int(div[0] if div else 1) + 1
+
+
+def rule_text(spec: str) -> str:
+    """A derived axis spec as a formula: ((h + -1) >> 1) + 1, or ((h + -3) >> 0) // 3 + 1."""
+    name, add, shift, *div = spec.split(":")
+    return f"(({name} + {add}) >> {shift}){f' // {div[0]}' if div else ''} + 1"
 
 
 def signature(program) -> Signature | None:
@@ -74,8 +81,10 @@ def signature(program) -> Signature | None:
         derived = {}
         for item in str(cfg.get("dynamic.derived", "")).split():
             name, spec = item.split("=")
-            parent, add, shift = spec.split(":")
-            int(add), int(shift)
+            parent, add, shift, *div = spec.split(":")
+            int(add)
+            if len(div) > 1 or int(shift) < 0 or int(div[0] if div else 1) < 1:
+                raise ValueError(f"derived dim {item!r}: expected parent:add:shift[:divisor]")
             if name not in dims or parent not in dims:
                 raise KeyError(f"derived dim {item!r} names a dim the block lacks")
             derived[name] = spec
@@ -136,6 +145,6 @@ def check(sig: Signature, words: np.ndarray) -> dict[str, int]:
         if values[name] != want:
             raise SimError(f"bad argument block {sig.args}: dimension {name} = {values[name]} but it follows "
                            f"from {spec.split(':')[0]} = {values[spec.split(':')[0]]} as {want} ({name} = "
-                           f"(({spec.split(':')[0]} + {spec.split(':')[1]}) >> {spec.split(':')[2]}) + 1)",
+                           f"{rule_text(spec)})",
                            errors.BAD_PARAM)
     return values

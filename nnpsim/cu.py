@@ -21,7 +21,7 @@ from .timing import cu_cycles
 # instructions that touch queues, semaphores or the run state.
 (OP_NOP, OP_ADD, OP_SUB, OP_MUL, OP_AND, OP_OR, OP_XOR, OP_SLL, OP_SRL, OP_SRA, OP_SLT,
  OP_SLTU, OP_MIN, OP_MAX, OP_LI, OP_BEQ, OP_BNE, OP_BLT, OP_BGE, OP_BLTU, OP_BGEU,
- OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI) = range(26)
+ OP_JAL, OP_JALR, OP_LOOP, OP_SETP, OP_SETPI, OP_MULHU) = range(27)
 OP_SYNC = 64
 OP_HALT, OP_SEM_SIGNAL, OP_SEM_WAIT, OP_BARRIER, OP_DMA, OP_NU, OP_VU, OP_LD = range(OP_SYNC, OP_SYNC + 8)
 
@@ -30,7 +30,7 @@ CU_OPERATIONS = {
     "xor": OP_XOR, "sll": OP_SLL, "srl": OP_SRL, "sra": OP_SRA, "slt": OP_SLT, "sltu": OP_SLTU,
     "min": OP_MIN, "max": OP_MAX, "li": OP_LI, "beq": OP_BEQ, "bne": OP_BNE,
     "blt": OP_BLT, "bge": OP_BGE, "bltu": OP_BLTU, "bgeu": OP_BGEU, "jal": OP_JAL,
-    "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "halt": OP_HALT,
+    "jalr": OP_JALR, "loop": OP_LOOP, "setp": OP_SETP, "setpi": OP_SETPI, "mulhu": OP_MULHU, "halt": OP_HALT,
     "sem_signal": OP_SEM_SIGNAL, "sem_wait": OP_SEM_WAIT, "barrier": OP_BARRIER,
     "ld": OP_LD,
 }
@@ -180,6 +180,17 @@ def wrap32(v: int) -> int:
 
 
 @njit(cache=True, inline="always")
+def mulhu32(a: int, b: int) -> int:
+    """The high 32 bits of the unsigned 64-bit product of a's and b's low 32 bits, in int64 arithmetic
+    (16-bit halves: numba's int64 would overflow on the whole product)."""
+    x, y = a & MASK32, b & MASK32
+    xl, xh, yl, yh = x & 0xFFFF, x >> 16, y & 0xFFFF, y >> 16
+    p1, p2 = xl * yh, xh * yl
+    mid = ((xl * yl) >> 16) + (p1 & 0xFFFF) + (p2 & 0xFFFF)
+    return xh * yh + (p1 >> 16) + (p2 >> 16) + (mid >> 16)
+
+
+@njit(cache=True, inline="always")
 def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
               branch_penalty: int) -> tuple:
     """Execute pure instruction i; return (next pc in bytes, cycles it took)."""
@@ -219,6 +230,8 @@ def exec_pure(prog: np.ndarray, i: int, regs: np.ndarray, params: np.ndarray,
         v = a if a < b else b
     elif op == OP_MAX:
         v = a if a > b else b
+    elif op == OP_MULHU:
+        v = mulhu32(a, b)
     elif op == OP_LI:
         v = imm
     else:

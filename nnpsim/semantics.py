@@ -58,7 +58,7 @@ def _vu(mnemonic: str, op: str, widths: tuple[int, int, int], window: bool = Fal
 _ROWS = (
     _cu("nop"), _cu("halt", timing="cu_sync_cycles"),
     *(_cu(m) for m in ("add", "sub", "mul", "and", "or", "xor", "sll", "srl", "sra", "slt", "sltu",
-                       "min", "max")),
+                       "min", "max", "mulhu")),
     *(_cu(m, op, imm=True) for m, op in (("addi", "add"), ("muli", "mul"), ("andi", "and"), ("ori", "or"),
                                           ("xori", "xor"), ("slti", "slt"), ("sltiu", "sltu"),
                                           ("slli", "sll"), ("srli", "srl"), ("srai", "sra"))),

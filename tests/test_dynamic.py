@@ -237,10 +237,11 @@ def test_unsupported_dynamic_ops_are_refused_by_name():
     rng = np.random.default_rng(8)
     w = rng.integers(-3, 3, (4, 8, 3, 3))
     q = dict(multiplier=np.full(4, 2**30), shift=np.full(4, 24))
-    with pytest.raises(CompileError, match="stride height = 3 is not a power of two"):
-        compiler.build(ops.conv2d((1, 8, Dim("h", 8, 16), 8), w, None, stride=3, **q))
-    with pytest.raises(CompileError, match="only the integer form with count_include_pad=True so far"):
-        compiler.build(ops.avg_pool2d((1, 8, Dim("h", 8, 16), 8), 3, 1, 1, count_include_pad=False))
+    with pytest.raises(CompileError, match="stride width = 2048 is out of range for a dynamic size"):
+        compiler.build(ops.conv2d((1, 8, 8, Dim("w", 2048, 2100)), w, None, stride=(1, 2048), **q))
+    with pytest.raises(CompileError, match="at 3x3 the 3x3 window is the whole plane"):
+        compiler.build(ops.avg_pool2d((1, 8, Dim("h", 3, 16), Dim("w", 3, 9)), 3, 1, 0, scale_x=np.float32(0.1),
+                                      scale_out=np.float32(0.2), zp_out=0))
     with pytest.raises(CompileError, match="a dynamic chain takes one-input dynamic ops.*op 1 is"):
         compiler.build(ops.relu((1, 8, Dim("h", 8, 16), 8)), ops.relu((1, 8, 8, 8)))
 
@@ -593,3 +594,126 @@ def test_a_conv_whose_weights_exceed_wbuf_runs_in_parts(form):
     for shape in [(1, 64, 1, 1), (2, 64, 12, 7), (1, 64, 5, 12)]:
         x = rand8(rng, shape)
         np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+# ---- strides that are not powers of two; average pools with per-position counts and in float ----
+
+def test_mulhu_divides_every_size_in_range_by_every_stride_exactly():
+    """dims.reciprocal's claim: floor(n / d) is the high word of n * ceil(2**32 / d) for n < 2**21, d < 2**11
+    (every n for a few d, random n and the ends for every d).  tests/test_engine.py checks the simulator's
+    mulhu against Python on random words."""
+    from compiler.dims import MAX_STRIDE, reciprocal
+
+    rng = np.random.default_rng(40)
+    every = np.arange(1 << 21, dtype=np.uint64)
+    for d in range(2, MAX_STRIDE):
+        n = every if d in (3, 7, 1000, MAX_STRIDE - 1) else np.concatenate(
+            [rng.integers(0, 1 << 21, 2000).astype(np.uint64), every[:d * 3], every[-d * 3:]])
+        np.testing.assert_array_equal((n * np.uint64(reciprocal(d))) >> np.uint64(32), n // np.uint64(d))
+    with pytest.raises(CompileError, match="not by 2048"):
+        reciprocal(MAX_STRIDE)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
+       stride=st.sampled_from([3, 5, 6, (3, 2), (2, 3)]), padding=st.integers(0, 2),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_conv_of_any_stride_bit_exact_across_the_range(seed, c, o, k, stride, padding, draws):
+    rng = np.random.default_rng(seed)
+    padding = min(padding, k - 1)
+    lo = max(1, k - 2 * padding)
+    op = conv(rng, c, o, k, stride, padding, 1, n=(1, 2), h=(lo, lo + 25), w=(lo, lo + 25))
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(25 * fh), lo + round(25 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), mode=st.sampled_from(["max", "sum", "avg", "avg_exclude", "favg",
+                                                               "favg_exclude"]),
+       c=st.integers(1, 70), k=st.integers(1, 5), stride=st.sampled_from([1, 2, 3, 5, 6]), pad=st.integers(0, 2),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_pools_of_any_stride_and_averages_of_either_count_bit_exact(seed, mode, c, k, stride, pad, draws):
+    """Max, sum and average pools (integer and float form, count_include_pad either way) with strides
+    that need the divide (3, 5, 6): bit-exact with numpy at random in-range shapes, race-checked."""
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = max(1, k - 2 * pad) + (1 if mode.startswith("favg") and not pad else 0)   # never the global window
+    shape = (Dim("n", 1, 2), c, Dim("h", lo, lo + 30), Dim("w", lo, lo + 30))
+    zp = int(rng.integers(-128, 128))
+    floats = dict(scale_x=np.float32(rng.uniform(0.01, 0.2)), scale_out=np.float32(rng.uniform(0.01, 0.2)),
+                  zp_out=int(rng.integers(-20, 20))) if mode.startswith("favg") else {}
+    if mode in ("max", "sum"):
+        op = (ops.max_pool2d if mode == "max" else ops.sum_pool2d)(shape, k, stride, pad)
+    else:
+        op = ops.avg_pool2d(shape, k, stride, pad, count_include_pad=not mode.endswith("exclude"), x_zp=zp,
+                            **floats)
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(30 * fh), lo + round(30 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+@pytest.mark.parametrize("what", ["conv stride 3", "max pool 3x3/3", "avg pool exclude", "float avg pool exclude"])
+def test_removing_any_wait_of_the_new_dynamic_paths_is_caught(what):
+    rng = np.random.default_rng(42)
+    shape = (Dim("n", 1, 2), 40, Dim("h", 4, 120), Dim("w", 4, 30))
+    op = {"conv stride 3": lambda: conv(rng, c=8, o=40, stride=3, h=(8, 120), w=(8, 30)),
+          "max pool 3x3/3": lambda: ops.max_pool2d(shape, 3, 3, 1),
+          "avg pool exclude": lambda: ops.avg_pool2d(shape, 3, 2, 1, count_include_pad=False, x_zp=5),
+          "float avg pool exclude": lambda: ops.avg_pool2d(shape, 3, 1, 1, count_include_pad=False, x_zp=-3,
+                                                            scale_x=np.float32(0.05), scale_out=np.float32(0.04),
+                                                            zp_out=2)}[what]()
+    kern = compiler.build(op)
+    x = rand8(rng, (2, op.x_shape[1], 113, 23))           # several tiles, a remainder, two images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    _kill_every_wait(kern, {"x": x}, at_least=3)
+
+
+def test_a_relu_after_a_max_pool_goes_into_the_conv_before_the_pool():
+    """conv -> max pool -> relu: the relu is folded into the conv's output range (a clamp commutes with max),
+    so the chain stays fused on chip; the same with fuse=False; both equal to numpy."""
+    rng = np.random.default_rng(43)
+    c = conv(rng, c=8, o=16, h=(6, 30), w=(6, 30))
+    shape = (Dim("n", 1, 2), 16, Dim("h", 6, 30), Dim("w", 6, 30))
+    chain = (c, ops.max_pool2d(shape, 3, 1, 1), ops.relu(shape, c.largest.zp_out))
+    kern = compiler.build(*chain)
+    assert "not fused on chip" not in kern.asm
+    unfused = compiler.build(*chain, fuse=False)
+    for s in [(1, 8, 6, 6), (2, 8, 30, 17), (1, 8, 13, 29)]:
+        x = rand8(rng, s)
+        ref = chain[2].static({"n": s[0], "h": s[2], "w": s[3]}).reference(
+            chain[1].static({"n": s[0], "h": s[2], "w": s[3]}).reference(c.reference(x)))
+        np.testing.assert_array_equal(kern(x, check_races=True), ref)
+        np.testing.assert_array_equal(unfused(x, check_races=True), ref)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 300), float_form=st.booleans(),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_global_average_pool_bit_exact_across_the_range(seed, c, float_form, draws):
+    """The window is the actual plane: integer form divided by h * w (counted by the VU), float form by
+    QLinearGlobalAveragePool's factor for that plane size."""
+    rng = np.random.default_rng(seed)
+    floats = dict(scale_x=np.float32(rng.uniform(0.01, 0.2)), scale_out=np.float32(rng.uniform(0.01, 0.2)),
+                  zp_out=int(rng.integers(-20, 20))) if float_form else {}
+    op = ops.global_avg_pool2d((Dim("n", 1, 2), c, Dim("h", 1, 20), Dim("w", 1, 20)),
+                               x_zp=int(rng.integers(-128, 128)), **floats)
+    kern = compiler.build(op)
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, 1 + round(19 * fh), 1 + round(19 * fw)))
+        y = kern(x, check_races=True)
+        assert y.shape == x.shape[:2] + (1, 1)
+        np.testing.assert_array_equal(y, op.reference(x))
+
+
+@pytest.mark.parametrize("float_form", [False, True])
+def test_removing_any_wait_of_a_dynamic_global_average_pool_is_caught(float_form):
+    rng = np.random.default_rng(46)
+    floats = dict(scale_x=np.float32(0.03), scale_out=np.float32(0.05), zp_out=1) if float_form else {}
+    op = ops.global_avg_pool2d((Dim("n", 1, 3), 700, Dim("h", 2, 40), Dim("w", 2, 40)), x_zp=6, **floats)
+    kern = compiler.build(op)
+    x = rand8(rng, (3, 700, 37, 29))                       # several channel tiles, a remainder, three images
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    _kill_every_wait(kern, {"x": x}, at_least=3)

@@ -216,10 +216,18 @@ def test_removing_a_layers_drain_wait_is_a_race():
 
 
 def test_unsupported_nodes_are_refused_by_name():
-    dg = compiler.from_onnx(residual_model(avg=True), dims={"height": RANGE, "width": RANGE})
-    with pytest.raises(CompileError, match=r"node \S+ \(avg_pool2d\): a float-form or count_include_pad=False "
-                                           r"average pool has no dynamic lowering yet"):
-        compiler.build(dg)
+    from compiler.graph import Reshape
+
+    def make(values):                   # a flatten that is the graph's output: it would need a copy
+        shape = (1, 8, values["h"], 5)
+        g = Graph()
+        y = g.add(ops.global_avg_pool2d(shape), g.input("x", shape), name="pool")
+        g.output(g.add(Reshape((1, 8, 1, 1), (1, 8)), y, name="flatten"))
+        return g
+
+    with pytest.raises(CompileError, match=r"node flatten \(reshape\): dynamic shapes are lowered for .*"
+                                           r"not reshape"):
+        compiler.build(DynamicGraph(make, (Dim("h", 3, 9),)))
     with pytest.raises(CompileError, match="a symbolic dimension takes one size or a range"):
         compiler.from_onnx(residual_model(), dims={"height": (8, 16, 32), "width": 8})
 
@@ -252,15 +260,15 @@ def test_a_range_too_large_for_ddr_is_refused():
         compiler.build(DynamicGraph(make, (Dim("h", 1, 4096),)))
 
 
-def mobilenet_v2_features() -> onnx.ModelProto:
-    """MobileNetV2 (32x32, QOperator) up to its global average pool: every depthwise, expand and project
-    conv, the residual adds and the last 1x1 conv (320 -> 1280, weights larger than WBUF: split in two
-    parts); its height and width symbolic."""
+def mobilenet_v2_features(stop: str = "GlobalAveragePool") -> onnx.ModelProto:
+    """MobileNetV2 (32x32, QOperator) up to its global average pool (or up to the first node whose type
+    holds `stop`): every depthwise, expand and project conv, the residual adds and the last 1x1 conv
+    (320 -> 1280, weights larger than WBUF: split in two parts); its height and width symbolic."""
     from compiler import models
 
     m = models.build("mobilenetv2", size=32, classes=10)
     g = m.graph
-    cut = next(k for k, n in enumerate(g.node) if "GlobalAveragePool" in n.op_type)
+    cut = next(k for k, n in enumerate(g.node) if stop in n.op_type)
     feat = g.node[cut].input[0]
     del g.node[cut:]
     del g.output[:]
@@ -298,3 +306,85 @@ def test_a_networks_conv_after_conv_is_fused_on_chip():
     m.run(check_races=True)
     g = dg.at({"height": 23, "width": 17})
     np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({g.inputs[0]: x})[0])
+
+
+def test_mobilenet_v2_to_its_end_one_binary_across_the_range():
+    """The whole classifier: the QLinearGlobalAveragePool's window is the actual plane (1x1 at 32 px,
+    2x2 at 64), its float factor read by the CU from a table by plane size; the flatten is the pool's
+    buffer, the QGemm a 1x1 conv over it."""
+    from compiler import models
+
+    model = models.build("mobilenetv2", size=32, classes=10)
+    for axis, name in ((2, "height"), (3, "width")):
+        model.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
+    del model.graph.value_info[:]
+    dg = compiler.from_onnx(model, dims={"height": (32, 64), "width": (32, 64)})
+    lib = compiler.build(dg)
+    assert "pool_scales:" in lib.asm and "setp    vu.win_h" in lib.asm
+    rng = np.random.default_rng(44)
+    for h, w, races in ((32, 32, True), (64, 40, False)):
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        m = compiler.GraphModule(lib)
+        m.set_input(0, x)
+        m.run(check_races=races)
+        g = dg.at({"height": h, "width": w})
+        want = g.reference({g.inputs[0]: g.values[g.inputs[0]].quant.quantize(x)})[0]
+        assert want.shape == (1, 10)
+        np.testing.assert_array_equal(m.get_output(0, quantized=True), want)
+
+
+def odd_strides_graph(seed: int = 0) -> DynamicGraph:
+    """conv 3x3 stride 3 -> average pool 3x3/2 over the real elements -> max pool 3x3/3 -> global average
+    (float form): every size after the first conv divided by 3 on the CU."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-20, 21, (16, 8, 3, 3))
+    b, mult, shift = rng.integers(-500, 500, 16), rng.integers(2**29, 2**31, 16), rng.integers(20, 24, 16)
+
+    def make(values):
+        shape = (1, 8, values["h"], values["w"])
+        g = Graph()
+        x = g.input("x", shape)
+        c = ops.conv2d(shape, w, b, stride=3, padding=1, multiplier=mult, shift=shift, zp_out=-3)
+        y = g.add(c, x, name="conv")
+        a = ops.avg_pool2d(c.output.shape, 3, 2, 1, count_include_pad=False, x_zp=-3)
+        y = g.add(a, y, name="avg")
+        mp = ops.max_pool2d(a.output.shape, 3, 3, 1)
+        y = g.add(mp, y, name="max")
+        gp = ops.global_avg_pool2d(mp.output.shape, x_zp=-3, scale_x=np.float32(0.05), scale_out=np.float32(0.02),
+                                   zp_out=4)
+        g.output(g.add(gp, y, name="global"))
+        return g
+
+    return DynamicGraph(make, (Dim("h", 9, 80), Dim("w", 9, 80)))
+
+
+def test_a_network_of_odd_strides_and_averages_without_padding():
+    dg = odd_strides_graph()
+    lib = compiler.build(dg)
+    assert "mulhu" in lib.asm and ":0:3" in lib.asm          # a derived dim divided by 3
+    rng = np.random.default_rng(45)
+    for h, w in ((9, 9), (80, 80), (41, 17), (23, 70)):
+        x = rng.integers(-128, 128, (1, 8, h, w)).astype(np.int8)
+        m = compiler.GraphModule(lib)
+        m.set_input(0, x)
+        m.run(check_races=True)
+        np.testing.assert_array_equal(m.get_output(0), dg.reference({"x": x})[0])
+
+
+def test_a_float_average_pool_network_equals_onnxruntime():
+    """The residual model with QLinearAveragePool 2x2/2 (float form, once refused): one binary, equal to
+    onnxruntime at shapes across the range."""
+    model = residual_model(avg=True)
+    dg = compiler.from_onnx(model, dims={"height": RANGE, "width": RANGE})
+    lib = compiler.build(dg)
+    assert "vu.pool.favg" in lib.asm or "vu.slide.favg" in lib.asm
+    rng = np.random.default_rng(47)
+    for h, w in ((RANGE[0], RANGE[1]), (RANGE[1], 13), (21, RANGE[0] + 1)):
+        x = rng.standard_normal((1, 3, h, w)).astype(np.float32) * 2
+        m = compiler.GraphModule(lib)
+        m.set_input(0, x)
+        m.run(check_races=True)
+        y = m.get_output(0, quantized=True)
+        g = dg.at({"height": h, "width": w})
+        np.testing.assert_array_equal(y, g.reference({g.inputs[0]: g.values[g.inputs[0]].quant.quantize(x)})[0])
+        np.testing.assert_array_equal(y, onnxruntime_output(model, dg, x))

@@ -49,7 +49,8 @@ R_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, 
          "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b,
          "sll": lambda a, b: (a & M32) << (b & 31), "srl": lambda a, b: (a & M32) >> (b & 31),
          "sra": lambda a, b: a >> (b & 31), "slt": lambda a, b: int(a < b),
-         "sltu": lambda a, b: int((a & M32) < (b & M32)), "min": min, "max": max}
+         "sltu": lambda a, b: int((a & M32) < (b & M32)), "min": min, "max": max,
+         "mulhu": lambda a, b: ((a & M32) * (b & M32)) >> 32}
 I_OPS = {"addi": R_OPS["add"], "muli": R_OPS["mul"], "andi": R_OPS["and"], "ori": R_OPS["or"],
          "xori": R_OPS["xor"], "slti": R_OPS["slt"], "sltiu": R_OPS["sltu"]}
 SH_OPS = {"slli": R_OPS["sll"], "srli": R_OPS["srl"], "srai": R_OPS["sra"]}

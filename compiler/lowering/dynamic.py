@@ -20,7 +20,7 @@ import numpy as np
 
 from nnpsim.config import Config, shape_target
 
-from ..dims import Dim, DynamicOp
+from ..dims import Dim, DynamicOp, axis_rule, check_divisor, reciprocal, window_out
 from ..errors import CompileError
 from ..ops import Conv2d
 from .depthwise import depthwise_weights
@@ -30,11 +30,16 @@ MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table
 TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
 
 
-def _log2(what: str, v: int) -> int:
-    if v & (v - 1):
-        raise CompileError(f"dynamic conv2d: {what} = {v} is not a power of two (the CU has no divide: the "
-                           f"output size is computed with a shift)")
-    return v.bit_length() - 1
+def emit_out_size(i, reg: str, src: str, add: int, stride: int, tmp: str) -> None:
+    """reg = (src + add) // stride + 1 on the CU: a shift for a power-of-two stride, else the high word of
+    the product with the stride's reciprocal (`mulhu`, exact for every size in range: dims.reciprocal)."""
+    i(f"addi    {reg}, {src}, {add}")
+    if stride & (stride - 1):
+        i(f"li      {tmp}, {reciprocal(stride)}")
+        i(f"mulhu   {reg}, {reg}, {tmp}")
+    elif stride > 1:
+        i(f"srai    {reg}, {reg}, {stride.bit_length() - 1}")
+    i(f"addi    {reg}, {reg}, 1")
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class _Geometry:
         self.dh, self.dw = big.dilation
         self.pt, self.pl, self.pb, self.pr = big.padding
         self.ekh, self.ekw = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
-        self.lsh, self.lsw = _log2("stride height", self.sh), _log2("stride width", self.sw)
+        check_divisor("dynamic conv2d", "stride height", self.sh)
+        check_divisor("dynamic conv2d", "stride width", self.sw)
         self.in_cb, self.out_cb = -(-c // self.R), -(-self.o // self.C)
         self.entry = 4 if big.scale is not None else 8    # table bytes per channel: float32 scale, or (M, S)
         # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel
@@ -98,12 +104,12 @@ class _Geometry:
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
         self.y_slice = (0, self.o)          # a part of a conv too big for WBUF: (first channel, all channels)
 
-    def out_size(self, n: int, k: int, lo: int, hi: int, shift: int) -> int:
-        return ((n + lo + hi - k) >> shift) + 1
+    def out_size(self, n: int, k: int, lo: int, hi: int, stride: int) -> int:
+        return window_out(n, lo + hi - k, stride)
 
     def fit(self, w: int) -> int:
         """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
-        ow = self.out_size(w, self.ekw, self.pl, self.pr, self.lsw)
+        ow = self.out_size(w, self.ekw, self.pl, self.pr, self.sw)
         by_acc = self.ab // (self.out_cb * ow * self.C * 4)
         by_in = ((self.ib // (self.in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
@@ -111,7 +117,7 @@ class _Geometry:
     def in_width(self, w: int) -> int:
         """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
         if self.fold > 1:
-            return (self.out_size(w, self.ekw, self.pl, self.pr, self.lsw) - 1) * self.sw + 1
+            return (self.out_size(w, self.ekw, self.pl, self.pr, self.sw) - 1) * self.sw + 1
         return w + self.pl + self.pr
 
     def fits(self) -> str:
@@ -138,10 +144,10 @@ def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
 def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
     """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
     work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
-    ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
+    ow = g.out_size(w, g.ekw, g.pl, g.pr, g.sw)
     total = 0
     for n, h in heights:
-        oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
+        oh = g.out_size(h, g.ekh, g.pt, g.pb, g.sh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
             nu = nu_cycles(g, rows, ow)
@@ -211,11 +217,11 @@ def block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
     return dense
 
 
-def _axis(d, add: int, shift: int) -> str:
-    """An output axis ((d + add) >> shift) + 1 in a note: the Dim's name when that is d itself."""
+def _axis(d, add: int, stride: int) -> str:
+    """An output axis (d + add) // stride + 1 in a note: the Dim's name when that is d itself."""
     if not isinstance(d, Dim):
-        return str(((d + add) >> shift) + 1)
-    return d.name if (add, shift) == (-1, 0) else f"{d.name}:{add}:{shift}"
+        return str(window_out(d, add, stride))
+    return d.name if (add, stride) == (-1, 1) else axis_rule(d.name, add, stride)
 
 
 def fold_channels(asm: str, channels: int) -> str:
@@ -241,8 +247,8 @@ def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
 def notes(g: _Geometry) -> list[str]:
     """The conv's notes: its output's height and width follow from the input's."""
     n, _, h, w = g.op.x_shape
-    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), _axis(h, g.pt + g.pb - g.ekh, g.lsh),
-                               _axis(w, g.pl + g.pr - g.ekw, g.lsw)])
+    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), _axis(h, g.pt + g.pb - g.ekh, g.sh),
+                               _axis(w, g.pl + g.pr - g.ekw, g.sw)])
 
 
 # Registers: sizes, loop state, buffer addresses, temporaries.
@@ -448,12 +454,8 @@ def program_text(g: _Geometry) -> str:
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         _size(L, reg, d, idx)
     e("        ; output size, padded width, plane sizes")
-    i(f"addi    {ROH}, {RH}, {g.pt + g.pb - g.ekh}")
-    i(f"srai    {ROH}, {ROH}, {g.lsh}")
-    i(f"addi    {ROH}, {ROH}, 1")
-    i(f"addi    {ROW}, {RW}, {g.pl + g.pr - g.ekw}")
-    i(f"srai    {ROW}, {ROW}, {g.lsw}")
-    i(f"addi    {ROW}, {ROW}, 1")
+    emit_out_size(i, ROH, RH, g.pt + g.pb - g.ekh, g.sh, T[0])
+    emit_out_size(i, ROW, RW, g.pl + g.pr - g.ekw, g.sw, T[0])
     padded_width(em, g)
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
@@ -501,7 +503,7 @@ def padded_width(em: Emit, g: _Geometry) -> None:
     """RWP: the columns of a tile's input rows in IBUF (from ROW when folded, else RW plus the padding)."""
     if g.fold > 1:
         em.i(f"addi    {RWP}, {ROW}, -1")
-        em.i(f"slli    {RWP}, {RWP}, {g.lsw}")
+        em.i(f"muli    {RWP}, {RWP}, {g.sw}")
         em.i(f"addi    {RWP}, {RWP}, 1")
     else:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")

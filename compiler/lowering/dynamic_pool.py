@@ -1,26 +1,32 @@
-"""max_pool2d over a range of shapes: one program that reads its sizes from an argument block.
+"""Max, sum and average pooling over a range of shapes: one program that reads its sizes from an argument block.
 
 Per image and tile of output rows (full tiles, then the remainder), one DMA
 loads every channel's input rows with their halo into VBUF as [c][rows][w
-padded] (padding -128, which never wins), one `vu.pool.max` computes the
-tile's [c][rows][w out] and one DMA stores it.  Two buffer sets: tile k+1
-loads while tile k pools and stores; the CU takes tile k-2's store token
-before reusing a set.  The tile height is about a quarter of the output rows
-(the CU computes it from the actual height), at most the largest whose two
-sets fit VBUF at the largest width.
+padded] (padding -128 for max, which never wins), one window command
+(vu.pool.max, or vu.pool.acc / .avg / .favg or their sliding-window forms)
+computes the tile's [c][rows][w out] and one DMA stores it.  An average that
+does not count the padding first pools a plane of ones into per-position
+counts.  Two buffer sets: tile k+1 loads while tile k pools and stores; the
+CU takes tile k-2's store token before reusing a set.  The tile height comes
+from a table by height for a max pool (priced), else is half the output rows,
+at most the largest whose two sets fit VBUF at the largest width.
 """
 from __future__ import annotations
 
 from nnpsim.config import Config, shape_target
 
-from ..dims import Dim, DynamicOp
+from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..ops import Pool2d
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis, _log2,
-                      axis_name, ddr_io, drain_and_halt, fold_channels, halo_rows, next_tile, target_notes)
+from ..quant import f32_bits
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis,
+                      axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile,
+                      target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
-SPLIT_LOG2 = 2           # about 2**2 tiles per image, where they fit
+SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
+MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
+CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
 
 
@@ -49,9 +55,98 @@ def out_bytes(op: DynamicOp) -> int:
 
 def pad_value(op: DynamicOp) -> int:
     """What the padding holds: -128 for max (never wins), 0 for sums, x_zp for averages (onnxruntime's
-    count_include_pad=1 counts it as a real x_zp)."""
+    count_include_pad=1 counts it as a real x_zp; the float form subtracts x_zp, so it adds 0), 0 for an
+    integer average over the real elements only."""
     big: Pool2d = op.largest
-    return {"max": -128, "sum": 0, "avg": big.x_zp}[big.mode]
+    avg = big.x_zp if big.count_include_pad or big.is_float else 0
+    return {"max": -128, "sum": 0, "avg": avg}[big.mode]
+
+
+def window_engine(op: DynamicOp, cfg: Config, th: int) -> str:
+    """"slide" if a summing pool's windows fit the sliding-window engine at the largest width and it is
+    cheaper there for a full tile (it reads each input byte once, however much the windows overlap), else
+    "pool" (the accumulators; a max pool has only those)."""
+    from nnpsim.timing import slide_span, vu_pool_cycles, vu_slide_cycles
+    from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
+
+    big: Pool2d = op.largest
+    if big.mode == "max":
+        return "pool"
+    c, ow = big.x_shape[1], big.out_hw[1]
+    (kh, kw), (sh, sw) = big.kernel, big.stride
+    cols = slide_span(ow, sw, kw)
+    if cols > SLIDE_MAX_COLS or kh * cols > SLIDE_LINE_BYTES:
+        return "pool"
+    d, b = out_bytes(op), 0 if big.mode == "sum" else 4
+    bpc, lat = cfg.vu_bytes_per_cycle, cfg.vu_latency
+    pool = vu_pool_cycles(c * th * ow, kh * kw, d, 1, b, bpc, lat)
+    slide = vu_slide_cycles(ow, th, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float, bpc, lat)
+    return "slide" if slide < pool else "pool"
+
+
+def _stages(op: DynamicOp, cfg: Config, engine: str, rows: int, w: int) -> tuple[int, int, int]:
+    """(load, VU, store) cycles of a tile of `rows` output rows at input width w, each on its own."""
+    from nnpsim.timing import dma_cycles, vu_pool_cycles, vu_slide_cycles
+
+    big: Pool2d = op.largest
+    c = big.x_shape[1]
+    (kh, kw), (sh, sw), (_, pl, _, pr) = big.kernel, big.stride, big.padding
+    ow = window_out(w, pl + pr - kw, sw)
+    rin, d = (rows - 1) * sh + kh, out_bytes(op)
+    ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
+    ones = rin * w if per_position(op) else 0
+    load = dma_cycles(c * rin * w + ones, *ddr, *vbuf)
+    b = 0 if big.mode in ("max", "sum") else 4
+    if engine == "slide":
+        vu = vu_slide_cycles(ow, rows, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float,
+                             cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    else:
+        vu = vu_pool_cycles(c * rows * ow, kh * kw, d, 1, b, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    if per_position(op):
+        vu += vu_pool_cycles(rows * ow, kh * kw, 4, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    return load, vu, dma_cycles(c * rows * ow * d, *vbuf, *ddr)
+
+
+def price(op: DynamicOp, cfg: Config, engine: str, th: int, oh: int, w: int) -> int:
+    """Predicted cycles of one image of oh output rows at width w in tiles of th rows: the first tile's
+    load, then per further tile the busiest of its load channel, the VU, its store channel, the DDR port
+    (loads and stores share it), the CU and the two-set ring (half of a tile's load, pooling, store and
+    set-up), then the last tile's pooling and store."""
+    k, last = -(-oh // th), oh - (-(-oh // th) - 1) * th
+    full, rest = _stages(op, cfg, engine, th, w), _stages(op, cfg, engine, last, w)
+    port = full[0] + full[2]
+    ring = (sum(full) + CU_TILE + 1) // 2       # two sets: tile k+2's load follows tile k's store
+    step = max(full[0], full[1], full[2], port, ring, CU_TILE)
+    return CU_TILE + full[0] + (k - 1) * step + rest[1] + rest[2]
+
+
+def rows_table(op: DynamicOp, cfg: Config, engine: str, th_max: int) -> tuple[int, list[int]] | None:
+    """(first input height, rows per tile for each input height of the range), each the cheapest by
+    `price` among th = ceil(oh / k), k = 1..16, at the width on the range's diagonal (w from its low to its
+    high end as h goes); None for a summing pool or a range of more than MAX_TABLE heights.  The price
+    ranks tile heights as measured for max pools (bound by the VU and the per-tile costs); for summing
+    pools it undercounts what each extra tile costs on DDR, and two tiles an image measured best at every
+    size (benchmarks/dynamic.py, docs/performance.md)."""
+    big: Pool2d = op.largest
+    (kh, _), (sh, _), (pt, _, pb, _) = big.kernel, big.stride, big.padding
+    h_lo, h_hi = op.smallest.x_shape[2], big.x_shape[2]
+    w_lo, w_hi = op.smallest.x_shape[3], big.x_shape[3]
+    if big.mode != "max" or h_hi - h_lo + 1 > MAX_TABLE:
+        return None
+    table = []
+    for h in range(h_lo, h_hi + 1):
+        w = w_lo + (h - h_lo) * (w_hi - w_lo) // max(1, h_hi - h_lo)
+        oh = window_out(h, pt + pb - kh, sh)
+        options = sorted({min(th_max, -(-oh // k)) for k in range(1, min(oh, 16) + 1)})
+        table.append(min(options, key=lambda th: price(op, cfg, engine, th, oh, w)))
+    return h_lo, table
+
+
+def per_position(op: DynamicOp) -> bool:
+    """Does each output divide by its own count (count_include_pad=False)?  The counts change with the
+    shape: each tile pools a plane of ones (padding 0) into them on the VU."""
+    big: Pool2d = op.largest
+    return big.mode == "avg" and not big.count_include_pad
 
 
 def set_bytes(op: DynamicOp, th: int) -> int:
@@ -59,7 +154,9 @@ def set_bytes(op: DynamicOp, th: int) -> int:
     big: Pool2d = op.largest
     _, c, _, w_max = big.x_shape
     (kh, _), (sh, _), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
-    return -(-(c * ((th - 1) * sh + kh) * (w_max + pl + pr) + c * th * big.out_hw[1] * out_bytes(op) + 3) // 64) * 64
+    rows, ow = (th - 1) * sh + kh, big.out_hw[1]
+    counts = rows * (w_max + pl + pr) + 4 + th * ow * 4 if per_position(op) else 0     # ones, their window sums
+    return -(-(c * rows * (w_max + pl + pr) + c * th * ow * out_bytes(op) + 3 + counts) // 64) * 64
 
 
 def fixed_params(em: Emit, op: DynamicOp) -> None:
@@ -73,6 +170,10 @@ def fixed_params(em: Emit, op: DynamicOp) -> None:
     for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
                  ("d_stride0", out_bytes(op)), ("b_stride0", 0), ("b_stride1", 0), ("b_stride2", 0)):
         em.i(f"setpi   vu.{p}, {v}")
+    if big.is_float:         # vu.pool.favg: sum(sx * (x - x_zp)) / count / sy + zp_out, as onnxruntime
+        for p, v in (("za", big.x_zp), ("fscale", f32_bits(big.scale_x)), ("fscale_b", f32_bits(big.scale_out)),
+                     ("zp_out", big.zp_out), ("lo", -128), ("hi", 127)):
+            em.i(f"setpi   vu.{p}, {v}")
 
 
 def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
@@ -80,27 +181,36 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     big: Pool2d = op.largest
     n, c, h, w = op.x_shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
-    lsh, lsw = _log2("stride height", sh), _log2("stride width", sw)
+    check_divisor(f"dynamic {op.kind}", "stride height", sh), check_divisor(f"dynamic {op.kind}", "stride width", sw)
     _, _, h_max, w_max = big.x_shape
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", f"; {th} output rows per tile; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, lsh),
-                                                   _axis(w, pl + pr - kw, lsw)])]
+    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, sh),
+                                                   _axis(w, pl + pr - kw, sw)])]
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
           "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
           f"        .buffer y, {big.output.dtype}, ({', '.join(map(str, big.output.shape))},)",
           f"        .space {big.output.nbytes}"]
-    if big.mode == "avg":
+    if big.mode == "avg" and not per_position(op):
         L += ["        .align 64", "pool_div:                               ; the window size (count_include_pad)",
               f"        .word {kh * kw}"]
+    if per_position(op):
+        L += ["        .align 64", "pool_ones:                              ; one row of ones: a tile's counts",
+              f"        .space {w_max}, 1"]
+    engine = window_engine(op, cfg, th)
+    table = rows_table(op, cfg, engine, th)          # max pools; two tiles an image for the others
+    if table is not None:
+        L += ["        .align 64", f"pool_rows:                              ; rows per tile by input height from "
+                                    f"{table[0]}", *(f"        .word {r}" for r in table[1])]
     L += ["", "        .text", "main:", "        la      r1, args"]
     em = Emit(L)
     e, i = em.e, em.i
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
-    if big.mode == "avg":        # the divisor into VBUF after the two sets, ahead of the first load on ch0
+    if big.mode == "avg" and not per_position(op):  # the divisor into VBUF after the two sets, ahead of the
+                                                    # first load on ch0
         for p, v in (("elem", 4), ("pad_value", 0), ("size0", 1), ("src_stride0", 4), ("dst_stride0", 4)) + tuple(
                 (f"{q}{k}", 1 if q == "size" else 0) for k in (1, 2, 3) for q in ("size", "src_stride", "dst_stride")) \
                 + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi")):
@@ -108,20 +218,26 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
         i(f"la      {T[0]}, pool_div")
         i(f"li      {T[1]}, {2 * set_bytes(op, th)}")
         i(f"dma     ch0, vbuf0[{T[1]}], ddr[{T[0]}]")
-    for reg, src, add, shift in ((ROH, RH, pt + pb - kh, lsh), (ROW, RW, pl + pr - kw, lsw)):
-        i(f"addi    {reg}, {src}, {add}")
-        i(f"srai    {reg}, {reg}, {shift}")
-        i(f"addi    {reg}, {reg}, 1")
+    emit_out_size(i, ROH, RH, pt + pb - kh, sh, T[0])
+    emit_out_size(i, ROW, RW, pl + pr - kw, sw, T[0])
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
     fixed_params(em, op)
-    e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores overlap"
-      f" even at small sizes), at most {th} (two sets fit VBUF)")
-    i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
-    i(f"srai    {RMAX}, {RMAX}, {SPLIT_LOG2}")
-    i(f"li      {T[0]}, {th}")
-    i(f"min     {RMAX}, {RMAX}, {T[0]}")
+    if table is not None:
+        e(f"        ; rows per tile for this height (the compiler's table, at most {th}: two sets fit VBUF)")
+        i(f"addi    {T[0]}, {RH}, {-table[0]}")
+        i(f"slli    {T[0]}, {T[0]}, 2")
+        i(f"la      {T[1]}, pool_rows")
+        i(f"add     {T[0]}, {T[0]}, {T[1]}")
+        i(f"ld      {RMAX}, {T[0]}, 0")
+    else:
+        e(f"        ; rows per tile: about 1/{1 << SPLIT_LOG2} of the output rows (loads, pooling and stores "
+          f"overlap), at most {th} (two sets fit VBUF)")
+        i(f"addi    {RMAX}, {ROH}, {(1 << SPLIT_LOG2) - 1}")
+        i(f"srai    {RMAX}, {RMAX}, {SPLIT_LOG2}")
+        i(f"li      {T[0]}, {th}")
+        i(f"min     {RMAX}, {RMAX}, {T[0]}")
     i(f"li      {RI}, 0")
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
@@ -135,16 +251,18 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th))
+    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th), engine)
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
     L += next_tile() + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
 
 
-def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0) -> None:
+def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0,
+              engine: str = "pool") -> None:
     """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB (set_size bytes each from
-    VBUF offset vbuf; an average pool's window size at VBUF div_at)."""
+    VBUF offset vbuf; an average pool's window size at VBUF div_at; a summing pool's windows on
+    vu.<engine>.*: window_engine)."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     c = big.x_shape[1]
@@ -158,6 +276,9 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     i(f"mul     {plane}, {rows}, {RWP}")              # one channel's input rows in VBUF
     i(f"muli    {outb}, {plane}, {c}")
     i(f"add     {outb}, {outb}, {inb}")
+    if per_position(op):                            # a plane of ones after the input: [rows][w padded]
+        i(f"addi    {T[11]}, {outb}, 0")
+        i(f"add     {outb}, {outb}, {plane}")
     if out_bytes(op) > 1:                           # int32 sums: aligned
         i(f"addi    {outb}, {outb}, 3")
         i(f"andi    {outb}, {outb}, -4")
@@ -166,6 +287,14 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     for p, v in (("size0", RWP), ("size1", rows), ("src_stride1", RW), ("dst_stride1", RWP), ("pad_lo1", plo),
                  ("pad_hi1", phi), ("src_stride2", RHW), ("dst_stride2", plane)):
         i(f"setp    dma.{p}, {v}, 0")
+    if per_position(op):
+        e("        ; ones where the tile's input is real, 0 in its padding (one row of ones, read rows times)")
+        for p, v in (("src_stride1", 0), ("size2", 1), ("pad_value", 0)):
+            i(f"setpi   dma.{p}, {v}")
+        i(f"la      {T[0]}, pool_ones")
+        i(f"dma     ch0, vbuf0[{T[11]}], ddr[{T[0]}]")
+        i(f"setp    dma.src_stride1, {RW}, 0")
+        i(f"setpi   dma.pad_value, {pad_value(op)}")
     i(f"setpi   dma.size2, {c}")
     i("setpi   dma.pad_lo2, 0")
     i("setpi   dma.pad_hi2, 0")
@@ -174,6 +303,23 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     ob = out_bytes(op)
     i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
     i(f"muli    {T[0]}, {RWP}, {sh}")
+    load_wait = f"wait={S_LOAD}, "
+    if per_position(op):
+        e("        ; each output's count of real elements: the window sums of the ones, int32 after the output")
+        cnt, row4 = T[5], T[2]
+        i(f"muli    {cnt}, {T[10]}, {c}")
+        i(f"add     {cnt}, {cnt}, {outb}")
+        i(f"addi    {cnt}, {cnt}, 3")
+        i(f"andi    {cnt}, {cnt}, -4")
+        i(f"slli    {row4}, {ROW}, 2")
+        for p, v in (("n0", ROW), ("n1", RTH), ("d_stride1", row4), ("a_stride1", T[0]), ("win_stride_h", RWP)):
+            i(f"setp    vu.{p}, {v}, 0")
+        for p, v in (("n2", 1), ("d_stride0", 4), ("b_stride0", 4), ("b_stride2", 0)):
+            i(f"setpi   vu.{p}, {v}")
+        i(f"vu.{engine}.acc vu0, {cnt}, {T[11]}, {load_wait.rstrip(', ')}")
+        i("setpi   vu.d_stride0, 1")
+        i(f"setp    vu.b_stride1, {row4}, 0")
+        load_wait = ""                              # the VU runs its commands in order: after the counts
     if ob > 1:
         i(f"muli    {T[11]}, {ROW}, {ob}")
         i(f"muli    {T[5]}, {T[10]}, {ob}")
@@ -184,10 +330,11 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     if big.mode == "max":
         i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     elif big.mode == "sum":
-        i(f"vu.pool.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
-    else:                                           # the window size, one int32 word every output reads
-        i(f"li      {T[11]}, {div_at}")
-        i(f"vu.pool.avg vu0, {outb}, {inb}, {T[11]}, wait={S_LOAD}, signal={S_VU}")
+        i(f"vu.{engine}.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+    else:           # b: the counts, or the window size (one int32 word every output reads)
+        if not per_position(op):
+            i(f"li      {T[5]}, {div_at}")
+        i(f"vu.{engine}.{'favg' if big.is_float else 'avg'} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
     io.dst(em, src, T[0])
     if ob > 1:                                      # int32 sums: strides in bytes
@@ -212,9 +359,13 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
 def lower_pool(op: DynamicOp, cfg: Config):
     """A dynamic max, sum or average pool's (assembly, .incbin files, None)."""
     big: Pool2d = op.largest
-    if big.mode == "avg" and (big.is_float or not big.count_include_pad):
-        raise CompileError(f"dynamic {op.kind}: only the integer form with count_include_pad=True so far (the "
-                           f"float form and per-position counts are not supported yet)")
+    if big.mode == "avg" and big.is_float and not any(big.padding):
+        (kh, kw), (_, _, h, w) = big.kernel, op.x_shape
+        lo_hi = [(d.lo, d.hi) if isinstance(d, Dim) else (d, d) for d in (h, w)]
+        if all(lo <= k <= hi for k, (lo, hi) in zip((kh, kw), lo_hi)):
+            raise CompileError(f"dynamic {op.kind}: at {kh}x{kw} the {kh}x{kw} window is the whole plane, which "
+                               f"onnxruntime averages with QLinearGlobalAveragePool's other rounding; pad it or "
+                               f"narrow the range to exclude that shape")
     th = tile_rows(op, cfg)
     asm = program_text(op, cfg, th)
     return fold_channels(asm, cfg.dma_channels), {}, None
