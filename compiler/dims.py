@@ -137,11 +137,14 @@ def infer_values(dims, declared: dict[str, tuple], given: dict[str, tuple]) -> d
     return values
 
 
-def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",)) -> DynamicOp:
-    """The DynamicOp of a constructor `make(concrete shape)`; checks it at both ends of every range."""
+def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",), ndim: int = 4) -> DynamicOp:
+    """The DynamicOp of a constructor `make(concrete shape)`; checks it at both ends of every range.
+    ndim = 2 is a dense layer's [N, K], whose batch alone may be a Dim."""
     x_shape = tuple(x_shape)
-    if len(x_shape) != 4:
-        raise CompileError(f"x_shape must have 4 dimensions, got {len(x_shape)}: {x_shape}")
+    if len(x_shape) != ndim:
+        raise CompileError(f"x_shape must have {ndim} dimensions, got {len(x_shape)}: {x_shape}")
+    if ndim == 2 and isinstance(x_shape[1], Dim):
+        raise CompileError(f"{kind}: axis 1 (features) cannot be a Dim ({x_shape[1]}); only the batch can")
     dims = collect({"x": x_shape})
     largest = make(at(x_shape, {d.name: d.hi for d in dims}))
     try:

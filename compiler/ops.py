@@ -380,7 +380,13 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
 
 def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
           hi=127) -> Dense:
-    """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias)."""
+    """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias).
+    A compiler.Dim for the batch (x_shape[0]) makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("dense", lambda shape: dense(shape, weight, bias, x_zp=x_zp, multiplier=multiplier,
+                                                       shift=shift, scale=scale, zp_out=zp_out, lo=lo, hi=hi),
+                          x_shape, ndim=2)
     x_shape = _shape("x_shape", x_shape, 2)
     w = _int_array("weight", weight, INT8, ndim=2)
     if w.shape[0] != x_shape[1]:
@@ -672,6 +678,11 @@ def requantize(shape, *, in_dtype, zx=0, multiplier=None, shift=None, scale=None
     multiplier and shift are scalars, or one per channel (axis 1) of a shape with two or more axes.
     With scale= (float32, per tensor or per channel) instead: requant_f32(x - zx), onnxruntime's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("requantize", lambda s: requantize(s, in_dtype=in_dtype, zx=zx, multiplier=multiplier,
+                                                              shift=shift, scale=scale, zp_out=zp_out, lo=lo,
+                                                              hi=hi), shape)
     shape = _shape("shape", shape)
     if in_dtype not in ("int8", "int32"):
         raise CompileError(f"in_dtype must be 'int8' or 'int32', got {in_dtype!r}")

@@ -1,15 +1,20 @@
-"""add / mul / relu / clip over a range of shapes: one program that reads its sizes from an argument block.
+"""add / mul / relu / clip / requantize over a range of shapes: one program that reads its sizes from an
+argument block.
 
 The CU `ld`s the sizes, multiplies them into the element count and cuts it
 into about two chunks (a half, rounded up to 64 bytes, at most what half
 of VBUF holds), so that loads, the VU and stores overlap whatever the size;
 chunk k+1 loads while chunk k is computed and stored (two buffer sets, the CU
 taking chunk k-2's store token before reusing its set).  The VU command and
-its scalars are the static lowering's (`ElementwiseLowering._vu`).
+its scalars are the static lowering's (`ElementwiseLowering._vu`).  A requantize
+of int32 reads four bytes an element (its loads four times the chunk's bytes,
+the VU's a stride 4) and writes int8 in place.
 """
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+import numpy as np
 
 from nnpsim.config import Config, shape_target
 
@@ -25,10 +30,12 @@ S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 
 def vu_command(op: Elementwise):
     """The static lowering's VU command for op (mnemonic, scalars) over a one-element placeholder."""
-    if op.mode == "requantize":
-        raise CompileError("dynamic requantize is not supported yet (add, mul, relu, clip are)")
+    if op.mode == "requantize" and any(np.ndim(v) for v in (op.ma, op.shift, op.scale)):
+        raise CompileError("a dynamic requantize takes one multiplier and shift (or one scale) for the whole "
+                           "tensor; per-channel requantisation has no dynamic lowering yet")
     fake = SimpleNamespace(op=op, name="dyn", vu=0, per_channel=False, table_vbuf=None)
     fake._binary_f32 = lambda *a: ElementwiseLowering._binary_f32(fake, *a)
+    fake._requant_f32 = lambda *a: ElementwiseLowering._requant_f32(fake, *a)
     return ElementwiseLowering._vu(fake, None, None, 1, 1, 0)
 
 
@@ -36,8 +43,9 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     """The assembly of the dynamic elementwise kernel, and its chunk limit in bytes."""
     big: Elementwise = op.largest
     cmd = vu_command(big)
+    esz = 4 if big.in_dtype == "int32" else 1             # input bytes an element (a requantize of int32)
     sets = 2 * (2 if big.binary else 1)
-    fit = min(cfg.vbuf_bytes // sets // 64 * 64, 1 << 24)
+    fit = min(cfg.vbuf_bytes // sets // esz // 64 * 64, 1 << 24)     # elements a chunk
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", "; about two chunks per run; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
@@ -45,8 +53,9 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     total_max = big.output.size
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}"]
     for t in op.names + ("y",):
-        L += ["        .align 64", f"        .buffer {t}, int8, ({', '.join(map(str, big.output.shape))},)",
-              f"        .space {total_max}"]
+        dtype, size = ("int8", 1) if t == "y" else (big.in_dtype, esz)
+        L += ["        .align 64", f"        .buffer {t}, {dtype}, ({', '.join(map(str, big.output.shape))},)",
+              f"        .space {total_max * size}"]
     L += ["", "        .text", "main:", "        la      r1, args", "        li      r2, 1"]
     e = L.append
 
@@ -71,7 +80,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), *((f"size{k}", 1) for k in (1, 2, 3)),
                  *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
         i(f"setpi   dma.{p}, {v}")
-    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1)):
+    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", esz), ("b_stride0", 1)):
         i(f"setpi   vu.{p}, {v}")
     for k, v in cmd.scalars.items():
         i(f"setpi   vu.{k}, {v}")
@@ -86,17 +95,26 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     i(f"sem.wait {S_STORE}")
     i("addi    r8, r8, -1")
     e("free:")
-    i(f"muli    r11, r7, {fit * (sets // 2)}")      # set base: a, then b
+    i(f"muli    r11, r7, {fit * esz * (sets // 2)}")      # set base: a, then b
     i(f"addi    r12, r11, {fit}")
-    i("setp    dma.size0, r9, 0")
+    if esz > 1:
+        i(f"slli    r14, r9, {esz.bit_length() - 1}")
+        i("setp    dma.size0, r14, 0")                  # the input's bytes
+    else:
+        i("setp    dma.size0, r9, 0")
     i("setp    vu.n0, r9, 0")
     for k, t in enumerate(op.names):
         i(f"la      r13, {t}")
-        i("add     r13, r13, r6")
+        if esz > 1:
+            i(f"slli    r14, r6, {esz.bit_length() - 1}")
+        i(f"add     r13, r13, {'r14' if esz > 1 else 'r6'}")
         sig = f", signal={S_LOAD}" if k == len(op.names) - 1 else ""
         i(f"dma     ch0, vbuf0[{'r11' if k == 0 else 'r12'}], ddr[r13]{sig}")
     b = ", r12" if big.binary else ""
-    i(f"{cmd.mnemonic} vu0, r11, r11{b}, wait={S_LOAD}, signal={S_VU}")
+    dt = f", {cmd.a_type}" if cmd.mnemonic in ("vu.requant", "vu.requant.f") else ""
+    i(f"{cmd.mnemonic} vu0, r11, r11{b}{dt}, wait={S_LOAD}, signal={S_VU}")
+    if esz > 1:
+        i("setp    dma.size0, r9, 0")                   # the output's bytes
     i("la      r13, y")
     i("add     r13, r13, r6")
     i(f"dma     ch2, ddr[r13], vbuf0[r11], wait={S_VU}, signal={S_STORE}")
@@ -109,7 +127,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
 
 
 def lower_elementwise(op: DynamicOp, cfg: Config):
-    """A dynamic add / mul / relu / clip's (assembly, .incbin files, None)."""
+    """A dynamic add / mul / relu / clip / requantize's (assembly, .incbin files, None)."""
     if not isinstance(op.largest, Elementwise):
         raise CompileError(f"dynamic shapes are lowered for conv2d, add, mul, relu and clip so far, not {op.kind}")
     asm, _ = program_text(op, cfg)
