@@ -31,7 +31,8 @@ from nnpsim.config import Config
 
 from .dims import Dim, DynamicOp, at, infer_values
 from .errors import CompileError
-from .ops import Conv2d, Elementwise, Pool2d
+from .graph import Concat, Reshape
+from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 _RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
              | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
@@ -186,10 +187,54 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
         return (x[0], x[1], shapes.window(x[2], t + b - kh, _log2(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - kw, _log2(where, "stride", op.stride[1]), where))
-    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
+    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip", "requantize"):
         return x
+    if isinstance(op, Dense):
+        if any(isinstance(d, Dim) for d in x[1:]):
+            raise CompileError(f"{where}: its input {_show(x)} has a dynamic feature axis; only the batch of a "
+                               f"dense layer's input may vary")
+        return (x[0], op.weight.shape[1])
     raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
-                       f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
+                       f"depthwise too), dense, max, sum and average pooling, add, mul, relu, clip, "
+                       f"requantize, reshape and concat")
+
+
+def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> tuple:
+    """The symbolic shape of a Reshape's or Concat's output (compiler/graph.py)."""
+    op, where = node.op, f"node {node.name} ({node.op.kind})"
+    if isinstance(op, Concat):
+        a = op.axis
+        if any(isinstance(s[a], Dim) for s in ins):
+            raise CompileError(f"{where}: its axis {a} is dynamic in an input ({', '.join(map(_show, ins))}); a "
+                               f"dynamic concat joins along a fixed axis")
+        rest = {s[:a] + s[a + 1:] for s in ins}
+        if len(rest) != 1:
+            raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
+        return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+    # a reshape: each output axis is fixed or follows exactly one dim of the graph or derived
+    samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
+    outs = [(shapes.values(b), dg.at(b).values[node.output].shape) for b in samples]
+    axes = []
+    for k, size in enumerate(outs[1][1]):
+        if all(o[k] == size for _, o in outs):
+            axes.append(size)
+            continue
+        match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
+        if not match:
+            raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
+                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}): a dynamic reshape "
+                               f"may only move whole dimensions (flatten what is fixed)")
+        axes.append(match[0])
+    return tuple(axes)
+
+
+def _concat_maker(op: Concat, x: tuple, ins: list[tuple]):
+    """make(shape of input 0) -> the Concat at the dim values that shape gives (the inputs agree off the axis,
+    so input 0 holds every Dim of them)."""
+    def make(shape):
+        values = {d.name: v for d, v in zip(x, shape) if isinstance(d, Dim)}
+        return dataclasses.replace(op, shapes=tuple(at(t, values) for t in ins))
+    return make
 
 
 def _retarget(op, shape):
@@ -197,12 +242,15 @@ def _retarget(op, shape):
     return dataclasses.replace(op, shape=shape) if isinstance(op, Elementwise) else dataclasses.replace(op, x_shape=shape)
 
 
+_SHAPE_FIELDS = ("shape", "x_shape", "shapes", "in_shape", "out_shape")
+
+
 def _same_parameters(a, b) -> bool:
     """Two ops equal in every field but their shape."""
     if type(a) is not type(b):
         return False
     for f in dataclasses.fields(a):
-        if f.name in ("shape", "x_shape"):
+        if f.name in _SHAPE_FIELDS:
             continue
         u, v = getattr(a, f.name), getattr(b, f.name)
         if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
@@ -234,6 +282,9 @@ def plan(dg: DynamicGraph) -> Plan:
     sym = dict(input_shapes(dg))
     for node in high.nodes:
         ins = [sym[v] for v in node.inputs]
+        if isinstance(node.op, (Reshape, Concat)):
+            sym[node.output] = layout_shape(node, ins, dg, shapes)
+            continue
         if len(ins) == 2 and ins[0] != ins[1]:
             raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({_show(ins[0])} and "
                                f"{_show(ins[1])}); a dynamic network does not broadcast")
@@ -257,8 +308,15 @@ def plan(dg: DynamicGraph) -> Plan:
     ops = []
     for node in high.nodes:
         x = sym[node.inputs[0]]
-        make = (lambda op: lambda s: _retarget(op, s))(node.op)
-        names = ("a", "b") if len(node.inputs) == 2 else ("x",)
+        if isinstance(node.op, Reshape):          # the same bytes: its output is its input's buffer
+            continue
+        if isinstance(node.op, Concat):
+            ins = [sym[v] for v in node.inputs]
+            make = _concat_maker(node.op, x, ins)
+            names = tuple(f"x{k}" for k in range(len(ins)))
+        else:
+            make = (lambda op: lambda s: _retarget(op, s))(node.op)
+            names = ("a", "b") if len(node.inputs) == 2 else ("x",)
         ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
 
@@ -325,6 +383,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     from .dynamic_kernel import lower_one
     from .kernel import assemble
     from .lowering.dynamic_chain import link
+    from .lowering.dynamic_concat import program_text
     from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
     from .roofline import bound_cycles
@@ -338,16 +397,26 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
                            f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
-    for _, _, output, _ in p.ops:
-        if output not in buffers:
-            buffers[output] = buffer_name(f"t_{output}", used)
+    runs = fused_runs(p, cfg)
+    written = {out for _, _, out, _ in p.ops}
+    for node in g.nodes:                                        # in graph order: a reshape after its input
+        if isinstance(node.op, Reshape) and node.output not in g.outputs:
+            buffers[node.output] = buffers[node.inputs[0]]      # the same bytes under another shape
+        elif node.output in written and node.output not in buffers:
+            buffers[node.output] = buffer_name(f"t_{node.output}", used)
+    runs += [[_copy(node, p)] for node in g.nodes if isinstance(node.op, Reshape) and node.output in g.outputs]
+    position = {n.name: k for k, n in enumerate(g.nodes)}
+    runs.sort(key=lambda run: position[run[0][0].name])
     programs, layers = [], []
-    for k, run in enumerate(fused_runs(p, cfg)):
+    for k, run in enumerate(runs):
         (node, op, _, _), (_, _, output, _) = run[0], run[-1]
         nodes = [n for n, _, _, _ in run]
         try:
             if len(run) > 1:
                 asm, files, _ = lower_fused([o for _, o, _, _ in run], cfg)
+            elif isinstance(op.largest, Concat):
+                asm, files = program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
+                                          op.largest.dtype, cfg, list(op.names)), {}
             else:
                 asm, files, _ = lower_one(op, cfg)
         except CompileError as exc:
@@ -379,6 +448,17 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     blob = _graph_buffer(meta)
     asm, files = link(programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
+
+
+def _copy(node, p: Plan) -> tuple:
+    """A reshape that is a graph output as a run of its own: its input copied to the output's buffer (a
+    one-input concat along axis 1), the bytes unchanged."""
+    x = p.shapes[node.inputs[0]]
+    if len(x) < 2 or isinstance(x[1], Dim):
+        raise CompileError(f"node {node.name} (reshape): a graph output reshaped from {_show(x)} needs a copy, "
+                           f"which needs a fixed axis 1")
+    op = Concat((at(x, {d.name: d.hi for d in p.dims}),), 1, node.op.dtype)
+    return (node, DynamicOp("reshape", x, p.dims, None, op, op, ("x0",)), node.output, "reshape")
 
 
 def fused_runs(p: Plan, cfg: Config) -> list[list]:
