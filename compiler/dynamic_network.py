@@ -228,6 +228,17 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
     return tuple(axes)
 
 
+def _broadcast_b(op) -> bool:
+    """Is op an add / mul whose b broadcasts (compiler.ops: b_shape)?"""
+    return isinstance(op, Elementwise) and op.b_shape is not None
+
+
+def _broadcasts(op, ins: list[tuple]) -> bool:
+    """Do a binary op's inputs of symbolic shapes `ins` agree with its broadcast b (a fixed b_shape)?"""
+    return _broadcast_b(op) and tuple(ins[1]) == tuple(op.b_shape) and all(
+        isinstance(a, Dim) or a == s for a, s in zip(ins[0], op.shape))
+
+
 def _concat_maker(op: Concat, x: tuple, ins: list[tuple]):
     """make(shape of input 0) -> the Concat at the dim values that shape gives (the inputs agree off the axis,
     so input 0 holds every Dim of them)."""
@@ -285,9 +296,9 @@ def plan(dg: DynamicGraph) -> Plan:
         if isinstance(node.op, (Reshape, Concat)):
             sym[node.output] = layout_shape(node, ins, dg, shapes)
             continue
-        if len(ins) == 2 and ins[0] != ins[1]:
+        if len(ins) == 2 and ins[0] != ins[1] and not _broadcasts(node.op, ins):
             raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({_show(ins[0])} and "
-                               f"{_show(ins[1])}); a dynamic network does not broadcast")
+                               f"{_show(ins[1])}); a dynamic network broadcasts only a fixed per-channel or scalar b")
         sym[node.output] = output_shape(node, ins[0], shapes)
     samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
     for base in samples:
@@ -317,7 +328,9 @@ def plan(dg: DynamicGraph) -> Plan:
         else:
             make = (lambda op: lambda s: _retarget(op, s))(node.op)
             names = ("a", "b") if len(node.inputs) == 2 else ("x",)
-        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)))
+        b = getattr(node.op, "b_shape", None)
+        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names,
+                                    None if b is None else (x, b))))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
 
 
@@ -345,7 +358,7 @@ def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> Dy
             return None
     make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
     return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
-                     make(op.smallest.inputs[0].shape), op.names)
+                     make(op.smallest.inputs[0].shape), op.names, op.in_shapes)
 
 
 def _fold_clips(graph, ops: list) -> list:

@@ -559,8 +559,8 @@ def _input_problems(g: Graph, name: str, op: Op, inputs: Iterable[str]) -> list[
     from .dims import DynamicOp
     inputs = tuple(inputs)
     if isinstance(op, DynamicOp):
-        first = op.largest.inputs
-        want = [Tensor(t, op.x_shape, f.dtype) for t, f in zip(op.names, first)]
+        shapes = op.in_shapes or (op.x_shape,) * len(op.names)
+        want = [Tensor(t, s, f.dtype) for t, s, f in zip(op.names, shapes, op.largest.inputs)]
     else:
         want = op.inputs
     if len(inputs) != len(want):

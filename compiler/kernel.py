@@ -95,7 +95,15 @@ def _check_ops(ops) -> tuple[Op, ...]:
     for k, o in enumerate(ops):
         if not isinstance(o, Op):
             raise CompileError(f"argument {k} is not an op from compiler.ops: {o!r}")
+        refuse_broadcast(o, f"argument {k}")
     return tuple(ops)
+
+
+def refuse_broadcast(op, where: str) -> None:
+    """CompileError for a broadcasting add / mul: only the dynamic lowering has one so far."""
+    if getattr(op, "b_shape", None) is not None:
+        raise CompileError(f"{where} ({op.kind}): a b of shape {op.b_shape} broadcast to {op.shape} has a dynamic "
+                           f"lowering only so far (a compiler.Dim in the shape, or a graph with one)")
 
 
 def fold_channels(kir: KernelIR, cfg: Config) -> None:

@@ -557,6 +557,7 @@ class Elementwise(Op):
     fscales: tuple | None = None                    # add / mul's float form: float32 (scale_a, scale_b, scale_out)
     x_layout: str = "nchw"      # DDR layouts of the inputs and of y (a clip between two: a layout transform)
     y_layout: str = "nchw"
+    b_shape: tuple | None = None    # add / mul: b's shape when it broadcasts to `shape` (1 or the size per axis)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
@@ -574,7 +575,7 @@ class Elementwise(Op):
     @property
     def inputs(self) -> tuple[Tensor, ...]:
         if self.binary:
-            return Tensor("a", self.shape, "int8"), Tensor("b", self.shape, "int8")
+            return Tensor("a", self.shape, "int8"), Tensor("b", self.b_shape or self.shape, "int8")
         return (Tensor("x", self.shape, self.in_dtype),)
 
     @property
@@ -582,6 +583,8 @@ class Elementwise(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.b_shape is not None:        # b repeated along its size-1 axes, then elementwise
+            arrays = (arrays[0], np.broadcast_to(arrays[1], self.shape))
         if self.fscales is not None:
             f = sem.add_f32 if self.mode == "add" else sem.mul_f32
             return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
@@ -602,18 +605,44 @@ def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
     return (_f32_scale("scale_a", scale_a), _f32_scale("scale_b", scale_b), _f32_scale("scale_out", scale_out))
 
 
+def _broadcast(shape, b_shape) -> tuple | None:
+    """b's shape if it broadcasts to shape (the same rank, each axis 1 or shape's), None if it is shape."""
+    if b_shape is None:
+        return None
+    b_shape = _shape("b_shape", b_shape)
+    if len(b_shape) != len(shape) or any(b not in (1, a) for a, b in zip(shape, b_shape)):
+        raise CompileError(f"b_shape {b_shape} does not broadcast to {tuple(shape)}: it needs the same rank, "
+                           f"each axis 1 or the same size")
+    return None if b_shape == tuple(shape) else b_shape
+
+
+def _dynamic_binary(kind: str, make, shape, b_shape):
+    """The DynamicOp of a binary op with Dims; a broadcast b has a fixed shape."""
+    from .dims import Dim, dynamic_op, has_dims
+    if has_dims(b_shape or ()):
+        raise CompileError(f"{kind}: b_shape {tuple(b_shape)} holds a Dim; a broadcast operand of a dynamic "
+                           f"{kind} has a fixed shape (1 per axis, or the channels)")
+    if b_shape is not None:
+        b_shape = _shape("b_shape", b_shape)
+        _broadcast(tuple(1 if isinstance(d, Dim) else d for d in shape), b_shape)    # a Dim's axis: 1 in b
+    return dynamic_op(kind, lambda s: make(s, b_shape), shape, ("a", "b"),
+                      in_shapes=None if b_shape is None else (tuple(shape), b_shape))
+
+
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
+    b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import dynamic_op, has_dims
+    from .dims import has_dims
     if has_dims(shape):
-        return dynamic_op("add", lambda s: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
-                                               scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
-                                               hi=hi), shape, ("a", "b"))
+        return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
+                                                        scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
+                                                        hi=hi, b_shape=bs), shape, b_shape)
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    b_shape = _broadcast(shape, b_shape)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
     if _float_form("add", {"ma": ma, "mb": mb, "shift": shift}, floats):
@@ -624,23 +653,25 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
         _derived_scale("scale_b / scale_out", rb, "the scales")
         if not np.isfinite(c):
             raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
-        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
     return Elementwise("add", shape, "int8", za, zb, _int("ma", ma, 0, (1 << 31) - 1),
-                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62), *clamp)
+                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62), *clamp, b_shape=b_shape)
 
 
 def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
     """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
+    b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import dynamic_op, has_dims
+    from .dims import has_dims
     if has_dims(shape):
-        return dynamic_op("mul", lambda s: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
-                                               scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
-                                               zp_out=zp_out, lo=lo, hi=hi), shape, ("a", "b"))
+        return _dynamic_binary("mul", lambda s, bs: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
+                                                        scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
+                                                        zp_out=zp_out, lo=lo, hi=hi, b_shape=bs), shape, b_shape)
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    b_shape = _broadcast(shape, b_shape)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
     if _float_form("mul", {"multiplier": multiplier, "shift": shift}, floats):
@@ -648,9 +679,9 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
         with np.errstate(all="ignore"):
             r = sem.mul_f32_ratio(*fs)
         _derived_scale("scale_a * scale_b / scale_out", r, "the scales")
-        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
     return Elementwise("mul", shape, "int8", za, zb, _int("multiplier", multiplier, 1, (1 << 31) - 1), 0,
-                       _int("shift", shift, 0, 62), *clamp)
+                       _int("shift", shift, 0, 62), *clamp, b_shape=b_shape)
 
 
 def relu(shape, zp=0) -> Elementwise:

@@ -345,3 +345,78 @@ def test_an_onnx_classifier_with_a_dynamic_batch_is_bit_exact(fmt, seed, n):
     assert [layer["ops"] for layer in lib.meta["layers"]][-1] == "dense"
     x = np.random.default_rng(seed).standard_normal((n, 3, 8, 8)).astype(np.float32) * 2
     check_onnx(model, dg, lib, x, {"batch": n}, fmt)
+
+
+# ----------------------------------------------------------------------------- broadcasting add / mul
+
+def broadcast_op(kind: str, b_shape: tuple, shape=(Dim("n", 1, 2), 7, Dim("h", 1, 40), Dim("w", 2, 50))):
+    if kind == "add":
+        return ops.add(shape, za=3, zb=-2, ma=3 << 20, mb=5 << 20, shift=22, zp_out=1, b_shape=b_shape)
+    if kind == "mul":
+        return ops.mul(shape, za=3, zb=-2, multiplier=3 << 20, shift=26, zp_out=1, lo=-90, b_shape=b_shape)
+    return ops.add(shape, za=3, zb=-2, scale_a=0.02, scale_b=0.03, scale_out=0.04, zp_out=1, b_shape=b_shape)
+
+
+@functools.lru_cache(maxsize=None)
+def broadcast_kernel(kind: str, b_shape: tuple):
+    op = broadcast_op(kind, b_shape)
+    return op, compiler.build(op)
+
+
+@pytest.mark.parametrize("kind", ["add", "mul", "float add"])
+@pytest.mark.parametrize("b_shape", [(1, 7, 1, 1), (1, 1, 1, 1)], ids=["per-channel", "scalar"])
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 2), h=st.integers(1, 40), w=st.integers(2, 50))
+def test_a_dynamic_broadcasting_add_or_mul_is_bit_exact(kind, b_shape, seed, n, h, w):
+    op, kern = broadcast_kernel(kind, b_shape)
+    rng = np.random.default_rng(seed)
+    a, b = rand(rng, (n, 7, h, w)), rand(rng, b_shape)
+    y = kern(a, b, check_races=True)
+    static = op.static({"n": n, "h": h, "w": w})
+    np.testing.assert_array_equal(y, static.reference(a, b))
+    # and the same op without broadcasting, on b repeated to a's shape
+    full = broadcast_op(kind, None, (n, 7, h, w))
+    np.testing.assert_array_equal(y, full.reference(a, np.broadcast_to(b, a.shape).copy()))
+
+
+def test_removing_any_wait_of_a_broadcasting_kernel_is_caught():
+    _, kern = broadcast_kernel("add", (1, 7, 1, 1))
+    rng = np.random.default_rng(8)
+    _kill_every_wait(kern, {"a": rand(rng, (2, 7, 40, 50)), "b": rand(rng, (1, 7, 1, 1))}, at_least=3)
+
+
+def test_broadcasts_that_are_not_lowered_are_refused():
+    with pytest.raises(CompileError, match=r"b_shape \(1, 3, 1, 1\) does not broadcast to \(1, 7, 4, 4\)"):
+        ops.add((1, 7, 4, 4), za=0, zb=0, ma=1, mb=1, shift=0, b_shape=(1, 3, 1, 1))
+    with pytest.raises(CompileError, match=r"a b of shape \(1, 7, 1, 1\) broadcast to \(1, 7, 4, 4\) has a dynamic "
+                                           r"lowering only"):
+        compiler.build(ops.add((1, 7, 4, 4), za=0, zb=0, ma=1, mb=1, shift=0, b_shape=(1, 7, 1, 1)))
+    with pytest.raises(CompileError, match=r"broadcasts a per-channel b \[1, C, 1, 1\] or a scalar one so far"):
+        compiler.build(broadcast_op("add", (1, 1, 1, 50), (1, 7, Dim("h", 1, 4), 50)))
+    with pytest.raises(CompileError, match="holds a Dim; a broadcast operand of a dynamic add has a fixed shape"):
+        broadcast_op("add", (1, 7, 1, Dim("w", 2, 50)))
+    _, kern = broadcast_kernel("add", (1, 1, 1, 1))
+    with pytest.raises(CompileError, match=r"input b axis 1 is 7, expected 1 \(it is not dynamic\)"):
+        kern(np.zeros((1, 7, 3, 3), np.int8), np.zeros((1, 7, 1, 1), np.int8))
+
+
+def test_a_graph_with_a_per_channel_operand():
+    """x (n, 6, h, w) times a per-channel input s (1, 6, 1, 1), then a conv: one binary."""
+    rng = np.random.default_rng(9)
+    n, h, w = Dim("n", 1, 2), Dim("h", 3, 20), Dim("w", 3, 20)
+    g = Graph("scaled")
+    x, s = g.input("x", (n, 6, h, w)), g.input("s", (1, 6, 1, 1))
+    m = g.add(ops.mul((n, 6, h, w), za=-1, zb=4, multiplier=5 << 24, shift=31, zp_out=2, b_shape=(1, 6, 1, 1)),
+              x, s, name="scale")
+    g.output(g.add(ops.conv2d((n, 6, h, w), padding=1, **conv_args(rng, 4, 6, 3)), m, name="conv"))
+    lib = compiler.build(g)
+    for shape in ((1, 6, 3, 3), (2, 6, 20, 20), (1, 6, 7, 12)):
+        ins = {"x": rand(rng, shape), "s": rand(rng, (1, 6, 1, 1))}
+        mod = compiler.GraphModule(lib)
+        for k, v in ins.items():
+            mod.set_input(k, v)
+        mod.run(check_races=True)
+        np.testing.assert_array_equal(mod.get_output(0), g.reference(ins)[0])
+    with pytest.raises(CompileError, match=r"node scale \(mul\): a b of shape \(1, 6, 1, 1\) broadcast to "
+                                           r"\(1, 6, 3, 3\) has a dynamic lowering only"):
+        compiler.build(g.at({"n": 1, "h": 3, "w": 3}))
