@@ -12,7 +12,9 @@ Building it:
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
-             (compiler/lowering/dynamic*.py), all reading the one argument block
+             (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
+             its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
+             per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
   link       the programs in graph order, a barrier between two, each op's buffers renamed to
              the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
              sized for the largest shape
