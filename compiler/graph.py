@@ -451,15 +451,19 @@ class Graph:
 
     def reference(self, *inputs, **kw) -> list[np.ndarray]:
         """Run on numpy inputs (positional in the order of .inputs, or one dict by name); the outputs."""
-        if self.dims and not kw:
-            given = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], Mapping) else dict(zip(self.inputs, inputs))
-            return self.dynamic().reference(dict(given))
         values = self.evaluate(*inputs, **kw)
         return [values[o] for o in self.outputs]
 
     def evaluate(self, *inputs, forced: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Every Value as each node's .reference computes it.  Values in `forced` are what the
-        nodes after them read instead (to check each node on someone else's inputs)."""
+        nodes after them read instead (to check each node on someone else's inputs).  A graph with Dims
+        runs as its static graph at the inputs' shapes."""
+        if self.dims:
+            from .dims import infer_values
+            given = _bind_symbolic(self, inputs)
+            values = infer_values(self.dims, {i: self.values[i].shape for i in self.inputs},
+                                  {i: np.shape(a) for i, a in given.items()})
+            return self.at(values).evaluate(given, forced=forced)
         self.validate()
         env = dict(_bind_inputs(self, inputs))
         computed = dict(env)
@@ -605,6 +609,20 @@ def _toposort(g: Graph) -> tuple[list[Node], list[str] | None]:
                 stack.append((nxt, iter(nxt.inputs)))
                 path.append(nxt)
     return order, None
+
+
+def _bind_symbolic(g: Graph, inputs) -> dict[str, np.ndarray]:
+    """The inputs of a graph with Dims by name (positional in the order of .inputs, or one dict)."""
+    if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+        given = dict(inputs[0])
+    elif len(inputs) == len(g.inputs):
+        given = dict(zip(g.inputs, inputs))
+    else:
+        raise CompileError(f"the graph takes {len(g.inputs)} input(s) {g.inputs}, got {len(inputs)}")
+    missing = [i for i in g.inputs if i not in given]
+    if missing:
+        raise CompileError(f"inputs by name: missing {missing} (the graph's inputs are {g.inputs})")
+    return given
 
 
 def _bind_inputs(g: Graph, inputs) -> dict[str, np.ndarray]:
