@@ -149,6 +149,8 @@ class Reshape(Op):
 
     def __post_init__(self):
         if _symbolic(self, ("in_shape", "out_shape")):
+            object.__setattr__(self, "in_shape", tuple(self.in_shape))
+            object.__setattr__(self, "out_shape", tuple(self.out_shape))
             return
         object.__setattr__(self, "in_shape", _ops._shape("in_shape", self.in_shape))
         object.__setattr__(self, "out_shape", _ops._shape("out_shape", self.out_shape))
@@ -186,8 +188,9 @@ class Concat(Op):
             raise CompileError(f"shapes must be a sequence of shapes, got {self.shapes!r}") from None
         if not shapes:
             raise CompileError("concat needs at least one input")
-        object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
+        object.__setattr__(self, "shapes", shapes)
         if _symbolic(self, ("shapes",)):
+            object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
             axis = at_values(self, _ends(self, ("shapes",))[1]).axis
             object.__setattr__(self, "axis", axis)
             for i, sh in enumerate(self.shapes):
