@@ -326,7 +326,8 @@ def plan(dg: DynamicGraph) -> Plan:
         if isinstance(node.op, Concat):
             ins = [sym[v] for v in node.inputs]
             make = _concat_maker(node.op, x, ins)
-            names = tuple(f"x{k}" for k in range(len(ins)))
+            first = {v: k for k, v in reversed(list(enumerate(node.inputs)))}   # one name per tensor
+            names = tuple(f"x{first[v]}" for v in node.inputs)
         else:
             make = (lambda op: lambda s: _retarget(op, s))(node.op)
             names = ("a", "b") if len(node.inputs) == 2 else ("x",)

@@ -420,3 +420,20 @@ def test_a_graph_with_a_per_channel_operand():
     with pytest.raises(CompileError, match=r"node scale \(mul\): a b of shape \(1, 6, 1, 1\) broadcast to "
                                            r"\(1, 6, 3, 3\) has a dynamic lowering only"):
         compiler.build(g.at({"n": 1, "h": 3, "w": 3}))
+
+
+def test_a_concat_of_one_tensor_twice_and_of_two_images():
+    n, h = Dim("n", 1, 3), Dim("h", 1, 9)
+    g = Graph("twice")
+    x = g.input("x", (n, 3, h, 5))
+    r = g.add(ops.relu((n, 3, h, 5), -5), x, name="r")
+    g.output(g.add(Concat(((n, 3, h, 5), (n, 3, h, 5), (n, 3, h, 5)), 1), r, x, r, name="cat"))
+    lib = compiler.build(g)
+    rng = np.random.default_rng(10)
+    for shape in ((1, 3, 1, 5), (3, 3, 9, 5), (2, 3, 4, 5)):
+        x = rand(rng, shape)
+        m = compiler.GraphModule(lib)
+        m.set_input("x", x)
+        m.run(check_races=True)
+        r = np.maximum(x, -5)
+        np.testing.assert_array_equal(m.get_output(0), np.concatenate([r, x, r], axis=1))

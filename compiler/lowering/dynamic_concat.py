@@ -56,10 +56,11 @@ def program_text(shapes: list[tuple], axis: int, dims: tuple[Dim, ...], dtype: s
          "; one DDR -> DDR DMA per input", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
     L += [f'        .target dynamic.dims, "{dim_note}"', '        .target dynamic.args, "args"']
-    L += [f'        .target dynamic.buffer.{t}, "{" ".join(map(axis_name, s))}"' for t, s in zip(names, shapes)]
+    inputs = dict(zip(names, shapes))            # an input given twice is one buffer
+    L += [f'        .target dynamic.buffer.{t}, "{" ".join(map(axis_name, s))}"' for t, s in inputs.items()]
     L += [f'        .target dynamic.buffer.y, "{" ".join(map(axis_name, y_shape))}"']
     L += ["", "        .data", f"        .buffer args, int32, ({len(dims)},)", f"        .space {4 * len(dims)}"]
-    for t, s in list(zip(names, shapes)) + [("y", y_shape)]:
+    for t, s in list(inputs.items()) + [("y", y_shape)]:
         b = big(s)
         L += ["        .align 64", f"        .buffer {t}, {dtype}, ({', '.join(map(str, b))},)",
               f"        .space {math.prod(b) * esz}"]
