@@ -236,7 +236,7 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")
-        if getattr(op, "dims", ()):             # a compiler.Dim in an input's shape: one binary for the range
+        if getattr(op, "dims", ()):
             from .dynamic_network import build_dynamic_network
             return build_dynamic_network(op.dynamic(), cfg)
         from .network import build_network
