@@ -118,6 +118,7 @@ class DynamicOp:
     largest: object = field(repr=False)   # the static op at every Dim's hi
     smallest: object = field(repr=False)  # the static op at every Dim's lo
     names: tuple[str, ...] = ("x",)       # the inputs, in call order
+    in_shapes: tuple | None = None        # each input's shape where they differ (a broadcast b); else x_shape
 
     def static(self, values: dict[str, int]):
         """The static op for these dim values."""
@@ -129,7 +130,8 @@ class DynamicOp:
         if len(shapes) != len(self.names):
             raise CompileError(f"{self.kind} takes {len(self.names)} input(s) ({', '.join(self.names)}), "
                                f"got {len(shapes)}")
-        return infer_values(self.dims, {t: self.x_shape for t in self.names},
+        declared = self.in_shapes or (self.x_shape,) * len(self.names)
+        return infer_values(self.dims, dict(zip(self.names, declared)),
                             {t: tuple(s) for t, s in zip(self.names, shapes)})
 
     def reference(self, *inputs: np.ndarray) -> np.ndarray:
@@ -169,11 +171,15 @@ def infer_values(dims, declared: dict[str, tuple], given: dict[str, tuple]) -> d
     return values
 
 
-def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",)) -> DynamicOp:
-    """The DynamicOp of a constructor `make(concrete shape)`; checks it at both ends of every range."""
+def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",), ndim: int = 4,
+               in_shapes: tuple | None = None) -> DynamicOp:
+    """The DynamicOp of a constructor `make(concrete shape)`; checks it at both ends of every range.
+    ndim = 2 is a dense layer's [N, K], whose batch alone may be a Dim."""
     x_shape = tuple(x_shape)
-    if len(x_shape) != 4:
-        raise CompileError(f"x_shape must have 4 dimensions, got {len(x_shape)}: {x_shape}")
+    if len(x_shape) != ndim:
+        raise CompileError(f"x_shape must have {ndim} dimensions, got {len(x_shape)}: {x_shape}")
+    if ndim == 2 and isinstance(x_shape[1], Dim):
+        raise CompileError(f"{kind}: axis 1 (features) cannot be a Dim ({x_shape[1]}); only the batch can")
     dims = collect({"x": x_shape})
     largest = make(at(x_shape, {d.name: d.hi for d in dims}))
     try:
@@ -181,7 +187,7 @@ def dynamic_op(kind: str, make, x_shape, names: tuple[str, ...] = ("x",)) -> Dyn
     except CompileError as exc:
         lows = ", ".join(f"{d.name} = {d.lo}" for d in dims)
         raise CompileError(f"{kind} does not fit the smallest shape of its range ({lows}): {exc}") from None
-    return DynamicOp(kind, x_shape, tuple(dims), make, largest, smallest, tuple(names))
+    return DynamicOp(kind, x_shape, tuple(dims), make, largest, smallest, tuple(names), in_shapes)
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,7 +14,7 @@ from nnpsim.config import Config
 
 from .dims import DynamicChain, DynamicOp
 from .errors import CompileError
-from .ops import Conv2d, Elementwise, Pool2d
+from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 
 @dataclass
@@ -38,9 +38,10 @@ class DynamicKernel:
         self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
         sim = Simulator(self.config)
         sim.load(self.program)
-        for name, a in zip(self.op.names, arrays):
-            if a.dtype != np.int8:
-                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected int8")
+        first = self.op.ops[0] if isinstance(self.op, DynamicChain) else self.op
+        for name, a, t in zip(self.op.names, arrays, first.largest.inputs):
+            if a.dtype != np.dtype(t.dtype):
+                raise CompileError(f"{self.op.kind}: input {name} has dtype {a.dtype}, expected {t.dtype}")
             sim.write(name, a)
         races = self.check_races if check_races is None else check_races
         self.stats = sim.run(check_races=races)
@@ -135,10 +136,13 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic_global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
         asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
+    elif isinstance(op.largest, Dense):
+        from .lowering.dynamic_dense import lower_dense
+        asm, files, rows = lower_dense(op, config)
     elif isinstance(op.largest, Elementwise):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)
     else:
-        raise CompileError(f"dynamic shapes are lowered for conv2d, max, sum, average and global average "
-                           f"pooling, add, mul, relu and clip so far, not {op.kind}")
+        raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "
+                           f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")
     return asm, files, rows

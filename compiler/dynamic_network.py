@@ -12,7 +12,9 @@ Building it:
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
-             (compiler/lowering/dynamic*.py), all reading the one argument block
+             (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
+             its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
+             per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
   link       the programs in graph order, a barrier between two, each op's buffers renamed to
              the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
              sized for the largest shape
@@ -31,6 +33,7 @@ from nnpsim.config import Config
 
 from .dims import Dim, DynamicOp, at, axis_rule, check_divisor, infer_values, window_out
 from .errors import CompileError
+from .graph import Concat, Reshape
 from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 _RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
@@ -181,35 +184,65 @@ def output_shape(node, x, shapes: _Shapes) -> tuple:
         (kh, kw), (t, l, b, r) = op.kernel, op.padding
         return (x[0], x[1], shapes.window(x[2], t + b - kh, check_divisor(where, "stride", op.stride[0]), where),
                 shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
-    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"):
+    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip", "requantize"):
         return x
-    if _flattens_a_point(op, x):             # (n, c, 1, 1) -> (n, c): the same bytes
-        return (x[0], x[1])
-    if isinstance(op, Dense) and len(x) == 2:
+    if isinstance(op, Dense):
+        if any(isinstance(d, Dim) for d in x[1:]):
+            raise CompileError(f"{where}: its input {_show(x)} has a dynamic feature axis; only the batch of a "
+                               f"dense layer's input may vary")
         return (x[0], op.weight.shape[1])
     raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
-                       f"depthwise too), max, sum and average pooling, add, mul, relu and clip")
+                       f"depthwise too), dense, max, sum and average pooling, add, mul, relu, clip, "
+                       f"requantize, reshape and concat")
 
 
-def _flattens_a_point(op, x) -> bool:
-    """Is op a reshape of an (n, c, 1, 1) tensor to (n, c) (a Flatten after a global pool)?"""
-    from .graph import Reshape
+def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> tuple:
+    """The symbolic shape of a Reshape's or Concat's output (compiler/graph.py)."""
+    op, where = node.op, f"node {node.name} ({node.op.kind})"
+    if isinstance(op, Concat):
+        a = op.axis
+        if any(isinstance(s[a], Dim) for s in ins):
+            raise CompileError(f"{where}: its axis {a} is dynamic in an input ({', '.join(map(_show, ins))}); a "
+                               f"dynamic concat joins along a fixed axis")
+        rest = {s[:a] + s[a + 1:] for s in ins}
+        if len(rest) != 1:
+            raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
+        return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+    # a reshape: each output axis is fixed or follows exactly one dim of the graph or derived
+    samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
+    outs = [(shapes.values(b), dg.at(b).values[node.output].shape) for b in samples]
+    axes = []
+    for k, size in enumerate(outs[1][1]):
+        if all(o[k] == size for _, o in outs):
+            axes.append(size)
+            continue
+        match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
+        if not match:
+            raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
+                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}): a dynamic reshape "
+                               f"may only move whole dimensions (flatten what is fixed)")
+        axes.append(match[0])
+    return tuple(axes)
 
-    return (isinstance(op, Reshape) and len(x) == 4 and tuple(x[2:]) == (1, 1) and not isinstance(x[1], Dim)
-            and tuple(op.out_shape[1:]) == (x[1],))
+
+def _broadcast_b(op) -> bool:
+    """Is op an add / mul whose b broadcasts (compiler.ops: b_shape)?"""
+    return isinstance(op, Elementwise) and op.b_shape is not None
 
 
-def dense_as_conv(op: DynamicOp) -> DynamicOp:
-    """A dynamic dense [n, K] -> [n, O] as the 1x1 conv over (n, K, 1, 1) it equals (same bytes in and
-    out, same accumulation and requantisation)."""
-    def conv(d: Dense) -> Conv2d:
-        k, o = d.weight.shape
-        return Conv2d(x_shape=(d.x_shape[0], k, 1, 1), weight=np.ascontiguousarray(d.weight.T).reshape(o, k, 1, 1),
-                      bias=d.bias, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1, x_zp=d.x_zp,
-                      multiplier=d.multiplier, shift=d.shift, zp_out=d.zp_out, lo=d.lo, hi=d.hi, scale=d.scale)
-    x = (op.x_shape[0], op.x_shape[1], 1, 1)
-    return DynamicOp("conv2d", x, op.dims, lambda s: conv(op.make(s[:2])), conv(op.largest), conv(op.smallest),
-                     op.names)
+def _broadcasts(op, ins: list[tuple]) -> bool:
+    """Do a binary op's inputs of symbolic shapes `ins` agree with its broadcast b (a fixed b_shape)?"""
+    return _broadcast_b(op) and tuple(ins[1]) == tuple(op.b_shape) and all(
+        isinstance(a, Dim) or a == s for a, s in zip(ins[0], op.shape))
+
+
+def _concat_maker(op: Concat, x: tuple, ins: list[tuple]):
+    """make(shape of input 0) -> the Concat at the dim values that shape gives (the inputs agree off the axis,
+    so input 0 holds every Dim of them)."""
+    def make(shape):
+        values = {d.name: v for d, v in zip(x, shape) if isinstance(d, Dim)}
+        return dataclasses.replace(op, shapes=tuple(at(t, values) for t in ins))
+    return make
 
 
 def _global(op) -> bool:
@@ -219,15 +252,14 @@ def _global(op) -> bool:
 
 def _retarget(op, shape):
     """op over another input shape (every other parameter kept; a global pool's window is the new plane)."""
-    from .graph import Reshape
-
     if isinstance(op, Elementwise):
         return dataclasses.replace(op, shape=shape)
-    if isinstance(op, Reshape):
-        return dataclasses.replace(op, in_shape=shape, out_shape=tuple(shape[:2]))
     if _global(op):
         return dataclasses.replace(op, x_shape=shape, kernel=tuple(shape[2:]), stride=tuple(shape[2:]))
     return dataclasses.replace(op, x_shape=shape)
+
+
+_SHAPE_FIELDS = ("shape", "x_shape", "shapes", "in_shape", "out_shape")
 
 
 def _same_parameters(a, b) -> bool:
@@ -235,7 +267,7 @@ def _same_parameters(a, b) -> bool:
     if type(a) is not type(b):
         return False
     for f in dataclasses.fields(a):
-        if f.name in ("shape", "x_shape") or (f.name in ("kernel", "stride") and _global(a) and _global(b)):
+        if f.name in _SHAPE_FIELDS or (f.name in ("kernel", "stride") and _global(a) and _global(b)):
             continue
         u, v = getattr(a, f.name), getattr(b, f.name)
         if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
@@ -267,9 +299,12 @@ def plan(dg: DynamicGraph) -> Plan:
     sym = dict(input_shapes(dg))
     for node in high.nodes:
         ins = [sym[v] for v in node.inputs]
-        if len(ins) == 2 and ins[0] != ins[1]:
+        if isinstance(node.op, (Reshape, Concat)):
+            sym[node.output] = layout_shape(node, ins, dg, shapes)
+            continue
+        if len(ins) == 2 and ins[0] != ins[1] and not _broadcasts(node.op, ins):
             raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({_show(ins[0])} and "
-                               f"{_show(ins[1])}); a dynamic network does not broadcast")
+                               f"{_show(ins[1])}); a dynamic network broadcasts only a fixed per-channel or scalar b")
         sym[node.output] = output_shape(node, ins[0], shapes)
     samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
     for base in samples:
@@ -290,10 +325,19 @@ def plan(dg: DynamicGraph) -> Plan:
     ops = []
     for node in high.nodes:
         x = sym[node.inputs[0]]
-        make = (lambda op: lambda s: _retarget(op, s))(node.op)
-        names = ("a", "b") if len(node.inputs) == 2 else ("x",)
-        op = DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names)
-        ops.append((node, dense_as_conv(op) if isinstance(node.op, Dense) else op))
+        if isinstance(node.op, Reshape):          # the same bytes: its output is its input's buffer
+            continue
+        if isinstance(node.op, Concat):
+            ins = [sym[v] for v in node.inputs]
+            make = _concat_maker(node.op, x, ins)
+            first = {v: k for k, v in reversed(list(enumerate(node.inputs)))}   # one name per tensor
+            names = tuple(f"x{first[v]}" for v in node.inputs)
+        else:
+            make = (lambda op: lambda s: _retarget(op, s))(node.op)
+            names = ("a", "b") if len(node.inputs) == 2 else ("x",)
+        b = getattr(node.op, "b_shape", None)
+        ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names,
+                                    None if b is None else (x, b))))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
 
 
@@ -321,7 +365,7 @@ def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> Dy
             return None
     make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
     return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
-                     make(op.smallest.inputs[0].shape), op.names)
+                     make(op.smallest.inputs[0].shape), op.names, op.in_shapes)
 
 
 def _fold_clips(graph, ops: list) -> list:
@@ -359,6 +403,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     from .dynamic_kernel import lower_one
     from .kernel import assemble
     from .lowering.dynamic_chain import link
+    from .lowering.dynamic_concat import program_text
     from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
     from .roofline import bound_cycles
@@ -372,13 +417,18 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
                            f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
-    for node, _, output, _ in p.ops:
-        if node.op.kind == "reshape" and output not in g.outputs:      # the same bytes: its input's buffer
-            buffers[output] = buffers[node.inputs[0]]
-        elif output not in buffers:
-            buffers[output] = buffer_name(f"t_{output}", used)
+    runs = fused_runs(p, cfg)
+    written = {out for _, _, out, _ in p.ops}
+    for node in g.nodes:                                        # in graph order: a reshape after its input
+        if isinstance(node.op, Reshape) and node.output not in g.outputs:
+            buffers[node.output] = buffers[node.inputs[0]]      # the same bytes under another shape
+        elif node.output in written and node.output not in buffers:
+            buffers[node.output] = buffer_name(f"t_{node.output}", used)
+    runs += [[_copy(node, p)] for node in g.nodes if isinstance(node.op, Reshape) and node.output in g.outputs]
+    position = {n.name: k for k, n in enumerate(g.nodes)}
+    runs.sort(key=lambda run: position[run[0][0].name])
     programs, layers = [], []
-    for k, run in enumerate(fused_runs(p, cfg)):
+    for k, run in enumerate(runs):
         (node, op, _, _), (_, _, output, _) = run[0], run[-1]
         if buffers[output] == buffers[node.inputs[0]]:          # a flatten: no program
             continue
@@ -386,6 +436,9 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         try:
             if len(run) > 1:
                 asm, files, _ = lower_fused([o for _, o, _, _ in run], cfg)
+            elif isinstance(op.largest, Concat):
+                asm, files = program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
+                                          op.largest.dtype, cfg, list(op.names)), {}
             else:
                 asm, files, _ = lower_one(op, cfg)
         except CompileError as exc:
@@ -408,7 +461,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         return t
 
     meta = {"format": GRAPH_FORMAT, "inputs": [io(v) for v in g.inputs], "outputs": [io(v) for v in g.outputs],
-            "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor "fused": False, "onchip_peak": {},
+            "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor
             "fusion": [], "dims": [[d.name, d.lo, d.hi] for d in p.dims],
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
@@ -417,6 +470,17 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     blob = _graph_buffer(meta)
     asm, files = link(programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
+
+
+def _copy(node, p: Plan) -> tuple:
+    """A reshape that is a graph output as a run of its own: its input copied to the output's buffer (a
+    one-input concat along axis 1), the bytes unchanged."""
+    x = p.shapes[node.inputs[0]]
+    if len(x) < 2 or isinstance(x[1], Dim):
+        raise CompileError(f"node {node.name} (reshape): a graph output reshaped from {_show(x)} needs a copy, "
+                           f"which needs a fixed axis 1")
+    op = Concat((at(x, {d.name: d.hi for d in p.dims}),), 1, node.op.dtype)
+    return (node, DynamicOp("reshape", x, p.dims, None, op, op, ("x0",)), node.output, "reshape")
 
 
 def fused_runs(p: Plan, cfg: Config) -> list[list]:

@@ -148,6 +148,10 @@ class Reshape(Op):
     kind: str = field(init=False, default="reshape")
 
     def __post_init__(self):
+        if _symbolic(self, ("in_shape", "out_shape")):
+            object.__setattr__(self, "in_shape", tuple(self.in_shape))
+            object.__setattr__(self, "out_shape", tuple(self.out_shape))
+            return
         object.__setattr__(self, "in_shape", _ops._shape("in_shape", self.in_shape))
         object.__setattr__(self, "out_shape", _ops._shape("out_shape", self.out_shape))
         _dtype(self.dtype)
@@ -184,6 +188,16 @@ class Concat(Op):
             raise CompileError(f"shapes must be a sequence of shapes, got {self.shapes!r}") from None
         if not shapes:
             raise CompileError("concat needs at least one input")
+        object.__setattr__(self, "shapes", shapes)
+        if _symbolic(self, ("shapes",)):
+            object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
+            axis = at_values(self, _ends(self, ("shapes",))[1]).axis
+            object.__setattr__(self, "axis", axis)
+            for i, sh in enumerate(self.shapes):
+                if not isinstance(sh[axis], int):
+                    raise CompileError(f"concat along axis {axis}: input {i}'s axis is the dimension {sh[axis]}; "
+                                       f"a concat with Dims joins along a fixed axis")
+            return
         shapes = tuple(_ops._shape(f"shapes[{i}]", s) for i, s in enumerate(shapes))
         _dtype(self.dtype)
         ndim = len(shapes[0])
@@ -209,6 +223,47 @@ class Concat(Op):
         return np.concatenate(xs, axis=self.axis)
 
 
+def _axes_of(op, fields: tuple[str, ...]) -> dict[str, tuple]:
+    """The shapes held by a layout op's fields, named."""
+    out = {}
+    for f in fields:
+        v = getattr(op, f)
+        for i, sh in enumerate(v if f == "shapes" else (v,)):
+            try:
+                out[f"{f}[{i}]" if f == "shapes" else f] = tuple(sh)
+            except TypeError:
+                raise CompileError(f"{f} must be a tuple of dimensions, got {sh!r}") from None
+    return out
+
+
+def _ends(op, fields: tuple[str, ...]) -> tuple[dict, dict]:
+    """The values of every Dim in a layout op's shapes at the low and the high end of its range."""
+    from .dims import collect
+    dims = collect(_axes_of(op, fields))
+    return {d.name: d.lo for d in dims}, {d.name: d.hi for d in dims}
+
+
+def _symbolic(op, fields: tuple[str, ...]) -> bool:
+    """True (after checking the op at both ends of the range) if a layout op's shapes hold compiler.Dims: it
+    stands for the op at every size in range (`at_values`), as in a Graph with a Dim in an input."""
+    from .dims import has_dims
+    if not any(has_dims(sh) for sh in _axes_of(op, fields).values()):
+        return False
+    for values in _ends(op, fields):
+        at_values(op, values)            # CompileError if the op does not hold at that end
+    return True
+
+
+def at_values(op, values: dict[str, int]):
+    """A Reshape or Concat with its Dims replaced by these values (the op itself if it has none)."""
+    from .dims import at
+    if isinstance(op, Reshape):
+        return Reshape(at(op.in_shape, values), at(op.out_shape, values), op.dtype)
+    if isinstance(op, Concat):
+        return Concat(tuple(at(sh, values) for sh in op.shapes), op.axis, op.dtype)
+    return op
+
+
 def _dtype(d) -> str:
     if d not in DTYPES:
         raise CompileError(f"dtype must be one of {DTYPES}, got {d!r}")
@@ -231,15 +286,32 @@ class Graph:
 
     def input(self, name: str, shape: tuple[int, ...], dtype: str = "int8",
               quant: QuantParams | None = None) -> str:
-        """Declare a graph input; returns its Value name."""
-        self._new_value(name, _ops._shape(f"input {name!r} shape", shape), _dtype(dtype), quant)
+        """Declare a graph input; returns its Value name.  A compiler.Dim for its batch, height or width
+        makes the graph dynamic: one binary for the whole range (`compiler.build(graph)`)."""
+        from .dims import Dim, collect, has_dims
+        if has_dims(shape):
+            shape = tuple(shape)
+            fixed = _ops._shape(f"input {name!r} shape", [1 if isinstance(d, Dim) else d for d in shape])
+            shape = tuple(d if isinstance(d, Dim) else n for d, n in zip(shape, fixed))
+            collect({**{i: self.values[i].shape for i in self.inputs}, f"input {name}": shape})
+        else:
+            shape = _ops._shape(f"input {name!r} shape", shape)
+        self._new_value(name, shape, _dtype(dtype), quant)
         self.inputs.append(name)
         return name
 
+    @property
+    def dims(self) -> tuple:
+        """The compiler.Dims of the graph's inputs, in first-use order (none: a static graph)."""
+        from .dims import collect
+        return tuple(collect({i: self.values[i].shape for i in self.inputs if i in self.values}))
+
     def add(self, op: Op, *inputs: str, name: str | None = None, output: str | None = None,
             quant: QuantParams | None = None, info: dict | None = None) -> str:
-        """Append a node computing `op` on the named Values; returns its output Value name."""
-        if not isinstance(op, Op):
+        """Append a node computing `op` on the named Values; returns its output Value name.  An op made
+        with Dims (a compiler.dims.DynamicOp) reads Values of the same symbolic shapes."""
+        from .dims import DynamicOp
+        if not isinstance(op, (Op, DynamicOp)):
             raise CompileError(f"node {name!r}: op must be a compiler.ops op, got {type(op).__name__}")
         name = name or self._fresh(op.kind)
         if any(n.name == name for n in self.nodes):
@@ -247,7 +319,7 @@ class Graph:
         output = output or name
         for problem in _input_problems(self, name, op, inputs):
             raise CompileError(problem)
-        out = op.output
+        out = _symbolic_output(self, name, op) if isinstance(op, DynamicOp) else op.output
         self._new_value(output, out.shape, out.dtype, quant)
         self.nodes.append(Node(name, op, tuple(inputs), output, dict(info or {})))
         return output
@@ -334,7 +406,7 @@ class Graph:
             v = self.values.get(n.output)
             if v is None:
                 out.append(f"node {n.name!r}: output value {n.output!r} does not exist")
-            elif (v.shape, v.dtype) != (n.op.output.shape, n.op.output.dtype):
+            elif not hasattr(n.op, "make") and (v.shape, v.dtype) != (n.op.output.shape, n.op.output.dtype):
                 out.append(f"node {n.name!r} ({n.op.kind}): output {n.output!r} is {list(v.shape)} {v.dtype}, "
                            f"the op writes {list(n.op.output.shape)} {n.op.output.dtype}")
         produced = {n.output for n in self.nodes} | set(self.inputs)
@@ -353,6 +425,33 @@ class Graph:
 
     # -- running
 
+    def dynamic(self):
+        """The compiler.dynamic_network.DynamicGraph of a graph with Dims: the static graph per dim values."""
+        from .dynamic_network import DynamicGraph
+        dims = self.dims
+        if not dims:
+            raise CompileError(f"graph {self.name!r} has no compiler.Dim in its inputs' shapes")
+        self.validate()
+        return DynamicGraph(self.at, dims)
+
+    def at(self, values: Mapping[str, int]) -> Graph:
+        """The static graph for these values of the inputs' Dims (each checked against its range)."""
+        from .dims import DynamicOp, at
+        for d in self.dims:
+            v = values.get(d.name)
+            if v is None or not d.lo <= v <= d.hi:
+                raise CompileError(f"dimension {d.name} = {v} is outside its range [{d.lo}, {d.hi}]")
+        full = _derived_shapes(self).values(dict(values))
+        g = Graph(self.name)
+        for i in self.inputs:
+            v = self.values[i]
+            g.input(i, at(v.shape, full), v.dtype, v.quant)
+        for n in self.nodes:
+            op = n.op.static(full) if isinstance(n.op, DynamicOp) else at_values(n.op, full)
+            g.add(op, *n.inputs, name=n.name, output=n.output, quant=self.values[n.output].quant, info=n.info)
+        g.outputs = list(self.outputs)
+        return g
+
     def reference(self, *inputs, **kw) -> list[np.ndarray]:
         """Run on numpy inputs (positional in the order of .inputs, or one dict by name); the outputs."""
         values = self.evaluate(*inputs, **kw)
@@ -360,7 +459,14 @@ class Graph:
 
     def evaluate(self, *inputs, forced: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Every Value as each node's .reference computes it.  Values in `forced` are what the
-        nodes after them read instead (to check each node on someone else's inputs)."""
+        nodes after them read instead (to check each node on someone else's inputs).  A graph with Dims
+        runs as its static graph at the inputs' shapes."""
+        if self.dims:
+            from .dims import infer_values
+            given = _bind_symbolic(self, inputs)
+            values = infer_values(self.dims, {i: self.values[i].shape for i in self.inputs},
+                                  {i: np.shape(a) for i, a in given.items()})
+            return self.at(values).evaluate(given, forced=forced)
         self.validate()
         env = dict(_bind_inputs(self, inputs))
         computed = dict(env)
@@ -402,6 +508,24 @@ class Graph:
                 f"outputs {self.outputs}>")
 
 
+def _derived_shapes(g: Graph):
+    """The graph's shape bookkeeping for Dims: the input Dims plus the derived ones (a strided window's
+    ((h + add) >> s) + 1), kept on the graph so that every node sees the same derived Dim objects."""
+    from .dynamic_network import _Shapes
+    if getattr(g, "_derived", None) is None:
+        g._derived = _Shapes(g.dims)
+    return g._derived
+
+
+def _symbolic_output(g: Graph, name: str, op) -> Tensor:
+    """The output of a DynamicOp node: its shape with Dims (derived ones for a strided window)."""
+    from types import SimpleNamespace
+
+    from .dynamic_network import output_shape
+    shape = output_shape(SimpleNamespace(op=op.largest, name=name), op.x_shape, _derived_shapes(g))
+    return Tensor("y", tuple(shape), op.largest.output.dtype)
+
+
 def _check_quant(name: str, shape: tuple[int, ...], q: QuantParams) -> None:
     if not isinstance(q, QuantParams):
         raise CompileError(f"value {name!r}: quant must be a QuantParams, got {type(q).__name__}")
@@ -439,8 +563,13 @@ def _name_problems(g: Graph) -> list[str]:
 
 def _input_problems(g: Graph, name: str, op: Op, inputs: Iterable[str]) -> list[str]:
     """What is wrong with feeding `inputs` (Value names) to `op`."""
+    from .dims import DynamicOp
     inputs = tuple(inputs)
-    want = op.inputs
+    if isinstance(op, DynamicOp):
+        shapes = op.in_shapes or (op.x_shape,) * len(op.names)
+        want = [Tensor(t, s, f.dtype) for t, s, f in zip(op.names, shapes, op.largest.inputs)]
+    else:
+        want = op.inputs
     if len(inputs) != len(want):
         return [f"node {name!r} ({op.kind}) takes {len(want)} input(s) "
                 f"({', '.join(t.name for t in want)}), got {len(inputs)}: {list(inputs)}"]
@@ -450,8 +579,8 @@ def _input_problems(g: Graph, name: str, op: Op, inputs: Iterable[str]) -> list[
         if v is None:
             out.append(f"node {name!r} ({op.kind}): input {t.name} = {i!r} is not a value of the graph")
         elif (v.shape, v.dtype) != (t.shape, t.dtype):
-            out.append(f"node {name!r} ({op.kind}): input {t.name} = {i!r} is {list(v.shape)} {v.dtype}, "
-                       f"the op expects {list(t.shape)} {t.dtype}")
+            out.append(f"node {name!r} ({op.kind}): input {t.name} = {i!r} is {_axes_text(v.shape)} {v.dtype}, "
+                       f"the op expects {_axes_text(t.shape)} {t.dtype}")
     return out
 
 
@@ -485,6 +614,20 @@ def _toposort(g: Graph) -> tuple[list[Node], list[str] | None]:
     return order, None
 
 
+def _bind_symbolic(g: Graph, inputs) -> dict[str, np.ndarray]:
+    """The inputs of a graph with Dims by name (positional in the order of .inputs, or one dict)."""
+    if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+        given = dict(inputs[0])
+    elif len(inputs) == len(g.inputs):
+        given = dict(zip(g.inputs, inputs))
+    else:
+        raise CompileError(f"the graph takes {len(g.inputs)} input(s) {g.inputs}, got {len(inputs)}")
+    missing = [i for i in g.inputs if i not in given]
+    if missing:
+        raise CompileError(f"inputs by name: missing {missing} (the graph's inputs are {g.inputs})")
+    return given
+
+
 def _bind_inputs(g: Graph, inputs) -> dict[str, np.ndarray]:
     if len(inputs) == 1 and isinstance(inputs[0], Mapping):
         given = dict(inputs[0])
@@ -507,12 +650,17 @@ def _bind_inputs(g: Graph, inputs) -> dict[str, np.ndarray]:
     return out
 
 
+def _axes_text(shape) -> str:
+    """A shape as text, a Dim as `name in [lo, hi]`."""
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
 def _shape_text(v: Value | None, name: str) -> str:
-    return f"{name}?" if v is None else f"{v.name}{list(v.shape)}"
+    return f"{name}?" if v is None else f"{v.name}{_axes_text(v.shape)}"
 
 
 def _value_text(v: Value) -> str:
-    return f"{v.name}{list(v.shape)} {v.dtype}" + (f"  {v.quant}" if v.quant is not None else "")
+    return f"{v.name}{_axes_text(v.shape)} {v.dtype}" + (f"  {v.quant}" if v.quant is not None else "")
 
 
 def _info_text(info: dict) -> str:

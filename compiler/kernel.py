@@ -95,7 +95,15 @@ def _check_ops(ops) -> tuple[Op, ...]:
     for k, o in enumerate(ops):
         if not isinstance(o, Op):
             raise CompileError(f"argument {k} is not an op from compiler.ops: {o!r}")
+        refuse_broadcast(o, f"argument {k}")
     return tuple(ops)
+
+
+def refuse_broadcast(op, where: str) -> None:
+    """CompileError for a broadcasting add / mul: only the dynamic lowering has one so far."""
+    if getattr(op, "b_shape", None) is not None:
+        raise CompileError(f"{where} ({op.kind}): a b of shape {op.b_shape} broadcast to {op.shape} has a dynamic "
+                           f"lowering only so far (a compiler.Dim in the shape, or a graph with one)")
 
 
 def fold_channels(kir: KernelIR, cfg: Config) -> None:
@@ -228,6 +236,9 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
     if not isinstance(op, Op) and hasattr(op, "nodes") and hasattr(op, "values"):
         if more_ops or schedule is not None:
             raise CompileError("build(graph) takes the graph alone")
+        if getattr(op, "dims", ()):
+            from .dynamic_network import build_dynamic_network
+            return build_dynamic_network(op.dynamic(), cfg)
         from .network import build_network
         with fewer_collections():
             return build_network(op, cfg, fuse=fuse)

@@ -503,7 +503,10 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, b
     """
     from . import layout_plan
 
+    from .kernel import refuse_broadcast
     graph.validate()
+    for node in graph.nodes:
+        refuse_broadcast(node.op, f"node {node.name}")
     al, copies = alias(graph)
     kernels = _Kernels(cfg)
     groups, decisions = plan_kernels(graph, cfg, fuse, copies, kernels, layouts)

@@ -380,7 +380,13 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
 
 def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
           hi=127) -> Dense:
-    """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias)."""
+    """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias).
+    A compiler.Dim for the batch (x_shape[0]) makes a DynamicOp (compiler/dims.py)."""
+    from .dims import dynamic_op, has_dims
+    if has_dims(x_shape):
+        return dynamic_op("dense", lambda shape: dense(shape, weight, bias, x_zp=x_zp, multiplier=multiplier,
+                                                       shift=shift, scale=scale, zp_out=zp_out, lo=lo, hi=hi),
+                          x_shape, ndim=2)
     x_shape = _shape("x_shape", x_shape, 2)
     w = _int_array("weight", weight, INT8, ndim=2)
     if w.shape[0] != x_shape[1]:
@@ -556,6 +562,7 @@ class Elementwise(Op):
     fscales: tuple | None = None                    # add / mul's float form: float32 (scale_a, scale_b, scale_out)
     x_layout: str = "nchw"      # DDR layouts of the inputs and of y (a clip between two: a layout transform)
     y_layout: str = "nchw"
+    b_shape: tuple | None = None    # add / mul: b's shape when it broadcasts to `shape` (1 or the size per axis)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
@@ -573,7 +580,7 @@ class Elementwise(Op):
     @property
     def inputs(self) -> tuple[Tensor, ...]:
         if self.binary:
-            return Tensor("a", self.shape, "int8"), Tensor("b", self.shape, "int8")
+            return Tensor("a", self.shape, "int8"), Tensor("b", self.b_shape or self.shape, "int8")
         return (Tensor("x", self.shape, self.in_dtype),)
 
     @property
@@ -581,6 +588,8 @@ class Elementwise(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.b_shape is not None:        # b repeated along its size-1 axes, then elementwise
+            arrays = (arrays[0], np.broadcast_to(arrays[1], self.shape))
         if self.fscales is not None:
             f = sem.add_f32 if self.mode == "add" else sem.mul_f32
             return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
@@ -601,18 +610,44 @@ def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
     return (_f32_scale("scale_a", scale_a), _f32_scale("scale_b", scale_b), _f32_scale("scale_out", scale_out))
 
 
+def _broadcast(shape, b_shape) -> tuple | None:
+    """b's shape if it broadcasts to shape (the same rank, each axis 1 or shape's), None if it is shape."""
+    if b_shape is None:
+        return None
+    b_shape = _shape("b_shape", b_shape)
+    if len(b_shape) != len(shape) or any(b not in (1, a) for a, b in zip(shape, b_shape)):
+        raise CompileError(f"b_shape {b_shape} does not broadcast to {tuple(shape)}: it needs the same rank, "
+                           f"each axis 1 or the same size")
+    return None if b_shape == tuple(shape) else b_shape
+
+
+def _dynamic_binary(kind: str, make, shape, b_shape):
+    """The DynamicOp of a binary op with Dims; a broadcast b has a fixed shape."""
+    from .dims import Dim, dynamic_op, has_dims
+    if has_dims(b_shape or ()):
+        raise CompileError(f"{kind}: b_shape {tuple(b_shape)} holds a Dim; a broadcast operand of a dynamic "
+                           f"{kind} has a fixed shape (1 per axis, or the channels)")
+    if b_shape is not None:
+        b_shape = _shape("b_shape", b_shape)
+        _broadcast(tuple(1 if isinstance(d, Dim) else d for d in shape), b_shape)    # a Dim's axis: 1 in b
+    return dynamic_op(kind, lambda s: make(s, b_shape), shape, ("a", "b"),
+                      in_shapes=None if b_shape is None else (tuple(shape), b_shape))
+
+
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
+    b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import dynamic_op, has_dims
+    from .dims import has_dims
     if has_dims(shape):
-        return dynamic_op("add", lambda s: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
-                                               scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
-                                               hi=hi), shape, ("a", "b"))
+        return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
+                                                        scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
+                                                        hi=hi, b_shape=bs), shape, b_shape)
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    b_shape = _broadcast(shape, b_shape)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
     if _float_form("add", {"ma": ma, "mb": mb, "shift": shift}, floats):
@@ -623,23 +658,25 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
         _derived_scale("scale_b / scale_out", rb, "the scales")
         if not np.isfinite(c):
             raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
-        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
     return Elementwise("add", shape, "int8", za, zb, _int("ma", ma, 0, (1 << 31) - 1),
-                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62), *clamp)
+                       _int("mb", mb, 0, (1 << 31) - 1), _int("shift", shift, 0, 62), *clamp, b_shape=b_shape)
 
 
 def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
     """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
+    b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import dynamic_op, has_dims
+    from .dims import has_dims
     if has_dims(shape):
-        return dynamic_op("mul", lambda s: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
-                                               scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
-                                               zp_out=zp_out, lo=lo, hi=hi), shape, ("a", "b"))
+        return _dynamic_binary("mul", lambda s, bs: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
+                                                        scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
+                                                        zp_out=zp_out, lo=lo, hi=hi, b_shape=bs), shape, b_shape)
     shape, za, zb = _shape("shape", shape), _int("za", za, *INT8), _int("zb", zb, *INT8)
+    b_shape = _broadcast(shape, b_shape)
     clamp = _clamp(zp_out, lo, hi)
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
     if _float_form("mul", {"multiplier": multiplier, "shift": shift}, floats):
@@ -647,9 +684,9 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
         with np.errstate(all="ignore"):
             r = sem.mul_f32_ratio(*fs)
         _derived_scale("scale_a * scale_b / scale_out", r, "the scales")
-        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs)
+        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
     return Elementwise("mul", shape, "int8", za, zb, _int("multiplier", multiplier, 1, (1 << 31) - 1), 0,
-                       _int("shift", shift, 0, 62), *clamp)
+                       _int("shift", shift, 0, 62), *clamp, b_shape=b_shape)
 
 
 def relu(shape, zp=0) -> Elementwise:
@@ -677,6 +714,11 @@ def requantize(shape, *, in_dtype, zx=0, multiplier=None, shift=None, scale=None
     multiplier and shift are scalars, or one per channel (axis 1) of a shape with two or more axes.
     With scale= (float32, per tensor or per channel) instead: requant_f32(x - zx), onnxruntime's arithmetic.
     """
+    from .dims import dynamic_op, has_dims
+    if has_dims(shape):
+        return dynamic_op("requantize", lambda s: requantize(s, in_dtype=in_dtype, zx=zx, multiplier=multiplier,
+                                                              shift=shift, scale=scale, zp_out=zp_out, lo=lo,
+                                                              hi=hi), shape)
     shape = _shape("shape", shape)
     if in_dtype not in ("int8", "int32"):
         raise CompileError(f"in_dtype must be 'int8' or 'int32', got {in_dtype!r}")

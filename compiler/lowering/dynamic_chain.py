@@ -92,8 +92,11 @@ def join(programs: list[tuple[str, dict[str, bytes]]]) -> tuple[str, dict[str, b
 def _rename(asm: str, k: int, names: dict[str, str]) -> str:
     """op k's program with its labels prefixed and its buffers renamed in one pass (a -> b and b -> c at
     once do not make a into c)."""
-    for label in set(_LABEL.findall(asm)) - {"main"}:
-        asm = re.sub(rf"\b{label}\b", f"L{k}_{label}", asm)
+    labels = set(_LABEL.findall(asm)) - {"main"}
+    if labels:          # not in the .target notes: a Dim may share a label's name (batch, tile, ...)
+        pattern = re.compile(r"\b(" + "|".join(sorted(labels, key=len, reverse=True)) + r")\b")
+        asm = "\n".join(line if line.lstrip().startswith(".target") else pattern.sub(rf"L{k}_\1", line)
+                         for line in asm.split("\n"))
     if not names:
         return asm
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")

@@ -1,15 +1,20 @@
-"""add / mul / relu / clip over a range of shapes: one program that reads its sizes from an argument block.
+"""add / mul / relu / clip / requantize over a range of shapes: one program that reads its sizes from an
+argument block.
 
 The CU `ld`s the sizes, multiplies them into the element count and cuts it
 into about two chunks (a half, rounded up to 64 bytes, at most what half
 of VBUF holds), so that loads, the VU and stores overlap whatever the size;
 chunk k+1 loads while chunk k is computed and stored (two buffer sets, the CU
 taking chunk k-2's store token before reusing its set).  The VU command and
-its scalars are the static lowering's (`ElementwiseLowering._vu`).
+its scalars are the static lowering's (`ElementwiseLowering._vu`).  A requantize
+of int32 reads four bytes an element (its loads four times the chunk's bytes,
+the VU's a stride 4) and writes int8 in place.
 """
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+import numpy as np
 
 from nnpsim.config import Config, shape_target
 
@@ -25,10 +30,12 @@ S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 
 def vu_command(op: Elementwise):
     """The static lowering's VU command for op (mnemonic, scalars) over a one-element placeholder."""
-    if op.mode == "requantize":
-        raise CompileError("dynamic requantize is not supported yet (add, mul, relu, clip are)")
+    if op.mode == "requantize" and any(np.ndim(v) for v in (op.ma, op.shift, op.scale)):
+        raise CompileError("a dynamic requantize takes one multiplier and shift (or one scale) for the whole "
+                           "tensor; per-channel requantisation has no dynamic lowering yet")
     fake = SimpleNamespace(op=op, name="dyn", vu=0, per_channel=False, table_vbuf=None)
     fake._binary_f32 = lambda *a: ElementwiseLowering._binary_f32(fake, *a)
+    fake._requant_f32 = lambda *a: ElementwiseLowering._requant_f32(fake, *a)
     return ElementwiseLowering._vu(fake, None, None, 1, 1, 0)
 
 
@@ -36,8 +43,9 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     """The assembly of the dynamic elementwise kernel, and its chunk limit in bytes."""
     big: Elementwise = op.largest
     cmd = vu_command(big)
+    esz = 4 if big.in_dtype == "int32" else 1             # input bytes an element (a requantize of int32)
     sets = 2 * (2 if big.binary else 1)
-    fit = min(cfg.vbuf_bytes // sets // 64 * 64, 1 << 24)
+    fit = min(cfg.vbuf_bytes // sets // esz // 64 * 64, 1 << 24)     # elements a chunk
     idx = {d.name: k for k, d in enumerate(op.dims)}
     L = [f"; dynamic kernel: {op!r}", "; about two chunks per run; two buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
@@ -45,8 +53,9 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     total_max = big.output.size
     L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}"]
     for t in op.names + ("y",):
-        L += ["        .align 64", f"        .buffer {t}, int8, ({', '.join(map(str, big.output.shape))},)",
-              f"        .space {total_max}"]
+        dtype, size = ("int8", 1) if t == "y" else (big.in_dtype, esz)
+        L += ["        .align 64", f"        .buffer {t}, {dtype}, ({', '.join(map(str, big.output.shape))},)",
+              f"        .space {total_max * size}"]
     L += ["", "        .text", "main:", "        la      r1, args", "        li      r2, 1"]
     e = L.append
 
@@ -71,7 +80,7 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), *((f"size{k}", 1) for k in (1, 2, 3)),
                  *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
         i(f"setpi   dma.{p}, {v}")
-    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1)):
+    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", esz), ("b_stride0", 1)):
         i(f"setpi   vu.{p}, {v}")
     for k, v in cmd.scalars.items():
         i(f"setpi   vu.{k}, {v}")
@@ -86,17 +95,26 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     i(f"sem.wait {S_STORE}")
     i("addi    r8, r8, -1")
     e("free:")
-    i(f"muli    r11, r7, {fit * (sets // 2)}")      # set base: a, then b
+    i(f"muli    r11, r7, {fit * esz * (sets // 2)}")      # set base: a, then b
     i(f"addi    r12, r11, {fit}")
-    i("setp    dma.size0, r9, 0")
+    if esz > 1:
+        i(f"slli    r14, r9, {esz.bit_length() - 1}")
+        i("setp    dma.size0, r14, 0")                  # the input's bytes
+    else:
+        i("setp    dma.size0, r9, 0")
     i("setp    vu.n0, r9, 0")
     for k, t in enumerate(op.names):
         i(f"la      r13, {t}")
-        i("add     r13, r13, r6")
+        if esz > 1:
+            i(f"slli    r14, r6, {esz.bit_length() - 1}")
+        i(f"add     r13, r13, {'r14' if esz > 1 else 'r6'}")
         sig = f", signal={S_LOAD}" if k == len(op.names) - 1 else ""
         i(f"dma     ch0, vbuf0[{'r11' if k == 0 else 'r12'}], ddr[r13]{sig}")
     b = ", r12" if big.binary else ""
-    i(f"{cmd.mnemonic} vu0, r11, r11{b}, wait={S_LOAD}, signal={S_VU}")
+    dt = f", {cmd.a_type}" if cmd.mnemonic in ("vu.requant", "vu.requant.f") else ""
+    i(f"{cmd.mnemonic} vu0, r11, r11{b}{dt}, wait={S_LOAD}, signal={S_VU}")
+    if esz > 1:
+        i("setp    dma.size0, r9, 0")                   # the output's bytes
     i("la      r13, y")
     i("add     r13, r13, r6")
     i(f"dma     ch2, ddr[r13], vbuf0[r11], wait={S_VU}, signal={S_STORE}")
@@ -109,8 +127,108 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
 
 
 def lower_elementwise(op: DynamicOp, cfg: Config):
-    """A dynamic add / mul / relu / clip's (assembly, .incbin files, None)."""
+    """A dynamic add / mul / relu / clip / requantize's (assembly, .incbin files, None)."""
     if not isinstance(op.largest, Elementwise):
         raise CompileError(f"dynamic shapes are lowered for conv2d, add, mul, relu and clip so far, not {op.kind}")
-    asm, _ = program_text(op, cfg)
+    asm = broadcast_program_text(op, cfg) if op.largest.b_shape is not None else program_text(op, cfg)[0]
     return fold_channels(asm, cfg.dma_channels), {}, None
+
+
+def broadcast_program_text(op: DynamicOp, cfg: Config) -> str:
+    """The assembly of a dynamic add / mul whose b broadcasts: b ([1, C, 1, 1] or all ones) is loaded into
+    VBUF once; a is walked plane by plane (rows of h * w elements, one per image and channel; one row per
+    image for a scalar b), each cut into chunks of at most what a set holds, the VU reading b's entry for
+    the plane's channel with stride 0.  Two buffer sets, as the flat kernel."""
+    big: Elementwise = op.largest
+    cmd = vu_command(big)
+    shape, b_shape = op.x_shape, big.b_shape
+    if len(shape) != 4 or not (all(d == 1 for d in b_shape) or b_shape == (1, shape[1], 1, 1)):
+        raise CompileError(f"{op.kind}: b of shape {b_shape} broadcast to ({', '.join(map(axis_name, shape))}): a "
+                           f"dynamic {op.kind} broadcasts a per-channel b [1, C, 1, 1] or a scalar one so far")
+    per_channel = b_shape[1] > 1
+    channels = shape[1]
+    table = -(-channels // 64) * 64
+    fit = min((cfg.vbuf_bytes - table) // 2 // 64 * 64, 1 << 24)
+    idx = {d.name: k for k, d in enumerate(op.dims)}
+    L = [f"; dynamic kernel: {op!r}, b {b_shape} broadcast", "; b in VBUF once; planes in chunks; two buffer sets",
+         ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
+    notes = target_notes(op, [axis_name(d) for d in shape])
+    L += ["        " + s for s in notes if "dynamic.buffer.b," not in s]
+    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}"]
+    for t, s in (("a", big.shape), ("b", b_shape), ("y", big.shape)):
+        L += ["        .align 64", f"        .buffer {t}, int8, ({', '.join(map(str, s))},)",
+              f"        .space {int(np.prod(s))}"]
+    L += ["", "        .text", "main:", "        la      r1, args"]
+    e = L.append
+
+    def i(s):
+        e("        " + s)
+
+    # r2 = planes (rows), r3 = a plane's elements
+    n, _, h, w = shape
+    i("li      r2, 1")
+    i("li      r3, 1")
+    for reg, axes in (("r2", (n,)), ("r3", (h, w))):
+        for d in axes:
+            if isinstance(d, Dim):
+                i(f"ld      r4, r1, {4 * idx[d.name]}")
+                i(f"mul     {reg}, {reg}, r4")
+            elif d != 1:
+                i(f"muli    {reg}, {reg}, {d}")
+    if per_channel:
+        i(f"muli    r2, r2, {channels}")
+    else:
+        i(f"muli    r3, r3, {channels}")
+    for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), *((f"size{k}", 1) for k in (1, 2, 3)),
+                 *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
+        i(f"setpi   dma.{p}, {v}")
+    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 0)):
+        i(f"setpi   vu.{p}, {v}")
+    for k, v in cmd.scalars.items():
+        i(f"setpi   vu.{k}, {v}")
+    e("        ; b once, at VBUF 0: on ch0 ahead of every load of a, which the VU waits for")
+    i(f"setpi   dma.size0, {int(np.prod(b_shape))}")
+    i("la      r5, b")
+    i("dma     ch0, vbuf0[r0], ddr[r5]")
+    i("li      r6, 0")                   # offset of the chunk in a and y
+    i("li      r7, 0")                   # buffer set
+    i("li      r8, 0")                   # stores in flight
+    i("li      r9, 0")                   # the plane's channel: b's entry
+    e("plane:")
+    i("li      r10, 0")                  # offset in the plane
+    e("chunk:")
+    i("sub     r11, r3, r10")
+    i(f"li      r12, {fit}")
+    i("min     r11, r11, r12")           # this chunk's elements: a set, or the plane's remainder
+    i("li      r12, 2")
+    i("blt     r8, r12, free")
+    i(f"sem.wait {S_STORE}")
+    i("addi    r8, r8, -1")
+    e("free:")
+    i(f"muli    r13, r7, {fit}")
+    i(f"addi    r13, r13, {table}")      # the set's base, after b
+    i("setp    dma.size0, r11, 0")
+    i("setp    vu.n0, r11, 0")
+    i("la      r14, a")
+    i("add     r14, r14, r6")
+    i(f"dma     ch0, vbuf0[r13], ddr[r14], signal={S_LOAD}")
+    i(f"{cmd.mnemonic} vu0, r13, r13, r9, wait={S_LOAD}, signal={S_VU}")
+    i("la      r14, y")
+    i("add     r14, r14, r6")
+    i(f"dma     ch2, ddr[r14], vbuf0[r13], wait={S_VU}, signal={S_STORE}")
+    i("addi    r8, r8, 1")
+    i("xori    r7, r7, 1")
+    i("add     r6, r6, r11")
+    i("add     r10, r10, r11")
+    i("blt     r10, r3, chunk")
+    if per_channel:
+        i("addi    r9, r9, 1")           # the next plane's channel, back to 0 after the last
+        i(f"li      r12, {channels}")
+        i("blt     r9, r12, same_image")
+        i("li      r9, 0")
+        e("same_image:")
+    i("addi    r2, r2, -1")
+    i("blt     r0, r2, plane")
+    L += drain_and_halt("r8", S_STORE)
+    return "\n".join(L) + "\n"

@@ -1,0 +1,49 @@
+"""A dense layer over a range of batch sizes: the dynamic 1x1 conv it equals.
+
+A dense layer's x [N, K] is, byte for byte, the NCHW tensor [N, K, 1, 1], its
+output [N, O] is [N, O, 1, 1], and (x - x_zp) @ w + bias requantised per
+output feature is the 1x1 conv with weight w.T[:, :, None, None] requantised
+per output channel (compiler/semantics.py: dense and conv2d share requant and
+requant_f32).  So a dynamic dense is the dynamic conv's program
+(lowering/dynamic.py) with its buffers described as two-axis tensors.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nnpsim.config import Config
+
+from ..dims import DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d, Dense, conv2d
+
+_NOTE = re.compile(r'^(\s*\.target dynamic\.buffer\.\w+, ")(\S+) (\S+) 1 1"', re.M)
+
+
+def as_conv(d: Dense) -> Conv2d:
+    """The 1x1 conv over [N, K, 1, 1] that computes dense layer d."""
+    n, k = d.x_shape
+    w = np.ascontiguousarray(d.weight.T)[:, :, None, None]
+    return conv2d((n, k, 1, 1), w, d.bias, x_zp=d.x_zp, multiplier=d.multiplier, shift=d.shift, scale=d.scale,
+                  zp_out=d.zp_out, lo=d.lo, hi=d.hi)
+
+
+def conv_op(op: DynamicOp) -> DynamicOp:
+    """The dynamic 1x1 conv of a dynamic dense op (batch the only Dim)."""
+    if not isinstance(op.largest, Dense):
+        raise CompileError(f"expected a dense op, got {op.kind}")
+    n, k = op.x_shape
+    make = lambda shape: as_conv(op.make((shape[0], shape[1])))          # noqa: E731
+    return DynamicOp("conv2d", (n, k, 1, 1), op.dims, make, as_conv(op.largest), as_conv(op.smallest), op.names)
+
+
+def lower_dense(op: DynamicOp, config: Config):
+    """A dynamic dense layer's (assembly, .incbin files, rows per tile)."""
+    from .dynamic import lower_conv
+
+    asm, files, rows = lower_conv(conv_op(op), config)
+    asm, n = _NOTE.subn(lambda m: f'{m.group(1)}{m.group(2)} {m.group(3)}"', asm)
+    assert n == 2, "a dynamic 1x1 conv describes x and y as [n, c, 1, 1]"
+    return asm, files, rows
