@@ -215,19 +215,37 @@ def test_removing_a_layers_drain_wait_is_a_race():
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), exc.value
 
 
-def test_unsupported_nodes_are_refused_by_name():
+def test_a_flatten_after_a_global_pool_as_the_output_and_a_merging_reshape_refused():
+    """A flatten of the global pool's (1, 8, 1, 1) that is the graph's output is copied out, equal to the
+    graph's model at every height; a reshape merging the dynamic height with the width is refused by
+    name, and so is a bad dims argument."""
     from compiler.graph import Reshape
 
-    def make(values):                   # a flatten that is the graph's output: it would need a copy
+    def make(values):
         shape = (1, 8, values["h"], 5)
         g = Graph()
         y = g.add(ops.global_avg_pool2d(shape), g.input("x", shape), name="pool")
         g.output(g.add(Reshape((1, 8, 1, 1), (1, 8)), y, name="flatten"))
         return g
 
-    with pytest.raises(CompileError, match=r"node flatten \(reshape\): dynamic shapes are lowered for .*"
-                                           r"not reshape"):
-        compiler.build(DynamicGraph(make, (Dim("h", 3, 9),)))
+    dg = DynamicGraph(make, (Dim("h", 3, 9),))
+    m = compiler.GraphModule(compiler.build(dg))
+    rng = np.random.default_rng(8)
+    for h in (3, 7, 9):
+        x = rng.integers(-128, 128, (1, 8, h, 5)).astype(np.int8)
+        m.set_input("x", x)
+        m.run(check_races=True)
+        np.testing.assert_array_equal(m.get_output(0), make({"h": h}).reference({"x": x})[0])
+
+    def merging(values):
+        shape = (1, 8, values["h"], 5)
+        g = Graph()
+        g.output(g.add(Reshape(shape, (1, 8, values["h"] * 5)), g.input("x", shape), name="merge"))
+        return g
+
+    with pytest.raises(CompileError, match=r"node merge \(reshape\): output axis 2 .* a dynamic reshape may "
+                                           r"only move whole dimensions"):
+        compiler.build(DynamicGraph(merging, (Dim("h", 3, 9),)))
     with pytest.raises(CompileError, match="a symbolic dimension takes one size or a range"):
         compiler.from_onnx(residual_model(), dims={"height": (8, 16, 32), "width": 8})
 
