@@ -534,6 +534,35 @@ def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_
         _kill_every_wait(kern, {"x": x}, at_least=6)
 
 
+@pytest.mark.parametrize("sets", [2, 3, 4, 5])
+@pytest.mark.parametrize("form", ["dense", "folded", "depthwise"])
+def test_every_number_of_buffer_sets_is_bit_exact_and_needs_each_wait(form, sets):
+    """A conv in 2 to 5 buffer sets (more than 2: two accumulator sets, freed by a marker behind the drains;
+    depthwise: tiles of one channel block), small tiles so that several are in flight: exact, race-free,
+    and every wait needed."""
+    from compiler.dynamic_kernel import DynamicKernel
+    from compiler.lowering.dynamic import lower_conv
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(60 + sets)
+    c = {"dense": 12, "folded": 8, "depthwise": 40}[form]
+    if form == "depthwise":
+        op = ops.conv2d((Dim("n", 1, 2), c, Dim("h", 4, 40), Dim("w", 4, 24)), rng.integers(-20, 21, (c, 1, 3, 3)),
+                        rng.integers(-99, 99, c), padding=1, groups=c, x_zp=-7,
+                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c), zp_out=3)
+    else:
+        op = conv(rng, c=c, o=40, h=(4, 40), w=(4, 24))
+    asm, files, rows = lower_conv(op, Config(), rows_per_tile=3, sets=sets)
+    kern = DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), Config(), rows, files)
+    assert ("sem.wait s7" in asm) == (sets > 2)
+    assert ("\nblock:" in asm) == (form == "depthwise" and sets > 2)
+    for shape in ((2, c, 37, 19), (1, c, 4, 4), (1, c, 40, 24)):
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    if sets in (2, 4):
+        _kill_every_wait(kern, {"x": rand8(rng, (2, c, 37, 19))}, at_least=6)
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 24), e=st.integers(1, 70),
        draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))

@@ -56,7 +56,8 @@ class Region:
 class _Geometry:
     """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
 
-    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region()):
+    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region(), sets: int = 2,
+                 by_block: bool = False):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
@@ -83,13 +84,22 @@ class _Geometry:
         self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
         self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
+        # by_block: a depthwise conv's channel blocks are independent convs, so a tile is one block's rows
+        # (block index in r1): a block's accumulators alone in a set fit out_cb times more rows.
+        self.by_block = by_block and self.depthwise
+        self.tile_cb = 1 if self.by_block else self.out_cb      # output (and, depthwise, input) blocks a tile
+        self.nsets = sets
+        self.marker = 0         # DM offset of the word the drain channel's marker copies (nsets > 2)
         self.region = region
         self.sets = self.tab if region.vbuf is None else region.vbuf      # VBUF offset of the two sets
         ibuf = cfg.ibuf_bytes if region.ibuf_bytes is None else region.ibuf_bytes
         abuf = cfg.abuf_bytes if region.abuf_bytes is None else region.abuf_bytes
         vbuf = cfg.vbuf_bytes - self.sets if region.vbuf_bytes is None else region.vbuf_bytes
-        self.ib = ibuf // 2 // self.R * self.R
-        self.ab = min(abuf // 2, vbuf // 2) // 128 * 128
+        self.ib = ibuf // sets // self.R * self.R
+        # ABUF has two sets whatever `sets` is: an accumulator set is free once drained, early in a tile's
+        # life (with more than two sets the NU waits for the drain of tile k-2 by a marker on its channel)
+        self.ab = abuf // 2 // 128 * 128 if sets > 2 else min(abuf // 2, vbuf // 2) // 128 * 128
+        self.vb = vbuf // sets // 128 * 128 if sets > 2 else self.ab
         self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
                         else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
@@ -104,8 +114,9 @@ class _Geometry:
     def fit(self, w: int) -> int:
         """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
         ow = self.out_size(w, self.ekw, self.pl, self.pr, self.lsw)
-        by_acc = self.ab // (self.out_cb * ow * self.C * 4)
-        by_in = ((self.ib // (self.in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
+        by_acc = min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4)
+        in_cb = self.tile_cb if self.depthwise else self.in_cb
+        by_in = ((self.ib // (in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
 
     def in_width(self, w: int) -> int:
@@ -121,8 +132,8 @@ class _Geometry:
         if self.tab > self.cfg.vbuf_bytes // 2:
             return f"the (M, S) table needs {self.tab} bytes of VBUF, more than half its {self.cfg.vbuf_bytes}"
         if self.fit(self.widths[-1]) < 1:
-            return (f"one output row at the largest width {self.widths[-1]} does not fit half of IBUF "
-                    f"({self.ib} bytes) and half of ABUF/VBUF ({self.ab} bytes)")
+            return (f"one output row at the largest width {self.widths[-1]} does not fit 1/{self.nsets} of IBUF "
+                    f"({self.ib} bytes) and 1/{self.nsets} of ABUF/VBUF ({self.ab} bytes)")
         return ""
 
 
@@ -131,22 +142,49 @@ def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
     from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles
 
     if g.depthwise:
-        return g.out_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+        return g.tile_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
     return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
 
 
-def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
-    """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
-    work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
+def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int, int]:
+    """A tile of `rows` output rows at input width w: (its busiest unit's cycles, the DDR's, the latency
+    from its load's issue to its store's end, which the CU's wait for the store of the tile `nsets` back
+    spreads over nsets tiles)."""
+    from nnpsim.timing import vu_cycles
+
+    cfg = g.cfg
+    ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
+    cin = min(g.c, g.tile_cb * g.R) if g.depthwise else g.c
+    # DDR bytes: one run a channel (its rows are contiguous), each touching about one burst more than
+    # its length (the runs are not burst-aligned)
+    ins = cin * (((rows - 1) * g.sh + g.ekh) * w + cfg.ddr_burst_bytes)
+    outs = min(g.o, g.tile_cb * g.C) * (rows * ow + cfg.ddr_burst_bytes)
+    acc = g.tile_cb * rows * ow * g.C * 4
+    ddr = (ins + outs) // cfg.ddr_bytes_per_cycle
+    load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (ins // cfg.local_bytes_per_cycle if staged else 0)
+    nu = nu_cycles(g, rows, ow)
+    drain = cfg.local_latency + acc // cfg.local_bytes_per_cycle
+    vu = g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    store = cfg.ddr_latency + outs // cfg.ddr_bytes_per_cycle
+    busy = max(load, nu, drain, vu, store)
+    return busy, ddr, load + nu + drain + vu // g.tile_cb + store + TILE_OVERHEAD
+
+
+def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]], staged: bool = False) -> int:
+    """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the
+    busiest of its units, the DDR (loads and stores share it) and its latency over the sets, plus once
+    the pipeline's fill and drain (a tile's latency but its busiest unit's share)."""
     ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
     total = 0
     for n, h in heights:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
-            nu = nu_cycles(g, rows, ow)
-            total += n * count * (nu + TILE_OVERHEAD)
-        total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
+            if count:
+                busy, ddr, chain = tile_cycles(g, rows, w, staged)
+                total += n * count * (g.out_cb // g.tile_cb) * max(busy, ddr, chain // g.nsets)
+        busy, _, chain = tile_cycles(g, min(th, oh), w, staged)
+        total += chain - busy           # the fill and the drain of the pipeline: its busiest unit is counted
     return total
 
 
@@ -157,8 +195,21 @@ def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
     return [(pick(n, f), pick(h, f)) for f in (0.0, 0.5, 1.0)]
 
 
-def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
-    """For every width of the range, the rows per tile that fit it and price cheapest over sample heights."""
+def candidates(op: DynamicOp, cfg: Config, sets: int | None = None) -> list[_Geometry]:
+    """The buffer arrangements a single conv may take, best first where they are not priced: three sets
+    (a tile's load, convolution and epilogue overlap two others'), or, depthwise, tiles of one channel
+    block in three to five sets (priced: its tiles are short, so their latency needs more of them in
+    flight); two sets, as a fused chain's ops have, when nothing else fits."""
+    depthwise = _Geometry(op, cfg).depthwise
+    if sets is not None:        # one arrangement asked for (tests, measurements)
+        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2)]
+    shapes = [(k, True) for k in (3, 4, 5)] if depthwise else [(3, False)]
+    return [_Geometry(op, cfg, sets=k, by_block=b) for k, b in shapes + [(2, False)]]
+
+
+def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None) -> _Geometry:
+    """The buffer arrangement (candidates; `sets` buffer sets if given) and, for every width of the
+    range, the rows per tile that fit it and price cheapest over sample heights."""
     g = _Geometry(op, cfg)
     if len(g.widths) > MAX_WIDTHS:
         raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
@@ -168,9 +219,21 @@ def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
         raise CompileError(f"dynamic conv2d does not fit this machine: {why}")
     heights = sample_heights(op)
     oh_max = op.largest.out_hw[0]
+    ws = g.widths
+    sample_widths = sorted({ws[0], ws[len(ws) // 2], ws[-1]})
+
+    def best(c: _Geometry, w: int) -> tuple[int, int]:
+        options = range(1, min(c.fit(w), oh_max) + 1)
+        return min((price(c, th, w, heights, c.fold > 1), -th) for th in options)
+
+    fitting = [c for c in candidates(op, cfg, sets) if not c.fits()]
+    if not fitting:
+        raise CompileError(f"dynamic conv2d does not fit this machine in {sets} buffer sets: "
+                           f"{candidates(op, cfg, sets)[0].fits()}")
+    priced = [c for c in fitting if c.by_block] or fitting[:1]
+    g = min(priced, key=lambda c: sum(best(c, w)[0] for w in sample_widths))
     for w in g.widths:
-        options = range(1, min(g.fit(w), oh_max) + 1)
-        g.rows[w] = min(options, key=lambda th: (price(g, th, w, heights), -th))
+        g.rows[w] = -best(g, w)[1]
     return g
 
 
@@ -250,7 +313,7 @@ RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8",
 RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
 RMAX = "r31"
 T = [f"r{k}" for k in range(19, 31)]
-S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W = "s0", "s1", "s2", "s3", "s4", "s5", "s6"
+S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W, S_AFREE = "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"
 
 
 def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
@@ -384,8 +447,11 @@ def stage_bytes(g: _Geometry) -> int:
 
 def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
-    weights signal S_W block by block unless signal=False (something else orders them)."""
+    weights signal S_W block by block unless signal=False (something else orders them).  Tiles of one
+    channel block (by_block) take the weights on ch0 instead, ahead of the loads their NU commands wait
+    for, and need no wait of their own."""
     rg = g.region
+    wch, signal = ("ch0", False) if g.by_block else ("ch1", signal)
     em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
     em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
     em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
@@ -394,7 +460,7 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
     em.i(f"la      {T[0]}, dyn_w")
     for ob in range(g.out_cb):
         em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
-        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
+        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
         em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
@@ -465,27 +531,45 @@ def program_text(g: _Geometry) -> str:
     load_constants(em, g)
     fixed_params(em, g)
     i(f"li      {RI}, 0")
-    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
+    if not g.by_block:
+        i("li      r1, 1")                         # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
+    if g.nsets > 2:     # the two accumulator sets start free; RAB alternates between them
+        i(f"li      {RAB}, 0")
+        i(f"sem.signal {S_AFREE}")
+        i(f"sem.signal {S_AFREE}")
     e("batch:")
+    if g.by_block:
+        i("li      r1, 0")                         # r1: the channel block
+        e("block:")
     i(f"li      {ROH0}, 0")
     e("tile:")
     e("        ; rows of this tile: th, or the remainder")
     i(f"sub     {RTH}, {ROH}, {ROH0}")
     i(f"min     {RTH}, {RTH}, {RMAX}")
-    e("        ; buffers of tile k-2 are reused: wait for its store")
-    i(f"li      {T[0]}, 2")
+    e(f"        ; buffers of tile k-{g.nsets} are reused: wait for its store")
+    i(f"li      {T[0]}, {g.nsets}")
     i(f"blt     {RPEND}, {T[0]}, free")
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    at = -(-g.out_cb * g.C * 4 // 64) * 64              # after the bias table
+    g.marker = -(-g.out_cb * g.C * 4 // 64) * 64        # after the bias table
+    at = g.marker + 64
     size = stage_bytes(g)
-    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes
+    # Staged when folded: its kw loads of a row read a row's columns each, short runs of DDR bursts; the
+    # others load straight from DDR, a channel's rows one run (the box's columns innermost)
+    tile_body(em, g, staged_io(g, at, size) if g.fold > 1 and at + g.nsets * size <= cfg.dm_bytes
               else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
-    i("li      r1, 0")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    if not g.by_block:
+        i("li      r1, 0")
+    if g.nsets > 2:
+        i(f"sub     {RAB}, r0, {RAB}")
+        i(f"addi    {RAB}, {RAB}, {g.ab}")
+    tail = drain_and_halt(RPEND, S_STORE)
+    if g.nsets > 2:     # the last two markers' tokens, so that none is left at halt
+        tail[-1:-1] = [f"        sem.wait {S_AFREE}"] * 2
+    L += next_tile(g.nsets, g.out_cb if g.by_block else 0) + tail
     return "\n".join(L) + "\n"
 
 
@@ -515,10 +599,14 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {RIB}, {RB}, {g.ib}")
     if rg.ibuf:
         i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
-    i(f"muli    {RAB}, {RB}, {g.ab}")
-    if rg.abuf:
-        i(f"addi    {RAB}, {RAB}, {rg.abuf}")
-    i(f"muli    {RVB}, {RB}, {g.ab}")
+    if g.nsets == 2:        # else RAB alternates by itself (next_tile)
+        i(f"muli    {RAB}, {RB}, {g.ab}")
+        if rg.abuf:
+            i(f"addi    {RAB}, {RAB}, {rg.abuf}")
+    elif not g.depthwise:   # before the bias broadcast writes it (a depthwise conv: before its NU command)
+        e("        ; the accumulator set of tile k-2 is reused: wait for its drain's marker")
+        i(f"sem.wait {S_AFREE}")
+    i(f"muli    {RVB}, {RB}, {g.vb}")
     i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
     if not g.depthwise:
@@ -552,17 +640,25 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
         i(f"addi    {step_src}, {src}, {col0}")
         i(f"addi    {dst}, {RIB}, {kwi * g.c}")
-        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
+        dma_box(1, [(RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi), (g.c, RHW, 1, 0, 0)],
                 big.x_zp)
         sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
         i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{step_src}]{sig}")
-    for cb in range(g.in_cb if g.fold == 1 else 0):
-        cr = min(g.R, g.c - cb * g.R)
+    if g.by_block:      # block r1's input channels: min(R, c - r1 * R) of them, r1 * R planes in
+        i(f"mul     {T[11]}, r1, {RHW}")
+        i(f"muli    {T[11]}, {T[11]}, {g.R}")
+        i(f"add     {src}, {src}, {T[11]}")
+        i(f"muli    {T[0]}, r1, {-g.R}")
+        i(f"addi    {T[0]}, {T[0]}, {g.c}")
+        i(f"li      {T[11]}, {g.R}")
+        i(f"min     {T[0]}, {T[0]}, {T[11]}")
+    for cb in range(g.tile_cb if g.depthwise else g.in_cb if g.fold == 1 else 0):
+        cr = T[0] if g.by_block else min(g.R, g.c - cb * g.R)
         if cb:
             i(f"add     {src}, {src}, {step_src}")
             i(f"add     {dst}, {dst}, {step_dst}")
-        dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
-        sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
+        dma_box(1, [(RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi), (cr, RHW, 1, 0, 0)], big.x_zp)
+        sig = f", signal={S_LOAD}" if cb == (g.tile_cb if g.depthwise else g.in_cb) - 1 else ""
         i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
     e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
     e("        ; overlaps block k+1's convolution")
@@ -573,20 +669,26 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
     i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
     i(f"add     {acc}, {RAB}, r0")
+    if g.depthwise and g.nsets > 2:
+        i(f"sem.wait {S_AFREE}")                 # the accumulator set of tile k-2 is drained
     if g.depthwise:      # block ob reads input block ob
         i(f"mul     {in_step}, {rows}, {rowb}")
         i(f"add     {rin}, {RIB}, r0")
-    for ob in range(g.out_cb):
+    for ob in range(g.tile_cb):
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
             if g.depthwise:
                 i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        if weights_wait:
+        if weights_wait and not g.by_block:
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")
-        i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
+        if g.by_block:
+            i(f"muli    {wreg}, r1, {g.w_block}")
+            i(f"addi    {wreg}, {wreg}, {rg.wbuf}")
+        else:
+            i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
         if g.depthwise:
             i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
         else:
@@ -597,10 +699,17 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
     io.dst(em, ydst, T[5])
     i(f"muli    {step_y}, {ROHW}, {g.C}")
+    if g.by_block:      # block r1: its r1 * C output planes in, min(C, o - r1 * C) channels, its table entries
+        i(f"mul     {T[5]}, {step_y}, r1")
+        i(f"add     {ydst}, {ydst}, {T[5]}")
+        i(f"muli    {T[0]}, r1, {-g.C}")
+        i(f"addi    {T[0]}, {T[0]}, {g.o}")
+        i(f"li      {T[5]}, {g.C}")
+        i(f"min     {T[0]}, {T[0]}, {T[5]}")
     i(f"add     {ysrc}, {RVB}, r0")
     i(f"add     {asrc}, {RAB}, r0")
-    for ob in range(g.out_cb):
-        cv = min(g.C, g.o - ob * g.C)
+    for ob in range(g.tile_cb):
+        cv = T[0] if g.by_block else min(g.C, g.o - ob * g.C)
         if ob:
             i(f"add     {ysrc}, {ysrc}, {pixb}")
             i(f"add     {asrc}, {asrc}, {pixb}")
@@ -608,18 +717,33 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
         setp("vu.n0", cv)
         i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
+        if g.by_block:
+            i(f"muli    {table}, r1, {g.C * g.entry}")
+            i(f"addi    {table}, {table}, {rg.table}")
+        else:
+            i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
         i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
-        sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
+        sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
         i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
+    if g.nsets > 2:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
+        setp("dma.size0", 1)
+        setp("dma.size1", 1)
+        i(f"li      {T[11]}, {g.marker}")
+        i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
 
 
-def next_tile() -> list[str]:
-    """The end of a row tile: count its store, flip the slot, step to the next tile, then the next image."""
-    return [f"        addi    {RPEND}, {RPEND}, 1", f"        xori    {RB}, {RB}, 1",
-            f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile",
-            f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"]
+def next_tile(sets: int = 2, blocks: int = 0) -> list[str]:
+    """The end of a row tile: count its store, step to the next of `sets` slots, to the next tile, then
+    (blocks > 0: a depthwise conv's channel blocks, counted in r1) the next block, then the next image."""
+    step = ([f"        xori    {RB}, {RB}, 1"] if sets == 2 else
+            [f"        addi    {RB}, {RB}, 1", f"        li      {T[0]}, {sets}", f"        blt     {RB}, {T[0]}, slot",
+             f"        li      {RB}, 0", "slot:"])
+    block = ([f"        addi    r1, r1, 1", f"        li      {T[0]}, {blocks}", "        blt     r1, "
+              f"{T[0]}, block"] if blocks else [])
+    return ([f"        addi    {RPEND}, {RPEND}, 1", *step,
+             f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile", *block,
+             f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"])
 
 
 def drain_and_halt(pending: str, store_sem: str) -> list[str]:
@@ -661,12 +785,12 @@ def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None)
 
 
 def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None):
+               y_slice: tuple[int, int] | None = None, sets: int | None = None):
     """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
-    channel, all channels) it writes its channels of a larger y."""
+    channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets."""
     if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
         return lower_split(op, config, rows_per_tile)
-    g = choose_rows(op, config)
+    g = choose_rows(op, config, sets)
     if y_slice is not None:
         g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
