@@ -57,7 +57,7 @@ class _Geometry:
     """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
 
     def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region(), sets: int = 2,
-                 by_block: bool = False):
+                 by_block: bool = False, rq: bool = True):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
@@ -83,7 +83,16 @@ class _Geometry:
         # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
         self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
         self.kw_nu = 1 if self.fold > 1 else self.kw
-        self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
+        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
+                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
+        self.wbytes = self.out_cb * self.w_block
+        # rq: nu.conv.rq's output stage adds the bias and requantises into VBUF (its (bias, M, S) table in
+        # WBUF after the weights), so no bias broadcast, drain or VU pass: one command holds all the input
+        # blocks (the stage needs the whole sum); not nu.dwconv, which has no such stage
+        self.rq_at = -(-self.wbytes // 64) * 64
+        self.rq = rq and not self.depthwise and self.rq_at + self.out_cb * self.C * 12 <= cfg.wbuf_bytes
+        self.wtotal = self.rq_at + self.out_cb * self.C * 12 if self.rq else self.wbytes     # WBUF bytes
+        self.tab = 0 if self.rq else -(-self.out_cb * self.C * self.entry // 64) * 64
         # by_block: a depthwise conv's channel blocks are independent convs, so a tile is one block's rows
         # (block index in r1): a block's accumulators alone in a set fit out_cb times more rows.
         self.by_block = by_block and self.depthwise
@@ -99,10 +108,8 @@ class _Geometry:
         # ABUF has two sets whatever `sets` is: an accumulator set is free once drained, early in a tile's
         # life (with more than two sets the NU waits for the drain of tile k-2 by a marker on its channel)
         self.ab = abuf // 2 // 128 * 128 if sets > 2 else min(abuf // 2, vbuf // 2) // 128 * 128
-        self.vb = vbuf // sets // 128 * 128 if sets > 2 else self.ab
-        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
-                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
-        self.wbytes = self.out_cb * self.w_block
+        self.vb = vbuf // sets // 128 * 128 if sets > 2 or self.rq else self.ab
+        self.marker_sets = sets > 2 and not self.rq      # accumulator sets freed by a marker (ABUF in use)
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
@@ -114,7 +121,8 @@ class _Geometry:
     def fit(self, w: int) -> int:
         """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
         ow = self.out_size(w, self.ekw, self.pl, self.pr, self.lsw)
-        by_acc = min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4)
+        by_acc = (self.vb // (self.tile_cb * ow * self.C) if self.rq
+                  else min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4))
         in_cb = self.tile_cb if self.depthwise else self.in_cb
         by_in = ((self.ib // (in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
@@ -127,7 +135,7 @@ class _Geometry:
 
     def fits(self) -> str:
         """Why the largest shape does not fit the machine, or ''."""
-        if self.wbytes > self.cfg.wbuf_bytes:
+        if self.wtotal > self.cfg.wbuf_bytes:
             return f"the weights need {self.wbytes} bytes of WBUF, it has {self.cfg.wbuf_bytes}"
         if self.tab > self.cfg.vbuf_bytes // 2:
             return f"the (M, S) table needs {self.tab} bytes of VBUF, more than half its {self.cfg.vbuf_bytes}"
@@ -163,8 +171,8 @@ def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int
     ddr = (ins + outs) // cfg.ddr_bytes_per_cycle
     load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (ins // cfg.local_bytes_per_cycle if staged else 0)
     nu = nu_cycles(g, rows, ow)
-    drain = cfg.local_latency + acc // cfg.local_bytes_per_cycle
-    vu = g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    drain = 0 if g.rq else cfg.local_latency + acc // cfg.local_bytes_per_cycle
+    vu = 0 if g.rq else g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
     store = cfg.ddr_latency + outs // cfg.ddr_bytes_per_cycle
     busy = max(load, nu, drain, vu, store)
     return busy, ddr, load + nu + drain + vu // g.tile_cb + store + TILE_OVERHEAD
@@ -195,21 +203,22 @@ def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
     return [(pick(n, f), pick(h, f)) for f in (0.0, 0.5, 1.0)]
 
 
-def candidates(op: DynamicOp, cfg: Config, sets: int | None = None) -> list[_Geometry]:
+def candidates(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> list[_Geometry]:
     """The buffer arrangements a single conv may take, best first where they are not priced: three sets
     (a tile's load, convolution and epilogue overlap two others'), or, depthwise, tiles of one channel
     block in three to five sets (priced: its tiles are short, so their latency needs more of them in
     flight); two sets, as a fused chain's ops have, when nothing else fits."""
     depthwise = _Geometry(op, cfg).depthwise
     if sets is not None:        # one arrangement asked for (tests, measurements)
-        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2)]
+        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2, rq=rq)]
     shapes = [(k, True) for k in (3, 4, 5)] if depthwise else [(3, False)]
-    return [_Geometry(op, cfg, sets=k, by_block=b) for k, b in shapes + [(2, False)]]
+    return [_Geometry(op, cfg, sets=k, by_block=b, rq=rq) for k, b in shapes + [(2, False)]]
 
 
-def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None) -> _Geometry:
-    """The buffer arrangement (candidates; `sets` buffer sets if given) and, for every width of the
-    range, the rows per tile that fit it and price cheapest over sample heights."""
+def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> _Geometry:
+    """The buffer arrangement (candidates; `sets` buffer sets if given, the VU's requantisation if not
+    rq) and, for every width of the range, the rows per tile that fit it and price cheapest over sample
+    heights."""
     g = _Geometry(op, cfg)
     if len(g.widths) > MAX_WIDTHS:
         raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
@@ -226,7 +235,7 @@ def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None) -> _Geometr
         options = range(1, min(c.fit(w), oh_max) + 1)
         return min((price(c, th, w, heights, c.fold > 1), -th) for th in options)
 
-    fitting = [c for c in candidates(op, cfg, sets) if not c.fits()]
+    fitting = [c for c in candidates(op, cfg, sets, rq) if not c.fits()]
     if not fitting:
         raise CompileError(f"dynamic conv2d does not fit this machine in {sets} buffer sets: "
                            f"{candidates(op, cfg, sets)[0].fits()}")
@@ -257,7 +266,17 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     else:
         ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
         ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
-    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_ms.bin": ms.tobytes()}
+    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes()}
+    if g.rq:            # nu.conv.rq's (bias, M, S) (float form: (bias, scale bits, 0)) per channel
+        rq = np.zeros((g.out_cb * g.C, 3), dtype="<i4")
+        rq[:, 0] = bias
+        if big.scale is not None:
+            rq[:, 1] = ms
+        else:
+            rq[:, 1:] = ms
+        files["dyn_rq.bin"] = rq.tobytes()
+        return files
+    files["dyn_ms.bin"] = ms.tobytes()
     if not g.depthwise:
         files["dyn_bias.bin"] = bias.tobytes()
     return files
@@ -283,8 +302,17 @@ def _axis(d, add: int, shift: int) -> str:
 
 def fold_channels(asm: str, channels: int) -> str:
     """The program with its DMA channels (ch0 loads, ch1 weights and drains, ch2 stores, ch3 bias) folded
-    onto the configured ones: one queue only adds order (no command waits on one behind it)."""
-    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{int(m.group(2)) % channels}", asm)
+    onto the configured ones: one queue only adds order (no command waits on one behind it).  The channels
+    the program uses are dealt out in turn (nu.conv.rq's programs use only ch0 and ch2: on two channels,
+    loads on one, stores on the other)."""
+    used = sorted({int(k) for k in re.findall(r"(?m)^\s+dma\s+ch(\d)", asm)})
+    if len(used) <= channels:
+        place = {k: k if k < channels else used.index(k) for k in used}
+        if len(set(place.values())) < len(used):
+            place = {k: j for j, k in enumerate(used)}
+    else:
+        place = {k: j % channels for j, k in enumerate(used)}
+    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{place[int(m.group(2))]}", asm)
 
 
 def axis_name(d) -> str:
@@ -445,13 +473,14 @@ def stage_bytes(g: _Geometry) -> int:
     return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
 
 
-def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
+def load_constants(em: Emit, g: _Geometry, signal: bool = True, on_loads: bool = False) -> None:
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
     weights signal S_W block by block unless signal=False (something else orders them).  Tiles of one
     channel block (by_block) take the weights on ch0 instead, ahead of the loads their NU commands wait
-    for, and need no wait of their own."""
+    for, and need no wait of their own; so do nu.conv.rq's and, with on_loads, any conv's."""
     rg = g.region
-    wch, signal = ("ch0", False) if g.by_block else ("ch1", signal)
+    # by_block and rq: the weights on ch0, ahead of every load (the NU waits for its load), no signal
+    wch, signal = ("ch0", False) if g.by_block or g.rq or on_loads else ("ch1", signal)
     em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
     em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
     em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
@@ -462,6 +491,12 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
         em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
         em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
         em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
+    if g.rq:
+        em.dma_box(4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
+        em.i(f"la      {T[0]}, dyn_rq")
+        em.i(f"li      {T[1]}, {rg.wbuf + g.rq_at}")
+        em.i(f"dma     ch0, wbuf0[{T[1]}], ddr[{T[0]}]")
+        return
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
     em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
@@ -485,6 +520,11 @@ def fixed_params(em: Emit, g: _Geometry) -> None:
     for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
                  ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
         em.setp(f"nu.{p}", v)
+    if g.rq:
+        for p, v in (("rq_table", g.region.wbuf + g.rq_at), ("rq_zp_out", big.zp_out), ("rq_lo", big.lo),
+                     ("rq_hi", big.hi), ("rq_float", int(big.scale is not None))):
+            em.setp(f"nu.{p}", v)
+        return
     for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
                  ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
                  ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
@@ -535,7 +575,7 @@ def program_text(g: _Geometry) -> str:
         i("li      r1, 1")                         # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
-    if g.nsets > 2:     # the two accumulator sets start free; RAB alternates between them
+    if g.marker_sets:     # the two accumulator sets start free; RAB alternates between them
         i(f"li      {RAB}, 0")
         i(f"sem.signal {S_AFREE}")
         i(f"sem.signal {S_AFREE}")
@@ -563,11 +603,11 @@ def program_text(g: _Geometry) -> str:
               else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
     if not g.by_block:
         i("li      r1, 0")
-    if g.nsets > 2:
+    if g.marker_sets:
         i(f"sub     {RAB}, r0, {RAB}")
         i(f"addi    {RAB}, {RAB}, {g.ab}")
     tail = drain_and_halt(RPEND, S_STORE)
-    if g.nsets > 2:     # the last two markers' tokens, so that none is left at halt
+    if g.marker_sets:     # the last two markers' tokens, so that none is left at halt
         tail[-1:-1] = [f"        sem.wait {S_AFREE}"] * 2
     L += next_tile(g.nsets, g.out_cb if g.by_block else 0) + tail
     return "\n".join(L) + "\n"
@@ -576,7 +616,9 @@ def program_text(g: _Geometry) -> str:
 def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
     """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
     out = []
-    for name in ("dyn_w", "dyn_ms") if g.depthwise else ("dyn_w", "dyn_bias", "dyn_ms"):
+    names = (("dyn_w", "dyn_rq") if g.rq else ("dyn_w", "dyn_ms") if g.depthwise
+             else ("dyn_w", "dyn_bias", "dyn_ms"))
+    for name in names:
         out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
     return out
 
@@ -599,7 +641,9 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {RIB}, {RB}, {g.ib}")
     if rg.ibuf:
         i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
-    if g.nsets == 2:        # else RAB alternates by itself (next_tile)
+    if g.rq:
+        pass                # no accumulators in ABUF: nu.conv.rq writes the tile's int8 rows to VBUF
+    elif not g.marker_sets:     # else RAB alternates by itself (next_tile)
         i(f"muli    {RAB}, {RB}, {g.ab}")
         if rg.abuf:
             i(f"addi    {RAB}, {RAB}, {rg.abuf}")
@@ -609,7 +653,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {RVB}, {RB}, {g.vb}")
     i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
-    if not g.depthwise:
+    if not g.depthwise and not g.rq:
         e("        ; bias broadcast dm -> abuf")
         i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
         # only the real channels when there is one block: the others' accumulators are never read
@@ -664,12 +708,13 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     e("        ; overlaps block k+1's convolution")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
-    if not g.depthwise:
+    if not g.depthwise and not g.rq:
         i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
     acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
-    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
-    i(f"add     {acc}, {RAB}, r0")
-    if g.depthwise and g.nsets > 2:
+    # bytes of one block's accumulators (int32), or of its int8 rows in VBUF (rq)
+    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() - 1 + (0 if g.rq else 2)}")
+    i(f"add     {acc}, {RVB if g.rq else RAB}, r0")
+    if g.depthwise and g.marker_sets:
         i(f"sem.wait {S_AFREE}")                 # the accumulator set of tile k-2 is drained
     if g.depthwise:      # block ob reads input block ob
         i(f"mul     {in_step}, {rows}, {rowb}")
@@ -680,7 +725,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             if g.depthwise:
                 i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        if weights_wait and not g.by_block:
+        if weights_wait and not g.by_block and not g.rq:
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")
@@ -691,11 +736,17 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
         if g.depthwise:
             i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
+        elif g.rq:      # one block a command: its table entries start the table (the stage indexes by ob)
+            if g.out_cb > 1:
+                setp("nu.rq_table", rg.wbuf + g.rq_at + ob * g.C * 12)
+            i(f"nu.conv.rq nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
         else:
             i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
-    e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
-    i(f"muli    {T[0]}, {RPIX}, {g.C}")
-    setp("vu.n1", RPIX)
+    if g.rq:
+        e("        ; per output block: store its int8 rows from vbuf")
+    else:
+        e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
+        setp("vu.n1", RPIX)
     ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
     io.dst(em, ydst, T[5])
     i(f"muli    {step_y}, {ROHW}, {g.C}")
@@ -714,23 +765,32 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             i(f"add     {ysrc}, {ysrc}, {pixb}")
             i(f"add     {asrc}, {asrc}, {pixb}")
             i(f"add     {ydst}, {ydst}, {step_y}")
-        dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
-        setp("vu.n0", cv)
-        i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        if g.by_block:
-            i(f"muli    {table}, r1, {g.C * g.entry}")
-            i(f"addi    {table}, {table}, {rg.table}")
-        else:
-            i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
-        i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
+        if not g.rq:
+            drain_and_requant(em, g, ob, cv, ysrc, asrc, table)
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
-        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
-    if g.nsets > 2:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_NU if g.rq else S_VU}{sig}")
+    if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
         setp("dma.size0", 1)
         setp("dma.size1", 1)
         i(f"li      {T[11]}, {g.marker}")
         i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
+
+
+def drain_and_requant(em: Emit, g: _Geometry, ob: int, cv, ysrc: str, asrc: str, table: str) -> None:
+    """Output block ob's accumulators (cv real channels) ABUF -> VBUF after its NU command, then
+    requantised in place on the VU (its (M, S) or scale entries from the table)."""
+    big, rg, i = g.op.largest, g.region, em.i
+    em.dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
+    em.setp("vu.n0", cv)
+    i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
+    if g.by_block:
+        i(f"muli    {table}, r1, {g.C * g.entry}")
+        i(f"addi    {table}, {table}, {rg.table}")
+    else:
+        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
+    i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, "
+      f"wait={S_DRAIN}, signal={S_VU}")
 
 
 def next_tile(sets: int = 2, blocks: int = 0) -> list[str]:
@@ -785,12 +845,13 @@ def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None)
 
 
 def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None, sets: int | None = None):
+               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True):
     """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
-    channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets."""
+    channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets; with
+    rq=False requantised on the VU, not by nu.conv.rq (tests, measurements)."""
     if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
         return lower_split(op, config, rows_per_tile)
-    g = choose_rows(op, config, sets)
+    g = choose_rows(op, config, sets, rq)
     if y_slice is not None:
         g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
