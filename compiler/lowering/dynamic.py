@@ -477,10 +477,16 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True, on_loads: bool =
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
     weights signal S_W block by block unless signal=False (something else orders them).  Tiles of one
     channel block (by_block) take the weights on ch0 instead, ahead of the loads their NU commands wait
-    for, and need no wait of their own; so do nu.conv.rq's and, with on_loads, any conv's."""
+    for, and need no wait of their own; so do any conv's with on_loads.  nu.conv.rq's table goes ahead of
+    the weights on their channel."""
     rg = g.region
-    # by_block and rq: the weights on ch0, ahead of every load (the NU waits for its load), no signal
-    wch, signal = ("ch0", False) if g.by_block or g.rq or on_loads else ("ch1", signal)
+    # by_block, on_loads: the weights on ch0, ahead of every load (the NU waits for its load), no signal
+    wch, signal = ("ch0", False) if g.by_block or on_loads else ("ch1", signal)
+    if g.rq:
+        em.dma_box(4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
+        em.i(f"la      {T[0]}, dyn_rq")
+        em.i(f"li      {T[1]}, {rg.wbuf + g.rq_at}")
+        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]")
     em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
     em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
     em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
@@ -492,10 +498,6 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True, on_loads: bool =
         em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
         em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
     if g.rq:
-        em.dma_box(4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
-        em.i(f"la      {T[0]}, dyn_rq")
-        em.i(f"li      {T[1]}, {rg.wbuf + g.rq_at}")
-        em.i(f"dma     ch0, wbuf0[{T[1]}], ddr[{T[0]}]")
         return
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
@@ -725,7 +727,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             if g.depthwise:
                 i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        if weights_wait and not g.by_block and not g.rq:
+        if weights_wait and not g.by_block:
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")

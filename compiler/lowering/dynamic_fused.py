@@ -79,23 +79,28 @@ class _Plan:
         if table > cfg.vbuf_bytes // 2:
             raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
                                f"{cfg.vbuf_bytes}")
-        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF and ABUF split
-        # between the convs, VBUF after the tables as much for each conv as its ABUF, the rest for the pools.
+        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF split between the
+        # convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
+        # shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2.
         nc, npool = len(convs), self.K - len(convs)
+        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg).rq]
         ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
-        ashare = cfg.abuf_bytes // max(1, nc) // 256 * 256
+        ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
         vfree = (cfg.vbuf_bytes - table) // 256 * 256
-        if npool:
-            ashare = min(ashare, vfree // (nc + npool) // 256 * 256) if nc else 0
+        weight = {k: 4 if k in acc else 1 if k in convs else 2 for k in range(self.K)}
+        vunit = vfree // sum(weight.values()) // 256 * 256
         self.vset = {}
         at, wbuf, tab = table, 0, 0
         for k in range(self.K):
             if k in convs:
                 g0 = conv_lowering._Geometry(ops[k], cfg)
+                a = acc.index(k) * ashare if k in acc else 0
+                vshare = weight[k] * vunit
                 self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
-                    tab, at, wbuf, dm, convs.index(k) * ishare, convs.index(k) * ashare, ishare, ashare, ashare))
-                self.vset[k] = (at, self.geo[k].ab)
-                at += ashare
+                    tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
+                    min(vshare, 2 * ashare) if k in acc else vshare))
+                self.vset[k] = (at, self.geo[k].vb)
+                at += vshare
                 wbuf += -(-g0.wtotal // 64) * 64
                 dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
                 tab += g0.tab
