@@ -79,10 +79,12 @@ class _Geometry:
         self.depthwise = (big.groups > 1 and big.weight.shape[1] == 1 and self.o == big.groups == c
                           and self.R == self.C)
         self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
-        # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
-        # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
-        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
-        self.kw_nu = 1 if self.fold > 1 else self.kw
+        # Few channels: `fold` of the kernel's columns go side by side in the array's rows (row kwi * c + ci
+        # holds input channel ci shifted by kwi columns), so the NU runs a kernel of ceil(kw / fold) columns
+        # fold columns apart (tap j, row group kwi: column j * fold + kwi, zero past kw).
+        f = min(self.kw, self.R // c) if not self.depthwise else 1
+        self.fold = f if f > 1 else 1
+        self.kw_nu = -(-self.kw // self.fold)
         self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
                         else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
@@ -130,7 +132,8 @@ class _Geometry:
     def in_width(self, w: int) -> int:
         """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
         if self.fold > 1:
-            return (self.out_size(w, self.ekw, self.pl, self.pr, self.lsw) - 1) * self.sw + 1
+            return ((self.out_size(w, self.ekw, self.pl, self.pr, self.lsw) - 1) * self.sw + 1
+                    + (self.kw_nu - 1) * self.fold * self.dw)
         return w + self.pl + self.pr
 
     def fits(self) -> str:
@@ -250,9 +253,10 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
     big = g.op.largest
     wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
-    if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
-        folded = g.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
-        wt[:g.o, :g.kw * g.c, :, 0] = folded
+    if g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
+        for j in range(g.kw_nu):
+            for kwi in range(min(g.fold, g.kw - j * g.fold)):
+                wt[:g.o, kwi * g.c:(kwi + 1) * g.c, :, j] = g.weight[:, :, :, j * g.fold + kwi]
     elif not g.depthwise:
         wt[:g.o, :g.c] = g.weight
     w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
@@ -520,7 +524,7 @@ def fixed_params(em: Emit, g: _Geometry) -> None:
     """The NU and VU parameters that do not depend on the shape."""
     big = g.op.largest
     for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw * g.fold), ("x_zp", big.x_zp)):
         em.setp(f"nu.{p}", v)
     if g.rq:
         for p, v in (("rq_table", g.region.wbuf + g.rq_at), ("rq_zp_out", big.zp_out), ("rq_lo", big.lo),
@@ -630,7 +634,7 @@ def padded_width(em: Emit, g: _Geometry) -> None:
     if g.fold > 1:
         em.i(f"addi    {RWP}, {ROW}, -1")
         em.i(f"slli    {RWP}, {RWP}, {g.lsw}")
-        em.i(f"addi    {RWP}, {RWP}, 1")
+        em.i(f"addi    {RWP}, {RWP}, {1 + (g.kw_nu - 1) * g.fold * g.dw}")
     else:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
 
