@@ -4,10 +4,12 @@ The CU `ld`s batch, height and width from the block, computes the output
 size, the padded width and every DMA, NU and VU size and stride from them in
 registers (`setp param, rs, imm`), and loops over tiles of output rows:
 full tiles of `th` rows, then the remainder (min(th, rows left)).  Each tile
-is loaded with its halo (padding by DMA), convolved on the NU onto a bias
-broadcast, drained to VBUF, requantised and stored; two buffer sets let tile
-k+1 load while tile k computes, and the CU waits for tile k-2's store before
-reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
+is loaded with its halo (padding by DMA), convolved and requantised on the NU
+(nu.conv.rq; or onto a bias broadcast, drained to VBUF and requantised on the
+VU) and stored; three or more buffer sets let later tiles load and convolve
+while earlier ones are stored, and the CU waits for the store of the tile a
+set count back before reusing its buffers.  docs/compiler.md, "Dynamic
+shapes", explains it.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .depthwise import depthwise_weights
 from .layout import fscale_table
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
-TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
+TILE_OVERHEAD = 120     # cycles of CU set-up a tile's latency takes beyond its units' work: the pricing's guess
 
 
 def _log2(what: str, v: int) -> int:
@@ -185,7 +187,6 @@ def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]], staged:
     """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the
     busiest of its units, the DDR (loads and stores share it) and its latency over the sets, plus once
     the pipeline's fill and drain (a tile's latency but its busiest unit's share)."""
-    ow = g.out_size(w, g.ekw, g.pl, g.pr, g.lsw)
     total = 0
     for n, h in heights:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.lsh)
@@ -805,7 +806,7 @@ def next_tile(sets: int = 2, blocks: int = 0) -> list[str]:
     step = ([f"        xori    {RB}, {RB}, 1"] if sets == 2 else
             [f"        addi    {RB}, {RB}, 1", f"        li      {T[0]}, {sets}", f"        blt     {RB}, {T[0]}, slot",
              f"        li      {RB}, 0", "slot:"])
-    block = ([f"        addi    r1, r1, 1", f"        li      {T[0]}, {blocks}", "        blt     r1, "
+    block = (["        addi    r1, r1, 1", f"        li      {T[0]}, {blocks}", "        blt     r1, "
               f"{T[0]}, block"] if blocks else [])
     return ([f"        addi    {RPEND}, {RPEND}, 1", *step,
              f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile", *block,
