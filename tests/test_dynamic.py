@@ -156,7 +156,9 @@ def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
     kern = compiler.build(op)
     x = rand8(rng, (2, 8, 37, 19))            # several tiles per image, remainder tile, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=6)
+    # nu.conv.rq requantises: the waits are the set's reuse, the NU's for its load, each store's for its NU
+    assert "nu.conv.rq" in kern.asm
+    _kill_every_wait(kern, {"x": x}, at_least=4)
 
 
 def elementwise(rng, kind: str, shape):
@@ -362,7 +364,8 @@ def test_removing_any_wait_of_a_fused_dynamic_chain_is_caught():
     kern = compiler.build(*chain)
     x = rand8(rng, (2, 8, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=12)
+    assert "nu.conv.rq" in kern.asm and "vu.requant" not in kern.asm     # no drain or VU waits
+    _kill_every_wait(kern, {"x": x}, at_least=10)
 
 
 def test_a_chain_that_changes_a_dim_is_refused():
@@ -460,8 +463,19 @@ def test_a_chains_relu_goes_into_the_conv_before_it_unless_their_ranges_miss():
     assert (y == 20).all()
 
 
+def on_the_vu(op):
+    """op's dynamic kernel requantising on the VU (drain, vu.requant.pc / .fpc), not by nu.conv.rq."""
+    from compiler.dynamic_kernel import DynamicKernel
+    from compiler.lowering.dynamic import lower_conv
+    from nnpsim.config import Config
+
+    asm, files, rows = lower_conv(op, Config(), rq=False)
+    return DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), Config(), rows, files)
+
+
 def float_conv(rng, c, o, k=3, stride=1, h=(4, 24), w=(4, 24)):
-    """A conv in the float form (scale=, QLinearConv's arithmetic): vu.requant.fpc with a float32 table."""
+    """A conv in the float form (scale=, QLinearConv's arithmetic): nu.conv.rq with rq_float = 1, or
+    vu.requant.fpc, with float32 scales."""
     return ops.conv2d((Dim("n", 1, 2), c, Dim("h", *h), Dim("w", *w)), rng.integers(-20, 21, size=(o, c, k, k)),
                       rng.integers(-3000, 3000, size=o), stride=stride, padding=k // 2,
                       x_zp=int(rng.integers(-10, 10)), scale=rng.uniform(1e-4, 4e-3, size=o).astype(np.float32),
@@ -475,21 +489,21 @@ def float_conv(rng, c, o, k=3, stride=1, h=(4, 24), w=(4, 24)):
 def test_float_form_conv_bit_exact_across_the_range(seed, c, o, k, stride, draws):
     rng = np.random.default_rng(seed)
     op = float_conv(rng, c, o, k, stride)
-    kern = compiler.build(op)
-    assert "vu.requant.fpc" in kern.asm
+    kern, vu = compiler.build(op), on_the_vu(op)
+    assert "setpi   nu.rq_float, 1" in kern.asm and "vu.requant.fpc" in vu.asm
     for fh, fw in draws:
         x = rand8(rng, (2, c, 4 + round(20 * fh), 4 + round(20 * fw)))
-        y = kern(x, check_races=True)
-        np.testing.assert_array_equal(y, op.reference(x))
+        for k in (kern, vu):
+            np.testing.assert_array_equal(k(x, check_races=True), op.reference(x))
 
 
 def test_removing_any_wait_of_a_float_form_conv_is_caught():
     rng = np.random.default_rng(14)
     op = float_conv(rng, 8, 40, h=(8, 40), w=(8, 24))
-    kern = compiler.build(op)
     x = rand8(rng, (2, 8, 37, 19))
-    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=6)
+    for kern, waits in ((compiler.build(op), 4), (on_the_vu(op), 6)):
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+        _kill_every_wait(kern, {"x": x}, at_least=waits)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -533,6 +547,36 @@ def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_
         x = rand8(rng, (2, c, 37, 19))
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
         _kill_every_wait(kern, {"x": x}, at_least=6)
+
+
+@pytest.mark.parametrize("sets", [2, 3, 4, 5])
+@pytest.mark.parametrize("form", ["dense", "dense on the VU", "folded", "folded on the VU", "depthwise"])
+def test_every_number_of_buffer_sets_is_bit_exact_and_needs_each_wait(form, sets):
+    """A conv in 2 to 5 buffer sets, requantised by nu.conv.rq or drained to the VU (more than 2 sets:
+    two accumulator sets, freed by a marker behind the drains; depthwise: tiles of one channel block),
+    small tiles so that several are in flight: exact, race-free, and every wait needed."""
+    from compiler.dynamic_kernel import DynamicKernel
+    from compiler.lowering.dynamic import lower_conv
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(60 + sets)
+    c = {"dense": 12, "folded": 8, "depthwise": 40}[form.split()[0]]
+    if form == "depthwise":
+        op = ops.conv2d((Dim("n", 1, 2), c, Dim("h", 4, 40), Dim("w", 4, 24)), rng.integers(-20, 21, (c, 1, 3, 3)),
+                        rng.integers(-99, 99, c), padding=1, groups=c, x_zp=-7,
+                        multiplier=rng.integers(2**29, 2**31, c), shift=rng.integers(20, 26, c), zp_out=3)
+    else:
+        op = conv(rng, c=c, o=40, h=(4, 40), w=(4, 24))
+    asm, files, rows = lower_conv(op, Config(), rows_per_tile=3, sets=sets, rq="VU" not in form)
+    kern = DynamicKernel(op, asm, assemble(asm, files, "dynamic.s"), Config(), rows, files)
+    assert ("nu.conv.rq" in asm) == (form in ("dense", "folded"))
+    assert ("sem.wait s7" in asm) == (sets > 2 and form not in ("dense", "folded"))
+    assert ("\nblock:" in asm) == (form == "depthwise" and sets > 2)
+    for shape in ((2, c, 37, 19), (1, c, 4, 4), (1, c, 40, 24)):
+        x = rand8(rng, shape)
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    if sets in (2, 4):
+        _kill_every_wait(kern, {"x": rand8(rng, (2, c, 37, 19))}, at_least=4 if "nu.conv.rq" in asm else 6)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

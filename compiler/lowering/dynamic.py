@@ -4,10 +4,12 @@ The CU `ld`s batch, height and width from the block, computes the output
 size, the padded width and every DMA, NU and VU size and stride from them in
 registers (`setp param, rs, imm`), and loops over tiles of output rows:
 full tiles of `th` rows, then the remainder (min(th, rows left)).  Each tile
-is loaded with its halo (padding by DMA), convolved on the NU onto a bias
-broadcast, drained to VBUF, requantised and stored; two buffer sets let tile
-k+1 load while tile k computes, and the CU waits for tile k-2's store before
-reusing its buffers.  docs/compiler.md, "Dynamic shapes", explains it.
+is loaded with its halo (padding by DMA), convolved and requantised on the NU
+(nu.conv.rq; or onto a bias broadcast, drained to VBUF and requantised on the
+VU) and stored; three or more buffer sets let later tiles load and convolve
+while earlier ones are stored, and the CU waits for the store of the tile a
+set count back before reusing its buffers.  docs/compiler.md, "Dynamic
+shapes", explains it.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .depthwise import depthwise_weights
 from .layout import fscale_table
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
-TILE_OVERHEAD = 120     # cycles a tile costs beyond its NU work (CU set-up, DMA latency): the pricing's guess
+TILE_OVERHEAD = 120     # cycles of CU set-up a tile's latency takes beyond its units' work: the pricing's guess
 
 
 def emit_out_size(i, reg: str, src: str, add: int, stride: int, tmp: str) -> None:
@@ -61,7 +63,8 @@ class Region:
 class _Geometry:
     """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
 
-    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region()):
+    def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region(), sets: int = 2,
+                 by_block: bool = False, rq: bool = True):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
@@ -84,21 +87,39 @@ class _Geometry:
         self.depthwise = (big.groups > 1 and big.weight.shape[1] == 1 and self.o == big.groups == c
                           and self.R == self.C)
         self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
-        # Few channels: the kernel's columns go side by side in the array's rows (row kw * c + ci holds
-        # input channel ci shifted by kw columns), so the NU runs a kw-times smaller kernel.
-        self.fold = self.kw if 1 < self.kw and c * self.kw <= self.R and not self.depthwise else 1
-        self.kw_nu = 1 if self.fold > 1 else self.kw
-        self.tab = -(-self.out_cb * self.C * self.entry // 64) * 64
+        # Few channels: `fold` of the kernel's columns go side by side in the array's rows (row kwi * c + ci
+        # holds input channel ci shifted by kwi columns), so the NU runs a kernel of ceil(kw / fold) columns
+        # fold columns apart (tap j, row group kwi: column j * fold + kwi, zero past kw).
+        f = min(self.kw, self.R // c) if not self.depthwise else 1
+        self.fold = f if f > 1 else 1
+        self.kw_nu = -(-self.kw // self.fold)
+        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
+                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
+        self.wbytes = self.out_cb * self.w_block
+        # rq: nu.conv.rq's output stage adds the bias and requantises into VBUF (its (bias, M, S) table in
+        # WBUF after the weights), so no bias broadcast, drain or VU pass: one command holds all the input
+        # blocks (the stage needs the whole sum); not nu.dwconv, which has no such stage
+        self.rq_at = -(-self.wbytes // 64) * 64
+        self.rq = rq and not self.depthwise and self.rq_at + self.out_cb * self.C * 12 <= cfg.wbuf_bytes
+        self.wtotal = self.rq_at + self.out_cb * self.C * 12 if self.rq else self.wbytes     # WBUF bytes
+        self.tab = 0 if self.rq else -(-self.out_cb * self.C * self.entry // 64) * 64
+        # by_block: a depthwise conv's channel blocks are independent convs, so a tile is one block's rows
+        # (block index in r1): a block's accumulators alone in a set fit out_cb times more rows.
+        self.by_block = by_block and self.depthwise
+        self.tile_cb = 1 if self.by_block else self.out_cb      # output (and, depthwise, input) blocks a tile
+        self.nsets = sets
+        self.marker = 0         # DM offset of the word the drain channel's marker copies (nsets > 2)
         self.region = region
         self.sets = self.tab if region.vbuf is None else region.vbuf      # VBUF offset of the two sets
         ibuf = cfg.ibuf_bytes if region.ibuf_bytes is None else region.ibuf_bytes
         abuf = cfg.abuf_bytes if region.abuf_bytes is None else region.abuf_bytes
         vbuf = cfg.vbuf_bytes - self.sets if region.vbuf_bytes is None else region.vbuf_bytes
-        self.ib = ibuf // 2 // self.R * self.R
-        self.ab = min(abuf // 2, vbuf // 2) // 128 * 128
-        self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
-                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
-        self.wbytes = self.out_cb * self.w_block
+        self.ib = ibuf // sets // self.R * self.R
+        # ABUF has two sets whatever `sets` is: an accumulator set is free once drained, early in a tile's
+        # life (with more than two sets the NU waits for the drain of tile k-2 by a marker on its channel)
+        self.ab = abuf // 2 // 128 * 128 if sets > 2 else min(abuf // 2, vbuf // 2) // 128 * 128
+        self.vb = vbuf // sets // 128 * 128 if sets > 2 or self.rq else self.ab
+        self.marker_sets = sets > 2 and not self.rq      # accumulator sets freed by a marker (ABUF in use)
         wd = op.x_shape[3]
         self.widths = range(wd.lo, wd.hi + 1) if isinstance(wd, Dim) else range(wd, wd + 1)
         self.rows: dict[int, int] = {}      # input width -> output rows per tile (filled by choose_rows)
@@ -110,25 +131,28 @@ class _Geometry:
     def fit(self, w: int) -> int:
         """The most output rows per tile whose buffers fit at input width w (0: not even one)."""
         ow = self.out_size(w, self.ekw, self.pl, self.pr, self.sw)
-        by_acc = self.ab // (self.out_cb * ow * self.C * 4)
-        by_in = ((self.ib // (self.in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
+        by_acc = (self.vb // (self.tile_cb * ow * self.C) if self.rq
+                  else min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4))
+        in_cb = self.tile_cb if self.depthwise else self.in_cb
+        by_in = ((self.ib // (in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
 
     def in_width(self, w: int) -> int:
         """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
         if self.fold > 1:
-            return (self.out_size(w, self.ekw, self.pl, self.pr, self.sw) - 1) * self.sw + 1
+            return ((self.out_size(w, self.ekw, self.pl, self.pr, self.sw) - 1) * self.sw + 1
+                    + (self.kw_nu - 1) * self.fold * self.dw)
         return w + self.pl + self.pr
 
     def fits(self) -> str:
         """Why the largest shape does not fit the machine, or ''."""
-        if self.wbytes > self.cfg.wbuf_bytes:
+        if self.wtotal > self.cfg.wbuf_bytes:
             return f"the weights need {self.wbytes} bytes of WBUF, it has {self.cfg.wbuf_bytes}"
         if self.tab > self.cfg.vbuf_bytes // 2:
             return f"the (M, S) table needs {self.tab} bytes of VBUF, more than half its {self.cfg.vbuf_bytes}"
         if self.fit(self.widths[-1]) < 1:
-            return (f"one output row at the largest width {self.widths[-1]} does not fit half of IBUF "
-                    f"({self.ib} bytes) and half of ABUF/VBUF ({self.ab} bytes)")
+            return (f"one output row at the largest width {self.widths[-1]} does not fit 1/{self.nsets} of IBUF "
+                    f"({self.ib} bytes) and 1/{self.nsets} of ABUF/VBUF ({self.ab} bytes)")
         return ""
 
 
@@ -137,22 +161,48 @@ def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
     from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles
 
     if g.depthwise:
-        return g.out_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
+        return g.tile_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
     return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
 
 
-def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]]) -> int:
-    """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the NU's
-    work plus an overhead, and once the pipeline's tail (the last tile's drain and requantisation)."""
+def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int, int]:
+    """A tile of `rows` output rows at input width w: (its busiest unit's cycles, the DDR's, the latency
+    from its load's issue to its store's end, which the CU's wait for the store of the tile `nsets` back
+    spreads over nsets tiles)."""
+    from nnpsim.timing import vu_cycles
+
+    cfg = g.cfg
     ow = g.out_size(w, g.ekw, g.pl, g.pr, g.sw)
+    cin = min(g.c, g.tile_cb * g.R) if g.depthwise else g.c
+    # DDR bytes: one run a channel (its rows are contiguous), each touching about one burst more than
+    # its length (the runs are not burst-aligned)
+    ins = cin * (((rows - 1) * g.sh + g.ekh) * w + cfg.ddr_burst_bytes)
+    outs = min(g.o, g.tile_cb * g.C) * (rows * ow + cfg.ddr_burst_bytes)
+    acc = g.tile_cb * rows * ow * g.C * 4
+    ddr = (ins + outs) // cfg.ddr_bytes_per_cycle
+    load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (ins // cfg.local_bytes_per_cycle if staged else 0)
+    nu = nu_cycles(g, rows, ow)
+    drain = 0 if g.rq else cfg.local_latency + acc // cfg.local_bytes_per_cycle
+    vu = 0 if g.rq else g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    store = cfg.ddr_latency + outs // cfg.ddr_bytes_per_cycle
+    busy = max(load, nu, drain, vu, store)
+    return busy, ddr, load + nu + drain + vu // g.tile_cb + store + TILE_OVERHEAD
+
+
+def price(g: _Geometry, th: int, w: int, heights: list[tuple[int, int]], staged: bool = False) -> int:
+    """Predicted cycles of th rows per tile at input width w, summed over sample (n, h): per tile the
+    busiest of its units, the DDR (loads and stores share it) and its latency over the sets, plus once
+    the pipeline's fill and drain (a tile's latency but its busiest unit's share)."""
     total = 0
     for n, h in heights:
         oh = g.out_size(h, g.ekh, g.pt, g.pb, g.sh)
         full, rest = divmod(oh, th)
         for rows, count in ((th, full), (rest, 1 if rest else 0)):
-            nu = nu_cycles(g, rows, ow)
-            total += n * count * (nu + TILE_OVERHEAD)
-        total += 2 * min(th, oh) * ow * g.o * 4 // g.cfg.vu_bytes_per_cycle
+            if count:
+                busy, ddr, chain = tile_cycles(g, rows, w, staged)
+                total += n * count * (g.out_cb // g.tile_cb) * max(busy, ddr, chain // g.nsets)
+        busy, _, chain = tile_cycles(g, min(th, oh), w, staged)
+        total += chain - busy           # the fill and the drain of the pipeline: its busiest unit is counted
     return total
 
 
@@ -163,8 +213,22 @@ def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
     return [(pick(n, f), pick(h, f)) for f in (0.0, 0.5, 1.0)]
 
 
-def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
-    """For every width of the range, the rows per tile that fit it and price cheapest over sample heights."""
+def candidates(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> list[_Geometry]:
+    """The buffer arrangements a single conv may take, best first where they are not priced: three sets
+    (a tile's load, convolution and epilogue overlap two others'), or, depthwise, tiles of one channel
+    block in three to five sets (priced: its tiles are short, so their latency needs more of them in
+    flight); two sets, as a fused chain's ops have, when nothing else fits."""
+    depthwise = _Geometry(op, cfg).depthwise
+    if sets is not None:        # one arrangement asked for (tests, measurements)
+        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2, rq=rq)]
+    shapes = [(k, True) for k in (3, 4, 5)] if depthwise else [(3, False)]
+    return [_Geometry(op, cfg, sets=k, by_block=b, rq=rq) for k, b in shapes + [(2, False)]]
+
+
+def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> _Geometry:
+    """The buffer arrangement (candidates; `sets` buffer sets if given, the VU's requantisation if not
+    rq) and, for every width of the range, the rows per tile that fit it and price cheapest over sample
+    heights."""
     g = _Geometry(op, cfg)
     if len(g.widths) > MAX_WIDTHS:
         raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
@@ -174,9 +238,21 @@ def choose_rows(op: DynamicOp, cfg: Config) -> _Geometry:
         raise CompileError(f"dynamic conv2d does not fit this machine: {why}")
     heights = sample_heights(op)
     oh_max = op.largest.out_hw[0]
+    ws = g.widths
+    sample_widths = sorted({ws[0], ws[len(ws) // 2], ws[-1]})
+
+    def best(c: _Geometry, w: int) -> tuple[int, int]:
+        options = range(1, min(c.fit(w), oh_max) + 1)
+        return min((price(c, th, w, heights, c.fold > 1), -th) for th in options)
+
+    fitting = [c for c in candidates(op, cfg, sets, rq) if not c.fits()]
+    if not fitting:
+        raise CompileError(f"dynamic conv2d does not fit this machine in {sets} buffer sets: "
+                           f"{candidates(op, cfg, sets)[0].fits()}")
+    priced = [c for c in fitting if c.by_block] or fitting[:1]
+    g = min(priced, key=lambda c: sum(best(c, w)[0] for w in sample_widths))
     for w in g.widths:
-        options = range(1, min(g.fit(w), oh_max) + 1)
-        g.rows[w] = min(options, key=lambda th: (price(g, th, w, heights), -th))
+        g.rows[w] = -best(g, w)[1]
     return g
 
 
@@ -184,9 +260,10 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
     big = g.op.largest
     wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
-    if g.fold > 1:      # row kwi * c + ci of the single column holds tap (kh, kwi) of channel ci
-        folded = g.weight.transpose(0, 3, 1, 2).reshape(g.o, g.kw * g.c, g.kh)
-        wt[:g.o, :g.kw * g.c, :, 0] = folded
+    if g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
+        for j in range(g.kw_nu):
+            for kwi in range(min(g.fold, g.kw - j * g.fold)):
+                wt[:g.o, kwi * g.c:(kwi + 1) * g.c, :, j] = g.weight[:, :, :, j * g.fold + kwi]
     elif not g.depthwise:
         wt[:g.o, :g.c] = g.weight
     w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
@@ -200,7 +277,17 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     else:
         ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
         ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
-    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes(), "dyn_ms.bin": ms.tobytes()}
+    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes()}
+    if g.rq:            # nu.conv.rq's (bias, M, S) (float form: (bias, scale bits, 0)) per channel
+        rq = np.zeros((g.out_cb * g.C, 3), dtype="<i4")
+        rq[:, 0] = bias
+        if big.scale is not None:
+            rq[:, 1] = ms
+        else:
+            rq[:, 1:] = ms
+        files["dyn_rq.bin"] = rq.tobytes()
+        return files
+    files["dyn_ms.bin"] = ms.tobytes()
     if not g.depthwise:
         files["dyn_bias.bin"] = bias.tobytes()
     return files
@@ -226,8 +313,17 @@ def _axis(d, add: int, stride: int) -> str:
 
 def fold_channels(asm: str, channels: int) -> str:
     """The program with its DMA channels (ch0 loads, ch1 weights and drains, ch2 stores, ch3 bias) folded
-    onto the configured ones: one queue only adds order (no command waits on one behind it)."""
-    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{int(m.group(2)) % channels}", asm)
+    onto the configured ones: one queue only adds order (no command waits on one behind it).  The channels
+    the program uses are dealt out in turn (nu.conv.rq's programs use only ch0 and ch2: on two channels,
+    loads on one, stores on the other)."""
+    used = sorted({int(k) for k in re.findall(r"(?m)^\s+dma\s+ch(\d)", asm)})
+    if len(used) <= channels:
+        place = {k: k if k < channels else used.index(k) for k in used}
+        if len(set(place.values())) < len(used):
+            place = {k: j for j, k in enumerate(used)}
+    else:
+        place = {k: j % channels for j, k in enumerate(used)}
+    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{place[int(m.group(2))]}", asm)
 
 
 def axis_name(d) -> str:
@@ -256,7 +352,7 @@ RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8",
 RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
 RMAX = "r31"
 T = [f"r{k}" for k in range(19, 31)]
-S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W = "s0", "s1", "s2", "s3", "s4", "s5", "s6"
+S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W, S_AFREE = "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"
 
 
 def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
@@ -388,10 +484,20 @@ def stage_bytes(g: _Geometry) -> int:
     return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
 
 
-def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
+def load_constants(em: Emit, g: _Geometry, signal: bool = True, on_loads: bool = False) -> None:
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
-    weights signal S_W block by block unless signal=False (something else orders them)."""
+    weights signal S_W block by block unless signal=False (something else orders them).  Tiles of one
+    channel block (by_block) take the weights on ch0 instead, ahead of the loads their NU commands wait
+    for, and need no wait of their own; so do any conv's with on_loads.  nu.conv.rq's table goes ahead of
+    the weights on their channel."""
     rg = g.region
+    # by_block, on_loads: the weights on ch0, ahead of every load (the NU waits for its load), no signal
+    wch, signal = ("ch0", False) if g.by_block or on_loads else ("ch1", signal)
+    if g.rq:
+        em.dma_box(4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
+        em.i(f"la      {T[0]}, dyn_rq")
+        em.i(f"li      {T[1]}, {rg.wbuf + g.rq_at}")
+        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]")
     em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
     em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
     em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
@@ -400,8 +506,10 @@ def load_constants(em: Emit, g: _Geometry, signal: bool = True) -> None:
     em.i(f"la      {T[0]}, dyn_w")
     for ob in range(g.out_cb):
         em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
-        em.i(f"dma     ch1, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
+        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
         em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
+    if g.rq:
+        return
     em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
     em.i(f"la      {T[0]}, dyn_ms")
     em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
@@ -423,8 +531,13 @@ def fixed_params(em: Emit, g: _Geometry) -> None:
     """The NU and VU parameters that do not depend on the shape."""
     big = g.op.largest
     for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw if g.fold == 1 else 1), ("x_zp", big.x_zp)):
+                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw * g.fold), ("x_zp", big.x_zp)):
         em.setp(f"nu.{p}", v)
+    if g.rq:
+        for p, v in (("rq_table", g.region.wbuf + g.rq_at), ("rq_zp_out", big.zp_out), ("rq_lo", big.lo),
+                     ("rq_hi", big.hi), ("rq_float", int(big.scale is not None))):
+            em.setp(f"nu.{p}", v)
+        return
     for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
                  ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
                  ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
@@ -467,34 +580,54 @@ def program_text(g: _Geometry) -> str:
     load_constants(em, g)
     fixed_params(em, g)
     i(f"li      {RI}, 0")
-    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
+    if not g.by_block:
+        i("li      r1, 1")                         # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
+    if g.marker_sets:     # the two accumulator sets start free; RAB alternates between them
+        i(f"li      {RAB}, 0")
+        i(f"sem.signal {S_AFREE}")
+        i(f"sem.signal {S_AFREE}")
     e("batch:")
+    if g.by_block:
+        i("li      r1, 0")                         # r1: the channel block
+        e("block:")
     i(f"li      {ROH0}, 0")
     e("tile:")
     e("        ; rows of this tile: th, or the remainder")
     i(f"sub     {RTH}, {ROH}, {ROH0}")
     i(f"min     {RTH}, {RTH}, {RMAX}")
-    e("        ; buffers of tile k-2 are reused: wait for its store")
-    i(f"li      {T[0]}, 2")
+    e(f"        ; buffers of tile k-{g.nsets} are reused: wait for its store")
+    i(f"li      {T[0]}, {g.nsets}")
     i(f"blt     {RPEND}, {T[0]}, free")
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    at = -(-g.out_cb * g.C * 4 // 64) * 64              # after the bias table
+    g.marker = -(-g.out_cb * g.C * 4 // 64) * 64        # after the bias table
+    at = g.marker + 64
     size = stage_bytes(g)
-    tile_body(em, g, staged_io(g, at, size) if at + 2 * size <= cfg.dm_bytes
+    # Staged when folded: its kw loads of a row read a row's columns each, short runs of DDR bursts; the
+    # others load straight from DDR, a channel's rows one run (the box's columns innermost)
+    tile_body(em, g, staged_io(g, at, size) if g.fold > 1 and at + g.nsets * size <= cfg.dm_bytes
               else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
-    i("li      r1, 0")
-    L += next_tile() + drain_and_halt(RPEND, S_STORE)
+    if not g.by_block:
+        i("li      r1, 0")
+    if g.marker_sets:
+        i(f"sub     {RAB}, r0, {RAB}")
+        i(f"addi    {RAB}, {RAB}, {g.ab}")
+    tail = drain_and_halt(RPEND, S_STORE)
+    if g.marker_sets:     # the last two markers' tokens, so that none is left at halt
+        tail[-1:-1] = [f"        sem.wait {S_AFREE}"] * 2
+    L += next_tile(g.nsets, g.out_cb if g.by_block else 0) + tail
     return "\n".join(L) + "\n"
 
 
 def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
     """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
     out = []
-    for name in ("dyn_w", "dyn_ms") if g.depthwise else ("dyn_w", "dyn_bias", "dyn_ms"):
+    names = (("dyn_w", "dyn_rq") if g.rq else ("dyn_w", "dyn_ms") if g.depthwise
+             else ("dyn_w", "dyn_bias", "dyn_ms"))
+    for name in names:
         out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
     return out
 
@@ -504,7 +637,7 @@ def padded_width(em: Emit, g: _Geometry) -> None:
     if g.fold > 1:
         em.i(f"addi    {RWP}, {ROW}, -1")
         em.i(f"muli    {RWP}, {RWP}, {g.sw}")
-        em.i(f"addi    {RWP}, {RWP}, 1")
+        em.i(f"addi    {RWP}, {RWP}, {1 + (g.kw_nu - 1) * g.fold * g.dw}")
     else:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
 
@@ -517,13 +650,19 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {RIB}, {RB}, {g.ib}")
     if rg.ibuf:
         i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
-    i(f"muli    {RAB}, {RB}, {g.ab}")
-    if rg.abuf:
-        i(f"addi    {RAB}, {RAB}, {rg.abuf}")
-    i(f"muli    {RVB}, {RB}, {g.ab}")
+    if g.rq:
+        pass                # no accumulators in ABUF: nu.conv.rq writes the tile's int8 rows to VBUF
+    elif not g.marker_sets:     # else RAB alternates by itself (next_tile)
+        i(f"muli    {RAB}, {RB}, {g.ab}")
+        if rg.abuf:
+            i(f"addi    {RAB}, {RAB}, {rg.abuf}")
+    elif not g.depthwise:   # before the bias broadcast writes it (a depthwise conv: before its NU command)
+        e("        ; the accumulator set of tile k-2 is reused: wait for its drain's marker")
+        i(f"sem.wait {S_AFREE}")
+    i(f"muli    {RVB}, {RB}, {g.vb}")
     i(f"addi    {RVB}, {RVB}, {g.sets}")
     i(f"mul     {RPIX}, {RTH}, {ROW}")
-    if not g.depthwise:
+    if not g.depthwise and not g.rq:
         e("        ; bias broadcast dm -> abuf")
         i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
         # only the real channels when there is one block: the others' accumulators are never read
@@ -554,74 +693,126 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
         i(f"addi    {step_src}, {src}, {col0}")
         i(f"addi    {dst}, {RIB}, {kwi * g.c}")
-        dma_box(1, [(g.c, RHW, 1, 0, 0), (RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi)],
+        dma_box(1, [(RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi), (g.c, RHW, 1, 0, 0)],
                 big.x_zp)
         sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
         i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{step_src}]{sig}")
-    for cb in range(g.in_cb if g.fold == 1 else 0):
-        cr = min(g.R, g.c - cb * g.R)
+    if g.by_block:      # block r1's input channels: min(R, c - r1 * R) of them, r1 * R planes in
+        i(f"mul     {T[11]}, r1, {RHW}")
+        i(f"muli    {T[11]}, {T[11]}, {g.R}")
+        i(f"add     {src}, {src}, {T[11]}")
+        i(f"muli    {T[0]}, r1, {-g.R}")
+        i(f"addi    {T[0]}, {T[0]}, {g.c}")
+        i(f"li      {T[11]}, {g.R}")
+        i(f"min     {T[0]}, {T[0]}, {T[11]}")
+    for cb in range(g.tile_cb if g.depthwise else g.in_cb if g.fold == 1 else 0):
+        cr = T[0] if g.by_block else min(g.R, g.c - cb * g.R)
         if cb:
             i(f"add     {src}, {src}, {step_src}")
             i(f"add     {dst}, {dst}, {step_dst}")
-        dma_box(1, [(cr, RHW, 1, 0, 0), (RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi)], big.x_zp)
-        sig = f", signal={S_LOAD}" if cb == g.in_cb - 1 else ""
+        dma_box(1, [(RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi), (cr, RHW, 1, 0, 0)], big.x_zp)
+        sig = f", signal={S_LOAD}" if cb == (g.tile_cb if g.depthwise else g.in_cb) - 1 else ""
         i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
     e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
     e("        ; overlaps block k+1's convolution")
     for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
-    if not g.depthwise:
+    if not g.depthwise and not g.rq:
         i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
     acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
-    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() + 1}")      # bytes of one block's accumulators
-    i(f"add     {acc}, {RAB}, r0")
+    # bytes of one block's accumulators (int32), or of its int8 rows in VBUF (rq)
+    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() - 1 + (0 if g.rq else 2)}")
+    i(f"add     {acc}, {RVB if g.rq else RAB}, r0")
+    if g.depthwise and g.marker_sets:
+        i(f"sem.wait {S_AFREE}")                 # the accumulator set of tile k-2 is drained
     if g.depthwise:      # block ob reads input block ob
         i(f"mul     {in_step}, {rows}, {rowb}")
         i(f"add     {rin}, {RIB}, r0")
-    for ob in range(g.out_cb):
+    for ob in range(g.tile_cb):
         if ob:
             i(f"add     {acc}, {acc}, {pixb}")
             if g.depthwise:
                 i(f"add     {rin}, {rin}, {in_step}")
         wait = f", wait={S_LOAD}" if ob == 0 else ""
-        if weights_wait:
+        if weights_wait and not g.by_block:
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")
-        i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
+        if g.by_block:
+            i(f"muli    {wreg}, r1, {g.w_block}")
+            i(f"addi    {wreg}, {wreg}, {rg.wbuf}")
+        else:
+            i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
         if g.depthwise:
             i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
+        elif g.rq:      # one block a command: its table entries start the table (the stage indexes by ob)
+            if g.out_cb > 1:
+                setp("nu.rq_table", rg.wbuf + g.rq_at + ob * g.C * 12)
+            i(f"nu.conv.rq nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
         else:
             i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
-    e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
-    i(f"muli    {T[0]}, {RPIX}, {g.C}")
-    setp("vu.n1", RPIX)
+    if g.rq:
+        e("        ; per output block: store its int8 rows from vbuf")
+    else:
+        e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
+        setp("vu.n1", RPIX)
     ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
     io.dst(em, ydst, T[5])
     i(f"muli    {step_y}, {ROHW}, {g.C}")
+    if g.by_block:      # block r1: its r1 * C output planes in, min(C, o - r1 * C) channels, its table entries
+        i(f"mul     {T[5]}, {step_y}, r1")
+        i(f"add     {ydst}, {ydst}, {T[5]}")
+        i(f"muli    {T[0]}, r1, {-g.C}")
+        i(f"addi    {T[0]}, {T[0]}, {g.o}")
+        i(f"li      {T[5]}, {g.C}")
+        i(f"min     {T[0]}, {T[0]}, {T[5]}")
     i(f"add     {ysrc}, {RVB}, r0")
     i(f"add     {asrc}, {RAB}, r0")
-    for ob in range(g.out_cb):
-        cv = min(g.C, g.o - ob * g.C)
+    for ob in range(g.tile_cb):
+        cv = T[0] if g.by_block else min(g.C, g.o - ob * g.C)
         if ob:
             i(f"add     {ysrc}, {ysrc}, {pixb}")
             i(f"add     {asrc}, {asrc}, {pixb}")
             i(f"add     {ydst}, {ydst}, {step_y}")
-        dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
-        setp("vu.n0", cv)
-        i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
-        i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, wait={S_DRAIN}, signal={S_VU}")
+        if not g.rq:
+            drain_and_requant(em, g, ob, cv, ysrc, asrc, table)
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
-        sig = f", signal={S_STORE}" if ob == g.out_cb - 1 else ""
-        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_VU}{sig}")
+        sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_NU if g.rq else S_VU}{sig}")
+    if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
+        setp("dma.size0", 1)
+        setp("dma.size1", 1)
+        i(f"li      {T[11]}, {g.marker}")
+        i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
 
 
-def next_tile() -> list[str]:
-    """The end of a row tile: count its store, flip the slot, step to the next tile, then the next image."""
-    return [f"        addi    {RPEND}, {RPEND}, 1", f"        xori    {RB}, {RB}, 1",
-            f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile",
-            f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"]
+def drain_and_requant(em: Emit, g: _Geometry, ob: int, cv, ysrc: str, asrc: str, table: str) -> None:
+    """Output block ob's accumulators (cv real channels) ABUF -> VBUF after its NU command, then
+    requantised in place on the VU (its (M, S) or scale entries from the table)."""
+    big, rg, i = g.op.largest, g.region, em.i
+    em.dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
+    em.setp("vu.n0", cv)
+    i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
+    if g.by_block:
+        i(f"muli    {table}, r1, {g.C * g.entry}")
+        i(f"addi    {table}, {table}, {rg.table}")
+    else:
+        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
+    i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, "
+      f"wait={S_DRAIN}, signal={S_VU}")
+
+
+def next_tile(sets: int = 2, blocks: int = 0) -> list[str]:
+    """The end of a row tile: count its store, step to the next of `sets` slots, to the next tile, then
+    (blocks > 0: a depthwise conv's channel blocks, counted in r1) the next block, then the next image."""
+    step = ([f"        xori    {RB}, {RB}, 1"] if sets == 2 else
+            [f"        addi    {RB}, {RB}, 1", f"        li      {T[0]}, {sets}", f"        blt     {RB}, {T[0]}, slot",
+             f"        li      {RB}, 0", "slot:"])
+    block = (["        addi    r1, r1, 1", f"        li      {T[0]}, {blocks}", "        blt     r1, "
+              f"{T[0]}, block"] if blocks else [])
+    return ([f"        addi    {RPEND}, {RPEND}, 1", *step,
+             f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile", *block,
+             f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"])
 
 
 def drain_and_halt(pending: str, store_sem: str) -> list[str]:
@@ -663,12 +854,13 @@ def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None)
 
 
 def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None):
+               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True):
     """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
-    channel, all channels) it writes its channels of a larger y."""
+    channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets; with
+    rq=False requantised on the VU, not by nu.conv.rq (tests, measurements)."""
     if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
         return lower_split(op, config, rows_per_tile)
-    g = choose_rows(op, config)
+    g = choose_rows(op, config, sets, rq)
     if y_slice is not None:
         g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)

@@ -72,31 +72,36 @@ class _Plan:
         wbuf = dm = table = 0
         for k in convs:
             g0 = conv_lowering._Geometry(ops[k], cfg)
-            wbuf += -(-g0.wbytes // 64) * 64
+            wbuf += -(-g0.wtotal // 64) * 64
             table += g0.tab
         if wbuf > cfg.wbuf_bytes:
             raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
         if table > cfg.vbuf_bytes // 2:
             raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
                                f"{cfg.vbuf_bytes}")
-        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF and ABUF split
-        # between the convs, VBUF after the tables as much for each conv as its ABUF, the rest for the pools.
+        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF split between the
+        # convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
+        # shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2.
         nc, npool = len(convs), self.K - len(convs)
+        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg).rq]
         ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
-        ashare = cfg.abuf_bytes // max(1, nc) // 256 * 256
+        ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
         vfree = (cfg.vbuf_bytes - table) // 256 * 256
-        if npool:
-            ashare = min(ashare, vfree // (nc + npool) // 256 * 256) if nc else 0
+        weight = {k: 4 if k in acc else 1 if k in convs else 2 for k in range(self.K)}
+        vunit = vfree // sum(weight.values()) // 256 * 256
         self.vset = {}
         at, wbuf, tab = table, 0, 0
         for k in range(self.K):
             if k in convs:
                 g0 = conv_lowering._Geometry(ops[k], cfg)
+                a = acc.index(k) * ashare if k in acc else 0
+                vshare = weight[k] * vunit
                 self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
-                    tab, at, wbuf, dm, convs.index(k) * ishare, convs.index(k) * ashare, ishare, ashare, ashare))
-                self.vset[k] = (at, self.geo[k].ab)
-                at += ashare
-                wbuf += -(-g0.wbytes // 64) * 64
+                    tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
+                    min(vshare, 2 * ashare) if k in acc else vshare))
+                self.vset[k] = (at, self.geo[k].vb)
+                at += vshare
+                wbuf += -(-g0.wtotal // 64) * 64
                 dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
                 tab += g0.tab
         pool_bytes = (cfg.vbuf_bytes - at) // max(1, npool) // 128 * 128
@@ -147,7 +152,8 @@ class _Plan:
             if k in self.geo:
                 g = self.geo[k]
                 nu += conv_lowering.nu_cycles(g, th, w)
-                vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
+                if not g.rq:        # else nu.conv.rq requantises on the NU
+                    vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
             else:
                 kh, kw = o.largest.kernel
                 vu += self.out_c[k] * th * w * kh * kw // self.cfg.vu_bytes_per_cycle
@@ -169,7 +175,7 @@ def _sems(text: str, base: int) -> str:
 
 
 def _consts(text: str, k: int) -> str:
-    return re.sub(r"\b(dyn_(?:w|bias|ms))\b", rf"F{k}_\1", text)
+    return re.sub(r"\b(dyn_(?:w|bias|ms|rq))\b", rf"F{k}_\1", text)
 
 
 def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) -> None:
@@ -247,7 +253,9 @@ def program_text(p: _Plan) -> str:
     for k, g in p.geo.items():
         e(f"        ; op {k} ({ops[k].kind}): constants")
         sub = Emit([])
-        conv_lowering.load_constants(sub, g, signal=k == first_conv)
+        # the first conv's weights signal as for one conv; the others' go on ch0 ahead of every load (their
+        # NU commands wait for their loads, queued behind them)
+        conv_lowering.load_constants(sub, g, signal=k == first_conv, on_loads=k != first_conv)
         L += [_consts(_sems(line, p.sem_base[k]), k) for line in sub.L]
     i(f"li      {RI}, 0")
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
@@ -299,7 +307,7 @@ def program_text(p: _Plan) -> str:
             g = p.geo[k]
             conv_lowering.padded_width(sub, g)
             conv_lowering.fixed_params(sub, g)
-            # only the first conv waits for its weights: the others' are queued on ch1 ahead of its drains
+            # only the first conv waits for its weights: the others' are queued on ch0 ahead of the loads
             conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv)
             if k == first_conv:
                 sub.i("li      r1, 0")
