@@ -486,7 +486,10 @@ class NuLowering:
                 (w, inner_h, chans), (sw, sh, v.x_strides[1]), (1, w, inner_h * w),
                 comment=f"{self.name}: input rows of blocks {lo}..{hi - 1} -> {stage.name}")))
             base, (sc, sw, sh) = Ref(stage, c0 - lo * rows * inner_h * w), (inner_h * w, 1, w)
-        for b0, b1, real in groups:
+        for g, (b0, b1, real) in enumerate(groups):
+            # the partial last block's DMA on the weights' channel: its DDR latency overlaps the full
+            # blocks' transfer instead of following it in one queue
+            ch = self.ch + (CH_W if g and base.buf.space == "ddr" else CH_IN)
             src, bs = base + b0 * rows * sc, rows * sc
             if v.x_block and base.buf is self.x:      # blocked NC/bHWb: each block's own strides
                 off, (_, sc, sh, sw) = block_at(v.x_shape, v.x_strides, v.x_block, b0 * rows)
@@ -499,7 +502,7 @@ class NuLowering:
                                                 f"input blocks {b0}..{b1 - 1} -> {inp.name}", (sc, sw, sh, bs)))
                 continue
             step.loads.append(ddr_order(Dma(
-                self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, bs),
+                ch, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, bs),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
