@@ -25,6 +25,11 @@ from .schedule import Schedule
 
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
+ONE_TILE_PIXELS, ONE_TILE_CYCLES, ONE_TILE_FINALISTS = 64, 8000, 32
+"""A chain whose output maps have at most ONE_TILE_PIXELS pixels runs in one spatial tile: the quick
+model, which prices a pipeline's start and end crudely, ranks its tilings worst (MobileNetV2's
+576 -> 160 1x1 conv at 7x7: the best by replay 27th of 40).  When its roofline bound is also at most
+ONE_TILE_CYCLES, replaying one is cheap: up to ONE_TILE_FINALISTS are priced."""
 NEAR = 0.02     # finalists predicted within 2% of the fastest count as fast: the shortest program wins
 
 
@@ -170,7 +175,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     if choice is not None and 0 <= choice < len(found):
         order = [choice]
     else:
-        order = _ranked(found, cfg, FINALISTS)
+        order = _ranked(found, cfg, ONE_TILE_FINALISTS if _one_small_tile(ops, cfg) else FINALISTS)
     why, priced_all = "", []
     for k in order:
         try:
@@ -187,6 +192,14 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     fastest = min(p[2][0] for p in priced_all)
     near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
     return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
+
+
+def _one_small_tile(ops: tuple[Op, ...], cfg: Config) -> bool:
+    """Is the chain's output one spatial tile of a small kernel (ONE_TILE_PIXELS, ONE_TILE_CYCLES)?"""
+    from .roofline import bound_cycles
+
+    shape = ops[-1].output.shape
+    return len(shape) == 4 and shape[2] * shape[3] <= ONE_TILE_PIXELS and bound_cycles(ops, cfg) <= ONE_TILE_CYCLES
 
 
 def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):

@@ -673,3 +673,33 @@ def test_every_removed_wait_is_caught_with_the_input_kept_in_dm():
     kernel = build(*chain_ops, config=cfg, schedule=kept[0])
     assert "_x_dm" in kernel.asm
     kill_all(kernel, inputs, "conv 1x1 stride 2 40->100, input kept in DM")
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(nu_count=2, vu_count=2)])
+def test_every_removed_wait_is_caught_with_resident_weights_group_by_group(overrides):
+    """Resident weights loaded in several DMAs (nu.NuLowering._resident_loads): each output-block
+    group's NU command waits for its own group's DMA only; on two NUs, split by output blocks."""
+    rng = np.random.default_rng(16)
+    chain_ops, inputs = conv_case(rng, (1, 40, 7, 9), 100, (3, 3), padding=1, x_zp=-3)
+    cfg = Config(**overrides).validate()
+    for s in candidates(tuple(chain_ops), cfg):
+        t = s.blocks[0].tiling()
+        if t.resident and t.obt == 1:
+            kernel = build(*chain_ops, config=cfg, schedule=s)
+            if kernel.asm.count(", resident") >= 2:
+                break
+    else:
+        pytest.fail("no candidate loads resident weights in several DMAs")
+    kill_all(kernel, inputs, f"conv 3x3 40->100, resident weights group by group {overrides or 'default'}")
+
+
+@pytest.mark.parametrize("shape", [(1, 160, 7, 7), (2, 5, 9, 11)])
+def test_every_removed_wait_is_caught_in_elementwise_loads_over_three_channels(shape):
+    """An add in two or more tiles, its loads taking DMA channels 0, 1 and 2 in turn (vu.LOAD_CHANNELS):
+    a tile's b behind the previous tile's a in one queue."""
+    rng = np.random.default_rng(17)
+    op = ops.add(shape, za=3, ma=2**30, mb=2**30, shift=31)
+    kernel = build(op)
+    chans = {line.split()[1] for line in kernel.asm.splitlines() if line.strip().startswith("dma ")}
+    assert {"ch0,", "ch1,", "ch2,"} <= chans, chans
+    kill_all(kernel, [rand8(rng, shape), rand8(rng, shape)], f"add {shape}, loads over three channels")

@@ -32,6 +32,9 @@ from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap
+RESIDENT_DMA_BYTES = 4096
+"""Resident weights load in DMAs of at least this many bytes (whole output-block groups): DDR's
+latency (100 cycles) then costs at most about as much as the transfer's 128 cycles at 32 bytes a cycle."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +387,15 @@ class NuLowering:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
             steps.append(step)
+        if t.resident:
+            # the first group's blocks with the constants, the others with the first tile's loads (issued
+            # at once, behind them): what the NU waits for before it starts is the first group's
+            first, *rest = self._resident_loads()
+            steps[0].loads.append(first)
+            if len(steps) > 1:
+                steps[1].loads[1:1] = rest
+            else:
+                steps[0].loads += rest
         if p.depthwise:
             defer_table(steps, self.ms_vbuf)
             if halo_prefilled(self):
@@ -411,10 +423,25 @@ class NuLowering:
             words, what = ((n, "float32 scale") if p.view.scale is not None else (2 * n, "(M, S)"))
             step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (words,), (4,), (4,), elem=4,
                                   comment=f"{self.name}: {what} table -> vbuf"))
-        if self.t.resident:
-            step.loads.append(Dma(ch, Ref(self.w_res), Ref(self.w_ddr), (self.w_ddr.nbytes,), (1,), (1,),
-                                  comment=f"{self.name}: every weight block, resident"))
         return step
+
+    def _resident_loads(self) -> list[Dma]:
+        """The weight blocks of the output-block groups the tiles use, in the order they use them, one
+        DMA per run of groups of at least RESIDENT_DMA_BYTES: the sync pass orders each NU command
+        after the DMA of its own blocks only, so the NU starts on the first group while the rest stream
+        (not after every block has crossed DDR)."""
+        p, group_bytes = self.p, self.p.w.span * self.p.w.block_bytes
+        groups = list(dict.fromkeys(obs.start for obs, *_ in self.tiles()))
+        runs: list[list[int]] = []      # [first block, end block] of each DMA
+        for ob in groups:
+            end = min(p.n_ob, ob + self.t.obt)
+            if runs and runs[-1][1] == ob and (runs[-1][1] - runs[-1][0]) * group_bytes < RESIDENT_DMA_BYTES:
+                runs[-1][1] = end
+            else:
+                runs.append([ob, end])
+        return [Dma(self.ch + CH_W, Ref(self.w_res, lo * group_bytes), Ref(self.w_ddr, lo * group_bytes),
+                    ((hi - lo) * group_bytes,), (1,), (1,), comment=f"{self.name}: weights ob {lo}..{hi - 1}, resident")
+                for lo, hi in runs]
 
     def _load_weights(self, step: Step, obs: range, first: int, count: int) -> None:
         p = self.p
@@ -459,7 +486,10 @@ class NuLowering:
                 (w, inner_h, chans), (sw, sh, v.x_strides[1]), (1, w, inner_h * w),
                 comment=f"{self.name}: input rows of blocks {lo}..{hi - 1} -> {stage.name}")))
             base, (sc, sw, sh) = Ref(stage, c0 - lo * rows * inner_h * w), (inner_h * w, 1, w)
-        for b0, b1, real in groups:
+        for g, (b0, b1, real) in enumerate(groups):
+            # the partial last block's DMA on the weights' channel: its DDR latency overlaps the full
+            # blocks' transfer instead of following it in one queue
+            ch = self.ch + (CH_W if g and base.buf.space == "ddr" else CH_IN)
             src, bs = base + b0 * rows * sc, rows * sc
             if v.x_block and base.buf is self.x:      # blocked NC/bHWb: each block's own strides
                 off, (_, sc, sh, sw) = block_at(v.x_shape, v.x_strides, v.x_block, b0 * rows)
@@ -472,7 +502,7 @@ class NuLowering:
                                                 f"input blocks {b0}..{b1 - 1} -> {inp.name}", (sc, sw, sh, bs)))
                 continue
             step.loads.append(ddr_order(Dma(
-                self.ch + CH_IN, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, bs),
+                ch, dst, src, (rows, iw, ih, b1 - b0), (sc, sw, sh, bs),
                 (1, rows, iw * rows, ih * iw * rows), (0, plo_w, plo_h, 0), (rows - real, phi_w, phi_h, 0),
                 pad_value=v.x_zp, comment=f"{self.name}: input blocks {b0}..{b1 - 1} -> {inp.name}")))
         return inp
