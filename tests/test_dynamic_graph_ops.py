@@ -196,14 +196,25 @@ def test_removing_any_wait_of_the_concat_and_requantize_layers_is_caught():
     starts = [k for k, line in enumerate(lines) if line.startswith("L2_layer:") or line.startswith("L3_layer:")]
     end = next(k for k, line in enumerate(lines) if line.startswith("L4_layer:"))
     sites = [k for k in range(starts[0], end) if "wait=" in lines[k] or "sem.wait" in lines[k]]
+    # The concat's join (one `sem.wait` per copy, the copies on two channels) is removed whole: without
+    # one of its waits, the next layer's load on the same channel as that copy is still ordered after it
+    # by the channel's queue, which the race checker counts, so that mutant is rightly harmless.
+    groups: list[list[int]] = []
+    for k in sites:
+        if groups and "sem.wait" in lines[k] and groups[-1][-1] == k - 1 and lines[k] == lines[k - 1]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
     x = rand(np.random.default_rng(4), (2, 3, 26, 23))
     killed = 0
-    for k in sites:
+    for group in groups:
+        k = group[0]
         if lines[k - 1].strip().startswith(("beq", "blt")):
             continue        # the drain's waits only take the last tokens (tests/test_dynamic.py, _waits); a set's
         #                     reuse wait runs from the third chunk on (the requantize kernel's test removes it)
         mutant = list(lines)
-        mutant[k] = "        nop" if "sem.wait" in lines[k] else re.sub(r", wait=s\d+", "", lines[k])
+        for j in group:
+            mutant[j] = "        nop" if "sem.wait" in lines[j] else re.sub(r", wait=s\d+", "", lines[j])
         sim = Simulator(lib.config)
         sim.load(compiler.kernel.assemble("\n".join(mutant) + "\n", lib.files, "mutant.s"))
         sim.write("x", x)
@@ -211,7 +222,7 @@ def test_removing_any_wait_of_the_concat_and_requantize_layers_is_caught():
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (lines[k], exc.value)
         killed += 1
-    assert killed >= 4
+    assert killed >= 3 and any(len(group) > 1 for group in groups), groups   # the join counts once
 
 
 def test_graph_dims_that_disagree_are_refused_naming_them():
