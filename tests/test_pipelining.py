@@ -423,3 +423,21 @@ def test_a_rows_outermost_consumer_reads_and_writes_ddr_in_any_layout(x_layout, 
         assert _consumer_starts_early(steps, 1)
         got, want = run_chain(k, chain, rng)
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_consumer_that_gathers_its_windows_takes_no_ring():
+    """A conv after the first whose window is gathered into IBUF rows (im2col) plans a 1 x 1 kernel, so
+    bands cut from that plan would miss its halo rows (a network's fused pair came out wrong, race-free,
+    at 28x28): ring_able refuses it, and the chain built with it stays bit-exact."""
+    rng = np.random.default_rng(7)
+    chain = conv_conv(rng, 8, 14)           # 8 -> 16 -> 8: the second conv's 16 channels gather their taps
+    cfg = Config(**SMALL_NU)
+    s = next(c for c in kernel.candidates(tuple(chain), cfg) if c.choices()[1].plan.view.taps is not None)
+    assert ring.ring_able(s.ops, s.choices()) == "a conv after the first gathers its windows (im2col)"
+    assert ring.lower_ring(s, cfg, 2) is None
+    kir, steps = fusion.lower(s, cfg)
+    kir.body = pipelining.body(steps, None)
+    predicted, usage, report = kernel.schedule(kir, cfg)
+    k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
+    x = _int8(rng, chain[0].x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))

@@ -57,7 +57,7 @@ def bands(p: NuPlan, starts: list[int], th: int) -> list[tuple[int, int]]:
 
 def ring_able(ops, choices: list) -> str:
     """Why the chain cannot recompute its halos ('' if it can): every kernel a conv on one NU, batch 1,
-    no residual add before the last."""
+    no residual add before the last, none but the first gathering its windows into IBUF rows."""
     segs = segments(ops)
     if len(segs) < 2:
         return "one kernel"
@@ -70,6 +70,8 @@ def ring_able(ops, choices: list) -> str:
             return "batch above 1"
         if k + 1 < len(segs) and any(isinstance(o, Elementwise) and o.mode == "add" for o in seg):
             return "residual add before the last conv"
+        if k > 0 and c.plan.view.taps is not None:     # its plan's kernel is the gathered one, 1 x 1
+            return "a conv after the first gathers its windows (im2col)"
     return ""
 
 
