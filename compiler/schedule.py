@@ -854,6 +854,33 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     return [s] + plain + ([rows] if rows is not None else [])
 
 
+def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
+    """candidates(ops, cfg, segments)[k] (None when there are not k + 1), building only what it takes:
+    a network's repeated layers and its other layouts rebuild the candidate a chain of the same
+    shapes chose, and a chain's other candidates (row_by_row prices tilings) would be wasted."""
+    if k < 0:
+        return None
+    base = Schedule(*ops, config=cfg, segments=segments)
+    if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
+        n = 0
+        for f in _folds(base, 0):
+            tilings = nu_tilings(f.blocks[0], cfg)
+            if k < n + len(tilings):
+                return _auto_nu(f, *tilings[k - n])
+            n += len(tilings)
+        return None
+    found = fusion.sites(ops, cfg)[0]
+    s = _chain(base, cfg, found, True)
+    if k == 0:
+        return s
+    gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
+    if gathers and k == 1:
+        return _chain(base, cfg, found, False)
+    from .pipeline_schedule import row_by_row
+    rows = row_by_row(base, cfg, s) if k == 1 + gathers else None
+    return rows
+
+
 def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:
     """A chain's schedule: each NU block its best tiling by the quick estimate (fold: im2col allowed),
     each VU block its lowering's tile."""
