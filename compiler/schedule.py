@@ -331,7 +331,24 @@ class Layout:
     @property
     def stored_shape(self) -> tuple[int, ...]:
         """The shape of the stored array."""
-        return stored_shape(self.spec, self.shape)
+        return _stored_shape(self.spec, self.shape)
+
+
+@lru_cache(maxsize=1 << 12)
+def _stored_shape(spec: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    # the search gives thousands of candidate schedules the same few weight layouts
+    return tuple(stored_shape(spec, shape))
+
+
+@lru_cache(maxsize=1 << 12)
+def _step_error(step: str, shape: tuple[int, ...]) -> str:
+    """Why a layout step does not apply to a stored weight of `shape` ('' if it does)."""
+    try:
+        parse_layout(step)
+        stored_shape(step, shape)
+    except LayoutError as exc:
+        return str(exc).split(': ', 1)[-1]
+    return ""
 
 
 def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> Block:
@@ -709,11 +726,9 @@ class Schedule:
         if any(not isinstance(a, int) or isinstance(a, bool) for a in args):
             _fail(f"{what}: the arguments are integers")
         shape = Layout(" ".join(b.layout), b.ctx["plan"].view.weight.shape).stored_shape
-        try:
-            parse_layout(step)
-            stored_shape(step, shape)
-        except LayoutError as exc:
-            _fail(f"{what}: on the weight as stored so far, {list(shape)}: {str(exc).split(': ', 1)[-1]}")
+        bad = _step_error(step, shape)
+        if bad:
+            _fail(f"{what}: on the weight as stored so far, {list(shape)}: {bad}")
         b.layout.append(step)
         self._record(name, (buffer,) + args, block)
 
