@@ -190,11 +190,6 @@ def dma_ports(c: Dma) -> dict[str, str]:
     return {port(c.src.buf, "read"): c.src.buf.space, port(c.dst.buf, "write"): c.dst.buf.space}
 
 
-def _rate(c: Dma, cfg: Config) -> int:
-    return min(timing.memory_port(cfg, SPACE_ID[c.src.buf.space])[0],
-               timing.memory_port(cfg, SPACE_ID[c.dst.buf.space])[0])
-
-
 def pipeline_cycles(steps, cfg: Config) -> int:
     """Predicted cycles of a double-buffered pipeline of Steps (lowering.double_buffer)."""
     if not steps:
