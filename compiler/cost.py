@@ -76,11 +76,16 @@ def _dma_cycles(nbytes: int, sbw: int, slat: int, dbw: int, dlat: int) -> int:
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     """Cycles of an NU command."""
     p = cmd.params
-    if cmd.depthwise:
-        return int(timing.nu_dwconv_cycles(p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
-                                           cfg.nu_rows, cfg.nu_latency))
-    return int(timing.nu_conv_cycles(p["out_cb"], p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
-                                     cfg.nu_rows, cfg.nu_latency))
+    return _nu_cycles(cmd.depthwise, 1 if cmd.depthwise else p["out_cb"], p["in_cb"], p["k_h"], p["k_w"],
+                      p["out_h"], p["out_w"], cfg.nu_rows, cfg.nu_latency)
+
+
+@lru_cache(maxsize=1 << 16)
+def _nu_cycles(depthwise: bool, out_cb: int, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int,
+               latency: int) -> int:
+    if depthwise:
+        return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
+    return int(timing.nu_conv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))
 
 
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
@@ -142,20 +147,39 @@ class Load:
 def load_of(cmds: list[Command], cfg: Config) -> Load:
     """Resource time of a list of commands: DMA bytes charged to every port they use."""
     ld = Load()
+    busy = ld.busy
+    ports = _ports(cfg)
     for c in cmds:
-        if isinstance(c, NuConv):
-            ld.add(c.queue, nu_cycles(c, cfg))
-        elif isinstance(c, Vu):
-            ld.add(c.queue, vu_cycles(c, cfg))
+        if isinstance(c, Vu):
+            q = c.queue
+            busy[q] = busy.get(q, 0) + vu_cycles(c, cfg)
         elif isinstance(c, Dma):
+            src, dst = c.src.buf, c.dst.buf
+            (sbw, slat), (dbw, dlat) = ports[src.space], ports[dst.space]
             nbytes = stream_bytes(c, cfg)
-            cycles = dma_cycles(c, cfg, nbytes)
-            ld.add(c.queue, cycles)
-            ld.latency = max(ld.latency, cycles - nbytes // max(1, _rate(c, cfg)))
-            for port, space in dma_ports(c).items():
-                bw, _ = timing.memory_port(cfg, SPACE_ID[space])
-                ld.add(port, nbytes / bw)
+            cycles = _dma_cycles(nbytes, sbw, slat, dbw, dlat)
+            q = c.queue
+            busy[q] = busy.get(q, 0) + cycles
+            late = cycles - nbytes // max(1, min(sbw, dbw))
+            if late > ld.latency:
+                ld.latency = late
+            # the source memory's read port and the destination's write port (dma_ports: DDR's one port
+            # once when both sides are DDR), in that order
+            sp = "ddr" if src.space == "ddr" else f"{src.memory}.read"
+            dp = "ddr" if dst.space == "ddr" else f"{dst.memory}.write"
+            if sp != dp:
+                busy[sp] = busy.get(sp, 0) + nbytes / sbw
+            busy[dp] = busy.get(dp, 0) + nbytes / dbw
+        elif isinstance(c, NuConv):
+            q = c.queue
+            busy[q] = busy.get(q, 0) + nu_cycles(c, cfg)
     return ld
+
+
+@lru_cache(maxsize=64)
+def _ports(cfg: Config) -> dict[str, tuple[int, int]]:
+    """Memory space -> its DMA port's (bytes per cycle, latency) on cfg."""
+    return {space: tuple(timing.memory_port(cfg, k)) for space, k in SPACE_ID.items()}
 
 
 def dma_ports(c: Dma) -> dict[str, str]:
@@ -164,11 +188,6 @@ def dma_ports(c: Dma) -> dict[str, str]:
     def port(buf, side: str) -> str:
         return "ddr" if buf.space == "ddr" else f"{buf.memory}.{side}"
     return {port(c.src.buf, "read"): c.src.buf.space, port(c.dst.buf, "write"): c.dst.buf.space}
-
-
-def _rate(c: Dma, cfg: Config) -> int:
-    return min(timing.memory_port(cfg, SPACE_ID[c.src.buf.space])[0],
-               timing.memory_port(cfg, SPACE_ID[c.dst.buf.space])[0])
 
 
 def pipeline_cycles(steps, cfg: Config) -> int:

@@ -171,10 +171,12 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     winner's position among the chain's candidates; given back as `choice` for a chain of the
     same shapes, only that candidate is built (a network's repeated layers).
     """
-    found = sched_mod.candidates(_check_ops(ops), cfg, segments)
-    if choice is not None and 0 <= choice < len(found):
-        order = [choice]
+    ops = _check_ops(ops)
+    chosen = sched_mod.candidate(ops, cfg, choice, segments) if choice is not None else None
+    if chosen is not None:           # only that candidate is built: the others would go unused
+        found, order = {choice: chosen}, [choice]
     else:
+        found = sched_mod.candidates(ops, cfg, segments)
         order = _ranked(found, cfg, ONE_TILE_FINALISTS if _one_small_tile(ops, cfg) else FINALISTS)
     why, priced_all = "", []
     for k in order:

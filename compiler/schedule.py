@@ -331,7 +331,24 @@ class Layout:
     @property
     def stored_shape(self) -> tuple[int, ...]:
         """The shape of the stored array."""
-        return stored_shape(self.spec, self.shape)
+        return _stored_shape(self.spec, self.shape)
+
+
+@lru_cache(maxsize=1 << 12)
+def _stored_shape(spec: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    # the search gives thousands of candidate schedules the same few weight layouts
+    return tuple(stored_shape(spec, shape))
+
+
+@lru_cache(maxsize=1 << 12)
+def _step_error(step: str, shape: tuple[int, ...]) -> str:
+    """Why a layout step does not apply to a stored weight of `shape` ('' if it does)."""
+    try:
+        parse_layout(step)
+        stored_shape(step, shape)
+    except LayoutError as exc:
+        return str(exc).split(': ', 1)[-1]
+    return ""
 
 
 def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> Block:
@@ -709,11 +726,9 @@ class Schedule:
         if any(not isinstance(a, int) or isinstance(a, bool) for a in args):
             _fail(f"{what}: the arguments are integers")
         shape = Layout(" ".join(b.layout), b.ctx["plan"].view.weight.shape).stored_shape
-        try:
-            parse_layout(step)
-            stored_shape(step, shape)
-        except LayoutError as exc:
-            _fail(f"{what}: on the weight as stored so far, {list(shape)}: {str(exc).split(': ', 1)[-1]}")
+        bad = _step_error(step, shape)
+        if bad:
+            _fail(f"{what}: on the weight as stored so far, {list(shape)}: {bad}")
         b.layout.append(step)
         self._record(name, (buffer,) + args, block)
 
@@ -852,6 +867,33 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     from .pipeline_schedule import row_by_row     # a chain's candidate for compiler.pipelining
     rows = row_by_row(base, cfg, s)
     return [s] + plain + ([rows] if rows is not None else [])
+
+
+def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
+    """candidates(ops, cfg, segments)[k] (None when there are not k + 1), building only what it takes:
+    a network's repeated layers and its other layouts rebuild the candidate a chain of the same
+    shapes chose, and a chain's other candidates (row_by_row prices tilings) would be wasted."""
+    if k < 0:
+        return None
+    base = Schedule(*ops, config=cfg, segments=segments)
+    if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
+        n = 0
+        for f in _folds(base, 0):
+            tilings = nu_tilings(f.blocks[0], cfg)
+            if k < n + len(tilings):
+                return _auto_nu(f, *tilings[k - n])
+            n += len(tilings)
+        return None
+    found = fusion.sites(ops, cfg)[0]
+    s = _chain(base, cfg, found, True)
+    if k == 0:
+        return s
+    gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
+    if gathers and k == 1:
+        return _chain(base, cfg, found, False)
+    from .pipeline_schedule import row_by_row
+    rows = row_by_row(base, cfg, s) if k == 1 + gathers else None
+    return rows
 
 
 def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:

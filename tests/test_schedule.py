@@ -561,3 +561,23 @@ def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(cas
     assert any(f > 0 for f in floors)
     for top in (1, 6, len(found)):
         assert ranked(found, cfg, top) == sorted(range(len(found)), key=quick.__getitem__)[:top]
+
+
+@settings(max_examples=6, **SETTINGS)
+@given(convs(), st.sampled_from([{}, dict(nu_count=2, vu_count=2)]))
+def test_one_candidate_is_the_one_the_whole_list_holds(case, overrides):
+    # search(choice=k) builds only candidate k (a network's repeated layers): it must be candidates()[k]
+    from compiler.schedule import candidate, candidates as all_candidates
+
+    op, _, _ = case
+    cfg = Config(**overrides)
+    rng = np.random.default_rng(5)
+    chain_conv = ops.conv2d((1, 24, 14, 14), rand8(rng, (24, 24, 3, 3)), padding=1, multiplier=2**30, shift=38)
+    nxt = ops.conv2d((1, 24, 14, 14), rand8(rng, (40, 24, 1, 1)), multiplier=2**30, shift=38)
+    for chain in [(op,), (chain_conv, ops.relu(chain_conv.output.shape), nxt)]:
+        found = all_candidates(chain, cfg)
+        picks = sorted({0, min(1, len(found) - 1), len(found) // 2, len(found) - 1})
+        for k in picks:
+            assert str(candidate(chain, cfg, k)) == str(found[k]), k
+        assert candidate(chain, cfg, len(found)) is None
+        assert candidate(chain, cfg, -1) is None
