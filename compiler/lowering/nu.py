@@ -208,6 +208,7 @@ class NuLowering:
                  roles: dict[str, str] | None = None, depths: dict[str, int] | None = None):
         self.p, self.t, self.x, self.y = p, t, x, y
         self.residual, self.res_buf, self.part = residual, res_buf, part
+        self._rq_cache: list[tuple[str, dict, str]] | None = None
         self.name = name if part is None else name + part.suffix
         self.nu, self.vu = (0, 0) if part is None else (part.nu, part.vu)
         self.ch = 0 if part is None else part.ch    # logical DMA channels (schedule folds them)
@@ -658,17 +659,14 @@ class NuLowering:
         clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
         if self._bias_mode("requant"):
             out = self.slots.next(f"{self.name}_out")
+            per_channel = self._channel_requants()
             for ob in obs:
                 for c in range(min(cols, v.y_shape[1] - ob * cols)):
                     o, k = ob * cols + c, (ob - obs.start) * pix * cols
-                    if v.scale is not None:
-                        m, sc = "vu.requant.f", {"fscale": f32_bits(v.scale[o])}
-                    else:
-                        m, sc = "vu.requant", {"ma": int(v.multiplier[o]), "shift": int(v.shift[o])}
+                    m, scalars, comment = per_channel[o]
                     step.epilogue.append(Vu(
                         m, Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
-                        (cols,), (4 * cols,), scalars={"za": -int(v.bias[o]), **sc, **clamp},
-                        unit=self.vu, comment=f"{self.name}: add bias and requantise channel {o}"))
+                        (cols,), (4 * cols,), scalars=dict(scalars), unit=self.vu, comment=comment))
         else:
             out = vacc
             e = v.table_entry
@@ -679,6 +677,23 @@ class NuLowering:
                 scalars={"za": 0, **clamp}, unit=self.vu,
                 comment=f"{self.name}: requantise in place in {vacc.name}"))
         self._finish(step, out, obs, n, oh0, ow0, th, tw)
+
+    def _channel_requants(self) -> list[tuple[str, dict, str]]:
+        """Each output channel's (mnemonic, scalars, comment) of its bias-and-requantise command, made
+        once: a depthwise conv's tiles repeat them per channel and tile, which dominated compile time."""
+        if self._rq_cache is None:
+            v = self.p.view
+            clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
+            rows = []
+            for o in range(v.y_shape[1]):
+                if v.scale is not None:
+                    m, sc = "vu.requant.f", {"fscale": f32_bits(v.scale[o])}
+                else:
+                    m, sc = "vu.requant", {"ma": int(v.multiplier[o]), "shift": int(v.shift[o])}
+                rows.append((m, {"za": -int(v.bias[o]), **sc, **clamp},
+                             f"{self.name}: add bias and requantise channel {o}"))
+            self._rq_cache = rows
+        return self._rq_cache
 
     def _finish(self, step, out, obs, n, oh0, ow0, th, tw) -> None:
         """The int8 tile in VBUF `out`: the residual add, if any, then the store to DDR in NCHW."""
