@@ -738,11 +738,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             i(f"beq     r1, r0, {prefix}weights{ob}")
             i(f"sem.wait {S_W}")
             e(f"{prefix}weights{ob}:")
-        if g.by_block:
-            i(f"muli    {wreg}, r1, {g.w_block}")
-            i(f"addi    {wreg}, {wreg}, {rg.wbuf}")
-        else:
-            i(f"li      {wreg}, {rg.wbuf + ob * g.w_block}")
+        block_address(i, g, wreg, rg.wbuf, g.w_block, ob)
         if g.depthwise:
             i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
         elif g.rq:      # one block a command: its table entries start the table (the stage indexes by ob)
@@ -786,6 +782,15 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
 
 
+def block_address(i, g: _Geometry, reg: str, base: int, size: int, ob: int) -> None:
+    """reg = base + block * size: the block in r1 when a tile is one channel block (by_block), else ob."""
+    if g.by_block:
+        i(f"muli    {reg}, r1, {size}")
+        i(f"addi    {reg}, {reg}, {base}")
+    else:
+        i(f"li      {reg}, {base + ob * size}")
+
+
 def drain_and_requant(em: Emit, g: _Geometry, ob: int, cv, ysrc: str, asrc: str, table: str) -> None:
     """Output block ob's accumulators (cv real channels) ABUF -> VBUF after its NU command, then
     requantised in place on the VU (its (M, S) or scale entries from the table)."""
@@ -793,11 +798,7 @@ def drain_and_requant(em: Emit, g: _Geometry, ob: int, cv, ysrc: str, asrc: str,
     em.dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
     em.setp("vu.n0", cv)
     i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-    if g.by_block:
-        i(f"muli    {table}, r1, {g.C * g.entry}")
-        i(f"addi    {table}, {table}, {rg.table}")
-    else:
-        i(f"li      {table}, {rg.table + ob * g.C * g.entry}")
+    block_address(i, g, table, rg.table, g.C * g.entry, ob)
     i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, "
       f"wait={S_DRAIN}, signal={S_VU}")
 
