@@ -211,6 +211,25 @@ def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
     _kill_every_wait(kern, dict(zip(op.names, ins)), at_least=3)
 
 
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_dynamic_binary_loads_a_and_b_on_two_channels(channels):
+    """A dynamic add / mul loads a and b on different channels when there are two (each its own token, joined
+    in the VU queue): exact and race-free on any number of channels, and on four every wait is needed."""
+    from nnpsim.config import Config
+
+    rng = np.random.default_rng(13)
+    for kind in ("add", "mul"):
+        op = elementwise(rng, kind, (Dim("n", 1, 2), 16, Dim("h", 1, 128), Dim("w", 1, 128)))
+        kern = compiler.build(op, config=Config(dma_channels=channels))
+        loads = re.findall(r"(?m)^\s+dma\s+(ch\d), vbuf0\[r1[12]\], ddr", kern.asm)
+        assert len(loads) == 2 and (loads[0] != loads[1]) == (channels > 1), loads
+        for shape in [(1, 16, 1, 3), (1, 16, 9, 64), (2, 16, 100, 121)]:     # one chunk, two, three or more
+            ins = [rand8(rng, shape) for _ in op.names]
+            np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
+        if channels == 4:
+            _kill_every_wait(kern, dict(zip(op.names, ins)), at_least=4)
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 70), k=st.integers(1, 4), stride=st.sampled_from([1, 2, 4]),
        pad=st.integers(0, 3), draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)),

@@ -5,8 +5,10 @@ The CU `ld`s the sizes, multiplies them into the element count and cuts it
 into about two chunks (a half, rounded up to 64 bytes, at most what half
 of VBUF holds), so that loads, the VU and stores overlap whatever the size;
 chunk k+1 loads while chunk k is computed and stored (two buffer sets, the CU
-taking chunk k-2's store token before reusing its set).  The VU command and
-its scalars are the static lowering's (`ElementwiseLowering._vu`).  A requantize
+taking chunk k-2's store token before reusing its set).  A binary op loads a
+on ch0 and b on ch1 at once, each signalling its own semaphore; a command
+takes one token, so a one-element in-place `vu.mov` of a takes a's and the
+command, behind it in the VU queue, b's.  The VU command and its scalars are the static lowering's (`ElementwiseLowering._vu`).  A requantize
 of int32 reads four bytes an element (its loads four times the chunk's bytes,
 the VU's a stride 4) and writes int8 in place.
 """
@@ -25,7 +27,7 @@ from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
 from .vu import ElementwiseLowering
 
 CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
-S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
+S_LOAD, S_VU, S_STORE, S_LOAD_B = "s0", "s1", "s2", "s3"
 
 
 def vu_command(op: Elementwise):
@@ -102,17 +104,22 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
         i("setp    dma.size0, r14, 0")                  # the input's bytes
     else:
         i("setp    dma.size0, r9, 0")
-    i("setp    vu.n0, r9, 0")
     for k, t in enumerate(op.names):
         i(f"la      r13, {t}")
         if esz > 1:
             i(f"slli    r14, r6, {esz.bit_length() - 1}")
         i(f"add     r13, r13, {'r14' if esz > 1 else 'r6'}")
-        sig = f", signal={S_LOAD}" if k == len(op.names) - 1 else ""
-        i(f"dma     ch0, vbuf0[{'r11' if k == 0 else 'r12'}], ddr[r13]{sig}")
+        # a and b on two channels at once (one's DDR latency under the other's streaming), each its token
+        i(f"dma     ch{k}, vbuf0[{'r11' if k == 0 else 'r12'}], ddr[r13], signal={(S_LOAD, S_LOAD_B)[k]}")
+    if big.binary:
+        # a command takes one token: a one-element copy of a onto itself takes a's, the VU queue's order
+        # hands it on to the command, which takes b's
+        i("setpi   vu.n0, 1")
+        i(f"vu.mov  vu0, i8, r11, i8, r11, wait={S_LOAD}")
+    i("setp    vu.n0, r9, 0")
     b = ", r12" if big.binary else ""
     dt = f", {cmd.a_type}" if cmd.mnemonic in ("vu.requant", "vu.requant.f") else ""
-    i(f"{cmd.mnemonic} vu0, r11, r11{b}{dt}, wait={S_LOAD}, signal={S_VU}")
+    i(f"{cmd.mnemonic} vu0, r11, r11{b}{dt}, wait={S_LOAD_B if big.binary else S_LOAD}, signal={S_VU}")
     if esz > 1:
         i("setp    dma.size0, r9, 0")                   # the output's bytes
     i("la      r13, y")
