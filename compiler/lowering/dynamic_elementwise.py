@@ -8,9 +8,10 @@ chunk k+1 loads while chunk k is computed and stored (two buffer sets, the CU
 taking chunk k-2's store token before reusing its set).  A binary op loads a
 on ch0 and b on ch1 at once, each signalling its own semaphore; a command
 takes one token, so a one-element in-place `vu.mov` of a takes a's and the
-command, behind it in the VU queue, b's.  The VU command and its scalars are the static lowering's (`ElementwiseLowering._vu`).  A requantize
-of int32 reads four bytes an element (its loads four times the chunk's bytes,
-the VU's a stride 4) and writes int8 in place.
+command, behind it in the VU queue, b's.  The VU command and its scalars are
+the static lowering's (`ElementwiseLowering._vu`).  A requantize of int32
+reads four bytes an element (its loads four times the chunk's bytes, the
+VU's a stride 4) and writes int8 in place.
 """
 from __future__ import annotations
 
