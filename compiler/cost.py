@@ -20,7 +20,7 @@ from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.semantics import SEMANTICS, element_bytes
 
-from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, NuConv, Ref, Vu
+from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, LoopRef, NuConv, Ref, Vu
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 
@@ -38,22 +38,35 @@ def _ddr_residue(ref: Ref, burst: int) -> int:
     return (base + ref.offset) & (burst - 1)
 
 
-def ddr_burst_bytes(cmd: Dma, cfg: Config) -> tuple[int, int]:
-    """(source, destination) DDR burst bytes of a DMA, as the simulator counts them (0 for a side on chip)."""
+def ddr_burst_bytes(cmd: Dma, cfg: Config, v: int = 0) -> tuple[int, int]:
+    """(source, destination) DDR burst bytes of a DMA, as the simulator counts them (0 for a side on chip);
+    v: the loop iteration, for a command in a Loop body (its addresses move, and so may their residues)."""
     burst = cfg.ddr_burst_bytes
     src = dst = 0
     if cmd.src.buf.space == "ddr":
-        src = _burst_bytes(_ddr_residue(cmd.src, burst), cmd.inner, cmd.src_stride, cmd.elem, burst)
+        src = _burst_bytes(_ddr_residue(_at(cmd.src, v), burst), cmd.inner, cmd.src_stride, cmd.elem, burst)
     if cmd.dst.buf.space == "ddr":
-        dst = _burst_bytes(_ddr_residue(cmd.dst, burst), cmd.size, cmd.dst_stride, cmd.elem, burst)
+        dst = _burst_bytes(_ddr_residue(_at(cmd.dst, v), burst), cmd.size, cmd.dst_stride, cmd.elem, burst)
     return src, dst
 
 
-def stream_bytes(cmd: Dma, cfg: Config) -> int:
+def _at(ref: Ref, v: int) -> Ref:
+    return ref.at(v) if v and isinstance(ref, LoopRef) else ref
+
+
+def ddr_residues(cmd: Dma, cfg: Config, v: int) -> tuple[int, int] | None:
+    """The DDR residues (mod the burst) of a Loop body's DMA at iteration v; None if no side moves."""
+    if not v or not (isinstance(cmd.src, LoopRef) or isinstance(cmd.dst, LoopRef)):
+        return None
+    burst = cfg.ddr_burst_bytes
+    return tuple(_ddr_residue(_at(r, v), burst) if r.buf.space == "ddr" else -1 for r in (cmd.src, cmd.dst))
+
+
+def stream_bytes(cmd: Dma, cfg: Config, v: int = 0) -> int:
     """Bytes a DMA streams through its ports: its bytes, or its DDR bursts if more (timing.dma_stream_bytes)."""
     if cmd.src.buf.space != "ddr" and cmd.dst.buf.space != "ddr":
         return cmd.nbytes
-    return _stream_bytes(cmd.nbytes, *ddr_burst_bytes(cmd, cfg))
+    return _stream_bytes(cmd.nbytes, *ddr_burst_bytes(cmd, cfg, v))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -225,20 +238,21 @@ def schedule_cycles(body: list, cfg: Config) -> int:
 
 
 def _cu_stream(body: list, cfg: Config):
-    """(statement or None for CU-only instructions, CU instructions it takes) in issue order, loops expanded."""
+    """(statement or None for CU-only instructions, CU instructions it takes, loop iteration) in issue
+    order, loops expanded."""
     from .passes.emit import Emitter
 
     em = Emitter()
     for stmt in body:
         if not isinstance(stmt, Loop):
-            yield stmt, em.statement(stmt)
+            yield stmt, em.statement(stmt), 0
             continue
         lc = em.loop(stmt)
-        yield None, lc.setup
+        yield None, lc.setup, 0
         for v in range(stmt.extent):
             for k, inner in enumerate(stmt.body):
-                yield inner, lc.per_stmt[k]
-            yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0)
+                yield inner, lc.per_stmt[k], v
+            yield None, lc.tail + (cfg.branch_penalty if v < stmt.extent - 1 else 0), v
 
 
 @lru_cache(maxsize=256)
@@ -271,9 +285,15 @@ class _Engine:
         self.dma0 = cfg.nu_count + cfg.vu_count
         self.works: dict[int, _Work] = {}
 
-    def work(self, c: Command) -> _Work:
-        """c as the engine runs it (a loop body's commands are priced once)."""
-        w = self.works.get(id(c))
+    def work(self, c: Command, v: int = 0) -> _Work:
+        """c as the engine runs it at loop iteration v (a loop body's commands are priced once, a DMA
+        once per DDR residue: a burst's share of a run depends on where the run starts)."""
+        key = id(c)
+        if isinstance(c, Dma):
+            moved = ddr_residues(c, self.cfg, v)
+            if moved is not None:
+                key = (key, moved)
+        w = self.works.get(key)
         if w is None:
             agent = self.agent.get(c.queue)
             if agent is None:
@@ -283,11 +303,11 @@ class _Engine:
                 ports = tuple((p, timing.memory_port(self.cfg, SPACE_ID[s])[0]) for p, s in spaces.items())
                 latency = int(timing.dma_latency(timing.memory_port(self.cfg, SPACE_ID[c.src.buf.space])[1],
                                                  timing.memory_port(self.cfg, SPACE_ID[c.dst.buf.space])[1]))
-                w = _Work(agent, c.wait, c.signal, latency=latency, nbytes=stream_bytes(c, self.cfg), ports=ports)
+                w = _Work(agent, c.wait, c.signal, latency=latency, nbytes=stream_bytes(c, self.cfg, v), ports=ports)
             else:
                 cycles = nu_cycles(c, self.cfg) if isinstance(c, NuConv) else vu_cycles(c, self.cfg)
                 w = _Work(agent, c.wait, c.signal, cycles=max(cycles, 1))
-            self.works[id(c)] = w
+            self.works[key] = w
         return w
 
     def run(self, stream) -> int:
@@ -305,7 +325,7 @@ class _Engine:
         waiting = 0                          # commands issued and not started
 
         items = iter(stream)
-        pending, cu_at = self._next_sync(items, 0)      # pending None: the final halt
+        pending, pending_v, cu_at = self._next_sync(items, 0)      # pending None: the final halt
         stalled = halted = False
         t = since = 0
         t_units = inf                        # the next cycle a unit ends or a transfer begins streaming
@@ -379,7 +399,7 @@ class _Engine:
                     else:
                         stalled = True
                 else:
-                    w = self.work(pending)
+                    w = self.work(pending, pending_v)
                     q = queues[w.agent]
                     if len(q) < depth:
                         q.append(w)
@@ -390,7 +410,7 @@ class _Engine:
                     else:
                         stalled = True                # retried at every cycle processed from now on
                 if not stalled and not halted:
-                    pending, cu_at = self._next_sync(items, t + 1)
+                    pending, pending_v, cu_at = self._next_sync(items, t + 1)
             t_next = t + 1 if startable else t_units
             if not stalled and (not halted or cu_at > t) and cu_at < t_next:
                 t_next = cu_at
@@ -400,13 +420,14 @@ class _Engine:
 
     @staticmethod
     def _next_sync(items, free: int):
-        """(the CU's next issue or sem.wait, None for the final halt; the cycle it is tried) with the
-        CU free from `free`: the instructions before it take a cycle each, the last being the issue."""
-        for stmt, instrs in items:
+        """(the CU's next issue or sem.wait, None for the final halt; its loop iteration; the cycle it is
+        tried) with the CU free from `free`: the instructions before it take a cycle each, the last
+        being the issue."""
+        for stmt, instrs, v in items:
             if isinstance(stmt, (Command, CuWait)):
-                return stmt, free + instrs - 1
+                return stmt, v, free + instrs - 1
             free += instrs
-        return None, free
+        return None, 0, free
 
 
 def instructions(body: list) -> int:

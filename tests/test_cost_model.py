@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import nnpasm
 from compiler import cost, ops
-from compiler.ir import Buffer, CuWait, Dma, KernelIR, Ref
+from compiler.ir import Buffer, CuWait, Dma, KernelIR, Loop, LoopRef, Ref
 from compiler.kernel import build
 from compiler.passes import emit
 from nnpsim.config import Config
@@ -77,6 +77,22 @@ def test_transfers_sharing_ports_take_the_simulators_cycles(transfers, depth):
         if 0 <= after < k and body[after].signal is None:
             body[after].signal = body[k].wait = after
     assert cost.schedule_cycles(body, cfg) == _simulated(buffers, body, cfg)
+
+
+@pytest.mark.parametrize("step", [24, 56, 64])
+def test_a_loops_dma_is_priced_at_each_iterations_ddr_residue(step):
+    # a rolled DMA whose DDR address moves by other than a multiple of the burst touches a
+    # different number of bursts at each iteration (rows of 40 bytes 100 apart); the replay must
+    # count them at every iteration's address, as the engine does, not at iteration 0's
+    cfg = Config()
+    n = 6
+    src = Buffer("src", "ddr", 100 * 8 + step * n, dtype="int8", shape=(100 * 8 + step * n,))
+    dst = Buffer("dst", "dm", 40 * 8, dtype="int8", shape=(40 * 8,), addr=0)
+    dma = Dma(0, Ref(dst), LoopRef(src, 0, "i0", step), (40, 8), (1, 100), (1, 40))
+    body = [Loop("i0", n, [dma])]
+    bursts = {cost.ddr_burst_bytes(dma, cfg, v)[0] for v in range(n)}
+    assert (len(bursts) > 1) == (step % cfg.ddr_burst_bytes != 0)
+    assert cost.schedule_cycles(body, cfg) == _simulated([src, dst], body, cfg)
 
 
 def test_a_schedule_that_deadlocks_is_an_internal_error():
