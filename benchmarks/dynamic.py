@@ -76,9 +76,8 @@ def measure_ops(dyn_ops: tuple, static_ops, sizes: list[int], c: int, inputs: in
     return rows
 
 
-def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[tuple]:
-    """A small ONNX CNN with symbolic height and width: one dynamic binary against the static network
-    (build(graph), fused and pipelined) per size."""
+def network_graph(lo: int, hi: int):
+    """The benchmark's small ONNX CNN (QOperator) imported with height and width in [lo, hi]: a DynamicGraph."""
     from compiler import models
     from compiler.models import Net
 
@@ -91,7 +90,13 @@ def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[t
         vi.type.tensor_type.shape.dim[2].dim_param = "height"
         vi.type.tensor_type.shape.dim[3].dim_param = "width"
     del model.graph.value_info[:]
-    dg = compiler.from_onnx(model, dims={"height": (lo, hi), "width": (lo, hi)})
+    return compiler.from_onnx(model, dims={"height": (lo, hi), "width": (lo, hi)})
+
+
+def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[tuple]:
+    """A small ONNX CNN with symbolic height and width: one dynamic binary against the static network
+    (build(graph), fused and pipelined) per size."""
+    dg = network_graph(lo, hi)
     lib = compiler.build(dg)
     dyn_bytes = binary_bytes(lib)
     rng = np.random.default_rng(seed)
