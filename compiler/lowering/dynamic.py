@@ -94,12 +94,15 @@ class _Geometry:
         self.fold = f if f > 1 else 1
         self.kw_nu = -(-self.kw // self.fold)
         self.kh_nu = self.kh
-        # taps (the full-tap fold, an im2col of the tile): the whole window in the array's rows, tap
-        # k = i * kw + j in rows k * c .. k * c + c - 1, when all of them fit one block; the NU then runs a
-        # 1x1 conv of stride 1 over the tile (its rows gathered from a padded copy of the input rows in DM)
-        self.taps = taps and not self.depthwise and c * self.kh * self.kw <= self.R
+        # taps (the full-tap fold, an im2col of the tile): the window's taps in the array's rows, tpb = rows
+        # // c of them a block (no tap straddles two), tap k = i * kw + j in block k // tpb, rows (k % tpb) * c
+        # .. + c - 1; the NU runs a 1x1 conv of stride 1 over ceil(kh * kw / tpb) blocks, taken only where
+        # that is fewer passes than the column fold's
+        self.tpb = self.R // c
+        blocks = -(-self.kh * self.kw // self.tpb) if self.tpb else 0
+        self.taps = (taps and not self.depthwise and 0 < blocks < self.in_cb * self.kh * self.kw_nu)
         if self.taps:
-            self.fold, self.kh_nu, self.kw_nu = 1, 1, 1
+            self.fold, self.kh_nu, self.kw_nu, self.in_cb = 1, 1, 1, blocks
         self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
                         else self.in_cb * self.kh_nu * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
@@ -142,7 +145,9 @@ class _Geometry:
                   else min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4))
         in_cb = self.tile_cb if self.depthwise else self.in_cb
         if self.taps:       # IBUF holds the tile's output rows (an im2col); DM its padded input rows
-            by_in = self.ib // (self.in_width(w) * self.R)
+            by_in = self.ib // (self.in_cb * self.in_width(w) * self.R)
+            if self.region.ibuf_bytes is not None:       # a fused chain's: its input is a plane in DM
+                return max(0, min(by_acc, by_in))
             per_set = (self.cfg.dm_bytes - self.stage_at) // self.nsets // 64 * 64
             by_dm = (per_set // (self.c * (w + self.pl + self.pr)) - self.ekh) // self.sh + 1
             return max(0, min(by_acc, by_in, by_dm))
@@ -287,11 +292,12 @@ def constants(g: _Geometry) -> dict[str, bytes]:
     """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
     big = g.op.largest
     wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh_nu, g.kw_nu), dtype=np.int8)
-    if g.taps:          # row (i * kw + j) * c + ci holds tap (i, j) of channel ci
+    if g.taps:          # block k // tpb, row (k % tpb) * c + ci holds tap k = (i, j) of channel ci
         for i in range(g.kh):
             for j in range(g.kw):
                 k = i * g.kw + j
-                wt[:g.o, k * g.c:(k + 1) * g.c, 0, 0] = g.weight[:, :, i, j]
+                row = k // g.tpb * g.R + k % g.tpb * g.c
+                wt[:g.o, row:row + g.c, 0, 0] = g.weight[:, :, i, j]
     elif g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
         for j in range(g.kw_nu):
             for kwi in range(min(g.fold, g.kw - j * g.fold)):
@@ -740,8 +746,8 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"muli    {step_src}, {RHW}, {g.R}")
     i(f"add     {dst}, {RIB}, r0")
     if g.taps:
-        e("        ; the full-tap fold: the window's taps gathered from the padded rows in DM into the array's rows")
-        tap_gathers(em, g, src, rows, rowb)
+        e("        ; the full-tap fold: the window's taps gathered into the array's rows")
+        (tap_gathers if io.stage else tap_loads)(em, g, io, src, rows, rowb)
     for kwi in range(g.fold if g.fold > 1 else 0):
         # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
         col0, lo = max(0, kwi * g.dw - g.pl), max(0, g.pl - kwi * g.dw)
@@ -844,23 +850,91 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
 
 
-def tap_gathers(em: Emit, g: _Geometry, src: str, rows: str, rowb: str) -> None:
-    """The full-tap fold's IBUF tile from the padded copy in DM at src ([c][rows][w + pl + pr]): per kernel
-    row i one 4-D gather of its kw taps (columns sw apart, rows sh apart, the channels, the taps dw apart)
-    into rows (i * kw + j) * c + ci of output pixel (p, q); the last signals the load."""
-    wp, step, plane, dst = T[0], T[8], T[10], T[7]
+def tap_runs(g: _Geometry) -> list[tuple[int, int, int]]:
+    """The full-tap fold's runs of taps (kernel row i, first column j, count) that lie in one block."""
+    runs = []
+    for i in range(g.kh):
+        j = 0
+        while j < g.kw:
+            k = i * g.kw + j
+            n = min(g.kw - j, g.tpb - k % g.tpb)
+            runs.append((i, j, n))
+            j += n
+    return runs
+
+
+def _tap_dst(em: Emit, g: _Geometry, dst: str, block: str, k: int) -> None:
+    """dst = the IBUF address of tap k's rows: RIB + (k // tpb) * block + (k % tpb) * c."""
+    em.i(f"muli    {dst}, {block}, {k // g.tpb}")
+    em.i(f"add     {dst}, {dst}, {RIB}")
+    if k % g.tpb:
+        em.i(f"addi    {dst}, {dst}, {k % g.tpb * g.c}")
+
+
+def tap_gathers(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+    """The full-tap fold's IBUF tile from the padded copy in DM at src ([c][rows][w + pl + pr]): per run of
+    taps of one kernel row in one block a 4-D gather (columns sw apart, rows sh apart, the channels, the
+    taps dw apart) into rows (k % tpb) * c + ci of block k // tpb; the last signals the load."""
+    wp, step, plane, dst, block, base = T[0], T[8], T[10], T[7], T[5], T[4]
     em.i(f"addi    {wp}, {RW}, {g.pl + g.pr}")
     em.i(f"muli    {step}, {wp}, {g.sh}")
     em.i(f"mul     {plane}, {rows}, {wp}")
-    em.dma_box(1, [(ROW, g.sw, g.R, 0, 0), (RTH, step, rowb, 0, 0), (g.c, plane, 1, 0, 0),
-                   (g.kw, g.dw, g.c, 0, 0)])
-    for i in range(g.kh):
-        if i:
-            em.i(f"muli    {T[11]}, {wp}, {g.dh}")
-            em.i(f"add     {src}, {src}, {T[11]}")
-        em.i(f"addi    {dst}, {RIB}, {i * g.kw * g.c}")
-        sig = f", signal={S_LOAD}" if i == g.kh - 1 else ""
+    em.i(f"mul     {block}, {RTH}, {rowb}")
+    em.i(f"add     {base}, {src}, r0")
+    runs = tap_runs(g)
+    for n, (i, j, count) in enumerate(runs):
+        em.dma_box(1, [(ROW, g.sw, g.R, 0, 0), (RTH, step, rowb, 0, 0), (g.c, plane, 1, 0, 0),
+                       (count, g.dw, g.c, 0, 0)])
+        em.i(f"muli    {src}, {wp}, {i * g.dh}")
+        em.i(f"addi    {src}, {src}, {j * g.dw}")
+        em.i(f"add     {src}, {src}, {base}")
+        _tap_dst(em, g, dst, block, i * g.kw + j)
+        sig = f", signal={S_LOAD}" if n == len(runs) - 1 else ""
         em.i(f"dma     ch0, ibuf0[{dst}], dm[{src}]{sig}")
+
+
+def tap_loads(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+    """The full-tap fold's IBUF tile from an unpadded plane (a fused chain's, stride 1): per tap one 3-D
+    load of its rows and columns, shifted by the tap, the padding written by the DMA (x_zp); the last
+    signals the load."""
+    if (g.sh, g.sw) != (1, 1):
+        raise CompileError("the full-tap fold loads from an unpadded plane only at stride 1")
+    plo, start, phi, lo, hi, dst, block, t0, t1 = T[1], T[2], T[3], T[4], T[5], T[7], T[8], T[10], T[11]
+    em.i(f"mul     {block}, {RTH}, {rowb}")
+    em.dma_box(1, [(ROW, 1, g.R, 0, 0), (RTH, RW, rowb, 0, 0), (g.c, RHW, 1, 0, 0)], g.op.largest.x_zp)
+    for i in range(g.kh):
+        em.e(f"        ; kernel row {i}: rows ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
+        em.i(f"addi    {t0}, {ROH0}, {i * g.dh - g.pt}")
+        em.i(f"sub     {plo}, r0, {t0}")
+        em.i(f"max     {plo}, {plo}, r0")
+        em.i(f"min     {plo}, {plo}, {RTH}")
+        em.i(f"max     {start}, {t0}, r0")
+        em.i(f"min     {start}, {start}, {RH}")
+        em.i(f"add     {phi}, {t0}, {RTH}")
+        em.i(f"sub     {phi}, {phi}, {RH}")
+        em.i(f"max     {phi}, {phi}, r0")
+        em.i(f"sub     {t1}, {RTH}, {plo}")
+        em.i(f"min     {phi}, {phi}, {t1}")
+        em.setp("dma.pad_lo1", plo)
+        em.setp("dma.pad_hi1", phi)
+        for j in range(g.kw):
+            k = i * g.kw + j
+            col0, left = max(0, j * g.dw - g.pl), max(0, g.pl - j * g.dw)
+            em.i(f"li      {lo}, {left}")
+            em.i(f"min     {lo}, {lo}, {ROW}")              # pad_lo: the left padding, at most the row
+            em.i(f"sub     {t1}, {ROW}, {lo}")
+            em.i(f"addi    {hi}, {RW}, {-col0}")
+            em.i(f"max     {hi}, {hi}, r0")
+            em.i(f"min     {hi}, {hi}, {t1}")               # real columns
+            em.i(f"sub     {hi}, {t1}, {hi}")               # pad_hi
+            io.src(em, src, start, t0)
+            if col0:
+                em.i(f"addi    {src}, {src}, {col0}")
+            _tap_dst(em, g, dst, block, k)
+            em.setp("dma.pad_lo0", lo)
+            em.setp("dma.pad_hi0", hi)
+            sig = f", signal={S_LOAD}" if k == g.kh * g.kw - 1 else ""
+            em.i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
 
 
 def block_address(i, g: _Geometry, reg: str, base: int, size: int, ob: int) -> None:

@@ -71,7 +71,7 @@ class _Plan:
         self.geo: dict[int, object] = {}
         wbuf = dm = table = 0
         for k in convs:
-            g0 = conv_lowering._Geometry(ops[k], cfg)
+            g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
             wbuf += -(-g0.wtotal // 64) * 64
             table += g0.tab
         if wbuf > cfg.wbuf_bytes:
@@ -83,7 +83,7 @@ class _Plan:
         # convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
         # shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2.
         nc, npool = len(convs), self.K - len(convs)
-        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg).rq]
+        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg, taps=True).rq]
         ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
         ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
         vfree = (cfg.vbuf_bytes - table) // 256 * 256
@@ -93,10 +93,10 @@ class _Plan:
         at, wbuf, tab = table, 0, 0
         for k in range(self.K):
             if k in convs:
-                g0 = conv_lowering._Geometry(ops[k], cfg)
+                g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
                 a = acc.index(k) * ashare if k in acc else 0
                 vshare = weight[k] * vunit
-                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
+                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, taps=True, region=Region(
                     tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
                     min(vshare, 2 * ashare) if k in acc else vshare))
                 self.vset[k] = (at, self.geo[k].vb)
