@@ -707,9 +707,12 @@ def padded_width(em: Emit, g: _Geometry) -> None:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
 
 
-def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True) -> None:
+def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True,
+              epilogue: Callable | None = None) -> None:
     """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region (the first
-    tile's CU waits for each weight block unless weights_wait=False)."""
+    tile's CU waits for each weight block unless weights_wait=False).  With nu.conv.rq, epilogue(em, ob,
+    rows, channels) may put VU work between block ob's NU command and its store, returning (the store's
+    VBUF source, the semaphore the store waits for)."""
     e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
     big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
@@ -840,9 +843,12 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             i(f"add     {ydst}, {ydst}, {step_y}")
         if not g.rq:
             drain_and_requant(em, g, ob, cv, ysrc, asrc, table)
+        src, wait = ysrc, S_NU if g.rq else S_VU
+        if epilogue is not None:
+            src, wait = epilogue(em, ob, ysrc, cv)
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
-        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_NU if g.rq else S_VU}{sig}")
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{src}], wait={wait}{sig}")
     if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
         setp("dma.size0", 1)
         setp("dma.size1", 1)
