@@ -29,8 +29,8 @@ from ..errors import CompileError
 from ..ops import Conv2d, Pool2d
 from . import dynamic as conv_lowering
 from . import dynamic_pool as pool_lowering
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RW, TILE_OVERHEAD, Emit, Region,
-                      TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RW, TILE_OVERHEAD, Emit,
+                      Region, TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
 
 RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
 T = [f"r{k}" for k in range(19, 31)]
