@@ -397,6 +397,23 @@ def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
     lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
 
 
+def column_pads(i, shift: int, regs: tuple[str, str, str]) -> int:
+    """Emit (pad_lo, pad_hi) of a row of RWP columns whose column j holds input column j + shift (the left
+    padding, at most the row; the columns past RW's end): regs (lo, hi, scratch).  Returns the first real
+    column, max(0, shift)."""
+    lo, hi, tmp = regs
+    col0 = max(0, shift)
+    i(f"sub     {hi}, {RW}, r0")
+    i(f"addi    {hi}, {hi}, {-col0}")
+    i(f"max     {hi}, {hi}, r0")
+    i(f"li      {lo}, {max(0, -shift)}")
+    i(f"min     {lo}, {lo}, {RWP}")
+    i(f"sub     {tmp}, {RWP}, {lo}")
+    i(f"min     {hi}, {hi}, {tmp}")                # real columns
+    i(f"sub     {hi}, {tmp}, {hi}")                # pad_hi
+    return col0
+
+
 def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
     """Emit a tile's input rows: (rows, first virtual row, pad top, first real row, pad bottom, scratch) from
     RTH (its output rows), ROH0 (its first) and RH (the input height), all clamped: a tile may lie wholly in
@@ -753,15 +770,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         (tap_gathers if io.stage else tap_loads)(em, g, io, src, rows, rowb)
     for kwi in range(g.fold if g.fold > 1 else 0):
         # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
-        col0, lo = max(0, kwi * g.dw - g.pl), max(0, g.pl - kwi * g.dw)
-        i(f"sub     {T[11]}, {RW}, r0")
-        i(f"addi    {T[11]}, {T[11]}, {-col0}")
-        i(f"max     {T[11]}, {T[11]}, r0")
-        i(f"li      {T[0]}, {lo}")
-        i(f"min     {T[0]}, {T[0]}, {RWP}")             # pad_lo: the left padding, at most the row
-        i(f"sub     {step_dst}, {RWP}, {T[0]}")
-        i(f"min     {T[11]}, {T[11]}, {step_dst}")       # real columns
-        i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
+        col0 = column_pads(i, kwi * g.dw - g.pl, (T[0], T[11], step_dst))
         i(f"addi    {step_src}, {src}, {col0}")
         i(f"addi    {dst}, {RIB}, {kwi * g.c}")
         dma_box(1, [(RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi), (g.c, RHW, 1, 0, 0)],
@@ -909,30 +918,13 @@ def tap_loads(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str
     em.i(f"mul     {block}, {RTH}, {rowb}")
     em.dma_box(1, [(ROW, 1, g.R, 0, 0), (RTH, RW, rowb, 0, 0), (g.c, RHW, 1, 0, 0)], g.op.largest.x_zp)
     for i in range(g.kh):
-        em.e(f"        ; kernel row {i}: rows ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
-        em.i(f"addi    {t0}, {ROH0}, {i * g.dh - g.pt}")
-        em.i(f"sub     {plo}, r0, {t0}")
-        em.i(f"max     {plo}, {plo}, r0")
-        em.i(f"min     {plo}, {plo}, {RTH}")
-        em.i(f"max     {start}, {t0}, r0")
-        em.i(f"min     {start}, {start}, {RH}")
-        em.i(f"add     {phi}, {t0}, {RTH}")
-        em.i(f"sub     {phi}, {phi}, {RH}")
-        em.i(f"max     {phi}, {phi}, r0")
-        em.i(f"sub     {t1}, {RTH}, {plo}")
-        em.i(f"min     {phi}, {phi}, {t1}")
+        em.e(f"        ; kernel row {i}: RTH rows from ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
+        halo_rows(em.i, (T[0], t0, plo, start, phi, t1), 1, 1, g.pt - i * g.dh)
         em.setp("dma.pad_lo1", plo)
         em.setp("dma.pad_hi1", phi)
         for j in range(g.kw):
             k = i * g.kw + j
-            col0, left = max(0, j * g.dw - g.pl), max(0, g.pl - j * g.dw)
-            em.i(f"li      {lo}, {left}")
-            em.i(f"min     {lo}, {lo}, {ROW}")              # pad_lo: the left padding, at most the row
-            em.i(f"sub     {t1}, {ROW}, {lo}")
-            em.i(f"addi    {hi}, {RW}, {-col0}")
-            em.i(f"max     {hi}, {hi}, r0")
-            em.i(f"min     {hi}, {hi}, {t1}")               # real columns
-            em.i(f"sub     {hi}, {t1}, {hi}")               # pad_hi
+            col0 = column_pads(em.i, j * g.dw - g.pl, (lo, hi, t1))     # RWP is ROW: one column an output
             io.src(em, src, start, t0)
             if col0:
                 em.i(f"addi    {src}, {src}, {col0}")
