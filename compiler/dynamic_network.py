@@ -15,6 +15,8 @@ Building it:
              (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
              per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
+  fuse       runs of ops where each reads only the one before into one program (intermediates in
+             DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order, a barrier between two, each op's buffers renamed to
              the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
              sized for the largest shape
@@ -467,6 +469,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
 
     meta = {"format": GRAPH_FORMAT, "inputs": [io(v) for v in g.inputs], "outputs": [io(v) for v in g.outputs],
             "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor
+            "fused": True,            # runs fused on chip where they can be (fused_runs); no on-chip peak yet
             "fusion": [], "dims": [[d.name, d.lo, d.hi] for d in p.dims],
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])

@@ -8,8 +8,10 @@ is loaded with its halo (padding by DMA), convolved and requantised on the NU
 (nu.conv.rq; or onto a bias broadcast, drained to VBUF and requantised on the
 VU) and stored; three or more buffer sets let later tiles load and convolve
 while earlier ones are stored, and the CU waits for the store of the tile a
-set count back before reusing its buffers.  docs/compiler.md, "Dynamic
-shapes", explains it.
+set count back before reusing its buffers.  With few input channels the
+kernel's columns (the column fold) or its whole window (the full-tap fold,
+`rows // c` taps a block, a 1x1 conv on the NU) go into the array's rows.
+docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 

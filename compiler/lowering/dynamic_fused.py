@@ -12,9 +12,15 @@ NU and VU), the last rows are a clamp.
 
 Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
 its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
-tables and semaphores: the units work on several ops at once.  Before op k
-the CU waits for op k-1's store of the step before (when it had rows); the
-mutation test finds every wait needed.  docs/compiler.md, "Dynamic shapes".
+tables and semaphores: the units work on several ops at once (a conv with
+few channels takes the full-tap fold, each tap loaded from the DM plane with
+its own padding).  Before op k the CU waits for op k-1's store of the step
+before (when it had rows); the mutation test finds every wait needed.
+
+A network's residual join may end the chain (lower_fused(add=...)): an add or
+mul of the last conv's output and a tensor in DDR (buffer xr) runs on the
+conv's rows in VBUF before their store, the other input's rows loaded per
+step beside them.  docs/compiler.md, "Dynamic shapes".
 """
 from __future__ import annotations
 
