@@ -9,7 +9,8 @@ For five shapes across the range, the dynamic kernel's simulated cycles and the 
 run, and the binary sizes.  Targets (issue 16): at most 5% more cycles as a geometric mean, at
 most 15% in the worst case.  Run:
 
-    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only] [--pools-only]
+    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only] [--pools-only] [--network-only]
+    python benchmarks/dynamic.py --network-layers     # the network's cycles layer by layer
 """
 from __future__ import annotations
 
@@ -116,6 +117,38 @@ def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[t
     return rows
 
 
+def layer_cycles(lib, log) -> list[int]:
+    """Cycles of each layer of a network's run: from the previous layer's last command's end to its own
+    (its commands are those issued from its code, between its label and the next layer's)."""
+    symbols = lib.program.symbols
+    labels = sorted(symbols[layer["label"]].value for layer in lib.layers)
+    pcs, ends = np.asarray(log.cmd_pc), np.asarray(log.cmd_end)
+    out, prev = [], 0
+    for k, start in enumerate(labels):
+        mine = (pcs >= start) & (pcs < (labels[k + 1] if k + 1 < len(labels) else np.inf))
+        end = int(ends[mine].max()) if mine.any() else prev
+        out.append(end - prev)
+        prev = end
+    return out
+
+
+def network_layers(sizes: list[int], lo: int, hi: int, seed: int = 0) -> None:
+    """Print each layer's cycles of the dynamic network and of the static one per size."""
+    dg = network_graph(lo, hi)
+    lib = compiler.build(dg)
+    rng = np.random.default_rng(seed)
+    for s in sizes:
+        x = rng.integers(-128, 128, size=(1, 3, s, s)).astype(np.int8)
+        print(f"\nH = W = {s}")
+        for name, built in (("dynamic", lib), ("static", compiler.build(dg.at({"height": s, "width": s})))):
+            m = compiler.GraphModule(built)
+            m.set_input(0, x)
+            m.run()
+            parts = ", ".join(f"{layer['ops']} {c:,}" for layer, c in zip(built.layers,
+                                                                        layer_cycles(built, m.sim.last_log)))
+            print(f"  {name} {m.stats.cycles:,}: {parts}")
+
+
 def other_cases(rng) -> list[tuple]:
     """(title, dynamic ops, static ops for a shape, channels, inputs, sizes) of the pool, elementwise and
     chain measurements."""
@@ -199,7 +232,11 @@ def main(argv=None) -> int:
     ap.add_argument("--chains-only", action="store_true", help="the fused chains only")
     ap.add_argument("--pools-only", action="store_true", help="the pools only")
     ap.add_argument("--network-only", action="store_true", help="the ONNX network only")
+    ap.add_argument("--network-layers", action="store_true", help="the ONNX network's cycles layer by layer")
     args = ap.parse_args(argv)
+    if args.network_layers:
+        network_layers([16, 28, 40, 52, 64], 16, 64)
+        return 0
     if args.network_only:
         geo, worst = report(NETWORK_TITLE, measure_network([16, 28, 40, 52, 64], 16, 64))
         ok = geo <= GEOMEAN_TARGET and worst <= WORST_TARGET
