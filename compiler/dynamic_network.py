@@ -504,7 +504,7 @@ def _joined(run: list) -> tuple[list, tuple | None]:
 def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
     """Can the add or mul `entry` end the run (its input from the run's last op, a conv, the other from DDR:
     a residual's join) as the fused chain's epilogue?"""
-    from .lowering.dynamic_fused import fusable
+    from .lowering.dynamic_fused import keeps_dims
     node, op = entry[0], entry[1]
     last = run[-1]
     if op.names != ("a", "b") or _joined(run)[1] is not None or not isinstance(last[1].largest, Conv2d):
@@ -515,8 +515,7 @@ def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
         return False
     if last[2] in p.graph.outputs or p.shapes[node.inputs[0]] != p.shapes[node.inputs[1]]:
         return False
-    ops = [o for _, o, _, _ in run]
-    return len(ops) == 1 or fusable(ops)
+    return all(keeps_dims(o) for _, o, _, _ in run)
 
 
 def fused_runs(p: Plan, cfg: Config) -> list[list]:

@@ -27,13 +27,14 @@ pytestmark = pytest.mark.usefixtures("warm_engine")
 
 
 def residual_graph(rng, c: int, o: int, k: int, convs: int, side: int, mode: str, relu: bool,
-                   float_form: bool = False, h=(5, 30), w=(5, 30)) -> Graph:
-    """x -> conv (relu) = s; s -> conv (-> conv) = t; y = add(s, t) or add(t, s) (side 1 / 0: t's input),
-    relu or not."""
+                   float_form: bool = False, h=(5, 30), w=(5, 30), mid: int | None = None) -> Graph:
+    """x -> conv c -> o (relu) = s; s -> conv o -> o, or o -> mid (relu) -> o, = t; y = add(s, t) or add(t,
+    s) (side 1 / 0: t's input), relu or not."""
+    mid = o if mid is None else mid
     n = Dim("n", 1, 2)
     shape = lambda ch: (n, ch, Dim("h", *h), Dim("w", *w))        # noqa: E731
 
-    def conv(ci, act):
+    def conv(ci, o, act):
         q = (dict(scale=rng.uniform(1e-4, 2e-3, o).astype(np.float32)) if float_form
              else dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 25, o)))
         return ops.conv2d(shape(ci), rng.integers(-20, 21, (o, ci, k, k)), rng.integers(-999, 999, o),
@@ -41,10 +42,12 @@ def residual_graph(rng, c: int, o: int, k: int, convs: int, side: int, mode: str
                           lo=0 if act else -128, **q)
     g = Graph()
     x = g.input("x", shape(c))
-    s = g.add(conv(c, True), x, name="stem")
-    t = s
-    for j in range(convs):
-        t = g.add(conv(o, j < convs - 1), t, name=f"conv{j}", output=f"t{j}")
+    s = g.add(conv(c, o, True), x, name="stem")
+    t, ci = s, o
+    for j in range(convs):       # o -> mid -> o: the last conv may change the channel count
+        co = mid if j < convs - 1 else o
+        t = g.add(conv(ci, co, j < convs - 1), t, name=f"conv{j}", output=f"t{j}")
+        ci = co
     z = dict(za=int(rng.integers(-5, 5)), zb=int(rng.integers(-5, 5)), zp_out=int(rng.integers(-5, 5)))
     if mode.startswith("float"):        # QLinearAdd's / QLinearMul's arithmetic: vu.fadd, vu.fmul
         z.update(scale_a=np.float32(rng.uniform(0.01, 0.1)), scale_b=np.float32(rng.uniform(0.01, 0.1)),
@@ -65,12 +68,12 @@ def residual_graph(rng, c: int, o: int, k: int, convs: int, side: int, mode: str
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 24), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
        convs=st.sampled_from([1, 2]), side=st.sampled_from([0, 1]),
        mode=st.sampled_from(["add", "mul", "float add", "float mul"]),
-       relu=st.booleans(), float_form=st.booleans(),
+       mid=st.integers(1, 40), relu=st.booleans(), float_form=st.booleans(),
        draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
-def test_a_join_fused_after_a_chain_bit_exact_across_the_range(seed, c, o, k, convs, side, mode, relu, float_form,
-                                                               draws):
+def test_a_join_fused_after_a_chain_bit_exact_across_the_range(seed, c, o, k, convs, side, mode, mid, relu,
+                                                               float_form, draws):
     rng = np.random.default_rng(seed)
-    g = residual_graph(rng, c, o, k, convs, side, mode, relu, float_form)
+    g = residual_graph(rng, c, o, k, convs, side, mode, relu, float_form, mid=mid)
     lib = compiler.build(g)
     joined = [layer for layer in lib.meta["layers"] if "join" in layer["nodes"]]
     assert len(joined) == 1 and joined[0]["nodes"][:-1] == [f"conv{j}" for j in range(convs)]
@@ -103,7 +106,7 @@ def test_removing_any_wait_of_a_fused_join_is_caught(side):
     """Every wait of the fused program (the chain's, the residual's load taken by a vu.mov, each block's add
     after its NU command, each store after its add, the set's reuse) removed in turn: a race or a deadlock."""
     rng = np.random.default_rng(40 + side)
-    g = residual_graph(rng, 16, 40, 3, 2, side, "add", True, h=(4, 40), w=(4, 24))
+    g = residual_graph(rng, 16, 40, 3, 2, side, "add", True, h=(4, 40), w=(4, 24), mid=24)
     lib = compiler.build(g)
     lines = lib.asm.splitlines()
     k = next(j for j, layer in enumerate(lib.meta["layers"]) if "join" in layer["nodes"])
@@ -124,3 +127,23 @@ def test_removing_any_wait_of_a_fused_join_is_caught(side):
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
         assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (lines[j], exc.value)
+
+
+def test_a_join_after_a_strided_conv_runs_alone():
+    """A stride-2 conv does not keep the Dims (no fused form): the add after it reads it from DDR."""
+    rng = np.random.default_rng(5)
+    n, h, w = Dim("n", 1, 2), Dim("h", 6, 30), Dim("w", 6, 30)
+    q = lambda o: dict(multiplier=rng.integers(2**29, 2**31, o), shift=rng.integers(20, 25, o))   # noqa: E731
+    g = Graph()
+    x = g.input("x", (n, 4, h, w))
+    a = g.add(ops.conv2d((n, 4, h, w), rng.integers(-20, 21, (8, 4, 3, 3)), None, stride=2, padding=1, **q(8)), x)
+    b = g.add(ops.conv2d((n, 4, h, w), rng.integers(-20, 21, (8, 4, 1, 1)), None, stride=2, **q(8)), x)
+    shape = g.values[a].shape
+    g.output(g.add(ops.add(shape, ma=3 << 18, mb=5 << 18, shift=21), a, b))
+    lib = compiler.build(g)
+    assert [layer["ops"] for layer in lib.meta["layers"]] == ["conv2d", "conv2d", "add"]
+    x = rng.integers(-128, 128, (2, 4, 23, 14)).astype(np.int8)
+    m = compiler.GraphModule(lib)
+    m.set_input(0, x)
+    m.run(check_races=True)
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({"x": x})[0])

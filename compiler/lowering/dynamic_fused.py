@@ -43,23 +43,22 @@ T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
 
 
-def fusable(ops: list[DynamicOp]) -> bool:
-    """True if every op keeps the Dims and has a tile body: a conv or max pool of stride 1 and same
-    padding."""
-    if len(ops) < 2:
+def keeps_dims(op: DynamicOp) -> bool:
+    """Has op a tile body that keeps the Dims: a conv or max pool of stride 1 and same padding?"""
+    big = op.largest
+    if isinstance(big, Conv2d):
+        ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
+    elif isinstance(big, Pool2d) and big.mode == "max":
+        ekh, ekw = big.kernel
+    else:
         return False
-    for o in ops:
-        big = o.largest
-        if isinstance(big, Conv2d):
-            ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
-        elif isinstance(big, Pool2d) and big.mode == "max":
-            ekh, ekw = big.kernel
-        else:
-            return False
-        pt, pl, pb, pr = big.padding
-        if big.stride != (1, 1) or pt + pb != ekh - 1 or pl + pr != ekw - 1:
-            return False
-    return True
+    pt, pl, pb, pr = big.padding
+    return big.stride == (1, 1) and pt + pb == ekh - 1 and pl + pr == ekw - 1
+
+
+def fusable(ops: list[DynamicOp]) -> bool:
+    """True if there are two ops or more and every op keeps the Dims and has a tile body."""
+    return len(ops) >= 2 and all(map(keeps_dims, ops))
 
 
 class _Plan:
@@ -429,8 +428,9 @@ def lower_fused(ops: list[DynamicOp], cfg: Config,
         if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
             raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
                                f"{ops[k - 1].largest.output.shape[1]}")
-    if add is not None and add[0].x_shape != ops[-1].x_shape:
-        raise CompileError("an add after a fused chain must keep the chain's shape")
+    x = ops[-1].x_shape
+    if add is not None and tuple(add[0].x_shape) != (x[0], ops[-1].largest.output.shape[1], x[2], x[3]):
+        raise CompileError("an add after a fused chain must have the chain's output shape")
     p = _Plan(ops, cfg, add)
     files = {}
     for k, g in p.geo.items():
