@@ -9,7 +9,8 @@ For five shapes across the range, the dynamic kernel's simulated cycles and the 
 run, and the binary sizes.  Targets (issue 16): at most 5% more cycles as a geometric mean, at
 most 15% in the worst case.  Run:
 
-    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only] [--pools-only]
+    python benchmarks/dynamic.py [--quick] [--conv-only] [--chains-only] [--pools-only] [--network-only]
+    python benchmarks/dynamic.py --network-layers     # the network's cycles layer by layer
 """
 from __future__ import annotations
 
@@ -76,9 +77,8 @@ def measure_ops(dyn_ops: tuple, static_ops, sizes: list[int], c: int, inputs: in
     return rows
 
 
-def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[tuple]:
-    """A small ONNX CNN with symbolic height and width: one dynamic binary against the static network
-    (build(graph), fused and pipelined) per size."""
+def network_graph(lo: int, hi: int):
+    """The benchmark's small ONNX CNN (QOperator) imported with height and width in [lo, hi]: a DynamicGraph."""
     from compiler import models
     from compiler.models import Net
 
@@ -91,7 +91,13 @@ def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[t
         vi.type.tensor_type.shape.dim[2].dim_param = "height"
         vi.type.tensor_type.shape.dim[3].dim_param = "width"
     del model.graph.value_info[:]
-    dg = compiler.from_onnx(model, dims={"height": (lo, hi), "width": (lo, hi)})
+    return compiler.from_onnx(model, dims={"height": (lo, hi), "width": (lo, hi)})
+
+
+def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[tuple]:
+    """A small ONNX CNN with symbolic height and width: one dynamic binary against the static network
+    (build(graph), fused and pipelined) per size."""
+    dg = network_graph(lo, hi)
     lib = compiler.build(dg)
     dyn_bytes = binary_bytes(lib)
     rng = np.random.default_rng(seed)
@@ -109,6 +115,38 @@ def measure_network(sizes: list[int], lo: int, hi: int, seed: int = 0) -> list[t
         assert np.array_equal(y, ms.get_output(0, quantized=True)), "results differ"
         rows.append((s, m.stats.cycles, ms.stats.cycles, dyn_bytes, binary_bytes(static), "-"))
     return rows
+
+
+def layer_cycles(lib, log) -> list[int]:
+    """Cycles of each layer of a network's run: from the previous layer's last command's end to its own
+    (its commands are those issued from its code, between its label and the next layer's)."""
+    symbols = lib.program.symbols
+    labels = sorted(symbols[layer["label"]].value for layer in lib.layers)
+    pcs, ends = np.asarray(log.cmd_pc), np.asarray(log.cmd_end)
+    out, prev = [], 0
+    for k, start in enumerate(labels):
+        mine = (pcs >= start) & (pcs < (labels[k + 1] if k + 1 < len(labels) else np.inf))
+        end = int(ends[mine].max()) if mine.any() else prev
+        out.append(end - prev)
+        prev = end
+    return out
+
+
+def network_layers(sizes: list[int], lo: int, hi: int, seed: int = 0) -> None:
+    """Print each layer's cycles of the dynamic network and of the static one per size."""
+    dg = network_graph(lo, hi)
+    lib = compiler.build(dg)
+    rng = np.random.default_rng(seed)
+    for s in sizes:
+        x = rng.integers(-128, 128, size=(1, 3, s, s)).astype(np.int8)
+        print(f"\nH = W = {s}")
+        for name, built in (("dynamic", lib), ("static", compiler.build(dg.at({"height": s, "width": s})))):
+            m = compiler.GraphModule(built)
+            m.set_input(0, x)
+            m.run()
+            parts = ", ".join(f"{layer['ops']} {c:,}" for layer, c in zip(built.layers,
+                                                                        layer_cycles(built, m.sim.last_log)))
+            print(f"  {name} {m.stats.cycles:,}: {parts}")
 
 
 def other_cases(rng) -> list[tuple]:
@@ -194,7 +232,11 @@ def main(argv=None) -> int:
     ap.add_argument("--chains-only", action="store_true", help="the fused chains only")
     ap.add_argument("--pools-only", action="store_true", help="the pools only")
     ap.add_argument("--network-only", action="store_true", help="the ONNX network only")
+    ap.add_argument("--network-layers", action="store_true", help="the ONNX network's cycles layer by layer")
     args = ap.parse_args(argv)
+    if args.network_layers:
+        network_layers([16, 28, 40, 52, 64], 16, 64)
+        return 0
     if args.network_only:
         geo, worst = report(NETWORK_TITLE, measure_network([16, 28, 40, 52, 64], 16, 64))
         ok = geo <= GEOMEAN_TARGET and worst <= WORST_TARGET

@@ -15,6 +15,8 @@ Building it:
              (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
              per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
+  fuse       runs of ops where each reads only the one before into one program (intermediates in
+             DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order, a barrier between two, each op's buffers renamed to
              the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
              sized for the largest shape
@@ -433,8 +435,11 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         if buffers[output] == buffers[node.inputs[0]]:          # a flatten: no program
             continue
         nodes = [n for n, _, _, _ in run]
+        chain, add = _joined(run)
         try:
-            if len(run) > 1:
+            if add is not None:
+                asm, files, _ = lower_fused([o for _, o, _, _ in chain], cfg, add[:2])
+            elif len(run) > 1:
                 asm, files, _ = lower_fused([o for _, o, _, _ in run], cfg)
             elif isinstance(op.largest, Concat):
                 asm, files = program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
@@ -445,6 +450,8 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
             raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
         bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
         bind["y"] = buffers[output]
+        if add is not None:
+            bind["xr"] = buffers[add[2]]
         programs.append((asm, files, bind))
         layers.append({"name": node.name, "label": f"L{k}_layer", "ops": " -> ".join(w for _, _, _, w in run),
                        "in_shapes": [list(g.values[v].shape) for v in node.inputs],
@@ -462,6 +469,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
 
     meta = {"format": GRAPH_FORMAT, "inputs": [io(v) for v in g.inputs], "outputs": [io(v) for v in g.outputs],
             "layers": layers, "arena": {"bytes": inner, "naive_bytes": inner},   # one buffer per tensor
+            "fused": True,            # runs fused on chip where they can be (fused_runs); no on-chip peak yet
             "fusion": [], "dims": [[d.name, d.lo, d.hi] for d in p.dims],
             "derived": {k: list(v) for k, v in p.derived.items()}}
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
@@ -483,10 +491,39 @@ def _copy(node, p: Plan) -> tuple:
     return (node, DynamicOp("reshape", x, p.dims, None, op, op, ("x0",)), node.output, "reshape")
 
 
+def _joined(run: list) -> tuple[list, tuple | None]:
+    """A run ending in a join (an add or mul after a fused chain, fused_runs): (the chain's entries, (the
+    add's DynamicOp, which of its inputs the chain's output is, its other input)); else (run, None)."""
+    node, op = run[-1][0], run[-1][1]
+    if len(run) < 2 or op.names != ("a", "b"):
+        return run, None
+    side = node.inputs.index(run[-2][2])
+    return run[:-1], (op, side, node.inputs[1 - side])
+
+
+def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
+    """Can the add or mul `entry` end the run (its input from the run's last op, a conv, the other from DDR:
+    a residual's join) as the fused chain's epilogue?"""
+    from .lowering.dynamic_fused import keeps_dims
+    node, op = entry[0], entry[1]
+    last = run[-1]
+    if op.names != ("a", "b") or _joined(run)[1] is not None or not isinstance(last[1].largest, Conv2d):
+        return False
+    if not (isinstance(op.largest, Elementwise) and op.largest.mode in ("add", "mul") and op.in_shapes is None):
+        return False
+    if last[2] not in node.inputs or node.inputs[0] == node.inputs[1] or readers.get(last[2]) != 1:
+        return False
+    if last[2] in p.graph.outputs or p.shapes[node.inputs[0]] != p.shapes[node.inputs[1]]:
+        return False
+    return all(keeps_dims(o) for _, o, _, _ in run)
+
+
 def fused_runs(p: Plan, cfg: Config) -> list[list]:
     """p.ops cut into runs to lower as one fused program (intermediates in DM, never in DDR): each op
     reads the one before, which nothing else reads and which is no graph output, every op keeps the Dims
-    (lowering/dynamic_fused.fusable) and the run fits on chip; every other op is a run of its own."""
+    (lowering/dynamic_fused.fusable) and the run fits on chip; a run whose last op is a conv may end in
+    an add or mul that reads it and a tensor in DDR (a residual's join: the add runs on the conv's rows
+    on chip); every other op is a run of its own."""
     from .lowering.dynamic_fused import fusable, lower_fused
 
     readers: dict[str, int] = {}
@@ -497,6 +534,15 @@ def fused_runs(p: Plan, cfg: Config) -> list[list]:
     for entry in p.ops:
         node, op = entry[0], entry[1]
         last = runs[-1][-1] if runs else None
+        if last is not None and _joins(p, runs[-1], entry, readers):
+            chain = [o for _, o, _, _ in runs[-1]]
+            try:
+                lower_fused(chain, cfg, (op, node.inputs.index(last[2])))
+            except CompileError:         # does not fit on chip, or no fused form: the add alone
+                runs.append([entry])
+                continue
+            runs[-1].append(entry)
+            continue
         if (last is not None and op.names == ("x",) and last[1].names == ("x",) and node.inputs[0] == last[2]
                 and readers.get(last[2]) == 1 and last[2] not in p.graph.outputs
                 and fusable([o for _, o, _, _ in runs[-1]] + [op])):

@@ -314,10 +314,11 @@ def test_mobilenet_v2_features_one_binary_across_the_range():
 
 def test_a_networks_conv_after_conv_is_fused_on_chip():
     """The residual model's second and third convs: the intermediate has one reader, so the two run as
-    one fused program (tile rows in DM, no DDR buffer between), still equal to the reference."""
+    one fused program (tile rows in DM, no DDR buffer between), and the residual's add after them runs in
+    it too (on the third conv's rows, its other input from DDR); still equal to the reference."""
     _, dg, lib = built("qoperator")
     fused = [layer for layer in lib.meta["layers"] if len(layer["nodes"]) > 1]
-    assert len(fused) == 1 and fused[0]["ops"] == "conv2d -> conv2d" and "L1_fused_rows:" in lib.asm
+    assert len(fused) == 1 and fused[0]["ops"] == "conv2d -> conv2d -> add" and "L1_fused_rows:" in lib.asm
     x = np.random.default_rng(27).integers(-128, 128, (1, 3, 23, 17)).astype(np.int8)
     m = compiler.GraphModule(lib)
     m.set_input(0, x)                        # int8: taken as is

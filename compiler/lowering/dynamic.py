@@ -8,8 +8,10 @@ is loaded with its halo (padding by DMA), convolved and requantised on the NU
 (nu.conv.rq; or onto a bias broadcast, drained to VBUF and requantised on the
 VU) and stored; three or more buffer sets let later tiles load and convolve
 while earlier ones are stored, and the CU waits for the store of the tile a
-set count back before reusing its buffers.  docs/compiler.md, "Dynamic
-shapes", explains it.
+set count back before reusing its buffers.  With few input channels the
+kernel's columns (the column fold) or its whole window (the full-tap fold,
+`rows // c` taps a block, a 1x1 conv on the NU) go into the array's rows.
+docs/compiler.md, "Dynamic shapes", explains it.
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ class _Geometry:
     """The static facts of the op and the two buffer sets (each half of its IBUF, ABUF, VBUF after the table)."""
 
     def __init__(self, op: DynamicOp, cfg: Config, region: Region = Region(), sets: int = 2,
-                 by_block: bool = False, rq: bool = True):
+                 by_block: bool = False, rq: bool = True, taps: bool = False):
         big: Conv2d = op.largest
         if not isinstance(big, Conv2d):
             raise CompileError(f"dynamic shapes are lowered for conv2d only so far, not {op.kind}")
@@ -93,8 +95,18 @@ class _Geometry:
         f = min(self.kw, self.R // c) if not self.depthwise else 1
         self.fold = f if f > 1 else 1
         self.kw_nu = -(-self.kw // self.fold)
+        self.kh_nu = self.kh
+        # taps (the full-tap fold, an im2col of the tile): the window's taps in the array's rows, tpb = rows
+        # // c of them a block (no tap straddles two), tap k = i * kw + j in block k // tpb, rows (k % tpb) * c
+        # .. + c - 1; the NU runs a 1x1 conv of stride 1 over ceil(kh * kw / tpb) blocks, taken only where
+        # that is fewer passes than the column fold's
+        self.tpb = self.R // c
+        blocks = -(-self.kh * self.kw // self.tpb) if self.tpb else 0
+        self.taps = (taps and not self.depthwise and 0 < blocks < self.in_cb * self.kh * self.kw_nu)
+        if self.taps:
+            self.fold, self.kh_nu, self.kw_nu, self.in_cb = 1, 1, 1, blocks
         self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
-                        else self.in_cb * self.kh * self.kw_nu * self.R * self.C)
+                        else self.in_cb * self.kh_nu * self.kw_nu * self.R * self.C)
         self.wbytes = self.out_cb * self.w_block
         # rq: nu.conv.rq's output stage adds the bias and requantises into VBUF (its (bias, M, S) table in
         # WBUF after the weights), so no bias broadcast, drain or VU pass: one command holds all the input
@@ -134,11 +146,26 @@ class _Geometry:
         by_acc = (self.vb // (self.tile_cb * ow * self.C) if self.rq
                   else min(self.ab, self.vb) // (self.tile_cb * ow * self.C * 4))
         in_cb = self.tile_cb if self.depthwise else self.in_cb
+        if self.taps:       # IBUF holds the tile's output rows (an im2col); DM its padded input rows
+            by_in = self.ib // (self.in_cb * self.in_width(w) * self.R)
+            if self.region.ibuf_bytes is not None:       # a fused chain's: its input is a plane in DM
+                return max(0, min(by_acc, by_in))
+            per_set = (self.cfg.dm_bytes - self.stage_at) // self.nsets // 64 * 64
+            by_dm = (per_set // (self.c * (w + self.pl + self.pr)) - self.ekh) // self.sh + 1
+            return max(0, min(by_acc, by_in, by_dm))
         by_in = ((self.ib // (in_cb * self.in_width(w) * self.R)) - self.ekh) // self.sh + 1
         return max(0, min(by_acc, by_in))
 
+    @property
+    def stage_at(self) -> int:
+        """The DM offset of a staged conv's input sets: after the bias table and the marker word."""
+        return -(-self.out_cb * self.C * 4 // 64) * 64 + 64
+
     def in_width(self, w: int) -> int:
-        """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start."""
+        """Columns of a tile's input rows in IBUF: the padded width, or folded, one per output column's start
+        (the full-tap fold: one per output column)."""
+        if self.taps:
+            return self.out_size(w, self.ekw, self.pl, self.pr, self.sw)
         if self.fold > 1:
             return ((self.out_size(w, self.ekw, self.pl, self.pr, self.sw) - 1) * self.sw + 1
                     + (self.kw_nu - 1) * self.fold * self.dw)
@@ -162,7 +189,7 @@ def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
 
     if g.depthwise:
         return g.tile_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
-    return nu_conv_cycles(g.out_cb, g.in_cb, g.kh, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+    return nu_conv_cycles(g.out_cb, g.in_cb, g.kh_nu, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
 
 
 def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int, int]:
@@ -180,7 +207,9 @@ def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int
     outs = min(g.o, g.tile_cb * g.C) * (rows * ow + cfg.ddr_burst_bytes)
     acc = g.tile_cb * rows * ow * g.C * 4
     ddr = (ins + outs) // cfg.ddr_bytes_per_cycle
-    load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (ins // cfg.local_bytes_per_cycle if staged else 0)
+    # staged: the input rows DDR -> DM, then DM -> IBUF (the full-tap fold gathers kh * kw copies)
+    gathered = g.c * g.kh * g.kw * rows * ow if g.taps else ins
+    load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (gathered // cfg.local_bytes_per_cycle if staged else 0)
     nu = nu_cycles(g, rows, ow)
     drain = 0 if g.rq else cfg.local_latency + acc // cfg.local_bytes_per_cycle
     vu = 0 if g.rq else g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
@@ -213,22 +242,27 @@ def sample_heights(op: DynamicOp) -> list[tuple[int, int]]:
     return [(pick(n, f), pick(h, f)) for f in (0.0, 0.5, 1.0)]
 
 
-def candidates(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> list[_Geometry]:
+def candidates(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True,
+               taps: bool = True) -> list[_Geometry]:
     """The buffer arrangements a single conv may take, best first where they are not priced: three sets
-    (a tile's load, convolution and epilogue overlap two others'), or, depthwise, tiles of one channel
-    block in three to five sets (priced: its tiles are short, so their latency needs more of them in
-    flight); two sets, as a fused chain's ops have, when nothing else fits."""
+    (a tile's load, convolution and epilogue overlap two others'), with the full-tap fold and without
+    (priced: the fold takes kh times fewer NU passes but gathers kh * kw copies of the input), or,
+    depthwise, tiles of one channel block in three to five sets (priced: its tiles are short, so their
+    latency needs more of them in flight); two sets, as a fused chain's ops have, when nothing else fits."""
     depthwise = _Geometry(op, cfg).depthwise
+    tapped = taps and _Geometry(op, cfg, taps=True).taps
     if sets is not None:        # one arrangement asked for (tests, measurements)
-        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2, rq=rq)]
-    shapes = [(k, True) for k in (3, 4, 5)] if depthwise else [(3, False)]
-    return [_Geometry(op, cfg, sets=k, by_block=b, rq=rq) for k, b in shapes + [(2, False)]]
+        return [_Geometry(op, cfg, sets=sets, by_block=depthwise and sets > 2, rq=rq, taps=tapped)]
+    shapes = ([(k, True, False) for k in (3, 4, 5)] if depthwise
+              else [(3, False, True)] * tapped + [(3, False, False)])
+    return [_Geometry(op, cfg, sets=k, by_block=b, rq=rq, taps=t) for k, b, t in shapes + [(2, False, False)]]
 
 
-def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True) -> _Geometry:
+def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = True,
+                taps: bool = True) -> _Geometry:
     """The buffer arrangement (candidates; `sets` buffer sets if given, the VU's requantisation if not
-    rq) and, for every width of the range, the rows per tile that fit it and price cheapest over sample
-    heights."""
+    rq, no full-tap fold if not taps) and, for every width of the range, the rows per tile that fit it
+    and price cheapest over sample heights."""
     g = _Geometry(op, cfg)
     if len(g.widths) > MAX_WIDTHS:
         raise CompileError(f"dynamic conv2d: the width range [{g.widths[0]}, {g.widths[-1]}] spans more than "
@@ -243,13 +277,13 @@ def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = 
 
     def best(c: _Geometry, w: int) -> tuple[int, int]:
         options = range(1, min(c.fit(w), oh_max) + 1)
-        return min((price(c, th, w, heights, c.fold > 1), -th) for th in options)
+        return min((price(c, th, w, heights, c.fold > 1 or c.taps), -th) for th in options)
 
-    fitting = [c for c in candidates(op, cfg, sets, rq) if not c.fits()]
+    fitting = [c for c in candidates(op, cfg, sets, rq, taps) if not c.fits()]
     if not fitting:
         raise CompileError(f"dynamic conv2d does not fit this machine in {sets} buffer sets: "
                            f"{candidates(op, cfg, sets)[0].fits()}")
-    priced = [c for c in fitting if c.by_block] or fitting[:1]
+    priced = [c for c in fitting if c.by_block] or [c for c in fitting if c.nsets == fitting[0].nsets]
     g = min(priced, key=lambda c: sum(best(c, w)[0] for w in sample_widths))
     for w in g.widths:
         g.rows[w] = -best(g, w)[1]
@@ -259,14 +293,20 @@ def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = 
 def constants(g: _Geometry) -> dict[str, bytes]:
     """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
     big = g.op.largest
-    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh, g.kw_nu), dtype=np.int8)
-    if g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
+    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh_nu, g.kw_nu), dtype=np.int8)
+    if g.taps:          # block k // tpb, row (k % tpb) * c + ci holds tap k = (i, j) of channel ci
+        for i in range(g.kh):
+            for j in range(g.kw):
+                k = i * g.kw + j
+                row = k // g.tpb * g.R + k % g.tpb * g.c
+                wt[:g.o, row:row + g.c, 0, 0] = g.weight[:, :, i, j]
+    elif g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
         for j in range(g.kw_nu):
             for kwi in range(min(g.fold, g.kw - j * g.fold)):
                 wt[:g.o, kwi * g.c:(kwi + 1) * g.c, :, j] = g.weight[:, :, :, j * g.fold + kwi]
     elif not g.depthwise:
         wt[:g.o, :g.c] = g.weight
-    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
+    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh_nu, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
     if g.depthwise:     # per block its biases then [kh][kw][C]: nu.dwconv's own bias, no broadcast
         w5 = depthwise_weights(big.weight, big.bias, g.C).blocks
     bias = np.zeros(g.out_cb * g.C, dtype="<i4")
@@ -357,6 +397,23 @@ S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W, S_AFREE = "s0", "s1", "s2", "
 
 def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
     lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
+
+
+def column_pads(i, shift: int, regs: tuple[str, str, str]) -> int:
+    """Emit (pad_lo, pad_hi) of a row of RWP columns whose column j holds input column j + shift (the left
+    padding, at most the row; the columns past RW's end): regs (lo, hi, scratch).  Returns the first real
+    column, max(0, shift)."""
+    lo, hi, tmp = regs
+    col0 = max(0, shift)
+    i(f"sub     {hi}, {RW}, r0")
+    i(f"addi    {hi}, {hi}, {-col0}")
+    i(f"max     {hi}, {hi}, r0")
+    i(f"li      {lo}, {max(0, -shift)}")
+    i(f"min     {lo}, {lo}, {RWP}")
+    i(f"sub     {tmp}, {RWP}, {lo}")
+    i(f"min     {hi}, {hi}, {tmp}")                # real columns
+    i(f"sub     {hi}, {tmp}, {hi}")                # pad_hi
+    return col0
 
 
 def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
@@ -472,14 +529,37 @@ def staged_io(g: _Geometry, at: int, set_bytes: int) -> TileIO:
         em.e(f"{prefix}staged:")
         em.i(f"mul     {RHW}, {real}, {RW}")          # the source plane is now the DM tile's
 
+    def padded(em, start, rows, plo, phi, prefix):
+        # the full-tap fold's gathers read a tile of every row and column with its padding: [c][rows][w + pl
+        # + pr] in the DM set, the padding written by this DMA (x_zp)
+        wp, plane, src, dst, hw = T[6], T[7], T[8], T[9], T[10]
+        em.i(f"addi    {wp}, {RW}, {g.pl + g.pr}")
+        em.i(f"mul     {plane}, {rows}, {wp}")
+        em.i(f"mul     {hw}, {RH}, {RW}")
+        em.dma_box(1, [(wp, 1, 1, g.pl, g.pr), (rows, RW, wp, plo, phi), (g.c, hw, plane, 0, 0)],
+                   g.op.largest.x_zp)
+        em.i(f"mul     {src}, {RI}, {hw}")
+        em.i(f"muli    {src}, {src}, {g.c}")
+        em.i(f"mul     {T[11]}, {start}, {RW}")
+        em.i(f"add     {src}, {src}, {T[11]}")
+        em.i(f"la      {T[11]}, x")
+        em.i(f"add     {src}, {src}, {T[11]}")
+        em.i(f"muli    {dst}, {RB}, {set_bytes}")
+        em.i(f"addi    {dst}, {dst}, {at}")
+        em.i(f"dma     ch0, dm[{dst}], ddr[{src}]")    # the gathers from DM queue behind it on ch0
+
     def src(em, reg, start, tmp):
         em.i(f"muli    {reg}, {RB}, {set_bytes}")
         em.i(f"addi    {reg}, {reg}, {at}")
-    return TileIO(src, ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr", stage)
+    return TileIO(src, ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr",
+                  padded if g.taps else stage)
 
 
 def stage_bytes(g: _Geometry) -> int:
-    """One DM set of a tile's real input rows at the largest width and tile height, 64-aligned."""
+    """One DM set of a tile's real input rows at the largest width and tile height (the full-tap fold: every
+    row and column with the padding, the most any width takes), 64-aligned."""
+    if g.taps:
+        return max(-(-g.c * ((g.rows[w] - 1) * g.sh + g.ekh) * (w + g.pl + g.pr) // 64) * 64 for w in g.widths)
     th = max(g.rows.values())
     return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
 
@@ -530,8 +610,9 @@ def _at(em: Emit, offset: int, reg: str) -> str:
 def fixed_params(em: Emit, g: _Geometry) -> None:
     """The NU and VU parameters that do not depend on the shape."""
     big = g.op.largest
-    for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh), ("k_w", g.kw_nu), ("stride_h", g.sh),
-                 ("stride_w", g.sw), ("dil_h", g.dh), ("dil_w", g.dw * g.fold), ("x_zp", big.x_zp)):
+    sh, sw, dh, dw = (1, 1, 1, 1) if g.taps else (g.sh, g.sw, g.dh, g.dw * g.fold)    # taps: a 1x1 conv
+    for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh_nu), ("k_w", g.kw_nu),
+                 ("stride_h", sh), ("stride_w", sw), ("dil_h", dh), ("dil_w", dw), ("x_zp", big.x_zp)):
         em.setp(f"nu.{p}", v)
     if g.rq:
         for p, v in (("rq_table", g.region.wbuf + g.rq_at), ("rq_zp_out", big.zp_out), ("rq_lo", big.lo),
@@ -604,12 +685,13 @@ def program_text(g: _Geometry) -> str:
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
     g.marker = -(-g.out_cb * g.C * 4 // 64) * 64        # after the bias table
-    at = g.marker + 64
+    at = g.stage_at
     size = stage_bytes(g)
-    # Staged when folded: its kw loads of a row read a row's columns each, short runs of DDR bursts; the
-    # others load straight from DDR, a channel's rows one run (the box's columns innermost)
-    tile_body(em, g, staged_io(g, at, size) if g.fold > 1 and at + g.nsets * size <= cfg.dm_bytes
-              else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
+    # Staged when folded: its kw loads of a row read a row's columns each, short runs of DDR bursts (the
+    # full-tap fold always: its gathers read the padded copy, which fit() sized); the others load straight
+    # from DDR, a channel's rows one run (the box's columns innermost)
+    staged = g.taps or (g.fold > 1 and at + g.nsets * size <= cfg.dm_bytes)
+    tile_body(em, g, staged_io(g, at, size) if staged else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
     if not g.by_block:
         i("li      r1, 0")
     if g.marker_sets:
@@ -634,7 +716,9 @@ def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
 
 def padded_width(em: Emit, g: _Geometry) -> None:
     """RWP: the columns of a tile's input rows in IBUF (from ROW when folded, else RW plus the padding)."""
-    if g.fold > 1:
+    if g.taps:
+        em.i(f"add     {RWP}, {ROW}, r0")
+    elif g.fold > 1:
         em.i(f"addi    {RWP}, {ROW}, -1")
         em.i(f"muli    {RWP}, {RWP}, {g.sw}")
         em.i(f"addi    {RWP}, {RWP}, {1 + (g.kw_nu - 1) * g.fold * g.dw}")
@@ -642,9 +726,12 @@ def padded_width(em: Emit, g: _Geometry) -> None:
         em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
 
 
-def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True) -> None:
+def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True,
+              epilogue: Callable | None = None) -> None:
     """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region (the first
-    tile's CU waits for each weight block unless weights_wait=False)."""
+    tile's CU waits for each weight block unless weights_wait=False).  With nu.conv.rq, epilogue(em, ob,
+    rows, channels) may put VU work between block ob's NU command and its store, returning (the store's
+    VBUF source, the semaphore the store waits for)."""
     e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
     big, rg = g.op.largest, g.region
     i(f"muli    {RIB}, {RB}, {g.ib}")
@@ -680,17 +767,12 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
     i(f"mul     {step_dst}, {rows}, {rowb}")
     i(f"muli    {step_src}, {RHW}, {g.R}")
     i(f"add     {dst}, {RIB}, r0")
+    if g.taps:
+        e("        ; the full-tap fold: the window's taps gathered into the array's rows")
+        (tap_gathers if io.stage else tap_loads)(em, g, io, src, rows, rowb)
     for kwi in range(g.fold if g.fold > 1 else 0):
         # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
-        col0, lo = max(0, kwi * g.dw - g.pl), max(0, g.pl - kwi * g.dw)
-        i(f"sub     {T[11]}, {RW}, r0")
-        i(f"addi    {T[11]}, {T[11]}, {-col0}")
-        i(f"max     {T[11]}, {T[11]}, r0")
-        i(f"li      {T[0]}, {lo}")
-        i(f"min     {T[0]}, {T[0]}, {RWP}")             # pad_lo: the left padding, at most the row
-        i(f"sub     {step_dst}, {RWP}, {T[0]}")
-        i(f"min     {T[11]}, {T[11]}, {step_dst}")       # real columns
-        i(f"sub     {T[11]}, {step_dst}, {T[11]}")        # pad_hi
+        col0 = column_pads(i, kwi * g.dw - g.pl, (T[0], T[11], step_dst))
         i(f"addi    {step_src}, {src}, {col0}")
         i(f"addi    {dst}, {RIB}, {kwi * g.c}")
         dma_box(1, [(RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi), (g.c, RHW, 1, 0, 0)],
@@ -705,7 +787,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"addi    {T[0]}, {T[0]}, {g.c}")
         i(f"li      {T[11]}, {g.R}")
         i(f"min     {T[0]}, {T[0]}, {T[11]}")
-    for cb in range(g.tile_cb if g.depthwise else g.in_cb if g.fold == 1 else 0):
+    for cb in range(g.tile_cb if g.depthwise else g.in_cb if g.fold == 1 and not g.taps else 0):
         cr = T[0] if g.by_block else min(g.R, g.c - cb * g.R)
         if cb:
             i(f"add     {src}, {src}, {step_src}")
@@ -715,7 +797,7 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
         i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
     e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
     e("        ; overlaps block k+1's convolution")
-    for p, v in (("in_h", rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
+    for p, v in (("in_h", RTH if g.taps else rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
         setp(f"nu.{p}", v)
     if not g.depthwise and not g.rq:
         i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
@@ -772,14 +854,87 @@ def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait
             i(f"add     {ydst}, {ydst}, {step_y}")
         if not g.rq:
             drain_and_requant(em, g, ob, cv, ysrc, asrc, table)
+        src, wait = ysrc, S_NU if g.rq else S_VU
+        if epilogue is not None:
+            src, wait = epilogue(em, ob, ysrc, cv)
         dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
         sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
-        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{ysrc}], wait={S_NU if g.rq else S_VU}{sig}")
+        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{src}], wait={wait}{sig}")
     if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
         setp("dma.size0", 1)
         setp("dma.size1", 1)
         i(f"li      {T[11]}, {g.marker}")
         i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
+
+
+def tap_runs(g: _Geometry) -> list[tuple[int, int, int]]:
+    """The full-tap fold's runs of taps (kernel row i, first column j, count) that lie in one block."""
+    runs = []
+    for i in range(g.kh):
+        j = 0
+        while j < g.kw:
+            k = i * g.kw + j
+            n = min(g.kw - j, g.tpb - k % g.tpb)
+            runs.append((i, j, n))
+            j += n
+    return runs
+
+
+def _tap_dst(em: Emit, g: _Geometry, dst: str, block: str, k: int) -> None:
+    """dst = the IBUF address of tap k's rows: RIB + (k // tpb) * block + (k % tpb) * c."""
+    em.i(f"muli    {dst}, {block}, {k // g.tpb}")
+    em.i(f"add     {dst}, {dst}, {RIB}")
+    if k % g.tpb:
+        em.i(f"addi    {dst}, {dst}, {k % g.tpb * g.c}")
+
+
+def tap_gathers(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+    """The full-tap fold's IBUF tile from the padded copy in DM at src ([c][rows][w + pl + pr]): per run of
+    taps of one kernel row in one block a 4-D gather (columns sw apart, rows sh apart, the channels, the
+    taps dw apart) into rows (k % tpb) * c + ci of block k // tpb; the last signals the load."""
+    wp, step, plane, dst, block, base = T[0], T[8], T[10], T[7], T[5], T[4]
+    em.i(f"addi    {wp}, {RW}, {g.pl + g.pr}")
+    em.i(f"muli    {step}, {wp}, {g.sh}")
+    em.i(f"mul     {plane}, {rows}, {wp}")
+    em.i(f"mul     {block}, {RTH}, {rowb}")
+    em.i(f"add     {base}, {src}, r0")
+    runs = tap_runs(g)
+    for n, (i, j, count) in enumerate(runs):
+        em.dma_box(1, [(ROW, g.sw, g.R, 0, 0), (RTH, step, rowb, 0, 0), (g.c, plane, 1, 0, 0),
+                       (count, g.dw, g.c, 0, 0)])
+        em.i(f"muli    {src}, {wp}, {i * g.dh}")
+        em.i(f"addi    {src}, {src}, {j * g.dw}")
+        em.i(f"add     {src}, {src}, {base}")
+        _tap_dst(em, g, dst, block, i * g.kw + j)
+        sig = f", signal={S_LOAD}" if n == len(runs) - 1 else ""
+        em.i(f"dma     ch0, ibuf0[{dst}], dm[{src}]{sig}")
+
+
+def tap_loads(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+    """The full-tap fold's IBUF tile from an unpadded plane (a fused chain's, stride 1): per tap one 3-D
+    load of its rows and columns, shifted by the tap, the padding written by the DMA (x_zp); the last
+    signals the load."""
+    if (g.sh, g.sw) != (1, 1):
+        raise CompileError("the full-tap fold loads from an unpadded plane only at stride 1")
+    plo, start, phi, lo, hi, dst, block, t0, t1 = T[1], T[2], T[3], T[4], T[5], T[7], T[8], T[10], T[11]
+    em.i(f"mul     {block}, {RTH}, {rowb}")
+    em.dma_box(1, [(ROW, 1, g.R, 0, 0), (RTH, RW, rowb, 0, 0), (g.c, RHW, 1, 0, 0)], g.op.largest.x_zp)
+    for i in range(g.kh):
+        em.e(f"        ; kernel row {i}: RTH rows from ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
+        halo_rows(em.i, (T[0], t0, plo, start, phi, t1), 1, 1, g.pt - i * g.dh)
+        em.setp("dma.pad_lo1", plo)
+        em.setp("dma.pad_hi1", phi)
+        for j in range(g.kw):
+            k = i * g.kw + j
+            col0 = column_pads(em.i, j * g.dw - g.pl, (lo, hi, t1))     # RWP is ROW: one column an output
+            io.src(em, src, start, t0)
+            if col0:
+                em.i(f"addi    {src}, {src}, {col0}")
+            _tap_dst(em, g, dst, block, k)
+            em.setp("dma.pad_lo0", lo)
+            em.setp("dma.pad_hi0", hi)
+            sig = f", signal={S_LOAD}" if k == g.kh * g.kw - 1 else ""
+            em.i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
 
 
 def block_address(i, g: _Geometry, reg: str, base: int, size: int, ob: int) -> None:
@@ -855,13 +1010,15 @@ def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None)
 
 
 def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True):
+               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True,
+               taps: bool = True):
     """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
     channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets; with
-    rq=False requantised on the VU, not by nu.conv.rq (tests, measurements)."""
+    rq=False requantised on the VU, not by nu.conv.rq; with taps=False never the full-tap fold (tests,
+    measurements)."""
     if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
         return lower_split(op, config, rows_per_tile)
-    g = choose_rows(op, config, sets, rq)
+    g = choose_rows(op, config, sets, rq, taps)
     if y_slice is not None:
         g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)

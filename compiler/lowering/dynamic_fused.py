@@ -12,9 +12,15 @@ NU and VU), the last rows are a clamp.
 
 Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
 its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
-tables and semaphores: the units work on several ops at once.  Before op k
-the CU waits for op k-1's store of the step before (when it had rows); the
-mutation test finds every wait needed.  docs/compiler.md, "Dynamic shapes".
+tables and semaphores: the units work on several ops at once (a conv with
+few channels takes the full-tap fold, each tap loaded from the DM plane with
+its own padding).  Before op k the CU waits for op k-1's store of the step
+before (when it had rows); the mutation test finds every wait needed.
+
+A network's residual join may end the chain (lower_fused(add=...)): an add or
+mul of the last conv's output and a tensor in DDR (buffer xr) runs on the
+conv's rows in VBUF before their store, the other input's rows loaded per
+step beside them.  docs/compiler.md, "Dynamic shapes".
 """
 from __future__ import annotations
 
@@ -29,38 +35,38 @@ from ..errors import CompileError
 from ..ops import Conv2d, Pool2d
 from . import dynamic as conv_lowering
 from . import dynamic_pool as pool_lowering
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, TILE_OVERHEAD, Emit, Region,
-                      TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RW, TILE_OVERHEAD, Emit,
+                      Region, TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
 
 RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
 T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
 
 
-def fusable(ops: list[DynamicOp]) -> bool:
-    """True if every op keeps the Dims and has a tile body: a conv or max pool of stride 1 and same
-    padding."""
-    if len(ops) < 2:
+def keeps_dims(op: DynamicOp) -> bool:
+    """Has op a tile body that keeps the Dims: a conv or max pool of stride 1 and same padding?"""
+    big = op.largest
+    if isinstance(big, Conv2d):
+        ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
+    elif isinstance(big, Pool2d) and big.mode == "max":
+        ekh, ekw = big.kernel
+    else:
         return False
-    for o in ops:
-        big = o.largest
-        if isinstance(big, Conv2d):
-            ekh, ekw = ((k - 1) * d + 1 for k, d in zip(big.kernel, big.dilation))
-        elif isinstance(big, Pool2d) and big.mode == "max":
-            ekh, ekw = big.kernel
-        else:
-            return False
-        pt, pl, pb, pr = big.padding
-        if big.stride != (1, 1) or pt + pb != ekh - 1 or pl + pr != ekw - 1:
-            return False
-    return True
+    pt, pl, pb, pr = big.padding
+    return big.stride == (1, 1) and pt + pb == ekh - 1 and pl + pr == ekw - 1
+
+
+def fusable(ops: list[DynamicOp]) -> bool:
+    """True if there are two ops or more and every op keeps the Dims and has a tile body."""
+    return len(ops) >= 2 and all(map(keeps_dims, ops))
 
 
 class _Plan:
     """The ops' buffer shares, delays, semaphores, DM planes and the rows-per-step table."""
 
-    def __init__(self, ops: list[DynamicOp], cfg: Config):
+    def __init__(self, ops: list[DynamicOp], cfg: Config, add: tuple[DynamicOp, int] | None = None):
         self.ops, self.cfg, self.K = ops, cfg, len(ops)
+        self.add = add
         convs = [k for k, o in enumerate(ops) if isinstance(o.largest, Conv2d)]
         big = ops[0].largest
         _, _, self.h_max, self.w_max = big.x_shape
@@ -71,7 +77,7 @@ class _Plan:
         self.geo: dict[int, object] = {}
         wbuf = dm = table = 0
         for k in convs:
-            g0 = conv_lowering._Geometry(ops[k], cfg)
+            g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
             wbuf += -(-g0.wtotal // 64) * 64
             table += g0.tab
         if wbuf > cfg.wbuf_bytes:
@@ -83,20 +89,26 @@ class _Plan:
         # convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
         # shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2.
         nc, npool = len(convs), self.K - len(convs)
-        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg).rq]
+        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg, taps=True).rq]
         ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
         ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
         vfree = (cfg.vbuf_bytes - table) // 256 * 256
         weight = {k: 4 if k in acc else 1 if k in convs else 2 for k in range(self.K)}
+        if add is not None:     # the residual's rows beside the last conv's, as many bytes
+            last = conv_lowering._Geometry(ops[-1], cfg, taps=True)
+            if self.K - 1 not in convs or not last.rq:
+                raise CompileError("an add after a fused chain needs the chain's last op to be a conv that "
+                                   "requantises on the NU (nu.conv.rq)")
+            weight["add"] = 1
         vunit = vfree // sum(weight.values()) // 256 * 256
         self.vset = {}
         at, wbuf, tab = table, 0, 0
         for k in range(self.K):
             if k in convs:
-                g0 = conv_lowering._Geometry(ops[k], cfg)
+                g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
                 a = acc.index(k) * ashare if k in acc else 0
                 vshare = weight[k] * vunit
-                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, Region(
+                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, taps=True, region=Region(
                     tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
                     min(vshare, 2 * ashare) if k in acc else vshare))
                 self.vset[k] = (at, self.geo[k].vb)
@@ -104,6 +116,9 @@ class _Plan:
                 wbuf += -(-g0.wtotal // 64) * 64
                 dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
                 tab += g0.tab
+        if add is not None:
+            self.res_at = at                # two sets of the last conv's set size (its rows, [block][pixel][C])
+            at += vunit
         pool_bytes = (cfg.vbuf_bytes - at) // max(1, npool) // 128 * 128
         for k in range(self.K):
             if k not in convs:
@@ -123,6 +138,7 @@ class _Plan:
         for k in range(self.K):
             self.sem_base.append(base)
             base += SEMS["conv" if k in self.geo else "pool"]
+        base += 2 if add is not None else 0        # the residual's load and the add (s7, s8 of the last op)
         if base > cfg.semaphores:
             raise CompileError(f"{self.K} ops need {base} semaphores, the machine has {cfg.semaphores}")
 
@@ -154,6 +170,8 @@ class _Plan:
                 nu += conv_lowering.nu_cycles(g, th, w)
                 if not g.rq:        # else nu.conv.rq requantises on the NU
                     vu += 2 * th * w * g.o * 4 // self.cfg.vu_bytes_per_cycle
+                if self.add is not None and k == self.K - 1:
+                    vu += th * w * g.o // self.cfg.vu_bytes_per_cycle
             else:
                 kh, kw = o.largest.kernel
                 vu += self.out_c[k] * th * w * kh * kw // self.cfg.vu_bytes_per_cycle
@@ -198,6 +216,8 @@ def _reuse_needs_wait(p: _Plan) -> bool:
     before it ran in the step between on the same units and queues (a conv before anything, or a pool
     before a pool): the CU waited for that op's store, queued behind the last op's; and it ran whenever the
     last op runs if the last op takes no rows below its own (bottom padding 0)."""
+    if p.add is not None:       # its residual's rows are loaded into the set the store of two steps ago read
+        return True
     last, before = p.K - 1, p.K - 2
     same_units = before in p.geo or last not in p.geo
     return not (same_units and p.ops[last].largest.padding[2] == 0)
@@ -234,6 +254,9 @@ def program_text(p: _Plan) -> str:
           f"        .buffer x, int8, ({', '.join(map(str, x_max))},)", f"        .space {int(np.prod(x_max))}",
           "        .align 64", f"        .buffer y, int8, ({', '.join(map(str, y_max))},)",
           f"        .space {int(np.prod(y_max))}"]
+    if p.add is not None:       # the add's other input, as large as y
+        L += ["        .align 64", f"        .buffer xr, int8, ({', '.join(map(str, y_max))},)",
+              f"        .space {int(np.prod(y_max))}"]
     for k in p.geo:
         L += conv_lowering.constant_data(p.geo[k], f"F{k}_")
     L += ["        .align 64", f"fused_rows:                             ; last op's rows per tile, by width from "
@@ -307,8 +330,13 @@ def program_text(p: _Plan) -> str:
             g = p.geo[k]
             conv_lowering.padded_width(sub, g)
             conv_lowering.fixed_params(sub, g)
+            epilogue = None
+            if k == p.K - 1 and p.add is not None:
+                _residual_loads(sub, p, g)
+                epilogue = _add_epilogue(p, g)
             # only the first conv waits for its weights: the others' are queued on ch0 ahead of the loads
-            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv)
+            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv,
+                                    epilogue=epilogue)
             if k == first_conv:
                 sub.i("li      r1, 0")
             store = conv_lowering.S_STORE
@@ -337,13 +365,73 @@ def program_text(p: _Plan) -> str:
     return "\n".join(L) + "\n"
 
 
-def lower_fused(ops: list[DynamicOp], cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:
-    """A fused dynamic chain's (assembly, .incbin files, last op's rows per tile by width)."""
+S_RES, S_ADD = "s7", "s8"      # the last op's: its residual rows loaded, its add done (block by block)
+
+
+def _residual_loads(em: Emit, p: _Plan, g) -> None:
+    """The add's other input, the step's rows of the last conv's output, DDR (buffer xr) -> VBUF laid out as
+    the conv's rows ([block][pixel][C], the set's residual area), one DMA a block on ch1; the last signals."""
+    o = p.out_c[p.K - 1]
+    em.e("        ; the residual's rows of this step: DDR -> VBUF as the conv's rows lie ([block][pixel][C])")
+    pix, src, dst = T[0], T[1], T[2]
+    em.i(f"mul     {pix}, {RTH}, {ROW}")
+    ddr_io(o, o, y="xr").dst(em, src, T[3])
+    em.i(f"muli    {dst}, {RB}, {g.vb}")
+    em.i(f"addi    {dst}, {dst}, {p.res_at}")
+    em.i(f"muli    {T[3]}, {ROHW}, {g.C}")
+    em.i(f"slli    {T[4]}, {pix}, {g.C.bit_length() - 1}")
+    for ob in range(g.out_cb):
+        cv = min(g.C, o - ob * g.C)
+        if ob:
+            em.i(f"add     {src}, {src}, {T[3]}")
+            em.i(f"add     {dst}, {dst}, {T[4]}")
+        em.dma_box(1, [(pix, 1, g.C, 0, 0), (cv, ROHW, 1, 0, 0)])
+        sig = f", signal={S_RES}" if ob == g.out_cb - 1 else ""
+        em.i(f"dma     ch1, vbuf0[{dst}], ddr[{src}]{sig}")
+
+
+def _add_epilogue(p: _Plan, g):
+    """The tile body's hook before block ob's store: the add of the block's rows and the residual's on the
+    VU (the first block's add behind a one-element vu.mov that takes the residual's token), in place in
+    the add's a operand; returns (the store's source, the semaphore it waits for)."""
+    add, side = p.add
+    from .dynamic_elementwise import vu_command
+    cmd = vu_command(add.largest)
+    if cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
+        raise CompileError(f"an add after a fused chain: {cmd.mnemonic} has no fused form")
+
+    def epilogue(em: Emit, ob: int, ysrc: str, cv) -> tuple[str, str]:
+        res = T[11]
+        em.i(f"addi    {res}, {ysrc}, {p.res_at - g.sets}")       # the residual area: the same offset in its set
+        if ob == 0:
+            em.setp("vu.n0", 1)
+            for q in ("n1", "n2", "n3"):
+                em.setp(f"vu.{q}", 1)
+            em.i(f"vu.mov  vu0, i8, {res}, i8, {res}, wait={S_RES}")
+            for q, v in (("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1), ("d_stride1", g.C),
+                         ("a_stride1", g.C), ("b_stride1", g.C), *cmd.scalars.items()):
+                em.setp(f"vu.{q}", v)
+            em.setp("vu.n1", RPIX)
+        em.setp("vu.n0", cv)
+        a, b = (ysrc, res) if side == 0 else (res, ysrc)
+        em.i(f"{cmd.mnemonic} vu0, {a}, {a}, {b}, wait={conv_lowering.S_NU}, signal={S_ADD}")
+        return a, S_ADD
+    return epilogue
+
+
+def lower_fused(ops: list[DynamicOp], cfg: Config,
+                add: tuple[DynamicOp, int] | None = None) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A fused dynamic chain's (assembly, .incbin files, last op's rows per tile by width); with add = (an
+    add or mul, which of its inputs the chain's output is), that op too, its other input from DDR buffer
+    xr."""
     for k in range(1, len(ops)):
         if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
             raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
                                f"{ops[k - 1].largest.output.shape[1]}")
-    p = _Plan(ops, cfg)
+    x = ops[-1].x_shape
+    if add is not None and tuple(add[0].x_shape) != (x[0], ops[-1].largest.output.shape[1], x[2], x[3]):
+        raise CompileError("an add after a fused chain must have the chain's output shape")
+    p = _Plan(ops, cfg, add)
     files = {}
     for k, g in p.geo.items():
         files.update({f"F{k}_{name}": blob for name, blob in conv_lowering.constants(g).items()})
