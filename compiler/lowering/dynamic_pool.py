@@ -19,15 +19,17 @@ from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _axis,
-                      axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows, next_tile,
-                      target_notes)
+from .dynamic import (RAB, RB, RH, RHW, RI, RIB, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit,
+                      TileIO, _axis, axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows,
+                      next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
 SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
 MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
 CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
+RFH, RFW = RIB, RAB      # the end of the output rows, columns whose windows hold no padding (a conv's buffer
+                         # offsets: free in a pool program)
 
 
 def tile_rows(op: DynamicOp, cfg: Config) -> int:
@@ -149,6 +151,18 @@ def per_position(op: DynamicOp) -> bool:
     return big.mode == "avg" and not big.count_include_pad
 
 
+def split_windows(op: DynamicOp, engine: str) -> bool:
+    """Does each tile run its windows that hold no padding as one command on one count (the window size,
+    read once a plane) and only its border bands on the per-position counts, as the static lowering does
+    (vu.PoolLowering._windows)?  An average that does not count the padding, on the sliding-window engine,
+    where a count an output costs four bytes against the output's one; where the smallest shape's windows
+    reach past neither end of the plane (so the CU computes where they stop without a negative divide)."""
+    big, small = op.largest, op.smallest
+    (kh, kw), (pt, pl, _, _) = big.kernel, big.padding
+    _, _, h, w = small.x_shape
+    return per_position(op) and engine == "slide" and h + pt >= kh and w + pl >= kw
+
+
 def set_bytes(op: DynamicOp, th: int) -> int:
     """Bytes of one buffer set (input rows with halo, output rows) at th output rows and the largest width."""
     big: Pool2d = op.largest
@@ -193,13 +207,15 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
           f"        .space {c * h_max * w_max * big.x_shape[0]}", "        .align 64",
           f"        .buffer y, {big.output.dtype}, ({', '.join(map(str, big.output.shape))},)",
           f"        .space {big.output.nbytes}"]
-    if big.mode == "avg" and not per_position(op):
-        L += ["        .align 64", "pool_div:                               ; the window size (count_include_pad)",
+    engine = window_engine(op, cfg, th)
+    split = split_windows(op, engine)
+    if big.mode == "avg" and (not per_position(op) or split):
+        L += ["        .align 64", "pool_div:                               ; the window size: every count with "
+                                    "count_include_pad, else the windows without padding's",
               f"        .word {kh * kw}"]
     if per_position(op):
         L += ["        .align 64", "pool_ones:                              ; one row of ones: a tile's counts",
               f"        .space {w_max}, 1"]
-    engine = window_engine(op, cfg, th)
     table = rows_table(op, cfg, engine, th)          # max pools; two tiles an image for the others
     if table is not None:
         L += ["        .align 64", f"pool_rows:                              ; rows per tile by input height from "
@@ -209,8 +225,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     e, i = em.e, em.i
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
-    if big.mode == "avg" and not per_position(op):  # the divisor into VBUF after the two sets, ahead of the
-                                                    # first load on ch0
+    if big.mode == "avg" and (not per_position(op) or split):   # the divisor into VBUF after the two sets,
+                                                                # ahead of the first load on ch0
         for p, v in (("elem", 4), ("pad_value", 0), ("size0", 1), ("src_stride0", 4), ("dst_stride0", 4)) + tuple(
                 (f"{q}{k}", 1 if q == "size" else 0) for k in (1, 2, 3) for q in ("size", "src_stride", "dst_stride")) \
                 + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi")):
@@ -220,6 +236,12 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
         i(f"dma     ch0, vbuf0[{T[1]}], ddr[{T[0]}]")
     emit_out_size(i, ROH, RH, pt + pb - kh, sh, T[0])
     emit_out_size(i, ROW, RW, pl + pr - kw, sw, T[0])
+    if split:
+        e("        ; the output rows and columns whose windows end inside the plane: [.., RFH), [.., RFW)")
+        emit_out_size(i, RFH, RH, pt - kh, sh, T[0])
+        i(f"min     {RFH}, {RFH}, {ROH}")
+        emit_out_size(i, RFW, RW, pl - kw, sw, T[0])
+        i(f"min     {RFW}, {RFW}, {ROW}")
     i(f"addi    {RWP}, {RW}, {pl + pr}")
     i(f"mul     {RHW}, {RH}, {RW}")
     i(f"mul     {ROHW}, {ROH}, {ROW}")
@@ -251,7 +273,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
     e("free:")
-    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th), engine)
+    tile_body(em, op, ddr_io(c, c, y_bytes=out_bytes(op)), set_bytes(op, th), 0, 2 * set_bytes(op, th), engine,
+              split)
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
     L += next_tile() + drain_and_halt(RPEND, S_STORE)
@@ -259,10 +282,10 @@ def program_text(op: DynamicOp, cfg: Config, th: int) -> str:
 
 
 def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0, div_at: int = 0,
-              engine: str = "pool") -> None:
+              engine: str = "pool", split: bool = False) -> None:
     """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB (set_size bytes each from
     VBUF offset vbuf; an average pool's window size at VBUF div_at; a summing pool's windows on
-    vu.<engine>.*: window_engine)."""
+    vu.<engine>.*: window_engine; split: split_windows, with RFH and RFW set)."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     c = big.x_shape[1]
@@ -332,9 +355,13 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     elif big.mode == "sum":
         i(f"vu.{engine}.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
     else:           # b: the counts, or the window size (one int32 word every output reads)
+        avg = f"vu.{engine}.{'favg' if big.is_float else 'avg'}"
         if not per_position(op):
             i(f"li      {T[5]}, {div_at}")
-        i(f"vu.{engine}.{'favg' if big.is_float else 'avg'} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
+        if split:
+            split_avg(em, op, avg, outb, inb, T[5], div_at)
+        else:
+            i(f"{avg} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
     io.dst(em, src, T[0])
     if ob > 1:                                      # int32 sums: strides in bytes
@@ -354,6 +381,89 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     if ob > 1:
         for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1)):
             i(f"setpi   dma.{p}, {v}")
+
+
+def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, div_at: int) -> None:
+    """The tile's average as the static lowering splits it: the border bands (rows above and below, then
+    columns left and right of the windows without padding) on the counts at cnt, each skipped when
+    empty, then the windows without padding on the window size at VBUF div_at (b strides 0: read once a
+    plane), which signals the store; a tile with no such window runs whole on the counts.  The VU runs
+    them in order after the counts, which waited for the load."""
+    e, i = em.e, em.i
+    big: Pool2d = op.largest
+    (sh, sw), (pt, pl, _, _) = big.stride, big.padding
+    i0, j0 = -(-pt // sh), -(-pl // sw)
+    top, bottom, n = T[1], T[3], T[4]
+    e(f"        ; the tile's rows whose windows hold no padding: [{top}, {bottom})")
+    i(f"li      {top}, {i0}")
+    i(f"sub     {top}, {top}, {ROH0}")
+    i(f"max     {top}, {top}, r0")
+    i(f"min     {top}, {top}, {RTH}")
+    i(f"sub     {bottom}, {RFH}, {ROH0}")
+    i(f"max     {bottom}, {bottom}, r0")
+    i(f"min     {bottom}, {bottom}, {RTH}")
+    i(f"bge     {top}, {bottom}, pool_whole")
+    i(f"li      {n}, {j0}")
+    i(f"bge     {n}, {RFW}, pool_whole")
+
+    def rect(first_row: str | None, rows: str, first_col: str | int, cols: str | int, b: str | int) -> None:
+        """The average over `rows` output rows from first_row (a register; None: the tile's first) x `cols`
+        columns from first_col, its b the counts from register b on, or, b an int, the one count at VBUF
+        b (the last command: it signals the store)."""
+        em.setp("vu.n0", cols)
+        em.setp("vu.n1", rows)
+        off, d, a, bb = T[0], T[2], T[9], T[11]
+        if first_row is None:
+            i(f"li      {off}, 0")
+            i(f"li      {a}, 0")
+        else:
+            i(f"mul     {off}, {first_row}, {ROW}")
+            i(f"mul     {a}, {first_row}, {RWP}")
+            if sh > 1:
+                i(f"muli    {a}, {a}, {sh}")
+        if isinstance(first_col, str):
+            i(f"add     {off}, {off}, {first_col}")
+            i(f"muli    {d}, {first_col}, {sw}")
+            i(f"add     {a}, {a}, {d}")
+        elif first_col:
+            i(f"addi    {off}, {off}, {first_col}")
+            i(f"addi    {a}, {a}, {first_col * sw}")
+        i(f"add     {d}, {off}, {outb}")
+        i(f"add     {a}, {a}, {inb}")
+        if isinstance(b, int):
+            i(f"li      {bb}, {b}")
+            i(f"{avg} vu0, {d}, {a}, {bb}, signal={S_VU}")
+        else:
+            i(f"slli    {bb}, {off}, 2")
+            i(f"add     {bb}, {bb}, {b}")
+            i(f"{avg} vu0, {d}, {a}, {bb}")
+
+    e("        ; border bands on the counts: the rows above, the rows below")
+    i(f"beq     {top}, r0, pool_top")
+    rect(None, top, 0, ROW, cnt)
+    e("pool_top:")
+    i(f"sub     {n}, {RTH}, {bottom}")
+    i(f"beq     {n}, r0, pool_bottom")
+    rect(bottom, n, 0, ROW, cnt)
+    e("pool_bottom:")
+    e("        ; the columns left and right of the windows without padding")
+    i(f"sub     {n}, {bottom}, {top}")
+    if j0:
+        rect(top, n, 0, j0, cnt)
+    cols = T[8]                                     # the plane's size is set (a_stride2): free
+    i(f"sub     {cols}, {ROW}, {RFW}")
+    i(f"beq     {cols}, r0, pool_right")
+    rect(top, n, RFW, cols, cnt)
+    e("pool_right:")
+    e("        ; the windows without padding: one count, read once a plane")
+    for p in ("b_stride0", "b_stride1"):
+        i(f"setpi   vu.{p}, 0")
+    i(f"addi    {cols}, {RFW}, {-j0}")
+    rect(top, n, j0, cols, div_at)
+    i("jal     r0, pool_done")
+    e("pool_whole:")
+    i(f"{avg} vu0, {outb}, {inb}, {cnt}, signal={S_VU}")
+    e("pool_done:")
 
 
 def lower_pool(op: DynamicOp, cfg: Config):
