@@ -32,7 +32,7 @@ MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word
 CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
 RCC = RVB                # channels in this tile (a tile of whole planes: a conv's VBUF offset, free in a pool program)
-S_CONST = "s3"           # the divisor and the plane of ones, on ch1 beside the first load, once a run
+S_CONST = "s3"           # the divisor or the plane of ones, on ch1 beside the first load, once a run
 RFH, RFW = RIB, RAB      # the end of the output rows, columns whose windows hold no padding (a conv's buffer
                          # offsets: free in a pool program)
 
@@ -235,9 +235,9 @@ def fixed_vu(em: Emit, op: DynamicOp) -> None:
             em.i(f"setpi   vu.{p}, {v}")
 
 
-def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
+def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int = 2) -> str:
     """The assembly of the dynamic pool: tiles of th rows of every channel, or (group) whole planes of group
-    channels."""
+    channels, in `sets` buffer sets."""
     big: Pool2d = op.largest
     n, c, h, w = op.x_shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = big.kernel, big.stride, big.padding
@@ -245,7 +245,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     _, _, h_max, w_max = big.x_shape
     idx = {d.name: k for k, d in enumerate(op.dims)}
     tiles = f"whole planes of {group} channels a tile" if group else f"{th} output rows per tile"
-    L = [f"; dynamic kernel: {op!r}", f"; {tiles}; two buffer sets", ""]
+    L = [f"; dynamic kernel: {op!r}", f"; {tiles}; {sets} buffer sets", ""]
     L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
     L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), _axis(h, pt + pb - kh, sh),
                                                    _axis(w, pl + pr - kw, sw)])]
@@ -256,12 +256,12 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
           f"        .space {big.output.nbytes}"]
     engine = window_engine(op, cfg, th, group)
     split = split_windows(op, engine, group)
-    div_at = 2 * set_bytes(op, th, group)             # VBUF: the two sets, the divisor, the ones, the counts
+    div_at = sets * set_bytes(op, th, group)          # VBUF: the sets, the divisor, the ones, the counts
     ones_at = div_at + 64
     counts_at = ones_at + once_bytes(op)[0]
-    if big.mode == "avg" and (not per_position(op) or split):
-        L += ["        .align 64", "pool_div:                               ; the window size: every count with "
-                                    "count_include_pad, else the windows without padding's",
+    divisor = big.mode == "avg" and not per_position(op)
+    if divisor:
+        L += ["        .align 64", "pool_div:                               ; the window size (count_include_pad)",
               f"        .word {kh * kw}"]
     if per_position(op):
         L += ["        .align 64", "pool_ones:                              ; one row of ones: the counts",
@@ -276,7 +276,6 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     for reg, d in ((RN, n), (RH, h), (RW, w)):
         i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
     once = bool(group) and per_position(op)       # the counts made once (once_counts)
-    divisor = big.mode == "avg" and (not per_position(op) or split)
     emit_out_size(i, ROH, RH, pt + pb - kh, sh, T[0])
     emit_out_size(i, ROW, RW, pl + pr - kw, sw, T[0])
     i(f"addi    {RWP}, {RW}, {pl + pr}")
@@ -303,8 +302,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
 
     def first(em: Emit) -> None:
         """What the run sets up once, after the first tile's load is on its way: the VU's fixed parameters,
-        where the windows without padding stop, the divisor and the counts made once (on ch1, beside the
-        load; the VU takes their token before any window command)."""
+        where the windows without padding stop, the divisor or the counts made once (on ch1, beside the
+        load; the VU takes its token before any window command)."""
         fixed_vu(em, op)
         if split:
             e("        ; the output rows and columns whose windows end inside the plane: [.., RFH), [.., RFW)")
@@ -318,14 +317,14 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
                 i(f"setpi   dma.{p}, {v}")
             i(f"la      {T[0]}, pool_div")
             i(f"li      {T[1]}, {div_at}")
-            i(f"dma     ch1, vbuf0[{T[1]}], ddr[{T[0]}]{'' if once else f', signal={S_CONST}'}")
-        if once:
-            once_counts(em, op, engine, ones_at, counts_at)
-        elif divisor:       # a command takes one token: a one-word copy of the divisor onto itself takes it
+            i(f"dma     ch1, vbuf0[{T[1]}], ddr[{T[0]}], signal={S_CONST}")
+            # a command takes one token: a one-word copy of the divisor onto itself takes it
             for p in ("n0", "n1", "n2"):
                 i(f"setpi   vu.{p}, 1")
             i(f"li      {T[1]}, {div_at}")
             i(f"vu.mov  vu0, i32, {T[1]}, i32, {T[1]}, wait={S_CONST}")
+        if once:
+            once_counts(em, op, engine, ones_at, counts_at)
 
     i(f"li      {RI}, 0")
     i(f"li      {RB}, 0")
@@ -338,7 +337,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     e("tile:")
     i(f"sub     {RTH}, {ROH}, {ROH0}")
     i(f"min     {RTH}, {RTH}, {RMAX}")
-    i(f"li      {T[0]}, 2")
+    i(f"li      {T[0]}, {sets}")
     i(f"blt     {RPEND}, {T[0]}, free")
     i(f"sem.wait {S_STORE}")
     i(f"addi    {RPEND}, {RPEND}, -1")
@@ -347,7 +346,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
               split, group, counts_at if once else None, first)
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
-    L += next_tile(2, -(-c // group) if group else 0) + drain_and_halt(RPEND, S_STORE)
+    L += next_tile(sets, -(-c // group) if group else 0) + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
 
 
@@ -481,7 +480,7 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
         if not per_position(op):
             i(f"li      {T[5]}, {div_at}")
         if split:
-            split_avg(em, op, avg, outb, inb, T[5], div_at, first_waits=not tile_counts)
+            split_avg(em, op, avg, outb, inb, T[5], first_waits=not tile_counts)
         else:
             i(f"{avg} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
@@ -514,14 +513,14 @@ def channel_offset(em: Emit, reg: str, plane: str, group: int, size: int, tmp: s
     em.i(f"add     {reg}, {reg}, {tmp}")
 
 
-def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, div_at: int,
-              first_waits: bool = False) -> None:
+def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, first_waits: bool = False) -> None:
     """The tile's average as the static lowering splits it: the border bands (rows above and below, then
     columns left and right of the windows without padding) on the counts at cnt, each skipped when
-    empty, then the windows without padding on the window size at VBUF div_at (b strides 0: read once a
-    plane), which signals the store; a tile with no such window runs whole on the counts.  The VU runs
-    them in order after the counts, which waited for the load; or, first_waits (the counts were made once,
-    and the tile is a whole plane, so the band above holds the first row), the band above waits for it."""
+    empty, then the windows without padding on one count, their first (which is the window size), read
+    once a plane (b strides 0), which signals the store; a tile with no such window runs whole on the
+    counts.  The VU runs them in order after the counts, which waited for the load; or, first_waits (the
+    counts were made once, and the tile is a whole plane, so the band above holds its first row), the
+    band above waits for it."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     (sh, sw), (pt, pl, _, _) = big.stride, big.padding
@@ -539,11 +538,10 @@ def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, 
     i(f"li      {n}, {j0}")
     i(f"bge     {n}, {RFW}, pool_whole")
 
-    def rect(first_row: str | None, rows: str, first_col: str | int, cols: str | int, b: str | int,
-             wait: str = "") -> None:
+    def rect(first_row: str | None, rows: str, first_col: str | int, cols: str | int, wait: str = "",
+             signal: bool = False) -> None:
         """The average over `rows` output rows from first_row (a register; None: the tile's first) x `cols`
-        columns from first_col, its b the counts from register b on, or, b an int, the one count at VBUF
-        b (the last command: it signals the store)."""
+        columns from first_col, its b the counts from the first output's on (signal: the last command)."""
         em.setp("vu.n0", cols)
         em.setp("vu.n1", rows)
         off, d, a, bb = T[0], T[2], T[9], T[11]
@@ -564,39 +562,35 @@ def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, 
             i(f"addi    {a}, {a}, {first_col * sw}")
         i(f"add     {d}, {off}, {outb}")
         i(f"add     {a}, {a}, {inb}")
-        if isinstance(b, int):
-            i(f"li      {bb}, {b}")
-            i(f"{avg} vu0, {d}, {a}, {bb}, signal={S_VU}")
-        else:
-            i(f"slli    {bb}, {off}, 2")
-            i(f"add     {bb}, {bb}, {b}")
-            i(f"{avg} vu0, {d}, {a}, {bb}{wait}")
+        i(f"slli    {bb}, {off}, 2")
+        i(f"add     {bb}, {bb}, {cnt}")
+        i(f"{avg} vu0, {d}, {a}, {bb}{wait}{f', signal={S_VU}' if signal else ''}")
 
     e("        ; border bands on the counts: the rows above, the rows below")
     if first_waits:                                 # top >= 1 here: the band above runs first
-        rect(None, top, 0, ROW, cnt, f", wait={S_LOAD}")
+        rect(None, top, 0, ROW, f", wait={S_LOAD}")
     else:
         i(f"beq     {top}, r0, pool_top")
-        rect(None, top, 0, ROW, cnt)
+        rect(None, top, 0, ROW)
         e("pool_top:")
     i(f"sub     {n}, {RTH}, {bottom}")
     i(f"beq     {n}, r0, pool_bottom")
-    rect(bottom, n, 0, ROW, cnt)
+    rect(bottom, n, 0, ROW)
     e("pool_bottom:")
     e("        ; the columns left and right of the windows without padding")
     i(f"sub     {n}, {bottom}, {top}")
     if j0:
-        rect(top, n, 0, j0, cnt)
+        rect(top, n, 0, j0)
     cols = T[8]                                     # the plane's size is set (a_stride2): free
     i(f"sub     {cols}, {ROW}, {RFW}")
     i(f"beq     {cols}, r0, pool_right")
-    rect(top, n, RFW, cols, cnt)
+    rect(top, n, RFW, cols)
     e("pool_right:")
     e("        ; the windows without padding: one count, read once a plane")
     for p in ("b_stride0", "b_stride1"):
         i(f"setpi   vu.{p}, 0")
     i(f"addi    {cols}, {RFW}, {-j0}")
-    rect(top, n, j0, cols, div_at)
+    rect(top, n, j0, cols, signal=True)
     i("jal     r0, pool_done")
     e("pool_whole:")
     i(f"{avg} vu0, {outb}, {inb}, {cnt}, {f'wait={S_LOAD}, ' if first_waits else ''}signal={S_VU}")
@@ -615,5 +609,6 @@ def lower_pool(op: DynamicOp, cfg: Config):
                                f"narrow the range to exclude that shape")
     group = planes_group(op, cfg)
     th = big.out_hw[0] if group else tile_rows(op, cfg)
-    asm = program_text(op, cfg, th, group)
+    sets = 3 if group and 3 * set_bytes(op, th, group) + 64 + sum(once_bytes(op)) <= cfg.vbuf_bytes else 2
+    asm = program_text(op, cfg, th, group, sets)
     return fold_channels(asm, cfg.dma_channels), {}, None
