@@ -21,18 +21,21 @@ from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
-from .dynamic import (RAB, RB, RH, RHW, RI, RIB, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RVB, RW, RWP, Emit,
+from .dynamic import (RAB, RB, RH, RHW, RI, RIB, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RVB, RW, RWP,
+                      Emit,
                       TileIO, _axis, axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows,
                       next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
+S_LOAD_B = "s4"          # tiles of whole planes: every other tile's load, on ch1
 SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
 MIN_GROUPS = 4           # a summing pool of this many channels or more: whole planes of about 1/4 of them a tile
 MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
 CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
-RCC = RVB                # channels in this tile (a tile of whole planes: a conv's VBUF offset, free in a pool program)
-S_CONST = "s3"           # the divisor or the plane of ones, on ch1 beside the first load, once a run
+RCC, RODD = RVB, RPIX    # tiles of whole planes: this tile's channels, and 1 on every other tile (a conv's
+                         # registers, free in a pool program)
+S_CONST = "s3"           # the divisor or the plane of ones, on ch3 beside the first load, once a run
 RFH, RFW = RIB, RAB      # the end of the output rows, columns whose windows hold no padding (a conv's buffer
                          # offsets: free in a pool program)
 
@@ -155,19 +158,16 @@ def per_position(op: DynamicOp) -> bool:
     return big.mode == "avg" and not big.count_include_pad
 
 
-def split_windows(op: DynamicOp, engine: str, group: int = 0) -> bool:
+def split_windows(op: DynamicOp, engine: str) -> bool:
     """Does each tile run its windows that hold no padding as one command on one count (the window size,
     read once a plane) and only its border bands on the per-position counts, as the static lowering does
     (vu.PoolLowering._windows)?  An average that does not count the padding, on the sliding-window engine,
     where a count an output costs four bytes against the output's one; where the smallest shape's windows
-    reach past neither end of the plane (so the CU computes where they stop without a negative divide).
-    Tiles of whole planes (group) need a top padding too: the band above is the first command, which waits
-    for the load."""
+    reach past neither end of the plane (so the CU computes where they stop without a negative divide)."""
     big, small = op.largest, op.smallest
     (kh, kw), (pt, pl, _, _) = big.kernel, big.padding
     _, _, h, w = small.x_shape
-    return (per_position(op) and engine == "slide" and h + pt >= kh and w + pl >= kw
-            and (pt > 0 or not group))
+    return per_position(op) and engine == "slide" and h + pt >= kh and w + pl >= kw
 
 
 def set_bytes(op: DynamicOp, th: int, group: int = 0) -> int:
@@ -255,7 +255,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
           f"        .buffer y, {big.output.dtype}, ({', '.join(map(str, big.output.shape))},)",
           f"        .space {big.output.nbytes}"]
     engine = window_engine(op, cfg, th, group)
-    split = split_windows(op, engine, group)
+    split = split_windows(op, engine)
     div_at = sets * set_bytes(op, th, group)          # VBUF: the sets, the divisor, the ones, the counts
     ones_at = div_at + 64
     counts_at = ones_at + once_bytes(op)[0]
@@ -302,8 +302,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
 
     def first(em: Emit) -> None:
         """What the run sets up once, after the first tile's load is on its way: the VU's fixed parameters,
-        where the windows without padding stop, the divisor or the counts made once (on ch1, beside the
-        load; the VU takes its token before any window command)."""
+        where the windows without padding stop, the divisor or the counts made once (on ch3, beside the
+        loads; the VU takes its token before any window command)."""
         fixed_vu(em, op)
         if split:
             e("        ; the output rows and columns whose windows end inside the plane: [.., RFH), [.., RFW)")
@@ -317,7 +317,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
                 i(f"setpi   dma.{p}, {v}")
             i(f"la      {T[0]}, pool_div")
             i(f"li      {T[1]}, {div_at}")
-            i(f"dma     ch1, vbuf0[{T[1]}], ddr[{T[0]}], signal={S_CONST}")
+            i(f"dma     ch3, vbuf0[{T[1]}], ddr[{T[0]}], signal={S_CONST}")
             # a command takes one token: a one-word copy of the divisor onto itself takes it
             for p in ("n0", "n1", "n2"):
                 i(f"setpi   vu.{p}, 1")
@@ -329,6 +329,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
     i(f"li      {RI}, 0")
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
+    if group:
+        i(f"li      {RODD}, 0")
     e("batch:")
     if group:
         i("li      r1, 0")                             # r1: the channel group
@@ -346,6 +348,8 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
               split, group, counts_at if once else None, first)
     i(f"setpi   dma.pad_lo0, {pl}")
     i(f"setpi   dma.pad_hi0, {pr}")
+    if group:
+        i(f"xori    {RODD}, {RODD}, 1")
     L += next_tile(sets, -(-c // group) if group else 0) + drain_and_halt(RPEND, S_STORE)
     return "\n".join(L) + "\n"
 
@@ -353,7 +357,7 @@ def program_text(op: DynamicOp, cfg: Config, th: int, group: int = 0, sets: int 
 def once_counts(em: Emit, op: DynamicOp, engine: str, ones_at: int, counts_at: int) -> None:
     """Each output's count of real elements, once a run for tiles of whole planes (in the first tile, whose
     rows RTH from ROH0 = 0 are the plane's): a plane of ones (one row of ones in DDR read every row, the
-    padding 0) into VBUF at ones_at on ch1, its window sums (int32) at counts_at."""
+    padding 0) into VBUF at ones_at on ch3, its window sums (int32) at counts_at."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     (kh, _), (sh, _), (pt, pl, _, pr) = big.kernel, big.stride, big.padding
@@ -366,7 +370,7 @@ def once_counts(em: Emit, op: DynamicOp, engine: str, ones_at: int, counts_at: i
         em.setp(f"dma.{p}", v)
     i(f"la      {T[0]}, pool_ones")
     i(f"li      {T[1]}, {ones_at}")
-    i(f"dma     ch1, vbuf0[{T[1]}], ddr[{T[0]}], signal={S_CONST}")
+    i(f"dma     ch3, vbuf0[{T[1]}], ddr[{T[0]}], signal={S_CONST}")
     i(f"setpi   dma.pad_value, {pad_value(op)}")
     i(f"slli    {T[2]}, {ROW}, 2")
     i(f"muli    {T[0]}, {RWP}, {sh}")
@@ -433,7 +437,15 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     em.setp("dma.size2", chans)
     i("setpi   dma.pad_lo2, 0")
     i("setpi   dma.pad_hi2, 0")
-    i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
+    if group:       # every other tile on ch1: its DDR latency under the other's transfer, its own token
+        i(f"bne     {RODD}, r0, pool_odd")
+        i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
+        i("jal     r0, pool_loaded")
+        e("pool_odd:")
+        i(f"dma     ch1, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD_B}")
+        e("pool_loaded:")
+    else:
+        i(f"dma     ch0, vbuf0[{inb}], {io.src_space}[{src}], signal={S_LOAD}")
     if first is not None:
         e("        ; the first tile only (no store is pending yet)")
         i(f"bne     {RPEND}, r0, pool_first")
@@ -443,6 +455,16 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
     i(f"mul     {T[10]}, {RTH}, {ROW}")                # one channel's output
     i(f"muli    {T[0]}, {RWP}, {sh}")
     load_wait = f"wait={S_LOAD}, "
+    if group:       # a command takes one token: a one-byte copy of the input onto itself takes this tile's
+        for p in ("n0", "n1", "n2"):
+            i(f"setpi   vu.{p}, 1")
+        i(f"bne     {RODD}, r0, pool_odd_wait")
+        i(f"vu.mov  vu0, i8, {inb}, i8, {inb}, wait={S_LOAD}")
+        i("jal     r0, pool_waited")
+        e("pool_odd_wait:")
+        i(f"vu.mov  vu0, i8, {inb}, i8, {inb}, wait={S_LOAD_B}")
+        e("pool_waited:")
+        load_wait = ""                              # the VU runs its commands in order: after the copy
     if per_position(op) and not tile_counts:        # made once a run; per position: 4 bytes, a row of them
         i(f"li      {T[5]}, {counts_at}")
         i(f"slli    {T[2]}, {ROW}, 2")
@@ -472,15 +494,15 @@ def tile_body(em: Emit, op: DynamicOp, io: TileIO, set_size: int, vbuf: int = 0,
         i(f"setp    vu.{p}, {v}, 0")
     em.setp("vu.n2", chans)
     if big.mode == "max":
-        i(f"vu.pool.max vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+        i(f"vu.pool.max vu0, {outb}, {inb}, {load_wait}signal={S_VU}")
     elif big.mode == "sum":
-        i(f"vu.{engine}.acc vu0, {outb}, {inb}, wait={S_LOAD}, signal={S_VU}")
+        i(f"vu.{engine}.acc vu0, {outb}, {inb}, {load_wait}signal={S_VU}")
     else:           # b: the counts, or the window size (one int32 word every output reads)
         avg = f"vu.{engine}.{'favg' if big.is_float else 'avg'}"
         if not per_position(op):
             i(f"li      {T[5]}, {div_at}")
         if split:
-            split_avg(em, op, avg, outb, inb, T[5], first_waits=not tile_counts)
+            split_avg(em, op, avg, outb, inb, T[5])
         else:
             i(f"{avg} vu0, {outb}, {inb}, {T[5]}, {load_wait}signal={S_VU}")
     e("        ; store: per channel th * w out contiguous bytes")
@@ -513,14 +535,12 @@ def channel_offset(em: Emit, reg: str, plane: str, group: int, size: int, tmp: s
     em.i(f"add     {reg}, {reg}, {tmp}")
 
 
-def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, first_waits: bool = False) -> None:
+def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str) -> None:
     """The tile's average as the static lowering splits it: the border bands (rows above and below, then
     columns left and right of the windows without padding) on the counts at cnt, each skipped when
     empty, then the windows without padding on one count, their first (which is the window size), read
     once a plane (b strides 0), which signals the store; a tile with no such window runs whole on the
-    counts.  The VU runs them in order after the counts, which waited for the load; or, first_waits (the
-    counts were made once, and the tile is a whole plane, so the band above holds its first row), the
-    band above waits for it."""
+    counts.  The VU runs them in order after a command that took the load's token."""
     e, i = em.e, em.i
     big: Pool2d = op.largest
     (sh, sw), (pt, pl, _, _) = big.stride, big.padding
@@ -538,8 +558,7 @@ def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, 
     i(f"li      {n}, {j0}")
     i(f"bge     {n}, {RFW}, pool_whole")
 
-    def rect(first_row: str | None, rows: str, first_col: str | int, cols: str | int, wait: str = "",
-             signal: bool = False) -> None:
+    def rect(first_row: str | None, rows: str, first_col: str | int, cols: str | int, signal: bool = False) -> None:
         """The average over `rows` output rows from first_row (a register; None: the tile's first) x `cols`
         columns from first_col, its b the counts from the first output's on (signal: the last command)."""
         em.setp("vu.n0", cols)
@@ -564,15 +583,12 @@ def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, 
         i(f"add     {a}, {a}, {inb}")
         i(f"slli    {bb}, {off}, 2")
         i(f"add     {bb}, {bb}, {cnt}")
-        i(f"{avg} vu0, {d}, {a}, {bb}{wait}{f', signal={S_VU}' if signal else ''}")
+        i(f"{avg} vu0, {d}, {a}, {bb}{f', signal={S_VU}' if signal else ''}")
 
     e("        ; border bands on the counts: the rows above, the rows below")
-    if first_waits:                                 # top >= 1 here: the band above runs first
-        rect(None, top, 0, ROW, f", wait={S_LOAD}")
-    else:
-        i(f"beq     {top}, r0, pool_top")
-        rect(None, top, 0, ROW)
-        e("pool_top:")
+    i(f"beq     {top}, r0, pool_top")
+    rect(None, top, 0, ROW)
+    e("pool_top:")
     i(f"sub     {n}, {RTH}, {bottom}")
     i(f"beq     {n}, r0, pool_bottom")
     rect(bottom, n, 0, ROW)
@@ -593,7 +609,7 @@ def split_avg(em: Emit, op: DynamicOp, avg: str, outb: str, inb: str, cnt: str, 
     rect(top, n, j0, cols, signal=True)
     i("jal     r0, pool_done")
     e("pool_whole:")
-    i(f"{avg} vu0, {outb}, {inb}, {cnt}, {f'wait={S_LOAD}, ' if first_waits else ''}signal={S_VU}")
+    i(f"{avg} vu0, {outb}, {inb}, {cnt}, signal={S_VU}")
     e("pool_done:")
 
 
