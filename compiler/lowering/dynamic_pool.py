@@ -1,15 +1,29 @@
 """Max, sum and average pooling over a range of shapes: one program that reads its sizes from an argument block.
 
-Per image and tile of output rows (full tiles, then the remainder), one DMA
+A max pool, and a summing pool of fewer than MIN_GROUPS channels, runs per
+image over tiles of output rows (full tiles, then the remainder): one DMA
 loads every channel's input rows with their halo into VBUF as [c][rows][w
 padded] (padding -128 for max, which never wins), one window command
 (vu.pool.max, or vu.pool.acc / .avg / .favg or their sliding-window forms)
-computes the tile's [c][rows][w out] and one DMA stores it.  An average that
-does not count the padding first pools a plane of ones into per-position
-counts.  Two buffer sets: tile k+1 loads while tile k pools and stores; the
-CU takes tile k-2's store token before reusing a set.  The tile height comes
-from a table by height for a max pool (priced), else is half the output rows,
-at most the largest whose two sets fit VBUF at the largest width.
+computes the tile's [c][rows][w out] and one DMA stores it; two buffer sets,
+the CU taking tile k-2's store token before reusing a set.  The tile height
+comes from a table by height for a max pool (priced), else is half the
+output rows, at most the largest whose two sets fit VBUF at the largest
+width.
+
+Any other summing pool runs as the static lowering does: per image and
+group of about a quarter of the channels, one tile of whole planes (no halo
+read twice, a channel's output one run), in three buffer sets where they fit;
+the tiles load on ch0 and ch1 in turn, each with its own token, so that one
+load's DDR latency hides under the other's transfer.
+
+An average that does not count the padding divides each output by its count
+of real elements, which changes with the shape: the VU pools a plane of ones
+(the padding 0) into the counts, once a run for tiles of whole planes, else
+per tile.  On the sliding-window engine its windows without padding run as
+one command on one count read once a plane, and only the border bands read
+the counts (split_windows), the CU working out per tile where those end.
+The run's constants (the divisor, the ones) come on ch3 beside the first load.
 """
 from __future__ import annotations
 
@@ -21,23 +35,21 @@ from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
-from .dynamic import (RAB, RB, RH, RHW, RI, RIB, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RVB, RW, RWP,
-                      Emit,
+from .dynamic import (RAB, RB, RH, RHW, RI, RIB, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RVB, RW, RWP, Emit,
                       TileIO, _axis, axis_name, ddr_io, drain_and_halt, emit_out_size, fold_channels, halo_rows,
                       next_tile, target_notes)
 
 S_LOAD, S_VU, S_STORE = "s0", "s1", "s2"
+S_CONST = "s3"           # the divisor or the plane of ones, on ch3 beside the first load, once a run
 S_LOAD_B = "s4"          # tiles of whole planes: every other tile's load, on ch1
 SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
 MIN_GROUPS = 4           # a summing pool of this many channels or more: whole planes of about 1/4 of them a tile
 MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
 CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
 T = [f"r{k}" for k in range(19, 31)]
-RCC, RODD = RVB, RPIX    # tiles of whole planes: this tile's channels, and 1 on every other tile (a conv's
-                         # registers, free in a pool program)
-S_CONST = "s3"           # the divisor or the plane of ones, on ch3 beside the first load, once a run
-RFH, RFW = RIB, RAB      # the end of the output rows, columns whose windows hold no padding (a conv's buffer
-                         # offsets: free in a pool program)
+# registers a conv's program uses for its buffer offsets, free in a pool program
+RFH, RFW = RIB, RAB      # the output rows, columns before which the windows hold no padding at the bottom, right
+RCC, RODD = RVB, RPIX    # tiles of whole planes: this tile's channels; 1 on every other tile
 
 
 def tile_rows(op: DynamicOp, cfg: Config) -> int:
@@ -52,7 +64,7 @@ def tile_rows(op: DynamicOp, cfg: Config) -> int:
             break
         best = th
     if not best:
-        raise CompileError(f"dynamic max_pool2d: one output row of {c} channels at width {w} does not fit "
+        raise CompileError(f"dynamic {op.kind}: one output row of {c} channels at width {w} does not fit "
                            f"two buffer sets in VBUF ({cfg.vbuf_bytes} bytes)")
     return best
 
