@@ -734,6 +734,62 @@ def test_removing_any_wait_of_the_new_dynamic_paths_is_caught(what):
     _kill_every_wait(kern, {"x": x}, at_least=3)
 
 
+# ---- summing pools in tiles of whole planes; averages without padding counts split as the static lowering ----
+
+def _avg_exclude(rng, shape, k, stride, pad, float_form):
+    floats = dict(scale_x=np.float32(rng.uniform(0.01, 0.2)), scale_out=np.float32(rng.uniform(0.01, 0.2)),
+                  zp_out=int(rng.integers(-20, 20))) if float_form else {}
+    return ops.avg_pool2d(shape, k, stride, pad, count_include_pad=False, x_zp=int(rng.integers(-128, 128)),
+                          **floats)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), k=st.integers(2, 4), stride=st.sampled_from([1, 2, 3]),
+       pad=st.integers(1, 2), float_form=st.booleans(),
+       draws=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=3))
+def test_averages_without_padding_counts_split_bit_exact_across_the_range(seed, c, k, stride, pad, float_form,
+                                                                          draws):
+    """An average that does not count the padding (integer or float form) on the sliding-window engine: its
+    windows without padding on one count, its border bands on the counts, the CU working out where they end
+    per tile; tiles of whole planes (4 channels or more, the counts made once) or of rows (the counts per
+    tile); shapes drawn in range down to ones where no window is free of padding: bit-exact, race-checked."""
+    rng = np.random.default_rng(seed)
+    pad = min(pad, k - 1)
+    lo = k - pad                             # the smallest shape has one row and column of windows without padding
+    shape = (Dim("n", 1, 2), c, Dim("h", lo, lo + 30), Dim("w", lo, lo + 30))
+    op = _avg_exclude(rng, shape, k, stride, pad, float_form)
+    kern = compiler.build(op)
+    assert ("whole planes of" in kern.asm) == (c >= 4)
+    if "vu.slide" in kern.asm:
+        assert "pool_whole" in kern.asm      # split_windows: on the engine, the smallest shape's windows fit
+    for fn, fh, fw in draws:
+        x = rand8(rng, (1 + round(fn), c, lo + round(30 * fh), lo + round(30 * fw)))
+        np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+
+
+@pytest.mark.parametrize("what", ["exclude, whole planes", "float exclude, rows", "exclude, rows", "sum, whole planes",
+                                  "float avg, whole planes", "avg, rows"])
+def test_removing_any_wait_of_the_split_and_whole_plane_pools_is_caught(what):
+    """The sync mutation test on the split average (per-tile counts, or made once) and on tiles of whole planes
+    (37 channels: groups of 10 and a last of 7; loads on ch0 and ch1 in turn), two images each."""
+    rng = np.random.default_rng(44)
+    c = 3 if what.endswith("rows") else 37
+    shape = (Dim("n", 1, 2), c, Dim("h", 2, 60), Dim("w", 2, 30))
+    floats = dict(scale_x=np.float32(0.05), scale_out=np.float32(0.04), zp_out=2)
+    op = {"exclude, whole planes": lambda: _avg_exclude(rng, shape, 3, 1, 1, False),
+          "float exclude, rows": lambda: _avg_exclude(rng, shape, 3, 2, 1, True),
+          "exclude, rows": lambda: _avg_exclude(rng, shape, 3, 1, 1, False),
+          "sum, whole planes": lambda: ops.sum_pool2d(shape, 2, 2, 0),
+          "float avg, whole planes": lambda: ops.avg_pool2d(shape, 3, 2, 1, x_zp=-3, **floats),
+          "avg, rows": lambda: ops.avg_pool2d(shape, 3, 1, 1, x_zp=7)}[what]()
+    kern = compiler.build(op)
+    assert ("whole planes of 10 channels" in kern.asm) == what.endswith("whole planes")
+    assert ("pool_whole" in kern.asm) == ("exclude" in what)
+    x = rand8(rng, (2, c, 57, 23))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    _kill_every_wait(kern, {"x": x}, at_least=3)
+
+
 def test_a_relu_after_a_max_pool_goes_into_the_conv_before_the_pool():
     """conv -> max pool -> relu: the relu is folded into the conv's output range (a clamp commutes with max),
     so the chain stays fused on chip; the same with fuse=False; both equal to numpy."""
