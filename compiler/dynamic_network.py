@@ -430,7 +430,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     position = {n.name: k for k, n in enumerate(g.nodes)}
     runs.sort(key=lambda run: position[run[0][0].name])
     programs, layers = [], []
-    for k, run in enumerate(runs):
+    for run in runs:
         (node, op, _, _), (_, _, output, _) = run[0], run[-1]
         if buffers[output] == buffers[node.inputs[0]]:          # a flatten: no program
             continue
@@ -453,7 +453,9 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         if add is not None:
             bind["xr"] = buffers[add[2]]
         programs.append((asm, files, bind))
-        layers.append({"name": node.name, "label": f"L{k}_layer", "ops": " -> ".join(w for _, _, _, w in run),
+        # link numbers the programs, and a flatten has none: the label is the program's index
+        layers.append({"name": node.name, "label": f"L{len(programs) - 1}_layer",
+                       "ops": " -> ".join(w for _, _, _, w in run),
                        "in_shapes": [list(g.values[v].shape) for v in node.inputs],
                        "out_shape": list(g.values[output].shape),
                        "macs": sum(int(getattr(n.op, "macs", 0)) for n in nodes),

@@ -358,6 +358,20 @@ def test_an_onnx_classifier_with_a_dynamic_batch_is_bit_exact(fmt, seed, n):
     check_onnx(model, dg, lib, x, {"batch": n}, fmt)
 
 
+def test_layer_stats_after_a_flatten_name_the_layers_that_ran():
+    # each layer's label is its program's (link numbers the programs; a run that needs no program
+    # must not shift the labels after it): the per-layer figures split the run at those labels
+    _, _, lib = onnx_classifier("qoperator")
+    m = compiler.GraphModule(lib)
+    m.set_input(0, np.random.default_rng(3).standard_normal((2, 3, 8, 8)).astype(np.float32))
+    m.run()
+    stats = m.layer_stats()
+    assert [s.name for s in stats] == [layer["name"] for layer in lib.meta["layers"]]
+    assert stats[-1].ops == "dense" and stats[-1].macs > 0
+    starts = [lib.program.symbols[layer["label"]].value for layer in lib.meta["layers"]]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)
+
+
 # ----------------------------------------------------------------------------- broadcasting add / mul
 
 def broadcast_op(kind: str, b_shape: tuple, shape=(Dim("n", 1, 2), 7, Dim("h", 1, 40), Dim("w", 2, 50))):
