@@ -77,10 +77,47 @@ def test_removing_any_wait_of_a_dynamic_requantize_is_caught():
     _kill_every_wait(kern, {"x": x}, at_least=3)
 
 
-def test_dynamic_requantize_per_channel_and_wrong_dtype_are_refused():
-    op = ops.requantize((1, 4, H, W), in_dtype="int8", multiplier=[1 << 30] * 4, shift=[31] * 4)
-    with pytest.raises(CompileError, match="per-channel requantisation has no dynamic lowering yet"):
-        compiler.build(op)
+@functools.lru_cache(maxsize=None)
+def per_channel_requantize_kernel(form: str, c: int):
+    """A dynamic requantize with one (M, S) or float32 scale per channel, and its kernel."""
+    rng = np.random.default_rng(c)
+    shape = (N, c, H, W)
+    if form == "int8":
+        op = ops.requantize(shape, in_dtype="int8", zx=-7, multiplier=rng.integers(2**29, 2**31, c),
+                            shift=rng.integers(30, 34, c), zp_out=3, lo=-100)
+    elif form == "int32":
+        op = ops.requantize(shape, in_dtype="int32", zx=1234, multiplier=rng.integers(2**29, 2**31, c),
+                            shift=rng.integers(44, 48, c), zp_out=-5)
+    else:
+        op = ops.requantize(shape, in_dtype="int32", zx=-3, scale=rng.uniform(1e-5, 6e-5, c).astype(np.float32),
+                            zp_out=2, hi=90)
+    return op, compiler.build(op)
+
+
+@pytest.mark.parametrize("form", ["int8", "int32", "float"])
+@SETTINGS
+@given(seed=st.integers(0, 2**32 - 1), c=st.sampled_from([1, 5, 70]), n=st.integers(1, 2), h=st.integers(1, 40),
+       w=st.integers(3, 37))
+def test_dynamic_per_channel_requantize_is_bit_exact_across_the_range(form, seed, c, n, h, w):
+    op, kern = per_channel_requantize_kernel(form, c)
+    x = rand(np.random.default_rng(seed), (n, c, h, w), "int8" if form == "int8" else "int32")
+    y = kern(x, check_races=True)
+    static = op.static({"n": n, "h": h, "w": w})
+    assert np.ndim(static.scale if static.scale is not None else static.ma) == 1      # per channel indeed
+    np.testing.assert_array_equal(y, static.reference(x))
+    assert y.size < 64 or len(np.unique(y)) > 3
+
+
+def test_removing_any_wait_of_a_per_channel_requantize_is_caught():
+    op = ops.requantize((Dim("n", 1, 2), 3, Dim("h", 1, 200), Dim("w", 1, 200)), in_dtype="int32", zx=5,
+                        multiplier=[1 << 30, 3 << 29, 5 << 28], shift=[47, 46, 48])
+    kern = compiler.build(op)
+    x = rand(np.random.default_rng(1), (2, 3, 180, 190), "int32")     # planes of several chunks (VBUF-capped)
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    _kill_every_wait(kern, {"x": x}, at_least=3)
+
+
+def test_a_dynamic_requantize_refuses_a_wrong_dtype_and_a_size_out_of_range():
     _, kern = requantize_kernel("int32")
     with pytest.raises(CompileError, match="input x has dtype int8, expected int32"):
         kern(np.zeros((1, 5, 4, 4), np.int8))
