@@ -27,7 +27,7 @@ from ..ir import Buffer
 from ..ops import Elementwise
 from ..quant import f32_table
 from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
-from .vu import ElementwiseLowering
+from .vu import ElementwiseLowering, broadcast_kind, broadcast_problem
 
 CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
 S_LOAD, S_VU, S_STORE, S_LOAD_B = "s0", "s1", "s2", "s3"
@@ -38,6 +38,7 @@ def vu_command(op: Elementwise, per_channel: bool = False):
     table = Buffer("table", "vbuf", 64) if per_channel else None
     fake = SimpleNamespace(op=op, name="dyn", vu=0, per_channel=per_channel, table_vbuf=table)
     fake._binary_f32 = lambda *a: ElementwiseLowering._binary_f32(fake, *a)
+    fake._b_operand = lambda *a: ElementwiseLowering._b_operand(fake, *a)
     fake._requant_f32 = lambda *a: ElementwiseLowering._requant_f32(fake, *a)
     return ElementwiseLowering._vu(fake, None, None, 1, 1, 0)
 
@@ -173,11 +174,10 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
         esz, b_shape, chan = (4 if big.in_dtype == "int32" else 1), None, True
     else:
         b_shape = big.b_shape
-        if len(shape) != 4 or not (all(d == 1 for d in b_shape) or b_shape == (1, shape[1], 1, 1)):
+        if broadcast_problem(big):
             raise CompileError(f"{op.kind}: b of shape {b_shape} broadcast to ({', '.join(map(axis_name, shape))}):"
-                               f" a dynamic {op.kind} broadcasts a per-channel b [1, C, 1, 1] or a scalar one so "
-                               f"far")
-        cmd, esz, entry, chan = vu_command(big), 1, 1, b_shape[1] > 1
+                               f" an add or mul broadcasts a per-channel b [1, C, 1, 1] or a scalar one so far")
+        cmd, esz, entry, chan = vu_command(big), 1, 1, broadcast_kind(big) == "channel"
     channels = shape[1]
     table = -(-channels * entry // 64) * 64
     fit = min((cfg.vbuf_bytes - table) // 2 // esz // 64 * 64, 1 << 24)     # elements a set

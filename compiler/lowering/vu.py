@@ -73,11 +73,31 @@ def _runs(shape, layout: str, c0: int, c1: int) -> list[tuple[int, int, int, int
 
 def strided(op: Elementwise) -> bool:
     """Does the op address its tensors by channel and position (its layouts differ, or a per-channel
-    table meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
+    table or b meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
     if op.x_layout == op.y_layout and op.x_layout != "nchw":
         per_channel = op.mode == "requantize" and np.ndim(op.scale if op.scale is not None else op.ma) > 0
-        return per_channel
+        return per_channel or broadcast_kind(op) == "channel"
     return op.x_layout != op.y_layout
+
+
+def broadcast_kind(op: Elementwise) -> str | None:
+    """How an add / mul's b broadcasts: None (b has a's shape), "channel" (one value per channel: b's axis 1
+    is a's, every other axis 1) or "scalar" (one value); CompileError for any other b_shape."""
+    why = broadcast_problem(op)
+    if why:
+        raise CompileError(f"{op.kind}: {why}")
+    b = getattr(op, "b_shape", None)
+    return None if b is None else "scalar" if all(v == 1 for v in b) else "channel"
+
+
+def broadcast_problem(op) -> str:
+    """Why the static lowering cannot broadcast op's b ('' if it can, or b does not broadcast)."""
+    b = getattr(op, "b_shape", None)
+    if b is None or all(v == 1 for v in b) or (
+            len(b) >= 2 and b[1] == op.shape[1] and all(v == 1 for k, v in enumerate(b) if k != 1)):
+        return ""
+    return (f"b of shape {tuple(b)} broadcast to {tuple(op.shape)}: an add or mul broadcasts a per-channel b "
+            f"[1, C, 1, 1] or a scalar one so far")
 
 
 TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC side's run, a burst
@@ -160,21 +180,26 @@ class ElementwiseLowering:
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         in_bytes = 4 if op.in_dtype == "int32" else 1
+        # a broadcast b (one value per channel, or one) is loaded into VBUF once, before the tiles
+        self.bcast = broadcast_kind(op)
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
-        per_elem = 3 * in_bytes + (2 if op.binary else 0)
+        per_elem = 3 * in_bytes + (2 if op.binary and self.bcast is None else 0)
         per_channel = op.scale if op.scale is not None else op.ma
         self.per_channel = op.mode == "requantize" and np.ndim(per_channel) > 0
         self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
         n, c, r = _ncr(op.shape)
         table = c * self.entry if self.per_channel else 0
+        b_values = 0 if self.bcast is None else int(np.prod(op.b_shape))
+        table += -(-b_values // 64) * 64
         fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
         self.budget = budget or max(1, min(fit, -(-n * c * r // ELEMENTWISE_TILES)))
         self.slots = Slots()
         depths = {"a": 3, "b": 2, **(depths or {})}
         self.role = {k: f"{self.name}_{v}" for k, v in {"a": "a", "b": "b", **(roles or {})}.items()}
         self.slots.declare(self.role["a"], "vbuf", self.budget * in_bytes, depth=depths["a"], unit=self.vu)
-        if op.binary:
+        if op.binary and self.bcast is None:
             self.slots.declare(self.role["b"], "vbuf", self.budget, depth=depths["b"], unit=self.vu)
+        self.b_vbuf = Buffer(f"{self.name}_b_vbuf", "vbuf", b_values, unit=self.vu) if self.bcast else None
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
             if op.scale is not None:
@@ -197,13 +222,19 @@ class ElementwiseLowering:
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
         extra = [self.table_ddr, self.table_vbuf] if self.per_channel else []
-        return extra + self.slots.all()
+        return extra + ([self.b_vbuf] if self.bcast else []) + self.slots.all()
 
     def steps(self) -> list[Step]:
-        """The table load (per-channel requantize), then one Step per tile."""
+        """The table load (per-channel requantize) or b's (a broadcast b), then one Step per tile."""
         op = self.op
         n, c, r = _ncr(op.shape)
         steps = []
+        if self.bcast:       # b's values are contiguous in every layout: its axes other than the channel are 1
+            s = Step()
+            size = self.b_vbuf.nbytes
+            s.loads.append(Dma(self.ch + CH_B, Ref(self.b_vbuf), Ref(self.ins[1]), (size,), (1,), (1,), elem=1,
+                               comment=f"{self.name}: b, {size} value(s) broadcast"))
+            steps.append(s)
         if self.per_channel:
             s = Step()
             what = "float32 scale" if self.entry == 4 else "(M, S)"
@@ -227,7 +258,7 @@ class ElementwiseLowering:
             a = self.slots.next(self.role["a"])
             s.loads += self._moves(ch_a, a, self.ins[0], lx, tile, esz, True)
             b = None
-            if op.binary:
+            if op.binary and self.bcast is None:
                 b = self.slots.next(self.role["b"])
                 s.loads += self._moves(ch_b, b, self.ins[1], lb, tile, 1, True)
             s.compute.append(Note(where + ": VU"))
@@ -270,10 +301,11 @@ class ElementwiseLowering:
             return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
                       scalars={"lo": op.lo, "hi": op.hi}, unit=self.vu, comment=f"{name}: clip in place")
         if op.fscales is not None:
-            return self._binary_f32(a, b, nc, nr)
+            return self._binary_f32(a, b, nc, nr, c0)
         if op.mode in ("add", "mul"):
             sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
-            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+            b_ref, b_st = self._b_operand(b, nr, c0)
+            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
                       scalars=sc, unit=self.vu, comment=f"{name}: {op.mode} in place")
         esz = 4 if op.in_dtype == "int32" else 1
         a1 = (esz, nr * esz)
@@ -288,16 +320,27 @@ class ElementwiseLowering:
                   unit=self.vu, comment=f"{name}: requantise in place")
 
 
-    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int) -> Vu:
+    def _b_operand(self, b: Buffer | None, nr: int, c0: int) -> tuple[Ref, tuple[int, int]]:
+        """b's Ref and (position, channel) strides: the tile's slot, or the broadcast b in VBUF (stride 0 along
+        the positions; along the channels too for a scalar b)."""
+        bcast = getattr(self, "b_vbuf", None)
+        if bcast is None:
+            return Ref(b), (1, nr)
+        if self.bcast == "channel":
+            return Ref(bcast, c0), (0, 1)
+        return Ref(bcast), (0, 0)
+
+    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int, c0: int = 0) -> Vu:
         """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
         op, d1 = self.op, (1, nr)
+        b_ref, b_st = self._b_operand(b, nr, c0)
         if op.mode == "add":
             ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
             sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
         else:
             sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
                   "lo": op.lo, "hi": op.hi}
-        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
                   scalars=sc, unit=self.vu, comment=f"{self.name}: float32 {op.mode} in place")
 
     def _requant_f32(self, a: Buffer, nc: int, nr: int, c0: int) -> Vu:
