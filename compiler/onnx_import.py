@@ -1038,7 +1038,8 @@ def _binary_maker(im: _Importer, node, kind: str, a, b):
         bcast = _onnx_broadcast(shape, b_shape)
         if bcast is None:
             raise _Problem(node, f"inputs have shapes {list(shape)} and {list(b_shape)}: broadcasting is supported "
-                           "for a B of one value per channel ([1, C, 1, 1], [C, 1, 1]) or one value only")
+                           "for a B of one value per image and / or channel ([N, C, 1, 1], [C, 1, 1], a scalar) or "
+                           "one plane ([1, 1, H, W], [H, W]), not one that repeats along the height or width only")
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
         za, zb = int(aq.zero_point), int(bq.zero_point)
@@ -1058,15 +1059,17 @@ def _binary_maker(im: _Importer, node, kind: str, a, b):
 
 
 def _onnx_broadcast(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """B's shape at A's rank (ONNX aligns shapes from the right) when B holds one value per channel (axis 1)
-    or one value only: what the add and mul lowerings broadcast.  None for any other B."""
+    """B's shape at A's rank (ONNX aligns shapes from the right) when the add and mul lowerings broadcast it
+    (lowering.vu.broadcast_problem: one value per image and / or channel, or one plane); None otherwise."""
+    from types import SimpleNamespace
+
+    from .lowering.vu import broadcast_problem
     if len(b_shape) > len(shape):
         return None
     full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
-    if all(v == 1 for v in full) or (len(shape) >= 2 and full[1] == shape[1]
-                                     and all(v == 1 for k, v in enumerate(full) if k != 1)):
-        return full
-    return None
+    if broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
+        return None
+    return full
 
 
 def _relu_clip(im: _Importer, node) -> None:

@@ -41,13 +41,18 @@ def binary(kind: str, shape, b_shape):
     return f(shape, za=3, zb=-2, scale_a=0.02, scale_b=0.03, scale_out=0.04, zp_out=1, b_shape=b_shape)
 
 
+B_SHAPES = {"per-channel": lambda n, c, h, w: (1, c, 1, 1), "scalar": lambda n, c, h, w: (1, 1, 1, 1),
+            "per-image": lambda n, c, h, w: (n, 1, 1, 1), "per-image-channel": lambda n, c, h, w: (n, c, 1, 1),
+            "plane": lambda n, c, h, w: (1, 1, h, w), "plane-per-image": lambda n, c, h, w: (n, 1, h, w)}
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @SETTINGS
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 2), c=st.integers(1, 70), h=st.integers(1, 40),
-       w=st.integers(1, 50), scalar=st.booleans())
-def test_a_static_broadcasting_add_or_mul_is_bit_exact(kind, seed, n, c, h, w, scalar):
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 3), c=st.integers(1, 70), h=st.integers(1, 40),
+       w=st.integers(1, 50), form=st.sampled_from(sorted(B_SHAPES)))
+def test_a_static_broadcasting_add_or_mul_is_bit_exact(kind, seed, n, c, h, w, form):
     shape = (n, c, h, w)
-    b_shape = (1, 1, 1, 1) if scalar else (1, c, 1, 1)
+    b_shape = B_SHAPES[form](n, c, h, w)
     op = binary(kind, shape, b_shape)
     rng = np.random.default_rng(seed)
     a, b = rand(rng, shape), rand(rng, b_shape)
@@ -57,10 +62,11 @@ def test_a_static_broadcasting_add_or_mul_is_bit_exact(kind, seed, n, c, h, w, s
     assert y.size < 64 or len(np.unique(y)) > 3
 
 
-def test_a_two_axis_tensor_broadcasts_per_feature():
+@pytest.mark.parametrize("b_shape", [(1, 300), (5, 1)], ids=["per-feature", "per-row"])
+def test_a_two_axis_tensor_broadcasts_per_feature_or_row(b_shape):
     rng = np.random.default_rng(3)
-    op = binary("add", (5, 300), (1, 300))
-    a, b = rand(rng, (5, 300)), rand(rng, (1, 300))
+    op = binary("add", (5, 300), b_shape)
+    a, b = rand(rng, (5, 300)), rand(rng, b_shape)
     np.testing.assert_array_equal(compiler.build(op)(a, b, check_races=True),
                                   binary("add", (5, 300), None).reference(a, np.broadcast_to(b, a.shape).copy()))
 
@@ -105,8 +111,13 @@ def test_a_static_graph_with_a_per_channel_operand():
 
 def test_broadcasts_that_are_not_lowered_are_refused_naming_them():
     with pytest.raises(CompileError, match=r"argument 0 \(add\): b of shape \(1, 1, 1, 9\) broadcast to "
-                                           r"\(1, 7, 4, 9\): an add or mul broadcasts a per-channel b"):
+                                           r"\(1, 7, 4, 9\): an add or mul broadcasts a b that is one value per "
+                                           r"image and / or channel .* not one that repeats along the height or "
+                                           r"width only"):
         compiler.build(binary("add", (1, 7, 4, 9), (1, 1, 1, 9)))
+    with pytest.raises(CompileError, match=r"b of shape \(1, 1, 400, 400\) \(160000 bytes\) broadcast to "
+                                           r"\(1, 2, 400, 400\) does not fit a quarter of VBUF"):
+        compiler.build(binary("add", (1, 2, 400, 400), (1, 1, 400, 400)))
     g = Graph("rows")
     x, r = g.input("x", (1, 7, 4, 9)), g.input("r", (1, 7, 4, 1))
     g.output(g.add(binary("mul", (1, 7, 4, 9), (1, 7, 4, 1)), x, r, name="m"))
@@ -169,7 +180,7 @@ def run_and_compare(model, lib, graph_at, rng, c: int, h: int, w: int, b_shape, 
     assert len(np.unique(y)) > 3
 
 
-SHAPES = [((1, 6, 1, 1), (1,)), ((6, 1, 1), (1, 1, 1, 1)), ((1,), (6, 1, 1))]
+SHAPES = [((1, 6, 1, 1), (1,)), ((6, 1, 1), (1, 1, 1, 1)), ((1,), (6, 1, 1)), ((9, 11), (1, 1, 9, 11))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,7 +191,7 @@ def static_onnx(fmt: str, b_shape: tuple, s_shape: tuple, swap_mul: bool):
 
 
 @pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
-@pytest.mark.parametrize("b_shape, s_shape", SHAPES, ids=["per-channel-4d", "per-channel-3d", "scalar"])
+@pytest.mark.parametrize("b_shape, s_shape", SHAPES, ids=["per-channel-4d", "per-channel-3d", "scalar", "plane"])
 @pytest.mark.parametrize("swap_mul", [False, True], ids=["B-broadcasts", "A-broadcasts"])
 def test_an_onnx_broadcasting_add_and_mul_are_bit_exact_with_onnxruntime(fmt, b_shape, s_shape, swap_mul):
     model, g, lib = static_onnx(fmt, b_shape, s_shape, swap_mul)
@@ -210,7 +221,7 @@ def test_an_onnx_broadcasting_model_with_symbolic_sizes_is_bit_exact(fmt, seed, 
 def test_onnx_broadcasts_that_are_not_lowered_are_refused_naming_the_node():
     model = broadcast_model("qoperator", 6, (1, 1, 1, 11), (1,), hw=(9, 11))
     with pytest.raises(CompileError, match=r"QLinearAdd.*inputs have shapes \[1, 6, 9, 11\] and \[1, 1, 1, 11\]: "
-                                           r"broadcasting is supported for a B of one value per channel"):
+                                           r"broadcasting is supported for a B of one value per image and / or channel"):
         compiler.from_onnx(model)
     # onnxruntime's float add rounds A and B differently: A may not be the broadcast one
     model = broadcast_model("qoperator", 6, (1, 6, 1, 1), (1,), hw=(9, 11))

@@ -27,7 +27,7 @@ from ..ir import Buffer
 from ..ops import Elementwise
 from ..quant import f32_table
 from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
-from .vu import ElementwiseLowering, broadcast_kind, broadcast_problem
+from .vu import ElementwiseLowering, broadcast_problem, broadcast_strides
 
 CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
 S_LOAD, S_VU, S_STORE, S_LOAD_B = "s0", "s1", "s2", "s3"
@@ -174,10 +174,11 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
         esz, b_shape, chan = (4 if big.in_dtype == "int32" else 1), None, True
     else:
         b_shape = big.b_shape
-        if broadcast_problem(big):
+        if broadcast_problem(big) or len(shape) != 4 or broadcast_strides(big)[::2] != (0, 0):
             raise CompileError(f"{op.kind}: b of shape {b_shape} broadcast to ({', '.join(map(axis_name, shape))}):"
-                               f" an add or mul broadcasts a per-channel b [1, C, 1, 1] or a scalar one so far")
-        cmd, esz, entry, chan = vu_command(big), 1, 1, broadcast_kind(big) == "channel"
+                               f" a dynamic add or mul broadcasts a per-channel b [1, C, 1, 1] or a scalar one "
+                               f"so far")
+        cmd, esz, entry, chan = vu_command(big), 1, 1, broadcast_strides(big)[1] > 0
     channels = shape[1]
     table = -(-channels * entry // 64) * 64
     fit = min((cfg.vbuf_bytes - table) // 2 // esz // 64 * 64, 1 << 24)     # elements a set
