@@ -203,7 +203,8 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
         a = op.axis
         if any(isinstance(s[a], Dim) for s in ins):
             raise CompileError(f"{where}: its axis {a} is dynamic in an input ({', '.join(map(_show, ins))}); a "
-                               f"dynamic concat joins along a fixed axis")
+                               f"dynamic concat joins along a fixed axis (the output's size along a dynamic one "
+                               f"is a sum of dims, which the argument block cannot describe yet)")
         rest = {s[:a] + s[a + 1:] for s in ins}
         if len(rest) != 1:
             raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
@@ -218,9 +219,11 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
             continue
         match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
         if not match:
-            raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
-                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}): a dynamic reshape "
-                               f"may only move whole dimensions (flatten what is fixed)")
+            raise CompileError(f"{where}: reshaping {_show(ins[0])}, output axis {k} is {[o[k] for _, o in outs]} "
+                               f"at the sampled shapes, no one dimension ({', '.join(d.name for d in shapes.dims)}): "
+                               f"a dynamic reshape may only move whole dimensions (flatten what is fixed; merging a "
+                               f"dynamic axis with another needs a product of dims, which the argument block "
+                               f"cannot describe yet)")
         axes.append(match[0])
     return tuple(axes)
 

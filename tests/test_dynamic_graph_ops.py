@@ -323,8 +323,41 @@ def test_a_reshape_that_mixes_dimensions_is_refused():
         return gg
 
     from compiler.dynamic_network import DynamicGraph
-    with pytest.raises(CompileError, match=r"node flat \(reshape\): output axis 1 is .* no one dimension"):
+    with pytest.raises(CompileError, match=r"node flat \(reshape\): reshaping \(1, 4, h, 6\), output axis 1 is "
+                                           r".* no one dimension .* merging a dynamic axis with another needs a "
+                                           r"product of dims"):
         compiler.build(DynamicGraph(make, (h,)))
+
+
+def test_what_a_dynamic_network_does_not_lower_is_refused_naming_the_node_the_shapes_and_why():
+    """A concat along a dynamic axis, a broadcast the dynamic lowering does not have: each a CompileError
+    that names the node, the shapes and the reason."""
+    from compiler.dynamic_network import DynamicGraph
+    h = Dim("h", 2, 12)
+
+    def concat_h(values):
+        s = (1, 3, values["h"], 5)
+        g = Graph()
+        x = g.input("x", s)
+        g.output(g.add(Concat((s, s), 2), x, x, name="stack"))
+        return g
+
+    with pytest.raises(CompileError, match=r"node stack \(concat\): its axis 2 is dynamic in an input "
+                                           r"\(\(1, 3, h, 5\), \(1, 3, h, 5\)\); a dynamic concat joins along a "
+                                           r"fixed axis \(the output's size along a dynamic one is a sum of dims"):
+        compiler.build(DynamicGraph(concat_h, (h,)))
+
+    def plane_add(values):
+        s = (1, 3, values["h"], 5)
+        g = Graph()
+        x, p = g.input("x", s), g.input("p", (1, 1, 1, 5))
+        g.output(g.add(ops.add(s, za=0, zb=0, ma=1 << 20, mb=1 << 20, shift=21, b_shape=(1, 1, 1, 5)), x, p,
+                       name="bias_w"))
+        return g
+
+    with pytest.raises(CompileError, match=r"node bias_w \(add\): .*\(1, 1, 1, 5\).* a dynamic add or mul "
+                                           r"broadcasts a per-channel b \[1, C, 1, 1\] or a scalar one so far"):
+        compiler.build(DynamicGraph(plane_add, (h,)))
 
 
 # ----------------------------------------------------------------------------- ONNX
