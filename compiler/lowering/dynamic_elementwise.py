@@ -12,6 +12,11 @@ command, behind it in the VU queue, b's.  The VU command and its scalars are
 the static lowering's (`ElementwiseLowering._vu`).  A requantize of int32
 reads four bytes an element (its loads four times the chunk's bytes, the
 VU's a stride 4) and writes int8 in place.
+
+An op whose second operand is one entry per channel (an add / mul whose b is
+[1, C, 1, 1] or a scalar, a requantize with per-channel (M, S) or scales)
+walks the tensor plane by plane instead (plane_program_text): the entries
+sit in VBUF, loaded once, and the VU reads the plane's with stride 0.
 """
 from __future__ import annotations
 

@@ -61,37 +61,19 @@ def set_bytes(cc: int, plane: int) -> int:
 def program_text(op: DynamicOp, cfg: Config) -> str:
     """The assembly of the dynamic global average pool."""
     big: Pool2d = op.largest
-    n, c, h, w = op.x_shape
+    c = op.x_shape[1]
     _, _, h_max, w_max = big.x_shape
     cc = tile_channels(op, cfg)
-    size = set_bytes(cc, h_max * w_max)
-    count_at = 2 * size                         # the integer form's ones plane and its sum, after the sets
     if cc == 0:
         return row_program_text(op, cfg)
-    n_lo, n_hi = _plane_range(op)
-    idx = {d.name: k for k, d in enumerate(op.dims)}
-    L = [f"; dynamic kernel: {op!r}", f"; global average pool, {cc} channels per tile; two buffer sets", ""]
-    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), "1", "1"])]
-    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
-          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
-          f"        .space {big.inputs[0].nbytes}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)", f"        .space {big.output.nbytes}",
-          "        .align 64"]
-    if big.is_float:
-        L += scale_table(op)
-    else:
-        L += ["pool_ones:                               ; one row of ones: the VU counts the plane",
-              f"        .space {w_max}, 1"]
-    L += ["", "        .text", "main:", "        la      r1, args"]
-    em = Emit(L)
-    e, i = em.e, em.i
-    for reg, d in ((RN, n), (RH, h), (RW, w)):
-        i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
-    i(f"mul     {RHW}, {RH}, {RW}")
-    for p, v in ((("elem", 1), ("pad_value", 0), ("src_stride0", 1), ("dst_stride0", 1), ("size2", 1),
-                  ("size3", 1)) + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi"))):
-        i(f"setpi   dma.{p}, {v}")
+    size = set_bytes(cc, h_max * w_max)
+    count_at = 2 * size                         # the integer form's ones plane and its sum, after the sets
+    n_lo, _ = _plane_range(op)
+    data = (scale_table(op) if big.is_float else
+            ["pool_ones:                               ; one row of ones: the VU counts the plane",
+             f"        .space {w_max}, 1"])
+    em = _start(op, cfg, f"global average pool, {cc} channels per tile; two buffer sets", data)
+    e, i, L = em.e, em.i, em.L
     for p, v in (("win_stride_w", 1), ("n0", 1), ("n1", 1), ("n3", 1), ("b_stride0", 0), ("b_stride1", 0),
                  ("b_stride2", 0)):
         i(f"setpi   vu.{p}, {v}")
@@ -181,6 +163,30 @@ def program_text(op: DynamicOp, cfg: Config) -> str:
     return "\n".join(L) + "\n"
 
 
+def _start(op: DynamicOp, cfg: Config, what: str, data: list[str]) -> Emit:
+    """A global pool program up to its first own instruction: notes, buffers and `data`, the sizes in RN, RH,
+    RW and RHW, and the DMA parameters both programs keep (one contiguous run)."""
+    big: Pool2d = op.largest
+    n, c, h, w = op.x_shape
+    idx = {d.name: k for k, d in enumerate(op.dims)}
+    L = [f"; dynamic kernel: {op!r}", f"; {what}", ""]
+    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
+    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), "1", "1"])]
+    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
+          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
+          f"        .space {big.inputs[0].nbytes}", "        .align 64",
+          f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)", f"        .space {big.output.nbytes}",
+          "        .align 64", *data, "", "        .text", "main:", "        la      r1, args"]
+    em = Emit(L)
+    for reg, d in ((RN, n), (RH, h), (RW, w)):
+        em.i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
+    em.i(f"mul     {RHW}, {RH}, {RW}")
+    for p, v in ((("elem", 1), ("pad_value", 0), ("src_stride0", 1), ("dst_stride0", 1), ("size1", 1),
+                  ("size2", 1), ("size3", 1)) + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi"))):
+        em.i(f"setpi   dma.{p}, {v}")
+    return em
+
+
 def scale_table(op: DynamicOp) -> list[str]:
     """The float form's table: f32(sx / f32(sy * n)) for every plane size n of the range."""
     big: Pool2d = op.largest
@@ -222,7 +228,7 @@ def row_program_text(op: DynamicOp, cfg: Config) -> str:
     that (scale 1.0 for the integer form, the table's factor for the float one) writes the channel's byte
     into an output row in VBUF, stored once at the end."""
     big: Pool2d = op.largest
-    n, c, h, w = op.x_shape
+    c = op.x_shape[1]
     n_max, _, h_max, w_max = big.x_shape
     out_bytes = -(-n_max * c // 64) * 64
     th = min(MAX_BAND_ROWS, h_max, (cfg.vbuf_bytes - 64 - out_bytes) // 2 // w_max - 1)
@@ -234,28 +240,11 @@ def row_program_text(op: DynamicOp, cfg: Config) -> str:
                            f"({n_max * c} bytes); narrow the range")
     zero, out = 2 * band, 2 * band + 64
     n_lo, _ = _plane_range(op)
-    idx = {d.name: k for k, d in enumerate(op.dims)}
-    L = [f"; dynamic kernel: {op!r}", f"; global average pool in bands of {th} rows (the plane does not fit "
-         "VBUF); partial sums added up by the CU; two buffer sets", ""]
-    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(op, [axis_name(n), str(c), "1", "1"])]
-    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
-          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, big.x_shape))},)",
-          f"        .space {big.inputs[0].nbytes}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, big.output.shape))},)", f"        .space {big.output.nbytes}",
-          "        .align 64", "pool_partial:                            ; the two bands in flight's sums",
-          "        .space 8", "pool_zero:", "        .word 0"]
-    if big.is_float:
-        L += scale_table(op)
-    L += ["", "        .text", "main:", "        la      r1, args"]
-    em = Emit(L)
-    e, i = em.e, em.i
-    for reg, d in ((RN, n), (RH, h), (RW, w)):
-        i(f"ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"li      {reg}, {d}")
-    i(f"mul     {RHW}, {RH}, {RW}")
-    for p, v in ((("elem", 1), ("pad_value", 0), ("src_stride0", 1), ("dst_stride0", 1), ("size1", 1),
-                  ("size2", 1), ("size3", 1)) + tuple((f"{q}{k}", 0) for k in range(4) for q in ("pad_lo", "pad_hi"))):
-        i(f"setpi   dma.{p}, {v}")
+    data = (["pool_partial:                            ; the two bands in flight's sums", "        .space 8",
+             "pool_zero:", "        .word 0"] + (scale_table(op) if big.is_float else []))
+    em = _start(op, cfg, f"global average pool in bands of {th} rows (the plane does not fit VBUF); partial sums "
+                "added up by the CU; two buffer sets", data)
+    e, i, L = em.e, em.i, em.L
     for p in ("n0", "n1", "n2", "n3", "win_stride_w"):
         i(f"setpi   vu.{p}, 1")
     i(f"setp    vu.win_stride_h, {RW}, 0")
