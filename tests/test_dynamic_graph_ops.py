@@ -460,6 +460,15 @@ def test_a_dynamic_broadcasting_add_or_mul_is_bit_exact(kind, b_shape, seed, n, 
     np.testing.assert_array_equal(y, full.reference(a, np.broadcast_to(b, a.shape).copy()))
 
 
+def test_a_dynamic_broadcasting_add_whose_plane_exceeds_a_buffer_set():
+    """A plane of 380 x 380 bytes is more than a set holds: it is cut into pieces of a plane."""
+    op = broadcast_op("add", (1, 2, 1, 1), (1, 2, Dim("h", 300, 380), 380))
+    kern = compiler.build(op)
+    rng = np.random.default_rng(12)
+    a, b = rand(rng, (1, 2, 377, 380)), rand(rng, (1, 2, 1, 1))
+    np.testing.assert_array_equal(kern(a, b, check_races=True), op.static({"h": 377}).reference(a, b))
+
+
 def test_removing_any_wait_of_a_broadcasting_kernel_is_caught():
     _, kern = broadcast_kernel("add", (1, 7, 1, 1))
     rng = np.random.default_rng(8)

@@ -166,10 +166,11 @@ def channel_table(op: Elementwise) -> tuple[list[int], int]:
 def plane_program_text(op: DynamicOp, cfg: Config) -> str:
     """The assembly of a dynamic op whose second operand is one entry per channel (or one for the tensor):
     an add / mul whose b broadcasts ([1, C, 1, 1] or all ones), or a per-channel requantize (its (M, S) or
-    float32 scale table).  That operand is loaded into VBUF once; a is walked plane by plane (the product
-    of the axes after the channel axis, one plane per image and channel; one plane per image for a scalar
-    b), each cut into chunks of at most what a set holds, the VU reading the plane's channel's entry with
-    stride 0.  Two buffer sets, as the flat kernel."""
+    float32 scale table).  That operand is loaded into VBUF once; a is walked in chunks of k whole planes
+    (the product of the axes after the channel axis, one per image and channel; one per image for a scalar
+    b), k as many as a set holds and at most half the channels, so that two chunks overlap, or, when a
+    plane exceeds a set, in pieces of one plane.  The VU reads each plane's entry with stride 0 along the
+    plane and the entry's size across the planes.  Two buffer sets, as the flat kernel."""
     big: Elementwise = op.largest
     shape = op.x_shape
     requant = big.mode == "requantize"
@@ -211,7 +212,8 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
     def i(s):
         e("        " + s)
 
-    # r2 = planes, r3 = a plane's elements
+    # r2 = images, r3 = a plane's elements (a whole image's for a scalar b: one "channel")
+    groups = channels if chan else 1
     i("li      r2, 1")
     i("li      r3, 1")
     for reg, axes in (("r2", shape[:1]), ("r3", shape[2:])):
@@ -221,14 +223,25 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
                 i(f"mul     {reg}, {reg}, r4")
             elif d != 1:
                 i(f"muli    {reg}, {reg}, {d}")
-    if chan:
-        i(f"muli    r2, r2, {channels}")
-    else:
+    if not chan:
         i(f"muli    r3, r3, {channels}")
+    e(f"        ; k: planes a chunk, as many as a set holds, at most half the channels (two chunks overlap)")
+    i("li      r16, 1")
+    i("add     r17, r3, r0")
+    e("planes:")
+    i(f"li      r18, {-(-groups // 2)}")
+    i("bge     r16, r18, planes_done")
+    i("add     r17, r17, r3")
+    i(f"li      r18, {fit}")
+    i("blt     r18, r17, planes_done")
+    i("addi    r16, r16, 1")
+    i("jal     r0, planes")
+    e("planes_done:")
     for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), *((f"size{k}", 1) for k in (1, 2, 3)),
                  *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
         i(f"setpi   dma.{p}, {v}")
-    for p, v in (("n1", 1), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", esz), ("b_stride0", 0)):
+    for p, v in (("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", esz), ("b_stride0", 0),
+                 ("b_stride1", entry if chan else 0)):
         i(f"setpi   vu.{p}, {v}")
     for k, v in cmd.scalars.items():
         i(f"setpi   vu.{k}, {v}")
@@ -239,13 +252,18 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
     i("li      r6, 0")                   # offset of the chunk in a and y, elements
     i("li      r7, 0")                   # buffer set
     i("li      r8, 0")                   # stores in flight
-    i("li      r9, 0")                   # the plane's entry in VBUF: its channel times the entry's bytes
-    e("plane:")
+    e("image:")
+    i("li      r9, 0")                   # the chunk's first channel
+    e("group:")
+    i(f"li      r19, {groups}")
+    i("sub     r19, r19, r9")
+    i("min     r19, r19, r16")           # the chunk's planes: k, or the channels left
     i("li      r10, 0")                  # offset in the plane
     e("chunk:")
     i("sub     r11, r3, r10")
     i(f"li      r12, {fit}")
-    i("min     r11, r11, r12")           # this chunk's elements: a set, or the plane's remainder
+    i("min     r11, r11, r12")           # of each plane: all of it, a set, or the plane's remainder
+    i("mul     r20, r11, r19")           # the chunk's elements
     i("li      r12, 2")
     i("blt     r8, r12, free")
     i(f"sem.wait {S_STORE}")
@@ -255,34 +273,39 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
     i(f"addi    r13, r13, {table}")      # the set's base, after the entries
     i("la      r14, " + a_name)
     if esz > 1:
-        i(f"slli    r15, r11, {esz.bit_length() - 1}")
+        i(f"slli    r15, r20, {esz.bit_length() - 1}")
         i("setp    dma.size0, r15, 0")   # the input's bytes
         i(f"slli    r15, r6, {esz.bit_length() - 1}")
         i("add     r14, r14, r15")
     else:
-        i("setp    dma.size0, r11, 0")
+        i("setp    dma.size0, r20, 0")
         i("add     r14, r14, r6")
     i("setp    vu.n0, r11, 0")
-    i(f"dma     ch0, vbuf0[r13], ddr[r14], signal={S_LOAD}")
-    dt = f", {cmd.a_type}" if requant else ""
-    i(f"{cmd.mnemonic} vu0, r13, r13, r9{dt}, wait={S_LOAD}, signal={S_VU}")
+    i("setp    vu.n1, r19, 0")
+    i("setp    vu.d_stride1, r11, 0")
     if esz > 1:
-        i("setp    dma.size0, r11, 0")   # the output's bytes
+        i(f"slli    r15, r11, {esz.bit_length() - 1}")
+        i("setp    vu.a_stride1, r15, 0")
+    else:
+        i("setp    vu.a_stride1, r11, 0")
+    i(f"dma     ch0, vbuf0[r13], ddr[r14], signal={S_LOAD}")
+    i(f"muli    r15, r9, {entry if chan else 0}")   # the first plane's entry
+    dt = f", {cmd.a_type}" if requant else ""
+    i(f"{cmd.mnemonic} vu0, r13, r13, r15{dt}, wait={S_LOAD}, signal={S_VU}")
+    if esz > 1:
+        i("setp    dma.size0, r20, 0")   # the output's bytes
     i("la      r14, y")
     i("add     r14, r14, r6")
     i(f"dma     ch2, ddr[r14], vbuf0[r13], wait={S_VU}, signal={S_STORE}")
     i("addi    r8, r8, 1")
     i("xori    r7, r7, 1")
-    i("add     r6, r6, r11")
+    i("add     r6, r6, r20")
     i("add     r10, r10, r11")
     i("blt     r10, r3, chunk")
-    if chan:
-        i(f"addi    r9, r9, {entry}")    # the next plane's channel, back to 0 after the last
-        i(f"li      r12, {channels * entry}")
-        i("blt     r9, r12, same_image")
-        i("li      r9, 0")
-        e("same_image:")
+    i("add     r9, r9, r19")
+    i(f"li      r12, {groups}")
+    i("blt     r9, r12, group")
     i("addi    r2, r2, -1")
-    i("blt     r0, r2, plane")
+    i("blt     r0, r2, image")
     L += drain_and_halt("r8", S_STORE)
     return "\n".join(L) + "\n"
