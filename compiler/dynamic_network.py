@@ -219,11 +219,11 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
             continue
         match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
         if not match:
-            raise CompileError(f"{where}: reshaping {_show(ins[0])}, output axis {k} is {[o[k] for _, o in outs]} "
-                               f"at the sampled shapes, no one dimension ({', '.join(d.name for d in shapes.dims)}): "
-                               f"a dynamic reshape may only move whole dimensions (flatten what is fixed; merging a "
-                               f"dynamic axis with another needs a product of dims, which the argument block "
-                               f"cannot describe yet)")
+            raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
+                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}), reshaping "
+                               f"{_show(ins[0])}: a dynamic reshape may only move whole dimensions (flatten what is "
+                               f"fixed; merging a dynamic axis with another needs a product of dims, which the "
+                               f"argument block cannot describe yet)")
         axes.append(match[0])
     return tuple(axes)
 
