@@ -225,11 +225,16 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
                 i(f"muli    {reg}, {reg}, {d}")
     if not chan:
         i(f"muli    r3, r3, {channels}")
-    e(f"        ; k: planes a chunk, as many as a set holds, at most half the channels (two chunks overlap)")
+    half = -(-groups // 2)
+    e("        ; k: planes a chunk, as many as a set holds, at most half the channels (two chunks overlap)")
+    i(f"li      r16, {half}")
+    i(f"muli    r17, r3, {half}")
+    i(f"li      r18, {fit}")
+    i("bge     r18, r17, planes_done")     # small planes: half the channels at once, no loop
     i("li      r16, 1")
     i("add     r17, r3, r0")
     e("planes:")
-    i(f"li      r18, {-(-groups // 2)}")
+    i(f"li      r18, {half}")
     i("bge     r16, r18, planes_done")
     i("add     r17, r17, r3")
     i(f"li      r18, {fit}")
