@@ -6,7 +6,8 @@ Hypothesis draws shapes in range (bands of several rows, a remainder band, one-r
 with a small VBUF, integer and float forms; every output is compared with the static op's numpy model,
 race-checked.  Inputs are offset per channel so that the averages cover the int8 range (saturation too),
 and a plane built to round exactly half-way checks the integer rounding.  Each wait of the program is
-removed in turn: the run must stop on a race or a deadlock.
+removed in turn: the run must stop on a race or a deadlock, or, for the CU's wait before it `ld`s one of
+the last partial sums (a CU read the race checker does not see), give a wrong result.
 """
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, ops
+from compiler.kernel import assemble
+from compiler.lowering.dynamic_global_pool import S_SUM
+from nnpsim import errors
 from nnpsim.config import Config
+from nnpsim.errors import SimError
+from nnpsim.simulator import Simulator
 
-from .test_dynamic import _kill_every_wait
+from .test_dynamic import _mutant, _waits
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
-SMALL = Config(vbuf_bytes=4096).validate()     # bands of 27 rows at the largest width
+SMALL = Config(vbuf_bytes=4096).validate()     # bands of 17 rows at the largest width
 N, H, W = Dim("n", 1, 2), Dim("h", 1, 90), Dim("w", 2, 70)
 
 
@@ -78,16 +84,33 @@ def test_a_banded_global_average_pool_at_the_default_vbuf():
 
 @pytest.mark.parametrize("float_form", [False, True])
 def test_removing_any_wait_of_a_banded_global_pool_is_caught(float_form):
-    """The CU's wait for a partial sum also frees its set and DDR word for the band two on: without it the
-    next band's load races the pool still reading the set (the CU's `ld` itself the checker does not see)."""
+    """Each wait removed in turn stops the run on a race or a deadlock, except the CU's wait for one of the
+    last bands' partial sums: nothing reuses their sets any more, and the CU's `ld` is a read the race
+    checker does not see, so that mutant runs to halt, and must then give a wrong result."""
     op, kern = row_pool(float_form, 3)
-    x = offset_input(np.random.default_rng(7), (2, 3, 90, 70))      # four bands a channel, two images
-    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=5)
+    x = offset_input(np.random.default_rng(7), (2, 3, 90, 70))      # six bands a channel, two images
+    want = op.reference(x)
+    np.testing.assert_array_equal(kern(x, check_races=True), want)
+    sites = _waits(kern.asm)
+    assert len(sites) >= 5
+    lines = kern.asm.splitlines()
+    halted = []
+    for k in sites:
+        sim = Simulator(kern.config)
+        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        sim.write("x", x)
+        try:
+            sim.run(check_races=True, max_cycles=5_000_000)
+        except SimError as exc:
+            assert exc.code in (errors.DATA_RACE, errors.DEADLOCK), (lines[k], exc)
+            continue
+        halted.append(lines[k].strip())
+        assert not np.array_equal(sim.read("y"), want), f"removing {lines[k].strip()} changed nothing"
+    assert halted == [f"sem.wait {S_SUM}"], halted
 
 
 def test_a_row_wider_than_vbuf_allows_is_refused_naming_it():
     op = ops.global_avg_pool2d((1, 2, Dim("h", 1, 8), 3000))
-    with pytest.raises(CompileError, match=r"one row at the largest width \(3000 bytes\) does not fit two buffer "
+    with pytest.raises(CompileError, match=r"one row at the largest width \(3000 bytes\) does not fit 3 buffer "
                                            r"sets in VBUF \(4096 bytes\)"):
         compiler.build(op, config=Config(vbuf_bytes=4096).validate())

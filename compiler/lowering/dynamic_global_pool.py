@@ -213,6 +213,8 @@ def load_scale(em: Emit, n_lo: int) -> None:
 
 MAX_BAND_ROWS = 2047                 # a VU window's height
 RACC, RR0, RROWS, ROLD = "r15", "r16", "r17", "r18"     # the channel's sum, the band's first row and rows, oldest
+RNB, RLEFT, ROUT = "r5", "r6", "r7"      # bands a channel; the oldest channel's bands left, its output index
+BAND_SETS = 3      # a band's load waits for the sum of the band BAND_SETS before: its set's and DDR word's release
 S_SUM, S_OUT = "s4", "s5"
 
 
@@ -221,29 +223,33 @@ def row_program_text(op: DynamicOp, cfg: Config) -> str:
 
     Each channel's plane is summed in bands of rows: per band one DMA of its rows into a buffer set, one
     vu.pool.acc over them (int32), and one 4-byte DMA of that partial sum to a DDR word, which the CU `ld`s
-    and adds up once its token says it is there (two bands in flight, two sets, two DDR words).  After the
+    and adds up once its token says it is there (three bands in flight, three sets, three DDR words: a
+    band's load then waits for the sum of the band three before, long stored, not of the one before it,
+    whose 4-byte store would leave DDR idle for its latency every band).  After the
     channel's last band the CU has the plane's sum s and computes the output as the one-set kernel's VU
     does: the integer form's round(s / n), half away from zero and saturated (a long division, the quotient
     being at most 128), the float form's s - x_zp * n; `vu.requant.f` of a zero int32 word with za = minus
     that (scale 1.0 for the integer form, the table's factor for the float one) writes the channel's byte
-    into an output row in VBUF, stored once at the end."""
+    into an output row in VBUF, stored once at the end.  The bands run on across channels and images; the
+    CU counts each channel's sums down from its bands per channel, so a channel's end stalls nothing."""
     big: Pool2d = op.largest
     c = op.x_shape[1]
     n_max, _, h_max, w_max = big.x_shape
     out_bytes = -(-n_max * c // 64) * 64
-    th = min(MAX_BAND_ROWS, h_max, (cfg.vbuf_bytes - 64 - out_bytes) // 2 // w_max - 1)
+    th = min(MAX_BAND_ROWS, h_max, (cfg.vbuf_bytes - 64 - out_bytes) // BAND_SETS // w_max - 1)
     band = -(-(-(-th * w_max // 4) * 4 + 4) // 64) * 64        # a set: th rows, then the int32 sum
     sum_at = -(-th * w_max // 4) * 4
-    if th < 1 or 2 * band + 64 + out_bytes > cfg.vbuf_bytes:
+    if th < 1 or BAND_SETS * band + 64 + out_bytes > cfg.vbuf_bytes:
         raise CompileError(f"dynamic global average pool: one row at the largest width ({w_max} bytes) does not "
-                           f"fit two buffer sets in VBUF ({cfg.vbuf_bytes} bytes) beside the output "
+                           f"fit {BAND_SETS} buffer sets in VBUF ({cfg.vbuf_bytes} bytes) beside the output "
                            f"({n_max * c} bytes); narrow the range")
-    zero, out = 2 * band, 2 * band + 64
+    zero, out = BAND_SETS * band, BAND_SETS * band + 64
     n_lo, _ = _plane_range(op)
-    data = (["pool_partial:                            ; the two bands in flight's sums", "        .space 8",
+    data = (["pool_partial:                            ; the sums of the bands in flight",
+             f"        .space {4 * BAND_SETS}",
              "pool_zero:", "        .word 0"] + (scale_table(op) if big.is_float else []))
     em = _start(op, cfg, f"global average pool in bands of {th} rows (the plane does not fit VBUF); partial sums "
-                "added up by the CU; two buffer sets", data)
+                f"added up by the CU; {BAND_SETS} buffer sets", data)
     e, i, L = em.e, em.i, em.L
     for p in ("n0", "n1", "n2", "n3", "win_stride_w"):
         i(f"setpi   vu.{p}, 1")
@@ -264,27 +270,89 @@ def row_program_text(op: DynamicOp, cfg: Config) -> str:
     for reg in (RIMG, RB, RPEND, ROLD):
         i(f"li      {reg}, 0")
 
+    labels = iter(range(1 << 30))
+
+    def next_slot(reg: str, what: str):
+        """reg + 1, back to 0 after the last set."""
+        k = next(labels)
+        i(f"addi    {reg}, {reg}, 1")
+        i(f"li      {T[0]}, {BAND_SETS}")
+        i(f"blt     {reg}, {T[0]}, {what}{k}")
+        i(f"li      {reg}, 0")
+        e(f"{what}{k}:")
+
     def take_sum():
-        """The oldest band's partial sum: its token, then ld from its DDR word."""
+        """The oldest band's partial sum: its token, then ld from its DDR word; after its channel's last band,
+        that channel's byte."""
+        k = next(labels)
         i(f"sem.wait {S_SUM}")
         i(f"slli    {T[0]}, {ROLD}, 2")
         i(f"la      {T[1]}, pool_partial")
         i(f"add     {T[1]}, {T[1]}, {T[0]}")
         i(f"ld      {T[2]}, {T[1]}, 0")
         i(f"add     {RACC}, {RACC}, {T[2]}")
-        i(f"xori    {ROLD}, {ROLD}, 1")
+        next_slot(ROLD, "old")
         i(f"addi    {RPEND}, {RPEND}, -1")
+        i(f"addi    {RLEFT}, {RLEFT}, -1")
+        i(f"bne     {RLEFT}, r0, more{k}")
+        channel_byte(k)
+        i(f"li      {RACC}, 0")
+        i(f"add     {RLEFT}, {RNB}, r0")
+        i(f"addi    {ROUT}, {ROUT}, 1")
+        e(f"more{k}:")
 
+    def channel_byte(k: int):
+        """The output of the channel whose sum RACC is, into the output row at ROUT."""
+        if big.is_float:
+            e("        ; za = x_zp * n - s: requant.f of zero computes f32(s - x_zp * n) * factor")
+            i(f"muli    {T[0]}, {RHW}, {big.x_zp}")
+            i(f"sub     {T[0]}, {T[0]}, {RACC}")
+        else:
+            e("        ; q = (|s| + n // 2) // n by long division (q <= 128), signed, saturated; za = -q")
+            q, t, m = T[2], T[3], T[4]
+            i(f"srai    {T[0]}, {RACC}, 31")
+            i(f"xor     {t}, {RACC}, {T[0]}")
+            i(f"sub     {t}, {t}, {T[0]}")                   # |s|
+            i(f"srli    {T[1]}, {RHW}, 1")
+            i(f"add     {t}, {t}, {T[1]}")
+            i(f"li      {q}, 0")
+            for bit in range(7, -1, -1):
+                i(f"slli    {m}, {RHW}, {bit}")
+                i(f"blt     {t}, {m}, q{k}_{bit}")
+                i(f"sub     {t}, {t}, {m}")
+                i(f"addi    {q}, {q}, {1 << bit}")
+                e(f"q{k}_{bit}:")
+            i(f"xor     {q}, {q}, {T[0]}")
+            i(f"sub     {q}, {q}, {T[0]}")                   # the sign of s
+            i(f"li      {T[1]}, 127")
+            i(f"min     {q}, {q}, {T[1]}")
+            i(f"sub     {T[0]}, r0, {q}")
+        i(f"setp    vu.za, {T[0]}, 0")
+        i("setpi   vu.win_h, 1")
+        i("setpi   vu.win_w, 1")
+        i(f"addi    {T[1]}, {ROUT}, {out}")
+        i(f"li      {T[2]}, {zero}")
+        i(f"vu.requant.f vu0, {T[1]}, {T[2]}, i32")
+
+    e("        ; bands a channel: the CU counts each channel's sums down from it")
+    i(f"li      {RNB}, 0")
+    i(f"li      {T[0]}, 0")
+    e("count:")
+    i(f"addi    {T[0]}, {T[0]}, {th}")
+    i(f"addi    {RNB}, {RNB}, 1")
+    i(f"blt     {T[0]}, {RH}, count")
+    for reg in (RACC, ROUT):
+        i(f"li      {reg}, 0")
+    i(f"add     {RLEFT}, {RNB}, r0")
     e("batch:")
     i(f"li      {RC0}, 0")
     e("channel:")
-    i(f"li      {RACC}, 0")
     i(f"li      {RR0}, 0")
     e("band:")
     i(f"sub     {RROWS}, {RH}, {RR0}")
     i(f"li      {T[0]}, {th}")
     i(f"min     {RROWS}, {RROWS}, {T[0]}")
-    i(f"li      {T[0]}, 2")
+    i(f"li      {T[0]}, {BAND_SETS}")
     i(f"blt     {RPEND}, {T[0]}, free")
     take_sum()
     e("free:")
@@ -311,51 +379,19 @@ def row_program_text(op: DynamicOp, cfg: Config) -> str:
     i(f"add     {T[1]}, {T[1]}, {T[0]}")
     i(f"dma     ch2, ddr[{T[1]}], vbuf0[{T[7]}], wait={S_VU}, signal={S_SUM}")
     i(f"addi    {RPEND}, {RPEND}, 1")
-    i(f"xori    {RB}, {RB}, 1")
+    next_slot(RB, "set")
     i(f"add     {RR0}, {RR0}, {RROWS}")
     i(f"blt     {RR0}, {RH}, band")
-    e("sums:")
-    i(f"beq     {RPEND}, r0, result")
-    take_sum()
-    i("jal     r0, sums")
-    e("result:")
-    if big.is_float:
-        e("        ; za = x_zp * n - s: requant.f of zero computes f32(s - x_zp * n) * factor")
-        i(f"muli    {T[0]}, {RHW}, {big.x_zp}")
-        i(f"sub     {T[0]}, {T[0]}, {RACC}")
-    else:
-        e("        ; q = (|s| + n // 2) // n by long division (q <= 128), signed, saturated; za = -q")
-        q, t, m = T[2], T[3], T[4]
-        i(f"srai    {T[0]}, {RACC}, 31")
-        i(f"xor     {t}, {RACC}, {T[0]}")
-        i(f"sub     {t}, {t}, {T[0]}")                   # |s|
-        i(f"srli    {T[1]}, {RHW}, 1")
-        i(f"add     {t}, {t}, {T[1]}")
-        i(f"li      {q}, 0")
-        for bit in range(7, -1, -1):
-            i(f"slli    {m}, {RHW}, {bit}")
-            i(f"blt     {t}, {m}, q{bit}")
-            i(f"sub     {t}, {t}, {m}")
-            i(f"addi    {q}, {q}, {1 << bit}")
-            e(f"q{bit}:")
-        i(f"xor     {q}, {q}, {T[0]}")
-        i(f"sub     {q}, {q}, {T[0]}")                   # the sign of s
-        i(f"li      {T[1]}, 127")
-        i(f"min     {q}, {q}, {T[1]}")
-        i(f"sub     {T[0]}, r0, {q}")
-    i(f"setp    vu.za, {T[0]}, 0")
-    i("setpi   vu.win_h, 1")
-    i("setpi   vu.win_w, 1")
-    i(f"muli    {T[1]}, {RIMG}, {c}")
-    i(f"add     {T[1]}, {T[1]}, {RC0}")
-    i(f"addi    {T[1]}, {T[1]}, {out}")
-    i(f"li      {T[2]}, {zero}")
-    i(f"vu.requant.f vu0, {T[1]}, {T[2]}, i32")
     i(f"addi    {RC0}, {RC0}, 1")
     i(f"li      {T[0]}, {c}")
     i(f"blt     {RC0}, {T[0]}, channel")
     i(f"addi    {RIMG}, {RIMG}, 1")
     i(f"blt     {RIMG}, {RN}, batch")
+    e("sums:                                    ; the last bands' sums")
+    i(f"beq     {RPEND}, r0, stored")
+    take_sum()
+    i("jal     r0, sums")
+    e("stored:")
     e("        ; every channel's byte written (the VU's queue is in order): one store")
     i(f"li      {T[1]}, {out}")
     i(f"vu.mov  vu0, i8, {T[1]}, i8, {T[1]}, signal={S_OUT}")
