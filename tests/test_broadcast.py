@@ -81,15 +81,22 @@ def test_removing_any_wait_of_a_static_broadcasting_kernel_is_caught():
     kill_all(kern, [a, b], "static broadcasting add")
 
 
-def test_a_conv_then_a_broadcasting_add_is_not_fused_as_a_residual():
-    """A conv followed by a per-channel add: the add is a kernel of its own (its b is no residual tensor)."""
+@pytest.mark.parametrize("kind", ["add", "mul"])
+@pytest.mark.parametrize("b_shape", [(1, 11, 1, 1), (1, 1, 40, 50), (1, 1, 1, 1)], ids=["per-channel", "plane",
+                                                                                       "scalar"])
+def test_a_conv_then_a_broadcasting_op_is_not_fused_as_a_residual(kind, b_shape):
+    """A conv followed by a broadcasting add or mul: the op is a kernel of its own (its b is no residual
+    tensor), reading the conv's output from DM row by row."""
     rng = np.random.default_rng(6)
-    conv = ops.conv2d((1, 5, 12, 13), rng.integers(-20, 21, (11, 5, 3, 3)), rng.integers(-300, 300, 11), padding=1,
+    conv = ops.conv2d((1, 5, 40, 50), rng.integers(-20, 21, (11, 5, 3, 3)), rng.integers(-300, 300, 11), padding=1,
                       multiplier=rng.integers(2**29, 2**31, 11), shift=rng.integers(35, 38, 11))
-    add = binary("add", (1, 11, 12, 13), (1, 11, 1, 1))
-    x, b = rand(rng, (1, 5, 12, 13)), rand(rng, (1, 11, 1, 1))
-    kern = compiler.build(conv, add)
-    np.testing.assert_array_equal(kern(x, b, check_races=True), add.reference(conv.reference(x), b))
+    op = binary(kind, (1, 11, 40, 50), b_shape)
+    x, b = rand(rng, (1, 5, 40, 50)), rand(rng, b_shape)
+    b[b == -2] = 5
+    kern = compiler.build(conv, op)
+    y = kern(x, b, check_races=True)
+    np.testing.assert_array_equal(y, op.reference(conv.reference(x), b))
+    assert len(np.unique(y)) > 3
 
 
 def test_a_static_graph_with_a_per_channel_operand():
