@@ -201,14 +201,19 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
     op, where = node.op, f"node {node.name} ({node.op.kind})"
     if isinstance(op, Concat):
         a = op.axis
-        if any(isinstance(s[a], Dim) for s in ins):
-            raise CompileError(f"{where}: its axis {a} is dynamic in an input ({', '.join(map(_show, ins))}); a "
-                               f"dynamic concat joins along a fixed axis (the output's size along a dynamic one "
-                               f"is a sum of dims, which the argument block cannot describe yet)")
         rest = {s[:a] + s[a + 1:] for s in ins}
         if len(rest) != 1:
             raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
-        return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+        moving = [k for k, s in enumerate(ins) if isinstance(s[a], Dim)]
+        if not moving:
+            return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+        if moving != [0]:
+            raise CompileError(f"{where}: its axis {a} is dynamic in input(s) {moving} "
+                               f"({', '.join(map(_show, ins))}); a dynamic concat joins along a fixed axis, or "
+                               f"along one that is dynamic in its first input only (the output's size is then "
+                               f"that dim plus the others' sizes; a sum of two dims cannot be described yet)")
+        fixed = sum(s[a] for s in ins[1:])          # the output's axis: d + fixed, a derived dim of d
+        return ins[0][:a] + (shapes.window(ins[0][a], fixed - 1, 1, where),) + ins[0][a + 1:]
     # a reshape: each output axis is fixed or follows exactly one dim of the graph or derived
     samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
     outs = [(shapes.values(b), dg.at(b).values[node.output].shape) for b in samples]
