@@ -203,13 +203,19 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
     op, where = node.op, f"node {node.name} ({node.op.kind})"
     if isinstance(op, Concat):
         a = op.axis
-        if any(isinstance(s[a], Dim) for s in ins):
-            raise CompileError(f"{where}: its axis {a} is dynamic in an input ({', '.join(map(_show, ins))}); a "
-                               f"dynamic concat joins along a fixed axis")
         rest = {s[:a] + s[a + 1:] for s in ins}
         if len(rest) != 1:
             raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
-        return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+        moving = [k for k, s in enumerate(ins) if isinstance(s[a], Dim)]
+        if not moving:
+            return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
+        if moving != [0]:
+            raise CompileError(f"{where}: its axis {a} is dynamic in input(s) {moving} "
+                               f"({', '.join(map(_show, ins))}); a dynamic concat joins along a fixed axis, or "
+                               f"along one that is dynamic in its first input only (the output's size is then "
+                               f"that dim plus the others' sizes; a sum of two dims cannot be described yet)")
+        fixed = sum(s[a] for s in ins[1:])          # the output's axis: d + fixed, a derived dim of d
+        return ins[0][:a] + (shapes.window(ins[0][a], fixed - 1, 1, where),) + ins[0][a + 1:]
     # a reshape: each output axis is fixed or follows exactly one dim of the graph or derived
     samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
     outs = [(shapes.values(b), dg.at(b).values[node.output].shape) for b in samples]
@@ -221,8 +227,10 @@ def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> t
         match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
         if not match:
             raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
-                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}): a dynamic reshape "
-                               f"may only move whole dimensions (flatten what is fixed)")
+                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}), reshaping "
+                               f"{_show(ins[0])}: a dynamic reshape may only move whole dimensions (flatten what is "
+                               f"fixed; merging a dynamic axis with another needs a product of dims, which the "
+                               f"argument block cannot describe yet)")
         axes.append(match[0])
     return tuple(axes)
 

@@ -105,10 +105,11 @@ def _check_ops(ops) -> tuple[Op, ...]:
 
 
 def refuse_broadcast(op, where: str) -> None:
-    """CompileError for a broadcasting add / mul: only the dynamic lowering has one so far."""
-    if getattr(op, "b_shape", None) is not None:
-        raise CompileError(f"{where} ({op.kind}): a b of shape {op.b_shape} broadcast to {op.shape} has a dynamic "
-                           f"lowering only so far (a compiler.Dim in the shape, or a graph with one)")
+    """CompileError for a broadcasting add / mul the static lowering does not have (lowering.vu)."""
+    from .lowering.vu import broadcast_problem
+    why = broadcast_problem(op)
+    if why:
+        raise CompileError(f"{where} ({op.kind}): {why}")
 
 
 def fold_channels(kir: KernelIR, cfg: Config) -> None:

@@ -1027,22 +1027,49 @@ def _qlinear_binary(kind: str):
 
 def _binary_maker(im: _Importer, node, kind: str, a, b):
     (av, aq), (bv, bq) = a, b
-    shape = im._shape(av)
-    if im._shape(bv) != shape:
-        raise _Problem(node, f"inputs have shapes {list(shape)} and {list(im._shape(bv))}: broadcasting is "
-                       "not supported")
+    shape, b_shape = im._shape(av), im._shape(bv)
+    if b_shape != shape and _onnx_broadcast(shape, b_shape) is None and _onnx_broadcast(b_shape, shape) is not None:
+        if kind == "add" and im.arithmetic == "onnxruntime":
+            raise _Problem(node, f"A of shape {list(shape)} broadcasts to B's {list(b_shape)}: onnxruntime's float "
+                           "add rounds A and B differently, so only B may broadcast")
+        (av, aq), (bv, bq), shape, b_shape = (bv, bq), (av, aq), b_shape, shape      # a * b = b * a; a + b too
+    bcast = None
+    if b_shape != shape:
+        bcast = _onnx_broadcast(shape, b_shape)
+        if bcast is None:
+            raise _Problem(node, f"inputs have shapes {list(shape)} and {list(b_shape)}: broadcasting is supported "
+                           "for a B of one value per image and / or channel ([N, C, 1, 1], [C, 1, 1], a scalar) or "
+                           "one plane ([1, 1, H, W], [H, W]), not one that repeats along the height or width only")
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
         za, zb = int(aq.zero_point), int(bq.zero_point)
+        b_in = bv
+        if bcast is not None and bcast != b_shape:      # B of a lower rank: the same bytes under A's rank
+            b_in = im._emit(f"{name}/b", [("b", Reshape(b_shape, bcast), bq)], (bv,), f"{out}/b",
+                            {"op_type": "Reshape"}, int8_in_onnx=False)
         if kind == "add":
             args = _add_args(im.arithmetic, aq.scale, bq.scale, yq.scale, int(yq.zero_point))
-            op = ops.add(shape, za=za, zb=zb, lo=lo, hi=hi, **args)
+            op = ops.add(shape, za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, **args)
         else:
             args = _mul_args(im.arithmetic, aq.scale, bq.scale, yq.scale, int(yq.zero_point))
-            op = ops.mul(shape, za=za, zb=zb, lo=lo, hi=hi, **args)
+            op = ops.mul(shape, za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, **args)
         info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [aq, bq]}
-        return im._emit(name, [(kind, op, yq)], (av, bv), out, info)
+        return im._emit(name, [(kind, op, yq)], (av, b_in), out, info)
     return make
+
+
+def _onnx_broadcast(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """B's shape at A's rank (ONNX aligns shapes from the right) when the add and mul lowerings broadcast it
+    (lowering.vu.broadcast_problem: one value per image and / or channel, or one plane); None otherwise."""
+    from types import SimpleNamespace
+
+    from .lowering.vu import broadcast_problem
+    if len(b_shape) > len(shape):
+        return None
+    full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    if broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
+        return None
+    return full
 
 
 def _relu_clip(im: _Importer, node) -> None:

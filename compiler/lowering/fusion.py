@@ -94,7 +94,7 @@ def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
         if isinstance(ops[i], (Conv2d, Dense)):
             adds = 0
             while j < len(ops) and isinstance(ops[j], Elementwise) and (
-                    ops[j].mode == "clip" or (ops[j].mode == "add" and adds == 0)):
+                    ops[j].mode == "clip" or (ops[j].mode == "add" and ops[j].b_shape is None and adds == 0)):
                 adds += ops[j].mode == "add"
                 j += 1
         elif isinstance(ops[i], Elementwise):

@@ -73,11 +73,46 @@ def _runs(shape, layout: str, c0: int, c1: int) -> list[tuple[int, int, int, int
 
 def strided(op: Elementwise) -> bool:
     """Does the op address its tensors by channel and position (its layouts differ, or a per-channel
-    table meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
+    table or a b that varies by channel or position meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
     if op.x_layout == op.y_layout and op.x_layout != "nchw":
         per_channel = op.mode == "requantize" and np.ndim(op.scale if op.scale is not None else op.ma) > 0
-        return per_channel
+        return per_channel or (broadcast_strides(op) or (0, 0, 0))[1:] != (0, 0)
     return op.x_layout != op.y_layout
+
+
+def broadcast_strides(op: Elementwise) -> tuple[int, int, int] | None:
+    """b's element strides along a's (image, channel, position) when b broadcasts (0 along each axis it
+    repeats), None when b has a's shape; CompileError for a b_shape the lowering does not broadcast."""
+    why = broadcast_problem(op)
+    if why:
+        raise CompileError(f"{op.kind}: {why}")
+    b = getattr(op, "b_shape", None)
+    if b is None:
+        return None
+    positions = int(np.prod(b[2:], dtype=np.int64))
+    return (int(np.prod(b[1:], dtype=np.int64)) if b[0] > 1 else 0, positions if len(b) > 1 and b[1] > 1 else 0,
+            1 if positions > 1 else 0)
+
+
+def broadcast_problem(op) -> str:
+    """Why the static lowering cannot broadcast op's b ('' if it can, or b does not broadcast).
+
+    b's image axis is 1 or a's, its channel axis 1 or a's, and the axes after them all 1 or all a's
+    (positions): so b's element for a's (n, c, position) is at n * sn + c * sc + position * sr, and b's
+    bytes are the same in every layout unless it varies by both channel and position, which is refused."""
+    b = getattr(op, "b_shape", None)
+    if b is None:
+        return ""
+    shape = tuple(op.shape)
+    spatial = tuple(b[2:])
+    ok = (b[0] in (1, shape[0]) and (len(b) < 2 or b[1] in (1, shape[1]))
+          and (all(v == 1 for v in spatial) or spatial == shape[2:])
+          and not (len(b) > 1 and b[1] > 1 and int(np.prod(spatial, dtype=np.int64)) > 1))
+    if ok:
+        return ""
+    return (f"b of shape {tuple(b)} broadcast to {shape}: an add or mul broadcasts a b that is one value per "
+            f"image and / or channel ([N, C, 1, 1], [1, C, 1, 1], [N, 1, 1, 1], a scalar) or one plane "
+            f"([1, 1, H, W], [N, 1, H, W]), not one that repeats along the height or width only")
 
 
 TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC side's run, a burst
@@ -160,21 +195,30 @@ class ElementwiseLowering:
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
         in_bytes = 4 if op.in_dtype == "int32" else 1
+        # a broadcast b (one value per channel, or one) is loaded into VBUF once, before the tiles
+        self.bcast = broadcast_strides(op)
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
-        per_elem = 3 * in_bytes + (2 if op.binary else 0)
+        per_elem = 3 * in_bytes + (2 if op.binary and self.bcast is None else 0)
         per_channel = op.scale if op.scale is not None else op.ma
         self.per_channel = op.mode == "requantize" and np.ndim(per_channel) > 0
         self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
         n, c, r = _ncr(op.shape)
         table = c * self.entry if self.per_channel else 0
+        b_values = 0 if self.bcast is None else int(np.prod(op.b_shape))
+        if b_values > cfg.vbuf_bytes // 4:
+            raise CompileError(f"{op.kind}: b of shape {tuple(op.b_shape)} ({b_values} bytes) broadcast to "
+                               f"{tuple(op.shape)} does not fit a quarter of VBUF ({cfg.vbuf_bytes} bytes), where it "
+                               f"is kept for the whole op")
+        table += -(-b_values // 64) * 64
         fit = (cfg.vbuf_bytes - table - 256) // per_elem // 64 * 64
         self.budget = budget or max(1, min(fit, -(-n * c * r // ELEMENTWISE_TILES)))
         self.slots = Slots()
         depths = {"a": 3, "b": 2, **(depths or {})}
         self.role = {k: f"{self.name}_{v}" for k, v in {"a": "a", "b": "b", **(roles or {})}.items()}
         self.slots.declare(self.role["a"], "vbuf", self.budget * in_bytes, depth=depths["a"], unit=self.vu)
-        if op.binary:
+        if op.binary and self.bcast is None:
             self.slots.declare(self.role["b"], "vbuf", self.budget, depth=depths["b"], unit=self.vu)
+        self.b_vbuf = Buffer(f"{self.name}_b_vbuf", "vbuf", b_values, unit=self.vu) if self.bcast else None
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
             if op.scale is not None:
@@ -197,13 +241,19 @@ class ElementwiseLowering:
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
         extra = [self.table_ddr, self.table_vbuf] if self.per_channel else []
-        return extra + self.slots.all()
+        return extra + ([self.b_vbuf] if self.bcast else []) + self.slots.all()
 
     def steps(self) -> list[Step]:
-        """The table load (per-channel requantize), then one Step per tile."""
+        """The table load (per-channel requantize) or b's (a broadcast b), then one Step per tile."""
         op = self.op
         n, c, r = _ncr(op.shape)
         steps = []
+        if self.bcast:       # b's bytes are the same in every layout (broadcast_problem)
+            s = Step()
+            size = self.b_vbuf.nbytes
+            s.loads.append(Dma(self.ch + CH_B, Ref(self.b_vbuf), Ref(self.ins[1]), (size,), (1,), (1,), elem=1,
+                               comment=f"{self.name}: b, {size} value(s) broadcast"))
+            steps.append(s)
         if self.per_channel:
             s = Step()
             what = "float32 scale" if self.entry == 4 else "(M, S)"
@@ -227,11 +277,11 @@ class ElementwiseLowering:
             a = self.slots.next(self.role["a"])
             s.loads += self._moves(ch_a, a, self.ins[0], lx, tile, esz, True)
             b = None
-            if op.binary:
+            if op.binary and self.bcast is None:
                 b = self.slots.next(self.role["b"])
                 s.loads += self._moves(ch_b, b, self.ins[1], lb, tile, 1, True)
             s.compute.append(Note(where + ": VU"))
-            s.compute.append(self._vu(a, b, nc, nr, c0))
+            s.compute.append(self._vu(a, b, nc, nr, c0, ni, r0))
             s.epilogue += self._moves(CH_OUT, a, self.y, ly, tile, 1, False)
             steps.append(s)
         return steps
@@ -262,7 +312,7 @@ class ElementwiseLowering:
                                  if load else Dma(self.ch + ch, far_ref, near, dims, near_st, far_st, elem=esz,
                                                   comment=where)))
         return out
-    def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int) -> Vu:
+    def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int, ni: int = 0, r0: int = 0) -> Vu:
         op, name = self.op, self.name
         lohi = {"zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
         d1 = (1, nr)
@@ -270,10 +320,11 @@ class ElementwiseLowering:
             return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
                       scalars={"lo": op.lo, "hi": op.hi}, unit=self.vu, comment=f"{name}: clip in place")
         if op.fscales is not None:
-            return self._binary_f32(a, b, nc, nr)
+            return self._binary_f32(a, b, nc, nr, c0, ni, r0)
         if op.mode in ("add", "mul"):
             sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
-            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+            b_ref, b_st = self._b_operand(b, nr, c0, ni, r0)
+            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
                       scalars=sc, unit=self.vu, comment=f"{name}: {op.mode} in place")
         esz = 4 if op.in_dtype == "int32" else 1
         a1 = (esz, nr * esz)
@@ -288,16 +339,26 @@ class ElementwiseLowering:
                   unit=self.vu, comment=f"{name}: requantise in place")
 
 
-    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int) -> Vu:
+    def _b_operand(self, b: Buffer | None, nr: int, c0: int, ni: int = 0, r0: int = 0) -> tuple[Ref, tuple[int, int]]:
+        """b's Ref and (position, channel) strides for the tile at image ni, channel c0, position r0: the
+        tile's slot, or the broadcast b in VBUF (stride 0 along the axes it repeats)."""
+        bcast = getattr(self, "b_vbuf", None)
+        if bcast is None:
+            return Ref(b), (1, nr)
+        sn, sc, sr = self.bcast
+        return Ref(bcast, ni * sn + c0 * sc + r0 * sr), (sr, sc)
+
+    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int, c0: int = 0, ni: int = 0, r0: int = 0) -> Vu:
         """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
         op, d1 = self.op, (1, nr)
+        b_ref, b_st = self._b_operand(b, nr, c0, ni, r0)
         if op.mode == "add":
             ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
             sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
         else:
             sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
                   "lo": op.lo, "hi": op.hi}
-        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), Ref(b), "i8", "i8", 1, (nr, nc), d1, d1, d1,
+        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
                   scalars=sc, unit=self.vu, comment=f"{self.name}: float32 {op.mode} in place")
 
     def _requant_f32(self, a: Buffer, nc: int, nr: int, c0: int) -> Vu:
