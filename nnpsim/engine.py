@@ -27,7 +27,7 @@ from . import errors
 from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, OP_LD, exec_pure, load_word, unset_mask, wrap32)
-from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES,
+from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, LOAD, M_AGENT, M_BYTES,
                      M_DDR_BURST, M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
                      M_START, M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_COLS,
                      STALL_QUEUE_FULL, STALL_SEMAPHORE, START, SYNC_COLS, TAKE)
@@ -342,10 +342,12 @@ def _cu_sync(t: int, i: int, prog: np.ndarray, regs: np.ndarray, params: np.ndar
     """Try synchronising instruction i: (errors code, stall reason or -1, stall argument)."""
     op = prog[i, C_OP]
     if op == OP_LD:
-        code, v = load_word(mem, space[S_BASE, SPACE_DDR], space[S_SIZE, SPACE_DDR],
-                            wrap32(regs[prog[i, C_RS1]] + prog[i, C_IMM]), err)
-        if code == 0 and prog[i, C_RD] != 0:
-            regs[prog[i, C_RD]] = v
+        addr = wrap32(regs[prog[i, C_RS1]] + prog[i, C_IMM])
+        code, v = load_word(mem, space[S_BASE, SPACE_DDR], space[S_SIZE, SPACE_DDR], addr, err)
+        if code == 0:
+            _log(sync, st, ST_NSYNC, LOAD, t, 0, addr, i)    # the race checker's read of DDR
+            if prog[i, C_RD] != 0:
+                regs[prog[i, C_RD]] = v
         return code, -1, 0
     if op == OP_HALT:
         st[ST_CU_STATE] = CU_HALTED

@@ -34,7 +34,8 @@ from .config import Config
 from .errors import SimError
 from .footprint import (BASE, DIMS, DMA_AGENT, NU_AGENT, N, S, SPACE, VU_AGENT, WIDTH, WRITE, agent_units,
                         build_patterns, footprint_rules, pattern_bytes, run_at, run_count, space_name, space_sizes)
-from .runlog import BARRIER, ISSUE, SIGNAL, START, TAKE
+from .runlog import BARRIER, ISSUE, LOAD, SIGNAL, START, TAKE
+from .state import SPACE_DDR
 
 PAGE_BITS = 12
 PAGE = 1 << PAGE_BITS
@@ -297,7 +298,7 @@ def _bytes_of(pats: np.ndarray, c: int, space: int, write: int, size: int) -> np
     return np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
-def _race_message(log, program, pats, size, hit, other: int, fault_cmd: int) -> str:
+def _race_message(log, program, pats, size, hit, other: int, fault_cmd: int, loads: CuLoads) -> str:
     _, c, writes, _, _, other_writes, space, _ = (int(v) for v in hit)
     overlap = np.intersect1d(_bytes_of(pats, c, space, writes, size[space]),
                              _bytes_of(pats, other, space, other_writes, size[space]))
@@ -307,6 +308,8 @@ def _race_message(log, program, pats, size, hit, other: int, fault_cmd: int) -> 
     verb = {0: "reads", 1: "writes"}
 
     def side(cmd: int, w: int) -> str:
+        if cmd >= loads.first:
+            return f"{loads.describe(program, cmd)} {verb[w]} them (cycle {loads.cycle[cmd - loads.first]})"
         end, start = int(log.cmd_end[cmd]), int(log.cmd_start[cmd])
         cycles = f"cycles {start}..{end}" if end >= 0 else f"from cycle {start}"
         if start < 0:
@@ -332,7 +335,6 @@ def check(log, program, config: Config, fault_cmd: int = -1) -> None:
     cmd_agent = np.asarray(log.cmd_agent, np.int64)
     if cmd_agent.min() < 0 or cmd_agent.max() >= len(log.agents):
         raise RunLogError("run log: a command's agent is not in the agent list")
-    cmd_clock, per_agent = _local_clocks(cmd_agent, len(log.agents))
     sync = [np.asarray(getattr(log, f), np.int64) for f in ("sync_kind", "sync_agent", "sync_sem", "sync_cmd")]
     pats = build_patterns(footprint_rules(), np.asarray(log.cmd_op, np.int64), unit[cmd_agent],
                           np.asarray(log.cmd_regs, np.int64), np.asarray(log.cmd_fields, np.int64),
@@ -340,6 +342,10 @@ def check(log, program, config: Config, fault_cmd: int = -1) -> None:
     size = space_sizes(config)
     if 0 <= fault_cmd < n and program is not None:
         sync = [np.concatenate(pair) for pair in zip(sync, _continuation(log, program, fault_cmd, pats, size))]
+    loads = CuLoads(sync, np.asarray(log.sync_cycle, np.int64), n)
+    if loads.count:
+        sync, cmd_agent, pats = loads.as_commands(sync, cmd_agent, pats)
+    cmd_clock, per_agent = _local_clocks(cmd_agent, len(log.agents))
     clocks, status, bad = _command_clocks(*sync, cmd_agent, cmd_clock, len(log.agents), _mask_agents(kind, unit))
     if status != LOG_OK:
         what = ("takes a token no signal gave" if status == LOG_EMPTY_SEMAPHORE
@@ -351,9 +357,47 @@ def check(log, program, config: Config, fault_cmd: int = -1) -> None:
     if not hit[0]:
         return
     other = int(per_agent[int(hit[3])][int(hit[4]) - 1])
-    start = int(log.cmd_start[int(hit[1])])
-    raise SimError(_race_message(log, program, pats, size, hit, other, fault_cmd), code=errors.DATA_RACE,
-                   cycle=start if start >= 0 else int(log.cycles))
+    c = int(hit[1])
+    start = int(log.cmd_start[c]) if c < n else int(loads.cycle[c - n])
+    raise SimError(_race_message(log, program, pats, size, hit, other, fault_cmd, loads),
+                   code=errors.DATA_RACE, cycle=start if start >= 0 else int(log.cycles))
+
+
+class CuLoads:
+    """The CU's `ld`s of a run (LOAD sync events) as commands of agent 0 that read 4 bytes of DDR.
+
+    The CU's own clock component counts its loads: a load starts where the CU runs it, with the
+    CU's clock (what its `sem.wait`s and barriers joined), and a command the CU issues after it
+    carries that count, so FastTrack orders the two as it orders any two commands.
+    """
+
+    def __init__(self, sync: list[np.ndarray], cycles: np.ndarray, n_commands: int):
+        self.at = np.flatnonzero(sync[0] == LOAD)
+        self.count = int(self.at.size)
+        self.first = n_commands                        # command id of the first load
+        self.addr = sync[2][self.at]
+        self.pc = sync[3][self.at] * 8
+        self.cycle = cycles[self.at]
+
+    def as_commands(self, sync: list[np.ndarray], cmd_agent: np.ndarray,
+                    pats: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """(sync with each LOAD as agent 0's START of its command, cmd_agent and pats extended)."""
+        sync = [a.copy() for a in sync]
+        sync[0][self.at] = START
+        sync[1][self.at] = 0
+        sync[3][self.at] = self.first + np.arange(self.count)
+        extra = np.zeros((self.count,) + pats.shape[1:], pats.dtype)
+        extra[:, 0, SPACE] = SPACE_DDR
+        extra[:, 0, BASE] = self.addr
+        extra[:, 0, WIDTH] = 4
+        extra[:, 0, N:N + DIMS] = 1
+        return sync, np.concatenate([cmd_agent, np.zeros(self.count, np.int64)]), np.concatenate([pats, extra])
+
+    def describe(self, program, c: int) -> str:
+        """'cu `ld` at pc 0x40 (k.s:12)' for load command c."""
+        pc = int(self.pc[c - self.first])
+        where = source_of(program, pc)
+        return f"cu `ld` at pc {pc:#x}" + (f" ({where})" if where else "")
 
 
 def _continuation(log, program, fault_cmd: int, pats: np.ndarray, size: np.ndarray) -> list[np.ndarray]:

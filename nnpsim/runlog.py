@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# Sync event kinds
-ISSUE, START, END, SIGNAL, TAKE, BARRIER = range(6)
+# Sync event kinds (LOAD: the CU's `ld`, agent 0, sem = the DDR byte address, cmd = the instruction index)
+ISSUE, START, END, SIGNAL, TAKE, BARRIER, LOAD = range(7)
 # Stall reasons
 STALL_QUEUE_FULL, STALL_SEMAPHORE, STALL_BARRIER, STALL_BANDWIDTH = range(4)
 # Counter ids besides queue occupancy (id = agent)

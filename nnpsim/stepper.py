@@ -18,7 +18,7 @@ from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIG
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, OP_LD, PARAM_REGS, exec_pure, load_word, new_param_file,
                  unset_mask, wrap32)
-from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, M_AGENT, M_BYTES, M_DDR_BURST, M_END,
+from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, LOAD, M_AGENT, M_BYTES, M_DDR_BURST, M_END,
                      M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_START, M_UNSET,
                      M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL,
                      STALL_SEMAPHORE, START, TAKE, RunLog)
@@ -264,10 +264,12 @@ class Stepper:
         t, row, nsem = self.t, self.prog[i], len(self.sems)
         if op == OP_LD:
             m = self.memory
-            code, v = load_word(m.mem, int(m.table[S_BASE, SPACE_DDR]), int(m.table[S_SIZE, SPACE_DDR]),
-                                int(wrap32(self.regs[row[C_RS1]] + row[C_IMM])), self.err)
+            addr = int(wrap32(self.regs[row[C_RS1]] + row[C_IMM]))
+            code, v = load_word(m.mem, int(m.table[S_BASE, SPACE_DDR]), int(m.table[S_SIZE, SPACE_DDR]), addr,
+                                self.err)
             if code:
                 raise _Stop(code)
+            self.sync.append((LOAD, t, 0, addr, i))
             if row[C_RD] != 0:
                 self.regs[row[C_RD]] = v
             return None

@@ -981,3 +981,52 @@ def test_engine_runs_agree_with_oracle(prog):
         assert races, f"checker reported a race the oracle does not see: {exc}"
         return
     assert not races, f"checker missed races {races}"
+
+
+# --------------------------------------------------------------------------- the CU's ld
+
+LD_PROGRAM = """
+        .text
+main:   la      r10, src
+        la      r11, dst
+        setpi   dma.elem, 1
+        setpi   dma.size0, 64
+        setpi   dma.src_stride0, 1
+        setpi   dma.dst_stride0, 1
+{before}
+        ld      r3, r11, 8
+{after}
+        halt
+        .data
+        .align  64
+        .buffer src, int32, (16,)
+        .rept   16
+        .word   7
+        .endr
+        .buffer dst, int32, (16,)
+        .space  64
+"""
+COPY = "        dma     ch0, ddr[r11], ddr[r10], signal=s1"
+
+
+@pytest.mark.parametrize("before, after, racy", [
+    (COPY, "        sem.wait s1", True),                    # ld reads dst while the copy may still write it
+    (COPY + "\n        sem.wait s1", "", False),            # the token orders the copy's write before ld
+    ("", COPY + "\n        sem.wait s1", False),            # issued after ld: the copy writes later
+    ("        dma     ch0, ddr[r10], ddr[r11], signal=s1", "        sem.wait s1", False),   # both only read dst
+])
+def test_a_cu_ld_is_checked_against_the_dmas_that_write_ddr(before, after, racy):
+    # `ld` reads DDR (a dynamic kernel's argument block, or sums a DMA stored): unordered against a
+    # DMA that writes those bytes it is a race, reported naming the ld and its source line
+    from nnpasm import assemble
+    from nnpsim.simulator import Simulator
+
+    sim = Simulator(Config())
+    sim.load(assemble(LD_PROGRAM.format(before=before, after=after), "ld.s"))
+    if not racy:
+        sim.run(check_races=True)
+        return
+    with pytest.raises(SimError) as exc:
+        sim.run(check_races=True)
+    assert exc.value.code == errors.DATA_RACE
+    assert "cu `ld` at pc" in str(exc.value) and "ld.s:" in str(exc.value) and "dma0 `dma`" in str(exc.value)
