@@ -51,7 +51,8 @@ from .errors import CompileError
 from .ops import Conv2d, Dense, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view, fold_taps
-from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan
+from .lowering.nu import (DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, fits, plan, psum_on_nu,
+                          requantises_on_nu)
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engines
@@ -149,14 +150,18 @@ class Block:
             f = v.scale is not None
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
                               else ("vu.requant.fpc" if f else "vu.requant.pc"),)
-            # the NU's output stage: it takes the bias too, and needs the whole sum (one chunk)
-            if not self.ctx["plan"].depthwise and drains_on_nu(self.ctx["plan"], self.ctx["plan"].w.span):
-                if self.intrinsics.get("requant") == "nu.conv.rq":      # one command does all three
-                    out["conv"] = out["requant"] = ("nu.conv.rq",)
+            # the NU's output stage: it takes the bias too, and with ic split adds the other chunks'
+            # partial sums (nu.conv.acc.rq)
+            if requantises_on_nu(self.ctx["plan"]):
+                stage = self.rq_intrinsic()
+                if self.intrinsics.get("requant") == stage:
+                    if stage == "nu.conv.rq":      # one command does all three
+                        out["conv"] = ("nu.conv.rq",)
+                    out["requant"] = (stage,)
                     if v.bias is not None:
-                        out["bias"] = ("nu.conv.rq",)
+                        out["bias"] = (stage,)
                 elif not per_channel:
-                    out["requant"] += ("nu.conv.rq",)
+                    out["requant"] += (stage,)
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
@@ -174,6 +179,11 @@ class Block:
         if op.scale is not None:
             return {"requantize": ("vu.requant.fpc" if per_channel else "vu.requant.f",)}
         return {"requantize": ("vu.requant.pc" if per_channel else "vu.requant",)}
+
+    def rq_intrinsic(self) -> str:
+        """The NU's output stage for this tiling: nu.conv.rq, or nu.conv.acc.rq when ic is split."""
+        p, f = self.ctx["plan"], self.factors
+        return "nu.conv.acc.rq" if "ic" in f and f["ic"] // p.rows < p.w.span else "nu.conv.rq"
 
     def loop_extent(self, loop: str) -> int:
         """How many tiles a tile loop runs over."""
@@ -216,7 +226,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        drain = "nu" if self.intrinsics.get("requant") == "nu.conv.rq" else "vu"
+        drain = "nu" if self.intrinsics.get("requant") in ("nu.conv.rq", "nu.conv.acc.rq") else "vu"
         bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv, nu.conv.rq: their own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias, drain)
 
@@ -247,11 +257,12 @@ class Block:
         if self.kind != "nu":
             return
         t = self.tiling()
-        if t.drain == "nu" and "acc" in roles:
+        if t.drain == "nu" and "acc" in roles and t.cbt >= self.ctx["plan"].w.span:
             _fail(f"{where}: nu.conv.rq writes its int8 result to VBUF: drop the ABUF cache "
                   f"{self.role_cache('acc')!r}")
-        if t.drain == "nu" and t.cbt < self.ctx["plan"].w.span:
-            _fail(f"{where}: nu.conv.rq requantises the whole sum, but ic is split by {self.factors['ic']}")
+        if self.intrinsics.get("requant") == "nu.conv.rq" and t.cbt < self.ctx["plan"].w.span:
+            _fail(f"{where}: nu.conv.rq requantises the whole sum, but ic is split by {self.factors['ic']}: "
+                  f"tensorize('requant', 'nu.conv.acc.rq')")
         if t.resident:
             if "ic" in self.factors:
                 _fail(f"{where}: resident weights are one chunk, but ic is split by {self.factors['ic']}")
@@ -768,16 +779,16 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
             s.reorder(*[l for l in b.loops if l != "oc.o"], "oc.o", **kw)
     else:
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
-    if t.drain == "vu":
+    if t.drain == "vu" or psum_on_nu(p, t):
         s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
     if t.drain == "nu":
-        s.tensorize("requant", "nu.conv.rq", **kw)
+        s.tensorize("requant", b.rq_intrinsic(), **kw)
     s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", "nu.dwconv" if p.depthwise else "nu.conv.rq" if t.drain == "nu"
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else b.rq_intrinsic() if t.drain == "nu"
                     else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
         if stage in b.stages() and stage not in b.intrinsics:
@@ -1015,7 +1026,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
         else:
             # one command for every block of the tile (nu._conv_groups), or one per block: no less
             nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
-        if j == len(n_chunks) - 1:
+        if j == len(n_chunks) - 1 and t.drain == "vu":     # the NU's output stage needs no VU pass
             pix = th * tw
             if per_channel:
                 cycles = cost._vu_cycles(requant, "i32", "i8", pix, 1, cfg.vu_bytes_per_cycle, cfg.vu_latency)

@@ -10,7 +10,10 @@ one vu.requant per channel into an int8 slot), an optional residual add
 follows, and the tile is stored to DDR in NCHW.  With the NU's requantising
 output stage (drain "nu"), the tile's one chunk runs as nu.conv.rq, which adds
 the bias, requantises and writes int8 straight into VBUF: no ABUF slot, no
-drain, no VU pass (docs/architecture.md, "The NU's output stage").
+drain, no VU pass (docs/architecture.md, "The NU's output stage").  With
+several chunks, the first ones accumulate into an ABUF slot (no bias in it)
+and the last runs as nu.conv.acc.rq, which adds those partial sums in the
+same stage: the tile starts on its first input blocks and ends with its store.
 """
 from __future__ import annotations
 
@@ -51,7 +54,8 @@ class ConvTiling:
     with weights that multiply out to the bias (layout.bias_blocks).
     drain: how the accumulators reach VBUF.  "vu": drained by DMA as int32 and requantised by
     the VU.  "nu": nu.conv.rq's output stage adds the bias, requantises and writes int8 into
-    VBUF (one chunk only: it sees the whole sum; the bias mode is then unused).
+    VBUF (the bias mode is then unused); with several chunks the last one's nu.conv.acc.rq adds
+    the others' partial sums from ABUF there (psum_on_nu).
     """
 
     th: int
@@ -161,7 +165,7 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
+                "abuf": d["acc"] * acc if psum_on_nu(p, t) else 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
                 "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
@@ -171,10 +175,20 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
             "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
 
 
+def requantises_on_nu(p: NuPlan) -> bool:
+    """Can the NU's output stage (nu.conv.rq, nu.conv.acc.rq) finish this conv: not depthwise, with a
+    requantisation.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
+    return not p.depthwise and (p.view.scale is not None or p.view.multiplier is not None)
+
+
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
-    """Can nu.conv.rq's output stage finish this conv: one chunk (the stage must see the whole
-    sum), not depthwise.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
-    return not p.depthwise and cbt >= p.w.span and (p.view.scale is not None or p.view.multiplier is not None)
+    """Can nu.conv.rq finish this conv in one command a tile: one chunk of cbt input blocks."""
+    return requantises_on_nu(p) and cbt >= p.w.span
+
+
+def psum_on_nu(p: NuPlan, t: ConvTiling) -> bool:
+    """Does the tiling end each tile with nu.conv.acc.rq (the NU's output stage, several chunks)?"""
+    return t.drain == "nu" and t.cbt < p.w.span
 
 
 def rq_table(p: NuPlan) -> np.ndarray:
@@ -241,7 +255,7 @@ class NuLowering:
             self.slots.declare(self.role["wt"], "wbuf", (needs["wbuf"] - bias_w) // depths["wt"], depth=depths["wt"],
                                unit=nu)
         rq = t.drain == "nu"
-        if not rq:
+        if not rq or psum_on_nu(p, t):
             self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
         self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * (1 if rq else 4),
                            depth=depths["vacc"], unit=vu)
@@ -359,7 +373,8 @@ class NuLowering:
         self.x_dm_rows = {}         # every call loads the input rows afresh
         steps = [self._constants()]
         chunk_list = chunks(p, t.cbt)
-        inp = lo = None
+        chunked_rq = psum_on_nu(p, t)
+        inp = lo = psum = None
         for k, (obs, n, oh0, ow0, j, load_w, load_x) in enumerate(self.tiles()):
             if limit is not None and k >= limit:
                 break
@@ -367,6 +382,8 @@ class NuLowering:
             th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
             if j == 0:
                 acc = self.slots.next(self.role["vacc" if t.drain == "nu" else "acc"])
+                psum = self.slots.next(self.role["acc"]) if chunked_rq else None
+            rq = t.drain == "nu" and j == len(chunk_list) - 1      # the output stage takes the last chunk
             step = Step()
             where = (f"{self.name}: tile ob {obs.start}..{obs.stop - 1} n {n} "
                      f"oh {oh0}..{oh0 + th - 1} ow {ow0}..{ow0 + tw - 1} chunk {j}")
@@ -382,8 +399,9 @@ class NuLowering:
                 self._fill_bias(step, acc, obs, th * tw)
             if j == 0 and self._bias_mode("nu"):
                 self._bias_pass(step, acc, obs, th, tw)
-            self._convs(step, acc, inp, obs, first, count, lo, th, tw,
-                        accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"))
+            self._convs(step, acc if rq or not chunked_rq else psum, inp, obs, first, count, lo, th, tw,
+                        accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"), rq=rq,
+                        psum=psum if rq else None)
             if j == len(chunk_list) - 1:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
@@ -612,13 +630,14 @@ class NuLowering:
                               (cols, pixels, len(obs)), (4, 0, cols * 4), (4, cols * 4, pixels * cols * 4),
                               elem=4, comment=f"{self.name}: bias broadcast -> {acc.name}"))
 
-    def _convs(self, step, acc, inp, obs, first, count, lo, th, tw, accumulate) -> None:
+    def _convs(self, step, acc, inp, obs, first, count, lo, th, tw, accumulate, rq=False, psum=None) -> None:
+        """The tile's NU commands for one chunk into `acc` (ABUF; with rq, the output stage into VBUF,
+        adding the partial sums in ABUF `psum` when given)."""
         p, v = self.p, self.p.view
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
-        rq = self.t.drain == "nu"
         if rq:
             params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
         for k, ob, blocks in self._conv_groups(obs, count):
@@ -630,9 +649,11 @@ class NuLowering:
             step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, **many),
                                        p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
                                        rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
+                                       psum=None if psum is None else Ref(psum, k * th * tw * p.cols * 4),
                                        comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1
                                                                                else "") + (
                                            ", depthwise" if p.depthwise
+                                           else ", plus partial sums, requantised into VBUF" if psum is not None
                                            else ", requantised into VBUF" if rq else "")))
 
     def _conv_groups(self, obs: range, count: int) -> list[tuple[int, int, int]]:

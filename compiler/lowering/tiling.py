@@ -17,7 +17,7 @@ from ..errors import CompileError
 from ..sizes import capacities
 from .depthwise import narrow_tilings
 from .layout import bias_blocks
-from .nu import ConvTiling, NuPlan, buffer_needs, drains_on_nu, fits
+from .nu import ConvTiling, NuPlan, buffer_needs, fits, requantises_on_nu
 
 
 # NU passes per output pixel and block at or below which the bias broadcast (two ABUF port cycles
@@ -79,8 +79,9 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
         modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
         out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
                 if fits(buffer_needs(p, c, residual), caps)]
-    # the NU's requantising output stage: no drain, no VU pass (one chunk: it needs the whole sum)
-    out += [c for t in out if t.bias == "fill" and drains_on_nu(p, t.cbt)
+    # the NU's requantising output stage: no drain, no VU pass (several chunks: the last one's
+    # nu.conv.acc.rq adds the others' partial sums, and no bias is broadcast into ABUF first)
+    out += [c for t in out if t.bias == "fill" and requantises_on_nu(p)
             for c in [replace(t, drain="nu")] if fits(buffer_needs(p, c, residual), caps)]
     if not out:
         needs = buffer_needs(p, ConvTiling(1, 1, 1, 1), residual)
