@@ -242,7 +242,9 @@ class Block:
                 _fail(f"{where}: {tensor!r} is not cached in {scope}: call cache_"
                       f"{'write' if tensor == 'y' else 'read'}({tensor!r}, {scope!r}, name)")
         for name, c in self.caches.items():
-            least = 1 if name in self.at_root else MIN_DEPTH[self.kind][c.role]
+            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (nu.role_depths)
+            psum = c.role == "acc" and self.intrinsics.get("requant") == "nu.conv.acc.rq"
+            least = 1 if name in self.at_root or psum else MIN_DEPTH[self.kind][c.role]
             if self.depths.get(name, 1) < least:
                 _fail(f"{where}: cache {name!r} needs double_buffer({name!r}, depth={least}) at least: "
                       f"{WHY_DEPTH[c.role]}")
@@ -779,8 +781,10 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
             s.reorder(*[l for l in b.loops if l != "oc.o"], "oc.o", **kw)
     else:
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
-    if t.drain == "vu" or psum_on_nu(p, t):
+    if t.drain == "vu":
         s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
+    elif psum_on_nu(p, t):          # the partial sums: one slot (nu.role_depths)
+        s.cache_write("y", "abuf", "acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)

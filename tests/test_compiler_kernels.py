@@ -495,8 +495,10 @@ def test_conv2d_f32_matches_reference(case, seed, with_bias, per_channel):
               lo=int(rng.integers(-128, 0)), hi=int(rng.integers(0, 128)))
     op = ops.conv2d(xshape, w, bias, **kw)
     kernel = build(op)
-    # the float requantisation: on the VU, or in the NU's output stage (nu.conv.rq with rq_float = 1)
-    assert "vu.requant.f" in kernel.asm or ("nu.conv.rq" in kernel.asm and "nu.rq_float, 1" in kernel.asm)
+    # the float requantisation: on the VU, or in the NU's output stage (nu.conv.rq or nu.conv.acc.rq with
+    # rq_float = 1)
+    assert "vu.requant.f" in kernel.asm or (("nu.conv.rq" in kernel.asm or "nu.conv.acc.rq" in kernel.asm)
+                                            and "nu.rq_float, 1" in kernel.asm)
     x = rand8(rng, xshape)
     want = op.reference(x)
     np.testing.assert_array_equal(run(kernel, x), want)

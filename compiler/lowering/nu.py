@@ -153,9 +153,19 @@ def tile_blocks(p: NuPlan, t: ConvTiling) -> int:
     return p.hulls[key]
 
 
-def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
-    """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
+def role_depths(p: NuPlan, t: ConvTiling, depths: dict[str, int] | None = None) -> dict[str, int]:
+    """Slots per role: `depths`, else DEPTHS, except that nu.conv.acc.rq's partial sums take one ABUF
+    slot by default: only the NU touches them, in order (tile k+1's first chunk follows tile k's
+    last on the same queue), while the drain a "vu" tiling has reads its slot from another queue."""
     d = {**DEPTHS, **(depths or {})}
+    if psum_on_nu(p, t) and "acc" not in (depths or {}):
+        d["acc"] = 1
+    return d
+
+
+def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
+    """Bytes per memory a tiling needs (`depths` slots per role, by default role_depths')."""
+    d = role_depths(p, t, depths)
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
     blocks = tile_blocks(p, t)
     acc = t.obt * t.th * t.tw * p.cols * 4
@@ -241,7 +251,7 @@ class NuLowering:
             self.rq_w = Buffer(f"{self.name}_rq_wbuf", "wbuf", self.rq_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
         self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
-        roles, depths = {**ROLES, **(roles or {})}, {**DEPTHS, **(depths or {})}
+        roles, depths = {**ROLES, **(roles or {})}, role_depths(p, t, depths)
         needs = buffer_needs(p, t, residual is not None, depths)
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
