@@ -233,6 +233,7 @@ class NuLowering:
         self.p, self.t, self.x, self.y = p, t, x, y
         self.residual, self.res_buf, self.part = residual, res_buf, part
         self._rq_cache: list[tuple[str, dict, str]] | None = None
+        self.by_block = False       # steps(): the tile being made runs and stores block by block
         self.name = name if part is None else name + part.suffix
         self.nu, self.vu = (0, 0) if part is None else (part.nu, part.vu)
         self.ch = 0 if part is None else part.ch    # logical DMA channels (schedule folds them)
@@ -374,8 +375,17 @@ class NuLowering:
                     yield obs, n, oh0, ow0, j, k == 0 or n_chunks > 1, True
 
     def n_tiles(self) -> int:
-        """How many tiles (Steps after the constants) the op has."""
-        return sum(1 for _ in self.tiles())
+        """How many tiles (Steps after the constants) the op has: tiles()'s count, without walking it."""
+        p, t = self.p, self.t
+        groups = -(-p.n_ob // t.obt)
+        spatial = p.view.x_shape[0] * -(-p.oh // t.th) * -(-p.ow // t.tw)
+        if self.part is not None:
+            k, n = self.part.index, self.part.count
+            if self.part.by == "spatial":
+                spatial = len(range(k, spatial, n))
+            else:
+                groups = len(range(k, groups, n))
+        return spatial * groups * (1 if t.resident else len(chunks(p, t.cbt)))
 
     def steps(self, limit: int | None = None) -> list[Step]:
         """Every tile of the op as a pipeline Step (the constants, then the first `limit` tiles)."""
@@ -385,6 +395,7 @@ class NuLowering:
         chunk_list = chunks(p, t.cbt)
         chunked_rq = psum_on_nu(p, t)
         inp = lo = psum = None
+        last = self.n_tiles() - 1 if t.drain == "nu" else -1
         for k, (obs, n, oh0, ow0, j, load_w, load_x) in enumerate(self.tiles()):
             if limit is not None and k >= limit:
                 break
@@ -409,12 +420,16 @@ class NuLowering:
                 self._fill_bias(step, acc, obs, th * tw)
             if j == 0 and self._bias_mode("nu"):
                 self._bias_pass(step, acc, obs, th, tw)
+            # the kernel's last tile on the output stage: one command and one store per output block, so
+            # that the stores but the last overlap the NU (no later tile's compute hides them)
+            self.by_block = rq and k == last
             self._convs(step, acc if rq or not chunked_rq else psum, inp, obs, first, count, lo, th, tw,
                         accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"), rq=rq,
                         psum=psum if rq else None)
             if j == len(chunk_list) - 1:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
+            self.by_block = False
             steps.append(step)
         if t.resident:
             # the first group's blocks with the constants, the others with the first tile's loads (issued
@@ -650,7 +665,10 @@ class NuLowering:
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
         if rq:
             params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
-        for k, ob, blocks in self._conv_groups(obs, count):
+        groups = self._conv_groups(obs, count)
+        if self.by_block:
+            groups = [(k + i, ob + i, 1) for k, ob, blocks in groups for i in range(blocks)]
+        for k, ob, blocks in groups:
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
@@ -732,7 +750,8 @@ class NuLowering:
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
         o = v.y_shape[1]
-        for b0, b1, real in _block_groups(obs, o, cols):
+        pieces = [range(ob, ob + 1) for ob in obs] if self.by_block else [obs]
+        for b0, b1, real in [g for piece in pieces for g in _block_groups(piece, o, cols)]:
             off, (sn, sc, sh, sw) = block_at(v.y_shape, v.y_strides, v.y_block, b0 * cols)
             dst = Ref(self.y, n * sn + off + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)
