@@ -69,6 +69,8 @@ NU_CACHES = {("x", "ibuf"): "in", ("w", "wbuf"): "wt", ("y", "abuf"): "acc", ("y
              ("b", "vbuf"): "res"}
 POOL_CACHES = {("x", "vbuf"): "in", ("y", "vbuf"): "out"}
 ELEMENTWISE_CACHES = {("x", "vbuf"): "a", ("a", "vbuf"): "a", ("b", "vbuf"): "b"}
+RQ_INTRINSICS = ("nu.conv.rq", "nu.conv.acc.rq")
+"""The NU's output stage: the whole sum in one command a tile, or the last chunk's adding the others'."""
 MIN_DEPTH = {"nu": {"in": 2, "wt": 2, "acc": 2, "vacc": 1, "res": 1},
              "pool": {"in": 2, "out": 2}, "elementwise": {"a": 3, "b": 2}}
 WHY_DEPTH = {"in": "its loads for tile k+1 are issued before tile k's compute",
@@ -151,17 +153,17 @@ class Block:
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
                               else ("vu.requant.fpc" if f else "vu.requant.pc"),)
             # the NU's output stage: it takes the bias too, and with ic split adds the other chunks'
-            # partial sums (nu.conv.acc.rq)
+            # partial sums (nu.conv.acc.rq; check() says which one the split allows)
             if requantises_on_nu(self.ctx["plan"]):
-                stage = self.rq_intrinsic()
-                if self.intrinsics.get("requant") == stage:
+                stage = self.intrinsics.get("requant")
+                if stage in RQ_INTRINSICS:
                     if stage == "nu.conv.rq":      # one command does all three
                         out["conv"] = ("nu.conv.rq",)
                     out["requant"] = (stage,)
                     if v.bias is not None:
                         out["bias"] = (stage,)
                 elif not per_channel:
-                    out["requant"] += (stage,)
+                    out["requant"] += RQ_INTRINSICS
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
@@ -226,7 +228,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        drain = "nu" if self.intrinsics.get("requant") in ("nu.conv.rq", "nu.conv.acc.rq") else "vu"
+        drain = "nu" if self.intrinsics.get("requant") in RQ_INTRINSICS else "vu"
         bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv, nu.conv.rq: their own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias, drain)
 
@@ -259,6 +261,9 @@ class Block:
         if self.kind != "nu":
             return
         t = self.tiling()
+        if self.intrinsics.get("requant") == "nu.conv.acc.rq" and t.cbt >= self.ctx["plan"].w.span:
+            _fail(f"{where}: nu.conv.acc.rq adds the partial sums of earlier input-channel chunks, but ic is not "
+                  f"split: tensorize('requant', 'nu.conv.rq'), or split('ic', ...)")
         if t.drain == "nu" and "acc" in roles and t.cbt >= self.ctx["plan"].w.span:
             _fail(f"{where}: nu.conv.rq writes its int8 result to VBUF: drop the ABUF cache "
                   f"{self.role_cache('acc')!r}")
