@@ -30,7 +30,7 @@ ONE_TILE_PIXELS, ONE_TILE_CYCLES, ONE_TILE_FINALISTS = 64, 8000, 32
 model, which prices a pipeline's start and end crudely, ranks its tilings worst (MobileNetV2's
 576 -> 160 1x1 conv at 7x7: the best by replay 27th of 40).  When its roofline bound is also at most
 ONE_TILE_CYCLES, replaying one is cheap: up to ONE_TILE_FINALISTS are priced."""
-SMALL_CYCLES, SMALL_FINALISTS = 16000, 16
+SMALL_CYCLES, SMALL_FINALISTS = 16000, 12
 """A chain with a roofline bound of at most SMALL_CYCLES is replayed in a few milliseconds a finalist,
 and the quick model ranks its tilings poorly too (a pipeline of a few tiles or chunks: MobileNetV2's
 576 -> 96 1x1 conv at 14x14, the best by replay 10th of 81): up to SMALL_FINALISTS are priced."""
