@@ -35,6 +35,10 @@ from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap
+BY_BLOCK_PIXELS = 64
+"""The last tile runs block by block when a block has more pixels than this: its store (cols bytes a
+pixel at DDR's 32 a cycle) then outlasts the 64 cycles of NU latency an extra command costs (7x7
+blocks lost 16 to 47 cycles on MobileNetV2, 14x14 ones gained up to 130)."""
 RESIDENT_DMA_BYTES = 4096
 """Resident weights load in DMAs of at least this many bytes (whole output-block groups): DDR's
 latency (100 cycles) then costs at most about as much as the transfer's 128 cycles at 32 bytes a cycle."""
@@ -421,8 +425,9 @@ class NuLowering:
             if j == 0 and self._bias_mode("nu"):
                 self._bias_pass(step, acc, obs, th, tw)
             # the kernel's last tile on the output stage: one command and one store per output block, so
-            # that the stores but the last overlap the NU (no later tile's compute hides them)
-            self.by_block = rq and k == last
+            # that the stores but the last overlap the NU (no later tile's compute hides them), where a
+            # block's store outlasts the extra command's NU latency
+            self.by_block = rq and k == last and th * tw > BY_BLOCK_PIXELS
             self._convs(step, acc if rq or not chunked_rq else psum, inp, obs, first, count, lo, th, tw,
                         accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"), rq=rq,
                         psum=psum if rq else None)
