@@ -857,9 +857,9 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     out = [(t, None, 1) for t in conv_candidates(p, cfg, residual)]
     k = cfg.nu_count
     if k > 1:
-        for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k):
-            if t.drain == "nu" and cfg.vu_count < k:    # part j runs on NU j and VU j % vu_count
-                continue                                # and nu.conv.rq writes VBUF j
+        # part j runs on NU j and VU j % vu_count, and the output stage writes VBUF j: with fewer VUs
+        # than NUs, no tiling on it (and the chunked ones drain through the VU instead)
+        for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k, cfg.vu_count >= k):
             ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
             out += [(t, by, k) for by, n in ways.items() if n >= k]
     return out

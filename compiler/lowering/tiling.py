@@ -55,15 +55,16 @@ def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
 
 
 def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
-                    min_tiles: int = MIN_TILES) -> list[ConvTiling]:
+                    min_tiles: int = MIN_TILES, output_stage: bool = True) -> list[ConvTiling]:
     """Tilings that fit the buffers: per (output blocks, chunk) pair the largest spatial tile
-    (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode."""
+    (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode;
+    on the NU's output stage too unless output_stage is False (parts whose NU has no VU of its number)."""
     caps = capacities(cfg)
     out = []
     # several chunks end on the NU's output stage (nu.conv.acc.rq) when the conv requantises: the NU's
     # work is a fill tiling's, the rest less (no bias broadcast, drain or VU pass) and the buffers
     # smaller, so the fill tiling would only cost the search time (never faster on MobileNetV2's layers)
-    staged = requantises_on_nu(p)
+    staged = output_stage and requantises_on_nu(p)
     for obt in _powers_up_to(p.n_ob):
         for cbt in _powers_up_to(p.w.span):
             t = _largest_spatial(p, obt, cbt, caps, residual, drain="nu" if staged and cbt < p.w.span else "vu")
