@@ -20,11 +20,13 @@ two columns stand side by side with their DDR bytes and on-chip high-water marks
 the fused output must equal the unfused one bit for bit.  --check-groups also
 compiles every fused kernel and each of its parts alone, runs them on the
 simulator (random int8 inputs) and reports both: no fused kernel may be slower.
---layers prints every layer's cycles over its roofline bound twice: as the network
-run attributes them (from the CU's arrival at the layer's code to its last
+--layers prints every layer's cycles over its roofline bound three ways: as the
+network run attributes them (from the layer's first command's start to its last
 command's end, which charges a layer for its predecessor's stores still
-draining) and compiled and simulated alone (the fair figure), with the
-geometric means of all layers, the depthwise convs and the pooling layers.
+draining while its own early loads wait), its exclusive share of the run (from
+the end of every layer before it, exclusive_cycles: the spans no longer overlap
+and sum to at most the run's cycles), and compiled and simulated alone, with
+the geometric means of all layers, the depthwise convs and the pooling layers.
 
 Targets (the exit status is 1 if one is missed, with a line saying which):
 every QOperator model bit-exact with onnxruntime; ResNet-50 compiled in under
@@ -82,7 +84,9 @@ class Result:
     onchip: dict
     output: np.ndarray
     worst: list[tuple[str, str, int, int]] = field(default_factory=list)   # (layer, ops, cycles, bound)
-    per_layer: list[tuple[str, str, int, int]] = field(default_factory=list)   # every layer, run order
+    per_layer: list[tuple[str, str, int, int, int, int]] = field(default_factory=list)
+    """Every layer in run order: name, ops, cycles (its first command's start to its last's end), roofline
+    bound, start, end."""
     kinds: dict[str, str] = field(default_factory=dict)   # layer name -> depthwise / pooling / other
     alone: dict[str, tuple[int, int]] = field(default_factory=dict)   # layer -> (cycles compiled alone, bound)
 
@@ -161,7 +165,7 @@ def measure(name: str, fmt: str, size: int, cfg, repeats: int, sim_repeats: int,
                           sim_cpu, ort_wall, ort_cpu, stats.cycles, stats.time_us, bound, lib.predicted_cycles,
                           arena["bytes"], arena["naive_bytes"], agree, stats.ddr_bytes,
                           lib.meta["onchip_peak"], m.get_output(0, quantized=True), worst_layers(m, worst),
-                          [(s.name, s.ops, s.cycles, s.bound_cycles) for s in m.layer_stats()],
+                          [(s.name, s.ops, s.cycles, s.bound_cycles, s.start, s.end) for s in m.layer_stats()],
                           {node.name: layer_kind(node) for node in graph.nodes},
                           layers_alone(graph, cfg, fuse) if alone else {}))
     return out
@@ -244,37 +248,56 @@ def _geomean(xs: list[float]) -> float:
     return float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
 
 
+def exclusive_cycles(per_layer: list[tuple]) -> list[int]:
+    """Each layer's cycles from the later of its own start and the end of every layer before it, to its
+    end (0 if it ends sooner): the spans no longer overlap, so a layer is charged neither for its
+    predecessor's stores still draining nor for its own loads issued early, and they sum to at most
+    the run's cycles (the rest: gaps where no command runs)."""
+    out, done = [], 0
+    for *_, start, end in per_layer:
+        out.append(max(0, end - max(start, done)))
+        done = max(done, end)
+    return out
+
+
+WAYS = ("network", "exclusive", "alone")
+
+
 def format_layers(results: list[Result]) -> str:
-    """Per model: every layer's cycles / roofline bound, in the network (attributed from the CU's
-    arrival at the layer's code to its last command's end) and compiled alone, then the geometric
-    means overall, of the depthwise convs and of the pooling layers, and the worst layer, of both."""
+    """Per model: every layer's cycles / roofline bound, in the network (attributed from its first
+    command's start to its last command's end), exclusively (exclusive_cycles) and compiled alone,
+    then the geometric means overall, of the depthwise convs and of the pooling layers, and the
+    worst layer, of each."""
     lines = []
     for r in results:
         lines.append(f"{r.name} {r.fmt}{'' if r.fuse else ', fuse=False'}, every layer (cycles / roofline bound; "
-                     f"in the network, and compiled alone):")
+                     f"in the network, its exclusive share of the network's cycles, and compiled alone):")
         lines.append(f"  {'layer':<32} {'ops':<30} {'kind':<9} {'bound':>9} {'network':>9} {'ratio':>6} "
-                     f"{'alone':>9} {'ratio':>6}")
+                     f"{'excl.':>9} {'ratio':>6} {'alone':>9} {'ratio':>6}")
         ratios: dict[str, dict[str, list[float]]] = {w: {"all": [], "depthwise": [], "pooling": []}
-                                                    for w in ("network", "alone")}
-        cycles = {w: {"all": 0, "depthwise": 0, "pooling": 0} for w in ("network", "alone")}
+                                                    for w in WAYS}
+        cycles = {w: {"all": 0, "depthwise": 0, "pooling": 0} for w in WAYS}
         worst: dict[str, tuple[float, str]] = {}
-        for layer, ops, c, b in r.per_layer:
+        for (layer, ops, c, b, *_), e in zip(r.per_layer, exclusive_cycles(r.per_layer)):
             kind = r.kinds.get(layer, "other")
-            got = {"network": c}
+            got = {"network": c, "exclusive": e}
             if layer in r.alone:
                 got["alone"] = r.alone[layer][0]
             ratio = {w: x / b if b else float("nan") for w, x in got.items()}
             alone = f"{got['alone']:>9,} {ratio['alone']:6.2f}" if "alone" in got else ""
-            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {b:>9,} {c:>9,} {ratio['network']:6.2f} {alone}")
+            lines.append(f"  {layer[:32]:<32} {ops[:30]:<30} {kind:<9} {b:>9,} {c:>9,} {ratio['network']:6.2f} "
+                         f"{e:>9,} {ratio['exclusive']:6.2f} {alone}")
             if not b:
                 continue
             for w, x in got.items():
+                if not x:       # a layer wholly overlapped by the ones before it: no ratio to take a log of
+                    continue
                 worst[w] = max(worst.get(w, (0.0, "")), (ratio[w], layer))
                 for key in ("all", kind):
                     if key in ratios[w]:
                         ratios[w][key].append(ratio[w])
                         cycles[w][key] += x
-        for w in ("network", "alone"):
+        for w in WAYS:
             for key, xs in ratios[w].items():
                 if not xs:
                     continue

@@ -223,7 +223,8 @@ RQ_ENTRY = 12
 class NuConv(Command):
     """nu.conv / nu.conv.acc (nu.dwconv when depthwise) on NU `unit` with its parameters (names as in
     NU_PARAMS; nu.dwconv reads no out_cb).  With `rq`, the (bias, M, S) table in WBUF: nu.conv.rq,
-    whose int8 result goes to racc in VBUF (params then also rq_zp_out, rq_lo, rq_hi)."""
+    whose int8 result goes to racc in VBUF (params then also rq_zp_out, rq_lo, rq_hi); with `psum`
+    too, nu.conv.acc.rq, which adds the int32 partial sums there in ABUF first."""
 
     acc: bool
     racc: Ref
@@ -235,6 +236,7 @@ class NuConv(Command):
     unit: int = 0
     depthwise: bool = False
     rq: Ref | None = None
+    psum: Ref | None = None
 
     @property
     def queue(self) -> str:
@@ -243,7 +245,7 @@ class NuConv(Command):
     @property
     def mnemonic(self) -> str:
         if self.rq is not None:
-            return "nu.conv.rq"
+            return "nu.conv.rq" if self.psum is None else "nu.conv.acc.rq"
         return ("nu.dwconv" if self.depthwise else "nu.conv") + (".acc" if self.acc else "")
 
     @property
@@ -265,6 +267,8 @@ class NuConv(Command):
                _access(self.racc, (0, a_bytes), True)]
         if self.rq is not None:
             out.append(_access(self.rq, (0, blocks * c * RQ_ENTRY), False))
+        if self.psum is not None:
+            out.append(_access(self.psum, (0, a_bytes * 4), False))
         if self.acc:
             out.append(_access(self.racc, (0, a_bytes), False))
         return out

@@ -30,6 +30,10 @@ ONE_TILE_PIXELS, ONE_TILE_CYCLES, ONE_TILE_FINALISTS = 64, 8000, 32
 model, which prices a pipeline's start and end crudely, ranks its tilings worst (MobileNetV2's
 576 -> 160 1x1 conv at 7x7: the best by replay 27th of 40).  When its roofline bound is also at most
 ONE_TILE_CYCLES, replaying one is cheap: up to ONE_TILE_FINALISTS are priced."""
+SMALL_CYCLES, SMALL_FINALISTS = 16000, 12
+"""A chain with a roofline bound of at most SMALL_CYCLES is replayed in a few milliseconds a finalist,
+and the quick model ranks its tilings poorly too (a pipeline of a few tiles or chunks: MobileNetV2's
+576 -> 96 1x1 conv at 14x14, the best by replay 10th of 81): up to SMALL_FINALISTS are priced."""
 NEAR = 0.02     # finalists predicted within 2% of the fastest count as fast: the shortest program wins
 
 
@@ -178,7 +182,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
         found, order = {choice: chosen}, [choice]
     else:
         found = sched_mod.candidates(ops, cfg, segments)
-        order = _ranked(found, cfg, ONE_TILE_FINALISTS if _one_small_tile(ops, cfg) else FINALISTS)
+        order = _ranked(found, cfg, _finalists(ops, cfg))
     why, priced_all = "", []
     for k in order:
         try:
@@ -197,12 +201,14 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments
     return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
 
 
-def _one_small_tile(ops: tuple[Op, ...], cfg: Config) -> bool:
-    """Is the chain's output one spatial tile of a small kernel (ONE_TILE_PIXELS, ONE_TILE_CYCLES)?"""
+def _finalists(ops: tuple[Op, ...], cfg: Config) -> int:
+    """How many candidates the search replays: more for a small kernel (ONE_TILE_*, SMALL_*)."""
     from .roofline import bound_cycles
 
-    shape = ops[-1].output.shape
-    return len(shape) == 4 and shape[2] * shape[3] <= ONE_TILE_PIXELS and bound_cycles(ops, cfg) <= ONE_TILE_CYCLES
+    shape, bound = ops[-1].output.shape, bound_cycles(ops, cfg)
+    if len(shape) == 4 and shape[2] * shape[3] <= ONE_TILE_PIXELS and bound <= ONE_TILE_CYCLES:
+        return ONE_TILE_FINALISTS
+    return SMALL_FINALISTS if bound <= SMALL_CYCLES else FINALISTS
 
 
 def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):

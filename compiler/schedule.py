@@ -51,7 +51,8 @@ from .errors import CompileError
 from .ops import Conv2d, Dense, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view, fold_taps
-from .lowering.nu import DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, drains_on_nu, fits, plan
+from .lowering.nu import (DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, fits, plan, psum_on_nu,
+                          requantises_on_nu)
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engines
@@ -68,6 +69,8 @@ NU_CACHES = {("x", "ibuf"): "in", ("w", "wbuf"): "wt", ("y", "abuf"): "acc", ("y
              ("b", "vbuf"): "res"}
 POOL_CACHES = {("x", "vbuf"): "in", ("y", "vbuf"): "out"}
 ELEMENTWISE_CACHES = {("x", "vbuf"): "a", ("a", "vbuf"): "a", ("b", "vbuf"): "b"}
+RQ_INTRINSICS = ("nu.conv.rq", "nu.conv.acc.rq")
+"""The NU's output stage: the whole sum in one command a tile, or the last chunk's adding the others'."""
 MIN_DEPTH = {"nu": {"in": 2, "wt": 2, "acc": 2, "vacc": 1, "res": 1},
              "pool": {"in": 2, "out": 2}, "elementwise": {"a": 3, "b": 2}}
 WHY_DEPTH = {"in": "its loads for tile k+1 are issued before tile k's compute",
@@ -149,14 +152,18 @@ class Block:
             f = v.scale is not None
             out["requant"] = (("vu.requant.f" if f else "vu.requant") if per_channel
                               else ("vu.requant.fpc" if f else "vu.requant.pc"),)
-            # the NU's output stage: it takes the bias too, and needs the whole sum (one chunk)
-            if not self.ctx["plan"].depthwise and drains_on_nu(self.ctx["plan"], self.ctx["plan"].w.span):
-                if self.intrinsics.get("requant") == "nu.conv.rq":      # one command does all three
-                    out["conv"] = out["requant"] = ("nu.conv.rq",)
+            # the NU's output stage: it takes the bias too, and with ic split adds the other chunks'
+            # partial sums (nu.conv.acc.rq; check() says which one the split allows)
+            if requantises_on_nu(self.ctx["plan"]):
+                stage = self.intrinsics.get("requant")
+                if stage in RQ_INTRINSICS:
+                    if stage == "nu.conv.rq":      # one command does all three
+                        out["conv"] = ("nu.conv.rq",)
+                    out["requant"] = (stage,)
                     if v.bias is not None:
-                        out["bias"] = ("nu.conv.rq",)
+                        out["bias"] = (stage,)
                 elif not per_channel:
-                    out["requant"] += ("nu.conv.rq",)
+                    out["requant"] += RQ_INTRINSICS
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
@@ -174,6 +181,11 @@ class Block:
         if op.scale is not None:
             return {"requantize": ("vu.requant.fpc" if per_channel else "vu.requant.f",)}
         return {"requantize": ("vu.requant.pc" if per_channel else "vu.requant",)}
+
+    def rq_intrinsic(self) -> str:
+        """The NU's output stage for this tiling: nu.conv.rq, or nu.conv.acc.rq when ic is split."""
+        p, f = self.ctx["plan"], self.factors
+        return "nu.conv.acc.rq" if "ic" in f and f["ic"] // p.rows < p.w.span else "nu.conv.rq"
 
     def loop_extent(self, loop: str) -> int:
         """How many tiles a tile loop runs over."""
@@ -216,7 +228,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        drain = "nu" if self.intrinsics.get("requant") == "nu.conv.rq" else "vu"
+        drain = "nu" if self.intrinsics.get("requant") in RQ_INTRINSICS else "vu"
         bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv, nu.conv.rq: their own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias, drain)
 
@@ -232,7 +244,9 @@ class Block:
                 _fail(f"{where}: {tensor!r} is not cached in {scope}: call cache_"
                       f"{'write' if tensor == 'y' else 'read'}({tensor!r}, {scope!r}, name)")
         for name, c in self.caches.items():
-            least = 1 if name in self.at_root else MIN_DEPTH[self.kind][c.role]
+            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (nu.role_depths)
+            psum = c.role == "acc" and self.intrinsics.get("requant") == "nu.conv.acc.rq"
+            least = 1 if name in self.at_root or psum else MIN_DEPTH[self.kind][c.role]
             if self.depths.get(name, 1) < least:
                 _fail(f"{where}: cache {name!r} needs double_buffer({name!r}, depth={least}) at least: "
                       f"{WHY_DEPTH[c.role]}")
@@ -247,11 +261,15 @@ class Block:
         if self.kind != "nu":
             return
         t = self.tiling()
-        if t.drain == "nu" and "acc" in roles:
+        if self.intrinsics.get("requant") == "nu.conv.acc.rq" and t.cbt >= self.ctx["plan"].w.span:
+            _fail(f"{where}: nu.conv.acc.rq adds the partial sums of earlier input-channel chunks, but ic is not "
+                  f"split: tensorize('requant', 'nu.conv.rq'), or split('ic', ...)")
+        if t.drain == "nu" and "acc" in roles and t.cbt >= self.ctx["plan"].w.span:
             _fail(f"{where}: nu.conv.rq writes its int8 result to VBUF: drop the ABUF cache "
                   f"{self.role_cache('acc')!r}")
-        if t.drain == "nu" and t.cbt < self.ctx["plan"].w.span:
-            _fail(f"{where}: nu.conv.rq requantises the whole sum, but ic is split by {self.factors['ic']}")
+        if self.intrinsics.get("requant") == "nu.conv.rq" and t.cbt < self.ctx["plan"].w.span:
+            _fail(f"{where}: nu.conv.rq requantises the whole sum, but ic is split by {self.factors['ic']}: "
+                  f"tensorize('requant', 'nu.conv.acc.rq')")
         if t.resident:
             if "ic" in self.factors:
                 _fail(f"{where}: resident weights are one chunk, but ic is split by {self.factors['ic']}")
@@ -770,14 +788,16 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
     if t.drain == "vu":
         s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
+    elif psum_on_nu(p, t):          # the partial sums: one slot (nu.role_depths)
+        s.cache_write("y", "abuf", "acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
         s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
     if t.drain == "nu":
-        s.tensorize("requant", "nu.conv.rq", **kw)
+        s.tensorize("requant", b.rq_intrinsic(), **kw)
     s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", "nu.dwconv" if p.depthwise else "nu.conv.rq" if t.drain == "nu"
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else b.rq_intrinsic() if t.drain == "nu"
                     else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
         if stage in b.stages() and stage not in b.intrinsics:
@@ -837,9 +857,9 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     out = [(t, None, 1) for t in conv_candidates(p, cfg, residual)]
     k = cfg.nu_count
     if k > 1:
-        for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k):
-            if t.drain == "nu" and cfg.vu_count < k:    # part j runs on NU j and VU j % vu_count
-                continue                                # and nu.conv.rq writes VBUF j
+        # part j runs on NU j and VU j % vu_count, and the output stage writes VBUF j: with fewer VUs
+        # than NUs, no tiling on it (and the chunked ones drain through the VU instead)
+        for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k, cfg.vu_count >= k):
             ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
             out += [(t, by, k) for by, n in ways.items() if n >= k]
     return out
@@ -1015,7 +1035,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
         else:
             # one command for every block of the tile (nu._conv_groups), or one per block: no less
             nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
-        if j == len(n_chunks) - 1:
+        if j == len(n_chunks) - 1 and t.drain == "vu":     # the NU's output stage needs no VU pass
             pix = th * tw
             if per_channel:
                 cycles = cost._vu_cycles(requant, "i32", "i8", pix, 1, cfg.vu_bytes_per_cycle, cfg.vu_latency)

@@ -38,8 +38,8 @@ from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DDR_BURST, K_DEPTH, K_DMA,
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
                      nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import (NU_CONV_ACC, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq, nu_dw_macs,
-                       nu_dwconv, nu_macs)
+from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq,
+                       nu_dw_macs, nu_dwconv, nu_macs)
 from .units.vu import vu_duration, vu_exec
 
 INF = 1 << 62
@@ -171,8 +171,9 @@ def _execute(t: int, a: int, c: int, ag: np.ndarray, cmd: np.ndarray, mem: np.nd
                                    p[cfg[K_P_OUT_W]], rows, cfg[K_NU_LAT])
             ag[a, A_END] = t + max(dur, 1)
     elif a < 1 + nnu:
-        if f0 == NU_CONV_RQ:
-            code = nu_conv_rq(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, rows, cfg[K_COLS], err)
+        if f0 == NU_CONV_RQ or f0 == NU_CONV_ACC_RQ:
+            code = nu_conv_rq(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, rows, cfg[K_COLS], err,
+                              f0 == NU_CONV_ACC_RQ)
         else:
             code = nu_conv(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0 == NU_CONV_ACC, rows,
                            cfg[K_COLS], err)

@@ -9,7 +9,8 @@ convolution or pooling windows) are allowed: the union is the exact byte set.
 The rules follow docs/architecture.md: a DMA reads the inner (unpadded) box of
 its source and writes the whole destination box, padding included; an NU
 reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
-reads it for nu.conv.acc; nu.dwconv reads only the first cols bytes of each IBUF pixel and
+reads it for nu.conv.acc; nu.conv.rq writes VBUF instead and reads its table in WBUF, and
+nu.conv.acc.rq also reads its partial sums in ABUF; nu.dwconv reads only the first cols bytes of each IBUF pixel and
 one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
 op has one) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
@@ -29,15 +30,15 @@ from .state import space_sizes  # noqa: F401  (re-exported for the race checker)
 from .semantics import FOOTPRINTS, SEMANTICS
 from .units.vu import N_CODES, operand_bytes
 
-MAX_PATTERNS = 4
+MAX_PATTERNS = 5
 DIMS = 6
 SPACE, WRITE, BASE, WIDTH, N, S = 0, 1, 2, 3, 4, 4 + DIMS
 PATTERN_COLS = 4 + 2 * DIMS
 
 # Footprint rules, numbered in the order of semantics.FOOTPRINTS.
 (RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW, RULE_NU_DW,
- RULE_NU_DW_ACC, RULE_NU_RQ) = range(len(FOOTPRINTS))
-assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq")
+ RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ) = range(len(FOOTPRINTS))
+assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
@@ -52,7 +53,7 @@ NU_OUT_H, NU_OUT_W, NU_OUT_CB = offset("nu.out_h"), offset("nu.out_w"), offset("
 NU_K_H, NU_K_W = offset("nu.k_h"), offset("nu.k_w")
 NU_STRIDE_H, NU_STRIDE_W = offset("nu.stride_h"), offset("nu.stride_w")
 NU_DIL_H, NU_DIL_W = offset("nu.dil_h"), offset("nu.dil_w")
-NU_RQ_TABLE = offset("nu.rq_table")
+NU_RQ_TABLE, NU_RQ_PSUM = offset("nu.rq_table"), offset("nu.rq_psum")
 RQ_ENTRY = 12
 VU_N0 = offset("vu.n0")
 VU_D_STRIDE0, VU_A_STRIDE0, VU_B_STRIDE0 = offset("vu.d_stride0"), offset("vu.a_stride0"), offset("vu.b_stride0")
@@ -151,13 +152,18 @@ def _nu(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarray,
 
 
 @njit(cache=True)
-def _nu_rq(pats: np.ndarray, unit: int, regs: np.ndarray, p: np.ndarray, rows: int, cols: int) -> None:
+def _nu_rq(pats: np.ndarray, unit: int, psum: bool, regs: np.ndarray, p: np.ndarray, rows: int, cols: int) -> None:
     """nu.conv.rq: nu.conv's IBUF windows and WBUF weights, its (bias, M, S) table in WBUF, and VBUF
-    [out_cb][out_h][out_w][cols] int8 written."""
+    [out_cb][out_h][out_w][cols] int8 written; nu.conv.acc.rq (psum) also reads ABUF [out_cb][out_h]
+    [out_w][cols] int32 at rq_psum."""
     _nu(pats, unit, False, regs, p, rows, cols)
-    pats[2, SPACE], pats[2, WIDTH] = VBUF + unit, p[NU_OUT_CB] * p[NU_OUT_H] * p[NU_OUT_W] * cols
+    pixels = p[NU_OUT_CB] * p[NU_OUT_H] * p[NU_OUT_W] * cols
+    pats[2, SPACE], pats[2, WIDTH] = VBUF + unit, pixels
     _clear(pats[3])
     pats[3, SPACE], pats[3, BASE], pats[3, WIDTH] = WBUF + unit, p[NU_RQ_TABLE], p[NU_OUT_CB] * cols * RQ_ENTRY
+    if psum:
+        _clear(pats[4])
+        pats[4, SPACE], pats[4, BASE], pats[4, WIDTH] = ABUF + unit, p[NU_RQ_PSUM], pixels * 4
 
 
 @njit(cache=True)
@@ -221,8 +227,8 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
         elif rule == RULE_NU or rule == RULE_NU_ACC:
             _nu(pats[c], cmd_unit[c], rule == RULE_NU_ACC or cmd_fields[c, 0] != 0,
                 cmd_regs[c], cmd_params[c], rows, cols)
-        elif rule == RULE_NU_RQ:
-            _nu_rq(pats[c], cmd_unit[c], cmd_regs[c], cmd_params[c], rows, cols)
+        elif rule == RULE_NU_RQ or rule == RULE_NU_ACC_RQ:
+            _nu_rq(pats[c], cmd_unit[c], rule == RULE_NU_ACC_RQ, cmd_regs[c], cmd_params[c], rows, cols)
         elif rule == RULE_NU_DW or rule == RULE_NU_DW_ACC:
             _nu_dw(pats[c], cmd_unit[c], rule == RULE_NU_DW_ACC, cmd_regs[c], cmd_params[c], rows, cols)
         elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:

@@ -23,11 +23,12 @@ SDT = -1    # 1 << the command's sdt field
 DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
-FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq")
+FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
 ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
 depthwise conv (one weight lane per column), reading ABUF too when it accumulates; an NU conv with
-its requantising output stage (int8 into ABUF, reading its (bias, M, S) table in WBUF)."""
+its requantising output stage (int8 into VBUF, reading its (bias, M, S) table in WBUF), and reading
+partial sums from ABUF too when it accumulates."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ _ROWS = (
     Semantics("nu.dwconv", "NU", "dwconv", "nu_dw", (4, 1, 1), "nu_dwconv_cycles"),
     Semantics("nu.dwconv.acc", "NU", "dwconv_acc", "nu_dw_acc", (4, 1, 1), "nu_dwconv_cycles"),
     Semantics("nu.conv.rq", "NU", "conv_rq", "nu_rq", (1, 1, 1), "nu_conv_cycles"),
+    Semantics("nu.conv.acc.rq", "NU", "conv_acc_rq", "nu_acc_rq", (1, 1, 1), "nu_conv_cycles"),
     _vu("vu.requant", "requant", (1, SDT, 0)),
     _vu("vu.requant.pc", "requant_pc", (1, SDT, 8)),
     _vu("vu.add", "add", (1, 1, 1)),

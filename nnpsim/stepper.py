@@ -28,8 +28,8 @@ from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
                      nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import (NU_CONV_ACC, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq, nu_dw_macs,
-                       nu_dwconv, nu_macs)
+from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq,
+                       nu_dw_macs, nu_dwconv, nu_macs)
 from .units.vu import vu_duration, vu_exec
 
 
@@ -166,9 +166,9 @@ class Stepper:
                                            self.cfg.nu_rows, self.cfg.nu_latency)
                     self.end_t[a] = t + max(dur, 1)
             elif a < 1 + self.nnu:
-                if f0 == NU_CONV_RQ:
+                if f0 == NU_CONV_RQ or f0 == NU_CONV_ACC_RQ:
                     code = nu_conv_rq(mem.mem, sb, ss, a - 1, r0, r1, r2, p, self.cfg.nu_rows, self.cfg.nu_cols,
-                                      self.err)
+                                      self.err, f0 == NU_CONV_ACC_RQ)
                 else:
                     code = nu_conv(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0 == NU_CONV_ACC, self.cfg.nu_rows,
                                    self.cfg.nu_cols, self.err)

@@ -199,9 +199,12 @@ def nu_conv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, ac
     _wrap_store(abuf, racc, acc, accumulate)
 
 
-def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, rows: int, cols: int) -> None:
+def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, rows: int, cols: int,
+               psum: bool = False) -> None:
     """nu.conv.rq: nu.conv's sums plus each column's int32 bias, wrapped to int32, requantised by its
-    (M, S) (WBUF[rq_table], [out_cb][cols] of (bias, M, S) int32) and stored as int8 to VBUF[racc]."""
+    (M, S) (WBUF[rq_table], [out_cb][cols] of (bias, M, S) int32) and stored as int8 to VBUF[racc].
+    nu.conv.acc.rq (psum): the int32 partial sums at ABUF[rq_psum], [out_cb][out_h][out_w][cols], are
+    added too (checked after the table: the parameter, its 4-byte alignment, its bounds)."""
     q = _nu_params(named)
     out_cb, oh, ow = q["out_cb"], q["out_h"], q["out_w"]
     spaces = (32 + unit, 8 + unit, 16 + unit)
@@ -240,8 +243,20 @@ def nu_conv_rq(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict,
             raise Fault("param", space=wspace, first=t + 12 * e + 4, last=t + 12 * e + 7)
         if not 0 <= sh <= 62:
             raise Fault("param", space=wspace, first=t + 12 * e + 8, last=t + 12 * e + 11)
-    scratch = {24 + unit: np.zeros(out_cb * oh * ow * cols * 4, np.uint8), 8 + unit: ibuf, 16 + unit: wbuf}
-    nu_conv(scratch, unit, 0, rin, rw, named, False, rows, cols)
+    n_acc = out_cb * oh * ow * cols * 4
+    part = np.zeros(n_acc, np.uint8)
+    if psum:
+        a, aspace = q["rq_psum"], 24 + unit
+        if abs(a) > 1 << 32:
+            raise Fault("param", param=_pnum("nu", "rq_psum"))
+        abuf = _need_memory(mems, aspace)
+        if a % 4:
+            raise Fault("align", space=aspace, first=a, last=a + 3)
+        if a < 0 or a + n_acc > abuf.size:
+            raise Fault("bounds", space=aspace, first=a, last=a + n_acc - 1)
+        part = abuf[a:a + n_acc].copy()
+    scratch = {24 + unit: part, 8 + unit: ibuf, 16 + unit: wbuf}
+    nu_conv(scratch, unit, 0, rin, rw, named, True, rows, cols)      # onto the partial sums (zeros without)
     acc = scratch[24 + unit].view("<i4").astype(np.int64).reshape(out_cb, oh, ow, cols)
     out = np.empty(acc.shape, np.int64)
     for ob, h, w, c in itertools.product(range(out_cb), range(oh), range(ow), range(cols)):

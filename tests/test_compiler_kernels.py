@@ -429,6 +429,37 @@ def test_configuration_errors_say_why():
         build(ops.max_pool2d((1, 1, 4, 200000), 3, 1, 1))
 
 
+@settings(max_examples=12, **SETTINGS)
+@given(seeds, st.sampled_from(["ms", "f32"]), st.booleans())
+def test_conv2d_on_the_nu_output_stage_in_chunks_matches_reference(seed, form, with_bias):
+    """Tiles whose input blocks run in several chunks, the last one nu.conv.acc.rq (partial sums from
+    ABUF, bias, requantised into VBUF): every chunked candidate that uses it, against the reference,
+    on channels and maps that divide neither the array nor the chunks."""
+    rng = np.random.default_rng(seed)
+    cfg = Config(nu_rows=8, nu_cols=8, ibuf_bytes=4096, abuf_bytes=8192, wbuf_bytes=8192).validate()
+    c, o = int(rng.integers(17, 41)), int(rng.integers(3, 21))
+    k = [(1, 1), (3, 3), (1, 3)][int(rng.integers(0, 3))]
+    xshape = (1, c, int(rng.integers(3, 10)), int(rng.integers(3, 10)))
+    w = rand8(rng, (o, c) + k)
+    bias = rng.integers(-(2**16), 2**16, size=o).astype(np.int32) if with_bias else None
+    pad = (k[0] // 2, k[1] // 2)
+    if form == "f32":
+        q = dict(scale=f32_scales(rng, o, 64 * 128 * np.sqrt(c * k[0] * k[1])))
+    else:
+        m, sh = requant_params(rng, o, c * k[0] * k[1])
+        q = dict(multiplier=m, shift=sh)
+    conv = ops.conv2d(xshape, w, bias, padding=pad, x_zp=int(rng.integers(-128, 128)), zp_out=-3, lo=-120,
+                      hi=int(rng.integers(0, 128)), **q)
+    x = rand8(rng, xshape)
+    want = conv.reference(x)
+    found = [s for s in candidates((conv,), cfg) if s.blocks[0].intrinsics.get("requant") == "nu.conv.acc.rq"]
+    assert found, "no candidate runs the output stage over several chunks"
+    for s in found[:3]:
+        kernel = build(conv, config=cfg, schedule=s)
+        assert "nu.conv.acc.rq" in kernel.asm and "vu.requant" not in kernel.asm
+        np.testing.assert_array_equal(run(kernel, x), want, err_msg=str(s))
+
+
 # ---------------------------------------------------------------- float forms (onnxruntime arithmetic)
 # Compiled kernels of the float forms against the ops' own reference (compiler.semantics, which
 # tests/test_ort_arithmetic.py checks against onnxruntime), bit for bit, shapes that do not divide
@@ -464,8 +495,10 @@ def test_conv2d_f32_matches_reference(case, seed, with_bias, per_channel):
               lo=int(rng.integers(-128, 0)), hi=int(rng.integers(0, 128)))
     op = ops.conv2d(xshape, w, bias, **kw)
     kernel = build(op)
-    # the float requantisation: on the VU, or in the NU's output stage (nu.conv.rq with rq_float = 1)
-    assert "vu.requant.f" in kernel.asm or ("nu.conv.rq" in kernel.asm and "nu.rq_float, 1" in kernel.asm)
+    # the float requantisation: on the VU, or in the NU's output stage (nu.conv.rq or nu.conv.acc.rq with
+    # rq_float = 1)
+    assert "vu.requant.f" in kernel.asm or (("nu.conv.rq" in kernel.asm or "nu.conv.acc.rq" in kernel.asm)
+                                            and "nu.rq_float, 1" in kernel.asm)
     x = rand8(rng, xshape)
     want = op.reference(x)
     np.testing.assert_array_equal(run(kernel, x), want)

@@ -272,3 +272,24 @@ def test_aligned_parts_meet_at_every_shared_load(master, n_parts, data):
         merged = share_loads([s.loads[0] for s in hits[0]
                               if s is not None and s.loads[0].src.buf is ddr and s.loads[0].src.offset == at])
         assert [c.src.buf.space for c in merged] == ["ddr"] + ["wbuf"] * (len(who) - 1)
+
+
+@pytest.mark.parametrize("machine", MACHINES[:3], ids=lambda m: f"nu{m['nu_count']}vu{m['vu_count']}")
+@pytest.mark.parametrize("case", ["conv-bias-residual", "grouped", "dense-bias"])
+def test_n_tiles_counts_the_tiles(machine, case):
+    """NuLowering.n_tiles, counted from the tiling, is the number of tiles its tiles() walks, for every
+    candidate and every part of a split (steps() asks it which tile is the kernel's last)."""
+    from compiler.lowering.nu import NuLowering
+    from compiler.schedule import _block_lowering
+
+    cfg = Config(**SMALL, **machine)
+    chain, _, _ = candidate_case(np.random.default_rng(5), case, 100, (3, 3), 9)
+    found = fusion.sites(tuple(chain), cfg)[0]
+    checked = 0
+    for s in candidates(tuple(chain), cfg):
+        low = _block_lowering(s, cfg, 0, found)
+        for part in getattr(low, "parts", [low]):
+            if isinstance(part, NuLowering):
+                assert part.n_tiles() == sum(1 for _ in part.tiles()), (str(s), part.name)
+                checked += 1
+    assert checked

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 import nnpasm
 from compiler import cost, ops
 from compiler.ir import Buffer, CuWait, Dma, KernelIR, Loop, LoopRef, Ref
-from compiler.kernel import build
+from compiler.kernel import build, candidates
 from compiler.passes import emit
 from nnpsim.config import Config
 from nnpsim.simulator import Simulator
@@ -48,6 +48,24 @@ def test_predicted_cycles_are_the_simulators(seed, kind, nus, vus, channels, dep
     kernel = build(*_chain(kind, rng), config=cfg)
     kernel(*[rng.integers(-128, 128, b.shape).astype(b.dtype) for b in kernel.ir.inputs], check_races=False)
     assert kernel.predicted_cycles == kernel.stats.cycles
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(seeds, st.integers(1, 2), st.sampled_from([1, 2, 4]))
+def test_predicted_cycles_on_the_output_stage_over_chunks(seed, nus, channels):
+    # nu.conv.acc.rq's candidates (input chunks into one ABUF slot, the last chunk requantised into VBUF,
+    # the last tile stored block by block): to the cycle, on one NU or two
+    rng = np.random.default_rng(seed)
+    c, o, h, w = int(rng.integers(40, 140)), int(rng.integers(20, 90)), int(rng.integers(3, 16)), int(rng.integers(3, 16))
+    op = ops.conv2d((1, c, h, w), rand8(rng, (o, c, 1, 1)), rng.integers(-99, 99, o).astype(np.int32),
+                    multiplier=2**30, shift=24)
+    cfg = Config(nu_count=nus, vu_count=nus, dma_channels=channels, wbuf_bytes=16384)
+    found = [s for s in candidates((op,), cfg) if s.blocks[0].intrinsics.get("requant") == "nu.conv.acc.rq"]
+    assert found
+    for s in found[:2]:
+        kernel = build(op, config=cfg, schedule=s)
+        kernel(rand8(rng, op.x_shape), check_races=False)
+        assert kernel.predicted_cycles == kernel.stats.cycles, str(s)
 
 
 def _simulated(buffers: list[Buffer], body: list, cfg: Config) -> int:

@@ -74,14 +74,15 @@ def row(ch: int, dst: tuple[str, int], src: tuple[str, int], n: int, **kw) -> Cm
     return dma(ch, dst, src, sizes=(n, 1, 1, 1), dst_strides=(1, 0, 0, 0), src_strides=(1, 0, 0, 0), **kw)
 
 
-def conv(unit: int, acc: int, inp: int, w: int, accumulate=False, depthwise=False, **kw) -> Cmd:
-    """nu.conv (nu.dwconv when depthwise) with nu.* parameters given as keyword arguments without
-    the prefix (in_h=4 ...)."""
+def conv(unit: int, acc: int, inp: int, w: int, accumulate=False, depthwise=False, rq=False, **kw) -> Cmd:
+    """nu.conv (nu.dwconv when depthwise; nu.conv.rq, or nu.conv.acc.rq when accumulating, with rq)
+    with nu.* parameters given as keyword arguments without the prefix (in_h=4 ...)."""
     names = [n[3:] for n in PARAMS if n.startswith("nu.")]
     p = {f"nu.{k}": kw.pop(k) for k in list(kw) if k in names}
     base = "nu.dwconv" if depthwise else "nu.conv"
-    op = ("dwconv" if depthwise else "conv") + "_acc" * bool(accumulate)
-    return Cmd(f"nu{unit}", base + ".acc" * bool(accumulate), (acc, inp, w), (NU_OPS.index(op), 0, 0, 0), p, **kw)
+    op = ("dwconv" if depthwise else "conv") + "_acc" * bool(accumulate) + "_rq" * bool(rq)
+    mn = base + ".acc" * bool(accumulate) + ".rq" * bool(rq)
+    return Cmd(f"nu{unit}", mn, (acc, inp, w), (NU_OPS.index(op), 0, 0, 0), p, **kw)
 
 
 def vu(unit: int, mnemonic: str, d: int, a: int, b: int = 0, sdt="i8", ddt="i8", **kw) -> Cmd:
@@ -240,7 +241,14 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
         nw = (g("in_cb") * (4 + g("k_h") * g("k_w")) * C if depthwise
               else g("out_cb") * g("in_cb") * g("k_h") * g("k_w") * R * C)
         reads |= {(16 + u, r2 + j) for j in range(nw)}
-        acc = {(24 + u, r0 + j) for j in range(blocks * g("out_h") * g("out_w") * C * 4)}
+        n_out = blocks * g("out_h") * g("out_w") * C
+        if mn.endswith(".rq"):      # int8 into the VU's VBUF; the (bias, M, S) table; partial sums in ABUF
+            writes |= {(32 + u, r0 + j) for j in range(n_out)}
+            reads |= {(16 + u, g("rq_table") + j) for j in range(blocks * C * 12)}
+            if mn == "nu.conv.acc.rq":
+                reads |= {(24 + u, g("rq_psum") + j) for j in range(n_out * 4)}
+            return reads, writes
+        acc = {(24 + u, r0 + j) for j in range(n_out * 4)}
         writes |= acc
         if mn.endswith(".acc"):
             reads |= acc
@@ -581,10 +589,13 @@ def _command(draw, wait: int | None, signal: int | None) -> Cmd:
     s, d, k = draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3))
     out = draw(st.integers(1, 3))
     size = (out - 1) * s + (k - 1) * d + 1
+    depthwise = draw(st.booleans())
+    rq = not depthwise and draw(st.integers(0, 2)) == 0     # nu.conv.rq / nu.conv.acc.rq
+    extra = dict(rq_table=4 * draw(st.integers(0, 6)), rq_psum=16 * draw(st.integers(0, 3))) if rq else {}
     return conv(draw(st.integers(0, 1)), 16 * draw(st.integers(0, 3)), 4 * draw(st.integers(0, 6)), 0,
-                accumulate=draw(st.booleans()), depthwise=draw(st.booleans()), in_h=size, in_w=size + draw(st.integers(0, 1)),
-                out_h=out, out_w=out, k_h=k, k_w=k, stride_h=s, stride_w=s, dil_h=d, dil_w=d,
-                wait=wait, signal=signal, dur=dur)
+                accumulate=draw(st.booleans()), depthwise=depthwise, rq=rq, in_h=size,
+                in_w=size + draw(st.integers(0, 1)), out_h=out, out_w=out, k_h=k, k_w=k, stride_h=s, stride_w=s,
+                dil_h=d, dil_w=d, wait=wait, signal=signal, dur=dur, **extra)
 
 
 @st.composite

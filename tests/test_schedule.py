@@ -292,6 +292,35 @@ def test_an_incomplete_schedule_says_what_is_missing(edit, msg):
         build(op, schedule=Schedule.from_trace(edit(str(s)), op))
 
 
+def test_the_output_stage_over_chunks_by_hand():
+    """nu.conv.acc.rq ends tiles whose input channels are split into chunks (partial sums in one ABUF
+    slot), bit-exact; nu.conv.rq refuses a split, nu.conv.acc.rq its absence, each saying so."""
+    op = _conv()
+    x = rand8(np.random.default_rng(9), op.x_shape)
+
+    def schedule(split: bool, requant: str) -> Schedule:
+        s = Schedule(op)
+        s.split("oh", 10)
+        if split:
+            s.split("ic", 32)
+        s.cache_read("x", "ibuf", "in").double_buffer("in").cache_read("w", "wbuf", "w").double_buffer("w")
+        if requant == "nu.conv.acc.rq":           # its partial sums
+            s.cache_write("y", "abuf", "acc")
+        s.cache_write("y", "vbuf", "vacc")
+        s.tensorize("requant", requant).tensorize("conv", "nu.conv.rq" if requant == "nu.conv.rq" else "nu.conv")
+        s.tensorize("bias", requant)
+        s.buffer_split("w", 0, 32).buffer_split("w", 2, 32).buffer_reorder("w", 0, 2, 4, 5, 3, 1)
+        return s
+
+    kernel = build(op, schedule=schedule(True, "nu.conv.acc.rq"))
+    assert "nu.conv.acc.rq" in kernel.asm and "vu.requant" not in kernel.asm
+    np.testing.assert_array_equal(kernel(x, check_races=True), op.reference(x))
+    with pytest.raises(CompileError, match="nu.conv.acc.rq adds the partial sums .* but ic is not split"):
+        build(op, schedule=schedule(False, "nu.conv.acc.rq"))
+    with pytest.raises(CompileError, match="nu.conv.rq requantises the whole sum, but ic is split by 32"):
+        build(op, schedule=schedule(True, "nu.conv.rq"))
+
+
 def test_a_tile_that_does_not_fit_is_refused_by_name():
     op = _conv()
     s = Schedule(op, config=Config(**SMALL_NU))

@@ -17,6 +17,8 @@ mutants killed.  The last tests pin down how a race that makes a command fault
 """
 from __future__ import annotations
 
+import re
+
 import dataclasses
 from collections import Counter, defaultdict
 
@@ -600,6 +602,35 @@ def test_every_removed_wait_is_caught_with_the_nu_output_stage(case):
             kernel = build(*chain_ops, config=cfg, schedule=s)
             assert "nu.conv.rq" in kernel.asm
             kill_all(kernel, inputs, f"{case} (nu.conv.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")
+
+
+# kernels whose tiles run their input blocks in chunks, the last one nu.conv.acc.rq (partial sums from ABUF)
+ACC_RQ_CASES = {
+    "conv 1x1 70->36 on 9x7": (lambda r: conv_case(r, (1, 70, 9, 7), 36, (1, 1), x_zp=-3), [SMALL_NU, ONE_DMA]),
+    "conv 3x3 40->20, no bias": (lambda r: conv_case(r, (1, 40, 6, 5), 20, (3, 3), bias=False, padding=1), [{}]),
+    "conv 1x1 70->70 on 12x11, the last tile block by block": (
+        lambda r: conv_case(r, (1, 70, 12, 11), 70, (1, 1)), [{}]),
+}
+
+
+@pytest.mark.parametrize("case", list(ACC_RQ_CASES))
+def test_every_removed_wait_is_caught_with_the_output_stage_in_chunks(case):
+    """The waits around nu.conv.acc.rq (the partial sums the earlier chunks leave in ABUF, the ABUF slot
+    the next tile's first chunk rewrites, the VBUF tile the store reads) are each needed and each caught."""
+    build_chain, configs = ACC_RQ_CASES[case]
+    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    for overrides in configs:
+        cfg = Config(**overrides).validate()
+        found = [s for s in candidates(tuple(chain_ops), cfg)
+                 if any(b.intrinsics.get("requant") == "nu.conv.acc.rq" for b in s.blocks)][:2]
+        assert found, f"{case}: no schedule uses nu.conv.acc.rq"
+        by_block = False
+        for s in found:
+            kernel = build(*chain_ops, config=cfg, schedule=s)
+            assert "nu.conv.acc.rq" in kernel.asm
+            by_block |= re.search(r"conv ob \d+, plus partial sums", kernel.asm) is not None
+            kill_all(kernel, inputs, f"{case} (nu.conv.acc.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")
+        assert by_block or "block by block" not in case
 
 
 # Fused chains pipelined tile by tile (compiler.pipelining): consumer tiles interleaved with the producer's.

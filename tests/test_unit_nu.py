@@ -1,4 +1,4 @@
-"""NU kernel (nu.conv, nu.conv.acc) against the independent numpy model, and its error reports."""
+"""NU kernel (nu.conv, nu.conv.acc, nu.dwconv, nu.conv.rq, nu.conv.acc.rq) against the independent numpy model, and its error reports."""
 from __future__ import annotations
 
 import numpy as np
@@ -368,13 +368,14 @@ def nu_rq_commands(draw):
     return unit, racc, rin, rw, named, rows, cols, sizes, seed, bad
 
 
-def run_rq(mems: dict, unit, racc, rin, rw, named, rows, cols) -> tuple:
-    """Run nu.conv.rq's kernel and the model on the same command; assert identical outcomes."""
+def run_rq(mems: dict, unit, racc, rin, rw, named, rows, cols, psum: bool = False) -> tuple:
+    """Run nu.conv.rq's (psum: nu.conv.acc.rq's) kernel and the model on the same command; assert
+    identical outcomes."""
     flat, base, size = ref.pack(mems)
     before = flat.copy()
     err = np.zeros(8, dtype=np.int64)
-    rc = nu_conv_rq(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), rows, cols, err)
-    ref_mems, fault = ref.run_reference(ref.nu_conv_rq, mems, unit, racc, rin, rw, named, rows, cols)
+    rc = nu_conv_rq(flat, base, size, unit, racc, rin, rw, ref.snapshot(named, "nu"), rows, cols, err, psum)
+    ref_mems, fault = ref.run_reference(ref.nu_conv_rq, mems, unit, racc, rin, rw, named, rows, cols, psum)
     ref.assert_same(rc, err, flat, before, base, ref_mems, fault, CODES)
     return rc, err
 
@@ -391,6 +392,52 @@ def test_nu_conv_rq_matches_reference(cmd):
     if 0 <= t and t % 4 == 0 and t + 12 * n_ch <= sizes[1]:
         mems[16 + unit][t:t + 12 * n_ch] = _rq_table(np.random.default_rng(seed), n_ch, bad, named["nu.rq_float"] == 1)
     run_rq(mems, unit, racc, rin, rw, named, rows, cols)
+
+
+@settings(max_examples=250, deadline=None)
+@given(nu_rq_commands(), st.data())
+def test_nu_conv_acc_rq_matches_reference(cmd, data):
+    """nu.conv.acc.rq: as nu.conv.rq, plus random int32 partial sums (extremes too, so the sum wraps)
+    from ABUF at rq_psum, sometimes misaligned, out of ABUF or with no ABUF at all."""
+    unit, racc, rin, rw, named, rows, cols, sizes, seed, bad = cmd
+    mems = _memories(seed, unit, sizes)
+    mems[32 + unit] = mems.pop(24 + unit)
+    t, n_ch = named["nu.rq_table"], named["nu.out_cb"] * cols
+    if 0 <= t and t % 4 == 0 and t + 12 * n_ch <= sizes[1]:
+        mems[16 + unit][t:t + 12 * n_ch] = _rq_table(np.random.default_rng(seed), n_ch, bad, named["nu.rq_float"] == 1)
+    n_acc = n_ch * named["nu.out_h"] * named["nu.out_w"]
+    psum = 4 * data.draw(st.integers(0, 16))
+    abuf = 64 * ((psum + 4 * n_acc) // 64 + data.draw(st.integers(1, 2)))
+    rng = np.random.default_rng(seed + 1)
+    part = rng.integers(-2**31, 2**31, abuf // 4)
+    part[rng.integers(0, abuf // 4, 3)] = [-2**31, 2**31 - 1, 2**31 - 1]
+    mems[24 + unit] = part.astype("<i4").view(np.uint8)
+    fault = data.draw(st.integers(0, 14))
+    if fault == 0:
+        psum += data.draw(st.sampled_from([1, 2, -4, abuf, 1 << 33]))
+    elif fault == 1:
+        del mems[24 + unit]
+    named["nu.rq_psum"] = psum
+    run_rq(mems, unit, racc, rin, rw, named, rows, cols, psum=True)
+
+
+def test_nu_conv_acc_rq_known_value():
+    """One pixel, one channel: partial sum 40 + (5 - 2) * -3 = 31; + bias 1000 = 1031; * M 3 = 3093;
+    >> 4 rounded = 193 (3093 / 16 = 193.3); + zp_out -60 = 133, clipped to 127.  Without the
+    partial sum (nu.conv.rq) it is 126: the ABUF int32 was added once, and ABUF is unchanged."""
+    mems = {8: np.zeros(64, np.uint8), 16: np.zeros(64, np.uint8), 24: np.zeros(64, np.uint8),
+            32: np.zeros(64, np.uint8)}
+    mems[8][0] = 5
+    mems[16][0] = np.uint8(256 - 3)
+    mems[16][4:16] = np.array([1000, 3, 4], "<i4").view(np.uint8)
+    mems[24][8:12] = np.array([40], "<i4").view(np.uint8)
+    for psum, want in ((True, 127), (False, 126)):
+        flat, base, size = ref.pack(mems)
+        err = np.zeros(8, dtype=np.int64)
+        p = ref.snapshot({"nu.x_zp": 2, "nu.rq_table": 4, "nu.rq_zp_out": -60, "nu.rq_psum": 8}, "nu")
+        assert nu_conv_rq(flat, base, size, 0, 0, 0, 0, p, 1, 1, err, psum) == errors.OK, err
+        assert flat[base[32]:base[32] + 1].view(np.int8)[0] == want
+        assert flat[base[24] + 8:base[24] + 12].view("<i4")[0] == 40
 
 
 def test_nu_conv_rq_known_value():

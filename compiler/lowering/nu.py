@@ -10,7 +10,10 @@ one vu.requant per channel into an int8 slot), an optional residual add
 follows, and the tile is stored to DDR in NCHW.  With the NU's requantising
 output stage (drain "nu"), the tile's one chunk runs as nu.conv.rq, which adds
 the bias, requantises and writes int8 straight into VBUF: no ABUF slot, no
-drain, no VU pass (docs/architecture.md, "The NU's output stage").
+drain, no VU pass (docs/architecture.md, "The NU's output stage").  With
+several chunks, the first ones accumulate into an ABUF slot (no bias in it)
+and the last runs as nu.conv.acc.rq, which adds those partial sums in the
+same stage: the tile starts on its first input blocks and ends with its store.
 """
 from __future__ import annotations
 
@@ -32,6 +35,10 @@ from .units import Part
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 VACC_DEPTH = 3      # drain, requantise and store of consecutive tiles overlap
+BY_BLOCK_PIXELS = 64
+"""The last tile runs block by block when a block has more pixels than this: its store (cols bytes a
+pixel at DDR's 32 a cycle) then outlasts the 64 cycles of NU latency an extra command costs (7x7
+blocks lost 16 to 47 cycles on MobileNetV2, 14x14 ones gained up to 130)."""
 RESIDENT_DMA_BYTES = 4096
 """Resident weights load in DMAs of at least this many bytes (whole output-block groups): DDR's
 latency (100 cycles) then costs at most about as much as the transfer's 128 cycles at 32 bytes a cycle."""
@@ -51,7 +58,8 @@ class ConvTiling:
     with weights that multiply out to the bias (layout.bias_blocks).
     drain: how the accumulators reach VBUF.  "vu": drained by DMA as int32 and requantised by
     the VU.  "nu": nu.conv.rq's output stage adds the bias, requantises and writes int8 into
-    VBUF (one chunk only: it sees the whole sum; the bias mode is then unused).
+    VBUF (the bias mode is then unused); with several chunks the last one's nu.conv.acc.rq adds
+    the others' partial sums from ABUF there (psum_on_nu).
     """
 
     th: int
@@ -149,9 +157,19 @@ def tile_blocks(p: NuPlan, t: ConvTiling) -> int:
     return p.hulls[key]
 
 
-def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
-    """Bytes per memory a tiling needs (`depths` slots per role, by default DEPTHS)."""
+def role_depths(p: NuPlan, t: ConvTiling, depths: dict[str, int] | None = None) -> dict[str, int]:
+    """Slots per role: `depths`, else DEPTHS, except that nu.conv.acc.rq's partial sums take one ABUF
+    slot by default: only the NU touches them, in order (tile k+1's first chunk follows tile k's
+    last on the same queue), while the drain a "vu" tiling has reads its slot from another queue."""
     d = {**DEPTHS, **(depths or {})}
+    if psum_on_nu(p, t) and "acc" not in (depths or {}):
+        d["acc"] = 1
+    return d
+
+
+def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int] | None = None) -> dict[str, int]:
+    """Bytes per memory a tiling needs (`depths` slots per role, by default role_depths')."""
+    d = role_depths(p, t, depths)
     ih, iw = input_extent(p, t.th, 0), input_extent(p, t.tw, 1)
     blocks = tile_blocks(p, t)
     acc = t.obt * t.th * t.tw * p.cols * 4
@@ -161,7 +179,7 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
+                "abuf": d["acc"] * acc if psum_on_nu(p, t) else 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
                 "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
@@ -171,10 +189,20 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
             "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
 
 
+def requantises_on_nu(p: NuPlan) -> bool:
+    """Can the NU's output stage (nu.conv.rq, nu.conv.acc.rq) finish this conv: not depthwise, with a
+    requantisation.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
+    return not p.depthwise and (p.view.scale is not None or p.view.multiplier is not None)
+
+
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:
-    """Can nu.conv.rq's output stage finish this conv: one chunk (the stage must see the whole
-    sum), not depthwise.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
-    return not p.depthwise and cbt >= p.w.span and (p.view.scale is not None or p.view.multiplier is not None)
+    """Can nu.conv.rq finish this conv in one command a tile: one chunk of cbt input blocks."""
+    return requantises_on_nu(p) and cbt >= p.w.span
+
+
+def psum_on_nu(p: NuPlan, t: ConvTiling) -> bool:
+    """Does the tiling end each tile with nu.conv.acc.rq (the NU's output stage, several chunks)?"""
+    return t.drain == "nu" and t.cbt < p.w.span
 
 
 def rq_table(p: NuPlan) -> np.ndarray:
@@ -209,6 +237,7 @@ class NuLowering:
         self.p, self.t, self.x, self.y = p, t, x, y
         self.residual, self.res_buf, self.part = residual, res_buf, part
         self._rq_cache: list[tuple[str, dict, str]] | None = None
+        self.by_block = False       # steps(): the tile being made runs and stores block by block
         self.name = name if part is None else name + part.suffix
         self.nu, self.vu = (0, 0) if part is None else (part.nu, part.vu)
         self.ch = 0 if part is None else part.ch    # logical DMA channels (schedule folds them)
@@ -227,7 +256,7 @@ class NuLowering:
             self.rq_w = Buffer(f"{self.name}_rq_wbuf", "wbuf", self.rq_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
         self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
-        roles, depths = {**ROLES, **(roles or {})}, {**DEPTHS, **(depths or {})}
+        roles, depths = {**ROLES, **(roles or {})}, role_depths(p, t, depths)
         needs = buffer_needs(p, t, residual is not None, depths)
         self.slots = Slots()
         name, nu, vu = self.name, self.nu, self.vu
@@ -241,7 +270,7 @@ class NuLowering:
             self.slots.declare(self.role["wt"], "wbuf", (needs["wbuf"] - bias_w) // depths["wt"], depth=depths["wt"],
                                unit=nu)
         rq = t.drain == "nu"
-        if not rq:
+        if not rq or psum_on_nu(p, t):
             self.slots.declare(self.role["acc"], "abuf", needs["abuf"] // depths["acc"], depth=depths["acc"], unit=nu)
         self.slots.declare(self.role["vacc"], "vbuf", t.obt * t.th * t.tw * cols * (1 if rq else 4),
                            depth=depths["vacc"], unit=vu)
@@ -350,8 +379,17 @@ class NuLowering:
                     yield obs, n, oh0, ow0, j, k == 0 or n_chunks > 1, True
 
     def n_tiles(self) -> int:
-        """How many tiles (Steps after the constants) the op has."""
-        return sum(1 for _ in self.tiles())
+        """How many tiles (Steps after the constants) the op has: tiles()'s count, without walking it."""
+        p, t = self.p, self.t
+        groups = -(-p.n_ob // t.obt)
+        spatial = p.view.x_shape[0] * -(-p.oh // t.th) * -(-p.ow // t.tw)
+        if self.part is not None:
+            k, n = self.part.index, self.part.count
+            if self.part.by == "spatial":
+                spatial = len(range(k, spatial, n))
+            else:
+                groups = len(range(k, groups, n))
+        return spatial * groups * (1 if t.resident else len(chunks(p, t.cbt)))
 
     def steps(self, limit: int | None = None) -> list[Step]:
         """Every tile of the op as a pipeline Step (the constants, then the first `limit` tiles)."""
@@ -359,7 +397,9 @@ class NuLowering:
         self.x_dm_rows = {}         # every call loads the input rows afresh
         steps = [self._constants()]
         chunk_list = chunks(p, t.cbt)
-        inp = lo = None
+        chunked_rq = psum_on_nu(p, t)
+        inp = lo = psum = None
+        last = self.n_tiles() - 1 if t.drain == "nu" else -1
         for k, (obs, n, oh0, ow0, j, load_w, load_x) in enumerate(self.tiles()):
             if limit is not None and k >= limit:
                 break
@@ -367,6 +407,8 @@ class NuLowering:
             th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
             if j == 0:
                 acc = self.slots.next(self.role["vacc" if t.drain == "nu" else "acc"])
+                psum = self.slots.next(self.role["acc"]) if chunked_rq else None
+            rq = t.drain == "nu" and j == len(chunk_list) - 1      # the output stage takes the last chunk
             step = Step()
             where = (f"{self.name}: tile ob {obs.start}..{obs.stop - 1} n {n} "
                      f"oh {oh0}..{oh0 + th - 1} ow {ow0}..{ow0 + tw - 1} chunk {j}")
@@ -382,11 +424,17 @@ class NuLowering:
                 self._fill_bias(step, acc, obs, th * tw)
             if j == 0 and self._bias_mode("nu"):
                 self._bias_pass(step, acc, obs, th, tw)
-            self._convs(step, acc, inp, obs, first, count, lo, th, tw,
-                        accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"))
+            # the kernel's last tile on the output stage: one command and one store per output block, so
+            # that the stores but the last overlap the NU (no later tile's compute hides them), where a
+            # block's store outlasts the extra command's NU latency
+            self.by_block = rq and k == last and th * tw > BY_BLOCK_PIXELS
+            self._convs(step, acc if rq or not chunked_rq else psum, inp, obs, first, count, lo, th, tw,
+                        accumulate=j > 0 or self.fills_bias or self._bias_mode("nu"), rq=rq,
+                        psum=psum if rq else None)
             if j == len(chunk_list) - 1:
                 step.epilogue.append(Note(where + ": epilogue"))
                 self._epilogue(step, acc, obs, n, oh0, ow0, th, tw)
+            self.by_block = False
             steps.append(step)
         if t.resident:
             # the first group's blocks with the constants, the others with the first tile's loads (issued
@@ -612,16 +660,20 @@ class NuLowering:
                               (cols, pixels, len(obs)), (4, 0, cols * 4), (4, cols * 4, pixels * cols * 4),
                               elem=4, comment=f"{self.name}: bias broadcast -> {acc.name}"))
 
-    def _convs(self, step, acc, inp, obs, first, count, lo, th, tw, accumulate) -> None:
+    def _convs(self, step, acc, inp, obs, first, count, lo, th, tw, accumulate, rq=False, psum=None) -> None:
+        """The tile's NU commands for one chunk into `acc` (ABUF; with rq, the output stage into VBUF,
+        adding the partial sums in ABUF `psum` when given)."""
         p, v = self.p, self.p.view
         ih, iw = input_extent(p, th, 0), input_extent(p, tw, 1)
         params = {"in_h": ih, "in_w": iw, "in_cb": count, "out_h": th, "out_w": tw, "out_cb": 1,
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
-        rq = self.t.drain == "nu"
         if rq:
             params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
-        for k, ob, blocks in self._conv_groups(obs, count):
+        groups = self._conv_groups(obs, count)
+        if self.by_block:
+            groups = [(k + i, ob + i, 1) for k, ob, blocks in groups for i in range(blocks)]
+        for k, ob, blocks in groups:
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
@@ -630,9 +682,11 @@ class NuLowering:
             step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, **many),
                                        p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
                                        rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
+                                       psum=None if psum is None else Ref(psum, k * th * tw * p.cols * 4),
                                        comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1
                                                                                else "") + (
                                            ", depthwise" if p.depthwise
+                                           else ", plus partial sums, requantised into VBUF" if psum is not None
                                            else ", requantised into VBUF" if rq else "")))
 
     def _conv_groups(self, obs: range, count: int) -> list[tuple[int, int, int]]:
@@ -701,7 +755,8 @@ class NuLowering:
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
         o = v.y_shape[1]
-        for b0, b1, real in _block_groups(obs, o, cols):
+        pieces = [range(ob, ob + 1) for ob in obs] if self.by_block else [obs]
+        for b0, b1, real in [g for piece in pieces for g in _block_groups(piece, o, cols)]:
             off, (sn, sc, sh, sw) = block_at(v.y_shape, v.y_strides, v.y_block, b0 * cols)
             dst = Ref(self.y, n * sn + off + oh0 * sh + ow0 * sw)
             src = Ref(out, (b0 - obs.start) * pix * cols)

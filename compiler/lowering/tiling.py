@@ -17,7 +17,7 @@ from ..errors import CompileError
 from ..sizes import capacities
 from .depthwise import narrow_tilings
 from .layout import bias_blocks
-from .nu import ConvTiling, NuPlan, buffer_needs, drains_on_nu, fits
+from .nu import ConvTiling, NuPlan, buffer_needs, fits, requantises_on_nu
 
 
 # NU passes per output pixel and block at or below which the bias broadcast (two ABUF port cycles
@@ -42,11 +42,11 @@ def _powers_up_to(n: int) -> list[int]:
 
 
 def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
-                     resident: bool = False) -> ConvTiling | None:
+                     resident: bool = False, drain: str = "vu") -> ConvTiling | None:
     for tw in sorted(set([p.ow] + _powers_up_to(p.ow)), reverse=True):
         best = None
         for th in _powers_up_to(p.oh):
-            t = ConvTiling(th, tw, obt, cbt, resident)
+            t = ConvTiling(th, tw, obt, cbt, resident, drain=drain)
             if fits(buffer_needs(p, t, residual), caps):
                 best = t
         if best is not None:
@@ -55,14 +55,19 @@ def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
 
 
 def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
-                    min_tiles: int = MIN_TILES) -> list[ConvTiling]:
+                    min_tiles: int = MIN_TILES, output_stage: bool = True) -> list[ConvTiling]:
     """Tilings that fit the buffers: per (output blocks, chunk) pair the largest spatial tile
-    (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode."""
+    (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode;
+    on the NU's output stage too unless output_stage is False (parts whose NU has no VU of its number)."""
     caps = capacities(cfg)
     out = []
+    # several chunks end on the NU's output stage (nu.conv.acc.rq) when the conv requantises: the NU's
+    # work is a fill tiling's, the rest less (no bias broadcast, drain or VU pass) and the buffers
+    # smaller, so the fill tiling would only cost the search time (never faster on MobileNetV2's layers)
+    staged = output_stage and requantises_on_nu(p)
     for obt in _powers_up_to(p.n_ob):
         for cbt in _powers_up_to(p.w.span):
-            t = _largest_spatial(p, obt, cbt, caps, residual)
+            t = _largest_spatial(p, obt, cbt, caps, residual, drain="nu" if staged and cbt < p.w.span else "vu")
             if t is not None:
                 out.append(t)
         # depthwise weights are a few hundred bytes a block: streamed, each tile's block rides on an
@@ -77,10 +82,10 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
             if t.th >= k and tile_count(p, t) < min_tiles]
     if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW and not p.depthwise:
         modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
-        out += [c for t in out for mode in modes for c in [replace(t, bias=mode)]
+        out += [c for t in out if t.drain == "vu" for mode in modes for c in [replace(t, bias=mode)]
                 if fits(buffer_needs(p, c, residual), caps)]
-    # the NU's requantising output stage: no drain, no VU pass (one chunk: it needs the whole sum)
-    out += [c for t in out if t.bias == "fill" and drains_on_nu(p, t.cbt)
+    # one chunk on the NU's output stage (nu.conv.rq): no drain, no VU pass, beside the fill tiling
+    out += [c for t in out if staged and t.bias == "fill" and t.drain == "vu" and t.cbt >= p.w.span
             for c in [replace(t, drain="nu")] if fits(buffer_needs(p, c, residual), caps)]
     if not out:
         needs = buffer_needs(p, ConvTiling(1, 1, 1, 1), residual)

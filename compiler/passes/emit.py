@@ -365,6 +365,8 @@ class Emitter:
             self.setp(f"nu.{name}", value)
         if c.rq is not None:            # a constant table: the same address in every loop iteration
             self.setp("nu.rq_table", c.rq.addr)
+        if c.psum is not None:          # a slot: loops.py keys on it, so it too is fixed within a loop
+            self.setp("nu.rq_psum", c.psum.addr)
         racc, rin, rw = self.regs_for(c.racc, c.rin, c.rw)
         return f"{c.mnemonic:<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
 

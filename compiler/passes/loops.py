@@ -62,7 +62,8 @@ def _key(stmt) -> tuple:
                 stmt.pad_value, stmt.elem)
     elif isinstance(stmt, NuConv):
         rest = (stmt.unit, stmt.acc, stmt.depthwise, tuple(stmt.params.items()), stmt.rows, stmt.cols,
-                None if stmt.rq is None else (id(stmt.rq.buf), stmt.rq.offset))
+                None if stmt.rq is None else (id(stmt.rq.buf), stmt.rq.offset),
+                None if stmt.psum is None else (id(stmt.psum.buf), stmt.psum.offset))
     elif isinstance(stmt, Vu):
         rest = (stmt.mnemonic, stmt.unit, stmt.d_type, stmt.a_type, stmt.b_bytes, stmt.n, stmt.d_stride,
                 stmt.a_stride, stmt.b_stride, stmt.win, stmt.win_stride, tuple(stmt.scalars.items()))

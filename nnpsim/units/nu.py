@@ -1,5 +1,5 @@
-"""NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution, and nu.dwconv, its depthwise
-mode (docs/architecture.md, NU).
+"""NU: nu.conv and nu.conv.acc, the implicit-im2col int8 convolution, nu.dwconv, its depthwise
+mode, and nu.conv.rq / nu.conv.acc.rq, its requantising output stage (docs/architecture.md, NU).
 
 Parameter snapshot: the nu.* group (in_h, in_w, in_cb, out_h, out_w, out_cb, k_h, k_w,
 stride_h, stride_w, dil_h, dil_w, x_zp), offsets from nnp1.toml (nnpsim.isa_layout), which
@@ -28,17 +28,17 @@ from .vu import requant_f, requant_i
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
-OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc", "conv_rq")
+OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc", "conv_rq", "conv_acc_rq")
 """The ops this kernel implements (a semantics row's `op`; the _acc ops add to ABUF, dwconv is the
-depthwise mode, conv_rq requantises in the array's output stage).  A command's op code (its
-fields[0]) is the op's index here."""
-NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, NU_CONV_RQ = range(len(OPS))
+depthwise mode, conv_rq requantises in the array's output stage, conv_acc_rq adds partial sums from
+ABUF there first).  A command's op code (its fields[0]) is the op's index here."""
+NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, NU_CONV_RQ, NU_CONV_ACC_RQ = range(len(OPS))
 GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",
                           "stride_w", "dil_h", "dil_w", "x_zp")))
-RQ_TABLE, RQ_ZP_OUT, RQ_LO, RQ_HI, RQ_FLOAT = offsets("nu.rq_table", "nu.rq_zp_out", "nu.rq_lo", "nu.rq_hi",
-                                                      "nu.rq_float")
+RQ_TABLE, RQ_ZP_OUT, RQ_LO, RQ_HI, RQ_FLOAT, RQ_PSUM = offsets("nu.rq_table", "nu.rq_zp_out", "nu.rq_lo",
+                                                               "nu.rq_hi", "nu.rq_float", "nu.rq_psum")
 RQ_ENTRY = 12            # a (bias, M, S) int32 triple per output channel
 M_LIMIT = 1 << 31
 CHUNK_ELEMS = 1 << 20    # im2col rows per chunk * K stays below this (2 MiB of int16)
@@ -239,11 +239,30 @@ def _check_rq(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, u
 
 
 @njit(cache=True)
+def _check_psum(space_size: np.ndarray, unit: int, p: np.ndarray, n_bytes: int, err: np.ndarray) -> int:
+    """nu.conv.acc.rq's partial sums: rq_psum in range, 4-aligned, its n_bytes inside ABUF."""
+    rc = check_param_range(p, GROUP, RQ_PSUM, RQ_PSUM, err)
+    if rc != errors.OK:
+        return rc
+    abuf, a = ABUF + unit, p[RQ_PSUM]
+    rc = check_space(space_size, abuf, err)
+    if rc != errors.OK:
+        return rc
+    if a % 4 != 0:
+        return fail(err, errors.MISALIGNED, abuf, a, a + 3, -1, a, 4, 0)
+    first = clamp_addr(a)
+    return check_bounds(space_size, abuf, first, first + n_bytes - 1, err)
+
+
+@njit(cache=True)
 def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int,
-               racc: int, rin: int, rw: int, p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
-    """Run nu.conv.rq: nu.conv's sums, plus each column's bias (wrapping to int32), requantised by its
-    (M, S) and written as int8 [out_cb][out_h][out_w][cols] to VBUF[racc] of the VU of the same number
-    (the output stage's link, docs/architecture.md); return an errors code."""
+               racc: int, rin: int, rw: int, p: np.ndarray, rows: int, cols: int, err: np.ndarray,
+               psum: bool = False) -> int:
+    """Run nu.conv.rq: nu.conv's sums (psum, nu.conv.acc.rq: plus the int32 partial sums at
+    ABUF[rq_psum], laid out as nu.conv.acc's accumulators), plus each column's bias (wrapping to
+    int32), requantised by its (M, S) and written as int8 [out_cb][out_h][out_w][cols] to VBUF[racc]
+    of the VU of the same number (the output stage's link, docs/architecture.md); return an errors
+    code."""
     rc = _check_params(p, rows, cols, err)
     if rc != errors.OK:
         return rc
@@ -258,6 +277,10 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
     rc = _check_rq(space_size, space_base, mem, unit, p, cols, err)
     if rc != errors.OK:
         return rc
+    if psum:
+        rc = _check_psum(space_size, unit, p, sat_mul(sat_mul(out_cb, pixels), cols * 4), err)
+        if rc != errors.OK:
+            return rc
     ib = space_base[IBUF + unit] + rin
     wb = space_base[WBUF + unit] + rw
     ab = space_base[VBUF + unit] + racc
@@ -277,6 +300,9 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
         scale[e] = f32.value(m[e]) if fl else 0.0
     k = p[IN_CB] * p[K_H] * p[K_W] * rows
     w = _weights(mem, wb, out_cb, k, cols)
+    # ABUF bases are 64-byte aligned and rq_psum % 4 == 0 (checked): whole int32s, as nu.conv.acc reads them
+    pb = space_base[ABUF + unit] + p[RQ_PSUM] if psum else 0
+    part = mem[pb:pb + (out_cb * pixels * cols * 4 if psum else 0)].view(np.int32)
     chunk = max(1, min(pixels, CHUNK_ELEMS // k))
     for p0 in range(0, pixels, chunk):
         n = min(chunk, pixels - p0)
@@ -286,13 +312,17 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
         for ob in range(out_cb):
             for q in range(n):
                 at = ab + (ob * pixels + p0 + q) * cols
+                pat = (ob * pixels + p0 + q) * cols
                 for c in range(cols):
                     e = ob * cols + c
+                    s0 = np.int64(y[q, e]) + bias[e]
+                    if psum:
+                        s0 += part[pat + c]
                     if fl:
-                        mem[at + c] = requant_f(wrap32(np.int64(y[q, e]) + bias[e]), scale[e], zp_out, lo, hi) & 0xFF
+                        mem[at + c] = requant_f(wrap32(s0), scale[e], zp_out, lo, hi) & 0xFF
                         continue
                     # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
-                    v = np.int64(wrap32(np.int64(y[q, e]) + bias[e]))
+                    v = np.int64(wrap32(s0))
                     mem[at + c] = requant_i(v, m[e], s[e], zp_out, lo, hi) & 0xFF
     return errors.OK
 
