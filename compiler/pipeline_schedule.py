@@ -72,7 +72,7 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
         if not tilings:
             return None
         trials = [sm._auto_nu(s, t, None, 1, k) for t in tilings]
-        s = min(trials, key=lambda trial: sm.estimate(trial, cfg, k))
+        s = trials[sm.ranked(trials, cfg, 1, k)[0]]
     if than is not None and quick(s, cfg) > SLACK * quick(than, cfg):
         return None
     return s
