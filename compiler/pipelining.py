@@ -51,7 +51,7 @@ from nnpsim.config import Config
 
 from .errors import CompileError
 from .cost import load_of
-from .ir import Command, KernelIR, Stmt, flat_body
+from .ir import Command, Dma, KernelIR, Stmt, flat_body
 from .lowering.double_buffer import Step, pipeline
 
 GAP = 3             # places between a producer tile and the consumer tile that loads what it stored
@@ -334,12 +334,12 @@ def bound_name(depth: int, ahead: int) -> str:
 
 
 def ring_floor(body: list, cfg: Config) -> int:
-    """A lower bound on a body's cycles (cost.schedule_cycles): its busiest NU, VU, DMA queue or memory
-    port (cost.load_of).  The replay runs one command at a time per unit and per DMA channel, each
-    for at least its timing formula's cycles (a transfer: its latency, then its bytes at no more
-    than its slower port's rate), and folding logical channels onto fewer only adds to a queue."""
+    """A lower bound on a body's cycles: its busiest NU, VU or memory port (cost.load_of), DMA queues
+    aside (a queue's transfers overlap their latencies)."""
     cmds = [s for s in flat_body(body) if isinstance(s, Command)]
-    return int(max(load_of(cmds, cfg).busy.values(), default=0))
+    dma = {c.queue for c in cmds if isinstance(c, Dma)}
+    busy = load_of(cmds, cfg).busy
+    return int(max((v for k, v in busy.items() if k not in dma), default=0))
 
 
 def recompute_variants(rings, cfg: Config, price, priced: dict, beat: int | None = None):
