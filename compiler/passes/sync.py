@@ -133,16 +133,19 @@ class _Clocks:
         self.qi = {q: k for k, q in enumerate(self.queues)}
         counts: dict[str, int] = defaultdict(int)
         self.seq = []
+        self.qj = []        # each command's queue by index (a command's queue is a property that formats it)
         for c in cmds:
-            self.seq.append(counts[c.queue])
-            counts[c.queue] += 1
+            q = c.queue
+            self.seq.append(counts[q])
+            self.qj.append(self.qi[q])
+            counts[q] += 1
         self.done = [None] * len(cmds)
 
     def zero(self) -> np.ndarray:
         return np.zeros(len(self.queues), dtype=np.int64)
 
     def knows(self, vc: np.ndarray, cmds: list[Command], j: int) -> bool:
-        return vc[self.qi[cmds[j].queue]] > self.seq[j]
+        return vc[self.qj[j]] > self.seq[j]
 
 
 def _frontier(unsat: list[int], cmds: list[Command], clocks: _Clocks) -> list[int]:
