@@ -952,6 +952,12 @@ def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: lis
     Each is first given its estimate_floor, which needs no tile lowered; they are priced in order
     of it, and the ones whose floor exceeds the top-th best estimate so far are never lowered.
     """
+    return [i for i, _ in ranked_estimates(trials, cfg, top, k, found)]
+
+
+def ranked_estimates(trials: list[Schedule], cfg: Config, top: int, k: int = 0,
+                     found: list | None = None) -> list[tuple[int, float]]:
+    """ranked(), each position with its quick estimate."""
     if found is None and trials:
         found = fusion.sites(trials[0].ops, cfg)[0]
     lows = [_block_lowering(t, cfg, k, found) for t in trials]
@@ -961,7 +967,7 @@ def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: lis
         if len(quick) >= top and floors[i] > sorted(quick.values())[top - 1]:
             break
         quick[i] = fusion.estimate(lows[i], cfg)
-    return sorted(quick, key=lambda i: (quick[i], i))[:top]
+    return [(i, quick[i]) for i in sorted(quick, key=lambda i: (quick[i], i))[:top]]
 
 
 def estimate_floor(low, cfg: Config) -> float:
