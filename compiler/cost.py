@@ -245,7 +245,7 @@ def _cu_stream(body: list, cfg: Config):
     em = Emitter()
     for stmt in body:
         if not isinstance(stmt, Loop):
-            yield stmt, em.statement(stmt), 0
+            yield stmt, em.count(stmt), 0
             continue
         lc = em.loop(stmt)
         yield None, lc.setup, 0
@@ -435,4 +435,4 @@ def instructions(body: list) -> int:
     from .passes.emit import Emitter
 
     em = Emitter()
-    return sum(em.statement(stmt) for stmt in body)
+    return sum(em.count(stmt) for stmt in body)

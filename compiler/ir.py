@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -131,6 +132,15 @@ class Access:
 
 def box_extent(sizes, strides, elem: int) -> tuple[int, int]:
     """[lo, hi) byte interval covered by a strided box of elements of `elem` bytes."""
+    try:
+        return _box_extent(sizes, strides, elem)
+    except TypeError:       # a list: not hashable
+        return _box_extent.__wrapped__(sizes, strides, elem)
+
+
+@lru_cache(maxsize=1 << 16)
+def _box_extent(sizes, strides, elem: int) -> tuple[int, int]:
+    # memoised: the passes ask every command's footprints many times, with few distinct boxes
     lo = sum(min(0, (n - 1) * s) for n, s in zip(sizes, strides))
     hi = sum(max(0, (n - 1) * s) for n, s in zip(sizes, strides))
     return lo, hi + elem
@@ -195,8 +205,9 @@ class Dma(Command):
 
     def accesses(self) -> list[Access]:
         out = [_access(self.dst, box_extent(self.size, self.dst_stride, self.elem), True)]
-        if min(self.inner) > 0:
-            out.append(_access(self.src, box_extent(self.inner, self.src_stride, self.elem), False))
+        inner = self.inner
+        if min(inner) > 0:
+            out.append(_access(self.src, box_extent(inner, self.src_stride, self.elem), False))
         return out
 
 

@@ -24,6 +24,7 @@ from .errors import CompileError
 from .lowering import fusion, vu
 from .lowering.nu import ConvTiling, NuPlan
 from .lowering.tiling import conv_candidates
+from .structure import tiling_key
 
 
 def row_major(p: NuPlan, t: ConvTiling) -> bool:
@@ -38,6 +39,11 @@ def shared(cfg: Config, n: int) -> Config:
 
 
 SLACK = 1.2     # offered only when its blocks' quick estimates sum to at most this times the other schedule's
+
+_PICKS: dict[tuple, tuple[int, float]] = {}
+"""A conv block's row-major tiling (its position among them) and that tiling's quick estimate, by
+what the estimate depends on: the block's structure, where it reads and writes, and its share of
+the memories (graph fusion builds many chains that share blocks)."""
 
 
 def quick(s: "sm.Schedule", cfg: Config) -> float:
@@ -55,7 +61,8 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
     if (len(nu) < 2 and not rows) or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
         return None
     part = shared(cfg, len(base.blocks))
-    s = base.fork()
+    found = fusion.sites(base.ops, cfg)[0]
+    s, quick_s = base.fork(), 0.0
     for k, b in enumerate(s.blocks):
         if b.kind != "nu":
             try:
@@ -71,9 +78,16 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
             return None
         if not tilings:
             return None
-        trials = [sm._auto_nu(s, t, None, 1, k) for t in tilings]
-        s = min(trials, key=lambda trial: sm.estimate(trial, cfg, k))
-    if than is not None and quick(s, cfg) > SLACK * quick(than, cfg):
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
+               site.in_rows, site.out_rows, part, cfg)
+        if key not in _PICKS:
+            trials = [sm._auto_nu(s, t, None, 1, k) for t in tilings]
+            _PICKS[key] = sm.ranked_estimates(trials, cfg, 1, k, found)[0]
+        pick, estimate = _PICKS[key]
+        s = sm._auto_nu(s, tilings[pick], None, 1, k)
+        quick_s += estimate             # what quick(s) would sum, block by block
+    if than is not None and quick_s > SLACK * quick(than, cfg):
         return None
     return s
 

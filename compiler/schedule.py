@@ -972,6 +972,12 @@ def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: lis
     Each is first given its estimate_floor, which needs no tile lowered; they are priced in order
     of it, and the ones whose floor exceeds the top-th best estimate so far are never lowered.
     """
+    return [i for i, _ in ranked_estimates(trials, cfg, top, k, found)]
+
+
+def ranked_estimates(trials: list[Schedule], cfg: Config, top: int, k: int = 0,
+                     found: list | None = None) -> list[tuple[int, float]]:
+    """ranked(), each position with its quick estimate."""
     if found is None and trials:
         found = fusion.sites(trials[0].ops, cfg)[0]
     lows = [_block_lowering(t, cfg, k, found) for t in trials]
@@ -981,7 +987,7 @@ def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: lis
         if len(quick) >= top and floors[i] > sorted(quick.values())[top - 1]:
             break
         quick[i] = fusion.estimate(lows[i], cfg)
-    return sorted(quick, key=lambda i: (quick[i], i))[:top]
+    return [(i, quick[i]) for i in sorted(quick, key=lambda i: (quick[i], i))[:top]]
 
 
 def estimate_floor(low, cfg: Config) -> float:
@@ -995,26 +1001,31 @@ def estimate_floor(low, cfg: Config) -> float:
     parts = getattr(low, "parts", [low])
     if not all(isinstance(part, NuLowering) for part in parts):
         return 0.0
-    busy, ddr, priced, tiles = [], 0, [], []
+    busy, weights, stores, priced, tiles = [], [], 0, [], []
     for part in parts:
-        b, d, n_priced, n_tiles = _busy_floor(part, cfg)
+        b, w, st, n_priced, n_tiles = _busy_floor(part, cfg)
         busy.append(b)
-        ddr += d
+        weights.append(w)
+        stores += st
         priced.append(n_priced)
         tiles.append(n_tiles)
-    # every part's DMAs share DDR's one port; the parts' NUs and VUs are their own.  The margin
-    # covers the estimate's port time summed transfer by transfer in floating point.
+    # every part's DMAs share DDR's one port; the parts' NUs and VUs are their own.  Parts split by
+    # spatial tiles load the same weights, and a load two parts make in one step crosses DDR once
+    # (units.share_loads): only the largest part's weights are sure to cross it.  The margin covers
+    # the estimate's port time summed transfer by transfer in floating point.
+    shared = getattr(parts[0], "part", None) is not None and parts[0].part.by == "spatial"
+    ddr = stores + (max(weights) if shared else sum(weights))
     floor = max(max(busy), ddr / timing.memory_port(cfg, SPACE_ID["ddr"])[0])
     return floor * max(tiles) / max(1, max(priced)) * (1 - 1e-9)
 
 
-def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
-    """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights and the output
-    stores, over the tiles fusion.estimate prices; those tiles; all tiles)."""
+def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
+    """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights, those of the
+    output stores, over the tiles fusion.estimate prices; those tiles; all tiles)."""
     p, t, v = low.p, low.t, low.p.view
     streamed = not t.resident and not p.depthwise
     stores = low.y.space == "ddr"
-    ddr = 0
+    w_bytes = ddr = 0
     cols, n_chunks, channels = p.cols, chunks(p, t.cbt), v.y_shape[1]
     per_channel = low._bias_mode("requant")
     requant = (("vu.requant.f" if v.scale is not None else "vu.requant") if per_channel
@@ -1027,7 +1038,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
         count = n_chunks[j][1]
         th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
         if streamed and load_w:
-            ddr += count * p.w.block_bytes * len(obs)
+            w_bytes += count * p.w.block_bytes * len(obs)
         if stores and j == len(n_chunks) - 1:
             ddr += sum(max(0, min(cols, channels - ob * cols)) for ob in obs) * th * tw
         if p.depthwise:
@@ -1043,7 +1054,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int]:
             else:
                 vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
                                       cfg.vu_latency)
-    return max(nu, vu), ddr, min(n, fusion.ESTIMATE_TILES), n
+    return max(nu, vu), w_bytes, ddr, min(n, fusion.ESTIMATE_TILES), n
 
 
 @lru_cache(maxsize=1 << 12)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -210,13 +211,21 @@ def ddr_order(cmd: Dma) -> Dma:
     src_ddr, dst_ddr = cmd.src.buf.space == "ddr", cmd.dst.buf.space == "ddr"
     if src_ddr == dst_ddr:
         return cmd
-    key = cmd.src_stride if src_ddr else cmd.dst_stride
-    order = sorted(range(4), key=lambda k: (cmd.size[k] == 1 or key[k] == 0, abs(key[k])))
-    if order == [0, 1, 2, 3]:
+    order = _ddr_dims(cmd.size, cmd.src_stride if src_ddr else cmd.dst_stride)
+    if order is None:
         return cmd
     pick = (lambda v: tuple(v[k] for k in order))
-    return replace(cmd, size=pick(cmd.size), src_stride=pick(cmd.src_stride), dst_stride=pick(cmd.dst_stride),
-                   pad_lo=pick(cmd.pad_lo), pad_hi=pick(cmd.pad_hi))
+    return Dma(cmd.chan, cmd.dst, cmd.src, pick(cmd.size), pick(cmd.src_stride), pick(cmd.dst_stride),
+               pick(cmd.pad_lo), pick(cmd.pad_hi), cmd.pad_value, cmd.elem, comment=cmd.comment, wait=cmd.wait,
+               signal=cmd.signal)
+
+
+@lru_cache(maxsize=1 << 14)
+def _ddr_dims(size: tuple[int, ...], key: tuple[int, ...]) -> tuple[int, ...] | None:
+    """ddr_order's dim order for these sizes and DDR strides (None: as they are); memoised, as the
+    search lowers many tiles of the same few shapes."""
+    order = tuple(sorted(range(4), key=lambda k: (size[k] == 1 or key[k] == 0, abs(key[k]))))
+    return None if order == (0, 1, 2, 3) else order
 
 
 def weight_spec(rows: int, cols: int) -> str:

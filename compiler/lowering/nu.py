@@ -718,9 +718,9 @@ class NuLowering:
                 for c in range(min(cols, v.y_shape[1] - ob * cols)):
                     o, k = ob * cols + c, (ob - obs.start) * pix * cols
                     m, scalars, comment = per_channel[o]
-                    step.epilogue.append(Vu(
-                        m, Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix,),
-                        (cols,), (4 * cols,), scalars=dict(scalars), unit=self.vu, comment=comment))
+                    step.epilogue.append(Vu(        # 4-D already: the search builds millions of these
+                        m, Ref(out, k + c), Ref(vacc, 4 * (k + c)), None, "i8", "i32", 0, (pix, 1, 1, 1),
+                        (cols, 0, 0, 0), (4 * cols, 0, 0, 0), scalars=dict(scalars), unit=self.vu, comment=comment))
         else:
             out = vacc
             e = v.table_entry
@@ -737,16 +737,22 @@ class NuLowering:
         once: a depthwise conv's tiles repeat them per channel and tile, which dominated compile time."""
         if self._rq_cache is None:
             v = self.p.view
-            clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
-            rows = []
-            for o in range(v.y_shape[1]):
-                if v.scale is not None:
-                    m, sc = "vu.requant.f", {"fscale": f32_bits(v.scale[o])}
-                else:
-                    m, sc = "vu.requant", {"ma": int(v.multiplier[o]), "shift": int(v.shift[o])}
-                rows.append((m, {"za": -int(v.bias[o]), **sc, **clamp},
-                             f"{self.name}: add bias and requantise channel {o}"))
-            self._rq_cache = rows
+            # the search lowers thousands of tilings of one (frozen) view: made once for all of them
+            hit = _RQ_ROWS.get((id(v), self.name))
+            if hit is None or hit[0] is not v:
+                clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
+                rows = []
+                for o in range(v.y_shape[1]):
+                    if v.scale is not None:
+                        m, sc = "vu.requant.f", {"fscale": f32_bits(v.scale[o])}
+                    else:
+                        m, sc = "vu.requant", {"ma": int(v.multiplier[o]), "shift": int(v.shift[o])}
+                    rows.append((m, {"za": -int(v.bias[o]), **sc, **clamp},
+                                 f"{self.name}: add bias and requantise channel {o}"))
+                if len(_RQ_ROWS) >= 64:
+                    _RQ_ROWS.clear()
+                hit = _RQ_ROWS[id(v), self.name] = (v, rows)     # the view held: its id is not reused
+            self._rq_cache = hit[1]
         return self._rq_cache
 
     def _finish(self, step, out, obs, n, oh0, ow0, th, tw) -> None:
@@ -788,6 +794,9 @@ class NuLowering:
                                 scalars={**sc, "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
 
+
+_RQ_ROWS: dict[tuple[int, str], tuple] = {}
+"""NuLowering._channel_requants' rows by (id of the view, kernel name), with the view itself."""
 
 STAGE_BYTES = 256 * 1024     # DM a staged input tile may take (two slots)
 

@@ -35,6 +35,9 @@ BUFFER_ALIGN = 64
 BYTES_PER_LINE = 32
 INCBIN_BYTES = 4096     # larger constants (weights) go to .incbin files
 FLOAT_PARAMS = ("vu.fscale", "vu.fscale_b", "vu.fbias")     # hold float32 bit patterns
+_DMA_PARAMS = tuple(tuple(f"dma.{name}{k}" for name in ("size", "src_stride", "dst_stride", "pad_lo", "pad_hi"))
+                    for k in range(4))     # each dimension's parameter names (the cost model emits every command)
+_VU_PARAMS = tuple(tuple(f"vu.{name}{k}" for name in ("n", "d_stride", "a_stride", "b_stride")) for k in range(4))
 
 
 class _Registers:
@@ -234,11 +237,13 @@ class Emitter:
         self.lines: list[str] = []
         self.body_regs: _BodyRegisters | None = None     # inside a loop body
         self.loops = 0
+        self.counting = False       # only counting instructions (cost.schedule_cycles): commands' lines left blank
 
     def fork(self) -> "Emitter":
         """A new emitter in this one's state (parameters, registers), with no lines yet."""
         em = Emitter.__new__(Emitter)
         em.params, em.lines, em.body_regs, em.loops = dict(self.params), [], None, self.loops
+        em.counting = self.counting
         em.regs = _Registers(self.regs.pool)
         em.regs.holds, em.regs.expr_of = dict(self.regs.holds), dict(self.regs.expr_of)
         em.regs.order = list(self.regs.order)
@@ -261,6 +266,17 @@ class Emitter:
             return cost.setup + sum(cost.per_stmt) + cost.tail
         self.command(stmt)
         return len(self.lines) - before
+
+    def count(self, stmt) -> int:
+        """The CU instructions of one statement, its lines (except a loop's) left blank: the same
+        count and the same parameters and registers after it as statement()."""
+        if isinstance(stmt, Loop):      # a loop's emission reads its body's lines back
+            return self.statement(stmt)
+        self.counting = True
+        try:
+            return self.statement(stmt)
+        finally:
+            self.counting = False
 
     def loop(self, lp: Loop) -> LoopCost:
         """Emit a Loop as a counted CU loop; returns its instruction counts."""
@@ -312,7 +328,9 @@ class Emitter:
         value = int(value)
         if self.params[name] != value:
             self.params[name] = value
-            if name in FLOAT_PARAMS:       # the bits in hex, the float32 they stand for in the comment
+            if self.counting:
+                self.lines.append("")
+            elif name in FLOAT_PARAMS:       # the bits in hex, the float32 they stand for in the comment
                 f = np.array([value], np.uint32).view(np.float32)[0]
                 self.lines.append(f"{f'        setpi   {name}, {value:#010x}':<60} ; float32 {f}")
             else:
@@ -342,18 +360,21 @@ class Emitter:
             text = self._nu(c)
         else:
             text = self._vu(c)
+        if self.counting:
+            self.lines.append("")
+            return
         sync = "".join(f", {k}=s{v}" for k, v in (("wait", c.wait), ("signal", c.signal)) if v is not None)
         line = f"        {text}{sync}"
         self.lines.append(f"{line:<60} ; {c.comment}" if c.comment else line)
 
     def _dma(self, c: Dma) -> str:
-        for k in range(4):
-            self.setp(f"dma.size{k}", c.size[k])
+        for k, (size, src_stride, dst_stride, pad_lo, pad_hi) in enumerate(_DMA_PARAMS):
+            self.setp(size, c.size[k])
             if c.size[k] > 1:           # a stride of a size-1 dimension is never used
-                self.setp(f"dma.src_stride{k}", c.src_stride[k])
-                self.setp(f"dma.dst_stride{k}", c.dst_stride[k])
-            self.setp(f"dma.pad_lo{k}", c.pad_lo[k])
-            self.setp(f"dma.pad_hi{k}", c.pad_hi[k])
+                self.setp(src_stride, c.src_stride[k])
+                self.setp(dst_stride, c.dst_stride[k])
+            self.setp(pad_lo, c.pad_lo[k])
+            self.setp(pad_hi, c.pad_hi[k])
         if any(c.pad_lo) or any(c.pad_hi):
             self.setp("dma.pad_value", c.pad_value)
         self.setp("dma.elem", c.elem)
@@ -371,13 +392,13 @@ class Emitter:
         return f"{c.mnemonic:<8} nu{c.unit}, r{racc}, r{rin}, r{rw}"
 
     def _vu(self, c: Vu) -> str:
-        for k in range(4):
-            self.setp(f"vu.n{k}", c.n[k])
+        for k, (n, d_stride, a_stride, b_stride) in enumerate(_VU_PARAMS):
+            self.setp(n, c.n[k])
             if c.n[k] > 1:
-                self.setp(f"vu.d_stride{k}", c.d_stride[k])
-                self.setp(f"vu.a_stride{k}", c.a_stride[k])
+                self.setp(d_stride, c.d_stride[k])
+                self.setp(a_stride, c.a_stride[k])
                 if c.b is not None:
-                    self.setp(f"vu.b_stride{k}", c.b_stride[k])
+                    self.setp(b_stride, c.b_stride[k])
         if SEMANTICS[c.mnemonic].footprint == "vu_window":
             self.setp("vu.win_h", c.win[0])
             self.setp("vu.win_w", c.win[1])

@@ -258,7 +258,7 @@ def _instructions(stmts: list) -> int:
     from .emit import Emitter
 
     em = Emitter()
-    return sum(em.statement(s) for s in stmts)
+    return sum(em.count(s) for s in stmts)
 
 
 def _shorter(body: list, c: _Candidate, loop: Loop) -> bool:
@@ -279,9 +279,9 @@ def _shorter(body: list, c: _Candidate, loop: Loop) -> bool:
     region = body[c.start:c.end]
     warm = Emitter()
     for s in region:
-        warm.statement(s)
+        warm.count(s)
     again = warm.fork()
-    return warm.statement(loop) + MIN_GAIN <= sum(again.statement(s) for s in region)
+    return warm.count(loop) + MIN_GAIN <= sum(again.count(s) for s in region)
 
 
 def _candidates(body: list, keys: np.ndarray) -> list[_Candidate]:

@@ -49,16 +49,34 @@ def _region(acc) -> tuple[tuple[str, str], int, int]:
 
 
 class _Log:
-    """The accesses made so far to one memory, as growing numpy columns."""
+    """The accesses made so far to one memory: a list while it is short, numpy columns once it is
+    long (numpy's per-call cost is many times a short list's scan; a long one it scans faster)."""
+
+    SHORT = 48      # entries kept as a list (most logs hold under 30: the live footprints of a kernel)
 
     def __init__(self):
+        self.rows: list[tuple[int, int, int, int, int]] | None = []     # lo, hi, write, command, queue
         self.n = 0
-        self.cols = np.zeros((5, 64), dtype=np.int64)     # lo, hi, write, command, queue
+        self.cols = None
 
     def add(self, lo: int, hi: int, write: bool, cmd: int, queue: int) -> None:
         """Log an access, dropping the earlier ones of its queue it hides: one inside [lo, hi) that
         it reads (or it writes) can no longer be the latest conflict of that queue for any access,
         so a network's log stays as long as its live footprints instead of growing with every tile."""
+        rows = self.rows
+        if rows is not None:
+            if write:
+                rows = [r for r in rows if not (r[4] == queue and r[0] >= lo and r[1] <= hi)]
+            else:
+                rows = [r for r in rows if not (r[4] == queue and r[0] >= lo and r[1] <= hi and not r[2])]
+            rows.append((lo, hi, int(write), cmd, queue))
+            if len(rows) <= self.SHORT:
+                self.rows = rows
+                return
+            self.rows, self.n = None, len(rows)
+            self.cols = np.zeros((5, 2 * len(rows)), dtype=np.int64)
+            self.cols[:, :self.n] = np.array(rows, dtype=np.int64).T
+            return
         c = self.cols[:, :self.n]
         hidden = (c[4] == queue) & (c[0] >= lo) & (c[1] <= hi)
         if not write:
@@ -72,13 +90,17 @@ class _Log:
         self.cols[:, self.n] = (lo, hi, write, cmd, queue)
         self.n += 1
 
-    def conflicts(self, lo: int, hi: int, write: bool, queue: int) -> tuple[np.ndarray, np.ndarray]:
-        """(commands, queues) of earlier accesses in other queues that conflict with this one."""
+    def conflicts(self, lo: int, hi: int, write: bool, queue: int):
+        """(command, queue) of each earlier access in another queue that conflicts with this one."""
+        if self.rows is not None:
+            if write:
+                return [(r[3], r[4]) for r in self.rows if r[0] < hi and lo < r[1] and r[4] != queue]
+            return [(r[3], r[4]) for r in self.rows if r[2] and r[0] < hi and lo < r[1] and r[4] != queue]
         c = self.cols[:, :self.n]
         hit = (c[0] < hi) & (lo < c[1]) & (c[4] != queue)
         if not write:
             hit &= c[2] == 1
-        return c[3][hit], c[4][hit]
+        return zip(c[3][hit].tolist(), c[4][hit].tolist())
 
 
 def dependencies(cmds: list[Command]) -> list[dict[str, int]]:
@@ -88,16 +110,18 @@ def dependencies(cmds: list[Command]) -> list[dict[str, int]]:
     qid = {q: k for k, q in enumerate(names)}
     deps: list[dict[str, int]] = []
     for i, c in enumerate(cmds):
-        latest = np.full(len(names), -1, dtype=np.int64)
+        latest: dict[int, int] = {}
+        q = qid[c.queue]
         regions = [_region(acc) + (acc.write,) for acc in c.accesses()]
         for key, lo, hi, write in regions:
             if hi > lo:
-                who, queues = logs[key].conflicts(lo, hi, write, qid[c.queue])
-                np.maximum.at(latest, queues, who)
+                for who, k in logs[key].conflicts(lo, hi, write, q):
+                    if who > latest.get(k, -1):
+                        latest[k] = who
         for key, lo, hi, write in regions:
             if hi > lo:
-                logs[key].add(lo, hi, write, i, qid[c.queue])
-        deps.append({names[k]: int(j) for k, j in enumerate(latest) if j >= 0})
+                logs[key].add(lo, hi, write, i, q)
+        deps.append({names[k]: latest[k] for k in sorted(latest)})
     return deps
 
 
@@ -109,16 +133,19 @@ class _Clocks:
         self.qi = {q: k for k, q in enumerate(self.queues)}
         counts: dict[str, int] = defaultdict(int)
         self.seq = []
+        self.qj = []        # each command's queue by index (a command's queue is a property that formats it)
         for c in cmds:
-            self.seq.append(counts[c.queue])
-            counts[c.queue] += 1
+            q = c.queue
+            self.seq.append(counts[q])
+            self.qj.append(self.qi[q])
+            counts[q] += 1
         self.done = [None] * len(cmds)
 
     def zero(self) -> np.ndarray:
         return np.zeros(len(self.queues), dtype=np.int64)
 
     def knows(self, vc: np.ndarray, cmds: list[Command], j: int) -> bool:
-        return vc[self.qi[cmds[j].queue]] > self.seq[j]
+        return vc[self.qj[j]] > self.seq[j]
 
 
 def _frontier(unsat: list[int], cmds: list[Command], clocks: _Clocks) -> list[int]:
