@@ -64,6 +64,15 @@ def residual_graph(rng, c: int, o: int, k: int, convs: int, side: int, mode: str
     return g
 
 
+def check_outputs(lib, g, x: np.ndarray) -> None:
+    """Run the dynamic network on x, race-checked: every output equals the graph's numpy model."""
+    m = compiler.GraphModule(lib)
+    m.set_input(0, x)
+    m.run(check_races=True)
+    for k, ref in enumerate(g.reference({"x": x})):
+        np.testing.assert_array_equal(m.get_output(k, quantized=True), ref)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 24), o=st.integers(1, 40), k=st.sampled_from([1, 3, 5]),
        convs=st.sampled_from([1, 2]), side=st.sampled_from([0, 1]),
@@ -80,10 +89,7 @@ def test_a_join_fused_after_a_chain_bit_exact_across_the_range(seed, c, o, k, co
     assert joined[0]["ops"].endswith(f"-> {mode.split()[-1]}" + (" + clip" if relu else ""))
     for fn, fh, fw in draws:
         x = rng.integers(-128, 128, (1 + round(fn), c, 5 + round(25 * fh), 5 + round(25 * fw))).astype(np.int8)
-        m = compiler.GraphModule(lib)
-        m.set_input(0, x)
-        m.run(check_races=True)
-        np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({"x": x})[0])
+        check_outputs(lib, g, x)
 
 
 def test_a_join_is_not_fused_where_the_chains_output_has_another_reader():
@@ -94,11 +100,7 @@ def test_a_join_is_not_fused_where_the_chains_output_has_another_reader():
     lib = compiler.build(g)
     assert [layer["ops"] for layer in lib.meta["layers"]] == ["conv2d", "conv2d -> conv2d", "add"]
     x = rng.integers(-128, 128, (2, 4, 17, 9)).astype(np.int8)
-    m = compiler.GraphModule(lib)
-    m.set_input(0, x)
-    m.run(check_races=True)
-    for k, ref in enumerate(g.reference({"x": x})):
-        np.testing.assert_array_equal(m.get_output(k, quantized=True), ref)
+    check_outputs(lib, g, x)
 
 
 @pytest.mark.parametrize("side", [0, 1])
@@ -115,10 +117,7 @@ def test_removing_any_wait_of_a_fused_join_is_caught(side):
     sites = [j for j in range(start, end) if "wait=" in lines[j] or "sem.wait" in lines[j]]
     assert len(sites) >= 9 and any("vu.mov" in lines[j] for j in sites)
     x = rng.integers(-128, 128, (2, 16, 35, 19)).astype(np.int8)
-    m = compiler.GraphModule(lib)
-    m.set_input(0, x)
-    m.run(check_races=True)
-    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({"x": x})[0])
+    check_outputs(lib, g, x)
     buffer = lib.meta["inputs"][0]["buffer"]
     for j in sites:
         sim = Simulator(lib.config)
@@ -143,7 +142,4 @@ def test_a_join_after_a_strided_conv_runs_alone():
     lib = compiler.build(g)
     assert [layer["ops"] for layer in lib.meta["layers"]] == ["conv2d", "conv2d", "add"]
     x = rng.integers(-128, 128, (2, 4, 23, 14)).astype(np.int8)
-    m = compiler.GraphModule(lib)
-    m.set_input(0, x)
-    m.run(check_races=True)
-    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference({"x": x})[0])
+    check_outputs(lib, g, x)
