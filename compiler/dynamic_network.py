@@ -17,9 +17,9 @@ Building it:
              per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
   fuse       runs of ops where each reads only the one before into one program (intermediates in
              DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
-  link       the programs in graph order, a barrier between two, each op's buffers renamed to
-             the graph's tensors (lowering/dynamic_chain.link); intermediates through DDR, each
-             sized for the largest shape
+  link       the programs in graph order (no barrier: each ends waiting for its last stores), each
+             op's buffers renamed to the graph's tensors (lowering/dynamic_chain.link);
+             intermediates through DDR, each sized for the largest shape
   describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
              GraphModule.set_input and `nnpsim run --input` take any in-range shape
 """
