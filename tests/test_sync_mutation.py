@@ -591,17 +591,25 @@ RQ_CASES = {
 def test_every_removed_wait_is_caught_with_the_nu_output_stage(case):
     """The waits around nu.conv.rq (its table loaded into WBUF, its int8 tile read from VBUF by the store
     or the residual add, the slot it rewrites) are each needed and each caught."""
-    build_chain, configs = RQ_CASES[case]
+    _kill_output_stage(case, *RQ_CASES[case], "nu.conv.rq", 3)
+
+
+def _kill_output_stage(case: str, build_chain, configs: list[dict], mnemonic: str, limit: int) -> list[str]:
+    """Every wait removed in turn from the first `limit` candidates whose requantiser is `mnemonic`, on each
+    configuration; their assembly."""
     chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
+    asms = []
     for overrides in configs:
         cfg = Config(**overrides).validate()
         found = [s for s in candidates(tuple(chain_ops), cfg)
-                 if any(b.intrinsics.get("requant") == "nu.conv.rq" for b in s.blocks)][:3]
-        assert found, f"{case}: no schedule uses nu.conv.rq"
+                 if any(b.intrinsics.get("requant") == mnemonic for b in s.blocks)][:limit]
+        assert found, f"{case}: no schedule uses {mnemonic}"
         for s in found:
             kernel = build(*chain_ops, config=cfg, schedule=s)
-            assert "nu.conv.rq" in kernel.asm
-            kill_all(kernel, inputs, f"{case} (nu.conv.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")
+            assert mnemonic in kernel.asm
+            kill_all(kernel, inputs, f"{case} ({mnemonic}): {overrides or 'default config'} {kernel.ir.notes[-1]}")
+            asms.append(kernel.asm)
+    return asms
 
 
 # kernels whose tiles run their input blocks in chunks, the last one nu.conv.acc.rq (partial sums from ABUF)
@@ -617,20 +625,9 @@ ACC_RQ_CASES = {
 def test_every_removed_wait_is_caught_with_the_output_stage_in_chunks(case):
     """The waits around nu.conv.acc.rq (the partial sums the earlier chunks leave in ABUF, the ABUF slot
     the next tile's first chunk rewrites, the VBUF tile the store reads) are each needed and each caught."""
-    build_chain, configs = ACC_RQ_CASES[case]
-    chain_ops, inputs = build_chain(np.random.default_rng(sum(map(ord, case))))
-    for overrides in configs:
-        cfg = Config(**overrides).validate()
-        found = [s for s in candidates(tuple(chain_ops), cfg)
-                 if any(b.intrinsics.get("requant") == "nu.conv.acc.rq" for b in s.blocks)][:2]
-        assert found, f"{case}: no schedule uses nu.conv.acc.rq"
-        by_block = False
-        for s in found:
-            kernel = build(*chain_ops, config=cfg, schedule=s)
-            assert "nu.conv.acc.rq" in kernel.asm
-            by_block |= re.search(r"conv ob \d+, plus partial sums", kernel.asm) is not None
-            kill_all(kernel, inputs, f"{case} (nu.conv.acc.rq): {overrides or 'default config'} {kernel.ir.notes[-1]}")
-        assert by_block or "block by block" not in case
+    asms = _kill_output_stage(case, *ACC_RQ_CASES[case], "nu.conv.acc.rq", 2)
+    by_block = any(re.search(r"conv ob \d+, plus partial sums", asm) for asm in asms)
+    assert by_block or "block by block" not in case
 
 
 # Fused chains pipelined tile by tile (compiler.pipelining): consumer tiles interleaved with the producer's.
