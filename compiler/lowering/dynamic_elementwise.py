@@ -127,17 +127,24 @@ def program_text(op: DynamicOp, cfg: Config) -> tuple[str, int]:
     b = ", r12" if big.binary else ""
     dt = f", {cmd.a_type}" if cmd.mnemonic in ("vu.requant", "vu.requant.f") else ""
     i(f"{cmd.mnemonic} vu0, r11, r11{b}{dt}, wait={S_LOAD_B if big.binary else S_LOAD}, signal={S_VU}")
-    if esz > 1:
-        i("setp    dma.size0, r9, 0")                   # the output's bytes
-    i("la      r13, y")
-    i("add     r13, r13, r6")
-    i(f"dma     ch2, ddr[r13], vbuf0[r11], wait={S_VU}, signal={S_STORE}")
-    i("addi    r8, r8, 1")
-    i("xori    r7, r7, 1")
+    store_chunk(i, esz, count="r9", ddr="r13", vbuf="r11")
     i("add     r6, r6, r9")
     i("blt     r6, r2, chunk")
     L += drain_and_halt("r8", S_STORE)
     return "\n".join(L) + "\n", fit
+
+
+def store_chunk(i, esz: int, count: str, ddr: str, vbuf: str) -> None:
+    """A chunk's int8 result (`count` elements at y + r6) stored on ch2 after the VU's token; the chunk
+    counted (r8) and the buffer set flipped (r7).  An int32 input's loads moved 4 bytes an element, so
+    dma.size0 is reset to the output's bytes."""
+    if esz > 1:
+        i(f"setp    dma.size0, {count}, 0")
+    i(f"la      {ddr}, y")
+    i(f"add     {ddr}, {ddr}, r6")
+    i(f"dma     ch2, ddr[{ddr}], vbuf0[{vbuf}], wait={S_VU}, signal={S_STORE}")
+    i("addi    r8, r8, 1")
+    i("xori    r7, r7, 1")
 
 
 def per_channel(op: Elementwise) -> bool:
@@ -297,13 +304,7 @@ def plane_program_text(op: DynamicOp, cfg: Config) -> str:
     i(f"muli    r15, r9, {entry if chan else 0}")   # the first plane's entry
     dt = f", {cmd.a_type}" if requant else ""
     i(f"{cmd.mnemonic} vu0, r13, r13, r15{dt}, wait={S_LOAD}, signal={S_VU}")
-    if esz > 1:
-        i("setp    dma.size0, r20, 0")   # the output's bytes
-    i("la      r14, y")
-    i("add     r14, r14, r6")
-    i(f"dma     ch2, ddr[r14], vbuf0[r13], wait={S_VU}, signal={S_STORE}")
-    i("addi    r8, r8, 1")
-    i("xori    r7, r7, 1")
+    store_chunk(i, esz, count="r20", ddr="r14", vbuf="r13")
     i("add     r6, r6, r20")
     i("add     r10, r10, r11")
     i("blt     r10, r3, chunk")
