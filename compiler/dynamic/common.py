@@ -13,7 +13,7 @@ from typing import Callable
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp, axis_rule, reciprocal, window_out
-from .asm import ZERO, Program, Reg, Scope, Sem
+from .asm import ZERO, Line, Program, Reg, Scope, Sem
 
 
 @dataclass(frozen=True)
@@ -238,3 +238,28 @@ def drain_and_halt(b: Scope, pending: Reg, store_sem: Sem) -> None:
     drain(b, pending, store_sem)
     b.i("halt")
 
+
+
+@dataclass
+class Part:
+    """What one op's lowering says about the code it wrote into its scope: its title (the program's opening
+    comments when it stands alone), its `.target dynamic.*` notes, and its rows per tile by input width."""
+
+    title: list[str]
+    notes: list[tuple[str, str]]
+    rows: dict[int, int] | None = None
+
+
+def one_program(cfg: Config, lower: Callable[[Scope], Part]) -> tuple[str, dict[str, bytes], Part]:
+    """A program of one op: `lower(scope)` writes its buffers, constants and code (ending on its drain);
+    the header, `main:` and the final halt are added here.  (assembly, .incbin files, the Part)."""
+    prog = Program()
+    b = Scope(prog)
+    main = len(prog.text)
+    part = lower(b)
+    prog.text.insert(main, Line("main:"))
+    b.i("halt")
+    header(prog, part.title, cfg)
+    add_notes(prog, part.notes)
+    prog.head("")
+    return prog.emit(), prog.files, part
