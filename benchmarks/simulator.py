@@ -91,16 +91,20 @@ def _nnpsim_run(binary: str, cache_dir: str) -> float:
     return time.perf_counter() - t0
 
 
-def startup(cold: bool) -> None:
+def startup(cold: bool) -> tuple[float | None, float | None]:
     """(c): first (empty cache, with --cold) and second run of `nnpsim run` on a small program."""
     with tempfile.TemporaryDirectory() as tmp:
         binary = os.path.join(tmp, "small.bin")
         assemble(SMALL, "small.s").save(binary)
         cache = os.path.join(tmp, "cache") if cold else os.environ.get("NUMBA_CACHE_DIR", "")
+        first = second = None
         if cold:
-            print(f"nnpsim run, first run (empty cache, compiles): {_nnpsim_run(binary, cache):.2f} s")
+            first = _nnpsim_run(binary, cache)
+            print(f"nnpsim run, first run (empty cache, compiles): {first:.2f} s")
         if cache:
-            print(f"nnpsim run, second run (cache warm): {_nnpsim_run(binary, cache):.2f} s")
+            second = _nnpsim_run(binary, cache)
+            print(f"nnpsim run, second run (cache warm): {second:.2f} s")
+        return first, second
 
 
 def numpy_conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -115,7 +119,7 @@ def numpy_conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return y.astype(np.int32).reshape(1, w.shape[0], h, wd)
 
 
-def conv_vs_numpy(repeats: int) -> None:
+def conv_vs_numpy(repeats: int) -> tuple[float, float]:
     """(b): simulated tiled conv against numpy's im2col matmul, side by side."""
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (1, 64, 56, 56), dtype=np.int8)
@@ -138,6 +142,7 @@ def conv_vs_numpy(repeats: int) -> None:
     ms, mn = np.median(t_sim), np.median(t_np)
     print(f"conv 1x64x56x56 * 64x64x3x3: {stats.cycles:,} cycles; simulated in {ms * 1e3:.1f} ms, "
           f"numpy im2col+matmul {mn * 1e3:.1f} ms; ratio {ms / mn:.2f} (target <= 3)")
+    return ms, mn
 
 
 def numpy_conv(op, x: np.ndarray) -> np.ndarray:
@@ -170,7 +175,7 @@ def _timed(fn) -> tuple[float, float, object]:
     return time.perf_counter() - w0, time.process_time() - c0, out
 
 
-def resnet50_vs_numpy(repeats: int, race_repeats: int) -> None:
+def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
     """(d): the 53 ResNet-50 convs simulated at cycle level against numpy's im2col + float64 matmul."""
     from compiler.kernel import build
     from resnet50 import make_op, resnet50_convs
@@ -220,6 +225,7 @@ def resnet50_vs_numpy(repeats: int, race_repeats: int) -> None:
         races = min(_timed(lambda: simulate(True))[:2] for _ in range(race_repeats))
         print(f"  race checking on (check_races=True), best of {race_repeats}: {races[0]:.2f} s "
               f"(CPU {races[1]:.2f} s), ratio {races[0] / nw:.1f}")
+    return sw, nw
 
 
 def main() -> None:
@@ -230,25 +236,43 @@ def main() -> None:
     ap.add_argument("--race-repeats", type=int, default=1, help="passes of (d) with race checking on")
     ap.add_argument("--cold", action="store_true", help="also time a first compile (empty cache)")
     ap.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
+    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
     args = ap.parse_args()
     parts = set(args.only.split(","))
     if parts - set(PARTS):
         ap.error(f"--only: unknown part(s) {sorted(parts - set(PARTS))}; choose from {PARTS}")
 
+    rows = []
     if "engine" in parts:
         _timed_run(SCALAR.format(n=10))  # warm-up (compile or load from cache)
         dt, log = _timed_run(SCALAR.format(n=args.iterations))
         print(f"scalar loop: {log.instructions:,} instructions, {log.cycles:,} cycles in {dt:.3f} s "
               f"= {log.instructions / dt / 1e6:.1f} M instructions/s")
+        rows.append(["(a) CU instructions per second, scalar loop", f"{log.instructions / dt / 1e6:.1f} M/s", ">= 5 M/s"])
         dt, log = _timed_run(DMAS.format(n=args.commands // 4))
         print(f"dma stream: {log.n_commands:,} commands, {log.cycles:,} cycles in {dt:.3f} s "
               f"= {log.n_commands / dt / 1e3:.0f} k commands/s")
     if "conv" in parts:
-        conv_vs_numpy(args.repeats)
+        ms, mn = conv_vs_numpy(args.repeats)
+        rows.append(["(b) tiled conv simulated / numpy im2col + float64 matmul",
+                     f"{ms / mn:.2f} ({ms * 1e3:.1f} ms against {mn * 1e3:.1f} ms)", "<= 3"])
     if "startup" in parts:
-        startup(args.cold)
+        first, second = startup(args.cold)
+        rows += [["(c) `nnpsim run`, second run", f"{second:.2f} s", "< 2 s"]] if second is not None else []
+        rows += [["(c) first run on an empty numba cache", f"{first:.1f} s", "-"]] if first is not None else []
     if "resnet50" in parts:
-        resnet50_vs_numpy(args.repeats, args.race_repeats)
+        sw, nw = resnet50_vs_numpy(args.repeats, args.race_repeats)
+        rows.append(["53 convs simulated / numpy im2col + float64 matmul, best passes, wall",
+                     f"{sw / nw:.2f} ({sw:.3f} s against {nw:.3f} s)", "<= 3"])
+    if args.write_docs:
+        from tables import write_table
+        if parts == {"resnet50"}:
+            write_table("simulator-resnet50", ["figure", "measured", "goal"], rows,
+                        "simulate ResNet-50's convs in at most 3x numpy's time.")
+        else:
+            write_table("simulator", ["figure", "measured", "goal"], rows,
+                        "(a) at least 5 M instructions/s, (b) at most 3x numpy, (c) under 2 s once numba's cache is "
+                        "warm.")
 
 
 if __name__ == "__main__":
