@@ -79,7 +79,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     chip (intermediates in DM) where every op has a tile body, else op after op through DDR."""
     from .kernel import assemble
     from .dynamic_network import folded
-    from .lowering.dynamic_chain import compose
+    from .dynamic.chain import compose
     from .lowering.dynamic_fused import fusable, lower_fused
 
     for k, o in enumerate(ops):
@@ -130,15 +130,15 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
     check_ddr(op, config)
     if isinstance(op.largest, Conv2d):
-        from .lowering.dynamic import lower_conv
-        asm, files, rows = lower_conv(op, config, rows_per_tile)
+        from .dynamic.conv import program as conv_program
+        asm, files, rows = conv_program(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
         from .lowering.dynamic_global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
         asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Dense):
-        from .lowering.dynamic_dense import lower_dense
-        asm, files, rows = lower_dense(op, config)
+        from .dynamic.dense import program as dense_program
+        asm, files, rows = dense_program(op, config)
     elif isinstance(op.largest, Elementwise):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)

@@ -18,7 +18,7 @@ Building it:
   fuse       runs of ops where each reads only the one before into one program (intermediates in
              DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
-             op's buffers renamed to the graph's tensors (lowering/dynamic_chain.link);
+             op's buffers renamed to the graph's tensors (dynamic/chain.link);
              intermediates through DDR, each sized for the largest shape
   describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
              GraphModule.set_input and `nnpsim run --input` take any in-range shape
@@ -412,7 +412,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     """Compile a DynamicGraph into one program (a compiler.network.Library) for its whole range."""
     from .dynamic_kernel import lower_one
     from .kernel import assemble
-    from .lowering.dynamic_chain import link
+    from .dynamic.chain import link
     from .lowering.dynamic_concat import program_text
     from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name

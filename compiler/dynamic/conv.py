@@ -12,38 +12,32 @@ set count back before reusing its buffers.  With few input channels the
 kernel's columns (the column fold) or its whole window (the full-tap fold,
 `rows // c` taps a block, a 1x1 conv on the NU) go into the array's rows.
 docs/compiler.md, "Dynamic shapes", explains it.
+
+The code is written through a `Scope` (compiler/dynamic/asm.py): `lower_conv`
+into any program, `program` as a program of its own.
 """
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from nnpsim.config import Config, shape_target
+from nnpsim.config import Config
+from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles, vu_cycles
 
-from ..dims import Dim, DynamicOp, axis_rule, check_divisor, reciprocal, window_out
+from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
+from ..lowering.depthwise import depthwise_weights, uses_depthwise_mode
+from ..lowering.layout import bias_table, conv_view, fold_taps, fscale_table, nu_weights, requant_table
 from ..ops import Conv2d
-from .depthwise import depthwise_weights
-from .layout import fscale_table
+from .asm import ZERO, Mem, Pool, Reg, Scope, Sem
+from .common import (Part, TileIO, TileRegs, axis_name, column_pads, ddr_io, dma_box, drain, emit_out_size,
+                     halo_rows, load_size, next_tile, one_program, out_axis, target_notes, tile_registers)
 
 MAX_WIDTHS = 4096       # widths a dynamic conv's range may span: its tile table has one word per width
 TILE_OVERHEAD = 120     # cycles of CU set-up a tile's latency takes beyond its units' work: the pricing's guess
-
-
-def emit_out_size(i, reg: str, src: str, add: int, stride: int, tmp: str) -> None:
-    """reg = (src + add) // stride + 1 on the CU: a shift for a power-of-two stride, else the high word of
-    the product with the stride's reciprocal (`mulhu`, exact for every size in range: dims.reciprocal)."""
-    i(f"addi    {reg}, {src}, {add}")
-    if stride & (stride - 1):
-        i(f"li      {tmp}, {reciprocal(stride)}")
-        i(f"mulhu   {reg}, {reg}, {tmp}")
-    elif stride > 1:
-        i(f"srai    {reg}, {reg}, {stride.bit_length() - 1}")
-    i(f"addi    {reg}, {reg}, 1")
 
 
 @dataclass(frozen=True)
@@ -86,8 +80,7 @@ class _Geometry:
         # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel
         # b * C + j, its bias starts the accumulator.  Any other grouping runs as a dense conv whose
         # weights are zero between groups (block-diagonal: exact, the NU multiplies the zeros too).
-        self.depthwise = (big.groups > 1 and big.weight.shape[1] == 1 and self.o == big.groups == c
-                          and self.R == self.C)
+        self.depthwise = uses_depthwise_mode(conv_view(big), self.R, self.C)
         self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
         # Few channels: `fold` of the kernel's columns go side by side in the array's rows (row kwi * c + ci
         # holds input channel ci shifted by kwi columns), so the NU runs a kernel of ceil(kw / fold) columns
@@ -185,8 +178,6 @@ class _Geometry:
 
 def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
     """The NU's cycles for one tile of rows x ow outputs (every block)."""
-    from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles
-
     if g.depthwise:
         return g.tile_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
     return nu_conv_cycles(g.out_cb, g.in_cb, g.kh_nu, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
@@ -196,8 +187,6 @@ def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int
     """A tile of `rows` output rows at input width w: (its busiest unit's cycles, the DDR's, the latency
     from its load's issue to its store's end, which the CU's wait for the store of the tile `nsets` back
     spreads over nsets tiles)."""
-    from nnpsim.timing import vu_cycles
-
     cfg = g.cfg
     ow = g.out_size(w, g.ekw, g.pl, g.pr, g.sw)
     cin = min(g.c, g.tile_cb * g.R) if g.depthwise else g.c
@@ -290,34 +279,35 @@ def choose_rows(op: DynamicOp, cfg: Config, sets: int | None = None, rq: bool = 
     return g
 
 
-def constants(g: _Geometry) -> dict[str, bytes]:
-    """Weights in the NU's [out_cb][in_cb][kh][kw][R][C] order, the bias table, the (M, S) table."""
+
+
+def weight_blocks(g: _Geometry) -> bytes:
+    """The weights in the NU's [out_cb][in_cb][kh][kw][R][C] order (the static packing, compiler/lowering/
+    layout.py, where the static lowering folds the same way; the column fold of fewer than kw columns, which
+    the static lowering does not take, here), or nu.dwconv's blocks (depthwise)."""
     big = g.op.largest
-    wt = np.zeros((g.out_cb * g.C, g.in_cb * g.R, g.kh_nu, g.kw_nu), dtype=np.int8)
+    if g.depthwise:     # per block its biases then [kh][kw][C]: nu.dwconv's own bias, no broadcast
+        return np.ascontiguousarray(depthwise_weights(big.weight, big.bias, g.C).blocks).tobytes()
+    weight = g.weight
     if g.taps:          # block k // tpb, row (k % tpb) * c + ci holds tap k = (i, j) of channel ci
-        for i in range(g.kh):
-            for j in range(g.kw):
-                k = i * g.kw + j
-                row = k // g.tpb * g.R + k % g.tpb * g.c
-                wt[:g.o, row:row + g.c, 0, 0] = g.weight[:, :, i, j]
-    elif g.fold > 1:      # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
+        weight = fold_taps(dataclasses.replace(conv_view(big), weight=g.weight, groups=1), g.R).weight
+    elif g.fold > 1:    # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
+        weight = np.zeros((g.o, g.fold * g.c, g.kh, g.kw_nu), dtype=np.int8)
         for j in range(g.kw_nu):
             for kwi in range(min(g.fold, g.kw - j * g.fold)):
-                wt[:g.o, kwi * g.c:(kwi + 1) * g.c, :, j] = g.weight[:, :, :, j * g.fold + kwi]
-    elif not g.depthwise:
-        wt[:g.o, :g.c] = g.weight
-    w5 = wt.reshape(g.out_cb, g.C, g.in_cb, g.R, g.kh_nu, g.kw_nu).transpose(0, 2, 4, 5, 3, 1)
-    if g.depthwise:     # per block its biases then [kh][kw][C]: nu.dwconv's own bias, no broadcast
-        w5 = depthwise_weights(big.weight, big.bias, g.C).blocks
-    bias = np.zeros(g.out_cb * g.C, dtype="<i4")
-    if big.bias is not None:
-        bias[:g.o] = big.bias
-    if big.scale is not None:       # vu.requant.fpc's float32 scales (the float form, onnxruntime's)
-        ms = fscale_table(big.scale, g.out_cb, g.C)
-    else:
-        ms = np.tile(np.array([1, 0], dtype="<i4"), (g.out_cb * g.C, 1))
-        ms[:g.o, 0], ms[:g.o, 1] = big.multiplier, big.shift
-    files = {"dyn_w.bin": np.ascontiguousarray(w5).tobytes()}
+                weight[:, kwi * g.c:(kwi + 1) * g.c, :, j] = g.weight[:, :, :, j * g.fold + kwi]
+    blocks = nu_weights(weight, 1, weight.shape[1], g.R, g.C).blocks
+    return np.ascontiguousarray(blocks).tobytes()
+
+
+def constants(g: _Geometry) -> dict[str, bytes]:
+    """The conv's constant tables by label, in their .data order: the weights, then nu.conv.rq's (bias, M,
+    S) table, or the bias table (not depthwise: nu.dwconv's biases are in its weights) and the (M, S) or
+    float scale table."""
+    big = g.op.largest
+    bias = bias_table(big.bias, g.out_cb, g.C)
+    ms = (fscale_table(big.scale, g.out_cb, g.C) if big.scale is not None
+          else requant_table(big.multiplier, big.shift, g.out_cb, g.C))
     if g.rq:            # nu.conv.rq's (bias, M, S) (float form: (bias, scale bits, 0)) per channel
         rq = np.zeros((g.out_cb * g.C, 3), dtype="<i4")
         rq[:, 0] = bias
@@ -325,12 +315,10 @@ def constants(g: _Geometry) -> dict[str, bytes]:
             rq[:, 1] = ms
         else:
             rq[:, 1:] = ms
-        files["dyn_rq.bin"] = rq.tobytes()
-        return files
-    files["dyn_ms.bin"] = ms.tobytes()
-    if not g.depthwise:
-        files["dyn_bias.bin"] = bias.tobytes()
-    return files
+        return {"dyn_w": weight_blocks(g), "dyn_rq": rq.tobytes()}
+    if g.depthwise:
+        return {"dyn_w": weight_blocks(g), "dyn_ms": ms.tobytes()}
+    return {"dyn_w": weight_blocks(g), "dyn_bias": bias.tobytes(), "dyn_ms": ms.tobytes()}
 
 
 def block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
@@ -344,215 +332,80 @@ def block_diagonal(weight: np.ndarray, groups: int) -> np.ndarray:
     return dense
 
 
-def _axis(d, add: int, stride: int) -> str:
-    """An output axis (d + add) // stride + 1 in a note: the Dim's name when that is d itself."""
-    if not isinstance(d, Dim):
-        return str(window_out(d, add, stride))
-    return d.name if (add, stride) == (-1, 1) else axis_rule(d.name, add, stride)
-
-
-def fold_channels(asm: str, channels: int) -> str:
-    """The program with its DMA channels (ch0 loads, ch1 weights and drains, ch2 stores, ch3 bias) folded
-    onto the configured ones: one queue only adds order (no command waits on one behind it).  The channels
-    the program uses are dealt out in turn (nu.conv.rq's programs use only ch0 and ch2: on two channels,
-    loads on one, stores on the other)."""
-    used = sorted({int(k) for k in re.findall(r"(?m)^\s+dma\s+ch(\d)", asm)})
-    if len(used) <= channels:
-        place = {k: k if k < channels else used.index(k) for k in used}
-        if len(set(place.values())) < len(used):
-            place = {k: j for j, k in enumerate(used)}
-    else:
-        place = {k: j % channels for j, k in enumerate(used)}
-    return re.sub(r"(?m)^(\s+dma\s+ch)(\d)", lambda m: f"{m.group(1)}{place[int(m.group(2))]}", asm)
-
-
-def axis_name(d) -> str:
-    """An axis in a `.target dynamic.buffer.*` note: a Dim's name or the fixed size."""
-    return d.name if isinstance(d, Dim) else str(d)
-
-
-def target_notes(op: DynamicOp, y_axes: list[str]) -> list[str]:
-    """The `.target dynamic.*` notes that describe the argument block and the buffers to nnpsim."""
-    dims = " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in op.dims)
-    shape = " ".join(axis_name(d) for d in op.x_shape)
-    return ([f'.target dynamic.dims, "{dims}"', '.target dynamic.args, "args"']
-            + [f'.target dynamic.buffer.{t}, "{shape}"' for t in op.names]
-            + [f'.target dynamic.buffer.y, "{" ".join(y_axes)}"'])
-
-
-def notes(g: _Geometry) -> list[str]:
+def notes(g: _Geometry) -> list[tuple[str, str]]:
     """The conv's notes: its output's height and width follow from the input's."""
     n, _, h, w = g.op.x_shape
-    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), _axis(h, g.pt + g.pb - g.ekh, g.sh),
-                               _axis(w, g.pl + g.pr - g.ekw, g.sw)])
-
-
-# Registers: sizes, loop state, buffer addresses, temporaries.
-RN, RH, RW, ROH, ROW, RWP, RHW, ROHW = "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9"
-RI, ROH0, RTH, RB, RPEND, RIB, RAB, RVB, RPIX = "r10", "r11", "r12", "r13", "r14", "r15", "r16", "r17", "r18"
-RMAX = "r31"
-T = [f"r{k}" for k in range(19, 31)]
-S_BIAS, S_LOAD, S_NU, S_DRAIN, S_VU, S_STORE, S_W, S_AFREE = "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"
-
-
-def _size(lines: list[str], reg: str, d, idx: dict[str, int]) -> None:
-    lines.append(f"        ld      {reg}, r1, {4 * idx[d.name]}" if isinstance(d, Dim) else f"        li      {reg}, {d}")
-
-
-def column_pads(i, shift: int, regs: tuple[str, str, str]) -> int:
-    """Emit (pad_lo, pad_hi) of a row of RWP columns whose column j holds input column j + shift (the left
-    padding, at most the row; the columns past RW's end): regs (lo, hi, scratch).  Returns the first real
-    column, max(0, shift)."""
-    lo, hi, tmp = regs
-    col0 = max(0, shift)
-    i(f"sub     {hi}, {RW}, r0")
-    i(f"addi    {hi}, {hi}, {-col0}")
-    i(f"max     {hi}, {hi}, r0")
-    i(f"li      {lo}, {max(0, -shift)}")
-    i(f"min     {lo}, {lo}, {RWP}")
-    i(f"sub     {tmp}, {RWP}, {lo}")
-    i(f"min     {hi}, {hi}, {tmp}")                # real columns
-    i(f"sub     {hi}, {tmp}, {hi}")                # pad_hi
-    return col0
-
-
-def halo_rows(i, regs: tuple[str, ...], sh: int, ekh: int, pt: int) -> None:
-    """Emit a tile's input rows: (rows, first virtual row, pad top, first real row, pad bottom, scratch) from
-    RTH (its output rows), ROH0 (its first) and RH (the input height), all clamped: a tile may lie wholly in
-    the padding."""
-    rows, vstart, plo, start, phi, tmp = regs
-    i(f"addi    {rows}, {RTH}, -1")
-    i(f"muli    {rows}, {rows}, {sh}")
-    i(f"addi    {rows}, {rows}, {ekh}")
-    i(f"muli    {vstart}, {ROH0}, {sh}")
-    i(f"addi    {vstart}, {vstart}, {-pt}")
-    i(f"sub     {plo}, r0, {vstart}")
-    i(f"max     {plo}, {plo}, r0")
-    i(f"min     {plo}, {plo}, {rows}")
-    i(f"max     {start}, {vstart}, r0")
-    i(f"min     {start}, {start}, {RH}")
-    i(f"add     {phi}, {vstart}, {rows}")
-    i(f"sub     {phi}, {phi}, {RH}")
-    i(f"max     {phi}, {phi}, r0")
-    i(f"sub     {tmp}, {rows}, {plo}")
-    i(f"min     {phi}, {phi}, {tmp}")
-
-
-class Emit:
-    """Assembly lines being written, with the helpers every dynamic lowering uses."""
-
-    def __init__(self, lines: list[str]):
-        self.L = lines
-
-    def e(self, s: str) -> None:
-        """A line as it is (a label or comment)."""
-        self.L.append(s)
-
-    def i(self, s: str) -> None:
-        """An instruction."""
-        self.L.append("        " + s)
-
-    def setp(self, param: str, v) -> None:
-        """A command parameter from a register (str) or an immediate."""
-        self.i(f"setp    {param}, {v}, 0" if isinstance(v, str) else f"setpi   {param}, {v}")
-
-    def dma_box(self, elem: int, dims, pad_value: int = 0) -> None:
-        """dims: up to 4 (size, src_stride, dst_stride, pad_lo, pad_hi); each an int or a register."""
-        self.setp("dma.elem", elem)
-        self.setp("dma.pad_value", pad_value)
-        for k in range(4):
-            size, ss, ds, lo, hi = dims[k] if k < len(dims) else (1, 0, 0, 0, 0)
-            for p, v in (("size", size), ("src_stride", ss), ("dst_stride", ds), ("pad_lo", lo), ("pad_hi", hi)):
-                self.setp(f"dma.{p}{k}", v)
+    return target_notes(g.op, [axis_name(n), str(g.y_slice[1]), out_axis(h, g.pt + g.pb - g.ekh, g.sh),
+                               out_axis(w, g.pl + g.pr - g.ekw, g.sw)])
 
 
 @dataclass(frozen=True)
-class TileIO:
-    """Where a tile's input rows come from and its output rows go: DDR buffers x and y for one op, DM
-    tiles inside a fused chain.  `src(em, reg, start, tmp)` puts the address of input row `start` of
-    channel 0 in reg (channels RHW apart, rows RW apart); `dst(em, reg, tmp)` the address of output row
-    ROH0 of channel 0 (channels ROHW apart, rows ROW apart)."""
+class ConvSems:
+    """A conv's semaphores, in the order it takes them from its scope's pool."""
 
-    src: Callable
-    dst: Callable
-    src_space: str = "ddr"
-    dst_space: str = "ddr"
-    stage: Callable | None = None    # stage(em, start, rows, plo, phi, prefix): bring the rows on chip first
-
-
-def ddr_io(c: int, o: int, x: str = "x", y: str = "y", y_bytes: int = 1, y_first: int = 0) -> TileIO:
-    """Input rows from DDR buffer x ([n][c][h][w]), output rows to DDR buffer y ([n][o][oh][ow], y_bytes
-    an element, from channel y_first)."""
-    def src(em, reg, start, tmp):
-        em.i(f"mul     {reg}, {RI}, {RHW}")
-        em.i(f"muli    {reg}, {reg}, {c}")
-        em.i(f"mul     {tmp}, {start}, {RW}")
-        em.i(f"add     {reg}, {reg}, {tmp}")
-        em.i(f"la      {tmp}, {x}")
-        em.i(f"add     {reg}, {reg}, {tmp}")
-
-    def dst(em, reg, tmp):
-        em.i(f"mul     {reg}, {RI}, {ROHW}")
-        em.i(f"muli    {reg}, {reg}, {o}")
-        em.i(f"mul     {tmp}, {ROH0}, {ROW}")
-        em.i(f"add     {reg}, {reg}, {tmp}")
-        if y_first:
-            em.i(f"muli    {tmp}, {ROHW}, {y_first}")
-            em.i(f"add     {reg}, {reg}, {tmp}")
-        if y_bytes > 1:
-            em.i(f"muli    {reg}, {reg}, {y_bytes}")
-        em.i(f"la      {tmp}, {y}")
-        em.i(f"add     {reg}, {reg}, {tmp}")
-    return TileIO(src, dst)
+    bias: Sem       # the bias broadcast into ABUF
+    load: Sem       # a tile's input rows
+    nu: Sem         # each output block's NU command
+    drain: Sem      # its accumulators ABUF -> VBUF
+    vu: Sem         # its requantisation
+    store: Sem      # the tile's store
+    w: Sem          # each weight block (the first tile waits for them)
+    afree: Sem      # an accumulator set drained (more than two sets)
 
 
-def staged_io(g: _Geometry, at: int, set_bytes: int) -> TileIO:
+def conv_semaphores(pool: Pool) -> ConvSems:
+    """Take a conv's semaphores from pool."""
+    return ConvSems(*pool.take("bias", "load", "nu", "drain", "vu", "store", "w", "afree"))
+
+
+def staged_io(r: TileRegs, g: _Geometry, at: int, set_bytes: int) -> TileIO:
     """Input rows DDR -> DM as whole rows per channel first (DDR bursts: IBUF's layout puts the channels
     innermost, one byte per burst from DDR), then DM -> IBUF; two DM sets of set_bytes from offset at."""
-    def stage(em, start, rows, plo, phi, prefix):
-        real, plane, src, dst = T[6], T[7], T[8], T[9]
-        em.i(f"sub     {real}, {rows}, {plo}")
-        em.i(f"sub     {real}, {real}, {phi}")
-        em.i(f"beq     {real}, r0, {prefix}staged")    # a tile wholly in the padding reads nothing
-        em.i(f"mul     {plane}, {real}, {RW}")
-        em.i(f"mul     {T[10]}, {RH}, {RW}")
-        em.dma_box(1, [(plane, 1, 1, 0, 0), (g.c, T[10], plane, 0, 0)])
-        em.i(f"mul     {src}, {RI}, {T[10]}")
-        em.i(f"muli    {src}, {src}, {g.c}")
-        em.i(f"mul     {T[10]}, {start}, {RW}")
-        em.i(f"add     {src}, {src}, {T[10]}")
-        em.i(f"la      {T[10]}, x")
-        em.i(f"add     {src}, {src}, {T[10]}")
-        em.i(f"muli    {dst}, {RB}, {set_bytes}")
-        em.i(f"addi    {dst}, {dst}, {at}")
-        em.i(f"dma     ch0, dm[{dst}], ddr[{src}]")    # the loads from DM queue behind it on ch0
-        em.e(f"{prefix}staged:")
-        em.i(f"mul     {RHW}, {real}, {RW}")          # the source plane is now the DM tile's
+    t = r.t
 
-    def padded(em, start, rows, plo, phi, prefix):
+    def stage(b: Scope, start: Reg, rows: Reg, plo: Reg, phi: Reg) -> None:
+        real, plane, hw = t[6], t[7], t[10]
+        b.i("sub", real, rows, plo)
+        b.i("sub", real, real, phi)
+        b.i("beq", real, ZERO, b.label("staged"))    # a tile wholly in the padding reads nothing
+        b.i("mul", plane, real, r.w)
+        b.i("mul", hw, r.h, r.w)
+        dma_box(b, 1, [(plane, 1, 1, 0, 0), (g.c, hw, plane, 0, 0)])
+        _stage_dma(b, r, g, start, hw, hw, at, set_bytes)     # the loads from DM queue behind it on ch0
+        b.at(b.label("staged"))
+        b.i("mul", r.hw, real, r.w)          # the source plane is now the DM tile's
+
+    def padded(b: Scope, start: Reg, rows: Reg, plo: Reg, phi: Reg) -> None:
         # the full-tap fold's gathers read a tile of every row and column with its padding: [c][rows][w + pl
         # + pr] in the DM set, the padding written by this DMA (x_zp)
-        wp, plane, src, dst, hw = T[6], T[7], T[8], T[9], T[10]
-        em.i(f"addi    {wp}, {RW}, {g.pl + g.pr}")
-        em.i(f"mul     {plane}, {rows}, {wp}")
-        em.i(f"mul     {hw}, {RH}, {RW}")
-        em.dma_box(1, [(wp, 1, 1, g.pl, g.pr), (rows, RW, wp, plo, phi), (g.c, hw, plane, 0, 0)],
-                   g.op.largest.x_zp)
-        em.i(f"mul     {src}, {RI}, {hw}")
-        em.i(f"muli    {src}, {src}, {g.c}")
-        em.i(f"mul     {T[11]}, {start}, {RW}")
-        em.i(f"add     {src}, {src}, {T[11]}")
-        em.i(f"la      {T[11]}, x")
-        em.i(f"add     {src}, {src}, {T[11]}")
-        em.i(f"muli    {dst}, {RB}, {set_bytes}")
-        em.i(f"addi    {dst}, {dst}, {at}")
-        em.i(f"dma     ch0, dm[{dst}], ddr[{src}]")    # the gathers from DM queue behind it on ch0
+        wp, plane, hw = t[6], t[7], t[10]
+        b.i("addi", wp, r.w, g.pl + g.pr)
+        b.i("mul", plane, rows, wp)
+        b.i("mul", hw, r.h, r.w)
+        dma_box(b, 1, [(wp, 1, 1, g.pl, g.pr), (rows, r.w, wp, plo, phi), (g.c, hw, plane, 0, 0)],
+                g.op.largest.x_zp)
+        _stage_dma(b, r, g, start, hw, t[11], at, set_bytes)  # the gathers from DM queue behind it on ch0
 
-    def src(em, reg, start, tmp):
-        em.i(f"muli    {reg}, {RB}, {set_bytes}")
-        em.i(f"addi    {reg}, {reg}, {at}")
-    return TileIO(src, ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr",
+    def src(b: Scope, reg: Reg, start: Reg, tmp: Reg) -> None:
+        b.i("muli", reg, r.b, set_bytes)
+        b.i("addi", reg, reg, at)
+    return TileIO(src, ddr_io(r, g.c, g.y_slice[1], y_first=g.y_slice[0]).dst, "dm", "ddr",
                   padded if g.taps else stage)
+
+
+def _stage_dma(b: Scope, r: TileRegs, g: _Geometry, start: Reg, hw: Reg, tmp: Reg, at: int,
+               set_bytes: int) -> None:
+    """The staging DMA of image r.i's rows from `start` (planes hw apart) into DM set r.b at `at`."""
+    src, dst = r.t[8], r.t[9]
+    b.i("mul", src, r.i, hw)
+    b.i("muli", src, src, g.c)
+    b.i("mul", tmp, start, r.w)
+    b.i("add", src, src, tmp)
+    b.i("la", tmp, b.buf("x"))
+    b.i("add", src, src, tmp)
+    b.i("muli", dst, r.b, set_bytes)
+    b.i("addi", dst, dst, at)
+    b.i("dma", b.ch(0), Mem("dm", dst), Mem("ddr", src))
 
 
 def stage_bytes(g: _Geometry) -> int:
@@ -564,307 +417,359 @@ def stage_bytes(g: _Geometry) -> int:
     return -(-g.c * ((th - 1) * g.sh + g.ekh) * g.widths[-1] // 64) * 64
 
 
-def load_constants(em: Emit, g: _Geometry, signal: bool = True, on_loads: bool = False) -> None:
+def constant_data(b: Scope, g: _Geometry) -> None:
+    """The weights, bias and (M, S) tables in .data (labels and files named by the scope)."""
+    for name, blob in constants(g).items():
+        b.const(name, blob)
+
+
+def load_constants(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, signal: bool = True,
+                   on_loads: bool = False) -> None:
     """Queue the constants, each ahead of its first user on the same channel (FIFO orders them); the
-    weights signal S_W block by block unless signal=False (something else orders them).  Tiles of one
+    weights signal s.w block by block unless signal=False (something else orders them).  Tiles of one
     channel block (by_block) take the weights on ch0 instead, ahead of the loads their NU commands wait
     for, and need no wait of their own; so do any conv's with on_loads.  nu.conv.rq's table goes ahead of
     the weights on their channel."""
-    rg = g.region
+    rg, t = g.region, r.t
     # by_block, on_loads: the weights on ch0, ahead of every load (the NU waits for its load), no signal
-    wch, signal = ("ch0", False) if g.by_block or on_loads else ("ch1", signal)
+    wch, signal = (0, False) if g.by_block or on_loads else (1, signal)
     if g.rq:
-        em.dma_box(4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
-        em.i(f"la      {T[0]}, dyn_rq")
-        em.i(f"li      {T[1]}, {rg.wbuf + g.rq_at}")
-        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]")
-    em.e("        ; constants, each queued ahead of its first user on the same channel (FIFO orders them):")
-    em.e("        ; weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
-    em.e("        ; then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
-    em.e("        ; the first broadcast")
-    em.dma_box(1, [(g.w_block, 1, 1, 0, 0)])
-    em.i(f"la      {T[0]}, dyn_w")
+        dma_box(b, 4, [(g.out_cb * g.C * 3, 4, 4, 0, 0)])
+        b.i("la", t[0], b.label("dyn_rq"))
+        b.i("li", t[1], rg.wbuf + g.rq_at)
+        b.i("dma", b.ch(wch), Mem("wbuf0", t[1]), Mem("ddr", t[0]))
+    b.comment("constants, each queued ahead of its first user on the same channel (FIFO orders them):")
+    b.comment("weights block by block on ch1 (the first tile's CU waits for each before its NU command),")
+    b.comment("then the (M, S) table on ch1 before the first drain, the bias table into dm on ch3 before")
+    b.comment("the first broadcast")
+    dma_box(b, 1, [(g.w_block, 1, 1, 0, 0)])
+    b.i("la", t[0], b.label("dyn_w"))
     for ob in range(g.out_cb):
-        em.i(f"li      {T[1]}, {rg.wbuf + ob * g.w_block}")
-        em.i(f"dma     {wch}, wbuf0[{T[1]}], ddr[{T[0]}]" + (f", signal={S_W}" if signal else ""))
-        em.i(f"addi    {T[0]}, {T[0]}, {g.w_block}")
+        b.i("li", t[1], rg.wbuf + ob * g.w_block)
+        b.i("dma", b.ch(wch), Mem("wbuf0", t[1]), Mem("ddr", t[0]), **({"signal": s.w} if signal else {}))
+        b.i("addi", t[0], t[0], g.w_block)
     if g.rq:
         return
-    em.dma_box(4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
-    em.i(f"la      {T[0]}, dyn_ms")
-    em.i(f"dma     ch1, vbuf0[{_at(em, rg.table, T[1])}], ddr[{T[0]}]")
+    dma_box(b, 4, [(g.out_cb * g.C * g.entry // 4, 4, 4, 0, 0)])
+    b.i("la", t[0], b.label("dyn_ms"))
+    b.i("dma", b.ch(1), Mem("vbuf0", _at(b, rg.table, t[1])), Mem("ddr", t[0]))
     if not g.depthwise:
-        em.setp("dma.size0", g.out_cb * g.C)
-        em.i(f"la      {T[0]}, dyn_bias")
-        em.i(f"dma     ch3, dm[{_at(em, rg.dm, T[1])}], ddr[{T[0]}]")
+        b.setp("dma.size0", g.out_cb * g.C)
+        b.i("la", t[0], b.label("dyn_bias"))
+        b.i("dma", b.ch(3), Mem("dm", _at(b, rg.dm, t[1])), Mem("ddr", t[0]))
 
 
-def _at(em: Emit, offset: int, reg: str) -> str:
+def _at(b: Scope, offset: int, reg: Reg) -> Reg:
     """A register holding offset: r0 for 0, else reg loaded with it."""
     if not offset:
-        return "r0"
-    em.i(f"li      {reg}, {offset}")
+        return ZERO
+    b.i("li", reg, offset)
     return reg
 
 
-def fixed_params(em: Emit, g: _Geometry) -> None:
+def fixed_params(b: Scope, g: _Geometry) -> None:
     """The NU and VU parameters that do not depend on the shape."""
     big = g.op.largest
     sh, sw, dh, dw = (1, 1, 1, 1) if g.taps else (g.sh, g.sw, g.dh, g.dw * g.fold)    # taps: a 1x1 conv
     for p, v in (("in_cb", 1 if g.depthwise else g.in_cb), ("out_cb", 1), ("k_h", g.kh_nu), ("k_w", g.kw_nu),
                  ("stride_h", sh), ("stride_w", sw), ("dil_h", dh), ("dil_w", dw), ("x_zp", big.x_zp)):
-        em.setp(f"nu.{p}", v)
+        b.setp(f"nu.{p}", v)
     if g.rq:
         for p, v in (("rq_table", g.region.wbuf + g.rq_at), ("rq_zp_out", big.zp_out), ("rq_lo", big.lo),
                      ("rq_hi", big.hi), ("rq_float", int(big.scale is not None))):
-            em.setp(f"nu.{p}", v)
+            b.setp(f"nu.{p}", v)
         return
     for p, v in (("n0", g.C), ("n2", 1), ("n3", 1), ("d_stride0", 1), ("a_stride0", 4), ("b_stride0", g.entry),
                  ("d_stride1", g.C), ("a_stride1", 4 * g.C), ("b_stride1", 0),
                  ("za", 0), ("zp_out", big.zp_out), ("lo", big.lo), ("hi", big.hi)):
-        em.setp(f"vu.{p}", v)
+        b.setp(f"vu.{p}", v)
 
 
-def program_text(g: _Geometry) -> str:
-    """The assembly of the dynamic kernel."""
-    op, big, cfg = g.op, g.op.largest, g.cfg
-    n, c, h, w = op.x_shape
-    idx = {d.name: k for k, d in enumerate(op.dims)}
-    L = [f"; dynamic kernel: {op!r}", "; output rows per tile read from a table by input width; full width;"
-         " two buffer sets", ""]
-    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()] + ["        " + s for s in notes(g)]
-    x_max = big.x_shape
+def _buffers(b: Scope, g: _Geometry) -> None:
+    """The .data of one conv: the argument block, x, y, its constants and its table of rows per tile."""
+    op, big, prog = g.op, g.op.largest, b.prog
     y_max = (big.output.shape[0], g.y_slice[1]) + big.output.shape[2:]
-    L += ["", "        .data", f"        .buffer args, int32, ({len(op.dims)},)", f"        .space {4 * len(op.dims)}",
-          "        .align 64", f"        .buffer x, int8, ({', '.join(map(str, x_max))},)",
-          f"        .space {int(np.prod(x_max))}", "        .align 64",
-          f"        .buffer y, int8, ({', '.join(map(str, y_max))},)", f"        .space {int(np.prod(y_max))}"]
-    L += constant_data(g) + ["        .align 64", f"dyn_rows:                               ; output rows per tile, by "
-                             f"input width from {g.widths[0]}", *(f"        .word {g.rows[w]}" for w in g.widths),
-                             "", "        .text", "main:"]
-    em = Emit(L)
-    e, i = em.e, em.i
-    i("la      r1, args")
-    for reg, d in ((RN, n), (RH, h), (RW, w)):
-        _size(L, reg, d, idx)
-    e("        ; output size, padded width, plane sizes")
-    emit_out_size(i, ROH, RH, g.pt + g.pb - g.ekh, g.sh, T[0])
-    emit_out_size(i, ROW, RW, g.pl + g.pr - g.ekw, g.sw, T[0])
-    padded_width(em, g)
-    i(f"mul     {RHW}, {RH}, {RW}")
-    i(f"mul     {ROHW}, {ROH}, {ROW}")
-    e("        ; rows per tile for this width (the compiler's table)")
-    i(f"slli    {T[0]}, {RW}, 2")
-    i(f"la      {T[1]}, dyn_rows - {4 * g.widths[0]}")
-    i(f"add     {T[0]}, {T[0]}, {T[1]}")
-    i(f"ld      {RMAX}, {T[0]}, 0")
-    load_constants(em, g)
-    fixed_params(em, g)
-    i(f"li      {RI}, 0")
+    prog.buffer(b.buf("args").name, "int32", (len(op.dims),), 4 * len(op.dims), align=False)
+    prog.buffer(b.buf("x").name, "int8", big.x_shape, int(np.prod(big.x_shape)))
+    prog.buffer(b.buf("y").name, "int8", y_max, int(np.prod(y_max)))
+    constant_data(b, g)
+    prog.directive(".align 64")
+    prog.data_line(f"{b.label('dyn_rows').name + ':':<39} ; output rows per tile, by input width from "
+                   f"{g.widths[0]}")
+    for w in g.widths:
+        prog.directive(f".word {g.rows[w]}")
+
+
+def _sizes(b: Scope, r: TileRegs, g: _Geometry) -> None:
+    """The sizes from the argument block, the output's, the padded width, the planes, the rows per tile."""
+    n, _, h, w = g.op.x_shape
+    index = {d.name: k for k, d in enumerate(g.op.dims)}
+    b.i("la", r.args, b.buf("args"))
+    for reg, d in ((r.n, n), (r.h, h), (r.w, w)):
+        load_size(b, reg, d, index, r.args)
+    b.comment("output size, padded width, plane sizes")
+    emit_out_size(b, r.oh, r.h, g.pt + g.pb - g.ekh, g.sh, r.t[0])
+    emit_out_size(b, r.ow, r.w, g.pl + g.pr - g.ekw, g.sw, r.t[0])
+    padded_width(b, r, g)
+    b.i("mul", r.hw, r.h, r.w)
+    b.i("mul", r.ohw, r.oh, r.ow)
+    b.comment("rows per tile for this width (the compiler's table)")
+    b.i("slli", r.t[0], r.w, 2)
+    b.i("la", r.t[1], b.label("dyn_rows") - 4 * g.widths[0])
+    b.i("add", r.t[0], r.t[0], r.t[1])
+    b.i("ld", r.max, r.t[0], 0)
+
+
+def _loop_head(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry) -> None:
+    """The loops' start: images, (by_block) channel blocks, tiles; a tile's rows and its wait for the
+    store of the tile nsets back."""
+    b.i("li", r.i, 0)
     if not g.by_block:
-        i("li      r1, 1")                         # r1: 1 until the first tile has waited for the weights
-    i(f"li      {RB}, 0")
-    i(f"li      {RPEND}, 0")
-    if g.marker_sets:     # the two accumulator sets start free; RAB alternates between them
-        i(f"li      {RAB}, 0")
-        i(f"sem.signal {S_AFREE}")
-        i(f"sem.signal {S_AFREE}")
-    e("batch:")
+        b.i("li", r.args, 1)            # 1 until the first tile has waited for the weights
+    b.i("li", r.b, 0)
+    b.i("li", r.pend, 0)
+    if g.marker_sets:     # the two accumulator sets start free; r.ab alternates between them
+        b.i("li", r.ab, 0)
+        b.i("sem.signal", s.afree)
+        b.i("sem.signal", s.afree)
+    b.at(b.label("batch"))
     if g.by_block:
-        i("li      r1, 0")                         # r1: the channel block
-        e("block:")
-    i(f"li      {ROH0}, 0")
-    e("tile:")
-    e("        ; rows of this tile: th, or the remainder")
-    i(f"sub     {RTH}, {ROH}, {ROH0}")
-    i(f"min     {RTH}, {RTH}, {RMAX}")
-    e(f"        ; buffers of tile k-{g.nsets} are reused: wait for its store")
-    i(f"li      {T[0]}, {g.nsets}")
-    i(f"blt     {RPEND}, {T[0]}, free")
-    i(f"sem.wait {S_STORE}")
-    i(f"addi    {RPEND}, {RPEND}, -1")
-    e("free:")
+        b.i("li", r.args, 0)            # the channel block
+        b.at(b.label("block"))
+    b.i("li", r.oh0, 0)
+    b.at(b.label("tile"))
+    b.comment("rows of this tile: th, or the remainder")
+    b.i("sub", r.th, r.oh, r.oh0)
+    b.i("min", r.th, r.th, r.max)
+    b.comment(f"buffers of tile k-{g.nsets} are reused: wait for its store")
+    b.i("li", r.t[0], g.nsets)
+    b.i("blt", r.pend, r.t[0], b.label("free"))
+    b.i("sem.wait", s.store)
+    b.i("addi", r.pend, r.pend, -1)
+    b.at(b.label("free"))
+
+
+def _tiles(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry) -> None:
+    """Every tile's body, the loops' end and the drain."""
     g.marker = -(-g.out_cb * g.C * 4 // 64) * 64        # after the bias table
     at = g.stage_at
     size = stage_bytes(g)
     # Staged when folded: its kw loads of a row read a row's columns each, short runs of DDR bursts (the
     # full-tap fold always: its gathers read the padded copy, which fit() sized); the others load straight
     # from DDR, a channel's rows one run (the box's columns innermost)
-    staged = g.taps or (g.fold > 1 and at + g.nsets * size <= cfg.dm_bytes)
-    tile_body(em, g, staged_io(g, at, size) if staged else ddr_io(g.c, g.y_slice[1], y_first=g.y_slice[0]))
+    staged = g.taps or (g.fold > 1 and at + g.nsets * size <= g.cfg.dm_bytes)
+    io = staged_io(r, g, at, size) if staged else ddr_io(r, g.c, g.y_slice[1], y_first=g.y_slice[0])
+    tile_body(b, r, s, g, io)
     if not g.by_block:
-        i("li      r1, 0")
+        b.i("li", r.args, 0)
     if g.marker_sets:
-        i(f"sub     {RAB}, r0, {RAB}")
-        i(f"addi    {RAB}, {RAB}, {g.ab}")
-    tail = drain_and_halt(RPEND, S_STORE)
+        b.i("sub", r.ab, ZERO, r.ab)
+        b.i("addi", r.ab, r.ab, g.ab)
+    next_tile(b, r, g.nsets, g.out_cb if g.by_block else 0)
+    drain(b, r.pend, s.store)
     if g.marker_sets:     # the last two markers' tokens, so that none is left at halt
-        tail[-1:-1] = [f"        sem.wait {S_AFREE}"] * 2
-    L += next_tile(g.nsets, g.out_cb if g.by_block else 0) + tail
-    return "\n".join(L) + "\n"
+        b.i("sem.wait", s.afree)
+        b.i("sem.wait", s.afree)
 
 
-def constant_data(g: _Geometry, prefix: str = "") -> list[str]:
-    """The .data lines of the weights, bias and (M, S) tables (labels and files prefixed in a fused chain)."""
-    out = []
-    names = (("dyn_w", "dyn_rq") if g.rq else ("dyn_w", "dyn_ms") if g.depthwise
-             else ("dyn_w", "dyn_bias", "dyn_ms"))
-    for name in names:
-        out += ["        .align 64", f"{prefix}{name}:", f'        .incbin "{prefix}{name}.bin"']
-    return out
+def write_conv(b: Scope, g: _Geometry, note: list[tuple[str, str]] | None = None) -> Part:
+    """Write the conv of geometry g (rows chosen) into b: its buffers, constants and code, ending on its
+    drain; `note` replaces its `.target dynamic.*` notes (a dense layer describes its buffers as two-axis)."""
+    r = tile_registers(b)
+    s = conv_semaphores(b.sems)
+    _buffers(b, g)
+    _sizes(b, r, g)
+    load_constants(b, r, s, g)
+    fixed_params(b, g)
+    _loop_head(b, r, s, g)
+    _tiles(b, r, s, g)
+    b.fold_channels(g.cfg.dma_channels)
+    title = [f"dynamic kernel: {g.op!r}", "output rows per tile read from a table by input width; full width; "
+             "two buffer sets"]
+    return Part(title, notes(g) if note is None else note, g.rows)
 
 
-def padded_width(em: Emit, g: _Geometry) -> None:
-    """RWP: the columns of a tile's input rows in IBUF (from ROW when folded, else RW plus the padding)."""
+def padded_width(b: Scope, r: TileRegs, g: _Geometry) -> None:
+    """r.wp: the columns of a tile's input rows in IBUF (from r.ow when folded, else r.w plus the padding)."""
     if g.taps:
-        em.i(f"add     {RWP}, {ROW}, r0")
+        b.i("add", r.wp, r.ow, ZERO)
     elif g.fold > 1:
-        em.i(f"addi    {RWP}, {ROW}, -1")
-        em.i(f"muli    {RWP}, {RWP}, {g.sw}")
-        em.i(f"addi    {RWP}, {RWP}, {1 + (g.kw_nu - 1) * g.fold * g.dw}")
+        b.i("addi", r.wp, r.ow, -1)
+        b.i("muli", r.wp, r.wp, g.sw)
+        b.i("addi", r.wp, r.wp, 1 + (g.kw_nu - 1) * g.fold * g.dw)
     else:
-        em.i(f"addi    {RWP}, {RW}, {g.pl + g.pr}")
+        b.i("addi", r.wp, r.w, g.pl + g.pr)
 
 
-def tile_body(em: Emit, g: _Geometry, io: TileIO, prefix: str = "", weights_wait: bool = True,
+def tile_body(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, io: TileIO, weights_wait: bool = True,
               epilogue: Callable | None = None) -> None:
-    """One tile: RTH output rows from row ROH0 of image RI, in buffer set RB of the op's region (the first
-    tile's CU waits for each weight block unless weights_wait=False).  With nu.conv.rq, epilogue(em, ob,
-    rows, channels) may put VU work between block ob's NU command and its store, returning (the store's
-    VBUF source, the semaphore the store waits for)."""
-    e, i, setp, dma_box = em.e, em.i, em.setp, em.dma_box
-    big, rg = g.op.largest, g.region
-    i(f"muli    {RIB}, {RB}, {g.ib}")
+    """One tile: r.th output rows from row r.oh0 of image r.i, in buffer set r.b of the op's region (the
+    first tile's CU waits for each weight block unless weights_wait=False).  With nu.conv.rq, epilogue(b,
+    ob, rows, channels) may put VU work between block ob's NU command and its store, returning (the
+    store's VBUF source, the semaphore the store waits for)."""
+    _tile_sets(b, r, s, g)
+    rows, rowb = _input_rows(b, r, s, g, io)
+    pixb = _convolve(b, r, s, g, rows, rowb, weights_wait)
+    _store_blocks(b, r, s, g, io, pixb, epilogue)
+    if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
+        b.setp("dma.size0", 1)
+        b.setp("dma.size1", 1)
+        b.i("li", r.t[11], g.marker)
+        b.i("dma", b.ch(1), Mem("dm", r.t[11]), Mem("dm", r.t[11]), signal=s.afree)
+
+
+def _tile_sets(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry) -> None:
+    """The tile's IBUF, ABUF and VBUF sets and pixels, and (the VU's requantisation) its bias broadcast."""
+    rg = g.region
+    b.i("muli", r.ib, r.b, g.ib)
     if rg.ibuf:
-        i(f"addi    {RIB}, {RIB}, {rg.ibuf}")
+        b.i("addi", r.ib, r.ib, rg.ibuf)
     if g.rq:
         pass                # no accumulators in ABUF: nu.conv.rq writes the tile's int8 rows to VBUF
-    elif not g.marker_sets:     # else RAB alternates by itself (next_tile)
-        i(f"muli    {RAB}, {RB}, {g.ab}")
+    elif not g.marker_sets:     # else r.ab alternates by itself (next_tile)
+        b.i("muli", r.ab, r.b, g.ab)
         if rg.abuf:
-            i(f"addi    {RAB}, {RAB}, {rg.abuf}")
+            b.i("addi", r.ab, r.ab, rg.abuf)
     elif not g.depthwise:   # before the bias broadcast writes it (a depthwise conv: before its NU command)
-        e("        ; the accumulator set of tile k-2 is reused: wait for its drain's marker")
-        i(f"sem.wait {S_AFREE}")
-    i(f"muli    {RVB}, {RB}, {g.vb}")
-    i(f"addi    {RVB}, {RVB}, {g.sets}")
-    i(f"mul     {RPIX}, {RTH}, {ROW}")
+        b.comment("the accumulator set of tile k-2 is reused: wait for its drain's marker")
+        b.i("sem.wait", s.afree)
+    b.i("muli", r.vb, r.b, g.vb)
+    b.i("addi", r.vb, r.vb, g.sets)
+    b.i("mul", r.pix, r.th, r.ow)
     if not g.depthwise and not g.rq:
-        e("        ; bias broadcast dm -> abuf")
-        i(f"slli    {T[1]}, {RPIX}, {2 + (g.C.bit_length() - 1)}")
+        b.comment("bias broadcast dm -> abuf")
+        b.i("slli", r.t[1], r.pix, 2 + (g.C.bit_length() - 1))
         # only the real channels when there is one block: the others' accumulators are never read
-        dma_box(4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (RPIX, 0, 4 * g.C, 0, 0),
-                    (g.out_cb, 4 * g.C, T[1], 0, 0)])
-        i(f"dma     ch3, abuf0[{RAB}], dm[{_at(em, rg.dm, T[0])}], signal={S_BIAS}")
-    e("        ; input rows with halo -> ibuf")
-    rows, vstart, plo, start, phi = T[1], T[2], T[3], T[4], T[5]
-    halo_rows(i, (rows, vstart, plo, start, phi, T[11]), g.sh, g.ekh, g.pt)
-    src, dst, step_dst, rowb, step_src = T[6], T[7], T[8], T[9], T[10]
+        dma_box(b, 4, [(g.o if g.out_cb == 1 else g.C, 4, 4, 0, 0), (r.pix, 0, 4 * g.C, 0, 0),
+                       (g.out_cb, 4 * g.C, r.t[1], 0, 0)])
+        b.i("dma", b.ch(3), Mem("abuf0", r.ab), Mem("dm", _at(b, rg.dm, r.t[0])), signal=s.bias)
+
+
+def _input_rows(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, io: TileIO) -> tuple[Reg, Reg]:
+    """The tile's input rows with their halo into IBUF (folded, gathered tap by tap, or block by block);
+    returns the registers of its input row count and of one row's IBUF bytes."""
+    t = r.t
+    b.comment("input rows with halo -> ibuf")
+    rows, vstart, plo, start, phi = t[1], t[2], t[3], t[4], t[5]
+    halo_rows(b, r, (rows, vstart, plo, start, phi, t[11]), g.sh, g.ekh, g.pt)
+    src, dst, step_dst, rowb, step_src = t[6], t[7], t[8], t[9], t[10]
     if io.stage:
-        io.stage(em, start, rows, plo, phi, prefix)
-    io.src(em, src, start, T[11])
-    i(f"slli    {rowb}, {RWP}, {g.R.bit_length() - 1}")
-    i(f"mul     {step_dst}, {rows}, {rowb}")
-    i(f"muli    {step_src}, {RHW}, {g.R}")
-    i(f"add     {dst}, {RIB}, r0")
+        io.stage(b, start, rows, plo, phi)
+    io.src(b, src, start, t[11])
+    b.i("slli", rowb, r.wp, g.R.bit_length() - 1)
+    b.i("mul", step_dst, rows, rowb)
+    b.i("muli", step_src, r.hw, g.R)
+    b.i("add", dst, r.ib, ZERO)
     if g.taps:
-        e("        ; the full-tap fold: the window's taps gathered into the array's rows")
-        (tap_gathers if io.stage else tap_loads)(em, g, io, src, rows, rowb)
+        b.comment("the full-tap fold: the window's taps gathered into the array's rows")
+        (tap_gathers if io.stage else tap_loads)(b, r, s, g, io, src, rows, rowb)
+    x_zp = g.op.largest.x_zp
     for kwi in range(g.fold if g.fold > 1 else 0):
         # group kwi: rows kwi*c.., column j holds input column j - pl + kwi*dw
-        col0 = column_pads(i, kwi * g.dw - g.pl, (T[0], T[11], step_dst))
-        i(f"addi    {step_src}, {src}, {col0}")
-        i(f"addi    {dst}, {RIB}, {kwi * g.c}")
-        dma_box(1, [(RWP, 1, g.R, T[0], T[11]), (rows, RW, rowb, plo, phi), (g.c, RHW, 1, 0, 0)],
-                big.x_zp)
-        sig = f", signal={S_LOAD}" if kwi == g.fold - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{step_src}]{sig}")
-    if g.by_block:      # block r1's input channels: min(R, c - r1 * R) of them, r1 * R planes in
-        i(f"mul     {T[11]}, r1, {RHW}")
-        i(f"muli    {T[11]}, {T[11]}, {g.R}")
-        i(f"add     {src}, {src}, {T[11]}")
-        i(f"muli    {T[0]}, r1, {-g.R}")
-        i(f"addi    {T[0]}, {T[0]}, {g.c}")
-        i(f"li      {T[11]}, {g.R}")
-        i(f"min     {T[0]}, {T[0]}, {T[11]}")
-    for cb in range(g.tile_cb if g.depthwise else g.in_cb if g.fold == 1 and not g.taps else 0):
-        cr = T[0] if g.by_block else min(g.R, g.c - cb * g.R)
+        col0 = column_pads(b, r, kwi * g.dw - g.pl, (t[0], t[11], step_dst))
+        b.i("addi", step_src, src, col0)
+        b.i("addi", dst, r.ib, kwi * g.c)
+        dma_box(b, 1, [(r.wp, 1, g.R, t[0], t[11]), (rows, r.w, rowb, plo, phi), (g.c, r.hw, 1, 0, 0)], x_zp)
+        sig = {"signal": s.load} if kwi == g.fold - 1 else {}
+        b.i("dma", b.ch(0), Mem("ibuf0", dst), Mem(io.src_space, step_src), **sig)
+    if g.by_block:      # block r.args's input channels: min(R, c - r.args * R) of them, r.args * R planes in
+        b.i("mul", t[11], r.args, r.hw)
+        b.i("muli", t[11], t[11], g.R)
+        b.i("add", src, src, t[11])
+        _block_channels(b, r, t[0], t[11], g.R, g.c)
+    blocks = g.tile_cb if g.depthwise else g.in_cb
+    for cb in range(blocks if g.depthwise or (g.fold == 1 and not g.taps) else 0):
+        cr = t[0] if g.by_block else min(g.R, g.c - cb * g.R)
         if cb:
-            i(f"add     {src}, {src}, {step_src}")
-            i(f"add     {dst}, {dst}, {step_dst}")
-        dma_box(1, [(RWP, 1, g.R, g.pl, g.pr), (rows, RW, rowb, plo, phi), (cr, RHW, 1, 0, 0)], big.x_zp)
-        sig = f", signal={S_LOAD}" if cb == (g.tile_cb if g.depthwise else g.in_cb) - 1 else ""
-        i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
-    e("        ; convolve onto the bias, one command per output block so that block k's epilogue")
-    e("        ; overlaps block k+1's convolution")
-    for p, v in (("in_h", RTH if g.taps else rows), ("in_w", RWP), ("out_h", RTH), ("out_w", ROW)):
-        setp(f"nu.{p}", v)
+            b.i("add", src, src, step_src)
+            b.i("add", dst, dst, step_dst)
+        dma_box(b, 1, [(r.wp, 1, g.R, g.pl, g.pr), (rows, r.w, rowb, plo, phi), (cr, r.hw, 1, 0, 0)], x_zp)
+        sig = {"signal": s.load} if cb == blocks - 1 else {}
+        b.i("dma", b.ch(0), Mem("ibuf0", dst), Mem(io.src_space, src), **sig)
+    return rows, rowb
+
+
+def _block_channels(b: Scope, r: TileRegs, reg: Reg, tmp: Reg, per: int, total: int) -> None:
+    """reg := the channels of block r.args: min(per, total - r.args * per)."""
+    b.i("muli", reg, r.args, -per)
+    b.i("addi", reg, reg, total)
+    b.i("li", tmp, per)
+    b.i("min", reg, reg, tmp)
+
+
+def _convolve(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, rows: Reg, rowb: Reg,
+              weights_wait: bool) -> Reg:
+    """The NU commands, one per output block; returns the register of one block's bytes in ABUF or VBUF."""
+    t, rg = r.t, g.region
+    b.comment("convolve onto the bias, one command per output block so that block k's epilogue")
+    b.comment("overlaps block k+1's convolution")
+    for p, v in (("in_h", r.th if g.taps else rows), ("in_w", r.wp), ("out_h", r.th), ("out_w", r.ow)):
+        b.setp(f"nu.{p}", v)
     if not g.depthwise and not g.rq:
-        i(f"sem.wait {S_BIAS}")                    # the NU's one wait is the input's: join the bias here
-    acc, wreg, pixb, rin, in_step = T[6], T[7], T[8], T[11], T[10]
+        b.i("sem.wait", s.bias)              # the NU's one wait is the input's: join the bias here
+    acc, wreg, pixb, rin, in_step = t[6], t[7], t[8], t[11], t[10]
     # bytes of one block's accumulators (int32), or of its int8 rows in VBUF (rq)
-    i(f"slli    {pixb}, {RPIX}, {g.C.bit_length() - 1 + (0 if g.rq else 2)}")
-    i(f"add     {acc}, {RVB if g.rq else RAB}, r0")
+    b.i("slli", pixb, r.pix, g.C.bit_length() - 1 + (0 if g.rq else 2))
+    b.i("add", acc, r.vb if g.rq else r.ab, ZERO)
     if g.depthwise and g.marker_sets:
-        i(f"sem.wait {S_AFREE}")                 # the accumulator set of tile k-2 is drained
+        b.i("sem.wait", s.afree)             # the accumulator set of tile k-2 is drained
     if g.depthwise:      # block ob reads input block ob
-        i(f"mul     {in_step}, {rows}, {rowb}")
-        i(f"add     {rin}, {RIB}, r0")
+        b.i("mul", in_step, rows, rowb)
+        b.i("add", rin, r.ib, ZERO)
     for ob in range(g.tile_cb):
         if ob:
-            i(f"add     {acc}, {acc}, {pixb}")
+            b.i("add", acc, acc, pixb)
             if g.depthwise:
-                i(f"add     {rin}, {rin}, {in_step}")
-        wait = f", wait={S_LOAD}" if ob == 0 else ""
+                b.i("add", rin, rin, in_step)
+        wait = {"wait": s.load} if ob == 0 else {}
         if weights_wait and not g.by_block:
-            i(f"beq     r1, r0, {prefix}weights{ob}")
-            i(f"sem.wait {S_W}")
-            e(f"{prefix}weights{ob}:")
-        block_address(i, g, wreg, rg.wbuf, g.w_block, ob)
+            b.i("beq", r.args, ZERO, b.label(f"weights{ob}"))
+            b.i("sem.wait", s.w)
+            b.at(b.label(f"weights{ob}"))
+        block_address(b, r, g, wreg, rg.wbuf, g.w_block, ob)
         if g.depthwise:
-            i(f"nu.dwconv nu0, {acc}, {rin}, {wreg}{wait}, signal={S_NU}")
+            b.i("nu.dwconv", "nu0", acc, rin, wreg, **wait, signal=s.nu)
         elif g.rq:      # one block a command: its table entries start the table (the stage indexes by ob)
             if g.out_cb > 1:
-                setp("nu.rq_table", rg.wbuf + g.rq_at + ob * g.C * 12)
-            i(f"nu.conv.rq nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
+                b.setp("nu.rq_table", rg.wbuf + g.rq_at + ob * g.C * 12)
+            b.i("nu.conv.rq", "nu0", acc, r.ib, wreg, **wait, signal=s.nu)
         else:
-            i(f"nu.conv.acc nu0, {acc}, {RIB}, {wreg}{wait}, signal={S_NU}")
+            b.i("nu.conv.acc", "nu0", acc, r.ib, wreg, **wait, signal=s.nu)
+    return pixb
+
+
+def _store_blocks(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, io: TileIO, pixb: Reg,
+                  epilogue: Callable | None) -> None:
+    """Per output block: (the VU's requantisation) drain and requantise, the epilogue, the store."""
+    t = r.t
     if g.rq:
-        e("        ; per output block: store its int8 rows from vbuf")
+        b.comment("per output block: store its int8 rows from vbuf")
     else:
-        e("        ; per output block: drain abuf -> vbuf, requantise in place, store")
-        setp("vu.n1", RPIX)
-    ydst, ysrc, asrc, step_y, table = T[3], T[4], T[6], T[9], T[10]
-    io.dst(em, ydst, T[5])
-    i(f"muli    {step_y}, {ROHW}, {g.C}")
-    if g.by_block:      # block r1: its r1 * C output planes in, min(C, o - r1 * C) channels, its table entries
-        i(f"mul     {T[5]}, {step_y}, r1")
-        i(f"add     {ydst}, {ydst}, {T[5]}")
-        i(f"muli    {T[0]}, r1, {-g.C}")
-        i(f"addi    {T[0]}, {T[0]}, {g.o}")
-        i(f"li      {T[5]}, {g.C}")
-        i(f"min     {T[0]}, {T[0]}, {T[5]}")
-    i(f"add     {ysrc}, {RVB}, r0")
-    i(f"add     {asrc}, {RAB}, r0")
+        b.comment("per output block: drain abuf -> vbuf, requantise in place, store")
+        b.setp("vu.n1", r.pix)
+    ydst, ysrc, asrc, step_y, table = t[3], t[4], t[6], t[9], t[10]
+    io.dst(b, ydst, t[5])
+    b.i("muli", step_y, r.ohw, g.C)
+    if g.by_block:      # block r.args: its output planes in, min(C, o - r.args * C) channels, its table entries
+        b.i("mul", t[5], step_y, r.args)
+        b.i("add", ydst, ydst, t[5])
+        _block_channels(b, r, t[0], t[5], g.C, g.o)
+    b.i("add", ysrc, r.vb, ZERO)
+    b.i("add", asrc, r.ab, ZERO)
     for ob in range(g.tile_cb):
-        cv = T[0] if g.by_block else min(g.C, g.o - ob * g.C)
+        cv = t[0] if g.by_block else min(g.C, g.o - ob * g.C)
         if ob:
-            i(f"add     {ysrc}, {ysrc}, {pixb}")
-            i(f"add     {asrc}, {asrc}, {pixb}")
-            i(f"add     {ydst}, {ydst}, {step_y}")
+            b.i("add", ysrc, ysrc, pixb)
+            b.i("add", asrc, asrc, pixb)
+            b.i("add", ydst, ydst, step_y)
         if not g.rq:
-            drain_and_requant(em, g, ob, cv, ysrc, asrc, table)
-        src, wait = ysrc, S_NU if g.rq else S_VU
+            drain_and_requant(b, r, s, g, ob, cv, ysrc, asrc, table)
+        src, wait = ysrc, s.nu if g.rq else s.vu
         if epilogue is not None:
-            src, wait = epilogue(em, ob, ysrc, cv)
-        dma_box(1, [(RPIX, g.C, 1, 0, 0), (cv, 1, ROHW, 0, 0)])
-        sig = f", signal={S_STORE}" if ob == g.tile_cb - 1 else ""
-        i(f"dma     ch2, {io.dst_space}[{ydst}], vbuf0[{src}], wait={wait}{sig}")
-    if g.marker_sets:     # a one-word copy queued behind the drains: the accumulator set is free when it ends
-        setp("dma.size0", 1)
-        setp("dma.size1", 1)
-        i(f"li      {T[11]}, {g.marker}")
-        i(f"dma     ch1, dm[{T[11]}], dm[{T[11]}], signal={S_AFREE}")
+            src, wait = epilogue(b, ob, ysrc, cv)
+        dma_box(b, 1, [(r.pix, g.C, 1, 0, 0), (cv, 1, r.ohw, 0, 0)])
+        sig = {"signal": s.store} if ob == g.tile_cb - 1 else {}
+        b.i("dma", b.ch(2), Mem(io.dst_space, ydst), Mem("vbuf0", src), wait=wait, **sig)
 
 
 def tap_runs(g: _Geometry) -> list[tuple[int, int, int]]:
@@ -880,101 +785,86 @@ def tap_runs(g: _Geometry) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _tap_dst(em: Emit, g: _Geometry, dst: str, block: str, k: int) -> None:
-    """dst = the IBUF address of tap k's rows: RIB + (k // tpb) * block + (k % tpb) * c."""
-    em.i(f"muli    {dst}, {block}, {k // g.tpb}")
-    em.i(f"add     {dst}, {dst}, {RIB}")
+def _tap_dst(b: Scope, r: TileRegs, g: _Geometry, dst: Reg, block: Reg, k: int) -> None:
+    """dst = the IBUF address of tap k's rows: r.ib + (k // tpb) * block + (k % tpb) * c."""
+    b.i("muli", dst, block, k // g.tpb)
+    b.i("add", dst, dst, r.ib)
     if k % g.tpb:
-        em.i(f"addi    {dst}, {dst}, {k % g.tpb * g.c}")
+        b.i("addi", dst, dst, k % g.tpb * g.c)
 
 
-def tap_gathers(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+def tap_gathers(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, io: TileIO, src: Reg, rows: Reg,
+                rowb: Reg) -> None:
     """The full-tap fold's IBUF tile from the padded copy in DM at src ([c][rows][w + pl + pr]): per run of
     taps of one kernel row in one block a 4-D gather (columns sw apart, rows sh apart, the channels, the
     taps dw apart) into rows (k % tpb) * c + ci of block k // tpb; the last signals the load."""
-    wp, step, plane, dst, block, base = T[0], T[8], T[10], T[7], T[5], T[4]
-    em.i(f"addi    {wp}, {RW}, {g.pl + g.pr}")
-    em.i(f"muli    {step}, {wp}, {g.sh}")
-    em.i(f"mul     {plane}, {rows}, {wp}")
-    em.i(f"mul     {block}, {RTH}, {rowb}")
-    em.i(f"add     {base}, {src}, r0")
+    t = r.t
+    wp, step, plane, dst, block, base = t[0], t[8], t[10], t[7], t[5], t[4]
+    b.i("addi", wp, r.w, g.pl + g.pr)
+    b.i("muli", step, wp, g.sh)
+    b.i("mul", plane, rows, wp)
+    b.i("mul", block, r.th, rowb)
+    b.i("add", base, src, ZERO)
     runs = tap_runs(g)
     for n, (i, j, count) in enumerate(runs):
-        em.dma_box(1, [(ROW, g.sw, g.R, 0, 0), (RTH, step, rowb, 0, 0), (g.c, plane, 1, 0, 0),
+        dma_box(b, 1, [(r.ow, g.sw, g.R, 0, 0), (r.th, step, rowb, 0, 0), (g.c, plane, 1, 0, 0),
                        (count, g.dw, g.c, 0, 0)])
-        em.i(f"muli    {src}, {wp}, {i * g.dh}")
-        em.i(f"addi    {src}, {src}, {j * g.dw}")
-        em.i(f"add     {src}, {src}, {base}")
-        _tap_dst(em, g, dst, block, i * g.kw + j)
-        sig = f", signal={S_LOAD}" if n == len(runs) - 1 else ""
-        em.i(f"dma     ch0, ibuf0[{dst}], dm[{src}]{sig}")
+        b.i("muli", src, wp, i * g.dh)
+        b.i("addi", src, src, j * g.dw)
+        b.i("add", src, src, base)
+        _tap_dst(b, r, g, dst, block, i * g.kw + j)
+        sig = {"signal": s.load} if n == len(runs) - 1 else {}
+        b.i("dma", b.ch(0), Mem("ibuf0", dst), Mem("dm", src), **sig)
 
 
-def tap_loads(em: Emit, g: _Geometry, io: TileIO, src: str, rows: str, rowb: str) -> None:
+def tap_loads(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, io: TileIO, src: Reg, rows: Reg,
+              rowb: Reg) -> None:
     """The full-tap fold's IBUF tile from an unpadded plane (a fused chain's, stride 1): per tap one 3-D
     load of its rows and columns, shifted by the tap, the padding written by the DMA (x_zp); the last
     signals the load."""
     if (g.sh, g.sw) != (1, 1):
         raise CompileError("the full-tap fold loads from an unpadded plane only at stride 1")
-    plo, start, phi, lo, hi, dst, block, t0, t1 = T[1], T[2], T[3], T[4], T[5], T[7], T[8], T[10], T[11]
-    em.i(f"mul     {block}, {RTH}, {rowb}")
-    em.dma_box(1, [(ROW, 1, g.R, 0, 0), (RTH, RW, rowb, 0, 0), (g.c, RHW, 1, 0, 0)], g.op.largest.x_zp)
+    t = r.t
+    plo, start, phi, lo, hi, dst, block, t0, t1 = t[1], t[2], t[3], t[4], t[5], t[7], t[8], t[10], t[11]
+    b.i("mul", block, r.th, rowb)
+    dma_box(b, 1, [(r.ow, 1, g.R, 0, 0), (r.th, r.w, rowb, 0, 0), (g.c, r.hw, 1, 0, 0)], g.op.largest.x_zp)
     for i in range(g.kh):
-        em.e(f"        ; kernel row {i}: RTH rows from ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
-        halo_rows(em.i, (T[0], t0, plo, start, phi, t1), 1, 1, g.pt - i * g.dh)
-        em.setp("dma.pad_lo1", plo)
-        em.setp("dma.pad_hi1", phi)
+        b.comment(f"kernel row {i}: RTH rows from ROH0 - pt + {i * g.dh}, clamped to the image, the rest padding")
+        halo_rows(b, r, (t[0], t0, plo, start, phi, t1), 1, 1, g.pt - i * g.dh)
+        b.setp("dma.pad_lo1", plo)
+        b.setp("dma.pad_hi1", phi)
         for j in range(g.kw):
             k = i * g.kw + j
-            col0 = column_pads(em.i, j * g.dw - g.pl, (lo, hi, t1))     # RWP is ROW: one column an output
-            io.src(em, src, start, t0)
+            col0 = column_pads(b, r, j * g.dw - g.pl, (lo, hi, t1))     # r.wp is r.ow: one column an output
+            io.src(b, src, start, t0)
             if col0:
-                em.i(f"addi    {src}, {src}, {col0}")
-            _tap_dst(em, g, dst, block, k)
-            em.setp("dma.pad_lo0", lo)
-            em.setp("dma.pad_hi0", hi)
-            sig = f", signal={S_LOAD}" if k == g.kh * g.kw - 1 else ""
-            em.i(f"dma     ch0, ibuf0[{dst}], {io.src_space}[{src}]{sig}")
+                b.i("addi", src, src, col0)
+            _tap_dst(b, r, g, dst, block, k)
+            b.setp("dma.pad_lo0", lo)
+            b.setp("dma.pad_hi0", hi)
+            sig = {"signal": s.load} if k == g.kh * g.kw - 1 else {}
+            b.i("dma", b.ch(0), Mem("ibuf0", dst), Mem(io.src_space, src), **sig)
 
 
-def block_address(i, g: _Geometry, reg: str, base: int, size: int, ob: int) -> None:
-    """reg = base + block * size: the block in r1 when a tile is one channel block (by_block), else ob."""
+def block_address(b: Scope, r: TileRegs, g: _Geometry, reg: Reg, base: int, size: int, ob: int) -> None:
+    """reg = base + block * size: the block in r.args when a tile is one channel block (by_block), else ob."""
     if g.by_block:
-        i(f"muli    {reg}, r1, {size}")
-        i(f"addi    {reg}, {reg}, {base}")
+        b.i("muli", reg, r.args, size)
+        b.i("addi", reg, reg, base)
     else:
-        i(f"li      {reg}, {base + ob * size}")
+        b.i("li", reg, base + ob * size)
 
 
-def drain_and_requant(em: Emit, g: _Geometry, ob: int, cv, ysrc: str, asrc: str, table: str) -> None:
+def drain_and_requant(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, ob: int, cv: Reg | int, ysrc: Reg,
+                      asrc: Reg, table: Reg) -> None:
     """Output block ob's accumulators (cv real channels) ABUF -> VBUF after its NU command, then
     requantised in place on the VU (its (M, S) or scale entries from the table)."""
-    big, rg, i = g.op.largest, g.region, em.i
-    em.dma_box(4, [(cv, 4, 4, 0, 0), (RPIX, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
-    em.setp("vu.n0", cv)
-    i(f"dma     ch1, vbuf0[{ysrc}], abuf0[{asrc}], wait={S_NU}, signal={S_DRAIN}")
-    block_address(i, g, table, rg.table, g.C * g.entry, ob)
-    i(f"{'vu.requant.fpc' if big.scale is not None else 'vu.requant.pc'} vu0, {ysrc}, {ysrc}, {table}, i32, "
-      f"wait={S_DRAIN}, signal={S_VU}")
-
-
-def next_tile(sets: int = 2, blocks: int = 0) -> list[str]:
-    """The end of a row tile: count its store, step to the next of `sets` slots, to the next tile, then
-    (blocks > 0: a depthwise conv's channel blocks, counted in r1) the next block, then the next image."""
-    step = ([f"        xori    {RB}, {RB}, 1"] if sets == 2 else
-            [f"        addi    {RB}, {RB}, 1", f"        li      {T[0]}, {sets}", f"        blt     {RB}, {T[0]}, slot",
-             f"        li      {RB}, 0", "slot:"])
-    block = (["        addi    r1, r1, 1", f"        li      {T[0]}, {blocks}", "        blt     r1, "
-              f"{T[0]}, block"] if blocks else [])
-    return ([f"        addi    {RPEND}, {RPEND}, 1", *step,
-             f"        add     {ROH0}, {ROH0}, {RTH}", f"        blt     {ROH0}, {ROH}, tile", *block,
-             f"        addi    {RI}, {RI}, 1", f"        blt     {RI}, {RN}, batch"])
-
-
-def drain_and_halt(pending: str, store_sem: str) -> list[str]:
-    """The end of every dynamic program: wait for the `pending` stores still in flight, then halt."""
-    return ["drain:", f"        beq     {pending}, r0, done", f"        sem.wait {store_sem}",
-            f"        addi    {pending}, {pending}, -1", "        jal     r0, drain", "done:", "        halt"]
+    dma_box(b, 4, [(cv, 4, 4, 0, 0), (r.pix, 4 * g.C, 4 * g.C, 0, 0)])     # the block's real channels
+    b.setp("vu.n0", cv)
+    b.i("dma", b.ch(1), Mem("vbuf0", ysrc), Mem("abuf0", asrc), wait=s.nu, signal=s.drain)
+    block_address(b, r, g, table, g.region.table, g.C * g.entry, ob)
+    requant = "vu.requant.fpc" if g.op.largest.scale is not None else "vu.requant.pc"
+    b.i(requant, "vu0", ysrc, ysrc, table, "i32", wait=s.drain, signal=s.vu)
 
 
 def output_part(op: DynamicOp, first: int, end: int) -> DynamicOp:
@@ -987,40 +877,60 @@ def output_part(op: DynamicOp, first: int, end: int) -> DynamicOp:
                      op.names)
 
 
-def lower_split(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+def lower_split(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
+                note: list[tuple[str, str]] | None = None) -> Part:
     """A dynamic conv whose weights do not fit WBUF as parts of as many output blocks as fit, one after
-    another in one program, each reading all of x and writing its channels of y."""
-    from .dynamic_chain import join
-
-    g = _Geometry(op, config)
+    another, each reading all of x and writing its channels of y: each part in a scope of its own
+    (labels L<k>_, its own registers and semaphores) over b's buffers.  Each ends waiting for its last
+    stores, which every command it issued feeds, so the next starts after all of it."""
+    g = _Geometry(op, cfg)
     if op.largest.groups != 1:
         raise CompileError(f"dynamic conv2d does not fit this machine: the weights need {g.wbytes} bytes of WBUF, "
-                           f"it has {config.wbuf_bytes} (a grouped conv is not split yet)")
-    per = config.wbuf_bytes // g.w_block * g.C
+                           f"it has {cfg.wbuf_bytes} (a grouped conv is not split yet)")
+    per = cfg.wbuf_bytes // g.w_block * g.C
     if per < 1:
         raise CompileError(f"dynamic conv2d does not fit this machine: one output block's weights need "
-                           f"{g.w_block} bytes of WBUF, it has {config.wbuf_bytes}")
-    programs, rows = [], {}
-    for first in range(0, g.o, per):
-        asm, files, rows = lower_conv(output_part(op, first, min(g.o, first + per)), config, rows_per_tile,
-                                      (first, g.o))
-        programs.append((asm, files))
-    asm, files = join(programs)
-    return asm, files, rows
+                           f"{g.w_block} bytes of WBUF, it has {cfg.wbuf_bytes}")
+    b.prog.repeat_align = True      # the parts' args, x and y are declared once, their lines kept
+    parts = []
+    for k, first in enumerate(range(0, g.o, per)):
+        if k:
+            b.prog.directive(".align 64")
+        b.comment(f"---- part {k}")
+        part = Scope(b.prog, prefix=f"{b.prefix}L{k}_", bind=b.bind)
+        parts.append(lower_conv(part, output_part(op, first, min(g.o, first + per)), cfg, rows_per_tile,
+                                (first, g.o), note=note))
+        b.prog.data_line("")
+    return Part(parts[0].title, parts[0].notes, parts[-1].rows)
 
 
-def lower_conv(op: DynamicOp, config: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True,
-               taps: bool = True):
-    """A dynamic conv2d's (assembly, .incbin files, rows per tile by input width); with y_slice (first
-    channel, all channels) it writes its channels of a larger y; with sets, in that many buffer sets; with
-    rq=False requantised on the VU, not by nu.conv.rq; with taps=False never the full-tap fold (tests,
-    measurements)."""
-    if y_slice is None and _Geometry(op, config).wbytes > config.wbuf_bytes:
-        return lower_split(op, config, rows_per_tile)
-    g = choose_rows(op, config, sets, rq, taps)
+def plan(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, y_slice: tuple[int, int] | None = None,
+         sets: int | None = None, rq: bool = True, taps: bool = True) -> _Geometry:
+    """The conv's geometry with its rows per tile chosen (choose_rows; rows_per_tile: that height where it
+    fits) and its part of y (y_slice: first channel, all channels)."""
+    g = choose_rows(op, cfg, sets, rq, taps)
     if y_slice is not None:
         g.y_slice = y_slice
     if rows_per_tile is not None:      # a fixed tile height where it fits (tests, measurements)
         g.rows = {w: max(1, min(rows_per_tile, g.fit(w))) for w in g.widths}
-    return fold_channels(program_text(g), config.dma_channels), constants(g), g.rows
+    return g
+
+
+def lower_conv(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
+               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True,
+               taps: bool = True, note: list[tuple[str, str]] | None = None) -> Part:
+    """Write a dynamic conv2d into b (its buffers, constants and code, ending on its drain), split in parts
+    when its weights do not fit WBUF; with y_slice (first channel, all channels) it writes its channels of
+    a larger y; with sets, in that many buffer sets; with rq=False requantised on the VU, not by
+    nu.conv.rq; with taps=False never the full-tap fold (tests, measurements); `note` replaces its notes."""
+    if y_slice is None and _Geometry(op, cfg).wbytes > cfg.wbuf_bytes:
+        return lower_split(b, op, cfg, rows_per_tile, note)
+    return write_conv(b, plan(op, cfg, rows_per_tile, y_slice, sets, rq, taps), note)
+
+
+def program(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, sets: int | None = None,
+            rq: bool = True, taps: bool = True) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A dynamic conv2d as a program of its own: (assembly, .incbin files, rows per tile by input width)."""
+    asm, files, part = one_program(cfg, lambda b: lower_conv(b, op, cfg, rows_per_tile, sets=sets, rq=rq,
+                                                             taps=taps))
+    return asm, files, part.rows
