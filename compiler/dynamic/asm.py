@@ -219,6 +219,15 @@ class Program:
             self.directive(f".space {nbytes}")
         return Sym(name)
 
+    def const_buffer(self, name: str, dtype: str, shape: tuple, blob: bytes) -> Sym:
+        """A DDR buffer with contents: .align 64, its `.buffer` line, `.incbin` of its file (named like it)."""
+        self.declared.add(name)
+        self.files[f"{name}.bin"] = bytes(blob)
+        self.directive(".align 64")
+        self.directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
+        self.directive(f'.incbin "{name}.bin"')
+        return Sym(name)
+
     def emit(self) -> str:
         """The program's assembly: header, .data, .text."""
         for item in self.text:
