@@ -13,7 +13,10 @@ import numpy as np
 from nnpsim.config import Config
 
 from .dims import DynamicChain, DynamicOp
+from .dynamic.conv import prepare as conv_prepare
+from .dynamic.dense import prepare as dense_prepare
 from .errors import CompileError
+from .lowering.dynamic import text_lowering
 from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 
@@ -109,8 +112,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
             return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
         except CompileError as exc:      # does not fit on chip: op after op through DDR instead
             why = str(exc)
-    programs = [lower_one(o, config)[:2] for o in merged]
-    asm, files = compose(programs, [o.kind for o in merged])
+    asm, files = compose(config, [(lowering(o, config), o.kind) for o in merged])
     if len(merged) > 1:
         asm = f"; not fused on chip: {why}\n" + asm
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
@@ -124,6 +126,14 @@ def check_ddr(op: DynamicOp, config: Config) -> None:
         dims = ", ".join(f"{d.name} <= {d.hi}" for d in op.dims)
         raise CompileError(f"{op.kind}: the buffers for the largest shape ({dims}) need {need:,} bytes, more "
                            f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
+
+
+def lowering(op: DynamicOp, config: Config):
+    """One dynamic op planned, as the function that writes it into a scope (compiler/dynamic/chain.py)."""
+    if isinstance(op.largest, (Conv2d, Dense)):
+        check_ddr(op, config)
+        return (conv_prepare if isinstance(op.largest, Conv2d) else dense_prepare)(op, config)
+    return text_lowering(*lower_one(op, config)[:2])       # the lowerings still written as text
 
 
 def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):

@@ -877,8 +877,8 @@ def output_part(op: DynamicOp, first: int, end: int) -> DynamicOp:
                      op.names)
 
 
-def lower_split(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
-                note: list[tuple[str, str]] | None = None) -> Part:
+def _split(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
+           note: list[tuple[str, str]] | None = None) -> Callable[[Scope], Part]:
     """A dynamic conv whose weights do not fit WBUF as parts of as many output blocks as fit, one after
     another, each reading all of x and writing its channels of y: each part in a scope of its own
     (labels L<k>_, its own registers and semaphores) over b's buffers.  Each ends waiting for its last
@@ -891,17 +891,20 @@ def lower_split(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None 
     if per < 1:
         raise CompileError(f"dynamic conv2d does not fit this machine: one output block's weights need "
                            f"{g.w_block} bytes of WBUF, it has {cfg.wbuf_bytes}")
-    b.prog.repeat_align = True      # the parts' args, x and y are declared once, their lines kept
-    parts = []
-    for k, first in enumerate(range(0, g.o, per)):
-        if k:
-            b.prog.directive(".align 64")
-        b.comment(f"---- part {k}")
-        part = Scope(b.prog, prefix=f"{b.prefix}L{k}_", bind=b.bind)
-        parts.append(lower_conv(part, output_part(op, first, min(g.o, first + per)), cfg, rows_per_tile,
-                                (first, g.o), note=note))
-        b.prog.data_line("")
-    return Part(parts[0].title, parts[0].notes, parts[-1].rows)
+    parts = [prepare(output_part(op, first, min(g.o, first + per)), cfg, rows_per_tile, (first, g.o), note=note)
+             for first in range(0, g.o, per)]
+
+    def write(b: Scope) -> Part:
+        b.prog.repeat_align = True      # the parts' args, x and y are declared once, their lines kept
+        done = []
+        for k, part in enumerate(parts):
+            if k:
+                b.prog.directive(".align 64")
+            b.comment(f"---- part {k}")
+            done.append(part(Scope(b.prog, prefix=f"{b.prefix}L{k}_", bind=b.bind)))
+            b.prog.data_line("")
+        return Part(done[0].title, done[0].notes, done[-1].rows)
+    return write
 
 
 def plan(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, y_slice: tuple[int, int] | None = None,
@@ -916,16 +919,24 @@ def plan(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, y_slice: 
     return g
 
 
-def lower_conv(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
-               y_slice: tuple[int, int] | None = None, sets: int | None = None, rq: bool = True,
-               taps: bool = True, note: list[tuple[str, str]] | None = None) -> Part:
-    """Write a dynamic conv2d into b (its buffers, constants and code, ending on its drain), split in parts
-    when its weights do not fit WBUF; with y_slice (first channel, all channels) it writes its channels of
-    a larger y; with sets, in that many buffer sets; with rq=False requantised on the VU, not by
-    nu.conv.rq; with taps=False never the full-tap fold (tests, measurements); `note` replaces its notes."""
+def prepare(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, y_slice: tuple[int, int] | None = None,
+            sets: int | None = None, rq: bool = True, taps: bool = True,
+            note: list[tuple[str, str]] | None = None) -> Callable[[Scope], Part]:
+    """A dynamic conv2d planned (what does not fit raises here): the function that writes it into a scope
+    (its buffers, constants and code, ending on its drain), split in parts when its weights do not fit
+    WBUF.  With y_slice (first channel, all channels) it writes its channels of a larger y; with sets, in
+    that many buffer sets; with rq=False requantised on the VU, not by nu.conv.rq; with taps=False never
+    the full-tap fold (tests, measurements); `note` replaces its notes."""
     if y_slice is None and _Geometry(op, cfg).wbytes > cfg.wbuf_bytes:
-        return lower_split(b, op, cfg, rows_per_tile, note)
-    return write_conv(b, plan(op, cfg, rows_per_tile, y_slice, sets, rq, taps), note)
+        return _split(op, cfg, rows_per_tile, note)
+    g = plan(op, cfg, rows_per_tile, y_slice, sets, rq, taps)
+    return lambda b: write_conv(b, g, note)
+
+
+def lower_conv(b: Scope, op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
+               sets: int | None = None, rq: bool = True, taps: bool = True) -> Part:
+    """Write a dynamic conv2d into b (prepare's options)."""
+    return prepare(op, cfg, rows_per_tile, sets=sets, rq=rq, taps=taps)(b)
 
 
 def program(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None, sets: int | None = None,

@@ -10,6 +10,8 @@ the conv's lowering is given to write.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from nnpsim.config import Config
@@ -19,7 +21,7 @@ from ..errors import CompileError
 from ..ops import Conv2d, Dense, conv2d
 from .asm import Scope
 from .common import Part, axis_name, one_program, target_notes
-from .conv import lower_conv
+from .conv import prepare as conv_prepare
 
 
 def as_conv(d: Dense) -> Conv2d:
@@ -39,11 +41,16 @@ def conv_op(op: DynamicOp) -> DynamicOp:
     return DynamicOp("conv2d", (n, k, 1, 1), op.dims, make, as_conv(op.largest), as_conv(op.smallest), op.names)
 
 
-def lower_dense(b: Scope, op: DynamicOp, cfg: Config) -> Part:
-    """Write a dynamic dense layer into b: its 1x1 conv, its x and y described as [n, k] and [n, o]."""
+def prepare(op: DynamicOp, cfg: Config) -> Callable[[Scope], Part]:
+    """A dynamic dense layer planned: the function writing its 1x1 conv into a scope, its x and y described
+    as [n, k] and [n, o]."""
     conv = conv_op(op)
-    note = target_notes(op, [axis_name(op.x_shape[0]), str(conv.largest.out_channels)])
-    return lower_conv(b, conv, cfg, note=note)
+    return conv_prepare(conv, cfg, note=target_notes(op, [axis_name(op.x_shape[0]), str(conv.largest.out_channels)]))
+
+
+def lower_dense(b: Scope, op: DynamicOp, cfg: Config) -> Part:
+    """Write a dynamic dense layer into b."""
+    return prepare(op, cfg)(b)
 
 
 def program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:

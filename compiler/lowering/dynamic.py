@@ -4,7 +4,9 @@ Pool, global pool, elementwise, concat and the fused chain still write their
 assembly as text with these pieces: registers as module constants, `Emit`,
 and `fold_channels` over the finished text.  The conv (compiler/dynamic/
 conv.py) is on the builder; `scope_lines` hands its builder-written pieces to
-the fused chain's text.  This module goes when its last user is converted.
+the fused chain's text, and `text_lowering` a text program to a chain or
+network composed on the builder (compiler/dynamic/chain.py).  This module
+goes when its last user is converted.
 """
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..dims import Dim, DynamicOp, axis_rule, reciprocal, window_out
-from ..dynamic.asm import Instr, Program, Scope
+from ..dynamic.asm import Instr, Line, Program, Scope
+from ..dynamic.common import Part
 
 
 def scope_lines(build: Callable[[Scope], None], prefix: str = "") -> list[str]:
@@ -198,3 +201,50 @@ def drain_and_halt(pending: str, store_sem: str) -> list[str]:
     """The end of every dynamic program: wait for the `pending` stores still in flight, then halt."""
     return ["drain:", f"        beq     {pending}, r0, done", f"        sem.wait {store_sem}",
             f"        addi    {pending}, {pending}, -1", "        jal     r0, drain", "done:", "        halt"]
+
+
+_LABEL = re.compile(r"^(\w+):", re.M)
+_NOTE = re.compile(r'^\s*\.target (dynamic\.[\w.]+), "([^"]*)"', re.M)
+
+
+def text_lowering(asm: str, files: dict[str, bytes]) -> Callable[[Scope], Part]:
+    """A one-op program written as text, as a lowering into a scope (compiler/dynamic/chain.py): its labels
+    and files prefixed by the scope, its buffers renamed by its binding, the buffers the program has
+    declared already left out (their .align lines kept), its code between main: and the halt."""
+    lines = asm.splitlines()
+    d, t = lines.index("        .data"), lines.index("        .text")
+    assert lines[t + 1] == "main:" and lines[-1].strip() == "halt" and lines[t - 1] == "", "a one-op program"
+    head = lines[:d]
+    part = Part([line[2:] for line in head[:head.index("")]], _NOTE.findall("\n".join(head)))
+    labels = set(_LABEL.findall("\n".join(lines[d:]))) - {"main"}
+
+    def write(b: Scope) -> Part:
+        data = _rename("\n".join(lines[d + 1:t - 1]), labels, b.prefix, b.bind).split("\n")
+        skip = False
+        for line in data:
+            words = line.split()
+            if words[:1] == [".buffer"]:
+                name = words[1].rstrip(",")
+                skip = name in b.prog.declared
+                b.prog.declared.add(name)
+            if not skip:
+                b.prog.data.append(Line(line))
+            elif words[:1] == [".space"]:
+                skip = False
+        b.prog.text += [Line(line) for line in _rename("\n".join(lines[t + 2:-1]), labels, b.prefix,
+                                                                b.bind).split("\n")]
+        b.prog.files.update({f"{b.prefix}{name}": blob for name, blob in files.items()})
+        return part
+    return write
+
+
+def _rename(text: str, labels: set[str], prefix: str, names: dict[str, str]) -> str:
+    """text with its labels prefixed and its buffers renamed in one pass (a -> b and b -> c at once do not
+    make a into c)."""
+    if labels and prefix:
+        pattern = re.compile(r"\b(" + "|".join(sorted(labels, key=len, reverse=True)) + r")\b")
+        text = pattern.sub(rf"{prefix}\1", text)
+    if not names:
+        return text
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], text)
