@@ -80,7 +80,8 @@ class _Geometry:
         # Depthwise (one channel per group, no multiplier) on nu.dwconv: column j of block b is channel
         # b * C + j, its bias starts the accumulator.  Any other grouping runs as a dense conv whose
         # weights are zero between groups (block-diagonal: exact, the NU multiplies the zeros too).
-        self.depthwise = uses_depthwise_mode(conv_view(big), self.R, self.C)
+        view = conv_view(big)
+        self.depthwise = uses_depthwise_mode(view, self.R, self.C)
         self.weight = big.weight if big.groups == 1 or self.depthwise else block_diagonal(big.weight, big.groups)
         # Few channels: `fold` of the kernel's columns go side by side in the array's rows (row kwi * c + ci
         # holds input channel ci shifted by kwi columns), so the NU runs a kernel of ceil(kw / fold) columns
@@ -94,8 +95,11 @@ class _Geometry:
         # .. + c - 1; the NU runs a 1x1 conv of stride 1 over ceil(kh * kw / tpb) blocks, taken only where
         # that is fewer passes than the column fold's
         self.tpb = self.R // c
-        blocks = -(-self.kh * self.kw // self.tpb) if self.tpb else 0
-        self.taps = (taps and not self.depthwise and 0 < blocks < self.in_cb * self.kh * self.kw_nu)
+        # the static fold (layout.fold_taps) where it applies: the dense weights (block-diagonal if grouped)
+        self.tap_view = None if self.depthwise else fold_taps(dataclasses.replace(view, weight=self.weight,
+                                                                                  groups=1), self.R)
+        blocks = self.tap_view.taps.blocks if self.tap_view is not None else 0
+        self.taps = taps and 0 < blocks < self.in_cb * self.kh * self.kw_nu
         if self.taps:
             self.fold, self.kh_nu, self.kw_nu, self.in_cb = 1, 1, 1, blocks
         self.w_block = ((4 + self.kh * self.kw) * self.C if self.depthwise
@@ -290,7 +294,7 @@ def weight_blocks(g: _Geometry) -> bytes:
         return np.ascontiguousarray(depthwise_weights(big.weight, big.bias, g.C).blocks).tobytes()
     weight = g.weight
     if g.taps:          # block k // tpb, row (k % tpb) * c + ci holds tap k = (i, j) of channel ci
-        weight = fold_taps(dataclasses.replace(conv_view(big), weight=g.weight, groups=1), g.R).weight
+        weight = g.tap_view.weight
     elif g.fold > 1:    # row kwi * c + ci of column j holds tap (kh, j * fold + kwi) of channel ci
         weight = np.zeros((g.o, g.fold * g.c, g.kh, g.kw_nu), dtype=np.int8)
         for j in range(g.kw_nu):
