@@ -1,6 +1,6 @@
 """Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
 
-The lowerings in compiler/lowering/dynamic*.py write the assembly; this
+The lowerings in compiler/dynamic/ and compiler/lowering/dynamic_*.py write the assembly; this
 module assembles it and wraps it in a DynamicKernel that writes the argument
 block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
 """

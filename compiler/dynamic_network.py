@@ -12,13 +12,13 @@ Building it:
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
-             (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
+             (compiler/dynamic/, compiler/lowering/dynamic_*.py), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
              per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
   fuse       runs of ops where each reads only the one before into one program (intermediates in
              DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
-             op's buffers renamed to the graph's tensors (dynamic/chain.link);
+             op written in a scope binding its buffers to the graph's tensors (dynamic/chain.link);
              intermediates through DDR, each sized for the largest shape
   describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
              GraphModule.set_input and `nnpsim run --input` take any in-range shape
