@@ -1,6 +1,6 @@
 """Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
 
-The lowerings in compiler/lowering/dynamic*.py write the assembly; this
+The lowerings in compiler/dynamic/ and compiler/lowering/dynamic_*.py write the assembly; this
 module assembles it and wraps it in a DynamicKernel that writes the argument
 block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
 """
@@ -13,7 +13,10 @@ import numpy as np
 from nnpsim.config import Config
 
 from .dims import DynamicChain, DynamicOp
+from .dynamic.conv import prepare as conv_prepare
+from .dynamic.dense import prepare as dense_prepare
 from .errors import CompileError
+from .lowering.dynamic import text_lowering
 from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 
@@ -79,7 +82,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     chip (intermediates in DM) where every op has a tile body, else op after op through DDR."""
     from .kernel import assemble
     from .dynamic_network import folded
-    from .lowering.dynamic_chain import compose
+    from .dynamic.chain import compose
     from .lowering.dynamic_fused import fusable, lower_fused
 
     for k, o in enumerate(ops):
@@ -109,8 +112,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
             return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
         except CompileError as exc:      # does not fit on chip: op after op through DDR instead
             why = str(exc)
-    programs = [lower_one(o, config)[:2] for o in merged]
-    asm, files = compose(programs, [o.kind for o in merged])
+    asm, files = compose(config, [(lowering(o, config), o.kind) for o in merged])
     if len(merged) > 1:
         asm = f"; not fused on chip: {why}\n" + asm
     return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, None, files)
@@ -126,19 +128,27 @@ def check_ddr(op: DynamicOp, config: Config) -> None:
                            f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
 
 
+def lowering(op: DynamicOp, config: Config):
+    """One dynamic op planned, as the function that writes it into a scope (compiler/dynamic/chain.py)."""
+    if isinstance(op.largest, (Conv2d, Dense)):
+        check_ddr(op, config)
+        return (conv_prepare if isinstance(op.largest, Conv2d) else dense_prepare)(op, config)
+    return text_lowering(*lower_one(op, config)[:2])       # the lowerings still written as text
+
+
 def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
     check_ddr(op, config)
     if isinstance(op.largest, Conv2d):
-        from .lowering.dynamic import lower_conv
-        asm, files, rows = lower_conv(op, config, rows_per_tile)
+        from .dynamic.conv import program as conv_program
+        asm, files, rows = conv_program(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
         from .lowering.dynamic_global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
         asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Dense):
-        from .lowering.dynamic_dense import lower_dense
-        asm, files, rows = lower_dense(op, config)
+        from .dynamic.dense import program as dense_program
+        asm, files, rows = dense_program(op, config)
     elif isinstance(op.largest, Elementwise):
         from .lowering.dynamic_elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)

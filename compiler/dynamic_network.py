@@ -12,13 +12,13 @@ Building it:
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
-             (compiler/lowering/dynamic*.py), all reading the one argument block; a reshape is
+             (compiler/dynamic/, compiler/lowering/dynamic_*.py), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
              per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
   fuse       runs of ops where each reads only the one before into one program (intermediates in
              DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
-             op's buffers renamed to the graph's tensors (lowering/dynamic_chain.link);
+             op written in a scope binding its buffers to the graph's tensors (dynamic/chain.link);
              intermediates through DDR, each sized for the largest shape
   describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
              GraphModule.set_input and `nnpsim run --input` take any in-range shape
@@ -410,10 +410,11 @@ def _show(axes) -> str:
 
 def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     """Compile a DynamicGraph into one program (a compiler.network.Library) for its whole range."""
-    from .dynamic_kernel import lower_one
+    from .dynamic_kernel import lowering
     from .kernel import assemble
-    from .lowering.dynamic_chain import link
+    from .dynamic.chain import link
     from .lowering.dynamic_concat import program_text
+    from .lowering.dynamic import text_lowering
     from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
     from .roofline import bound_cycles
@@ -446,21 +447,21 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         chain, add = _joined(run)
         try:
             if add is not None:
-                asm, files, _ = lower_fused([o for _, o, _, _ in chain], cfg, add[:2])
+                lower = text_lowering(*lower_fused([o for _, o, _, _ in chain], cfg, add[:2])[:2])
             elif len(run) > 1:
-                asm, files, _ = lower_fused([o for _, o, _, _ in run], cfg)
+                lower = text_lowering(*lower_fused([o for _, o, _, _ in run], cfg)[:2])
             elif isinstance(op.largest, Concat):
-                asm, files = program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
-                                          op.largest.dtype, cfg, list(op.names)), {}
+                lower = text_lowering(program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
+                                                   op.largest.dtype, cfg, list(op.names)), {})
             else:
-                asm, files, _ = lower_one(op, cfg)
+                lower = lowering(op, cfg)
         except CompileError as exc:
             raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
         bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
         bind["y"] = buffers[output]
         if add is not None:
             bind["xr"] = buffers[add[2]]
-        programs.append((asm, files, bind))
+        programs.append((lower, bind))
         # link numbers the programs, and a flatten has none: the label is the program's index
         layers.append({"name": node.name, "label": f"L{len(programs) - 1}_layer",
                        "ops": " -> ".join(w for _, _, _, w in run),
@@ -486,7 +487,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
              for v in list(g.inputs) + list(g.outputs)}
     derived = " ".join(f"{k}={axis_rule(a, b, c)}" for k, (a, b, c) in p.derived.items())
     blob = _graph_buffer(meta)
-    asm, files = link(programs, notes, derived, blob.data)
+    asm, files = link(cfg, programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
 
 

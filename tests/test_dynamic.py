@@ -1,4 +1,4 @@
-"""Dynamic shapes: one conv2d binary for a range of sizes (compiler/dims.py, compiler/lowering/dynamic.py).
+"""Dynamic shapes: one conv2d binary for a range of sizes (compiler/dims.py, compiler/dynamic/conv.py).
 
 Hypothesis draws a conv (channels, kernel, stride, padding, dilation, ranges) and shapes inside its
 ranges; every run is compared with numpy on every element and race-checked.  Out-of-range and
@@ -485,7 +485,7 @@ def test_a_chains_relu_goes_into_the_conv_before_it_unless_their_ranges_miss():
 def on_the_vu(op):
     """op's dynamic kernel requantising on the VU (drain, vu.requant.pc / .fpc), not by nu.conv.rq."""
     from compiler.dynamic_kernel import DynamicKernel
-    from compiler.lowering.dynamic import lower_conv
+    from compiler.dynamic.conv import program as lower_conv
     from nnpsim.config import Config
 
     asm, files, rows = lower_conv(op, Config(), rq=False)
@@ -575,7 +575,7 @@ def test_every_number_of_buffer_sets_is_bit_exact_and_needs_each_wait(form, sets
     two accumulator sets, freed by a marker behind the drains; depthwise: tiles of one channel block),
     small tiles so that several are in flight: exact, race-free, and every wait needed."""
     from compiler.dynamic_kernel import DynamicKernel
-    from compiler.lowering.dynamic import lower_conv
+    from compiler.dynamic.conv import program as lower_conv
     from nnpsim.config import Config
 
     rng = np.random.default_rng(60 + sets)

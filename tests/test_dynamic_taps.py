@@ -1,4 +1,4 @@
-"""The dynamic conv's full-tap fold (compiler/lowering/dynamic.py: `taps`): the window's taps in the
+"""The dynamic conv's full-tap fold (compiler/dynamic/conv.py: `taps`): the window's taps in the
 array's rows, `rows // c` taps a block, the NU running a 1x1 conv over the blocks.
 
 Alone, a tile's rows are copied DDR -> DM with their padding and gathered into IBUF one run of taps a
@@ -16,7 +16,8 @@ import compiler
 from compiler import Dim, ops
 from compiler.dynamic_kernel import DynamicKernel
 from compiler.kernel import assemble
-from compiler.lowering.dynamic import _Geometry, choose_rows, lower_conv
+from compiler.dynamic.conv import _Geometry, choose_rows
+from compiler.dynamic.conv import program as lower_conv
 from nnpsim.config import Config
 from tests.test_dynamic import _kill_every_wait, conv, rand8
 

@@ -186,6 +186,9 @@ class Program:
     text: list = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
     declared: set[str] = field(default_factory=set)
+    # a repeated declaration still writes its `.align 64` (the programs composed from text kept it: the
+    # line numbers of what follows stay)
+    repeat_align: bool = False
 
     def head(self, line: str) -> None:
         """A header line (a comment at column 0, or blank)."""
@@ -204,13 +207,25 @@ class Program:
         self.data.append(Line(text))
 
     def buffer(self, name: str, dtype: str, shape: tuple, nbytes: int, align: bool = True) -> Sym:
-        """Declare a DDR buffer once (a second declaration of the same name adds nothing)."""
+        """Declare a DDR buffer once (a second declaration of the same name adds nothing, or with
+        repeat_align its `.align 64` line only)."""
+        if name in self.declared and align and self.repeat_align:
+            self.directive(".align 64")
         if name not in self.declared:
             self.declared.add(name)
             if align:
                 self.directive(".align 64")
             self.directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
             self.directive(f".space {nbytes}")
+        return Sym(name)
+
+    def const_buffer(self, name: str, dtype: str, shape: tuple, blob: bytes) -> Sym:
+        """A DDR buffer with contents: .align 64, its `.buffer` line, `.incbin` of its file (named like it)."""
+        self.declared.add(name)
+        self.files[f"{name}.bin"] = bytes(blob)
+        self.directive(".align 64")
+        self.directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
+        self.directive(f'.incbin "{name}.bin"')
         return Sym(name)
 
     def emit(self) -> str:

@@ -10,7 +10,7 @@ No row is computed twice and no halo read twice; sizes come from the
 argument block, th from a table by width (priced per step as the busier of
 NU and VU), the last rows are a clamp.
 
-Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
+Each op runs its one-op tile body (dynamic/conv.py, dynamic_pool.py) with
 its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
 tables and semaphores: the units work on several ops at once (a conv with
 few channels takes the full-tap fold, each tap loaded from the DM plane with
@@ -33,14 +33,20 @@ from nnpsim.config import Config, shape_target
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d, Pool2d
-from . import dynamic as conv_lowering
+from ..dynamic import conv as conv_lowering
+from ..dynamic.asm import semaphores
+from ..dynamic.common import TileIO as ScopeIO
+from ..dynamic.common import TileRegs, tile_registers
+from ..dynamic.common import ddr_io as scope_ddr_io
+from ..dynamic.conv import TILE_OVERHEAD, Region
 from . import dynamic_pool as pool_lowering
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RW, TILE_OVERHEAD, Emit,
-                      Region, TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _size,
+                      axis_name, ddr_io, drain_and_halt, fold_channels, scope_data, scope_lines, target_notes)
 
 RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
 T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
+CONV_SEMS = conv_lowering.conv_semaphores(semaphores())     # a conv's, before the op's base is added
 
 
 def keeps_dims(op: DynamicOp) -> bool:
@@ -192,10 +198,6 @@ def _sems(text: str, base: int) -> str:
     return re.sub(r"\bs(\d+)\b", lambda m: f"s{int(m.group(1)) + base}", text)
 
 
-def _consts(text: str, k: int) -> str:
-    return re.sub(r"\b(dyn_(?:w|bias|ms|rq))\b", rf"F{k}_\1", text)
-
-
 def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) -> None:
     """first, count := the rows op k (k = -1: the input) adds in the step starting at row `step`: [clamp(step -
     D), clamp(step + th - D)) clamped to [0, h), D = k * th + the bottom pads up to op k.  Op k's rows then
@@ -237,6 +239,30 @@ def _io(p: _Plan, k: int) -> TileIO:
     return TileIO(src, dst, "dm", "dm")
 
 
+def _conv_io(p: _Plan, k: int, r: TileRegs) -> ScopeIO:
+    """_io for a conv's tile body, which is written through a Scope."""
+    def src(b, reg, start, tmp, j=k - 1):
+        b.i("mul", reg, start, r.w)
+        b.i("addi", reg, reg, p.plane_at[j])
+
+    def dst(b, reg, tmp):
+        b.i("mul", reg, r.oh0, r.ow)
+        b.i("addi", reg, reg, p.plane_at[k])
+    if k == p.K - 1:
+        return ScopeIO(src, scope_ddr_io(r, p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
+    return ScopeIO(src, dst, "dm", "dm")
+
+
+def _conv_tile(p: _Plan, k: int, g, weights_wait: bool):
+    """A builder of conv op k's tile body (its add epilogue when it ends the chain with one)."""
+    def build(b) -> None:
+        r = tile_registers(b)
+        s = conv_lowering.conv_semaphores(b.sems)
+        epilogue = _add_epilogue(p, g, r) if k == p.K - 1 and p.add is not None else None
+        conv_lowering.tile_body(b, r, s, g, _conv_io(p, k, r), weights_wait=weights_wait, epilogue=epilogue)
+    return build
+
+
 def program_text(p: _Plan) -> str:
     """The assembly of the fused chain."""
     ops, cfg = p.ops, p.cfg
@@ -257,15 +283,15 @@ def program_text(p: _Plan) -> str:
     if p.add is not None:       # the add's other input, as large as y
         L += ["        .align 64", f"        .buffer xr, int8, ({', '.join(map(str, y_max))},)",
               f"        .space {int(np.prod(y_max))}"]
-    for k in p.geo:
-        L += conv_lowering.constant_data(p.geo[k], f"F{k}_")
+    for k, g in p.geo.items():
+        L += scope_data(lambda b, g=g: conv_lowering.constant_data(b, g), f"F{k}_")[0]
     L += ["        .align 64", f"fused_rows:                             ; last op's rows per tile, by width from "
           f"{p.widths[0]}", *(f"        .word {p.rows[w]}" for w in p.widths), "", "        .text", "main:"]
     em = Emit(L)
     e, i = em.e, em.i
     i("la      r1, args")
     for reg, d in ((RN, n), (RH, h), (RW, w)):
-        conv_lowering._size(L, reg, d, idx)
+        _size(L, reg, d, idx)
     i(f"add     {ROW}, {RW}, r0")                     # every op keeps the width
     e("        ; the last op's rows per tile for this width (the compiler's table)")
     i(f"slli    {T[0]}, {RW}, 2")
@@ -275,16 +301,17 @@ def program_text(p: _Plan) -> str:
     first_conv = min(p.geo, default=None)
     for k, g in p.geo.items():
         e(f"        ; op {k} ({ops[k].kind}): constants")
-        sub = Emit([])
         # the first conv's weights signal as for one conv; the others' go on ch0 ahead of every load (their
         # NU commands wait for their loads, queued behind them)
-        conv_lowering.load_constants(sub, g, signal=k == first_conv, on_loads=k != first_conv)
-        L += [_consts(_sems(line, p.sem_base[k]), k) for line in sub.L]
+        lines = scope_lines(lambda b, g=g, k=k: conv_lowering.load_constants(
+            b, tile_registers(b), conv_lowering.conv_semaphores(b.sems), g, signal=k == first_conv,
+            on_loads=k != first_conv), f"F{k}_")
+        L += [_sems(line, p.sem_base[k]) for line in lines]
     i(f"li      {RI}, 0")
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
-    last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
+    last_store = _sems(str(CONV_SEMS.store) if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
     e("batch:")
     i(f"li      {RF0}, 0")
     e("step:")
@@ -322,27 +349,24 @@ def program_text(p: _Plan) -> str:
             sub.e("        ; its buffers of two steps ago are reused: wait for that store")
             sub.i(f"li      {T[0]}, 2")
             sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
-            sub.i(f"sem.wait {conv_lowering.S_STORE if k in p.geo else pool_lowering.S_STORE}")
+            sub.i(f"sem.wait {CONV_SEMS.store if k in p.geo else pool_lowering.S_STORE}")
             sub.i(f"addi    {RPEND}, {RPEND}, -1")
             sub.e(f"F{k}_free:")
         io = _io(p, k)
         if k in p.geo:
             g = p.geo[k]
-            conv_lowering.padded_width(sub, g)
-            conv_lowering.fixed_params(sub, g)
-            epilogue = None
+            sub.L += scope_lines(lambda b, g=g: conv_lowering.padded_width(b, tile_registers(b), g))
+            sub.L += scope_lines(lambda b, g=g: conv_lowering.fixed_params(b, g))
             if k == p.K - 1 and p.add is not None:
                 _residual_loads(sub, p, g)
-                epilogue = _add_epilogue(p, g)
             # only the first conv waits for its weights: the others' are queued on ch0 ahead of the loads
-            conv_lowering.tile_body(sub, g, io, prefix=f"F{k}_", weights_wait=k == first_conv,
-                                    epilogue=epilogue)
+            sub.L += scope_lines(_conv_tile(p, k, g, k == first_conv), f"F{k}_")
             if k == first_conv:
                 sub.i("li      r1, 0")
-            store = conv_lowering.S_STORE
+            store = str(CONV_SEMS.store)
         else:
             big = o.largest
-            sub.i(f"addi    {conv_lowering.RWP}, {RW}, {big.padding[1] + big.padding[3]}")
+            sub.i(f"addi    {RWP}, {RW}, {big.padding[1] + big.padding[3]}")
             pool_lowering.fixed_params(sub, o)
             pool_lowering.tile_body(sub, o, io, p.vset[k][1], p.vset[k][0])
             store = pool_lowering.S_STORE
@@ -390,32 +414,33 @@ def _residual_loads(em: Emit, p: _Plan, g) -> None:
         em.i(f"dma     ch1, vbuf0[{dst}], ddr[{src}]{sig}")
 
 
-def _add_epilogue(p: _Plan, g):
+def _add_epilogue(p: _Plan, g, r: TileRegs):
     """The tile body's hook before block ob's store: the add of the block's rows and the residual's on the
     VU (the first block's add behind a one-element vu.mov that takes the residual's token), in place in
-    the add's a operand; returns (the store's source, the semaphore it waits for)."""
+    the add's a operand; returns (the store's source, the semaphore it waits for).  Written through the
+    conv's Scope."""
     add, side = p.add
     from .dynamic_elementwise import vu_command
     cmd = vu_command(add.largest)
     if cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
         raise CompileError(f"an add after a fused chain: {cmd.mnemonic} has no fused form")
 
-    def epilogue(em: Emit, ob: int, ysrc: str, cv) -> tuple[str, str]:
-        res = T[11]
-        em.i(f"addi    {res}, {ysrc}, {p.res_at - g.sets}")       # the residual area: the same offset in its set
+    def epilogue(b, ob: int, ysrc, cv) -> tuple:
+        res = r.t[11]
+        b.i("addi", res, ysrc, p.res_at - g.sets)       # the residual area: the same offset in its set
         if ob == 0:
-            em.setp("vu.n0", 1)
+            b.setp("vu.n0", 1)
             for q in ("n1", "n2", "n3"):
-                em.setp(f"vu.{q}", 1)
-            em.i(f"vu.mov  vu0, i8, {res}, i8, {res}, wait={S_RES}")
+                b.setp(f"vu.{q}", 1)
+            b.i("vu.mov", "vu0", "i8", res, "i8", res, wait=S_RES)
             for q, v in (("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1), ("d_stride1", g.C),
                          ("a_stride1", g.C), ("b_stride1", g.C), *cmd.scalars.items()):
-                em.setp(f"vu.{q}", v)
-            em.setp("vu.n1", RPIX)
-        em.setp("vu.n0", cv)
-        a, b = (ysrc, res) if side == 0 else (res, ysrc)
-        em.i(f"{cmd.mnemonic} vu0, {a}, {a}, {b}, wait={conv_lowering.S_NU}, signal={S_ADD}")
-        return a, S_ADD
+                b.setp(f"vu.{q}", v)
+            b.setp("vu.n1", r.pix)
+        b.setp("vu.n0", cv)
+        x, y = (ysrc, res) if side == 0 else (res, ysrc)
+        b.i(cmd.mnemonic, "vu0", x, x, y, wait=CONV_SEMS.nu, signal=S_ADD)
+        return x, S_ADD
     return epilogue
 
 
@@ -434,5 +459,5 @@ def lower_fused(ops: list[DynamicOp], cfg: Config,
     p = _Plan(ops, cfg, add)
     files = {}
     for k, g in p.geo.items():
-        files.update({f"F{k}_{name}": blob for name, blob in conv_lowering.constants(g).items()})
+        files.update({f"F{k}_{name}.bin": blob for name, blob in conv_lowering.constants(g).items()})
     return fold_channels(program_text(p), cfg.dma_channels), files, p.rows

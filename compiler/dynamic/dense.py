@@ -5,11 +5,12 @@ output [N, O] is [N, O, 1, 1], and (x - x_zp) @ w + bias requantised per
 output feature is the 1x1 conv with weight w.T[:, :, None, None] requantised
 per output channel (compiler/semantics.py: dense and conv2d share requant and
 requant_f32).  So a dynamic dense is the dynamic conv's program
-(lowering/dynamic.py) with its buffers described as two-axis tensors.
+(dynamic/conv.py) with its buffers described as two-axis tensors: the notes
+the conv's lowering is given to write.
 """
 from __future__ import annotations
 
-import re
+from typing import Callable
 
 import numpy as np
 
@@ -18,8 +19,9 @@ from nnpsim.config import Config
 from ..dims import DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d, Dense, conv2d
-
-_NOTE = re.compile(r'^(\s*\.target dynamic\.buffer\.\w+, ")(\S+) (\S+) 1 1"', re.M)
+from .asm import Scope
+from .common import Part, axis_name, one_program, target_notes
+from .conv import prepare as conv_prepare
 
 
 def as_conv(d: Dense) -> Conv2d:
@@ -39,11 +41,19 @@ def conv_op(op: DynamicOp) -> DynamicOp:
     return DynamicOp("conv2d", (n, k, 1, 1), op.dims, make, as_conv(op.largest), as_conv(op.smallest), op.names)
 
 
-def lower_dense(op: DynamicOp, config: Config):
-    """A dynamic dense layer's (assembly, .incbin files, rows per tile)."""
-    from .dynamic import lower_conv
+def prepare(op: DynamicOp, cfg: Config) -> Callable[[Scope], Part]:
+    """A dynamic dense layer planned: the function writing its 1x1 conv into a scope, its x and y described
+    as [n, k] and [n, o]."""
+    conv = conv_op(op)
+    return conv_prepare(conv, cfg, note=target_notes(op, [axis_name(op.x_shape[0]), str(conv.largest.out_channels)]))
 
-    asm, files, rows = lower_conv(conv_op(op), config)
-    asm, n = _NOTE.subn(lambda m: f'{m.group(1)}{m.group(2)} {m.group(3)}"', asm)
-    assert n == 2, "a dynamic 1x1 conv describes x and y as [n, c, 1, 1]"
-    return asm, files, rows
+
+def lower_dense(b: Scope, op: DynamicOp, cfg: Config) -> Part:
+    """Write a dynamic dense layer into b."""
+    return prepare(op, cfg)(b)
+
+
+def program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A dynamic dense layer as a program of its own: (assembly, .incbin files, rows per tile)."""
+    asm, files, part = one_program(cfg, lambda b: lower_dense(b, op, cfg))
+    return asm, files, part.rows
