@@ -133,14 +133,14 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
-        from .lowering.dynamic_global_pool import is_global, lower_global_pool
+        from .dynamic.global_pool import is_global, lower_global_pool
         from .lowering.dynamic_pool import lower_pool
         asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Dense):
         from .lowering.dynamic_dense import lower_dense
         asm, files, rows = lower_dense(op, config)
     elif isinstance(op.largest, Elementwise):
-        from .lowering.dynamic_elementwise import lower_elementwise
+        from .dynamic.elementwise import lower_elementwise
         asm, files, rows = lower_elementwise(op, config)
     else:
         raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "

@@ -1,5 +1,5 @@
 """A dynamic global average pool whose plane does not fit VBUF at the largest shape
-(compiler/lowering/dynamic_global_pool.py, row_program_text): each plane summed in bands of rows, the
+(compiler/dynamic/global_pool.py, row_program_text): each plane summed in bands of rows, the
 partial sums added up by the CU.
 
 Hypothesis draws shapes in range (bands of several rows, a remainder band, one-row planes) on a machine
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import compiler
 from compiler import CompileError, Dim, ops
 from compiler.kernel import assemble
-from compiler.lowering.dynamic_global_pool import S_SUM
+from compiler.dynamic.global_pool import S_SUM
 from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError

@@ -395,7 +395,7 @@ def _add_epilogue(p: _Plan, g):
     VU (the first block's add behind a one-element vu.mov that takes the residual's token), in place in
     the add's a operand; returns (the store's source, the semaphore it waits for)."""
     add, side = p.add
-    from .dynamic_elementwise import vu_command
+    from ..dynamic.elementwise import vu_command
     cmd = vu_command(add.largest)
     if cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
         raise CompileError(f"an add after a fused chain: {cmd.mnemonic} has no fused form")

@@ -21,7 +21,7 @@ from nnpsim.config import Config, shape_target
 
 from ..dims import Dim
 from ..errors import CompileError
-from .dynamic import axis_name, fold_channels
+from ..lowering.dynamic import axis_name, fold_channels
 
 S_COPY = "s0"
 

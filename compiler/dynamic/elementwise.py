@@ -31,8 +31,8 @@ from ..errors import CompileError
 from ..ir import Buffer
 from ..ops import Elementwise
 from ..quant import f32_table
-from .dynamic import axis_name, drain_and_halt, fold_channels, target_notes
-from .vu import ElementwiseLowering, broadcast_problem, broadcast_strides
+from ..lowering.dynamic import axis_name, drain_and_halt, fold_channels, target_notes
+from ..lowering.vu import ElementwiseLowering, broadcast_problem, broadcast_strides
 
 CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
 S_LOAD, S_VU, S_STORE, S_LOAD_B = "s0", "s1", "s2", "s3"

@@ -25,7 +25,7 @@ from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
 from ..semantics import global_avg_pool_scale
-from .dynamic import RB, RH, RHW, RN, RPEND, RW, Emit, axis_name, drain_and_halt, fold_channels, target_notes
+from ..lowering.dynamic import RB, RH, RHW, RN, RPEND, RW, Emit, axis_name, drain_and_halt, fold_channels, target_notes
 
 S_LOAD, S_VU, S_STORE, S_COUNT = "s0", "s1", "s2", "s3"
 RC0, RCC, RIMG = "r10", "r11", "r12"    # the tile's first channel, its channel count, the image
