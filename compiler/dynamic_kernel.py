@@ -140,8 +140,8 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic_dense import lower_dense
         asm, files, rows = lower_dense(op, config)
     elif isinstance(op.largest, Elementwise):
-        from .dynamic.elementwise import lower_elementwise
-        asm, files, rows = lower_elementwise(op, config)
+        from .dynamic.elementwise import elementwise_program
+        asm, files, rows = elementwise_program(op, config)
     else:
         raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "
                            f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")
