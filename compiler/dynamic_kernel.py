@@ -133,9 +133,9 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .lowering.dynamic import lower_conv
         asm, files, rows = lower_conv(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
-        from .dynamic.global_pool import is_global, lower_global_pool
+        from .dynamic.global_pool import global_pool_program, is_global
         from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
+        asm, files, rows = (global_pool_program if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Dense):
         from .lowering.dynamic_dense import lower_dense
         asm, files, rows = lower_dense(op, config)
