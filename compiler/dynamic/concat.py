@@ -15,31 +15,48 @@ every input's offset along it.
 from __future__ import annotations
 
 import math
-import re
+from typing import NamedTuple
 
-from nnpsim.config import Config, shape_target
+from nnpsim.config import Config
 
-from ..dims import Dim
+from ..dims import Dim, DynamicOp
 from ..errors import CompileError
-from ..lowering.dynamic import axis_name, fold_channels
+from .asm import Mem, Reg, Scope
+from .common import Part, args_buffer, axis_name, one_program, times_sizes
 
-S_COPY = "s0"
 
-
-def _product(axes, idx: dict[str, int], rd: str, tmp: str) -> list[str]:
-    """CU code leaving the product of axes (Dims read from the block at r1, sizes) in rd."""
-    out = [f"li      {rd}, 1"]
-    for d in axes:
-        if isinstance(d, Dim):
-            out += [f"ld      {tmp}, r1, {4 * idx[d.name]}", f"mul     {rd}, {rd}, {tmp}"]
-        elif d != 1:
-            out.append(f"muli    {rd}, {rd}, {d}")
-    return out
+def lower_concat(b: Scope, op: DynamicOp, cfg: Config, shapes: list[tuple]) -> Part:
+    """Write a dynamic concat's buffers and code (ending on its copies' tokens) into b; shapes are its inputs'
+    symbolic shapes."""
+    big = op.largest
+    return _concat(b, shapes, big.axis, op.dims, big.dtype, cfg, list(op.names))
 
 
 def program_text(shapes: list[tuple], axis: int, dims: tuple[Dim, ...], dtype: str, cfg: Config,
                  names: list[str]) -> str:
     """The assembly of the dynamic concat of inputs `names` of symbolic `shapes` along `axis`."""
+    asm, _, _ = one_program(cfg, lambda b: _concat(b, shapes, axis, dims, dtype, cfg, names))
+    return asm
+
+
+class _Regs(NamedTuple):
+    """The concat's registers, r1 up in the order taken."""
+
+    args: Reg
+    outer: Reg      # the product of the axes before the concat axis
+    inner: Reg      # the inner size of one index of the axis
+    stride: Reg     # the output's row stride, bytes
+    row: Reg        # the input's row, bytes
+    src: Reg
+    dst: Reg
+    at: Reg         # the input's offset in the output's row, bytes
+    tmp: Reg
+    total: Reg      # the output's size along the axis
+    off: Reg        # the input's offset along the axis
+    size: Reg       # the input's size along the axis
+
+
+def _check(shapes: list[tuple], axis: int) -> None:
     ndim = len(shapes[0])
     for k, s in enumerate(shapes):
         if k and isinstance(s[axis], Dim):
@@ -48,66 +65,72 @@ def program_text(shapes: list[tuple], axis: int, dims: tuple[Dim, ...], dtype: s
         if len(s) != ndim or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]:
             raise CompileError(f"concat along axis {axis}: input {k} has shape {_show(s)}, input 0 has "
                                f"{_show(shapes[0])}: all dimensions but the axis must agree")
+
+
+def _concat(b: Scope, shapes: list[tuple], axis: int, dims: tuple[Dim, ...], dtype: str, cfg: Config,
+            names: list[str]) -> Part:
+    """The concat's buffers, then the CU's sizes and one DMA per input, then a wait for each."""
+    _check(shapes, axis)
     esz = 4 if dtype == "int32" else 1
     y_shape = shapes[0][:axis] + (_joined(shapes, axis, dims),) + shapes[0][axis + 1:]
-    total = y_shape[axis]
-    idx = {d.name: k for k, d in enumerate(dims)}
-    hi = {d.name: d.hi for d in dims}
-    big = lambda s: tuple(hi[d.name] if isinstance(d, Dim) else d for d in s)       # noqa: E731
-    dim_note = " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in dims)
-    L = [f"; dynamic concat along axis {axis}: {' + '.join(_show(s) for s in shapes)} -> {_show(y_shape)}",
-         "; one DDR -> DDR DMA per input", ""]
-    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += [f'        .target dynamic.dims, "{dim_note}"', '        .target dynamic.args, "args"']
     inputs = dict(zip(names, shapes))            # an input given twice is one buffer
-    L += [f'        .target dynamic.buffer.{t}, "{" ".join(map(axis_name, s))}"' for t, s in inputs.items()]
-    L += [f'        .target dynamic.buffer.y, "{" ".join(map(axis_name, y_shape))}"']
-    L += ["", "        .data", f"        .buffer args, int32, ({len(dims)},)", f"        .space {4 * len(dims)}"]
-    for t, s in list(inputs.items()) + [("y", y_shape)]:
-        b = big(s)
-        L += ["        .align 64", f"        .buffer {t}, {dtype}, ({', '.join(map(str, b))},)",
-              f"        .space {math.prod(b) * esz}"]
-    L += ["", "        .text", "main:", "        la      r1, args"]
+    _buffers(b, list(inputs.items()) + [("y", y_shape)], dims, dtype, esz)
+    r = _Regs(*b.regs.take(*_Regs._fields))
+    copy = b.sems.one("copy")
+    idx = {d.name: k for k, d in enumerate(dims)}
 
-    def i(s):
-        L.append("        " + s)
-
-    for line in _product(shapes[0][:axis], idx, "r2", "r9"):          # outer
-        i(line)
-    for line in _product(shapes[0][axis + 1:], idx, "r3", "r9"):      # the inner size of one index of the axis
-        i(line)
-    for line in _product((total,), idx, "r10", "r9"):                  # the output's size along the axis
-        i(line)
-    i("mul     r4, r3, r10")
+    def product(reg: Reg, axes) -> None:
+        b.i("li", reg, 1)
+        times_sizes(b, reg, axes, idx, r.args, r.tmp)
+    b.i("la", r.args, b.buf("args"))
+    product(r.outer, shapes[0][:axis])
+    product(r.inner, shapes[0][axis + 1:])
+    product(r.total, (y_shape[axis],))
+    b.i("mul", r.stride, r.inner, r.total)
     if esz > 1:
-        i(f"slli    r4, r4, {esz.bit_length() - 1}")                 # the output's row stride, bytes
+        b.i("slli", r.stride, r.stride, esz.bit_length() - 1)
     for p, v in (("elem", 1), ("src_stride0", 1), ("dst_stride0", 1), ("size2", 1), ("size3", 1),
                  *((f"pad_{side}{k}", 0) for side in ("lo", "hi") for k in range(4))):
-        i(f"setpi   dma.{p}, {v}")
-    i("setp    dma.size1, r2, 0")
-    i("setp    dma.dst_stride1, r4, 0")
-    i("li      r11, 0")                                              # the input's offset along the axis
+        b.setp(f"dma.{p}", v)
+    b.setp("dma.size1", r.outer)
+    b.setp("dma.dst_stride1", r.stride)
+    b.i("li", r.off, 0)
     for k, (t, s) in enumerate(zip(names, shapes)):
-        L.append(f"        ; input {k} ({t}): its {axis_name(s[axis])} of the {axis_name(total)} along the axis")
-        for line in _product((s[axis],), idx, "r12", "r9"):
-            i(line)
-        i("mul     r5, r3, r12")
+        b.comment(f"input {k} ({t}): its {axis_name(s[axis])} of the {axis_name(y_shape[axis])} along the axis")
+        product(r.size, (s[axis],))
+        b.i("mul", r.row, r.inner, r.size)
         if esz > 1:
-            i(f"slli    r5, r5, {esz.bit_length() - 1}")               # its row, bytes
-        i("setp    dma.size0, r5, 0")
-        i("setp    dma.src_stride1, r5, 0")
-        i(f"la      r6, {t}")
-        i("la      r7, y")
-        i("mul     r8, r3, r11")
+            b.i("slli", r.row, r.row, esz.bit_length() - 1)
+        b.setp("dma.size0", r.row)
+        b.setp("dma.src_stride1", r.row)
+        b.i("la", r.src, b.buf(t))
+        b.i("la", r.dst, b.buf("y"))
+        b.i("mul", r.at, r.inner, r.off)
         if esz > 1:
-            i(f"slli    r8, r8, {esz.bit_length() - 1}")
-        i("add     r7, r7, r8")
-        i(f"dma     ch{k % 2}, ddr[r7], ddr[r6], signal={S_COPY}")
-        i("add     r11, r11, r12")
+            b.i("slli", r.at, r.at, esz.bit_length() - 1)
+        b.i("add", r.dst, r.dst, r.at)
+        b.i("dma", b.ch(k % 2), Mem("ddr", r.dst), Mem("ddr", r.src), signal=copy)
+        b.i("add", r.off, r.off, r.size)
     for _ in shapes:
-        i(f"sem.wait {S_COPY}")
-    i("halt")
-    return fold_channels("\n".join(L) + "\n", cfg.dma_channels)
+        b.i("sem.wait", copy)
+    b.fold_channels(cfg.dma_channels)
+    return Part([f"dynamic concat along axis {axis}: {' + '.join(_show(s) for s in shapes)} -> {_show(y_shape)}",
+                 "one DDR -> DDR DMA per input"], _notes(list(inputs.items()) + [("y", y_shape)], dims))
+
+
+def _notes(tensors: list[tuple[str, tuple]], dims: tuple[Dim, ...]) -> list[tuple[str, str]]:
+    """The dims, the argument block and each buffer's axes, for nnpsim."""
+    return ([("dynamic.dims", " ".join(f"{d.name}:{d.lo}:{d.hi}" for d in dims)), ("dynamic.args", "args")]
+            + [(f"dynamic.buffer.{t}", " ".join(map(axis_name, s))) for t, s in tensors])
+
+
+def _buffers(b: Scope, tensors: list[tuple[str, tuple]], dims: tuple[Dim, ...], dtype: str, esz: int) -> None:
+    """The argument block, then each tensor at its largest shape."""
+    hi = {d.name: d.hi for d in dims}
+    args_buffer(b, dims)
+    for t, s in tensors:
+        big = tuple(hi[d.name] if isinstance(d, Dim) else d for d in s)
+        b.prog.buffer(b.buf(t).name, dtype, big, math.prod(big) * esz)
 
 
 def _joined(shapes: list[tuple], axis: int, dims: tuple[Dim, ...]):
@@ -120,10 +143,16 @@ def _joined(shapes: list[tuple], axis: int, dims: tuple[Dim, ...]):
         return d
     # d's derived dims are named d_<k>; one of stride 1 with d + c's range is d + c at every size (another
     # stride cannot meet it at both ends of a range)
-    match = [e for e in dims if re.fullmatch(rf"{re.escape(d.name)}_\d+", e.name) and (e.lo, e.hi) == (d.lo + c, d.hi + c)]
+    match = [e for e in dims if _derived_from(e, d) and (e.lo, e.hi) == (d.lo + c, d.hi + c)]
     if not match:
         raise CompileError(f"concat along axis {axis}: no dimension {d.name} + {c} among {[e.name for e in dims]}")
     return match[0]
+
+
+def _derived_from(e: Dim, d: Dim) -> bool:
+    """Is e named as a dim derived from d (d_<k>)?"""
+    head, _, k = e.name.rpartition("_")
+    return head == d.name and k.isdecimal()
 
 
 def _show(axes) -> str:
