@@ -1,5 +1,5 @@
 """A dynamic global average pool whose plane does not fit VBUF at the largest shape
-(compiler/dynamic/global_pool.py, row_program_text): each plane summed in bands of rows, the
+(compiler/dynamic/global_pool.py, _banded): each plane summed in bands of rows, the
 partial sums added up by the CU.
 
 Hypothesis draws shapes in range (bands of several rows, a remainder band, one-row planes) on a machine
