@@ -143,15 +143,15 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         from .dynamic.conv import program as conv_program
         asm, files, rows = conv_program(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
-        from .lowering.dynamic_global_pool import is_global, lower_global_pool
+        from .dynamic.global_pool import global_pool_program, is_global
         from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
+        asm, files, rows = (global_pool_program if is_global(op) else lower_pool)(op, config)
     elif isinstance(op.largest, Dense):
         from .dynamic.dense import program as dense_program
         asm, files, rows = dense_program(op, config)
     elif isinstance(op.largest, Elementwise):
-        from .lowering.dynamic_elementwise import lower_elementwise
-        asm, files, rows = lower_elementwise(op, config)
+        from .dynamic.elementwise import elementwise_program
+        asm, files, rows = elementwise_program(op, config)
     else:
         raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "
                            f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")

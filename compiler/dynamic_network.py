@@ -14,7 +14,7 @@ Building it:
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
              (compiler/dynamic/, compiler/lowering/dynamic_*.py), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
-             per input (lowering/dynamic_concat.py), a dense the 1x1 conv it equals
+             per input (dynamic/concat.py), a dense the 1x1 conv it equals
   fuse       runs of ops where each reads only the one before into one program (intermediates in
              DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
@@ -413,7 +413,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     from .dynamic_kernel import lowering
     from .kernel import assemble
     from .dynamic.chain import link
-    from .lowering.dynamic_concat import program_text
+    from .dynamic.concat import program_text
     from .lowering.dynamic import text_lowering
     from .lowering.dynamic_fused import lower_fused
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name

@@ -13,7 +13,7 @@ from typing import Callable
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp, axis_rule, reciprocal, window_out
-from .asm import ZERO, Line, Program, Reg, Scope, Sem
+from .asm import ZERO, Line, Program, Reg, Scope, Sem, Sym
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,21 @@ def load_size(b: Scope, reg: Reg, d, index: dict[str, int], args: Reg) -> None:
         b.i("ld", reg, args, 4 * index[d.name])
     else:
         b.i("li", reg, d)
+
+
+def times_sizes(b: Scope, reg: Reg, axes, index: dict[str, int], args: Reg, tmp: Reg) -> None:
+    """reg *= each axis's size: a Dim's word from the argument block (through tmp), or the fixed size."""
+    for d in axes:
+        if isinstance(d, Dim):
+            b.i("ld", tmp, args, 4 * index[d.name])
+            b.i("mul", reg, reg, tmp)
+        elif d != 1:
+            b.i("muli", reg, reg, d)
+
+
+def args_buffer(b: Scope, dims) -> Sym:
+    """Declare the argument block, one int32 word per Dim (not aligned: it comes first), and return it."""
+    return b.prog.buffer(b.buf("args").name, "int32", (len(dims),), 4 * len(dims), align=False)
 
 
 def emit_out_size(b: Scope, reg: Reg, src: Reg, add: int, stride: int, tmp: Reg) -> None:

@@ -420,7 +420,7 @@ def _add_epilogue(p: _Plan, g, r: TileRegs):
     the add's a operand; returns (the store's source, the semaphore it waits for).  Written through the
     conv's Scope."""
     add, side = p.add
-    from .dynamic_elementwise import vu_command
+    from ..dynamic.elementwise import vu_command
     cmd = vu_command(add.largest)
     if cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
         raise CompileError(f"an add after a fused chain: {cmd.mnemonic} has no fused form")

@@ -199,8 +199,7 @@ class ElementwiseLowering:
         self.bcast = broadcast_strides(op)
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
         per_elem = 3 * in_bytes + (2 if op.binary and self.bcast is None else 0)
-        per_channel = op.scale if op.scale is not None else op.ma
-        self.per_channel = op.mode == "requantize" and np.ndim(per_channel) > 0
+        self.per_channel = requant_per_channel(op)
         self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
         n, c, r = _ncr(op.shape)
         table = c * self.entry if self.per_channel else 0
@@ -221,10 +220,7 @@ class ElementwiseLowering:
         self.b_vbuf = Buffer(f"{self.name}_b_vbuf", "vbuf", b_values, unit=self.vu) if self.bcast else None
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
-            if op.scale is not None:
-                t, tname = f32_table(op.scale), f"{name}_fs"
-            else:
-                t, tname = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32), f"{name}_ms"
+            t, tname = requant_table(op), f"{name}_{'fs' if op.scale is not None else 'ms'}"
             self.table_ddr = (shared.table_ddr if shared is not None else
                               Buffer(tname, "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
             self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
@@ -313,66 +309,89 @@ class ElementwiseLowering:
                                                   comment=where)))
         return out
     def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int, ni: int = 0, r0: int = 0) -> Vu:
-        op, name = self.op, self.name
-        lohi = {"zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
-        d1 = (1, nr)
-        if op.mode == "clip":
-            return Vu("vu.clip", Ref(a), Ref(a), None, n=(nr, nc), d_stride=d1, a_stride=d1,
-                      scalars={"lo": op.lo, "hi": op.hi}, unit=self.vu, comment=f"{name}: clip in place")
-        if op.fscales is not None:
-            return self._binary_f32(a, b, nc, nr, c0, ni, r0)
-        if op.mode in ("add", "mul"):
-            sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
-            b_ref, b_st = self._b_operand(b, nr, c0, ni, r0)
-            return Vu(f"vu.{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
-                      scalars=sc, unit=self.vu, comment=f"{name}: {op.mode} in place")
-        esz = 4 if op.in_dtype == "int32" else 1
-        a1 = (esz, nr * esz)
-        if op.scale is not None:
-            return self._requant_f32(a, nc, nr, c0)
-        if self.per_channel:
-            return Vu("vu.requant.pc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 8), "i8", DT[op.in_dtype], 8,
-                      (nr, nc), d1, a1, (0, 8), scalars={"za": op.za, **lohi},
-                      unit=self.vu, comment=f"{name}: requantise per channel in place")
-        return Vu("vu.requant", Ref(a), Ref(a), None, "i8", DT[op.in_dtype], 0, (nr, nc), d1, a1,
-                  scalars={"za": op.za, "ma": op.ma, "shift": op.shift, **lohi},
-                  unit=self.vu, comment=f"{name}: requantise in place")
-
+        b_op = self._b_operand(b, nr, c0, ni, r0) if self.op.binary else None
+        table = Ref(self.table_vbuf, c0 * self.entry) if self.per_channel else None
+        return elementwise_vu(self.op, Ref(a), b_op, table, nc, nr, self.vu, self.name)
 
     def _b_operand(self, b: Buffer | None, nr: int, c0: int, ni: int = 0, r0: int = 0) -> tuple[Ref, tuple[int, int]]:
         """b's Ref and (position, channel) strides for the tile at image ni, channel c0, position r0: the
         tile's slot, or the broadcast b in VBUF (stride 0 along the axes it repeats)."""
-        bcast = getattr(self, "b_vbuf", None)
+        bcast = self.b_vbuf
         if bcast is None:
             return Ref(b), (1, nr)
         sn, sc, sr = self.bcast
         return Ref(bcast, ni * sn + c0 * sc + r0 * sr), (sr, sc)
 
-    def _binary_f32(self, a: Buffer, b: Buffer, nc: int, nr: int, c0: int = 0, ni: int = 0, r0: int = 0) -> Vu:
-        """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
-        op, d1 = self.op, (1, nr)
-        b_ref, b_st = self._b_operand(b, nr, c0, ni, r0)
-        if op.mode == "add":
-            ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
-            sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
-        else:
-            sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
-                  "lo": op.lo, "hi": op.hi}
-        return Vu(f"vu.f{op.mode}", Ref(a), Ref(a), b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
-                  scalars=sc, unit=self.vu, comment=f"{self.name}: float32 {op.mode} in place")
 
-    def _requant_f32(self, a: Buffer, nc: int, nr: int, c0: int) -> Vu:
-        """vu.requant.f, or vu.requant.fpc with the float32 scale table, in place."""
-        op = self.op
-        esz = 4 if op.in_dtype == "int32" else 1
-        sc = {"za": op.za, "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
-        if self.per_channel:
-            return Vu("vu.requant.fpc", Ref(a), Ref(a), Ref(self.table_vbuf, c0 * 4), "i8", DT[op.in_dtype], 4,
-                      (nr, nc), (1, nr), (esz, nr * esz), (0, 4), scalars=sc,
-                      unit=self.vu, comment=f"{self.name}: float32 requantise per channel in place")
-        return Vu("vu.requant.f", Ref(a), Ref(a), None, "i8", DT[op.in_dtype], 0, (nr, nc), (1, nr), (esz, nr * esz),
-                  scalars={**sc, "fscale": f32_bits(op.scale)}, unit=self.vu,
-                  comment=f"{self.name}: float32 requantise in place")
+def requant_per_channel(op: Elementwise) -> bool:
+    """Is op a requantize with one (M, S) or float32 scale per channel (a table in VBUF)?"""
+    per_channel = op.scale if op.scale is not None else op.ma
+    return op.mode == "requantize" and np.ndim(per_channel) > 0
+
+
+def requant_table(op: Elementwise) -> np.ndarray:
+    """A per-channel requantize's table, int32: the float32 scales' bits [C], or the (M, S) pairs [C, 2]."""
+    if op.scale is not None:
+        return f32_table(op.scale)
+    return np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32)
+
+
+def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | None, table: Ref | None, nc: int,
+                   nr: int, unit: int = 0, name: str = "") -> Vu:
+    """The VU command of an elementwise tile of nc channels x nr positions, in place at a: b is a binary op's
+    other operand and its (position, channel) strides, table a per-channel requantize's entry for the tile's
+    first channel (requant_table, in VBUF)."""
+    lohi = {"zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+    d1 = (1, nr)
+    if op.mode == "clip":
+        return Vu("vu.clip", a, a, None, n=(nr, nc), d_stride=d1, a_stride=d1,
+                  scalars={"lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: clip in place")
+    if op.fscales is not None:
+        return _binary_f32(op, a, b, nc, nr, unit, name)
+    if op.mode in ("add", "mul"):
+        sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
+        b_ref, b_st = b
+        return Vu(f"vu.{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
+                  scalars=sc, unit=unit, comment=f"{name}: {op.mode} in place")
+    esz = 4 if op.in_dtype == "int32" else 1
+    a1 = (esz, nr * esz)
+    if op.scale is not None:
+        return _requant_f32(op, a, table, nc, nr, unit, name)
+    if table is not None:
+        return Vu("vu.requant.pc", a, a, table, "i8", DT[op.in_dtype], 8,
+                  (nr, nc), d1, a1, (0, 8), scalars={"za": op.za, **lohi},
+                  unit=unit, comment=f"{name}: requantise per channel in place")
+    return Vu("vu.requant", a, a, None, "i8", DT[op.in_dtype], 0, (nr, nc), d1, a1,
+              scalars={"za": op.za, "ma": op.ma, "shift": op.shift, **lohi},
+              unit=unit, comment=f"{name}: requantise in place")
+
+
+def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
+                name: str) -> Vu:
+    """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
+    d1 = (1, nr)
+    b_ref, b_st = b
+    if op.mode == "add":
+        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
+        sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
+    else:
+        sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
+              "lo": op.lo, "hi": op.hi}
+    return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
+              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
+
+
+def _requant_f32(op: Elementwise, a: Ref, table: Ref | None, nc: int, nr: int, unit: int, name: str) -> Vu:
+    """vu.requant.f, or vu.requant.fpc with the float32 scale table, in place."""
+    esz = 4 if op.in_dtype == "int32" else 1
+    sc = {"za": op.za, "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+    if table is not None:
+        return Vu("vu.requant.fpc", a, a, table, "i8", DT[op.in_dtype], 4,
+                  (nr, nc), (1, nr), (esz, nr * esz), (0, 4), scalars=sc,
+                  unit=unit, comment=f"{name}: float32 requantise per channel in place")
+    return Vu("vu.requant.f", a, a, None, "i8", DT[op.in_dtype], 0, (nr, nc), (1, nr), (esz, nr * esz),
+              scalars={**sc, "fscale": f32_bits(op.scale)}, unit=unit,
+              comment=f"{name}: float32 requantise in place")
 
 
 SLIDE_OF = {"vu.pool.acc": "vu.slide.acc", "vu.pool.avg": "vu.slide.avg", "vu.pool.favg": "vu.slide.favg"}
