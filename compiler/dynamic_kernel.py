@@ -134,8 +134,8 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         asm, files, rows = lower_conv(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
         from .lowering.dynamic_global_pool import is_global, lower_global_pool
-        from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = (lower_global_pool if is_global(op) else lower_pool)(op, config)
+        from .dynamic.pool import pool_program
+        asm, files, rows = (lower_global_pool if is_global(op) else pool_program)(op, config)
     elif isinstance(op.largest, Dense):
         from .lowering.dynamic_dense import lower_dense
         asm, files, rows = lower_dense(op, config)

@@ -25,20 +25,24 @@ step beside them.  docs/compiler.md, "Dynamic shapes".
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp
+from ..dynamic import pool as pool_lowering
+from ..dynamic.asm import Instr, Line, Program, Scope
+from ..dynamic.common import TileIO as ScopeIO, tile_registers
 from ..errors import CompileError
 from ..ops import Conv2d, Pool2d
 from . import dynamic as conv_lowering
-from . import dynamic_pool as pool_lowering
 from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RPIX, RTH, RW, TILE_OVERHEAD, Emit,
                       Region, TileIO, axis_name, ddr_io, drain_and_halt, fold_channels, target_notes)
 
 RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
+POOL_STORE = str(pool_lowering.pool_semaphores(Scope(Program()), run=False).store)   # a pool's store, as _sems renames
 T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
 
@@ -237,6 +241,27 @@ def _io(p: _Plan, k: int) -> TileIO:
     return TileIO(src, dst, "dm", "dm")
 
 
+def _pool_tile(em: Emit, o: DynamicOp, io: TileIO, vset: tuple[int, int]) -> None:
+    """Pool op o's tile written by the builder (dynamic/pool.py), its lines added to em's: a bridge until
+    this module is built on the builder too (the registers and semaphores are the same numbers)."""
+    prog = Program()
+    b = Scope(prog)
+    r, s = tile_registers(b), pool_lowering.pool_semaphores(b, run=False)
+
+    def text(write: Callable) -> Callable:
+        def call(b: Scope, *regs) -> None:
+            em = Emit([])
+            write(em, *map(str, regs))
+            prog.text.extend(Line(line) for line in em.L)
+        return call
+    _, pl, _, pr = o.largest.padding
+    b.i("addi", r.wp, r.w, pl + pr)
+    pool_lowering.fixed_params(b, o)
+    pool_lowering.tile_body(b, r, s, o, ScopeIO(text(io.src), text(io.dst), io.src_space, io.dst_space),
+                            pool_lowering.Tiles(vset[1], vset[0]))
+    em.L += [item.text() if isinstance(item, Instr) else item.text for item in prog.text]
+
+
 def program_text(p: _Plan) -> str:
     """The assembly of the fused chain."""
     ops, cfg = p.ops, p.cfg
@@ -284,7 +309,7 @@ def program_text(p: _Plan) -> str:
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
-    last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
+    last_store = _sems(conv_lowering.S_STORE if p.K - 1 in p.geo else POOL_STORE, p.sem_base[-1])
     e("batch:")
     i(f"li      {RF0}, 0")
     e("step:")
@@ -322,7 +347,7 @@ def program_text(p: _Plan) -> str:
             sub.e("        ; its buffers of two steps ago are reused: wait for that store")
             sub.i(f"li      {T[0]}, 2")
             sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
-            sub.i(f"sem.wait {conv_lowering.S_STORE if k in p.geo else pool_lowering.S_STORE}")
+            sub.i(f"sem.wait {conv_lowering.S_STORE if k in p.geo else POOL_STORE}")
             sub.i(f"addi    {RPEND}, {RPEND}, -1")
             sub.e(f"F{k}_free:")
         io = _io(p, k)
@@ -341,11 +366,8 @@ def program_text(p: _Plan) -> str:
                 sub.i("li      r1, 0")
             store = conv_lowering.S_STORE
         else:
-            big = o.largest
-            sub.i(f"addi    {conv_lowering.RWP}, {RW}, {big.padding[1] + big.padding[3]}")
-            pool_lowering.fixed_params(sub, o)
-            pool_lowering.tile_body(sub, o, io, p.vset[k][1], p.vset[k][0])
-            store = pool_lowering.S_STORE
+            _pool_tile(sub, o, io, p.vset[k])
+            store = POOL_STORE
         if k == p.K - 1:
             sub.i(f"addi    {RPEND}, {RPEND}, 1")
         sub.e(f"F{k}_skip:")
