@@ -36,8 +36,8 @@ from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
+from ..lowering.vu import favg_scalars, pool_fill
 from ..ops import Pool2d
-from ..quant import f32_bits
 from .asm import ZERO, Mem, Reg, Scope, Sem
 from .common import (Part, TileIO, TileRegs, axis_name, ddr_io, drain, emit_out_size, halo_rows, load_size,
                      next_tile, one_program, out_axis, target_notes, tile_registers)
@@ -66,15 +66,6 @@ def tile_rows(op: DynamicOp, cfg: Config) -> int:
 def out_bytes(op: DynamicOp) -> int:
     """Bytes of one output: int32 window sums, else int8."""
     return 4 if op.largest.mode == "sum" else 1
-
-
-def pad_value(op: DynamicOp) -> int:
-    """What the padding holds: -128 for max (never wins), 0 for sums, x_zp for averages (onnxruntime's
-    count_include_pad=1 counts it as a real x_zp; the float form subtracts x_zp, so it adds 0), 0 for an
-    integer average over the real elements only."""
-    big: Pool2d = op.largest
-    avg = big.x_zp if big.count_include_pad or big.is_float else 0
-    return {"max": -128, "sum": 0, "avg": avg}[big.mode]
 
 
 def window_engine(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
@@ -290,7 +281,7 @@ def fixed_params(b: Scope, op: DynamicOp) -> None:
 def fixed_dma(b: Scope, op: DynamicOp) -> None:
     """The DMA parameters that do not depend on the shape."""
     _, pl, _, pr = op.largest.padding
-    for p, v in (("elem", 1), ("pad_value", pad_value(op)), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
+    for p, v in (("elem", 1), ("pad_value", pool_fill(op.largest)), ("size3", 1), ("pad_lo3", 0), ("pad_hi3", 0),
                  ("pad_lo0", pl), ("pad_hi0", pr),
                  ("src_stride0", 1), ("dst_stride0", 1)):
         b.i("setpi", f"dma.{p}", v)
@@ -303,9 +294,8 @@ def fixed_vu(b: Scope, op: DynamicOp) -> None:
     for p, v in (("win_h", kh), ("win_w", kw), ("win_stride_w", 1), ("n3", 1), ("a_stride0", sw),
                  ("d_stride0", out_bytes(op)), ("b_stride0", 0), ("b_stride1", 0), ("b_stride2", 0)):
         b.i("setpi", f"vu.{p}", v)
-    if big.is_float:         # vu.pool.favg: sum(sx * (x - x_zp)) / count / sy + zp_out, as onnxruntime
-        for p, v in (("za", big.x_zp), ("fscale", f32_bits(big.scale_x)), ("fscale_b", f32_bits(big.scale_out)),
-                     ("zp_out", big.zp_out), ("lo", -128), ("hi", 127)):
+    if big.is_float:
+        for p, v in favg_scalars(big).items():
             b.i("setpi", f"vu.{p}", v)
 
 
@@ -460,7 +450,7 @@ def once_counts(b: Scope, r: TileRegs, s: PoolSems, op: DynamicOp, p: Plan) -> N
     b.i("la", t[0], b.label("pool_ones"))
     b.i("li", t[1], p.ones_at)
     b.i("dma", b.ch(3), Mem("vbuf0", t[1]), Mem("ddr", t[0]), signal=s.const)
-    b.i("setpi", "dma.pad_value", pad_value(op))
+    b.i("setpi", "dma.pad_value", pool_fill(op.largest))
     b.i("slli", t[2], r.ow, 2)
     b.i("muli", t[0], r.wp, sh)
     for k, v in (("n0", r.ow), ("n1", r.oh), ("n2", 1), ("d_stride0", 4), ("d_stride1", t[2]), ("a_stride1", t[0]),
@@ -571,7 +561,7 @@ def load_tile(b: Scope, r: TileRegs, s: PoolSems, op: DynamicOp, io: TileIO, t: 
         b.i("la", r.t[0], b.label("pool_ones"))
         b.i("dma", b.ch(0), Mem("vbuf0", r.t[11]), Mem("ddr", r.t[0]))
         b.setp("dma.src_stride1", r.w)
-        b.i("setpi", "dma.pad_value", pad_value(op))
+        b.i("setpi", "dma.pad_value", pool_fill(op.largest))
     b.setp("dma.size2", chans)
     b.i("setpi", "dma.pad_lo2", 0)
     b.i("setpi", "dma.pad_hi2", 0)
