@@ -87,41 +87,32 @@ def window_engine(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     return "slide" if slide < pool else "pool"
 
 
-def _stages(op: DynamicOp, cfg: Config, engine: str, rows: int, w: int) -> tuple[int, int, int]:
-    """(load, VU, store) cycles of a tile of `rows` output rows at input width w, each on its own."""
+def _stages(op: DynamicOp, cfg: Config, rows: int, w: int) -> tuple[int, int, int]:
+    """(load, VU, store) cycles of a max pool's tile of `rows` output rows at input width w, each on its own."""
     big: Pool2d = op.largest
     c = big.x_shape[1]
     (kh, kw), (sh, sw), (_, pl, _, pr) = big.kernel, big.stride, big.padding
     ow = window_out(w, pl + pr - kw, sw)
-    rin, d = (rows - 1) * sh + kh, out_bytes(op)
     ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
-    ones = rin * w if per_position(op) else 0
-    load = dma_cycles(c * rin * w + ones, *ddr, *vbuf)
-    b = 0 if big.mode in ("max", "sum") else 4
-    if engine == "slide":
-        vu = vu_slide_cycles(ow, rows, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float,
-                             cfg.vu_bytes_per_cycle, cfg.vu_latency)
-    else:
-        vu = vu_pool_cycles(c * rows * ow, kh * kw, d, 1, b, cfg.vu_bytes_per_cycle, cfg.vu_latency)
-    if per_position(op):
-        vu += vu_pool_cycles(rows * ow, kh * kw, 4, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
-    return load, vu, dma_cycles(c * rows * ow * d, *vbuf, *ddr)
+    load = dma_cycles(c * ((rows - 1) * sh + kh) * w, *ddr, *vbuf)
+    vu = vu_pool_cycles(c * rows * ow, kh * kw, 1, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    return load, vu, dma_cycles(c * rows * ow, *vbuf, *ddr)
 
 
-def price(op: DynamicOp, cfg: Config, engine: str, th: int, oh: int, w: int) -> int:
-    """Predicted cycles of one image of oh output rows at width w in tiles of th rows: the first tile's
-    load, then per further tile the busiest of its load channel, the VU, its store channel, the DDR port
-    (loads and stores share it), the CU and the two-set ring (half of a tile's load, pooling, store and
-    set-up), then the last tile's pooling and store."""
+def price(op: DynamicOp, cfg: Config, th: int, oh: int, w: int) -> int:
+    """Predicted cycles of one image of a max pool of oh output rows at width w in tiles of th rows: the
+    first tile's load, then per further tile the busiest of its load channel, the VU, its store channel, the
+    DDR port (loads and stores share it), the CU and the two-set ring (half of a tile's load, pooling, store
+    and set-up), then the last tile's pooling and store."""
     k, last = -(-oh // th), oh - (-(-oh // th) - 1) * th
-    full, rest = _stages(op, cfg, engine, th, w), _stages(op, cfg, engine, last, w)
+    full, rest = _stages(op, cfg, th, w), _stages(op, cfg, last, w)
     port = full[0] + full[2]
     ring = (sum(full) + CU_TILE + 1) // 2       # two sets: tile k+2's load follows tile k's store
     step = max(full[0], full[1], full[2], port, ring, CU_TILE)
     return CU_TILE + full[0] + (k - 1) * step + rest[1] + rest[2]
 
 
-def rows_table(op: DynamicOp, cfg: Config, engine: str, th_max: int) -> tuple[int, list[int]] | None:
+def rows_table(op: DynamicOp, cfg: Config, th_max: int) -> tuple[int, list[int]] | None:
     """(first input height, rows per tile for each input height of the range), each the cheapest by
     `price` among th = ceil(oh / k), k = 1..16, at the width on the range's diagonal (w from its low to its
     high end as h goes); None for a summing pool or a range of more than MAX_TABLE heights.  The price
@@ -139,7 +130,7 @@ def rows_table(op: DynamicOp, cfg: Config, engine: str, th_max: int) -> tuple[in
         w = w_lo + (h - h_lo) * (w_hi - w_lo) // max(1, h_hi - h_lo)
         oh = window_out(h, pt + pb - kh, sh)
         options = sorted({min(th_max, -(-oh // k)) for k in range(1, min(oh, 16) + 1)})
-        table.append(min(options, key=lambda th: price(op, cfg, engine, th, oh, w)))
+        table.append(min(options, key=lambda th: price(op, cfg, th, oh, w)))
     return h_lo, table
 
 
@@ -268,7 +259,7 @@ def plan(op: DynamicOp, cfg: Config) -> Plan:
     ones_at = div_at + 64
     counts_at = ones_at + once_bytes(op)[0] if group and per_position(op) else None
     tiles = Tiles(set_bytes(op, th, group), 0, div_at, engine, split_windows(op, engine), group, counts_at)
-    table = None if group else rows_table(op, cfg, engine, th)      # max pools; two tiles an image for the others
+    table = None if group else rows_table(op, cfg, th)      # max pools; two tiles an image for the others
     return Plan(th, group, sets, tiles, ones_at, table)
 
 

@@ -10,7 +10,7 @@ No row is computed twice and no halo read twice; sizes come from the
 argument block, th from a table by width (priced per step as the busier of
 NU and VU), the last rows are a clamp.
 
-Each op runs its one-op tile body (lowering/dynamic.py, dynamic_pool.py) with
+Each op runs its one-op tile body (lowering/dynamic.py, dynamic/pool.py) with
 its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
 tables and semaphores: the units work on several ops at once (a conv with
 few channels takes the full-tap fold, each tap loaded from the DM plane with
