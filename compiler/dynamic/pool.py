@@ -681,7 +681,8 @@ def split_avg(b: Scope, r: TileRegs, s: PoolSems, op: DynamicOp, avg: str, bufs:
     b.i("bge", n, fw, b.label("pool_whole"))
 
     def rect(first_row: Reg | None, rows: Reg, first_col: Reg | int, cols: Reg | int, signal: bool = False):
-        window_rect(b, r, (avg, sh, sw, bufs), first_row, rows, first_col, cols, {"signal": s.vu} if signal else {})
+        window_rect(b, r, avg, big.stride, bufs, (first_row, rows), (first_col, cols),
+                    {"signal": s.vu} if signal else {})
     b.comment("border bands on the counts: the rows above, the rows below")
     b.i("beq", top, ZERO, b.label("pool_top"))
     rect(None, top, 0, r.ow)
@@ -710,12 +711,13 @@ def split_avg(b: Scope, r: TileRegs, s: PoolSems, op: DynamicOp, avg: str, bufs:
     b.at(b.label("pool_done"))
 
 
-def window_rect(b: Scope, r: TileRegs, cmd: tuple, first_row: Reg | None, rows: Reg, first_col: Reg | int,
-                cols: Reg | int, signal: dict[str, Sem]) -> None:
-    """The average over `rows` output rows from first_row (None: the tile's first) x `cols` columns from
-    first_col, its b the counts (at r.t[5]) from the first output's on; cmd: (the average's mnemonic, the
-    strides, the tile's buffers)."""
-    avg, sh, sw, bufs = cmd
+def window_rect(b: Scope, r: TileRegs, avg: str, stride: tuple[int, int], bufs: _Bufs,
+                row_span: tuple[Reg | None, Reg], col_span: tuple[Reg | int, Reg | int],
+                signal: dict[str, Sem]) -> None:
+    """The average (mnemonic avg, windows `stride` apart) over the tile's output rows (first, count; first
+    None: the tile's first) x columns (first, count), its b the counts (at r.t[5]) from the first output's
+    on."""
+    (sh, sw), (first_row, rows), (first_col, cols) = stride, row_span, col_span
     b.setp("vu.n0", cols)
     b.setp("vu.n1", rows)
     off, d, a, bb = r.t[0], r.t[2], r.t[9], r.t[11]
