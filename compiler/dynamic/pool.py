@@ -46,6 +46,8 @@ SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where th
 MIN_GROUPS = 4           # a summing pool of this many channels or more: whole planes of about 1/4 of them a tile
 MAX_TABLE = 4096         # output heights a rows-per-tile table may span (a word each)
 CU_TILE = 85             # CU cycles of a tile's set-up (about 80 instructions: addresses, setp)
+
+
 def tile_rows(op: DynamicOp, cfg: Config) -> int:
     """The most output rows per tile whose two buffer sets fit VBUF at the largest shape."""
     big: Pool2d = op.largest
@@ -80,6 +82,8 @@ def window_engine(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     cols = slide_span(ow, sw, kw)
     if cols > SLIDE_MAX_COLS or kh * cols > SLIDE_LINE_BYTES:
         return "pool"
+    # not lowering.vu.default_pool_engine: that prices vu.pool.favg by its ISA timing (vu_cycles), this by
+    # vu_pool_cycles; the two choose differently for some float averages, whose programs would change
     d, b = out_bytes(op), 0 if big.mode == "sum" else 4
     bpc, lat = cfg.vu_bytes_per_cycle, cfg.vu_latency
     pool = vu_pool_cycles(c * th * ow, kh * kw, d, 1, b, bpc, lat)
@@ -95,6 +99,8 @@ def _stages(op: DynamicOp, cfg: Config, rows: int, w: int) -> tuple[int, int, in
     ow = window_out(w, pl + pr - kw, sw)
     ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
     load = dma_cycles(c * ((rows - 1) * sh + kh) * w, *ddr, *vbuf)
+    # vu_pool_cycles, not vu.pool.max's ISA timing (cost.vu_cycles: no output byte an output), nor cost's DDR
+    # bursts: on those the tables change, and with them benchmarks/dynamic.py's max pool programs
     vu = vu_pool_cycles(c * rows * ow, kh * kw, 1, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
     return load, vu, dma_cycles(c * rows * ow, *vbuf, *ddr)
 
@@ -188,7 +194,6 @@ def planes_group(op: DynamicOp, cfg: Config) -> int:
     fixed = 64 + sum(once_bytes(op))
     return next((g for g in range(-(-c // MIN_GROUPS), 0, -1)
                  if 2 * set_bytes(op, oh, g) + fixed <= cfg.vbuf_bytes and g * oh * big.out_hw[1] <= 1 << 24), 0)
-
 
 
 @dataclass(frozen=True)
