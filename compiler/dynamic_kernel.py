@@ -144,8 +144,8 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
         asm, files, rows = conv_program(op, config, rows_per_tile)
     elif isinstance(op.largest, Pool2d):
         from .dynamic.global_pool import global_pool_program, is_global
-        from .lowering.dynamic_pool import lower_pool
-        asm, files, rows = (global_pool_program if is_global(op) else lower_pool)(op, config)
+        from .dynamic.pool import pool_program
+        asm, files, rows = (global_pool_program if is_global(op) else pool_program)(op, config)
     elif isinstance(op.largest, Dense):
         from .dynamic.dense import program as dense_program
         asm, files, rows = dense_program(op, config)

@@ -10,7 +10,7 @@ No row is computed twice and no halo read twice; sizes come from the
 argument block, th from a table by width (priced per step as the busier of
 NU and VU), the last rows are a clamp.
 
-Each op runs its one-op tile body (dynamic/conv.py, dynamic_pool.py) with
+Each op runs its one-op tile body (dynamic/conv.py, dynamic/pool.py) with
 its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
 tables and semaphores: the units work on several ops at once (a conv with
 few channels takes the full-tap fold, each tap loaded from the DM plane with
@@ -25,25 +25,28 @@ step beside them.  docs/compiler.md, "Dynamic shapes".
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp
-from ..errors import CompileError
-from ..ops import Conv2d, Pool2d
+from ..dynamic import pool as pool_lowering
+from ..dynamic.asm import Instr, Line, Program, Scope
 from ..dynamic import conv as conv_lowering
 from ..dynamic.asm import semaphores
 from ..dynamic.common import TileIO as ScopeIO
 from ..dynamic.common import TileRegs, tile_registers
+from ..errors import CompileError
+from ..ops import Conv2d, Pool2d
 from ..dynamic.common import ddr_io as scope_ddr_io
 from ..dynamic.conv import TILE_OVERHEAD, Region
-from . import dynamic_pool as pool_lowering
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, RWP, Emit, TileIO, _size,
+from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, Emit, TileIO, _size,
                       axis_name, ddr_io, drain_and_halt, fold_channels, scope_data, scope_lines, target_notes)
 
 RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
+POOL_STORE = str(pool_lowering.pool_semaphores(Scope(Program()), run=False).store)   # a pool's store, as _sems renames
 T = [f"r{k}" for k in range(19, 31)]
 SEMS = {"conv": 7, "pool": 3}
 CONV_SEMS = conv_lowering.conv_semaphores(semaphores())     # a conv's, before the op's base is added
@@ -263,6 +266,27 @@ def _conv_tile(p: _Plan, k: int, g, weights_wait: bool):
     return build
 
 
+def _pool_tile(em: Emit, o: DynamicOp, io: TileIO, vset: tuple[int, int]) -> None:
+    """Pool op o's tile written by the builder (dynamic/pool.py), its lines added to em's: a bridge until
+    this module is built on the builder too (the registers and semaphores are the same numbers)."""
+    prog = Program()
+    b = Scope(prog)
+    r, s = tile_registers(b), pool_lowering.pool_semaphores(b, run=False)
+
+    def text(write: Callable) -> Callable:
+        def call(b: Scope, *regs) -> None:
+            em = Emit([])
+            write(em, *map(str, regs))
+            prog.text.extend(Line(line) for line in em.L)
+        return call
+    _, pl, _, pr = o.largest.padding
+    b.i("addi", r.wp, r.w, pl + pr)
+    pool_lowering.fixed_params(b, o)
+    pool_lowering.tile_body(b, r, s, o, ScopeIO(text(io.src), text(io.dst), io.src_space, io.dst_space),
+                            pool_lowering.Tiles(vset[1], vset[0]))
+    em.L += [item.text() if isinstance(item, Instr) else item.text for item in prog.text]
+
+
 def program_text(p: _Plan) -> str:
     """The assembly of the fused chain."""
     ops, cfg = p.ops, p.cfg
@@ -311,7 +335,7 @@ def program_text(p: _Plan) -> str:
     i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
     i(f"li      {RB}, 0")
     i(f"li      {RPEND}, 0")
-    last_store = _sems(str(CONV_SEMS.store) if p.K - 1 in p.geo else pool_lowering.S_STORE, p.sem_base[-1])
+    last_store = _sems(str(CONV_SEMS.store) if p.K - 1 in p.geo else POOL_STORE, p.sem_base[-1])
     e("batch:")
     i(f"li      {RF0}, 0")
     e("step:")
@@ -349,7 +373,7 @@ def program_text(p: _Plan) -> str:
             sub.e("        ; its buffers of two steps ago are reused: wait for that store")
             sub.i(f"li      {T[0]}, 2")
             sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
-            sub.i(f"sem.wait {CONV_SEMS.store if k in p.geo else pool_lowering.S_STORE}")
+            sub.i(f"sem.wait {CONV_SEMS.store if k in p.geo else POOL_STORE}")
             sub.i(f"addi    {RPEND}, {RPEND}, -1")
             sub.e(f"F{k}_free:")
         io = _io(p, k)
@@ -365,11 +389,8 @@ def program_text(p: _Plan) -> str:
                 sub.i("li      r1, 0")
             store = str(CONV_SEMS.store)
         else:
-            big = o.largest
-            sub.i(f"addi    {RWP}, {RW}, {big.padding[1] + big.padding[3]}")
-            pool_lowering.fixed_params(sub, o)
-            pool_lowering.tile_body(sub, o, io, p.vset[k][1], p.vset[k][0])
-            store = pool_lowering.S_STORE
+            _pool_tile(sub, o, io, p.vset[k])
+            store = POOL_STORE
         if k == p.K - 1:
             sub.i(f"addi    {RPEND}, {RPEND}, 1")
         sub.e(f"F{k}_skip:")

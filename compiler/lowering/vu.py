@@ -438,6 +438,19 @@ def default_pool_engine(op: Pool2d, cfg: Config, tile: tuple[int, int] | None = 
     return PoolLowering(op, x, x, cfg, "L", tile).engine
 
 
+def pool_fill(op: Pool2d) -> int:
+    """What a pool's padding holds in its input tiles: -128 for max (never wins), 0 for sums, x_zp for an
+    average that counts it (onnxruntime's count_include_pad=1 counts it as a real x_zp; the float form
+    subtracts x_zp, so it adds 0), 0 for an integer average over the real elements only."""
+    return {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
+
+
+def favg_scalars(op: Pool2d) -> dict[str, int]:
+    """vu.pool.favg's scalars: sum(sx * (x - x_zp)) / count / sy + zp_out, clamped to int8, as onnxruntime."""
+    return {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out), "zp_out": op.zp_out,
+            "lo": -128, "hi": 127}
+
+
 class PoolLowering:
     """max / sum / avg pooling over tiles of channels x output rows (or a Part: every count-th tile).
 
@@ -612,10 +625,9 @@ class PoolLowering:
             return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win, unit=self.vu,
                       comment=f"{self.name}: window max")
         if mnemonic.endswith(".favg"):
-            sc = {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out),
-                  "zp_out": op.zp_out, "lo": -128, "hi": 127}
             return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
-                      **win, scalars=sc, unit=self.vu, comment=f"{self.name}: float32 window average{engine}")
+                      **win, scalars=favg_scalars(op), unit=self.vu,
+                      comment=f"{self.name}: float32 window average{engine}")
         if mnemonic.endswith(".avg"):
             return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
                       **win, unit=self.vu, comment=f"{self.name}: window average{engine}")
@@ -684,7 +696,7 @@ class PoolLowering:
         plo = min(ih, max(0, -start))
         phi = min(ih - plo, max(0, start + ih - h))
         row0 = max(0, min(start, h - 1))
-        fill = {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
+        fill = pool_fill(op)
         for ca, k, nblk, off, bs, (xn, xc, xh, xw) in _runs(op.x_shape, "rows" if self.rows else op.x_layout,
                                                               c0, c0 + cc):
             s.loads.append(ddr_order(Dma(self.ch + CH_A, Ref(inp, (ca - c0) * ih * iw),
