@@ -22,7 +22,7 @@ from nnpsim.config import Config
 from . import schedule as sm
 from .errors import CompileError
 from .lowering import fusion, vu
-from .lowering.nu import ConvTiling, NuPlan
+from .lowering.conv_plan import ConvTiling, NuPlan
 from .lowering.tiling import conv_candidates
 from .structure import tiling_key
 

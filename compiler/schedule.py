@@ -51,8 +51,8 @@ from .errors import CompileError
 from .ops import Conv2d, Dense, Op, Pool2d
 from .lowering import fusion
 from .lowering.layout import bias_blocks, conv_view, fold_taps
-from .lowering.nu import (DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, fits, plan, psum_on_nu,
-                          requantises_on_nu)
+from .lowering.conv_plan import DEPTHS, ConvTiling, buffer_needs, chunks, fits, psum_on_nu, requantises_on_nu
+from .lowering.nu import NuLowering, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engines
@@ -244,7 +244,7 @@ class Block:
                 _fail(f"{where}: {tensor!r} is not cached in {scope}: call cache_"
                       f"{'write' if tensor == 'y' else 'read'}({tensor!r}, {scope!r}, name)")
         for name, c in self.caches.items():
-            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (nu.role_depths)
+            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (conv_plan.role_depths)
             psum = c.role == "acc" and self.intrinsics.get("requant") == "nu.conv.acc.rq"
             least = 1 if name in self.at_root or psum else MIN_DEPTH[self.kind][c.role]
             if self.depths.get(name, 1) < least:
@@ -788,7 +788,7 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
     if t.drain == "vu":
         s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
-    elif psum_on_nu(p, t):          # the partial sums: one slot (nu.role_depths)
+    elif psum_on_nu(p, t):          # the partial sums: one slot (conv_plan.role_depths)
         s.cache_write("y", "abuf", "acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:

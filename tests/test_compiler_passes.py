@@ -9,7 +9,8 @@ import nnpasm
 from compiler import ops
 from compiler.errors import CompileError
 from compiler.ir import Buffer, Dma, KernelIR, Ref, Vu
-from compiler.lowering.nu import buffer_needs, plan
+from compiler.lowering.conv_plan import buffer_needs
+from compiler.lowering.nu import plan
 from compiler.passes import alloc, emit
 from compiler.sizes import capacities
 from compiler.lowering.fusion import compose_clamp

@@ -221,7 +221,8 @@ def test_bands_cover_each_consumer_tiles_window():
 
 
 def _choice(op):
-    from compiler.lowering.nu import ConvTiling, plan
+    from compiler.lowering.conv_plan import ConvTiling
+    from compiler.lowering.nu import plan
     from compiler.lowering.layout import conv_view
     cfg = Config()
     return fusion.NuChoice(plan(conv_view(op), cfg), ConvTiling(4, 4, 1, 1, resident=True))

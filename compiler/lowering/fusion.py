@@ -30,7 +30,8 @@ from ..quant import f32_bits
 from ..semantics import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
-from .nu import ConvTiling, NuLowering, NuPlan, Residual
+from .conv_plan import ConvTiling, NuPlan
+from .nu import NuLowering, Residual
 from .units import SplitLowering, parts
 from .vu import ElementwiseLowering, PoolLowering, row_walk
 
@@ -126,7 +127,7 @@ class NuChoice:
 
     plan: the op's NuPlan (weights stored by the schedule's layout); tiling: tile sizes, weights
     resident or streamed, bias mode; split: "spatial" or "channel" tiles dealt over `units` NUs
-    (None: one NU); roles and depths: the names and slots of its buffers (nu.ROLES, nu.DEPTHS).
+    (None: one NU); roles and depths: the names and slots of its buffers (conv_plan.ROLES, conv_plan.DEPTHS).
     """
 
     plan: NuPlan

@@ -28,7 +28,8 @@ from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Elementwise
 from .double_buffer import Step
 from .fusion import NuChoice, nu_note, row_strides, segments, sites
-from .nu import ConvTiling, NuLowering, NuPlan, chunks, input_extent
+from .conv_plan import ConvTiling, NuPlan, chunks, input_extent
+from .nu import NuLowering
 
 
 @dataclass
