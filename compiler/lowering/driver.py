@@ -1,4 +1,4 @@
-"""Fusion: fold a chain of ops into one kernel and lower it to a KernelIR.
+"""The lowering driver: a chain of ops cut into kernels (segments), each lowered as its schedule says (lower).
 
 A conv2d or dense absorbs the ops after it that act on its int8 output
 elementwise: relu and clip narrow its output clamp (clip after clip is one
