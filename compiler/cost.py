@@ -8,7 +8,11 @@ charges each tile the busiest resource's time, adds the first tile's loads
 and the last tile's epilogue (nothing overlaps them), and a per-command CU
 issue cost.  schedule_cycles, the exact one (a kernel's predicted cycles):
 the synchronised body replayed as the simulator's engine runs it, without
-the data.
+the data.  conv_cycles, vector_cycles and transfer_cycles price one NU, VU
+or DMA command from its plain sizes, for a caller without a Command.
+
+It sits above compiler.passes (passes.emit's Emitter counts the CU's
+instructions) and below the lowering and the schedule, which price with it.
 """
 from __future__ import annotations
 
@@ -77,9 +81,14 @@ def _stream_bytes(nbytes: int, src_bursts: int, dst_bursts: int) -> int:
 
 def dma_cycles(cmd: Dma, cfg: Config, nbytes: int | None = None) -> int:
     """Cycles of a DMA that shares no port (nbytes: its stream_bytes, if the caller has them)."""
-    return _dma_cycles(stream_bytes(cmd, cfg) if nbytes is None else nbytes,
-                       *timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space]),
-                       *timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space]))
+    return transfer_cycles(stream_bytes(cmd, cfg) if nbytes is None else nbytes, cmd.src.buf.space,
+                           cmd.dst.buf.space, cfg)
+
+
+def transfer_cycles(nbytes: int, src_space: str, dst_space: str, cfg: Config) -> int:
+    """Cycles of a transfer of nbytes streamed bytes from one memory space to another, sharing no port."""
+    return _dma_cycles(nbytes, *timing.memory_port(cfg, SPACE_ID[src_space]),
+                       *timing.memory_port(cfg, SPACE_ID[dst_space]))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -92,6 +101,11 @@ def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     p = cmd.params
     return _nu_cycles(cmd.depthwise, 1 if cmd.depthwise else p["out_cb"], p["in_cb"], p["k_h"], p["k_w"],
                       p["out_h"], p["out_w"], cfg.nu_rows, cfg.nu_latency)
+
+
+def conv_cycles(depthwise: bool, out_cb: int, in_cb: int, kh: int, kw: int, oh: int, ow: int, cfg: Config) -> int:
+    """Cycles of one nu.conv (out_cb output blocks) or nu.dwconv (in_cb blocks; out_cb unused) command."""
+    return _nu_cycles(depthwise, 1 if depthwise else out_cb, in_cb, kh, kw, oh, ow, cfg.nu_rows, cfg.nu_latency)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -110,6 +124,11 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
         return vu_slide_cycles(cmd, cfg)
     return _vu_cycles(cmd.mnemonic, cmd.a_type, cmd.d_type, n[0] * n[1] * n[2] * n[3], cmd.win[0] * cmd.win[1],
                       cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+def vector_cycles(mnemonic: str, a_type: str, d_type: str, n_out: int, window: int, cfg: Config) -> int:
+    """Cycles of a VU command (not vu.slide.*) of n_out outputs over a window of `window` elements."""
+    return _vu_cycles(mnemonic, a_type, d_type, n_out, window, cfg.vu_bytes_per_cycle, cfg.vu_latency)
 
 
 def vu_slide_cycles(cmd: Vu, cfg: Config) -> int:

@@ -139,9 +139,14 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
 
 
 def requantises_on_nu(p: NuPlan) -> bool:
-    """Can the NU's output stage (nu.conv.rq, nu.conv.acc.rq) finish this conv: not depthwise, with a
-    requantisation.  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
-    return not p.depthwise and (p.view.scale is not None or p.view.multiplier is not None)
+    """Can the NU's output stage (nu.conv.rq, nu.conv.acc.rq) finish this conv (output_stage_fits)?"""
+    return output_stage_fits(p.view, p.depthwise)
+
+
+def output_stage_fits(view: ConvView, depthwise: bool) -> bool:
+    """Can the NU's output stage requantise a conv: not on nu.dwconv, with a requantisation.  (A residual
+    add still runs on the VU, on the int8 result in VBUF.)"""
+    return not depthwise and (view.scale is not None or view.multiplier is not None)
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:

@@ -286,9 +286,14 @@ def vu_tile(op: Op, cfg: Config) -> int | tuple[int, int]:
     return ElementwiseLowering(op, [x, x], x, cfg, "L").budget
 
 
+def stays_in_dm(nbytes: int, cfg: Config) -> bool:
+    """Does an intermediate of nbytes stay on chip between two kernels: at most half of DM?"""
+    return nbytes <= cfg.dm_bytes // 2
+
+
 def _intermediate(k: int, tensor, cfg: Config) -> tuple[Buffer, str]:
-    """Where the output of segment k lives: DM when it fits in half of it, else DDR scratch."""
-    if tensor.nbytes <= cfg.dm_bytes // 2:
+    """Where the output of segment k lives: DM when it fits in half of it (stays_in_dm), else DDR scratch."""
+    if stays_in_dm(tensor.nbytes, cfg):
         return (Buffer(f"t{k}", "dm", tensor.nbytes, 64),
                 f"intermediate t{k} ({tensor.dtype} {tensor.shape}) stays on chip in DM")
     return (Buffer(f"t{k}", "ddr", tensor.nbytes, dtype=tensor.dtype, shape=tensor.shape),

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 from nnpsim.config import Config
 
-import numpy as np
-
 from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
 from ..errors import CompileError
 from ..quant import f32_bits
@@ -31,7 +29,7 @@ from .conv_plan import (DEPTHS, ROLES, ConvTiling, NuPlan, block_hull, buffer_ne
                         tap_stage_bytes)
 from .double_buffer import Slots, Step
 from .layout import (ConvView, act_strides, block_at, block_stride, ddr_order, layout_block,
-                     bias_blocks, bias_table, fscale_table, nu_weights, requant_table)
+                     bias_blocks, bias_table, ms_table, nu_weights, rq_table)
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
 from .units import Part
@@ -72,19 +70,6 @@ def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
          else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec))
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
                   view.weight.shape[2], view.weight.shape[3], dw)
-
-
-def rq_table(p: NuPlan) -> np.ndarray:
-    """int32 [n_ob * cols, 3]: nu.conv.rq's (bias, M, S) per channel, padding lanes (0, 1, 0); with a
-    float scale (rq_float) (bias, scale bits, 0), padding lanes scaled by 1.0."""
-    v = p.view
-    t = np.zeros((p.n_ob * p.cols, 3), dtype=np.int32)
-    t[:, 0] = bias_table(v.bias, p.n_ob, p.cols)
-    if v.scale is not None:
-        t[:, 1] = fscale_table(v.scale, p.n_ob, p.cols)
-    else:
-        t[:, 1:] = requant_table(v.multiplier, v.shift, p.n_ob, p.cols)
-    return t
 
 
 class NuLowering:
@@ -172,14 +157,11 @@ class NuLowering:
                             layout=w_layout, data=p.w.blocks)
         self.bias_ddr = Buffer(f"{name}_bias", "ddr", p.n_ob * cols * 4, dtype="int32",
                                shape=(p.n_ob * cols,), data=bias_table(v.bias, p.n_ob, cols))
-        if v.scale is not None:
-            self.ms_ddr = Buffer(f"{name}_fs", "ddr", p.n_ob * cols * 4, dtype="int32", shape=(p.n_ob * cols,),
-                                 data=fscale_table(v.scale, p.n_ob, cols))
-        else:
-            self.ms_ddr = Buffer(f"{name}_ms", "ddr", p.n_ob * cols * 8, dtype="int32", shape=(p.n_ob * cols, 2),
-                                 data=requant_table(v.multiplier, v.shift, p.n_ob, cols))
+        ms = ms_table(v.multiplier, v.shift, v.scale, p.n_ob, cols)
+        self.ms_ddr = Buffer(f"{name}_{'fs' if v.scale is not None else 'ms'}", "ddr", ms.nbytes, dtype="int32",
+                             shape=ms.shape, data=ms)
         if t.drain == "nu":
-            table = rq_table(p)
+            table = rq_table(v.bias, v.multiplier, v.shift, v.scale, p.n_ob, cols)
             self.rq_ddr = Buffer(f"{name}_rq", "ddr", table.nbytes, dtype="int32", shape=table.shape, data=table)
         if t.bias == "nu":
             lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)

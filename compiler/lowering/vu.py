@@ -178,6 +178,13 @@ def row_tile(op: Elementwise | Pool2d, cfg: Config) -> int | tuple[int, int]:
     return max(1, min(default, c * w * -(-h // ROW_TILES)))
 
 
+def channel_table(op: Elementwise) -> np.ndarray:
+    """A per-channel requantize's table as vu.requant.pc / .fpc read it: int32 (M, S) pairs, or float32 scale bits."""
+    if op.scale is not None:
+        return f32_table(op.scale)
+    return np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32)
+
+
 class ElementwiseLowering:
     """add / mul / clip / requantize over VBUF tiles (or a Part of them: every count-th tile).
 
@@ -221,10 +228,7 @@ class ElementwiseLowering:
         self.b_vbuf = Buffer(f"{self.name}_b_vbuf", "vbuf", b_values, unit=self.vu) if self.bcast else None
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
-            if op.scale is not None:
-                t, tname = f32_table(op.scale), f"{name}_fs"
-            else:
-                t, tname = np.stack([np.asarray(op.ma), np.asarray(op.shift)], axis=1).astype(np.int32), f"{name}_ms"
+            t, tname = channel_table(op), f"{name}_{'fs' if op.scale is not None else 'ms'}"
             self.table_ddr = (shared.table_ddr if shared is not None else
                               Buffer(tname, "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
             self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
