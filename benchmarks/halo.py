@@ -20,7 +20,7 @@ import numpy as np
 
 import compiler
 from compiler import kernel, ops, pipelining
-from compiler.lowering import fusion, ring
+from compiler.lowering import driver, ring
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config, load_config
 
@@ -78,7 +78,7 @@ def variant(chain, sched, cfg: Config, choice: pipelining.Choice, ring_family: b
         kir.body = pipelining.ring_body(rk, ahead)
     else:
         lag = next(lag for lag in (None,) + pipelining.LAGS if pipelining.variant_name(lag) == name)
-        kir, steps = fusion.lower(sched, cfg)
+        kir, steps = driver.lower(sched, cfg)
         kir.body = pipelining.body(steps, lag)
     predicted, usage, report = kernel.schedule(kir, cfg)
     return name, kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)

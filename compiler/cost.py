@@ -8,7 +8,11 @@ charges each tile the busiest resource's time, adds the first tile's loads
 and the last tile's epilogue (nothing overlaps them), and a per-command CU
 issue cost.  schedule_cycles, the exact one (a kernel's predicted cycles):
 the synchronised body replayed as the simulator's engine runs it, without
-the data.
+the data.  conv_cycles, vector_cycles and transfer_cycles price one NU, VU
+or DMA command from its plain sizes, for a caller without a Command.
+
+It sits above compiler.passes (passes.emit's Emitter counts the CU's
+instructions) and below the lowering and the schedule, which price with it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from nnpsim.config import Config
 from nnpsim.semantics import SEMANTICS, element_bytes
 
 from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, LoopRef, NuConv, Ref, Vu
+from .passes.emit import Emitter
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
 
@@ -76,9 +81,14 @@ def _stream_bytes(nbytes: int, src_bursts: int, dst_bursts: int) -> int:
 
 def dma_cycles(cmd: Dma, cfg: Config, nbytes: int | None = None) -> int:
     """Cycles of a DMA that shares no port (nbytes: its stream_bytes, if the caller has them)."""
-    return _dma_cycles(stream_bytes(cmd, cfg) if nbytes is None else nbytes,
-                       *timing.memory_port(cfg, SPACE_ID[cmd.src.buf.space]),
-                       *timing.memory_port(cfg, SPACE_ID[cmd.dst.buf.space]))
+    return transfer_cycles(stream_bytes(cmd, cfg) if nbytes is None else nbytes, cmd.src.buf.space,
+                           cmd.dst.buf.space, cfg)
+
+
+def transfer_cycles(nbytes: int, src_space: str, dst_space: str, cfg: Config) -> int:
+    """Cycles of a transfer of nbytes streamed bytes from one memory space to another, sharing no port."""
+    return _dma_cycles(nbytes, *timing.memory_port(cfg, SPACE_ID[src_space]),
+                       *timing.memory_port(cfg, SPACE_ID[dst_space]))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -91,6 +101,11 @@ def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     p = cmd.params
     return _nu_cycles(cmd.depthwise, 1 if cmd.depthwise else p["out_cb"], p["in_cb"], p["k_h"], p["k_w"],
                       p["out_h"], p["out_w"], cfg.nu_rows, cfg.nu_latency)
+
+
+def conv_cycles(depthwise: bool, out_cb: int, in_cb: int, kh: int, kw: int, oh: int, ow: int, cfg: Config) -> int:
+    """Cycles of one nu.conv (out_cb output blocks) or nu.dwconv (in_cb blocks; out_cb unused) command."""
+    return _nu_cycles(depthwise, 1 if depthwise else out_cb, in_cb, kh, kw, oh, ow, cfg.nu_rows, cfg.nu_latency)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -109,6 +124,11 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
         return vu_slide_cycles(cmd, cfg)
     return _vu_cycles(cmd.mnemonic, cmd.a_type, cmd.d_type, n[0] * n[1] * n[2] * n[3], cmd.win[0] * cmd.win[1],
                       cfg.vu_bytes_per_cycle, cfg.vu_latency)
+
+
+def vector_cycles(mnemonic: str, a_type: str, d_type: str, n_out: int, window: int, cfg: Config) -> int:
+    """Cycles of a VU command (not vu.slide.*) of n_out outputs over a window of `window` elements."""
+    return _vu_cycles(mnemonic, a_type, d_type, n_out, window, cfg.vu_bytes_per_cycle, cfg.vu_latency)
 
 
 def vu_slide_cycles(cmd: Vu, cfg: Config) -> int:
@@ -240,8 +260,6 @@ def schedule_cycles(body: list, cfg: Config) -> int:
 def _cu_stream(body: list, cfg: Config):
     """(statement or None for CU-only instructions, CU instructions it takes, loop iteration) in issue
     order, loops expanded."""
-    from .passes.emit import Emitter
-
     em = Emitter()
     for stmt in body:
         if not isinstance(stmt, Loop):
@@ -272,6 +290,103 @@ class _Work:
     latency: int = 0
     nbytes: int = 0
     ports: tuple[tuple[str, int], ...] = ()
+
+
+class _Units:
+    """The units' side of the engine: each agent's queue, what it runs and until when, the semaphores."""
+
+    def __init__(self, n_agents: int, dma0: int, depth: int):
+        self.n_agents, self.dma0, self.depth = n_agents, dma0, depth
+        self.queues: list[deque] = [deque() for _ in range(n_agents)]
+        self.running: list[_Work | None] = [None] * n_agents
+        self.end = [0] * n_agents                 # an NU or VU command's end
+        self.stream_at = [0] * n_agents           # a DMA transfer's first streamed byte
+        self.left = [0] * n_agents                # bytes it has left to stream
+        self.rate = [0] * n_agents                # bytes per cycle from the last processed cycle on
+        self.sems: dict[int, int] = {}
+        self.busy: list[int] = []                 # agents running a command
+        self.waiting = 0                          # commands issued and not started
+        self.since = 0                            # the last cycle the units' phases ran
+
+    def complete(self, t: int) -> None:
+        """1. The transfers' progress since the last processed cycle; commands that end at t end,
+        signalling their semaphore."""
+        busy, rate, left, running, sems = self.busy, self.rate, self.left, self.running, self.sems
+        for a in busy:
+            if rate[a]:
+                left[a] -= rate[a] * (t - self.since)
+        self.since = t
+        dma0, stream_at, end = self.dma0, self.stream_at, self.end
+        done = [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= dma0 else end[a] == t)]
+        for a in done:
+            busy.remove(a)
+            s = running[a].signal
+            running[a] = None
+            rate[a] = 0
+            if s is not None:
+                sems[s] = sems.get(s, 0) + 1
+
+    def start(self, t: int) -> None:
+        """2. Idle agents, in agent order, start their queue's head once it holds a token it waits for."""
+        queues, running, sems, dma0 = self.queues, self.running, self.sems, self.dma0
+        for a in range(self.n_agents):
+            if running[a] is not None or not queues[a]:
+                continue
+            w = queues[a][0]
+            if w.wait is not None:
+                if not sems.get(w.wait):
+                    continue
+                sems[w.wait] -= 1
+            queues[a].popleft()
+            self.waiting -= 1
+            running[a] = w
+            self.busy.append(a)
+            if a >= dma0:
+                self.stream_at[a], self.left[a] = t + w.latency, w.nbytes
+            else:
+                self.end[a] = t + w.cycles
+
+    def next_event(self, t: int) -> float:
+        """3. The port shares of the transfers streaming at t, and the next cycle a unit ends or a
+        transfer begins streaming (inf: none)."""
+        busy, dma0, running, rate = self.busy, self.dma0, self.running, self.rate
+        stream_at, left = self.stream_at, self.left
+        streams = [a for a in busy if a >= dma0 and stream_at[a] <= t]
+        if streams:
+            count: dict[str, int] = {}
+            for a in streams:
+                for p, _ in running[a].ports:
+                    count[p] = count.get(p, 0) + 1
+            for a in streams:
+                rate[a] = min(_port_share(bw, count[p]) for p, bw in running[a].ports)
+        t_units = float("inf")
+        for a in busy:
+            if a < dma0:
+                e = self.end[a]
+            elif stream_at[a] > t:
+                e = stream_at[a]
+            else:
+                e = t + max(-(-left[a] // rate[a]), 1)
+            if e < t_units:
+                t_units = e
+        return t_units
+
+    def take(self, sem: int) -> bool:
+        """The CU's sem.wait: take a token of sem if there is one."""
+        if self.sems.get(sem):
+            self.sems[sem] -= 1
+            return True
+        return False
+
+    def issue(self, w: _Work) -> bool | None:
+        """The CU's issue of w: None when its queue is full, else whether it can start at once (a
+        sem.wait only takes tokens: the one queue that grew is the only new start)."""
+        q = self.queues[w.agent]
+        if len(q) >= self.depth:
+            return None
+        q.append(w)
+        self.waiting += 1
+        return self.running[w.agent] is None and (q[0].wait is None or bool(self.sems.get(q[0].wait)))
 
 
 class _Engine:
@@ -313,80 +428,24 @@ class _Engine:
     def run(self, stream) -> int:
         """Cycles from the first instruction to the cycle the engine stops (halted and drained)."""
         inf = float("inf")
-        n_agents, dma0, depth = len(self.agent), self.dma0, self.cfg.queue_depth
-        queues: list[deque] = [deque() for _ in range(n_agents)]
-        running: list[_Work | None] = [None] * n_agents
-        end = [0] * n_agents                 # an NU or VU command's end
-        stream_at = [0] * n_agents           # a DMA transfer's first streamed byte
-        left = [0] * n_agents                # bytes it has left to stream
-        rate = [0] * n_agents                # bytes per cycle from the last processed cycle on
-        sems: dict[int, int] = {}
-        busy: list[int] = []                 # agents running a command
-        waiting = 0                          # commands issued and not started
-
+        units = _Units(len(self.agent), self.dma0, self.cfg.queue_depth)
         items = iter(stream)
         pending, pending_v, cu_at = self._next_sync(items, 0)      # pending None: the final halt
         stalled = halted = False
-        t = since = 0
+        t = 0
         t_units = inf                        # the next cycle a unit ends or a transfer begins streaming
         startable = False                    # an idle unit's head command can start (its token exists)
         while True:
             # the units' phases, at cycles where they can change anything (else only the CU acts)
             if t >= t_units or startable:
-                for a in busy:
-                    if rate[a]:
-                        left[a] -= rate[a] * (t - since)
-                since = t
-                # 1. completions
-                done = [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= dma0 else end[a] == t)]
-                for a in done:
-                    busy.remove(a)
-                    s = running[a].signal
-                    running[a] = None
-                    rate[a] = 0
-                    if s is not None:
-                        sems[s] = sems.get(s, 0) + 1
-                if halted and not busy and not waiting:
+                units.complete(t)
+                if halted and not units.busy and not units.waiting:
                     return t
-                # 2. starts, in agent order
-                if waiting:
-                    for a in range(n_agents):
-                        if running[a] is not None or not queues[a]:
-                            continue
-                        w = queues[a][0]
-                        if w.wait is not None:
-                            if not sems.get(w.wait):
-                                continue
-                            sems[w.wait] -= 1
-                        queues[a].popleft()
-                        waiting -= 1
-                        running[a] = w
-                        busy.append(a)
-                        if a >= dma0:
-                            stream_at[a], left[a] = t + w.latency, w.nbytes
-                        else:
-                            end[a] = t + w.cycles
-                # 3. port shares of the transfers streaming now, and the next unit event
-                streams = [a for a in busy if a >= dma0 and stream_at[a] <= t]
-                if streams:
-                    count: dict[str, int] = {}
-                    for a in streams:
-                        for p, _ in running[a].ports:
-                            count[p] = count.get(p, 0) + 1
-                    for a in streams:
-                        rate[a] = min(_port_share(bw, count[p]) for p, bw in running[a].ports)
-                t_units = inf
-                for a in busy:
-                    if a < dma0:
-                        e = end[a]
-                    elif stream_at[a] > t:
-                        e = stream_at[a]
-                    else:
-                        e = t + max(-(-left[a] // rate[a]), 1)
-                    if e < t_units:
-                        t_units = e
+                if units.waiting:
+                    units.start(t)
+                t_units = units.next_event(t)
                 startable = False            # every head that could start has started
-            elif halted and not busy and not waiting:
+            elif halted and not units.busy and not units.waiting:
                 return t
             # 4. the CU: its next issue, sem.wait or halt, once the instructions before it have run
             if not halted and (stalled or t >= cu_at):
@@ -394,21 +453,11 @@ class _Engine:
                 if pending is None:
                     halted, cu_at = True, t + 1
                 elif isinstance(pending, CuWait):
-                    if sems.get(pending.sem):
-                        sems[pending.sem] -= 1
-                    else:
-                        stalled = True
+                    stalled = not units.take(pending.sem)
                 else:
-                    w = self.work(pending, pending_v)
-                    q = queues[w.agent]
-                    if len(q) < depth:
-                        q.append(w)
-                        waiting += 1
-                        # a sem.wait only takes tokens: the one queue that grew is the only new start
-                        if running[w.agent] is None and (q[0].wait is None or sems.get(q[0].wait)):
-                            startable = True
-                    else:
-                        stalled = True                # retried at every cycle processed from now on
+                    queued = units.issue(self.work(pending, pending_v))
+                    stalled = queued is None          # retried at every cycle processed from now on
+                    startable = startable or bool(queued)
                 if not stalled and not halted:
                     pending, pending_v, cu_at = self._next_sync(items, t + 1)
             t_next = t + 1 if startable else t_units
@@ -432,7 +481,5 @@ class _Engine:
 
 def instructions(body: list) -> int:
     """CU instructions the emitter writes for a body (its program size, without the final halt)."""
-    from .passes.emit import Emitter
-
     em = Emitter()
     return sum(em.count(stmt) for stmt in body)

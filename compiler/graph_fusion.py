@@ -8,7 +8,7 @@ expand -> depthwise -> project + add).  Walking each chain, it prices the kernel
 so far extended by the next one against the two apart, with the compiler's cost
 model (cost.schedule_cycles of each best schedule, the same prices the layer table
 reports), and extends it only when the fused kernel is predicted faster.  Inside a
-fused kernel the intermediates stay on chip in DM (lowering.fusion); a chain whose
+fused kernel the intermediates stay on chip in DM (lowering.driver); a chain whose
 intermediate would not fit half of DM is fused only if it can recompute its halos
 instead (lowering.ring: the intermediate is a ring of row bands, far smaller), and
 its kernel then prefers a ring to a DDR scratch buffer (pipelining.choose).  Every decision is recorded

@@ -18,7 +18,7 @@ from .errors import CompileError
 from .ir import Dma, KernelIR
 from .ops import Op, check_inputs
 from . import schedule as sched_mod
-from .lowering import fusion, ring
+from .lowering import driver, ring
 from .lowering.layout import from_layout, io_layouts, to_layout
 from .passes import alloc, emit, loops, sync
 from .schedule import Schedule
@@ -132,7 +132,7 @@ def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True):
 
 def lowered(sched: Schedule, cfg: Config) -> KernelIR:
     """A schedule lowered and pipelined: the KernelIR before the passes."""
-    kir, steps = fusion.lower(sched, cfg)
+    kir, steps = driver.lower(sched, cfg)
     kir.body = pipelining.pipelined(kir, steps, cfg, _price, partial(ring.lower_ring, sched, cfg))
     return kir
 
@@ -265,9 +265,9 @@ def build(op, *more_ops: Op, config: Config | None = None, schedule: Schedule | 
         with fewer_collections():
             return build_network(op, cfg, fuse=fuse)
     ops = _check_ops((op,) + more_ops)
-    segs = fusion.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
+    segs = driver.segments(ops)                          # 1. segments: an NU op with its epilogue, or a VU op
     sched = choose(schedule, ops, cfg, segs)             # 2. schedule search: the best, or the given one checked
-    kir, steps = fusion.lower(sched, cfg)                # 3. lowering: each kernel's tiles as Steps
+    kir, steps = driver.lower(sched, cfg)                # 3. lowering: each kernel's tiles as Steps
     kir.body = pipelining.pipelined(kir, steps, cfg, _price, partial(ring.lower_ring, sched, cfg))   # 4. pipelining: tile k+1's loads first; a chain interleaved if cheaper
     fold_channels(kir, cfg)                              # 5. channel folding: logical DMA channels onto real ones
     usage = alloc.allocate(kir, cfg)                     # 6. allocation: on-chip addresses by lifetime

@@ -21,8 +21,8 @@ from nnpsim.config import Config
 
 from . import schedule as sm
 from .errors import CompileError
-from .lowering import fusion, vu
-from .lowering.nu import ConvTiling, NuPlan
+from .lowering import driver, vu
+from .lowering.conv_plan import ConvTiling, NuPlan
 from .lowering.tiling import conv_candidates
 from .structure import tiling_key
 
@@ -61,12 +61,12 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
     if (len(nu) < 2 and not rows) or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
         return None
     part = shared(cfg, len(base.blocks))
-    found = fusion.sites(base.ops, cfg)[0]
+    found = driver.sites(base.ops, cfg)[0]
     s, quick_s = base.fork(), 0.0
     for k, b in enumerate(s.blocks):
         if b.kind != "nu":
             try:
-                tile = vu.row_tile(fusion.fold_clamps(b.seg), part) if k in rows else None
+                tile = vu.row_tile(driver.fold_clamps(b.seg), part) if k in rows else None
             except CompileError:      # not one row of its share
                 return None
             sm._vu_steps(s, s.blocks[k], tile)
@@ -94,5 +94,5 @@ def row_by_row(base: "sm.Schedule", cfg: Config, than: "sm.Schedule | None" = No
 
 def vu_rows(s: "sm.Schedule") -> set[int]:
     """The VU blocks of a chain that read a conv's intermediate row by row (they walk rows outermost)."""
-    found = fusion.sites(s.ops, s.config)[0]
+    found = driver.sites(s.ops, s.config)[0]
     return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and site.in_rows}

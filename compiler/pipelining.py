@@ -1,6 +1,6 @@
 """Tile-level pipelining inside a fused kernel: the kernels of a chain interleaved tile by tile.
 
-lowering.fusion gives each kernel of a chain (L0, L1 ...) its tiles as Steps, and
+lowering.driver gives each kernel of a chain (L0, L1 ...) its tiles as Steps, and
 the intermediate between two kernels stays in DM.  One after another, kernel k+1
 starts only when the whole intermediate is complete, and each kernel fills and
 drains its own double-buffering pipeline.  Interleaved, the Steps of every kernel
@@ -9,7 +9,7 @@ pipeline: a consumer tile is placed as soon as the producer tiles that write the
 rows it reads (their footprints in the intermediate overlap its loads) are issued
 `lag` tiles ahead of it, so the NU, VU and DMA work of different layers overlaps
 and the fill and drain of one layer hide behind the other's tiles.  Intermediates
-a producer stores row by row (lowering.fusion keeps them in DM as (n, h, c, w):
+a producer stores row by row (lowering.driver keeps them in DM as (n, h, c, w):
 a row tile is one contiguous range) gate consumer tiles by rows; any other
 intermediate is written whole before it is read, as before.  A conv's consumer
 may be a conv, or a pool or elementwise op whose VU lowering then walks rows

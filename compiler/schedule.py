@@ -49,10 +49,10 @@ from . import cost
 from .cost import SPACE_ID
 from .errors import CompileError
 from .ops import Conv2d, Dense, Op, Pool2d
-from .lowering import fusion
+from .lowering import driver
 from .lowering.layout import bias_blocks, conv_view, fold_taps
-from .lowering.nu import (DEPTHS, ConvTiling, NuLowering, buffer_needs, chunks, fits, plan, psum_on_nu,
-                          requantises_on_nu)
+from .lowering.conv_plan import DEPTHS, ConvTiling, buffer_needs, chunks, fits, psum_on_nu, requantises_on_nu
+from .lowering.nu import NuLowering, plan
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
 from .lowering.vu import _ncr, default_pool_engine, elementwise_tiles, pool_engines
@@ -167,7 +167,7 @@ class Block:
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
-        op = fusion.fold_clamps(self.seg)
+        op = driver.fold_clamps(self.seg)
         if isinstance(op, Pool2d):
             out = {"pool": pool_engines(op)}
             if op.mode == "avg" and op.is_float and op.is_global:
@@ -195,7 +195,7 @@ class Block:
             return self._extent(loop)
         axis = loop[:-2]
         if self.kind == "elementwise":
-            return len(elementwise_tiles(fusion.fold_clamps(self.seg), self.factors[axis])) // self.extents["n"]
+            return len(elementwise_tiles(driver.fold_clamps(self.seg), self.factors[axis])) // self.extents["n"]
         return -(-self._extent(axis) // self.factors[axis])
 
     def _extent(self, axis: str) -> int:
@@ -244,7 +244,7 @@ class Block:
                 _fail(f"{where}: {tensor!r} is not cached in {scope}: call cache_"
                       f"{'write' if tensor == 'y' else 'read'}({tensor!r}, {scope!r}, name)")
         for name, c in self.caches.items():
-            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (nu.role_depths)
+            # nu.conv.acc.rq's partial sums: only the NU touches them, in order (conv_plan.role_depths)
             psum = c.role == "acc" and self.intrinsics.get("requant") == "nu.conv.acc.rq"
             least = 1 if name in self.at_root or psum else MIN_DEPTH[self.kind][c.role]
             if self.depths.get(name, 1) < least:
@@ -303,7 +303,7 @@ class Block:
         return {c.role: self.depths.get(n, 1) for n, c in self.caches.items() if n not in self.at_root}
 
     def choice(self, cfg: Config):
-        """The decisions as the lowering takes them (fusion.NuChoice / fusion.VuChoice)."""
+        """The decisions as the lowering takes them (driver.NuChoice / driver.VuChoice)."""
         self.check(cfg)
         roles = {c.role: n for n, c in self.caches.items()}
         if self.kind == "nu":
@@ -316,15 +316,15 @@ class Block:
             if self.parallel:
                 loop, units = self.parallel
                 by = "channel" if loop == "oc.o" else "spatial"
-            return fusion.NuChoice(p, self.tiling(), self.ctx["residual"], by, units, roles, self.lowering_depths())
-        op = fusion.fold_clamps(self.seg)
+            return driver.NuChoice(p, self.tiling(), self.ctx["residual"], by, units, roles, self.lowering_depths())
+        op = driver.fold_clamps(self.seg)
         if isinstance(op, Pool2d):
             tile = (self.factors.get("c", op.x_shape[1]), self.factors.get("oh", op.out_hw[0]))
         else:
             fused = "+".join(self.fused_axes)
             tile = self.factors.get(fused, self._extent(fused))
         units = self.parallel[1] if self.parallel else 1
-        return fusion.VuChoice(tile, units, roles, self.lowering_depths(), self.intrinsics.get("pool"))
+        return driver.VuChoice(tile, units, roles, self.lowering_depths(), self.intrinsics.get("pool"))
 
     def weight_layout(self) -> "Layout":
         """The weight's stored layout: the composed layout steps."""
@@ -371,7 +371,7 @@ def _step_error(step: str, shape: tuple[int, ...]) -> str:
 
 def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> Block:
     if isinstance(seg[0], (Conv2d, Dense)):
-        nu_op, residual, _ = fusion.fuse_nu_chain(seg)
+        nu_op, residual, _ = driver.fuse_nu_chain(seg)
         p = plan(fold_taps(conv_view(nu_op), cfg.nu_rows) if taps else conv_view(nu_op, cfg.nu_rows), cfg)
         v = p.view
         ext = {"n": v.x_shape[0], "oc": v.y_shape[1], "oh": p.oh, "ow": p.ow,
@@ -380,7 +380,7 @@ def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> B
         default = ([f"split(0,{p.cols})", f"split(2,{p.rows})", "reorder(0,2,4,5,3,1)"] if p.w.layout else [])
         return Block(name, "nu", seg, ext, {"oc": p.cols, "ic": p.rows},
                      {"plan": p, "residual": residual, "bias_blocks": bb, "default_layout": default})
-    op = fusion.fold_clamps(seg)
+    op = driver.fold_clamps(seg)
     if isinstance(op, Pool2d):
         n, c, _, _ = op.x_shape
         return Block(name, "pool", seg, {"n": n, "c": c, "oh": op.out_hw[0]}, {}, {})
@@ -407,7 +407,7 @@ class Schedule:
             _fail("a Schedule needs at least one op")
         self.ops = tuple(ops)
         self.config = (config or Config()).validate()
-        segs = fusion.segments(self.ops) if segments is None else segments
+        segs = driver.segments(self.ops) if segments is None else segments
         self.blocks = [_block(f"L{k}", seg, self.config) for k, seg in enumerate(segs)]
         self.trace: list[tuple[str, tuple, dict]] = []
 
@@ -519,7 +519,7 @@ class Schedule:
             _fail(f"{what}: {b.where()} already gathers its taps")
         if b.factors or b.caches or b.intrinsics or b.layout or b.parallel:
             _fail(f"{what}: the fold changes the block's channels and window: call it first")
-        if fold_taps(conv_view(fusion.fuse_nu_chain(b.seg)[0]), self.config.nu_rows) is None:
+        if fold_taps(conv_view(driver.fuse_nu_chain(b.seg)[0]), self.config.nu_rows) is None:
             w = b.seg[0].weight.shape
             _fail(f"{what}: the window's taps cannot be folded into the NU's {self.config.nu_rows} rows "
                   f"(groups = {b.seg[0].groups}, [O, C/groups, KH, KW] = {list(w)}: it takes groups = 1, a "
@@ -788,7 +788,7 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
         s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
     if t.drain == "vu":
         s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
-    elif psum_on_nu(p, t):          # the partial sums: one slot (nu.role_depths)
+    elif psum_on_nu(p, t):          # the partial sums: one slot (conv_plan.role_depths)
         s.cache_write("y", "abuf", "acc", **kw)
     s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
     if b.ctx["residual"] is not None:
@@ -822,8 +822,8 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
 def _vu_steps(s: Schedule, b: Block, tile: int | tuple[int, int] | None = None) -> Schedule:
     """The primitives of the VU lowering's own tile choice for block b (or of the tile given)."""
     cfg, kw = s.config, {"block": b.name}
-    op = fusion.fold_clamps(b.seg)
-    tile = tile or fusion.vu_tile(op, cfg)
+    op = driver.fold_clamps(b.seg)
+    tile = tile or driver.vu_tile(op, cfg)
     if b.kind == "pool":
         cc, th = tile
         if cc < b.extents["c"]:
@@ -879,7 +879,7 @@ def candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -
     base = Schedule(*ops, config=cfg, segments=segments)
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
         return [_auto_nu(f, t, by, k) for f in _folds(base, 0) for t, by, k in nu_tilings(f.blocks[0], cfg)]
-    found = fusion.sites(ops, cfg)[0]
+    found = driver.sites(ops, cfg)[0]
     s = _chain(base, cfg, found, True)
     # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
@@ -904,7 +904,7 @@ def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = 
                 return _auto_nu(f, *tilings[k - n])
             n += len(tilings)
         return None
-    found = fusion.sites(ops, cfg)[0]
+    found = driver.sites(ops, cfg)[0]
     s = _chain(base, cfg, found, True)
     if k == 0:
         return s
@@ -942,7 +942,7 @@ def _folds(s: Schedule, k: int) -> list[Schedule]:
     p = b.ctx["plan"]
     if p.depthwise or not isinstance(b.seg[0], Conv2d) or p.view.taps is not None:
         return [s]
-    folded = fold_taps(conv_view(fusion.fuse_nu_chain(b.seg)[0]), s.config.nu_rows)
+    folded = fold_taps(conv_view(driver.fuse_nu_chain(b.seg)[0]), s.config.nu_rows)
     if folded is None or folded.taps.blocks >= p.w.span * p.kh * p.kw:
         return [s]
     return [s, s.fork().im2col("x", block=b.name)]
@@ -955,14 +955,14 @@ def _auto_nu(s: Schedule, t: ConvTiling, by: str | None, units: int, k: int = 0)
 
 def estimate(s: Schedule, cfg: Config, k: int = 0, found: list | None = None) -> float:
     """Quick cycles of block k of a schedule (the per-tile model on its first tiles, scaled);
-    `found`: the chain's fusion.sites, if the caller has them."""
-    return fusion.estimate(_block_lowering(s, cfg, k, found), cfg)
+    `found`: the chain's driver.sites, if the caller has them."""
+    return driver.estimate(_block_lowering(s, cfg, k, found), cfg)
 
 
 def _block_lowering(s: Schedule, cfg: Config, k: int, found: list | None):
     if found is None:
-        found = fusion.sites(s.ops, cfg)[0]
-    return fusion.lowering(found[k], s.blocks[k].choice(cfg), cfg)[0]
+        found = driver.sites(s.ops, cfg)[0]
+    return driver.lowering(found[k], s.blocks[k].choice(cfg), cfg)[0]
 
 
 def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: list | None = None) -> list[int]:
@@ -979,22 +979,22 @@ def ranked_estimates(trials: list[Schedule], cfg: Config, top: int, k: int = 0,
                      found: list | None = None) -> list[tuple[int, float]]:
     """ranked(), each position with its quick estimate."""
     if found is None and trials:
-        found = fusion.sites(trials[0].ops, cfg)[0]
+        found = driver.sites(trials[0].ops, cfg)[0]
     lows = [_block_lowering(t, cfg, k, found) for t in trials]
     floors = [estimate_floor(low, cfg) for low in lows]
     quick: dict[int, float] = {}
     for i in sorted(range(len(trials)), key=lambda i: (floors[i], i)):
         if len(quick) >= top and floors[i] > sorted(quick.values())[top - 1]:
             break
-        quick[i] = fusion.estimate(lows[i], cfg)
+        quick[i] = driver.estimate(lows[i], cfg)
     return [(i, quick[i]) for i in sorted(quick, key=lambda i: (quick[i], i))[:top]]
 
 
 def estimate_floor(low, cfg: Config) -> float:
-    """A floor under fusion.estimate(low): the NU's and the VU's busy cycles on the tiles it prices,
+    """A floor under driver.estimate(low): the NU's and the VU's busy cycles on the tiles it prices,
     scaled as it scales them, counted from the tiling alone (0 for a VU kernel's lowering).
 
-    fusion.estimate charges each tile its busiest resource; an NU lowering's tiles keep one NU
+    driver.estimate charges each tile its busiest resource; an NU lowering's tiles keep one NU
     and one VU busy with at least their nu.conv and requantising commands (nu.lowering's
     _convs and _epilogue), whatever else the tile does.
     """
@@ -1021,7 +1021,7 @@ def estimate_floor(low, cfg: Config) -> float:
 
 def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
     """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights, those of the
-    output stores, over the tiles fusion.estimate prices; those tiles; all tiles)."""
+    output stores, over the tiles driver.estimate prices; those tiles; all tiles)."""
     p, t, v = low.p, low.t, low.p.view
     streamed = not t.resident and not p.depthwise
     stores = low.y.space == "ddr"
@@ -1033,7 +1033,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
     nu = vu = n = 0
     for obs, _, oh0, ow0, j, load_w, _ in low.tiles():
         n += 1
-        if n > fusion.ESTIMATE_TILES:
+        if n > driver.ESTIMATE_TILES:
             continue
         count = n_chunks[j][1]
         th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
@@ -1054,7 +1054,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
             else:
                 vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
                                       cfg.vu_latency)
-    return max(nu, vu), w_bytes, ddr, min(n, fusion.ESTIMATE_TILES), n
+    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), n
 
 
 @lru_cache(maxsize=1 << 12)

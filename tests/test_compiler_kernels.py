@@ -611,8 +611,8 @@ def test_every_tiling_candidate_of_the_f32_form_is_exact(case):
 
 
 def kernels_with_input_in_dm(op, cfg, limit: int = 2):
-    """Kernels of op, among its candidate schedules, that keep the whole input in DM (nu.input_in_dm)."""
-    from compiler.lowering.nu import input_in_dm
+    """Kernels of op, among its candidate schedules, that keep the whole input in DM (conv_plan.input_in_dm)."""
+    from compiler.lowering.conv_plan import input_in_dm
     picked = [s for s in candidates((op,), cfg) if input_in_dm(s.blocks[0].ctx["plan"], s.blocks[0].tiling())]
     kernels = [build(op, config=cfg, schedule=s) for s in picked[:limit]]
     assert all("_x_dm" in k.asm for k in kernels)

@@ -9,10 +9,11 @@ import nnpasm
 from compiler import ops
 from compiler.errors import CompileError
 from compiler.ir import Buffer, Dma, KernelIR, Ref, Vu
-from compiler.lowering.nu import buffer_needs, plan
+from compiler.lowering.conv_plan import buffer_needs
+from compiler.lowering.nu import plan
 from compiler.passes import alloc, emit
 from compiler.sizes import capacities
-from compiler.lowering.fusion import compose_clamp
+from compiler.lowering.driver import compose_clamp
 from compiler.lowering.layout import conv_view, nu_weights, weight_spec
 from compiler.lowering.tiling import conv_candidates
 from isa_spec.layout import from_stored, to_stored
@@ -184,7 +185,7 @@ def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     from compiler.ir import Command
     from compiler.lowering.double_buffer import pipeline
     from compiler.kernel import candidates
-    from compiler.lowering.fusion import lower
+    from compiler.lowering.driver import lower
     rng = np.random.default_rng(seed)
     if kind == "conv":
         c, o = int(rng.integers(1, 70)), int(rng.integers(1, 70))

@@ -10,7 +10,7 @@ from compiler.ir import Buffer, Dma, KernelIR, Ref
 from compiler.kernel import build, candidates
 from compiler.passes import alloc
 from compiler.lowering.double_buffer import Step
-from compiler.lowering import fusion
+from compiler.lowering import driver
 from compiler.lowering.units import SplitLowering, aligned, parts, share_loads, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
@@ -120,8 +120,8 @@ def test_split_parts_read_shared_tensors_from_ddr_once(case):
         (choice,) = s.choices()
         if choice.split is None:
             continue
-        found, _, _, _ = fusion.sites(s.ops, cfg)
-        split, _ = fusion.lowering(found[0], choice, cfg)
+        found, _, _, _ = driver.sites(s.ops, cfg)
+        split, _ = driver.lowering(found[0], choice, cfg)
         tensor = split.parts[0].w_ddr.name if choice.split == "spatial" else found[0].ins[0].name
         alone = _ddr_bytes(split.parts[0].steps(), tensor)
         both = split.steps()
@@ -284,7 +284,7 @@ def test_n_tiles_counts_the_tiles(machine, case):
 
     cfg = Config(**SMALL, **machine)
     chain, _, _ = candidate_case(np.random.default_rng(5), case, 100, (3, 3), 9)
-    found = fusion.sites(tuple(chain), cfg)[0]
+    found = driver.sites(tuple(chain), cfg)[0]
     checked = 0
     for s in candidates(tuple(chain), cfg):
         low = _block_lowering(s, cfg, 0, found)

@@ -12,7 +12,7 @@ from compiler import kernel, ops, pipelining
 from compiler.ir import Ref
 from compiler.passes.loops import flatten
 from compiler.errors import CompileError
-from compiler.lowering import fusion, ring
+from compiler.lowering import driver, ring
 from compiler.lowering.double_buffer import Step, pipeline
 from compiler.pipeline_schedule import row_by_row
 from compiler.schedule import Schedule
@@ -40,7 +40,7 @@ def variant(chain, cfg: Config, lag: int | None):
     """The chain built with its convs row by row, one kernel after another (lag None) or interleaved."""
     s = row_by_row(Schedule(*chain, config=cfg), cfg)
     assert s is not None, "no row-by-row schedule for the chain"
-    kir, steps = fusion.lower(s, cfg)
+    kir, steps = driver.lower(s, cfg)
     kir.body = pipelining.body(steps, lag)
     predicted, usage, report = kernel.schedule(kir, cfg)
     return kernel.finish(tuple(chain), kir, cfg, predicted, usage, report), steps
@@ -127,7 +127,7 @@ def test_the_consumer_waits_for_the_rows_it_reads():
     chain = conv_conv(rng, 16, 13)
     cfg = Config(**SMALL_NU)
     s = row_by_row(Schedule(*chain, config=cfg), cfg)
-    _, steps = fusion.lower(s, cfg)
+    _, steps = driver.lower(s, cfg)
     need = pipelining.needs(steps[0], steps[1])
     assert need == sorted(need) and need[0] == -1          # the constants read nothing of the intermediate
     assert -1 < need[1] < len(steps[0]) - 1                 # the first row tile needs the first rows only
@@ -216,15 +216,16 @@ def test_bands_cover_each_consumer_tiles_window():
     """A stride-2 3x3 consumer with padding 1: band i holds input rows 2 * oh0 - 1 .. of its tile, clipped."""
     rng = np.random.default_rng(2)
     e, d, _ = inverted(rng, 8, 23, stride=2)
-    p = fusion.nu_lowering(fusion.sites((e, d), Config())[0][1], _choice(d), Config()).p
+    p = driver.nu_lowering(driver.sites((e, d), Config())[0][1], _choice(d), Config()).p
     assert ring.bands(p, [0, 4, 8], 4) == [(0, 8), (7, 16), (15, 23)]
 
 
 def _choice(op):
-    from compiler.lowering.nu import ConvTiling, plan
+    from compiler.lowering.conv_plan import ConvTiling
+    from compiler.lowering.nu import plan
     from compiler.lowering.layout import conv_view
     cfg = Config()
-    return fusion.NuChoice(plan(conv_view(op), cfg), ConvTiling(4, 4, 1, 1, resident=True))
+    return driver.NuChoice(plan(conv_view(op), cfg), ConvTiling(4, 4, 1, 1, resident=True))
 
 
 def test_build_keeps_the_cheapest_variant_recompute_included(monkeypatch):
@@ -334,7 +335,7 @@ def conv_pool(rng, c, h, w, mode="max", k=3, stride=2, pad=1):
 
 def conv_mul(rng, c, h, w):
     """3x3 conv + relu into a mul whose other operand comes from DDR, then a relu (an add right after a
-    conv is the conv's own residual add: lowering.fusion folds it into the NU kernel)."""
+    conv is the conv's own residual add: lowering.driver folds it into the NU kernel)."""
     a = _conv(rng, (1, c, h, w), c + 2, relu=True)
     e = ops.mul(a.output.shape, za=int(rng.integers(-3, 4)), zb=int(rng.integers(-3, 4)), multiplier=1 << 20,
                 shift=27, zp_out=2)
@@ -391,7 +392,7 @@ def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
     rng = np.random.default_rng(5)
     chain = conv_pool(rng, 8, 19, 17)
     cfg = Config(**SMALL_VU)
-    _, steps = fusion.lower(row_by_row(Schedule(*chain, config=cfg), cfg), cfg)
+    _, steps = driver.lower(row_by_row(Schedule(*chain, config=cfg), cfg), cfg)
     conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in step.loads
                   if hasattr(n, "text") and " oh " in n.text] for step in steps[0]]
     pool = chain[1]
@@ -435,7 +436,7 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     s = next(c for c in kernel.candidates(tuple(chain), cfg) if c.choices()[1].plan.view.taps is not None)
     assert ring.ring_able(s.ops, s.choices()) == "a conv after the first gathers its windows (im2col)"
     assert ring.lower_ring(s, cfg, 2) is None
-    kir, steps = fusion.lower(s, cfg)
+    kir, steps = driver.lower(s, cfg)
     kir.body = pipelining.body(steps, None)
     predicted, usage, report = kernel.schedule(kir, cfg)
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)

@@ -577,14 +577,14 @@ def test_random_hand_written_schedules_are_exact(case, data):
 @given(convs(), st.sampled_from([{}, SMALL_NU, dict(nu_count=2, vu_count=2, **SMALL_NU)]))
 def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(case, overrides):
     # the search lowers only the tilings whose floor can still beat the top-k estimates found
-    from compiler.lowering import fusion
+    from compiler.lowering import driver
     from compiler.schedule import _block_lowering, candidates as all_candidates, estimate, estimate_floor, ranked
 
     op, _, _ = case
     cfg = Config(**overrides)
     found = all_candidates((op,), cfg)
     quick = [estimate(s, cfg) for s in found]
-    sites = fusion.sites((op,), cfg)[0]
+    sites = driver.sites((op,), cfg)[0]
     floors = [estimate_floor(_block_lowering(s, cfg, 0, sites), cfg) for s in found]
     assert all(f <= q for f, q in zip(floors, quick)), [(f, q) for f, q in zip(floors, quick) if f > q]
     assert any(f > 0 for f in floors)
@@ -594,11 +594,11 @@ def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(cas
 
 def _floor_check(op, cfg: Config) -> list:
     """Each candidate's (floor, estimate, split), checking the pruned ranking against the full sort."""
-    from compiler.lowering import fusion
+    from compiler.lowering import driver
     from compiler.schedule import _block_lowering, candidates as all_candidates, estimate, estimate_floor, ranked
 
     found = all_candidates((op,), cfg)
-    sites = fusion.sites((op,), cfg)[0]
+    sites = driver.sites((op,), cfg)[0]
     quick = [estimate(s, cfg) for s in found]
     rows = [(estimate_floor(_block_lowering(s, cfg, 0, sites), cfg), q, s.blocks[0].choice(cfg))
             for s, q in zip(found, quick)]

@@ -690,8 +690,8 @@ def test_every_removed_wait_is_caught_with_the_taps_folded(overrides):
 
 def test_every_removed_wait_is_caught_with_the_input_kept_in_dm():
     """A strided 1x1 conv whose weights stream by output blocks: the input rows cross DDR once into DM
-    (nu.input_in_dm) and each group of output blocks gathers its tiles from there."""
-    from compiler.lowering.nu import input_in_dm
+    (conv_plan.input_in_dm) and each group of output blocks gathers its tiles from there."""
+    from compiler.lowering.conv_plan import input_in_dm
     rng = np.random.default_rng(15)
     chain_ops, inputs = conv_case(rng, (1, 40, 9, 12), 100, (1, 1), stride=2, x_zp=6)
     cfg = Config(wbuf_bytes=8192, ibuf_bytes=16384).validate()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Dma, Ref
+from .conv_plan import ConvTiling, NuPlan, buffer_needs, fits, powers_up_to
 from .layout import ConvView, NuWeights, ddr_order
 
 
@@ -98,17 +99,14 @@ def interior_load(low, chan: int, dst: Ref, src: Ref, size: tuple[int, int, int,
 MIN_WIDTH = 8      # narrower tiles read more halo columns than they save halo rows
 
 
-def narrow_tilings(p, caps: dict[str, int], residual: bool) -> list:
+def narrow_tilings(p: NuPlan, caps: dict[str, int], residual: bool) -> list[ConvTiling]:
     """Tilings of a depthwise conv narrower than the output rows, one output block each: per
     power-of-two width from MIN_WIDTH, the tallest tile that fits.  Its DDR traffic is the input
     and the output, so the halo matters: ABUF holds a few hundred pixels of a block, four rows of
     112 (the input read 1.5 times over) or a 32 x 16 patch (1.2 times)."""
-    from .nu import ConvTiling, buffer_needs, fits        # here: nu imports this module
-    from .tiling import _powers_up_to
-
     out = []
-    for tw in (w for w in _powers_up_to(p.ow)[:-1] if w >= MIN_WIDTH):
-        fitting = [ConvTiling(th, tw, 1, 1) for th in _powers_up_to(p.oh)
+    for tw in (w for w in powers_up_to(p.ow)[:-1] if w >= MIN_WIDTH):
+        fitting = [ConvTiling(th, tw, 1, 1) for th in powers_up_to(p.oh)
                    if fits(buffer_needs(p, ConvTiling(th, tw, 1, 1), residual), caps)]
         if fitting:
             out.append(fitting[-1])

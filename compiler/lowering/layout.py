@@ -362,6 +362,13 @@ class TapFold:
         return -(-(self.kh * self.kw) // self.per_block)
 
 
+def folds_taps(view: ConvView, rows: int) -> bool:
+    """Can the conv's whole window fold into the array's `rows` input rows (fold_taps): groups = 1, not
+    folded yet, a window of more than one tap, and C <= rows channels?"""
+    _, c, kh, kw = view.weight.shape
+    return view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
+
+
 def fold_taps(view: ConvView, rows: int) -> ConvView | None:
     """The conv with its whole window folded into input rows, or None when it cannot be.
 
@@ -374,9 +381,9 @@ def fold_taps(view: ConvView, rows: int) -> ConvView | None:
     against KH passes (fold_columns) or KH * KW (no fold); the input loads gather the taps
     (nu.NuLowering._load_taps).  The padding stays in the view for those loads.
     """
-    o, c, kh, kw = view.weight.shape
-    if view.groups != 1 or view.fold is not None or view.taps is not None or kh * kw == 1 or c > rows:
+    if not folds_taps(view, rows):
         return None
+    o, c, kh, kw = view.weight.shape
     fold = TapFold(kh, kw, view.stride, view.dilation, c, rows // c)
     taps = np.zeros((o, fold.blocks * fold.per_block, c), dtype=view.weight.dtype)
     taps[:, :kh * kw] = view.weight.transpose(0, 2, 3, 1).reshape(o, kh * kw, c)
@@ -446,6 +453,27 @@ def fscale_table(scale: np.ndarray, out_cb: int, cols: int) -> np.ndarray:
     t = np.ones(out_cb * cols, dtype=np.float32)
     t[:len(scale)] = scale
     return t.view(np.int32)
+
+
+def ms_table(multiplier: np.ndarray | None, shift: np.ndarray | None, scale: np.ndarray | None, out_cb: int,
+             cols: int) -> np.ndarray:
+    """The requantiser's per-channel table: float32 scale bits [out_cb * cols] (float form), else (M, S) pairs."""
+    if scale is not None:
+        return fscale_table(scale, out_cb, cols)
+    return requant_table(multiplier, shift, out_cb, cols)
+
+
+def rq_table(bias: np.ndarray | None, multiplier: np.ndarray | None, shift: np.ndarray | None,
+             scale: np.ndarray | None, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols, 3]: nu.conv.rq's (bias, M, S) per channel, padding lanes (0, 1, 0).
+
+    With a float scale (rq_float): (bias, scale bits, 0), padding lanes scaled by 1.0.
+    """
+    t = np.zeros((out_cb * cols, 3), dtype=np.int32)
+    t[:, 0] = bias_table(bias, out_cb, cols)
+    ms = ms_table(multiplier, shift, scale, out_cb, cols).reshape(len(t), -1)
+    t[:, 1:1 + ms.shape[1]] = ms
+    return t
 
 
 def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int, cols: int):

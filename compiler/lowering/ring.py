@@ -1,6 +1,6 @@
 """Halo recomputed: a chain of convs whose intermediates live in rings of row bands in DM.
 
-Kept (lowering.fusion), an intermediate lives whole in DM and each of its rows is
+Kept (lowering.driver), an intermediate lives whole in DM and each of its rows is
 computed once; a consumer row tile re-reads its halo rows from there.  Here every
 conv -> conv intermediate is instead a ring of `depth` slots in DM, each slot one
 *band*: the rows one consumer row tile reads (its window, halo included).  The
@@ -26,9 +26,11 @@ from nnpsim.config import Config
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Elementwise
+from .conv_plan import ConvTiling, NuPlan, chunks, input_extent
 from .double_buffer import Step
-from .fusion import NuChoice, nu_note, row_strides, segments, sites
-from .nu import ConvTiling, NuLowering, NuPlan, chunks, input_extent
+from .driver import NuChoice, nu_note, segments, sites
+from .layout import row_strides
+from .nu import NuLowering
 
 
 @dataclass

@@ -15,9 +15,9 @@ from nnpsim.config import Config
 
 from ..errors import CompileError
 from ..sizes import capacities
+from .conv_plan import ConvTiling, NuPlan, buffer_needs, fits, powers_up_to, requantises_on_nu
 from .depthwise import narrow_tilings
 from .layout import bias_blocks
-from .nu import ConvTiling, NuPlan, buffer_needs, fits, requantises_on_nu
 
 
 # NU passes per output pixel and block at or below which the bias broadcast (two ABUF port cycles
@@ -33,19 +33,11 @@ def tile_count(p: NuPlan, t: ConvTiling) -> int:
     return p.view.x_shape[0] * -(-p.oh // t.th) * -(-p.ow // t.tw)
 
 
-def _powers_up_to(n: int) -> list[int]:
-    out, v = [], 1
-    while v < n:
-        out.append(v)
-        v *= 2
-    return out + [n]
-
-
 def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
                      resident: bool = False, drain: str = "vu") -> ConvTiling | None:
-    for tw in sorted(set([p.ow] + _powers_up_to(p.ow)), reverse=True):
+    for tw in sorted(set([p.ow] + powers_up_to(p.ow)), reverse=True):
         best = None
-        for th in _powers_up_to(p.oh):
+        for th in powers_up_to(p.oh):
             t = ConvTiling(th, tw, obt, cbt, resident, drain=drain)
             if fits(buffer_needs(p, t, residual), caps):
                 best = t
@@ -65,8 +57,8 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     # work is a fill tiling's, the rest less (no bias broadcast, drain or VU pass) and the buffers
     # smaller, so the fill tiling would only cost the search time (never faster on MobileNetV2's layers)
     staged = output_stage and requantises_on_nu(p)
-    for obt in _powers_up_to(p.n_ob):
-        for cbt in _powers_up_to(p.w.span):
+    for obt in powers_up_to(p.n_ob):
+        for cbt in powers_up_to(p.w.span):
             t = _largest_spatial(p, obt, cbt, caps, residual, drain="nu" if staged and cbt < p.w.span else "vu")
             if t is not None:
                 out.append(t)

@@ -28,7 +28,7 @@ from nnpsim.semantics import SEMANTICS
 from dataclasses import dataclass
 
 from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Label, Loop, LoopRef, Note, NuConv, Ref, Vu, ref_fields
-from .loops import Family, families, family_of
+from .families import Family, families, family_of, family_registers, rotation_period
 
 SCRATCH = tuple(range(1, 32))       # r1..r31 hold addresses; r0 reads 0
 BUFFER_ALIGN = 64
@@ -126,9 +126,9 @@ class _LoopRegisters:
         self.counter = free.pop()
         self.fam_regs: dict[Family, list[int]] = {}
         for fam in self.fams:
-            n = _family_registers(fam)
+            n = family_registers(fam)
             self.fam_regs[fam] = [free.pop() for _ in range(n)]
-        self.spare = free.pop() if any(_period(f) > 2 for f in self.fams) else None
+        self.spare = free.pop() if any(rotation_period(f) > 2 for f in self.fams) else None
         if len(free) < 4:
             raise ValueError(f"internal: loop {loop.var} needs too many registers")
         uses: dict[str, int] = {}
@@ -195,15 +195,6 @@ class _LoopRegisters:
                     lines.append(f"        addi    r{a}, r{b}, 0")
                 lines.append(f"        addi    r{regs[-1]}, r{t}, 0")
         return lines
-
-
-def _period(fam: Family) -> int:
-    return fam.shape[0] if len(fam.shape) == 3 else 1
-
-
-def _family_registers(fam: Family) -> int:
-    period = _period(fam)
-    return 1 if period == 1 or (period == 2 and fam.space == "chip") else period
 
 
 class _BodyRegisters:

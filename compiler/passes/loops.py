@@ -20,7 +20,7 @@ comments); candidate periods are the most frequent distances between equal
 keys; for each period, a stretch where key[i] == key[i + period] is a
 repeat, which is then cut where some address stops following its pattern.
 Candidates are taken greedily by statements saved.  The address patterns
-also give the registers the emitter needs (`families`); a candidate that
+also give the registers the emitter needs (passes.families); a candidate that
 would need more than MAX_FAMILIES loop registers is refused, and so is one
 whose loop would not take fewer CU instructions than its iterations did.
 A body of up to CHECK_WHOLE statements is left flat if the rolled one is not
@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Command, CuWait, Dma, Loop, LoopRef, Note, NuConv, Ref, Vu, copy_command, flat_body, ref_fields
+from .emit import Emitter
+from .families import address_value, families, registers_needed
 
 MAX_CYCLE = 4           # longest rotation of an address (slots) a loop follows
 MAX_PERIODS = 24        # candidate periods tried per body
@@ -71,11 +73,6 @@ def _key(stmt) -> tuple:
         return ("unique", id(stmt))
     spaces = tuple(None if getattr(stmt, f) is None else _space(getattr(stmt, f)) for f in ref_fields(stmt))
     return (type(stmt).__name__, rest, stmt.wait, stmt.signal, spaces)
-
-
-def _value(ref: Ref) -> int:
-    """An address as a number: absolute on chip, the offset into its buffer in DDR."""
-    return ref.offset if ref.buf.space == "ddr" else ref.addr
 
 
 # ----------------------------------------------------------------------------- address patterns
@@ -133,7 +130,7 @@ def _address_table(body: list) -> tuple[np.ndarray, np.ndarray]:
             for k, f in enumerate(ref_fields(stmt)):
                 ref = getattr(stmt, f)
                 if ref is not None:
-                    vals[i, k], bufs[i, k] = _value(ref), id(ref.buf)
+                    vals[i, k], bufs[i, k] = address_value(ref), id(ref.buf)
     return vals, bufs
 
 
@@ -173,49 +170,6 @@ def _periods(keys: np.ndarray) -> list[int]:
     return [int(g) for g, _ in gaps.most_common(MAX_PERIODS)]
 
 
-# ----------------------------------------------------------------------------- families
-
-@dataclass(frozen=True)
-class Family:
-    """Moving addresses that differ by constants: one loop register steps or rotates for all."""
-
-    space: object           # DDR buffer ("ddr", name), or "chip" for on-chip (plain numbers)
-    shape: tuple            # (stride,) or (period, offsets of the rotation from its first value)
-
-
-def family_of(ref: LoopRef) -> tuple[Family, int]:
-    """A moving address's family and its iteration-0 value (the register holds it plus a constant)."""
-    space = ("ddr", ref.buf.name) if ref.buf.space == "ddr" else "chip"
-    if ref.cycle:
-        vals = [_value(r) for r in ref.cycle]
-        return Family(space, (len(vals), tuple(v - vals[0] for v in vals), ref.stride)), vals[0]
-    return Family(space, (ref.stride,)), _value(ref)
-
-
-def families(body: list) -> dict[Family, list[int]]:
-    """Every family of a loop body with the iteration-0 values of its members (first use first)."""
-    out: dict[Family, list[int]] = {}
-    for stmt in body:
-        if isinstance(stmt, Command):
-            for f in ref_fields(stmt):
-                ref = getattr(stmt, f)
-                if isinstance(ref, LoopRef):
-                    fam, v0 = family_of(ref)
-                    vals = out.setdefault(fam, [])
-                    if v0 not in vals:
-                        vals.append(v0)
-    return out
-
-
-def registers_needed(fams) -> int:
-    """Loop registers: one per family, one more per extra slot of a rotation (and a DDR pair)."""
-    n = 0
-    for fam in fams:
-        period = fam.shape[0] if len(fam.shape) == 3 else 1
-        n += 1 if period == 1 or (period == 2 and fam.space == "chip") else period
-    return n + (1 if any(len(f.shape) == 3 and f.shape[0] > 2 for f in fams) else 0)
-
-
 # ----------------------------------------------------------------------------- the pass
 
 def _make_loop(body: list, c: _Candidate, var: str) -> Loop:
@@ -229,7 +183,7 @@ def _make_loop(body: list, c: _Candidate, var: str) -> Loop:
                 refs = [getattr(body[c.start + j + v * c.period], f) for v in range(c.extent)]
                 if refs[0] is None:
                     continue
-                vals = [_value(r) for r in refs]
+                vals = [address_value(r) for r in refs]
                 if all(v == vals[0] for v in vals) and all(r.buf is refs[0].buf for r in refs):
                     continue
                 moved[f] = _loop_ref(refs, vals, var)
@@ -255,8 +209,6 @@ def _loop_ref(refs: list[Ref], vals: list[int], var: str) -> LoopRef:
 
 def _instructions(stmts: list) -> int:
     """CU instructions of stmts, emitted from the reset state."""
-    from .emit import Emitter
-
     em = Emitter()
     return sum(em.count(s) for s in stmts)
 
@@ -268,8 +220,6 @@ def _shorter(body: list, c: _Candidate, loop: Loop) -> bool:
     family's register and step, an `addi` per moving address); otherwise both are emitted,
     after the repeated statements once, so that registers and parameters hold what they would
     hold in the program."""
-    from .emit import Emitter
-
     issued = sum(1 for s in loop.body if isinstance(s, (Command, CuWait)))
     moving = sum(1 for s in loop.body if isinstance(s, Command) for f in ref_fields(s)
                  if isinstance(getattr(s, f), LoopRef))

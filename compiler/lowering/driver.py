@@ -1,4 +1,4 @@
-"""Fusion: fold a chain of ops into one kernel and lower it to a KernelIR.
+"""The lowering driver: a chain of ops cut into kernels (segments), each lowered as its schedule says (lower).
 
 A conv2d or dense absorbs the ops after it that act on its int8 output
 elementwise: relu and clip narrow its output clamp (clip after clip is one
@@ -30,7 +30,8 @@ from ..quant import f32_bits
 from ..semantics import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
-from .nu import ConvTiling, NuLowering, NuPlan, Residual
+from .conv_plan import ConvTiling, NuPlan
+from .nu import NuLowering, Residual
 from .units import SplitLowering, parts
 from .vu import ElementwiseLowering, PoolLowering, row_walk
 
@@ -126,7 +127,7 @@ class NuChoice:
 
     plan: the op's NuPlan (weights stored by the schedule's layout); tiling: tile sizes, weights
     resident or streamed, bias mode; split: "spatial" or "channel" tiles dealt over `units` NUs
-    (None: one NU); roles and depths: the names and slots of its buffers (nu.ROLES, nu.DEPTHS).
+    (None: one NU); roles and depths: the names and slots of its buffers (conv_plan.ROLES, conv_plan.DEPTHS).
     """
 
     plan: NuPlan
@@ -285,9 +286,14 @@ def vu_tile(op: Op, cfg: Config) -> int | tuple[int, int]:
     return ElementwiseLowering(op, [x, x], x, cfg, "L").budget
 
 
+def stays_in_dm(nbytes: int, cfg: Config) -> bool:
+    """Does an intermediate of nbytes stay on chip between two kernels: at most half of DM?"""
+    return nbytes <= cfg.dm_bytes // 2
+
+
 def _intermediate(k: int, tensor, cfg: Config) -> tuple[Buffer, str]:
-    """Where the output of segment k lives: DM when it fits in half of it, else DDR scratch."""
-    if tensor.nbytes <= cfg.dm_bytes // 2:
+    """Where the output of segment k lives: DM when it fits in half of it (stays_in_dm), else DDR scratch."""
+    if stays_in_dm(tensor.nbytes, cfg):
         return (Buffer(f"t{k}", "dm", tensor.nbytes, 64),
                 f"intermediate t{k} ({tensor.dtype} {tensor.shape}) stays on chip in DM")
     return (Buffer(f"t{k}", "ddr", tensor.nbytes, dtype=tensor.dtype, shape=tensor.shape),
