@@ -412,8 +412,7 @@ def test_ld_runs_the_same_in_the_engine_and_the_stepper(seed):
     from nnpsim.simulator import run_program
     from nnpsim.state import SPACE_DDR
     from nnpsim.stepper import step_program
-    from tests.test_stepper_equivalence import assert_same, random_memory
-    from tests.conftest import small_config
+    from tests.helpers.machine import assert_same, random_memory, small_config
 
     rng = np.random.default_rng(seed)
     cfg = small_config()
