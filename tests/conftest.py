@@ -1,12 +1,9 @@
-"""Shared test fixtures: compile the jitted engine once per session; small program builders."""
+"""Shared test fixtures: compile the jitted engine once per session; the program builders are in tests/helpers/machine.py."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from isa_spec import encode
-from isa_spec.program import Program
-from nnpsim.config import Config
+from tests.helpers.machine import ins, program, small_config
 
 
 @pytest.fixture(scope="session")
