@@ -23,7 +23,7 @@ from compiler.kernel import assemble
 from nnpsim.config import Config
 from nnpsim.simulator import Simulator
 from tests import reference as ref
-from tests.test_compiler_kernels import requant_params
+from tests.helpers.kernels import requant_params
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 

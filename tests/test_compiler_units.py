@@ -14,7 +14,7 @@ from compiler.lowering import fusion
 from compiler.lowering.units import SplitLowering, aligned, parts, share_loads, shared_capacity
 from nnpsim.config import Config
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds
+from tests.helpers.kernels import SETTINGS, candidate_case, conv_case, rand8, requant_params, seeds
 
 SMALL = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768, vbuf_bytes=65536, dm_bytes=65536)
 MACHINES = [dict(nu_count=2, vu_count=1), dict(nu_count=2, vu_count=2), dict(nu_count=3, vu_count=2),

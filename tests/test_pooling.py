@@ -11,7 +11,7 @@ from compiler import ops
 from compiler.kernel import build
 from compiler.lowering.vu import SLIDE_OF
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, rand8, run, seeds
+from tests.helpers.kernels import SETTINGS, rand8, run, seeds
 from tests.test_ort_arithmetic import qlinear_pool
 
 

@@ -35,7 +35,7 @@ from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
-from tests import test_compiler_kernels as kernels_test
+from tests.helpers import kernels as drawn_kernels
 from tests import test_graph_fusion as fusion_graphs
 from tests import test_pipelining as pipelined_chains
 
@@ -402,11 +402,11 @@ def random_kernel(draw):
     rng = np.random.default_rng(seed)
     kind = draw(st.sampled_from(["conv", "pool", "elementwise", "chain"]))
     if kind == "conv":
-        groups, cg, og, k, stride, dil, pad, xshape = draw(kernels_test.conv_case())
+        groups, cg, og, k, stride, dil, pad, xshape = draw(drawn_kernels.conv_case())
         chain_ops, inputs = conv_case(rng, xshape, groups * og, k, bias=draw(st.booleans()), stride=stride,
                                       dilation=dil, padding=pad, groups=groups, x_zp=int(rng.integers(-128, 128)))
     elif kind == "pool":
-        k, stride, pad, shape = draw(kernels_test.pool_case())
+        k, stride, pad, shape = draw(drawn_kernels.pool_case())
         mode = draw(st.sampled_from(["max", "sum", "avg", "avg_nopad"]))
         op = {"max": lambda: ops.max_pool2d(shape, k, stride, pad),
               "sum": lambda: ops.sum_pool2d(shape, k, stride, pad),
