@@ -215,8 +215,7 @@ def test_onnxruntime_arithmetic_network(conv_first):
 def test_onnx_models_on_the_machine_equal_onnxruntime(case):
     """QOperator test networks (stride, dilation, groups, depthwise, residual, pools, gemm), compiled
     whole and run on the simulator: the float output equals onnxruntime's, element for element."""
-    from tests.onnx_helpers import session
-    from tests.test_onnx_import import quantised
+    from tests.onnx_helpers import quantised, session
     model = quantised(case, "qoperator")
     g = compiler.from_onnx(model)
     m = GraphModule(compiler.build(g))
