@@ -1,16 +1,56 @@
-"""Shared test fixtures: compile the jitted engine once per session; the program builders are in tests/helpers/machine.py."""
+"""Fixtures and hooks for the whole suite: one numba warm-up per test run.
+
+Plain helpers (program builders, kernels, networks, mutants) live in tests/helpers/.
+"""
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from tests.helpers.machine import ins, program, small_config
 
+WARM_UP: dict[str, float] = {}      # what the warm-up took, for the summary line
+
+
+def warm_up_numba():
+    """Compile (or load from numba's on-disk cache, $NUMBA_CACHE_DIR) every jitted function of nnpsim.
+
+    The event engine is one jitted function (nnpsim.engine.run_engine) that inlines or calls every
+    unit's kernel (NU, VU, DMA: nnpsim/units/*.py) and the timing model (nnpsim/timing.py), so one run
+    compiles them all; the race checker's jitted passes (nnpsim/races.py, the footprint walkers of
+    nnpsim/footprint.py) compile on the first run with race checking that has commands to check.  So:
+    an empty program and the 3x3 conv kernel (DMA and NU commands, semaphores), each with and without
+    race checking.  The compiler calls the timing functions from Python with the same types, which
+    finds them compiled.  Cold, this takes about a minute on two cores; from the cache, about a second.
+    """
+    from nnpsim.simulator import Simulator
+    from tests.helpers.races import run_conv
+
+    for races in (False, True):
+        sim = Simulator(small_config())
+        sim.load(program([ins("nop"), ins("halt")]))
+        sim.run(check_races=races)
+        run_conv(check_races=races)
+    return sim
+
+
+@pytest.fixture(scope="session", autouse=True)
+def numba_warm_up():
+    """Pay numba's compile once, before the first test, so that no test's own time includes it
+    (`--durations` shows it as the setup of the run's first test)."""
+    t0 = time.perf_counter()
+    sim = warm_up_numba()
+    WARM_UP["seconds"] = time.perf_counter() - t0
+    return sim
+
 
 @pytest.fixture(scope="session")
-def warm_engine():
-    """Compile (or load from cache) the event engine once, before the first test that asks for it."""
-    from nnpsim.simulator import Simulator
-    sim = Simulator(small_config())
-    sim.load(program([ins("nop"), ins("halt")]))
-    sim.run()
-    return sim
+def warm_engine(numba_warm_up):
+    """A simulator that has run (the modules that ask for it predate the autouse warm-up)."""
+    return numba_warm_up
+
+
+def pytest_terminal_summary(terminalreporter):
+    if "seconds" in WARM_UP:
+        terminalreporter.write_line(f"numba warm-up: {WARM_UP['seconds']:.1f} s (tests/conftest.py)")
