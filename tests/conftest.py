@@ -1,6 +1,12 @@
 """Fixtures and hooks for the whole suite: one numba warm-up per test run.
 
 Plain helpers (program builders, kernels, networks, mutants) live in tests/helpers/.
+
+No `slow` marker: every test here is one CI should run, so every test runs under plain `make test`
+(which stays under 10 minutes on two cores).  The long runs are long because of what they cover (the
+mutation tests, whole networks), not duplicates of faster tests; the long fuzzing campaign has its own
+switch, FUZZ=long (tests/fuzz/conftest.py), which scales budgets rather than skipping tests.  The marker
+declared for NNP_SLOW=1 was never used and is removed from pyproject.toml.
 """
 from __future__ import annotations
 
