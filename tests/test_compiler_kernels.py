@@ -240,7 +240,8 @@ def test_every_tiling_candidate_is_exact(case):
 
 @pytest.mark.parametrize("c,o,hw,k,s,bias", [(64, 64, 28, 3, 1, False), (256, 64, 28, 1, 1, True),
                                              (128, 128, 28, 3, 2, True), (3, 32, 64, 7, 2, False)])
-def test_predicted_cycles_within_ten_percent(c, o, hw, k, s, bias):
+def test_predicted_cycles_equal_the_simulators_on_large_convs(c, o, hw, k, s, bias):
+    """The cost model is exact on these ResNet-sized convs: predicted cycles are simulated cycles."""
     rng = np.random.default_rng(c + o)
     w = rand8(rng, (o, c, k, k))
     b = rng.integers(-1000, 1000, size=o).astype(np.int32) if bias else None
@@ -248,8 +249,7 @@ def test_predicted_cycles_within_ten_percent(c, o, hw, k, s, bias):
     kernel = build(op)
     x = rand8(rng, op.x_shape)
     np.testing.assert_array_equal(kernel(x), op.reference(x))
-    assert abs(kernel.predicted_cycles / kernel.stats.cycles - 1) <= 0.10, (kernel.predicted_cycles,
-                                                                            kernel.stats.cycles)
+    assert kernel.predicted_cycles == kernel.stats.cycles, (kernel.predicted_cycles, kernel.stats.cycles)
 
 
 @pytest.mark.parametrize("burst", [1, 64, 128])
