@@ -18,7 +18,6 @@ from nnpsim.config import Config
 
 # ------------------------------------------------------------------ layers and graphs
 
-
 def conv_op(rng, shape, out, k=3, stride=1, relu=False, zp_out=-3, bias=True):
     c = shape[1]
     w = rng.integers(-20, 21, (out, c, k, k)).astype(np.int8)
@@ -161,7 +160,6 @@ def stem(rng, hw=32) -> Graph:
 
 
 # ------------------------------------------------------------------ chains of the pipelining tests
-
 
 SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
 
