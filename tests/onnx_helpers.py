@@ -10,9 +10,14 @@ numpy reference on the same int8 inputs, and compares them two ways:
               runs the group in float (a tie-near element can round one step apart), so the
               per-node session is not the model's own arithmetic.
 Differences are in output steps (int8 units).
+
+`quantised(case, fmt)` builds one of the small test networks (NETWORKS) with compiler.models.Net and
+quantises it with onnxruntime (memoised); `run_ort` and the `qlinear_*` wrappers run a single node on
+onnxruntime's CPU provider.
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,9 +26,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
+from compiler import models
 from compiler.graph import Graph
+from compiler.models import Net
 
 
 @dataclass
@@ -133,3 +140,114 @@ def nnpc_compile_tiny(tmp_path: Path, *flags: str, out: str = "t.nnp") -> tuple[
     done = subprocess.run([sys.executable, "-m", "compiler", "compile", str(path), "-o", str(target), *flags],
                           capture_output=True, text=True)
     return done, target
+
+
+# ---------------------------------------------------------------- test networks, quantised by onnxruntime
+
+
+SHAPE = (1, 3, 12, 12)
+
+
+def convs(n: Net) -> None:
+    x = n.conv(n.input, 8, 3, 2)                       # stride 2
+    x = n.conv(x, 8, 3, 1, dilation=2)                 # dilation 2
+    x = n.conv(x, 8, 3, 1, groups=2)                   # groups
+    x = n.conv(x, 8, 3, 1, groups=8, act="relu6")      # depthwise, ReLU6 folded into the range
+    n.output(n.conv(x, 6, 1, act=None, bias=False))    # 1x1, no bias
+
+
+def residual(n: Net) -> None:
+    x = n.conv(n.input, 8, 3, 1)
+    y = n.conv(n.conv(x, 8, 3, 1), 8, 3, 1, act=None)
+    n.output(n.add(y, x, act="relu"))
+
+
+def pools(n: Net) -> None:
+    x = n.conv(n.input, 8, 3, 1)
+    m = n.max_pool(x, 3, 2, 1)                         # padded max pool
+    a = n.avg_pool(x, 3, 3, 0)                         # odd window, no padding
+    g = n.flatten(n.global_avg_pool(m))
+    n.output(a, n.gemm(g, 10))
+
+
+def dense(n: Net) -> None:
+    x = n.conv(n.input, 8, 3, 1, act="relu6")
+    y = n.conv(x, 8, 1, act=None)
+    cat = n.concat([x, n.mul(x, y), y])                # three inputs with three different scales
+    g = n.flatten(n.global_avg_pool(n.max_pool(cat, 3, 2, 1)))
+    n.output(n.matmul(g, 5), n.gemm(g, 7, act="relu"))
+
+
+def kept_activations(n: Net) -> None:
+    x = n.conv(n.input, 8, 3, 1, act=None)
+    r = n.relu(x)                                      # x has two readers: the Relu stays in the graph
+    y = n.add(x, n.conv(r, 8, 3, 1, act=None))
+    n.output(n.reshape(y, (1, -1)), n.clip(y, -1.0, 2.0))
+
+
+CASES = {f.__name__: f for f in (convs, residual, pools, dense, kept_activations)}
+
+
+def _even_avg(n: Net) -> None:
+    n.output(n.avg_pool(n.conv(n.input, 8, 3, 1), 2, 2, 0))
+
+
+def _padded_avg(n: Net) -> None:
+    n.output(n.avg_pool(n.conv(n.input, 8, 3, 1), 3, 1, 1, count_include_pad=0),
+             n.avg_pool(n.conv(n.input, 8, 3, 1), 3, 1, 1, count_include_pad=1))
+
+
+# Networks for the documented approximations of fixed arithmetic (not in CASES).
+NETWORKS = {**CASES, "even_avg": _even_avg, "padded_avg": _padded_avg}
+
+
+@functools.lru_cache(maxsize=None)
+def quantised(case: str, fmt: str, per_channel: bool = True, shape=SHAPE, seed: int = 1) -> onnx.ModelProto:
+    net = Net(case, shape, seed)
+    NETWORKS[case](net)
+    return models.quantize(net.model(), fmt, seed=seed, per_channel=per_channel, samples=3)
+
+
+# ---------------------------------------------------------------- one node on onnxruntime
+
+
+F32 = np.float32
+
+
+I8 = TensorProto.INT8
+
+
+def run_ort(op_type: str, inputs: dict[str, np.ndarray], consts: dict[str, np.ndarray], order: list[str],
+            out_type=I8, domain: str = "", **attrs) -> np.ndarray:
+    """Run one node op_type(order...) with `inputs` fed and `consts` as initializers; its only output."""
+    infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+             for k, v in inputs.items()]
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]
+    node = helper.make_node(op_type, order, ["y"], domain=domain, **attrs)
+    graph = helper.make_graph([node], op_type, infos, [helper.make_tensor_value_info("y", out_type, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, inputs)[0]
+
+
+def qlinear_conv(x, w, bias, sx, zx, sw, sy, zy, *, stride, pad, dil, groups) -> np.ndarray:
+    consts = {"sx": F32(sx), "zx": np.int8(zx), "w": w, "sw": np.asarray(sw, F32),
+              "zw": np.zeros(np.shape(sw), np.int8), "sy": F32(sy), "zy": np.int8(zy)}
+    order = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
+    if bias is not None:
+        consts["b"] = np.asarray(bias, np.int32)
+        order.append("b")
+    return run_ort("QLinearConv", {"x": x}, consts, order, group=groups, strides=list(stride), pads=list(pad),
+                   dilations=list(dil))
+
+
+def qlinear_binary(op_type: str, a, b, sa, za, sb, zb, sy, zy) -> np.ndarray:
+    consts = {"sa": F32(sa), "za": np.int8(za), "sb": F32(sb), "zb": np.int8(zb), "sy": F32(sy), "zy": np.int8(zy)}
+    return run_ort(op_type, {"a": a, "b": b}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                   domain="com.microsoft")
+
+
+def qlinear_pool(op_type: str, x, sx, zx, sy, zy, **attrs) -> np.ndarray:
+    consts = {"sx": F32(sx), "zx": np.int8(zx), "sy": F32(sy), "zy": np.int8(zy)}
+    return run_ort(op_type, {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"], domain="com.microsoft", **attrs)

@@ -21,7 +21,7 @@ import compiler
 from compiler import CompileError, Graph, ops
 
 from .onnx_helpers import session
-from .test_sync_mutation import kill_all
+from .helpers.mutation import kill_all
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

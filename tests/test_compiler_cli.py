@@ -54,7 +54,7 @@ def test_pool_and_scale_and_errors(tmp_path, capsys):
 def test_kernel_records_its_machine_and_nnpsim_checks_it(tmp_path, capsys):
     from nnpsim.cli import main as nnpsim_main
     from nnpsim.config import config_toml
-    from tests.conftest import small_config
+    from tests.helpers.machine import small_config
 
     machine = tmp_path / "m.toml"
     machine.write_text(config_toml(small_config(nu_count=2, vu_count=2, ddr_bytes=1 << 20)))

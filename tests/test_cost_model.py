@@ -12,7 +12,7 @@ from compiler.kernel import build, candidates
 from compiler.passes import emit
 from nnpsim.config import Config
 from nnpsim.simulator import Simulator
-from tests.test_compiler_kernels import SETTINGS, rand8, seeds
+from tests.helpers.kernels import SETTINGS, rand8, seeds
 
 
 def _chain(kind: str, rng: np.random.Generator) -> list:

@@ -9,7 +9,7 @@ from compiler.kernel import build
 from compiler.lowering.depthwise import depthwise_weights
 from nnpsim.config import Config
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, rand8, requant_params, run, seeds
+from tests.helpers.kernels import SETTINGS, rand8, requant_params, run, seeds
 
 
 @st.composite

@@ -10,7 +10,7 @@ from isa_spec import encode, load_isa
 from isa_spec.program import BinaryError, Buffer, Program, Symbol
 from nnpasm import assemble
 from nnpasm.disasm import disassemble, format_instruction
-from tests.test_isa_spec import field_values
+from tests.helpers.machine import field_values
 
 ISA = load_isa()
 MNEMONICS = [i.mnemonic for i in ISA.instructions]

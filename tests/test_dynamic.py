@@ -20,20 +20,9 @@ from compiler.kernel import assemble
 from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
+from tests.helpers.dynamic import conv, kill_every_wait, rand8
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
-
-
-def rand8(rng, shape) -> np.ndarray:
-    return rng.integers(-128, 128, size=shape).astype(np.int8)
-
-
-def conv(rng, c=8, o=16, k=3, stride=1, padding=1, dilation=1, n=(1, 2), h=(4, 24), w=(4, 24)):
-    weight = rng.integers(-20, 21, size=(o, c, k, k))
-    return ops.conv2d((Dim("n", *n), c, Dim("h", *h), Dim("w", *w)), weight, rng.integers(-5000, 5000, size=o),
-                      stride=stride, padding=padding, dilation=dilation, x_zp=int(rng.integers(-10, 10)),
-                      multiplier=rng.integers(2**29, 2**31, size=o), shift=rng.integers(20, 26, size=o),
-                      zp_out=int(rng.integers(-20, 20)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -119,37 +108,6 @@ def test_ld_is_bounds_and_alignment_checked():
         sim.run()
 
 
-# The drain at the end only takes the stores' tokens so that none is left at halt: removing one of
-# its waits changes no ordering, so it is not mutated.
-def _waits(asm: str) -> list[int]:
-    lines = asm.splitlines()
-    end = next(k for k, line in enumerate(lines) if line.startswith("drain:"))
-    return [k for k, line in enumerate(lines[:end]) if "wait=" in line or "sem.wait" in line]
-
-
-def _mutant(asm: str, k: int) -> str:
-    lines = asm.splitlines()
-    if "sem.wait" in lines[k]:
-        lines[k] = "        nop"
-    else:
-        lines[k] = re.sub(r", wait=s\d+", "", lines[k])
-    return "\n".join(lines) + "\n"
-
-
-def _kill_every_wait(kern, inputs: dict, at_least: int) -> None:
-    """Each wait removed (_waits, _mutant) in turn: the run must stop on a data race or a deadlock."""
-    sites = _waits(kern.asm)
-    assert len(sites) >= at_least
-    for k in sites:
-        sim = Simulator(kern.config)
-        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
-        for name, a in inputs.items():
-            sim.write(name, a)
-        with pytest.raises(SimError) as exc:
-            sim.run(check_races=True, max_cycles=5_000_000)
-        assert exc.value.code in (errors.DATA_RACE, errors.DEADLOCK), (kern.asm.splitlines()[k], exc.value)
-
-
 def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
     rng = np.random.default_rng(4)
     op = conv(rng, c=8, o=40, h=(8, 40), w=(8, 24))
@@ -158,7 +116,7 @@ def test_removing_any_wait_of_a_dynamic_kernel_is_caught():
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
     # nu.conv.rq requantises: the waits are the set's reuse, the NU's for its load, each store's for its NU
     assert "nu.conv.rq" in kern.asm
-    _kill_every_wait(kern, {"x": x}, at_least=4)
+    kill_every_wait(kern, {"x": x}, at_least=4)
 
 
 def elementwise(rng, kind: str, shape):
@@ -208,7 +166,7 @@ def test_removing_any_wait_of_a_dynamic_elementwise_kernel_is_caught(kind):
     kern = compiler.build(op)
     ins = [rand8(rng, (2, 16, 100, 121)) for _ in op.names]    # three or more chunks (VBUF-capped), a remainder
     np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
-    _kill_every_wait(kern, dict(zip(op.names, ins)), at_least=3)
+    kill_every_wait(kern, dict(zip(op.names, ins)), at_least=3)
 
 
 @pytest.mark.parametrize("channels", [1, 2, 4])
@@ -227,7 +185,7 @@ def test_dynamic_binary_loads_a_and_b_on_two_channels(channels):
             ins = [rand8(rng, shape) for _ in op.names]
             np.testing.assert_array_equal(kern(*ins, check_races=True), op.reference(*ins))
         if channels == 4:
-            _kill_every_wait(kern, dict(zip(op.names, ins)), at_least=4)
+            kill_every_wait(kern, dict(zip(op.names, ins)), at_least=4)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -251,7 +209,7 @@ def test_removing_any_wait_of_a_dynamic_pool_is_caught():
     kern = compiler.build(op)
     x = rand8(rng, (2, 48, 95, 90))                         # several tiles, a remainder, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 def test_unsupported_dynamic_ops_are_refused_by_name():
@@ -384,7 +342,7 @@ def test_removing_any_wait_of_a_fused_dynamic_chain_is_caught():
     x = rand8(rng, (2, 8, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
     assert "nu.conv.rq" in kern.asm and "vu.requant" not in kern.asm     # no drain or VU waits
-    _kill_every_wait(kern, {"x": x}, at_least=10)
+    kill_every_wait(kern, {"x": x}, at_least=10)
 
 
 def test_a_chain_that_changes_a_dim_is_refused():
@@ -412,8 +370,7 @@ def test_ld_runs_the_same_in_the_engine_and_the_stepper(seed):
     from nnpsim.simulator import run_program
     from nnpsim.state import SPACE_DDR
     from nnpsim.stepper import step_program
-    from tests.test_stepper_equivalence import assert_same, random_memory
-    from tests.conftest import small_config
+    from tests.helpers.machine import assert_same, random_memory, small_config
 
     rng = np.random.default_rng(seed)
     cfg = small_config()
@@ -522,7 +479,7 @@ def test_removing_any_wait_of_a_float_form_conv_is_caught():
     x = rand8(rng, (2, 8, 37, 19))
     for kern, waits in ((compiler.build(op), 4), (on_the_vu(op), 6)):
         np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-        _kill_every_wait(kern, {"x": x}, at_least=waits)
+        kill_every_wait(kern, {"x": x}, at_least=waits)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -565,7 +522,7 @@ def test_removing_any_wait_of_a_depthwise_conv_and_a_fused_inverted_residual_is_
     for kern, c in ((compiler.build(dw), 40), (compiler.build(*block), 8)):
         x = rand8(rng, (2, c, 37, 19))
         np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
-        _kill_every_wait(kern, {"x": x}, at_least=6)
+        kill_every_wait(kern, {"x": x}, at_least=6)
 
 
 @pytest.mark.parametrize("sets", [2, 3, 4, 5])
@@ -595,7 +552,7 @@ def test_every_number_of_buffer_sets_is_bit_exact_and_needs_each_wait(form, sets
         x = rand8(rng, shape)
         np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
     if sets in (2, 4):
-        _kill_every_wait(kern, {"x": rand8(rng, (2, c, 37, 19))}, at_least=4 if "nu.conv.rq" in asm else 6)
+        kill_every_wait(kern, {"x": rand8(rng, (2, c, 37, 19))}, at_least=4 if "nu.conv.rq" in asm else 6)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -638,7 +595,7 @@ def test_removing_any_wait_of_a_dynamic_avg_or_sum_pool_is_caught(mode):
     kern = compiler.build(op)
     x = rand8(rng, (2, 40, 37, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 @pytest.mark.parametrize("form", ["integer", "float"])
@@ -731,7 +688,7 @@ def test_removing_any_wait_of_the_new_dynamic_paths_is_caught(what):
     kern = compiler.build(op)
     x = rand8(rng, (2, op.x_shape[1], 113, 23))           # several tiles, a remainder, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 # ---- summing pools in tiles of whole planes; averages without padding counts split as the static lowering ----
@@ -787,7 +744,7 @@ def test_removing_any_wait_of_the_split_and_whole_plane_pools_is_caught(what):
     assert ("pool_whole" in kern.asm) == ("exclude" in what)
     x = rand8(rng, (2, c, 57, 23))
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 def test_a_relu_after_a_max_pool_goes_into_the_conv_before_the_pool():
@@ -835,4 +792,4 @@ def test_removing_any_wait_of_a_dynamic_global_average_pool_is_caught(float_form
     kern = compiler.build(op)
     x = rand8(rng, (3, 700, 37, 29))                       # several channel tiles, a remainder, three images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)

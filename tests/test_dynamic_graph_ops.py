@@ -26,7 +26,7 @@ from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 
 from .onnx_helpers import session
-from .test_dynamic import _kill_every_wait
+from .helpers.dynamic import kill_every_wait
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -74,7 +74,7 @@ def test_removing_any_wait_of_a_dynamic_requantize_is_caught():
     kern = compiler.build(op)
     x = rand(np.random.default_rng(1), (2, 16, 100, 121), "int32")    # three or more chunks (VBUF-capped)
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,7 +114,7 @@ def test_removing_any_wait_of_a_per_channel_requantize_is_caught():
     kern = compiler.build(op)
     x = rand(np.random.default_rng(1), (2, 3, 180, 190), "int32")     # planes of several chunks (VBUF-capped)
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=3)
+    kill_every_wait(kern, {"x": x}, at_least=3)
 
 
 def test_a_dynamic_requantize_refuses_a_wrong_dtype_and_a_size_out_of_range():
@@ -163,7 +163,7 @@ def test_a_dynamic_dense_refuses_a_dynamic_feature_axis_and_a_batch_out_of_range
 
 def test_removing_any_wait_of_a_dynamic_dense_is_caught():
     _, kern, _ = dense_kernel("integer")
-    _kill_every_wait(kern, {"x": rand(np.random.default_rng(2), (5, 150))}, at_least=4)
+    kill_every_wait(kern, {"x": rand(np.random.default_rng(2), (5, 150))}, at_least=4)
 
 
 # ----------------------------------------------------------------------------- graphs with Dims
@@ -247,7 +247,7 @@ def test_removing_any_wait_of_the_concat_and_requantize_layers_is_caught():
     for group in groups:
         k = group[0]
         if lines[k - 1].strip().startswith(("beq", "blt")):
-            continue        # the drain's waits only take the last tokens (tests/test_dynamic.py, _waits); a set's
+            continue        # the drain's waits only take the last tokens (tests/helpers/dynamic.py, wait_lines); a set's
         #                     reuse wait runs from the third chunk on (the requantize kernel's test removes it)
         mutant = list(lines)
         for j in group:
@@ -546,7 +546,7 @@ def test_a_dynamic_broadcasting_add_whose_plane_exceeds_a_buffer_set():
 def test_removing_any_wait_of_a_broadcasting_kernel_is_caught():
     _, kern = broadcast_kernel("add", (1, 7, 1, 1))
     rng = np.random.default_rng(8)
-    _kill_every_wait(kern, {"a": rand(rng, (2, 7, 40, 50)), "b": rand(rng, (1, 7, 1, 1))}, at_least=3)
+    kill_every_wait(kern, {"a": rand(rng, (2, 7, 40, 50)), "b": rand(rng, (1, 7, 1, 1))}, at_least=3)
 
 
 def test_broadcasts_that_are_not_lowered_are_refused():

@@ -21,7 +21,7 @@ from compiler.kernel import assemble
 from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
-from tests.test_dynamic import _mutant
+from tests.helpers.dynamic import without_wait
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -121,7 +121,7 @@ def test_removing_any_wait_of_a_fused_join_is_caught(side):
     buffer = lib.meta["inputs"][0]["buffer"]
     for j in sites:
         sim = Simulator(lib.config)
-        sim.load(assemble(_mutant(lib.asm, j), lib.files, "mutant.s"))
+        sim.load(assemble(without_wait(lib.asm, j), lib.files, "mutant.s"))
         sim.write(buffer, x)
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)

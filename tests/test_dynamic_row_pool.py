@@ -27,7 +27,7 @@ from nnpsim.config import Config
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 
-from .test_dynamic import _mutant, _waits
+from .helpers.dynamic import wait_lines, without_wait
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SMALL = Config(vbuf_bytes=4096).validate()     # bands of 17 rows at the largest width
@@ -98,14 +98,14 @@ def test_removing_any_wait_of_a_banded_global_pool_is_caught(float_form):
     x = offset_input(np.random.default_rng(7), (2, 3, 90, 70))      # six bands a channel, two images
     want = op.reference(x)
     np.testing.assert_array_equal(kern(x, check_races=True), want)
-    sites = _waits(kern.asm)
+    sites = wait_lines(kern.asm)
     assert len(sites) >= 5
     lines = kern.asm.splitlines()
     sum_wait = f"sem.wait {sum_semaphore(op, SMALL)}"
     ld_races = 0
     for k in sites:
         sim = Simulator(kern.config)
-        sim.load(assemble(_mutant(kern.asm, k), kern.files, "mutant.s"))
+        sim.load(assemble(without_wait(kern.asm, k), kern.files, "mutant.s"))
         sim.write("x", x)
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)

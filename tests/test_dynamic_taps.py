@@ -19,7 +19,7 @@ from compiler.kernel import assemble
 from compiler.dynamic.conv import _Geometry, choose_rows
 from compiler.dynamic.conv import program as lower_conv
 from nnpsim.config import Config
-from tests.test_dynamic import _kill_every_wait, conv, rand8
+from tests.helpers.dynamic import conv, kill_every_wait, rand8
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -94,7 +94,7 @@ def test_removing_any_wait_of_a_full_tap_fold_is_caught(rq):
     assert "full-tap" in kern.asm
     x = rand8(rng, (2, 3, 37, 19))            # several tiles an image, a remainder, two images
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=4 if rq else 6)
+    kill_every_wait(kern, {"x": x}, at_least=4 if rq else 6)
 
 
 def test_removing_any_wait_of_a_fused_chain_with_the_fold_is_caught():
@@ -107,4 +107,4 @@ def test_removing_any_wait_of_a_fused_chain_with_the_fold_is_caught():
     assert kern.rows_per_tile[19] == 6
     x = rand8(rng, (2, 16, 35, 19))
     np.testing.assert_array_equal(kern(x, check_races=True), kern.op.reference(x))
-    _kill_every_wait(kern, {"x": x}, at_least=7)
+    kill_every_wait(kern, {"x": x}, at_least=7)

@@ -5,82 +5,13 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler import ops
-from compiler.graph import Graph, QuantParams
+from compiler.graph import Graph
 from compiler.graph_fusion import Decision, anchors, chains, fuse
 from compiler.network import alias, partition, per_node, plan_kernels
-from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
 from nnpsim.config import Config
 from tests.onnx_helpers import nnpc_compile_tiny
-from tests.test_network import _conv, _int8
-
-
-def _dw(rng, shape, k=3, stride=1, lo=-128, hi=127, zp_out=-2):
-    """A depthwise k x k conv with a clamp (MobileNet's relu6 as a clip)."""
-    c = shape[1]
-    w = rng.integers(-30, 31, (c, 1, k, k)).astype(np.int8)
-    m, s = quantize_multipliers(rng.uniform(0.5, 2.0, c) / (k * k * 8))
-    return ops.conv2d(shape, w, rng.integers(-300, 300, c).astype(np.int32), stride=stride, padding=k // 2,
-                      groups=c, x_zp=int(rng.integers(-4, 5)), multiplier=m, shift=s, zp_out=zp_out,
-                      lo=max(lo, -128), hi=hi)
-
-
-def _add(shape, zp_out=1):
-    return ops.add(shape, za=-3, zb=2, ma=3 << 13, mb=5 << 12, shift=14, zp_out=zp_out)
-
-
-def bottleneck(rng, c=32, hw=14) -> Graph:
-    """A ResNet bottleneck: 1x1 reduce, 3x3, 1x1 expand, the identity shortcut added, relu; twice."""
-    g = Graph("bottleneck")
-    t = g.input("x", (1, c, hw, hw), quant=QuantParams(np.float32(0.05), np.int64(2)))
-    shape = (1, c, hw, hw)
-    for b in range(2):
-        c1 = _conv(rng, shape, c // 4, k=1, relu=True)
-        a = g.add(c1, t, name=f"b{b}_conv1")
-        c2 = _conv(rng, c1.output.shape, c // 4, relu=True)
-        a = g.add(c2, a, name=f"b{b}_conv2")
-        c3 = _conv(rng, c2.output.shape, c, k=1)
-        a = g.add(c3, a, name=f"b{b}_conv3")
-        s = g.add(_add(shape), a, t, name=f"b{b}_add")
-        t = g.add(ops.relu(shape, 1), s, name=f"b{b}_relu")
-    g.output(t)
-    return g.validate()
-
-
-def inverted_residual(rng, c=16, hw=12) -> Graph:
-    """MobileNetV2 blocks: 1x1 expand + relu6, 3x3 depthwise + relu6, 1x1 project, shortcut add; then stride 2."""
-    g = Graph("inverted")
-    t = g.input("x", (1, c, hw, hw))
-    shape = (1, c, hw, hw)
-    for b, stride in enumerate((1, 2)):
-        e = _conv(rng, shape, 4 * c, k=1, relu=True)
-        a = g.add(e, t, name=f"b{b}_expand")
-        d = _dw(rng, e.output.shape, stride=stride, lo=-2, hi=100)
-        a = g.add(d, a, name=f"b{b}_dw")
-        p = _conv(rng, d.output.shape, c, k=1)
-        a = g.add(p, a, name=f"b{b}_project")
-        if stride == 1:
-            a = g.add(_add(shape), a, t, name=f"b{b}_add")
-        t, shape = a, p.output.shape
-    g.output(t)
-    return g.validate()
-
-
-def stem(rng, hw=32) -> Graph:
-    """conv 3x3 stride 2 + relu, then max pool 3x3 / 2, then conv -> conv."""
-    g = Graph("stem")
-    t = g.input("x", (1, 3, hw, hw))
-    c = _conv(rng, (1, 3, hw, hw), 32, stride=2, relu=True)
-    t = g.add(c, t, name="conv1")
-    p = ops.max_pool2d(c.output.shape, 3, 2, 1)
-    t = g.add(p, t, name="pool")
-    c2 = _conv(rng, p.output.shape, 48, relu=True)
-    t = g.add(c2, t, name="conv2")
-    c3 = _conv(rng, c2.output.shape, 48, k=1, stride=2)
-    t = g.add(c3, t, name="conv3")
-    g.output(t)
-    return g.validate()
+from tests.helpers.networks import bottleneck, int8_data, inverted_residual, stem
 
 
 GRAPHS = {"bottleneck": bottleneck, "inverted residual": inverted_residual, "stem": stem}
@@ -102,7 +33,7 @@ def _run(lib, x, races=True):
 def test_fused_network_is_bit_exact_with_its_unfused_form_and_race_free(built):
     name, g, fused, apart = built
     for seed in range(2):
-        x = _int8(np.random.default_rng(seed), g.values[g.inputs[0]].shape)
+        x = int8_data(np.random.default_rng(seed), g.values[g.inputs[0]].shape)
         want = g.reference(x)[0]
         got_fused = _run(fused, x).get_output(0, quantized=True)
         got_apart = _run(apart, x).get_output(0, quantized=True)
@@ -171,7 +102,7 @@ def test_the_report_gives_each_fused_kernels_pipelining_variant_and_prices(built
 
 def test_fused_network_moves_fewer_ddr_bytes(built):
     name, g, fused, apart = built
-    x = _int8(np.random.default_rng(5), g.values[g.inputs[0]].shape)
+    x = int8_data(np.random.default_rng(5), g.values[g.inputs[0]].shape)
     f, a = _run(fused, x, races=False), _run(apart, x, races=False)
     assert f.stats.ddr_bytes < a.stats.ddr_bytes
     assert fused.meta["onchip_peak"]["dm"] > 0          # the intermediates live in DM
@@ -193,7 +124,7 @@ def test_no_fused_kernel_is_slower_than_its_parts_when_simulated(name):
 
 def _simulated_cycles(chain, rng) -> int:
     k = compiler.build(*chain)
-    k(*[_int8(rng, b.shape) for b in k.ir.inputs], check_races=True)
+    k(*[int8_data(rng, b.shape) for b in k.ir.inputs], check_races=True)
     return k.stats.cycles
 
 

@@ -10,22 +10,10 @@ from hypothesis import strategies as st
 from isa_spec import docgen
 from isa_spec import NONE, DecodeError, EncodeError, IsaError, decode, decode_program, encode, load_isa
 from isa_spec.model import SPEC_PATH, parse_isa
+from tests.helpers.machine import field_values
 
 ISA = load_isa()
 MNEMONICS = [i.mnemonic for i in ISA.instructions]
-
-
-def field_values(fld):
-    """A strategy for every legal operand value of a field."""
-    k = fld.kind
-    if k.cls == "enum":
-        return st.sampled_from(sorted(set(k.values.values())))
-    if k.cls == "sem_opt":
-        return st.none() | st.integers(0, k.count - 1)
-    lo, hi = fld.value_range()
-    if k.cls == "pcrel":
-        return st.integers(lo // k.scale, hi // k.scale).map(lambda v: v * k.scale)
-    return st.integers(lo, hi)
 
 
 @st.composite

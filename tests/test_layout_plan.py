@@ -20,7 +20,7 @@ from compiler.network import alias, build_network, partition
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config
 from tests.onnx_helpers import nnpc_compile_tiny
-from tests.test_network import _conv, _int8, _run, topologies
+from tests.helpers.networks import conv_op, int8_data, run_graph, topologies
 
 layouts = st.sampled_from(LAYOUTS)
 any_layouts = st.one_of(layouts, st.integers(1, 6).map(blocked_layout))
@@ -183,7 +183,7 @@ def test_single_op_kernels_are_bit_exact_in_any_layout(seed, block, kx, ky, kind
     else:
         op = ops.clip(shape, -128, 127)
     op2 = replace(op, x_layout=lx, y_layout=ly)
-    xs = [_int8(rng, t.shape) for t in op.inputs]
+    xs = [int8_data(rng, t.shape) for t in op.inputs]
     got = build(op2, config=cfg)(*xs, check_races=True)
     np.testing.assert_array_equal(got, op.reference(*xs))
 
@@ -193,19 +193,19 @@ def test_a_blocked_conv_needs_blocks_as_wide_as_the_arrays():
     # saying so; 12 channels (one block) are NHWC's bytes and build
     rng = np.random.default_rng(5)
     cfg = Config(nu_rows=16, nu_cols=32)
-    op = replace(_conv(rng, (1, 40, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
+    op = replace(conv_op(rng, (1, 40, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
     with pytest.raises(CompileError, match="nc32hw32: the NU's blocks here are 16 channels wide, not 32"):
         build(op, config=cfg)
-    small = replace(_conv(rng, (1, 12, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
-    x = _int8(rng, small.x_shape)
+    small = replace(conv_op(rng, (1, 12, 6, 6), 8), x_layout="nc32hw32", y_layout="nc32hw32")
+    x = int8_data(rng, small.x_shape)
     np.testing.assert_array_equal(build(small, config=cfg)(x), small.reference(x))
 
 
 def test_single_op_kernels_keep_the_users_nchw():
-    op = _conv(np.random.default_rng(3), (1, 8, 6, 6), 8)
+    op = conv_op(np.random.default_rng(3), (1, 8, 6, 6), 8)
     assert (op.x_layout, op.y_layout) == ("nchw", "nchw")
     k = build(op)
-    x = _int8(np.random.default_rng(4), op.x_shape)
+    x = int8_data(np.random.default_rng(4), op.x_shape)
     np.testing.assert_array_equal(k(x), op.reference(x))
 
 
@@ -216,7 +216,7 @@ def _chain() -> Graph:
     g = Graph("chain")
     t = g.input("x", (1, 8, 6, 6))
     for name in ("a", "b", "c"):
-        t = g.add(_conv(rng, (1, 8, 6, 6), 8), t, name=name)
+        t = g.add(conv_op(rng, (1, 8, 6, 6), 8), t, name=name)
     g.output(t)
     return g.validate()
 
@@ -242,7 +242,7 @@ def _wide_chain(c: int = 40) -> Graph:
     g = Graph("wide")
     t = g.input("x", (1, c, 6, 6))
     for name in ("a", "b", "c"):
-        t = g.add(_conv(rng, (1, c, 6, 6), c), t, name=name)
+        t = g.add(conv_op(rng, (1, c, 6, 6), c), t, name=name)
     g.output(t)
     return g.validate()
 
@@ -353,8 +353,8 @@ def test_random_networks_with_mixed_layouts_are_bit_exact_and_race_free(monkeypa
     _check_plan(g, groups, plan)
     moved = [layer for layer in lib.layers if layer["name"].startswith("layout.")]
     assert len(moved) == len(plan.transforms)
-    x = _int8(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
-    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+    x = int8_data(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
+    np.testing.assert_array_equal(run_graph(lib, x).get_output(0), g.reference(x)[0])
 
 
 def _alike(g, grp, lay: str, disliked: str, block: int) -> bool:
@@ -402,16 +402,16 @@ def test_a_network_all_blocked_is_bit_exact_and_race_free(monkeypatch, block):
     c1, c2 = (20, 33) if block == 8 else (40, 72)
     g = Graph("blocked")
     t = g.input("x", (1, 3, 12, 12))
-    t = g.add(_conv(rng, (1, 3, 12, 12), c1, relu=True), t, name="stem")
+    t = g.add(conv_op(rng, (1, 3, 12, 12), c1, relu=True), t, name="stem")
     t = g.add(ops.max_pool2d((1, c1, 12, 12), 2), t, name="pool")
     m, sh = _requant(rng, c1, 1, 3)
     dw = ops.conv2d((1, c1, 6, 6), rng.integers(-20, 21, (c1, 1, 3, 3)).astype(np.int8),
                     rng.integers(-500, 500, c1).astype(np.int32), padding=1, groups=c1, x_zp=2,
                     multiplier=m, shift=sh, zp_out=-1)
     t = g.add(dw, t, name="dw")
-    y = g.add(_conv(rng, (1, c1, 6, 6), c1, k=1), t, name="pw")
+    y = g.add(conv_op(rng, (1, c1, 6, 6), c1, k=1), t, name="pw")
     t = g.add(ops.add((1, c1, 6, 6), za=-3, zb=1, ma=1 << 13, mb=3 << 12, shift=14), t, y, name="add")
-    t = g.add(_conv(rng, (1, c1, 6, 6), c2, stride=2), t, name="down")
+    t = g.add(conv_op(rng, (1, c1, 6, 6), c2, stride=2), t, name="down")
     g.output(t)
     g.validate()
     original, blk = layout_plan.plan_layouts, blocked_layout(block)
@@ -428,17 +428,17 @@ def test_a_network_all_blocked_is_bit_exact_and_race_free(monkeypatch, block):
     assert set(meta["kernels"].values()) == {blk}
     assert [(t["value"], t["src"], t["dst"]) for t in meta["transforms"]] == [
         ("x", "nchw", blk), (g.outputs[0], blk, "nchw")]
-    x = _int8(rng, (1, 3, 12, 12))
-    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+    x = int8_data(rng, (1, 3, 12, 12))
+    np.testing.assert_array_equal(run_graph(lib, x).get_output(0), g.reference(x)[0])
 
 
 def test_default_plan_of_a_network_is_checked_and_bit_exact():
     rng = np.random.default_rng(11)
     g = Graph("mixed")
     t = g.input("x", (1, 3, 16, 16))
-    t = g.add(_conv(rng, (1, 3, 16, 16), 32, relu=True), t, name="stem")
+    t = g.add(conv_op(rng, (1, 3, 16, 16), 32, relu=True), t, name="stem")
     t = g.add(ops.max_pool2d((1, 32, 16, 16), 2), t, name="pool")
-    t = g.add(_conv(rng, (1, 32, 8, 8), 40, k=1), t, name="pw")
+    t = g.add(conv_op(rng, (1, 32, 8, 8), 40, k=1), t, name="pw")
     g.output(t)
     g.validate()
     lib = build_network(g, Config())
@@ -449,11 +449,11 @@ def test_default_plan_of_a_network_is_checked_and_bit_exact():
         assert not same_bytes(g.values[t["value"]].shape, t["src"], t["dst"])
         for r in t["readers"]:
             assert r == "graph input/output" or meta["kernels"][r] == t["dst"]
-    x = _int8(rng, (1, 3, 16, 16))
-    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+    x = int8_data(rng, (1, 3, 16, 16))
+    np.testing.assert_array_equal(run_graph(lib, x).get_output(0), g.reference(x)[0])
     off = build_network(g, Config(), layouts=False)
     assert off.meta["layout"] is None
-    np.testing.assert_array_equal(_run(off, x).get_output(0), g.reference(x)[0])
+    np.testing.assert_array_equal(run_graph(off, x).get_output(0), g.reference(x)[0])
 
 
 def test_nnpc_compile_report_prints_the_layout_plan(tmp_path):

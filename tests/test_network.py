@@ -8,73 +8,28 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import compiler
 from compiler import ops
-from compiler.graph import Concat, Graph, QuantParams, Reshape
+from compiler.graph import Concat, Graph
 from compiler.network import ARENA, partition
-from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule, dequantize, quantize
 from isa_spec import decode, load_isa
-
-
-def _conv(rng, shape, out, k=3, stride=1, relu=False, zp_out=-3, bias=True):
-    c = shape[1]
-    w = rng.integers(-20, 21, (out, c, k, k)).astype(np.int8)
-    b = rng.integers(-800, 800, out).astype(np.int32) if bias else None
-    m, s = quantize_multipliers(rng.uniform(0.5, 2.0, out) / (c * k * k * 8))
-    return ops.conv2d(shape, w, b, stride=stride, padding=k // 2, x_zp=int(rng.integers(-4, 5)),
-                      multiplier=m, shift=s, zp_out=zp_out, lo=zp_out if relu else -128)
-
-
-def _residual_net(rng, hw=10, c=8) -> Graph:
-    """conv-relu, conv, add(shortcut first, conv second), relu, max pool, flatten, dense."""
-    g = Graph("residual")
-    x = g.input("input.1", (1, c, hw, hw), quant=QuantParams(np.float32(0.05), np.int64(2)))
-    c1 = _conv(rng, (1, c, hw, hw), 16, relu=True)
-    a = g.add(c1, x, name="conv1")
-    c2 = _conv(rng, c1.output.shape, 16)
-    b = g.add(c2, a, name="conv2")
-    add = ops.add(c2.output.shape, za=-3, zb=-3, ma=3 << 13, mb=5 << 12, shift=14, zp_out=1)
-    s = g.add(add, a, b, name="add")
-    r = g.add(ops.relu(add.output.shape, 1), s, name="relu")
-    p = g.add(ops.max_pool2d(add.output.shape, 2), r, name="pool")
-    shape = ops.max_pool2d(add.output.shape, 2).output.shape
-    flat = (1, int(np.prod(shape)))
-    f = g.add(Reshape(shape, flat), p, name="flatten")
-    w = rng.integers(-20, 21, (flat[1], 10)).astype(np.int8)
-    m, sh = quantize_multipliers(np.full(10, 1.0 / 3000))
-    d = g.add(ops.dense(flat, w, rng.integers(-500, 500, 10).astype(np.int32), x_zp=1, multiplier=m, shift=sh,
-                        zp_out=4), f, name="fc", quant=QuantParams(np.float32(0.1), np.int64(4)))
-    g.output(d)
-    return g.validate()
-
-
-def _int8(rng, shape) -> np.ndarray:
-    return rng.integers(-128, 128, shape).astype(np.int8)
-
-
-def _run(lib, *inputs, races=True):
-    m = GraphModule(lib)
-    for k, a in enumerate(inputs):
-        m.set_input(k, a)
-    m.run(check_races=races)
-    return m
+from tests.helpers.networks import conv_op, int8_data, residual_net, run_graph, topologies
 
 
 @pytest.fixture(scope="module")
 def residual():
     rng = np.random.default_rng(11)
-    g = _residual_net(rng)
+    g = residual_net(rng)
     return g, compiler.build(g)
 
 
 def test_residual_network_is_bit_exact_and_race_free(residual):
     g, lib = residual
     rng = np.random.default_rng(3)
-    x = _int8(rng, (1, 8, 10, 10))
-    m = _run(lib, x)
+    x = int8_data(rng, (1, 8, 10, 10))
+    m = run_graph(lib, x)
     np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference(x)[0])
     assert m.stats.cycles > 0
 
@@ -99,7 +54,7 @@ def test_one_program_with_a_label_per_layer_and_no_barrier(residual):
 
 def test_layers_overlap_and_cover_every_command(residual):
     _, lib = residual
-    m = _run(lib, _int8(np.random.default_rng(5), (1, 8, 10, 10)))
+    m = run_graph(lib, int8_data(np.random.default_rng(5), (1, 8, 10, 10)))
     stats = m.layer_stats()
     # the pool stays a kernel of its own: with conv2 requantised by nu.conv.rq, conv2 + add + clip
     # then the pool are predicted at 1,849 + 685 cycles, less than the four ops fused
@@ -115,7 +70,7 @@ def test_float_inputs_are_quantised_and_outputs_dequantised(residual):
     g, lib = residual
     rng = np.random.default_rng(8)
     xf = rng.normal(0, 2, (1, 8, 10, 10)).astype(np.float32)
-    m = _run(lib, xf, races=False)
+    m = run_graph(lib, xf, races=False)
     xq = quantize(xf, 0.05, 2, None)
     want = g.reference(xq)[0]
     np.testing.assert_array_equal(m.get_output(0, quantized=True), want)
@@ -125,18 +80,18 @@ def test_float_inputs_are_quantised_and_outputs_dequantised(residual):
 
 def test_save_and_load_run_the_same(residual, tmp_path):
     g, lib = residual
-    x = _int8(np.random.default_rng(9), (1, 8, 10, 10))
+    x = int8_data(np.random.default_rng(9), (1, 8, 10, 10))
     lib.save(tmp_path / "model.nnp")
     back = compiler.load(tmp_path / "model.nnp")
     assert back.meta == lib.meta
-    a, b = _run(lib, x), _run(back, x)
+    a, b = run_graph(lib, x), run_graph(back, x)
     np.testing.assert_array_equal(a.get_output(0), b.get_output(0))
     assert a.stats.cycles == b.stats.cycles
 
 
 def test_nnpsim_runs_the_network_binary(residual, tmp_path):
     g, lib = residual
-    x = _int8(np.random.default_rng(10), (1, 8, 10, 10))
+    x = int8_data(np.random.default_rng(10), (1, 8, 10, 10))
     lib.save(tmp_path / "model.nnp")
     np.save(tmp_path / "x.npy", x)
     ins, outs = lib.meta["inputs"][0]["buffer"], lib.meta["outputs"][0]["buffer"]
@@ -149,7 +104,7 @@ def test_nnpsim_runs_the_network_binary(residual, tmp_path):
 def test_trace_has_a_layer_track(residual, tmp_path):
     _, lib = residual
     m = GraphModule(lib)
-    m.set_input(0, _int8(np.random.default_rng(12), (1, 8, 10, 10)))
+    m.set_input(0, int8_data(np.random.default_rng(12), (1, 8, 10, 10)))
     m.run(trace=tmp_path / "t.json")
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     layers = [e for e in events if e.get("cat") == "layer"]
@@ -181,14 +136,14 @@ def test_concat_of_two_branches_writes_in_place():
     rng = np.random.default_rng(21)
     g = Graph("concat")
     x = g.input("x", (1, 8, 6, 6))
-    a = g.add(_conv(rng, (1, 8, 6, 6), 8), x, name="left")
-    b = g.add(_conv(rng, (1, 8, 6, 6), 24, k=1), x, name="right")
+    a = g.add(conv_op(rng, (1, 8, 6, 6), 8), x, name="left")
+    b = g.add(conv_op(rng, (1, 8, 6, 6), 24, k=1), x, name="right")
     c = g.add(Concat(((1, 8, 6, 6), (1, 24, 6, 6))), a, b, name="cat")
-    d = g.add(_conv(rng, (1, 32, 6, 6), 16), c, name="after")
+    d = g.add(conv_op(rng, (1, 32, 6, 6), 16), c, name="after")
     g.output(d)
     lib = compiler.build(g.validate())
-    x0 = _int8(rng, (1, 8, 6, 6))
-    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
+    x0 = int8_data(rng, (1, 8, 6, 6))
+    np.testing.assert_array_equal(run_graph(lib, x0).get_output(0), g.reference(x0)[0])
     assert len(lib.layers) == 3            # the concat moves no data
 
 
@@ -197,7 +152,7 @@ def test_arena_reuses_bytes_by_liveness():
     g = Graph("chain")
     t = g.input("x", (1, 8, 8, 8))
     for k in range(5):
-        t = g.add(_conv(rng, (1, 8, 8, 8), 8, relu=True), t, name=f"c{k}")
+        t = g.add(conv_op(rng, (1, 8, 8, 8), 8, relu=True), t, name=f"c{k}")
     g.output(t)
     lib = compiler.build(g.validate(), fuse=False)      # every intermediate in DDR, none fused into DM
     arena = lib.meta["arena"]
@@ -205,38 +160,8 @@ def test_arena_reuses_bytes_by_liveness():
     assert arena["naive_bytes"] == (4 + moved) * 8 * 8 * 8
     assert arena["bytes"] == 2 * 8 * 8 * 8         # two live at a time, ping-pong
     assert ARENA in lib.program.buffers
-    x0 = _int8(rng, (1, 8, 8, 8))
-    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
-
-
-@st.composite
-def topologies(draw):
-    """A random small network: convs (some strided, some 1x1), residual adds, pools."""
-    seed = draw(st.integers(0, 2 ** 31))
-    rng = np.random.default_rng(seed)
-    hw = draw(st.integers(5, 12))
-    c = draw(st.sampled_from([3, 8, 20, 33]))
-    g = Graph("random")
-    t = g.input("x", (1, c, hw, hw))
-    shape = (1, c, hw, hw)
-    for k in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["conv", "conv", "residual", "pool"]))
-        if kind == "pool" and min(shape[2:]) >= 2:
-            op = ops.max_pool2d(shape, 2)
-            t = g.add(op, t, name=f"pool{k}")
-        elif kind == "residual":
-            op = _conv(rng, shape, shape[1], k=draw(st.sampled_from([1, 3])))
-            y = g.add(op, t, name=f"res{k}")
-            add = ops.add(shape, za=-3, zb=int(rng.integers(-3, 3)), ma=1 << 13, mb=3 << 12, shift=14)
-            t = g.add(add, *((t, y) if draw(st.booleans()) else (y, t)), name=f"add{k}")
-            op = add
-        else:
-            op = _conv(rng, shape, draw(st.sampled_from([8, 16, 40])), k=draw(st.sampled_from([1, 3])),
-                       stride=draw(st.sampled_from([1, 2])), relu=draw(st.booleans()))
-            t = g.add(op, t, name=f"conv{k}")
-        shape = op.output.shape
-    g.output(t)
-    return g.validate(), seed
+    x0 = int8_data(rng, (1, 8, 8, 8))
+    np.testing.assert_array_equal(run_graph(lib, x0).get_output(0), g.reference(x0)[0])
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -244,8 +169,8 @@ def topologies(draw):
 def test_random_networks_are_bit_exact_and_race_free(drawn):
     g, seed = drawn
     lib = compiler.build(g)
-    x = _int8(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
-    np.testing.assert_array_equal(_run(lib, x).get_output(0), g.reference(x)[0])
+    x = int8_data(np.random.default_rng(seed + 1), g.values[g.inputs[0]].shape)
+    np.testing.assert_array_equal(run_graph(lib, x).get_output(0), g.reference(x)[0])
 
 
 def test_dequantize_is_onnxruntime_order():
@@ -282,16 +207,15 @@ def test_onnxruntime_arithmetic_network(conv_first):
     kinds = [[o.kind for o in grp.ops] for grp in partition(g)]
     assert kinds[1] == (["conv2d", "add"] if conv_first else ["conv2d"])
     lib = compiler.build(g)
-    x0 = _int8(rng, (1, 8, 7, 7))
-    np.testing.assert_array_equal(_run(lib, x0).get_output(0), g.reference(x0)[0])
+    x0 = int8_data(rng, (1, 8, 7, 7))
+    np.testing.assert_array_equal(run_graph(lib, x0).get_output(0), g.reference(x0)[0])
 
 
 @pytest.mark.parametrize("case", ["convs", "residual", "pools", "dense", "kept_activations"])
 def test_onnx_models_on_the_machine_equal_onnxruntime(case):
     """QOperator test networks (stride, dilation, groups, depthwise, residual, pools, gemm), compiled
     whole and run on the simulator: the float output equals onnxruntime's, element for element."""
-    from tests.onnx_helpers import session
-    from tests.test_onnx_import import quantised
+    from tests.onnx_helpers import quantised, session
     model = quantised(case, "qoperator")
     g = compiler.from_onnx(model)
     m = GraphModule(compiler.build(g))
@@ -316,8 +240,8 @@ def test_a_network_on_two_units_fits_few_semaphores_through_the_cu(residual):
     assert len(_semaphores(compiler.build(g, config=Config(nu_count=2, vu_count=2)))) > few.semaphores
     lib = compiler.build(g, config=few)
     assert max(_semaphores(lib)) < few.semaphores
-    x = _int8(np.random.default_rng(4), (1, 8, 10, 10))
-    m = _run(lib, x)
+    x = int8_data(np.random.default_rng(4), (1, 8, 10, 10))
+    m = run_graph(lib, x)
     np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference(x)[0])
 
 

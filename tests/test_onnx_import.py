@@ -1,6 +1,6 @@
 """compiler.from_onnx on models quantised by onnxruntime's quantize_static, both formats.
 
-Every model is written here with onnx.helper (compiler.models.Net), given random
+Every model is written with onnx.helper (compiler.models.Net, tests/onnx_helpers.py), given random
 weights, quantised, imported with arithmetic="fixed" and compared with
 onnxruntime on the same quantised model (tests/onnx_helpers.py).  Observed with
 fixed arithmetic (integer multiplier/shift, round half up):
@@ -16,7 +16,6 @@ The last two are the documented approximations of arithmetic="fixed" (docs/runti
 """
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import sys
@@ -34,64 +33,9 @@ import compiler
 from compiler import CompileError, from_onnx, models
 from compiler.models import Net
 
-from .onnx_helpers import agreement
+from .onnx_helpers import CASES, SHAPE, agreement, quantised
 
 FMTS = ("qoperator", "qdq")
-SHAPE = (1, 3, 12, 12)
-
-
-# ---------------------------------------------------------------- test networks
-
-def convs(n: Net) -> None:
-    x = n.conv(n.input, 8, 3, 2)                       # stride 2
-    x = n.conv(x, 8, 3, 1, dilation=2)                 # dilation 2
-    x = n.conv(x, 8, 3, 1, groups=2)                   # groups
-    x = n.conv(x, 8, 3, 1, groups=8, act="relu6")      # depthwise, ReLU6 folded into the range
-    n.output(n.conv(x, 6, 1, act=None, bias=False))    # 1x1, no bias
-
-
-def residual(n: Net) -> None:
-    x = n.conv(n.input, 8, 3, 1)
-    y = n.conv(n.conv(x, 8, 3, 1), 8, 3, 1, act=None)
-    n.output(n.add(y, x, act="relu"))
-
-
-def pools(n: Net) -> None:
-    x = n.conv(n.input, 8, 3, 1)
-    m = n.max_pool(x, 3, 2, 1)                         # padded max pool
-    a = n.avg_pool(x, 3, 3, 0)                         # odd window, no padding
-    g = n.flatten(n.global_avg_pool(m))
-    n.output(a, n.gemm(g, 10))
-
-
-def dense(n: Net) -> None:
-    x = n.conv(n.input, 8, 3, 1, act="relu6")
-    y = n.conv(x, 8, 1, act=None)
-    cat = n.concat([x, n.mul(x, y), y])                # three inputs with three different scales
-    g = n.flatten(n.global_avg_pool(n.max_pool(cat, 3, 2, 1)))
-    n.output(n.matmul(g, 5), n.gemm(g, 7, act="relu"))
-
-
-def kept_activations(n: Net) -> None:
-    x = n.conv(n.input, 8, 3, 1, act=None)
-    r = n.relu(x)                                      # x has two readers: the Relu stays in the graph
-    y = n.add(x, n.conv(r, 8, 3, 1, act=None))
-    n.output(n.reshape(y, (1, -1)), n.clip(y, -1.0, 2.0))
-
-
-CASES = {f.__name__: f for f in (convs, residual, pools, dense, kept_activations)}
-
-def _even_avg(n: Net) -> None:
-    n.output(n.avg_pool(n.conv(n.input, 8, 3, 1), 2, 2, 0))
-
-
-def _padded_avg(n: Net) -> None:
-    n.output(n.avg_pool(n.conv(n.input, 8, 3, 1), 3, 1, 1, count_include_pad=0),
-             n.avg_pool(n.conv(n.input, 8, 3, 1), 3, 1, 1, count_include_pad=1))
-
-
-# Networks for the documented approximations of fixed arithmetic (not in CASES).
-NETWORKS = {**CASES, "even_avg": _even_avg, "padded_avg": _padded_avg}
 
 
 # The quantised op types each case must exercise (so the cases really cover the importer).
@@ -101,13 +45,6 @@ COVERS = {
     "qdq": {"Conv", "Add", "Mul", "MatMul", "Gemm", "Concat", "AveragePool", "GlobalAveragePool", "MaxPool",
             "Flatten", "Reshape"},
 }
-
-
-@functools.lru_cache(maxsize=None)
-def quantised(case: str, fmt: str, per_channel: bool = True, shape=SHAPE, seed: int = 1) -> onnx.ModelProto:
-    net = Net(case, shape, seed)
-    NETWORKS[case](net)
-    return models.quantize(net.model(), fmt, seed=seed, per_channel=per_channel, samples=3)
 
 
 def imported(case: str, fmt: str, per_channel: bool = True, arithmetic: str = "fixed"):

@@ -15,21 +15,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx  # noqa: F401 - the model builder (onnx.helper) is what this test checks against onnxruntime with
-import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 from compiler import ops
 from compiler import semantics as sem
 from compiler.kernel import build
 from compiler.quant import ort_scale
+from tests.onnx_helpers import F32, qlinear_binary, qlinear_conv, qlinear_pool, run_ort
 
-F32 = np.float32
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 seeds = st.integers(0, 2**32 - 1)
-I8 = TensorProto.INT8
 
 
 def cpu_has(*flags: str) -> bool:
@@ -40,41 +37,6 @@ def cpu_has(*flags: str) -> bool:
 
 
 # ---------------------------------------------------------------- onnxruntime
-
-def run_ort(op_type: str, inputs: dict[str, np.ndarray], consts: dict[str, np.ndarray], order: list[str],
-            out_type=I8, domain: str = "", **attrs) -> np.ndarray:
-    """Run one node op_type(order...) with `inputs` fed and `consts` as initializers; its only output."""
-    infos = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-             for k, v in inputs.items()]
-    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]
-    node = helper.make_node(op_type, order, ["y"], domain=domain, **attrs)
-    graph = helper.make_graph([node], op_type, infos, [helper.make_tensor_value_info("y", out_type, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, inputs)[0]
-
-
-def qlinear_conv(x, w, bias, sx, zx, sw, sy, zy, *, stride, pad, dil, groups) -> np.ndarray:
-    consts = {"sx": F32(sx), "zx": np.int8(zx), "w": w, "sw": np.asarray(sw, F32),
-              "zw": np.zeros(np.shape(sw), np.int8), "sy": F32(sy), "zy": np.int8(zy)}
-    order = ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"]
-    if bias is not None:
-        consts["b"] = np.asarray(bias, np.int32)
-        order.append("b")
-    return run_ort("QLinearConv", {"x": x}, consts, order, group=groups, strides=list(stride), pads=list(pad),
-                   dilations=list(dil))
-
-
-def qlinear_binary(op_type: str, a, b, sa, za, sb, zb, sy, zy) -> np.ndarray:
-    consts = {"sa": F32(sa), "za": np.int8(za), "sb": F32(sb), "zb": np.int8(zb), "sy": F32(sy), "zy": np.int8(zy)}
-    return run_ort(op_type, {"a": a, "b": b}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
-                   domain="com.microsoft")
-
-
-def qlinear_pool(op_type: str, x, sx, zx, sy, zy, **attrs) -> np.ndarray:
-    consts = {"sx": F32(sx), "zx": np.int8(zx), "sy": F32(sy), "zy": np.int8(zy)}
-    return run_ort(op_type, {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"], domain="com.microsoft", **attrs)
 
 
 # ---------------------------------------------------------------- helpers

@@ -17,33 +17,7 @@ from compiler.lowering.double_buffer import Step, pipeline
 from compiler.pipeline_schedule import row_by_row
 from compiler.schedule import Schedule
 from nnpsim.config import Config
-from tests.test_graph_fusion import _dw
-from tests.test_network import _conv
-
-SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
-
-
-def conv_conv(rng, c, hw, out=None):
-    """3x3 conv + relu, then a 3x3 conv (hw need not divide any tile)."""
-    a = _conv(rng, (1, c, hw, hw + 3), out or 2 * c, relu=True)
-    return a, _conv(rng, a.output.shape, c, relu=True)
-
-
-def inverted(rng, c, hw, stride=1):
-    """MobileNetV2's expand 1x1 + relu6, 3x3 depthwise + relu6, project 1x1."""
-    e = _conv(rng, (1, c, hw, hw), 4 * c, k=1, relu=True)
-    d = _dw(rng, e.output.shape, stride=stride, lo=-2, hi=100)
-    return e, d, _conv(rng, d.output.shape, c, k=1)
-
-
-def variant(chain, cfg: Config, lag: int | None):
-    """The chain built with its convs row by row, one kernel after another (lag None) or interleaved."""
-    s = row_by_row(Schedule(*chain, config=cfg), cfg)
-    assert s is not None, "no row-by-row schedule for the chain"
-    kir, steps = driver.lower(s, cfg)
-    kir.body = pipelining.body(steps, lag)
-    predicted, usage, report = kernel.schedule(kir, cfg)
-    return kernel.finish(tuple(chain), kir, cfg, predicted, usage, report), steps
+from tests.helpers.networks import SMALL_NU, SMALL_VU, conv_conv, conv_op, conv_pool, inverted, ring_variant, variant
 
 
 def reference(chain, x):
@@ -148,17 +122,6 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
 
 
 # ------------------------------------------------------------------ halo recomputed (lowering.ring)
-
-def ring_variant(chain, cfg: Config, depth: int, ahead: int):
-    """The chain built row by row with every intermediate a ring of `depth` bands, each producer
-    `ahead` bands ahead: (Kernel, RingKernel)."""
-    s = row_by_row(Schedule(*chain, config=cfg), cfg)
-    assert s is not None, "no row-by-row schedule for the chain"
-    rk = ring.lower_ring(s, cfg, depth)
-    assert rk is not None, "the chain cannot recompute its halos"
-    rk.kir.body = pipelining.ring_body(rk, ahead)
-    predicted, usage, report = kernel.schedule(rk.kir, cfg)
-    return kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report), rk
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -318,25 +281,12 @@ def test_recompute_from_the_searchs_own_schedules_is_bit_exact(make):
         np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
         built += 1
     assert built, "no candidate schedule could recompute its halos"
-# A conv into a VU consumer (pool, elementwise): the consumer walks the intermediate's rows outermost.
-SMALL_VU = dict(SMALL_NU, vbuf_bytes=32768)
-
-
-def conv_pool(rng, c, h, w, mode="max", k=3, stride=2, pad=1):
-    """3x3 conv + relu into a pool (h, w need not divide any tile)."""
-    a = _conv(rng, (1, c, h, w), c + 4, relu=True)
-    if mode == "max":
-        return a, ops.max_pool2d(a.output.shape, k, stride, pad)
-    if mode == "sum":
-        return a, ops.sum_pool2d(a.output.shape, k, stride, pad)
-    return a, ops.avg_pool2d(a.output.shape, k, stride, pad, count_include_pad=mode == "avg_pads",
-                             x_zp=int(rng.integers(-4, 5)))
 
 
 def conv_mul(rng, c, h, w):
     """3x3 conv + relu into a mul whose other operand comes from DDR, then a relu (an add right after a
     conv is the conv's own residual add: lowering.driver folds it into the NU kernel)."""
-    a = _conv(rng, (1, c, h, w), c + 2, relu=True)
+    a = conv_op(rng, (1, c, h, w), c + 2, relu=True)
     e = ops.mul(a.output.shape, za=int(rng.integers(-3, 4)), zb=int(rng.integers(-3, 4)), multiplier=1 << 20,
                 shift=27, zp_out=2)
     return a, e, ops.relu(e.output.shape, -1)

@@ -11,8 +11,9 @@ from compiler import ops
 from compiler.kernel import build
 from compiler.lowering.vu import SLIDE_OF
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, rand8, run, seeds
-from tests.test_ort_arithmetic import qlinear_pool
+from tests.helpers.kernels import SETTINGS, rand8, run, seeds
+from tests.helpers.mutation import kill_all
+from tests.onnx_helpers import qlinear_pool
 
 
 @st.composite
@@ -160,7 +161,6 @@ def test_every_removed_wait_is_caught_on_the_engine(make):
     """Each semaphore wait of a kernel on the sliding-window engine, removed (with and without its signal):
     every mutant stops with a data race or a deadlock.  The averages that do not count padding run their
     windows without padding and the border bands as separate commands."""
-    from tests.test_sync_mutation import kill_all
     x = rand8(np.random.default_rng(5), (1, 24, 14, 15))
     op = make(x.shape)
     kernel = build(op)

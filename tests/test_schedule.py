@@ -19,7 +19,7 @@ from compiler.kernel import candidates
 from compiler.schedule import PRIMITIVES, Layout
 from nnpsim.config import Config
 from tests import reference as ref
-from tests.test_compiler_kernels import requant_params
+from tests.helpers.kernels import requant_params
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 

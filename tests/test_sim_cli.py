@@ -13,7 +13,7 @@ import pytest
 
 from nnpsim.cli import main
 from nnpsim.config import Config, config_toml
-from tests.test_races import conv_inputs, conv_source
+from tests.helpers.races import conv_inputs, conv_source
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 from nnpasm import assemble
 from nnpsim import Config, SimError, Simulator, Stats, errors
 
-from .conftest import small_config
+from .helpers.machine import small_config
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 

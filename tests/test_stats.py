@@ -10,7 +10,7 @@ import pytest
 from nnpsim.config import Config
 from nnpsim.runlog import STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, TAKE
 from nnpsim.stats import Stats, format_summary, summarize
-from tests.test_races import SMALL, Barrier, CuWait, conv, dma, row, run_conv, schedule, vu
+from tests.helpers.races import SMALL, Barrier, CuWait, conv, dma, row, run_conv, schedule, vu
 
 
 def program():

@@ -10,10 +10,9 @@ from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.cu import decode_for_engine
 from nnpsim.simulator import run_program
-from nnpsim.state import Memory
 from nnpsim.stepper import step_program
 
-from .conftest import ins, small_config
+from .helpers.machine import assert_same, ins, random_memory, small_config
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -195,29 +194,12 @@ def setp_vu_clip(sem):
     return [setp("vu.n0", 4), ins("vu.clip", unit=0, rd=0, ra=0, wait=7, signal=sem)]
 
 
-def random_memory(cfg, seed):
-    mem = Memory.for_config(cfg)
-    mem.mem[:] = np.random.default_rng(seed).integers(0, 256, mem.mem.size, dtype=np.uint8)
-    return mem
-
-
 def run_both(cfg, words, seed, max_cycles=10**6):
     table = decode_for_engine(words)
     mem_e, mem_s = random_memory(cfg, seed), random_memory(cfg, seed)
     log_e, failure = run_program(table, mem_e, cfg, max_cycles)
     log_s, code = step_program(table, mem_s, cfg, max_cycles)
     return log_e, failure, mem_e, log_s, code, mem_s
-
-
-def assert_same(log_e, mem_e, log_s, mem_s):
-    assert log_e.cycles == log_s.cycles
-    assert log_e.instructions == log_s.instructions
-    for name in ("cmd_agent", "cmd_issue", "cmd_start", "cmd_end", "cmd_regs", "cmd_params",
-                 "cmd_bytes", "cmd_ddr_burst_bytes", "cmd_macs", "sync_kind", "sync_cycle", "sync_agent", "sync_sem",
-                 "sync_cmd", "ctr_cycle", "ctr_id", "ctr_value", "stall_agent", "stall_reason",
-                 "stall_start", "stall_end", "registers", "params"):
-        assert np.array_equal(getattr(log_e, name), getattr(log_s, name)), name
-    assert np.array_equal(mem_e.mem, mem_s.mem)
 
 
 @settings(max_examples=300, deadline=None)

@@ -4,7 +4,7 @@ For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
 fused and chained kernels, each in several tilings or configurations, whole
 networks whose kernels hold several anchors fused by compiler.graph_fusion, fused
 chains interleaved tile by tile by compiler.pipelining) and for
-random kernels drawn like tests/test_compiler_kernels.py draws them, every
+random kernels drawn like tests/test_compiler_kernels.py draws them (tests/helpers/), every
 semaphore wait the compiler emitted is removed, one at a time: a command's
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
 becomes `nop` (addresses stay put).  A second mutant also drops the signal
@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import re
 
-import dataclasses
-from collections import Counter, defaultdict
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -29,26 +26,21 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from compiler import ops
 from compiler.ir import Dma
 from compiler.kernel import build, candidates
-from isa_spec import decode, encode, load_isa
+from isa_spec import decode
 from nnpasm import assemble
 from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
-from tests import test_compiler_kernels as kernels_test
-from tests import test_graph_fusion as fusion_graphs
-from tests import test_pipelining as pipelined_chains
+from tests.helpers import kernels as drawn_kernels
+from tests.helpers import networks
+from tests.helpers.mutation import NOT_KILLS, SUMMARY, kill_all
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
-MAX_CYCLES = 2_000_000
-KILLED_BY = {errors.DATA_RACE: "race", errors.DEADLOCK: "deadlock"}
 SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)   # more tiles, more tilings
 SMALL_VU = dict(vbuf_bytes=2048)
 ONE_DMA = dict(dma_channels=1)       # every transfer in one queue: other semaphores
-MUTATIONS = {"wait removed": False, "wait and its signal removed": True}
-NOT_KILLS = ("in a loop", "signal not separable")      # tallies in the summary that are not kills
-SUMMARY: list[tuple[str, int, Counter]] = []     # (kernel, mutants, kills by kind, "in loop" mutants counted too)
 
 
 def rand8(rng, shape) -> np.ndarray:
@@ -57,106 +49,6 @@ def rand8(rng, shape) -> np.ndarray:
 
 def requant(rng, o: int) -> dict:
     return dict(multiplier=rng.integers(2**30, 2**31, size=o), shift=rng.integers(20, 26, size=o))
-
-
-def issue_order(program, isa) -> list[int]:
-    """Instruction indices in the order the CU executes them (the compiler's loops unrolled).
-
-    A small interpreter of the CU's control flow: the registers the emitted code computes
-    (li, la, addi, xori, add, sub), counted `loop`s, branches and jumps; everything else
-    only moves to the next instruction.
-    """
-    decoded = [decode(int(word), isa) for word in program.code]
-    regs = [0] * 32
-    pc, out = 0, []
-    while pc < len(decoded):
-        out.append(pc)
-        assert len(out) < 20_000_000, "the program does not halt"
-        instr, op = decoded[pc]
-        m, nxt = instr.mnemonic, pc + 1
-        rd = op.get("rd", 0)
-        value = None
-        if m in ("li", "la"):
-            value = op["imm"]
-        elif m == "addi":
-            value = regs[op["rs1"]] + op["imm"]
-        elif m == "xori":
-            value = regs[op["rs1"]] ^ op["imm"]
-        elif m in ("add", "sub"):
-            value = regs[op["rs1"]] + (1 if m == "add" else -1) * regs[op["rs2"]]
-        elif m == "loop":
-            value = regs[rd] - 1
-            if value != 0:
-                nxt = pc + op["off"] // 8
-        elif m in ("beq", "bne", "blt", "bge"):
-            a, b = regs[op["rs1"]], regs[op["rs2"]]
-            if {"beq": a == b, "bne": a != b, "blt": a < b, "bge": a >= b}[m]:
-                nxt = pc + op["off"] // 8
-        elif m == "jal":
-            value, nxt = 8 * (pc + 1), pc + op["off"] // 8
-        elif m == "halt":
-            break
-        if value is not None and rd:
-            regs[rd] = value
-        pc = nxt
-    return out
-
-
-def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
-    """(what was removed, mutant program) for every semaphore wait in the program.
-
-    A wait inside a loop body is removed from every iteration.  The k-th signal of a
-    semaphore meets its k-th wait, counted in the order the CU issues them (loops unrolled);
-    with drop_signal the signals that met the removed wait go too, so later waits keep their
-    tokens and only that wait's edges are lost.  That is possible when those signals are
-    whole instructions that only ever met this wait (not, say, a signal in a loop body whose
-    first token is taken by a wait before the loop): otherwise there is no such mutant.
-    """
-    isa = load_isa()
-    decoded = [decode(int(word), isa) for word in program.code]
-    waits, signals = defaultdict(list), defaultdict(list)      # per semaphore, in issue order
-    for i in issue_order(program, isa):
-        instr, operands = decoded[i]
-        sem = operands["sem"] if instr.mnemonic == "sem.wait" else operands.get("wait")
-        if sem is not None:
-            waits[sem].append(i)
-        if operands.get("signal") is not None:
-            signals[operands["signal"]].append(i)
-    out = []
-    for sem, at in waits.items():
-        assert len(signals[sem]) == len(at), f"s{sem}: {len(signals[sem])} signals for {len(at)} waits"
-        for i in sorted(set(at)):
-            code = program.code.copy()
-            code[i] = _without(decoded[i], "wait", isa)
-            what = f"{decoded[i][0].mnemonic} s{sem} at {i * 8:#x}"
-            if at.count(i) > 1:
-                what += f" (in a loop: {at.count(i)} times)"
-            if drop_signal:
-                met = {signals[sem][k] for k, w in enumerate(at) if w == i}
-                if any(signals[sem][k] in met and w != i for k, w in enumerate(at)):
-                    continue
-                for j in sorted(met):
-                    code[j] = _without(decoded[j], "signal", isa)
-                what += " and its signal at " + ", ".join(f"{j * 8:#x}" for j in sorted(met))
-            out.append((what, dataclasses.replace(program, code=code)))
-    return out
-
-
-def _without(decoded, field: str, isa) -> int:
-    """The instruction word with its `field` semaphore cleared (a CU sem.wait becomes nop)."""
-    instr, operands = decoded
-    if instr.mnemonic == "sem.wait":
-        return encode("nop", {}, isa)
-    return encode(instr, {**operands, field: None}, isa)
-
-
-def run(kernel, program, inputs) -> None:
-    """Run `program` (the kernel's or a mutant) on the kernel's inputs with race checking on."""
-    sim = Simulator(kernel.config)
-    sim.load(program)
-    for buf, a in zip(kernel.ir.inputs, inputs):
-        sim.write(buf.name, a)
-    sim.run(max_cycles=MAX_CYCLES, check_races=True)
 
 
 def conv_case(rng, xshape, o, k, bias=True, **kw):
@@ -266,30 +158,6 @@ def summary():
           f"signal-dropping mutant)")
     for label, n, how in SUMMARY:
         print(f"  {sum(v for k, v in how.items() if k not in NOT_KILLS):4d}/{n:<4d} {dict(how)}  {label}")
-
-
-def kill_all(kernel, inputs, label: str) -> None:
-    """Run every mutant of the kernel and record the tally for the summary; fail naming any survivor."""
-    run(kernel, kernel.program, inputs)         # the compiler's own program is race-free
-    mutants = [(f"{kind}: {what}", m) for kind, drop in MUTATIONS.items()
-               for what, m in wait_mutants(kernel.program, drop)]
-    assert mutants, f"{label}: the compiler emitted no waits to remove"
-    how, survivors = Counter(), []
-    plain = sum(1 for what, _ in mutants if what.startswith("wait removed"))
-    how["signal not separable"] = 2 * plain - len(mutants)
-    for what, mutant in mutants:
-        how["in a loop"] += "in a loop" in what
-        try:
-            run(kernel, mutant, inputs)
-            survivors.append(f"{what}: ran to halt")
-        except SimError as exc:
-            if exc.code in KILLED_BY:
-                how[KILLED_BY[exc.code]] += 1
-            else:
-                survivors.append(f"{what}: {exc}")
-    SUMMARY.append((label, len(mutants), how))
-    tally = f"{sum(v for k, v in how.items() if k not in NOT_KILLS)}/{len(mutants)} killed {dict(how)}: {label}"
-    assert not survivors, f"{len(survivors)} mutants survive:\n" + "\n".join(survivors) + "\n" + tally
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -402,11 +270,11 @@ def random_kernel(draw):
     rng = np.random.default_rng(seed)
     kind = draw(st.sampled_from(["conv", "pool", "elementwise", "chain"]))
     if kind == "conv":
-        groups, cg, og, k, stride, dil, pad, xshape = draw(kernels_test.conv_case())
+        groups, cg, og, k, stride, dil, pad, xshape = draw(drawn_kernels.conv_case())
         chain_ops, inputs = conv_case(rng, xshape, groups * og, k, bias=draw(st.booleans()), stride=stride,
                                       dilation=dil, padding=pad, groups=groups, x_zp=int(rng.integers(-128, 128)))
     elif kind == "pool":
-        k, stride, pad, shape = draw(kernels_test.pool_case())
+        k, stride, pad, shape = draw(drawn_kernels.pool_case())
         mode = draw(st.sampled_from(["max", "sum", "avg", "avg_nopad"]))
         op = {"max": lambda: ops.max_pool2d(shape, k, stride, pad),
               "sum": lambda: ops.sum_pool2d(shape, k, stride, pad),
@@ -552,10 +420,10 @@ def _network_case(make, config=None):
 
 NETWORK_CASES = {
     "network: two ResNet bottlenecks, each fused with its shortcut":
-        lambda: fusion_graphs.bottleneck(np.random.default_rng(2), c=16, hw=5),
+        lambda: networks.bottleneck(np.random.default_rng(2), c=16, hw=5),
     "network: inverted residuals (expand, depthwise, project, add)":
-        lambda: fusion_graphs.inverted_residual(np.random.default_rng(4), c=8, hw=6),
-    "network: conv -> max_pool -> conv -> conv": lambda: fusion_graphs.stem(np.random.default_rng(6), hw=12),
+        lambda: networks.inverted_residual(np.random.default_rng(4), c=8, hw=6),
+    "network: conv -> max_pool -> conv -> conv": lambda: networks.stem(np.random.default_rng(6), hw=12),
 }
 
 
@@ -570,8 +438,8 @@ def test_every_removed_wait_is_caught_in_a_network_synchronised_through_the_cu()
     """Two NUs, two VUs and 8 semaphores: the network's queue pairs outnumber the semaphores, so sync
     sends producers past its budget through the CU (passes/sync.py); every wait is still needed."""
     few = Config(nu_count=2, vu_count=2, semaphores=8)
-    from tests.test_network import _residual_net     # needs 12 semaphores when every pair has its own
-    kernel, inputs, _ = _network_case(lambda: _residual_net(np.random.default_rng(11)), few)
+    # the residual network needs 12 semaphores when every pair has its own
+    kernel, inputs, _ = _network_case(lambda: networks.residual_net(np.random.default_rng(11)), few)
     assert "sem.wait" in {decode(int(w))[0].mnemonic for w in kernel.program.code}
     kill_all(kernel, inputs, "network on two NUs and two VUs with 8 semaphores")
 
@@ -633,16 +501,16 @@ def test_every_removed_wait_is_caught_with_the_output_stage_in_chunks(case):
 # Fused chains pipelined tile by tile (compiler.pipelining): consumer tiles interleaved with the producer's.
 def _interleaved(make, overrides: dict, lag: int):
     chain = make(np.random.default_rng(8))
-    kernel, _ = pipelined_chains.variant(chain, Config(**overrides), lag)
+    kernel, _ = networks.variant(chain, Config(**overrides), lag)
     return kernel, [rand8(np.random.default_rng(9), chain[0].x_shape)]
 
 
 PIPELINED_CASES = {
-    "interleaved conv -> conv, lag 1": (lambda r: pipelined_chains.conv_conv(r, 16, 13), SMALL_NU, 1),
-    "interleaved expand -> depthwise -> project, lag 3": (lambda r: pipelined_chains.inverted(r, 8, 20),
+    "interleaved conv -> conv, lag 1": (lambda r: networks.conv_conv(r, 16, 13), SMALL_NU, 1),
+    "interleaved expand -> depthwise -> project, lag 3": (lambda r: networks.inverted(r, 8, 20),
                                                           SMALL_NU, 3),
     "interleaved conv -> max pool 3x3/2 (rows outermost), lag 1": (
-        lambda r: pipelined_chains.conv_pool(r, 8, 19, 17), pipelined_chains.SMALL_VU, 1),
+        lambda r: networks.conv_pool(r, 8, 19, 17), networks.SMALL_VU, 1),
 }
 
 
@@ -656,14 +524,14 @@ def test_every_removed_wait_is_caught_in_interleaved_chains(case):
 # once its band is read; a wait removed anywhere (the slot's reuse included) must be caught.
 def _recomputed(make, overrides: dict, depth: int, ahead: int):
     chain = make(np.random.default_rng(8))
-    kernel, _ = pipelined_chains.ring_variant(chain, Config(**overrides), depth, ahead)
+    kernel, _ = networks.ring_variant(chain, Config(**overrides), depth, ahead)
     return kernel, [rand8(np.random.default_rng(9), chain[0].x_shape)]
 
 
 RING_CASES = {
-    "recomputed conv -> conv, ring 2": (lambda r: pipelined_chains.conv_conv(r, 16, 13), SMALL_NU, 2, 1),
+    "recomputed conv -> conv, ring 2": (lambda r: networks.conv_conv(r, 16, 13), SMALL_NU, 2, 1),
     "recomputed expand -> depthwise stride 2 -> project, ring 3": (
-        lambda r: pipelined_chains.inverted(r, 8, 23, stride=2), SMALL_NU, 3, 2),
+        lambda r: networks.inverted(r, 8, 23, stride=2), SMALL_NU, 3, 2),
 }
 
 

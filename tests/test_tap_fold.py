@@ -16,7 +16,7 @@ from compiler.kernel import build, candidates
 from compiler.lowering.layout import conv_view, fold_taps
 from nnpsim.config import Config
 from tests import reference as ref
-from tests.test_compiler_kernels import SETTINGS, rand8, requant_params, seeds
+from tests.helpers.kernels import SETTINGS, rand8, requant_params, seeds
 
 SMALL = dict(ibuf_bytes=8192, wbuf_bytes=16384, abuf_bytes=16384)     # several tiles, edge tiles
 TWO_NUS = dict(nu_count=2, vu_count=2)                                # tiles dealt over two NUs

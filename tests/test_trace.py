@@ -8,7 +8,7 @@ import numpy as np
 from isa_spec import load_isa
 from nnpsim.runlog import CTR_DDR_BYTES, STALL_BANDWIDTH, STALL_SEMAPHORE, TAKE
 from nnpsim.trace import trace_json, write_trace
-from tests.test_races import SMALL, CuWait, conv, row, run_conv, schedule, vu
+from tests.helpers.races import SMALL, CuWait, conv, row, run_conv, schedule, vu
 
 ISA = load_isa()
 

@@ -19,6 +19,9 @@ from hypothesis import strategies as st
 
 from isa_spec import Instruction, encode, load_isa
 from isa_spec.program import Buffer, Program, Symbol
+from nnpsim import SimError, Simulator
+from nnpsim import errors
+from nnpsim.config import Config
 
 from . import conftest  # noqa: F401  (registers the "nnp-fuzz" profile outside pytest too)
 
@@ -332,3 +335,34 @@ def program_fingerprint(sim, stats) -> dict:
 def dumps(obj) -> str:
     """Canonical JSON (for comparing results across processes)."""
     return json.dumps(obj, sort_keys=True)
+
+
+# ---------------------------------------------------------------- the simulator's contract on one program
+
+MAX_CYCLES = 20_000
+
+
+@st.composite
+def configs(draw) -> Config:
+    """Small machines of every shape the configuration allows."""
+    return Config(**SMALL, nu_count=draw(st.integers(1, 4)), vu_count=draw(st.integers(1, 4)),
+                  dma_channels=draw(st.integers(1, 8)), semaphores=draw(st.sampled_from([8, 32, 63])),
+                  queue_depth=draw(st.sampled_from([1, 2, 16])), nu_rows=draw(st.sampled_from([4, 32])),
+                  nu_cols=draw(st.sampled_from([4, 32]))).validate()
+
+
+def run_one(prog: Program, config: Config, check_races: bool = False, trace=None) -> dict:
+    """Run the simulator's contract on one program; a JSON-able summary of what happened."""
+    sim = Simulator(config)
+    with time_limit(300, "simulating"):   # generous: a first call may compile the engine
+        try:
+            sim.load(prog)
+            stats = sim.run(max_cycles=MAX_CYCLES, check_races=check_races, trace=trace)
+        except SimError as exc:
+            assert exc.code in errors.NAMES, f"unknown error code {exc.code}: {exc}"
+            assert str(exc).strip(), "SimError without a message"
+            if exc.code == errors.CYCLE_LIMIT:
+                assert exc.cycle is not None and exc.cycle >= MAX_CYCLES, (exc.cycle, str(exc))
+            return {"error": exc.code, "message": str(exc), "cycle": exc.cycle}
+    assert stats.cycles <= MAX_CYCLES
+    return program_fingerprint(sim, stats)

@@ -22,36 +22,8 @@ from nnpsim import SimError, Simulator
 from nnpsim import errors
 from nnpsim.config import Config
 
-from .strategies import (SMALL, budget, example_programs, program_fingerprint, random_program, run_python,
-                         seeded_program, time_limit)
-
-MAX_CYCLES = 20_000
-
-
-@st.composite
-def configs(draw) -> Config:
-    """Small machines of every shape the configuration allows."""
-    return Config(**SMALL, nu_count=draw(st.integers(1, 4)), vu_count=draw(st.integers(1, 4)),
-                  dma_channels=draw(st.integers(1, 8)), semaphores=draw(st.sampled_from([8, 32, 63])),
-                  queue_depth=draw(st.sampled_from([1, 2, 16])), nu_rows=draw(st.sampled_from([4, 32])),
-                  nu_cols=draw(st.sampled_from([4, 32]))).validate()
-
-
-def run_one(prog: Program, config: Config, check_races: bool = False, trace=None) -> dict:
-    """Run the simulator's contract on one program; a JSON-able summary of what happened."""
-    sim = Simulator(config)
-    with time_limit(300, "simulating"):   # generous: a first call may compile the engine
-        try:
-            sim.load(prog)
-            stats = sim.run(max_cycles=MAX_CYCLES, check_races=check_races, trace=trace)
-        except SimError as exc:
-            assert exc.code in errors.NAMES, f"unknown error code {exc.code}: {exc}"
-            assert str(exc).strip(), "SimError without a message"
-            if exc.code == errors.CYCLE_LIMIT:
-                assert exc.cycle is not None and exc.cycle >= MAX_CYCLES, (exc.cycle, str(exc))
-            return {"error": exc.code, "message": str(exc), "cycle": exc.cycle}
-    assert stats.cycles <= MAX_CYCLES
-    return program_fingerprint(sim, stats)
+from .strategies import (MAX_CYCLES, SMALL, budget, configs, example_programs, program_fingerprint, random_program,
+                         run_one, run_python, seeded_program, time_limit)
 
 
 @given(prog=random_program(), config=configs(), races=st.booleans())
@@ -127,7 +99,7 @@ BATCH = r"""
 import sys
 from hypothesis import given, settings, HealthCheck
 from tests.fuzz.strategies import random_program
-from tests.fuzz.test_fuzz_programs import configs, run_one
+from tests.fuzz.strategies import configs, run_one
 @settings(max_examples=int(sys.argv[1]), deadline=None, database=None,
           suppress_health_check=list(HealthCheck))
 @given(prog=random_program(), config=configs())
@@ -152,8 +124,7 @@ def test_random_programs_never_crash_the_process():
 DETERMINISM = r"""
 import hashlib, json, sys
 from isa_spec.program import Program
-from tests.fuzz.strategies import SMALL, dumps
-from tests.fuzz.test_fuzz_programs import run_one
+from tests.fuzz.strategies import SMALL, dumps, run_one
 from nnpsim.config import Config
 out = {}
 for path in sys.argv[1:]:

@@ -1,0 +1,14 @@
+"""Helpers shared by several test modules (no test module imports from another one).
+
+  machine   small configurations, encoded instruction words and programs, operand strategies,
+            the event engine against the cycle-stepped reference
+  races     run logs stated as lists of CU operations (a model of the engine's cycle phases),
+            and the hand-written 3x3 conv kernel with its synchronisation removable
+  kernels   random single-op kernels as the compiler tests draw them (shapes, requantisation)
+  networks  small graphs (ResNet bottlenecks, inverted residuals, a stem, random topologies)
+            and the fused chains of the pipelining tests
+  mutation  semaphore-wait mutants of compiled and dynamic programs, judged by the race checker
+
+tests/reference.py, tests/isa_reference.py, tests/onnx_helpers.py and tests/fuzz/strategies.py
+are helper modules too; fixtures live in tests/conftest.py.
+"""
