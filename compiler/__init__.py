@@ -9,7 +9,7 @@ from .errors import CompileError
 from .graph import Graph, QuantParams
 from .kernel import Kernel, build
 from .network import Library, load
-from .onnx_import import from_onnx
+from .onnx import from_onnx
 from .quant import quantize_multiplier, quantize_multipliers
 from .runtime import GraphModule
 from .schedule import Schedule

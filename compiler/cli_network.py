@@ -64,7 +64,7 @@ def _library(path: str, args, config):
     from . import network
     if Path(path).suffix.lower() == ".onnx":
         from .kernel import build
-        from .onnx_import import from_onnx
+        from .onnx import from_onnx
         return build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
     return network.load(path, config)
 

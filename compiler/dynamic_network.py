@@ -84,36 +84,6 @@ class DynamicGraph:
         return f"DynamicGraph({', '.join(map(str, self.dims))})"
 
 
-# ----------------------------------------------------------------------------- ONNX
-
-def split_ranges(proto, dims: dict) -> tuple[dict, dict[str, Dim]]:
-    """dims split into the fixed ones and the ranges (a dim_param name with (lo, hi) or a Dim)."""
-    params = {d.dim_param for vi in proto.graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
-    inputs = {vi.name for vi in proto.graph.input}
-    fixed, ranges = {}, {}
-    for key, v in dims.items():
-        if isinstance(v, Dim):
-            ranges[key] = Dim(key, v.lo, v.hi) if v.name != key else v
-        elif key in params and key not in inputs and isinstance(v, (tuple, list)):
-            if len(v) != 2:
-                raise CompileError(f"dims[{key!r}] = {v!r}: a symbolic dimension takes one size or a range "
-                                   f"(lo, hi)")
-            ranges[key] = Dim(key, *v)
-        else:
-            fixed[key] = v
-    return fixed, ranges
-
-
-def from_onnx(proto, arithmetic: str, fixed: dict, ranges: dict[str, Dim]) -> DynamicGraph:
-    """The DynamicGraph of an ONNX model whose symbolic dimensions `ranges` vary."""
-    from .onnx_import import from_onnx as static
-
-    dg = DynamicGraph(lambda values: static(proto, arithmetic=arithmetic, dims={**fixed, **values}),
-                      tuple(ranges.values()))
-    dg.at(dg.high)        # import errors now, at the largest shape
-    return dg
-
-
 # ----------------------------------------------------------------------------- shapes
 
 def input_shapes(dg: DynamicGraph) -> dict[str, tuple]:

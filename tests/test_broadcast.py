@@ -1,5 +1,5 @@
 """Broadcasting add and mul in static builds (compiler/lowering/vu.py) and in ONNX models
-(compiler/onnx_import.py): b with one value per channel ([1, C, 1, 1]) or one value only.
+(compiler/onnx/elementwise.py): b with one value per channel ([1, C, 1, 1]) or one value only.
 
 Hypothesis draws shapes that do not divide the hardware's sizes; every output is compared on every
 element with the op's numpy model and with the unbroadcast op on b repeated to a's shape, race-checked.

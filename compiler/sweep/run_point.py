@@ -127,7 +127,7 @@ def _source(workload: Workload):
         return layer_ops(workload.params)
     import onnx
 
-    from ..onnx_import import from_onnx
+    from ..onnx import from_onnx
     return from_onnx(onnx.load_from_string(_onnx_bytes(workload)))
 
 

@@ -1,0 +1,68 @@
+"""compiler.from_onnx: int8 ONNX models (onnxruntime's static quantizer) to a compiler Graph.
+
+Both formats that `onnxruntime.quantization.quantize_static` writes are read:
+QOperator (QLinearConv, QGemm, QLinearAdd, ... between a QuantizeLinear at the
+input and a DequantizeLinear at the output) and QDQ (float Conv, Gemm, Add, ...
+each between DequantizeLinear and QuantizeLinear nodes).  The importer tracks,
+for every ONNX tensor, what it is in integer terms (an int8 Value, a dequantised
+one, a constant, a float op waiting for its QuantizeLinear: compiler.onnx.state),
+so that a QDQ group DQ -> Conv -> Q becomes the same conv2d node as a QLinearConv.
+Layout ops (MaxPool, Flatten, Reshape) commute with per-tensor dequantisation
+and act on the int8 Value directly.
+
+Arithmetic: arithmetic="onnxruntime" uses the float32 forms of the ops, which match
+onnxruntime's QLinear kernels bit for bit; arithmetic="fixed" the integer
+multiplier/shift keywords (compiler.quant, float64 ratio of the float32 scales).
+The choice is made in one function per op family, in compiler.onnx.arithmetic.
+
+The modules, each importing only those above it (onnx itself, an optional extra, only in load):
+
+  load         the onnx package, the model from a path, bytes or a ModelProto, its tensors
+  arithmetic   the arithmetic forms: ONNX scales to the keywords of the compiler's ops
+  state        what each ONNX tensor is; the Importer: inputs, attributes, quant params, the graph built
+  quant        QuantizeLinear, DequantizeLinear
+  conv         Conv, QLinearConv, Gemm, QGemm, MatMul, QLinearMatMul (and the window geometry)
+  elementwise  Add, Mul, QLinearAdd, QLinearMul, Relu, Clip
+  pool         MaxPool, AveragePool, QLinearAveragePool, GlobalAveragePool, QLinearGlobalAveragePool
+  shape        Flatten, Reshape, Concat, QLinearConcat, Identity, Constant
+  registry     the handler table: op type -> handler, what it becomes, inputs, domain
+  importer     one import: initializers, graph inputs, node order, the handlers, graph outputs
+  dynamic      symbolic dimensions given as ranges: a DynamicGraph
+  __init__     from_onnx
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Mapping
+
+from ..dynamic_network import DynamicGraph
+from ..errors import CompileError
+from ..graph import Graph
+from .arithmetic import ARITHMETIC
+from .dynamic import dynamic_graph, split_ranges
+from .importer import import_graph
+from .load import import_onnx, load
+
+if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
+    from onnx import ModelProto
+
+__all__ = ["from_onnx"]
+
+
+def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str = "onnxruntime",
+              dims: Mapping[str, int | tuple[int, ...]] | None = None) -> Graph | DynamicGraph:
+    """A validated Graph from an int8 ONNX model (path, bytes or onnx.ModelProto).
+
+    `dims` fixes symbolic dimensions: {"batch": 1} by dim_param name, or {"x": (1, 3, 224, 224)}
+    by input name.  A range {"height": (32, 512)} (or a compiler.Dim) for a dim_param gives a
+    compiler.dynamic_network.DynamicGraph instead, which build() makes one binary for the range.
+    Raises CompileError listing every node that cannot be imported.
+    """
+    if arithmetic not in ARITHMETIC:
+        raise CompileError(f"arithmetic must be one of {ARITHMETIC}, got {arithmetic!r}")
+    onnx = import_onnx()
+    proto = load(onnx, model)
+    fixed, ranges = split_ranges(proto, dict(dims or {}))
+    if ranges:
+        return dynamic_graph(onnx, proto, arithmetic, fixed, ranges)
+    return import_graph(onnx, proto, arithmetic, dict(dims or {}))

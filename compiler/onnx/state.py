@@ -1,0 +1,295 @@
+"""The importer state: what each ONNX tensor is, the initializers, quant params and the graph being built.
+
+For every ONNX tensor the importer records what it is in integer terms:
+
+  Q        an int8 (or int32) Value of the graph
+  DQ       a float tensor that is a dequantised Value (DequantizeLinear of a Q)
+  Const    an initializer or Constant (weights, scales, zero points, shapes)
+  ConstDQ  a dequantised constant (QDQ weights and biases)
+  Float    a float graph input, waiting for its QuantizeLinear
+  Pending  the float result of Conv/Gemm/Add/... waiting for the QuantizeLinear that gives its
+           output scale; Relu and Clip in between tighten its range
+  Broken   the output of a node that could not be imported
+
+The Importer holds these, the Graph being built and the problems found so far; its methods read
+a node's inputs and attributes as the handlers need them (raising Problem naming what is wrong)
+and add ops to the graph.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from ..errors import CompileError
+from ..graph import Graph, QuantParams
+from .load import to_array
+
+if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
+    from onnx import NodeProto
+
+
+@dataclass
+class Q:
+    """An int8 (or int32) Value of the graph."""
+
+    value: str
+
+
+@dataclass
+class DQ:
+    """A dequantised Value: a float tensor that is q applied to an int8 Value."""
+
+    value: str
+    q: QuantParams
+
+
+@dataclass
+class Const:
+    """An initializer or Constant."""
+
+    array: np.ndarray
+
+
+@dataclass
+class ConstDQ:
+    """A dequantised constant (QDQ weights and biases)."""
+
+    array: np.ndarray
+    q: QuantParams
+
+
+@dataclass
+class Float:
+    """A float graph input, waiting for its QuantizeLinear."""
+
+    name: str
+
+
+@dataclass
+class Pending:
+    """The float output of an op, made once the QuantizeLinear after it gives the output scale."""
+
+    node: object                 # the ONNX NodeProto computing it
+    make: Callable               # (out QuantParams, lo, hi, value name, node name) -> value name
+    lo: float = -math.inf
+    hi: float = math.inf
+    uses: int = 0
+
+
+class Broken:
+    """The output of a node that could not be imported (its consumers stay silent)."""
+
+
+class Problem(Exception):
+    """A node that cannot be imported, and why."""
+
+    def __init__(self, node, why: str):
+        super().__init__(why)
+        self.node = node
+
+
+@dataclass
+class Attr:
+    """What type an attribute must have, and its value when the node does not give it."""
+
+    kind: str               # "int", "ints", "float", "string", "tensor"
+    default: object = None
+
+
+_ATTR_TYPES = {1: "float", 2: "int", 3: "string", 4: "tensor", 6: "floats", 7: "ints"}
+
+
+def describe(s: object) -> str:
+    """What an input is, in a message: "the int8 tensor 'x'", "a constant of dtype ..."."""
+    if s is None:
+        return "nothing (the input is missing)"
+    if isinstance(s, Q):
+        return f"the int8 tensor {s.value!r}"
+    if isinstance(s, DQ):
+        return f"the dequantised tensor {s.value!r}"
+    if isinstance(s, Const):
+        return f"a constant of dtype {s.array.dtype} and shape {list(s.array.shape)}"
+    if isinstance(s, ConstDQ):
+        return f"a dequantised constant of shape {list(s.array.shape)}"
+    if isinstance(s, Float):
+        return f"the float graph input {s.name!r} (not quantised)"
+    if isinstance(s, Pending):
+        return f"the float output of node {s.node.name!r} ({s.node.op_type}), not followed by QuantizeLinear"
+    return type(s).__name__
+
+
+def brief(a: np.ndarray) -> str:
+    """An array in a message: its value, or its first four values."""
+    a = np.asarray(a).ravel()
+    if a.size == 1:
+        return f"{a[0]}"
+    return f"[{', '.join(f'{v:.4g}' if a.dtype.kind == 'f' else str(v) for v in a[:4])}{', ...' if a.size > 4 else ''}]"
+
+
+# ---------------------------------------------------------------- the importer
+
+@dataclass
+class Importer:
+    """The state of one import: the ONNX tensors, the Graph being built, the problems found."""
+
+    onnx: object
+    model: object
+    arithmetic: str
+    dims: dict
+    g: Graph = field(default_factory=Graph)
+    state: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+    node_names: dict = field(default_factory=dict)    # id(NodeProto) -> unique name
+    aliases: dict = field(default_factory=dict)       # Value name -> further ONNX int8 tensor names
+    float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
+
+    def problem(self, where: str, why: str) -> None:
+        """Record a problem: where it is (a node, an initializer, a graph input or output) and why."""
+        self.problems.append(f"{where}: {why}")
+
+    def where(self, node: NodeProto) -> str:
+        """A node as a message names it: its unique name and its op type."""
+        return f"node {self.node_names.get(id(node), node.name)!r} ({node.op_type})"
+
+    def mark_broken(self, node: NodeProto) -> None:
+        """Mark the outputs of a node that could not be imported (their readers stay silent)."""
+        for o in node.output:
+            if o:
+                self.state[o] = Broken()
+
+    def set(self, node: NodeProto, state: object) -> None:
+        """Record what the node's output is (Q, DQ, Const, Pending, ...)."""
+        self.state[node.output[0]] = state
+
+    def name(self, node: NodeProto) -> str:
+        """The node's unique name (a node without one is named after its op type and position)."""
+        return self.node_names[id(node)]
+
+    def value_name(self, base: str) -> str:
+        """base, or base#k if the graph has a Value of that name already."""
+        name, k = base, 1
+        while name in self.g.values:
+            k += 1
+            name = f"{base}#{k}"
+        return name
+
+    def node_name(self, base: str) -> str:
+        """base, or base#k if the graph has a node of that name already."""
+        used = {n.name for n in self.g.nodes}
+        name, k = base, 1
+        while name in used:
+            k += 1
+            name = f"{base}#{k}"
+        return name
+
+    def emit(self, node_name: str, steps: list, inputs: tuple[str, ...], out_name: str, info: dict,
+             int8_in_onnx: bool = True) -> str:
+        """Add a chain of (suffix, op, quant) steps: the first reads `inputs`, the last writes out_name.
+
+        info["onnx_outputs"] lists the ONNX int8 tensors equal to the result (not a float one).
+        """
+        prev = inputs
+        for k, (suffix, op, q) in enumerate(steps):
+            last = k == len(steps) - 1
+            vname = self.value_name(out_name if last else f"{out_name}/{suffix}")
+            nname = self.node_name(node_name if last else f"{node_name}/{suffix}")
+            self.g.add(op, *prev, name=nname, output=vname, quant=q,
+                       info={**info, "onnx_outputs": [out_name] if last and int8_in_onnx else []})
+            prev = (vname,)
+        return prev[0]
+
+    def input(self, node: NodeProto, i: int) -> object:
+        """What the node's input i is (Q, DQ, Const, ...), or None if it is missing."""
+        if i >= len(node.input) or not node.input[i]:
+            return None
+        return self.state[node.input[i]]
+
+    def const(self, node: NodeProto, i: int, what: str, optional: bool = False) -> np.ndarray | None:
+        """The array of a constant input (None if it is optional and missing); Problem if it is not one."""
+        s = self.input(node, i)
+        if s is None:
+            if optional:
+                return None
+            raise Problem(node, f"{what} (input {i}) is missing")
+        if not isinstance(s, Const):
+            raise Problem(node, f"{what} ({node.input[i]!r}) must be an initializer or Constant")
+        return s.array
+
+    def int8(self, node: NodeProto, i: int, what: str) -> str:
+        """An int8 Value input (QOperator)."""
+        s = self.input(node, i)
+        if isinstance(s, Q) and self.g.values[s.value].dtype == "int8":
+            return s.value
+        raise Problem(node, f"{what} ({node.input[i] if i < len(node.input) else '?'!r}) must be an int8 "
+                      f"tensor, got {describe(s)}")
+
+    def dequantised(self, node: NodeProto, i: int, what: str) -> DQ:
+        """A dequantised activation input (QDQ)."""
+        s = self.input(node, i)
+        if isinstance(s, DQ):
+            return s
+        raise Problem(node, f"{what} ({node.input[i] if i < len(node.input) else '?'!r}) must come from a "
+                      f"DequantizeLinear of an int8 activation, got {describe(s)}")
+
+    def params(self, node: NodeProto, si: int, zi: int, what: str, *, dtypes: tuple[str, ...] = ("int8",),
+               axis: int | None = None, per_channel: bool = False) -> QuantParams:
+        """QuantParams from a scale input and an optional zero-point input."""
+        scale = self.const(node, si, f"{what} scale")
+        zp = self.const(node, zi, f"{what} zero point", optional=True)
+        if scale.dtype != np.float32:
+            raise Problem(node, f"{what} scale has dtype {scale.dtype}, expected float32")
+        if zp is None:
+            zp = np.zeros(scale.shape, dtype=np.uint8)     # ONNX's default zero point is uint8
+        if zp.dtype.name not in dtypes:
+            if zp.dtype == np.uint8 and "int8" in dtypes:
+                raise Problem(node, f"{what} is uint8 (zero point {brief(zp)}): only int8 activations are "
+                              "supported; quantise with activation_type=QuantType.QInt8")
+            raise Problem(node, f"{what} zero point has dtype {zp.dtype}, expected {' or '.join(dtypes)}")
+        if scale.ndim > 1 or scale.size == 0 or (scale.ndim == 1 and scale.size > 1 and not per_channel):
+            raise Problem(node, f"{what} scale has shape {scale.shape}: expected a scalar"
+                          + (" or a vector" if per_channel else " (per-tensor activations)"))
+        if zp.shape != scale.shape and zp.size != 1:
+            raise Problem(node, f"{what} zero point has shape {zp.shape}, its scale {scale.shape}")
+        if scale.ndim == 1 and scale.size == 1:     # one scale is per tensor, whatever the axis says
+            scale, zp = scale.reshape(()), zp.reshape(())
+        if zp.size == 1 and scale.ndim == 1:
+            zp = np.full(scale.shape, zp.ravel()[0])
+        try:
+            return QuantParams(scale, zp.astype(np.int64), axis if scale.ndim else None)
+        except CompileError as exc:
+            raise Problem(node, f"{what}: {exc}") from None
+
+    def attrs(self, node: NodeProto, spec: dict[str, Attr]) -> dict:
+        """The node's attributes by `spec`, defaults filled in; Problem for an unknown or mistyped one."""
+        out = {k: a.default for k, a in spec.items()}
+        seen = set()
+        for a in node.attribute:
+            if a.name in seen:
+                raise Problem(node, f"attribute {a.name!r} is given twice")
+            seen.add(a.name)
+            if a.name not in spec:
+                raise Problem(node, f"attribute {a.name!r} is not supported")
+            kind = _ATTR_TYPES.get(a.type)
+            if kind != spec[a.name].kind:
+                raise Problem(node, f"attribute {a.name!r} has type {kind or a.type}, expected "
+                              f"{spec[a.name].kind}")
+            if kind == "int":
+                out[a.name] = int(a.i)
+            elif kind == "ints":
+                out[a.name] = tuple(int(v) for v in a.ints)
+            elif kind == "float":
+                out[a.name] = float(a.f)
+            elif kind == "floats":
+                out[a.name] = tuple(float(v) for v in a.floats)
+            elif kind == "string":
+                out[a.name] = a.s.decode("utf-8", "replace")
+            else:
+                out[a.name] = to_array(self.onnx, a.t)
+        return out
+
+    def shape(self, value: str) -> tuple[int, ...]:
+        """The shape of a Value of the graph."""
+        return self.g.values[value].shape
