@@ -354,12 +354,12 @@ class ConvSems:
     vu: Sem         # its requantisation
     store: Sem      # the tile's store
     w: Sem          # each weight block (the first tile waits for them)
-    afree: Sem      # an accumulator set drained (more than two sets)
+    afree: Sem | None = None    # an accumulator set drained (more than two sets)
 
 
-def conv_semaphores(pool: Pool) -> ConvSems:
-    """Take a conv's semaphores from pool."""
-    return ConvSems(*pool.take("bias", "load", "nu", "drain", "vu", "store", "w", "afree"))
+def conv_semaphores(pool: Pool, marker: bool = True) -> ConvSems:
+    """Take a conv's semaphores from pool (marker=False: not afree, for a conv of two buffer sets only)."""
+    return ConvSems(*pool.take("bias", "load", "nu", "drain", "vu", "store", "w", *(("afree",) if marker else ())))
 
 
 def staged_io(r: TileRegs, g: _Geometry, at: int, set_bytes: int) -> TileIO:

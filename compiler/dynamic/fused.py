@@ -10,12 +10,15 @@ No row is computed twice and no halo read twice; sizes come from the
 argument block, th from a table by width (priced per step as the busier of
 NU and VU), the last rows are a clamp.
 
-Each op runs its one-op tile body (dynamic/conv.py, dynamic/pool.py) with
-its input in DM, its own two sets of IBUF, ABUF and VBUF, its own weights,
-tables and semaphores: the units work on several ops at once (a conv with
-few channels takes the full-tap fold, each tap loaded from the DM plane with
-its own padding).  Before op k the CU waits for op k-1's store of the step
-before (when it had rows); the mutation test finds every wait needed.
+The chain is one program section: its ops share the CU's row-tile registers
+(common.TileRegs), each runs its one-op tile body (conv.tile_body,
+pool.tile_body) in a scope of its own names (`F<k>_`) with its input in DM,
+its own two sets of IBUF, ABUF and VBUF, its own weights and tables, and the
+next semaphores of the chain's pool: the units work on several ops at once
+(a conv with few channels takes the full-tap fold, each tap loaded from the
+DM plane with its own padding).  Before op k the CU waits for op k-1's store
+of the step before (when it had rows); the mutation test finds every wait
+needed.
 
 A network's residual join may end the chain (lower_fused(add=...)): an add or
 mul of the last conv's output and a tensor in DDR (buffer xr) runs on the
@@ -24,32 +27,23 @@ step beside them.  docs/compiler.md, "Dynamic shapes".
 """
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from nnpsim.config import Config, shape_target
+from nnpsim.config import Config
 
 from ..dims import Dim, DynamicOp
-from ..dynamic import pool as pool_lowering
-from ..dynamic.asm import Instr, Line, Program, Scope
-from ..dynamic import conv as conv_lowering
-from ..dynamic.asm import semaphores
-from ..dynamic.common import TileIO as ScopeIO
-from ..dynamic.common import TileRegs, tile_registers
 from ..errors import CompileError
 from ..ops import Conv2d, Pool2d
-from ..dynamic.common import ddr_io as scope_ddr_io
-from ..dynamic.conv import TILE_OVERHEAD, Region
-from .dynamic import (RB, RH, RHW, RI, RMAX, RN, ROH, ROH0, ROHW, ROW, RPEND, RTH, RW, Emit, TileIO, _size,
-                      axis_name, ddr_io, drain_and_halt, fold_channels, scope_data, scope_lines, target_notes)
-
-RF0 = ROH           # the step's first input row (ROH is free: every op keeps the height)
-POOL_STORE = str(pool_lowering.pool_semaphores(Scope(Program()), run=False).store)   # a pool's store, as _sems renames
-T = [f"r{k}" for k in range(19, 31)]
-SEMS = {"conv": 7, "pool": 3}
-CONV_SEMS = conv_lowering.conv_semaphores(semaphores())     # a conv's, before the op's base is added
+from . import conv as conv_lowering
+from . import pool as pool_lowering
+from .asm import ZERO, Mem, Program, Reg, Scope, Sem, semaphores
+from .common import (Part, TileIO, TileRegs, args_buffer, axis_name, ddr_io, dma_box, drain, load_size,
+                     one_program, target_notes, tile_registers)
+from .conv import TILE_OVERHEAD, Region
+from .elementwise import vu_command
 
 
 def keeps_dims(op: DynamicOp) -> bool:
@@ -83,52 +77,17 @@ class _Plan:
         self.S = {k: sum(p[2] for p in pads[:k + 1]) for k in range(-1, self.K)}     # bottom pads up to op k
         self.out_c = {k: o.largest.output.shape[1] for k, o in enumerate(ops)}
         self.out_c[-1] = big.x_shape[1]
-        self.geo: dict[int, object] = {}
-        wbuf = dm = table = 0
-        for k in convs:
-            g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
-            wbuf += -(-g0.wtotal // 64) * 64
-            table += g0.tab
+        self.geo: dict[int, conv_lowering._Geometry] = {}
+        alone = {k: conv_lowering._Geometry(ops[k], cfg, taps=True) for k in convs}
+        wbuf = sum(-(-g0.wtotal // 64) * 64 for g0 in alone.values())
+        table = sum(g0.tab for g0 in alone.values())
         if wbuf > cfg.wbuf_bytes:
             raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
         if table > cfg.vbuf_bytes // 2:
             raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
                                f"{cfg.vbuf_bytes}")
-        # Every op has its own two sets (the ops run at once, each on its own tile): IBUF split between the
-        # convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
-        # shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2.
-        nc, npool = len(convs), self.K - len(convs)
-        acc = [k for k in convs if not conv_lowering._Geometry(ops[k], cfg, taps=True).rq]
-        ishare = cfg.ibuf_bytes // max(1, nc) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
-        ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
-        vfree = (cfg.vbuf_bytes - table) // 256 * 256
-        weight = {k: 4 if k in acc else 1 if k in convs else 2 for k in range(self.K)}
-        if add is not None:     # the residual's rows beside the last conv's, as many bytes
-            last = conv_lowering._Geometry(ops[-1], cfg, taps=True)
-            if self.K - 1 not in convs or not last.rq:
-                raise CompileError("an add after a fused chain needs the chain's last op to be a conv that "
-                                   "requantises on the NU (nu.conv.rq)")
-            weight["add"] = 1
-        vunit = vfree // sum(weight.values()) // 256 * 256
-        self.vset = {}
-        at, wbuf, tab = table, 0, 0
-        for k in range(self.K):
-            if k in convs:
-                g0 = conv_lowering._Geometry(ops[k], cfg, taps=True)
-                a = acc.index(k) * ashare if k in acc else 0
-                vshare = weight[k] * vunit
-                self.geo[k] = conv_lowering._Geometry(ops[k], cfg, taps=True, region=Region(
-                    tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
-                    min(vshare, 2 * ashare) if k in acc else vshare))
-                self.vset[k] = (at, self.geo[k].vb)
-                at += vshare
-                wbuf += -(-g0.wtotal // 64) * 64
-                dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
-                tab += g0.tab
-        if add is not None:
-            self.res_at = at                # two sets of the last conv's set size (its rows, [block][pixel][C])
-            at += vunit
-        pool_bytes = (cfg.vbuf_bytes - at) // max(1, npool) // 128 * 128
+        at, dm = self._conv_regions(alone, table)
+        pool_bytes = (cfg.vbuf_bytes - at) // max(1, self.K - len(convs)) // 128 * 128
         for k in range(self.K):
             if k not in convs:
                 self.vset[k] = (at, pool_bytes // 2 // 64 * 64)
@@ -143,13 +102,51 @@ class _Plan:
                                f"it has {cfg.dm_bytes:,}")
         self.widths = list(self.geo[convs[0]].widths) if convs else self._widths()
         self.rows = {w: self._choose(w) for w in self.widths}
-        self.sem_base, base = [], 0
-        for k in range(self.K):
-            self.sem_base.append(base)
-            base += SEMS["conv" if k in self.geo else "pool"]
-        base += 2 if add is not None else 0        # the residual's load and the add (s7, s8 of the last op)
-        if base > cfg.semaphores:
-            raise CompileError(f"{self.K} ops need {base} semaphores, the machine has {cfg.semaphores}")
+        count = Scope(Program(), sems=semaphores(1 << 16))      # counted where there is no limit
+        _semaphores(count, self)
+        if count.sems.next > cfg.semaphores:
+            raise CompileError(f"{self.K} ops need {count.sems.next} semaphores, the machine has {cfg.semaphores}")
+        self.cmd = vu_command(add[0].largest) if add is not None else None
+        if self.cmd is not None and self.cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
+            raise CompileError(f"an add after a fused chain: {self.cmd.mnemonic} has no fused form")
+
+    def _conv_regions(self, alone: dict[int, conv_lowering._Geometry], table: int) -> tuple[int, int]:
+        """Each conv's region (self.geo, self.vset), the residual's VBUF area; returns the VBUF and DM offsets
+        after them.
+
+        Every op has its own two sets (the ops run at once, each on its own tile): IBUF split between the
+        convs, ABUF between the convs whose sums go through it (not nu.conv.rq's), VBUF after the tables in
+        shares by what a row needs: a conv's int32 sums 4, nu.conv.rq's int8 rows 1, a pool's rows 2."""
+        cfg, convs = self.cfg, list(alone)
+        acc = [k for k in convs if not alone[k].rq]
+        ishare = cfg.ibuf_bytes // max(1, len(convs)) // (2 * cfg.nu_rows) * (2 * cfg.nu_rows)
+        ashare = cfg.abuf_bytes // max(1, len(acc)) // 256 * 256
+        vfree = (cfg.vbuf_bytes - table) // 256 * 256
+        weight = {k: 4 if k in acc else 1 if k in convs else 2 for k in range(self.K)}
+        if self.add is not None:     # the residual's rows beside the last conv's, as many bytes
+            if self.K - 1 not in convs or not alone[self.K - 1].rq:
+                raise CompileError("an add after a fused chain needs the chain's last op to be a conv that "
+                                   "requantises on the NU (nu.conv.rq)")
+            weight["add"] = 1
+        vunit = vfree // sum(weight.values()) // 256 * 256
+        self.vset = {}
+        at, wbuf, tab, dm = table, 0, 0, 0
+        for k in convs:
+            g0 = alone[k]
+            a = acc.index(k) * ashare if k in acc else 0
+            vshare = weight[k] * vunit
+            self.geo[k] = conv_lowering._Geometry(self.ops[k], cfg, taps=True, region=Region(
+                tab, at, wbuf, dm, convs.index(k) * ishare, a, ishare, ashare if k in acc else 0,
+                min(vshare, 2 * ashare) if k in acc else vshare))
+            self.vset[k] = (at, self.geo[k].vb)
+            at += vshare
+            wbuf += -(-g0.wtotal // 64) * 64
+            dm += -(-g0.out_cb * g0.C * 4 // 64) * 64
+            tab += g0.tab
+        if self.add is not None:
+            self.res_at = at                # two sets of the last conv's set size (its rows, [block][pixel][C])
+            at += vunit
+        return at, dm
 
     def _widths(self) -> list[int]:
         w = self.ops[0].x_shape[3]
@@ -197,23 +194,174 @@ class _Plan:
         return min(options, key=lambda th: (self._price(th, w), -th))
 
 
-def _sems(text: str, base: int) -> str:
-    return re.sub(r"\bs(\d+)\b", lambda m: f"s{int(m.group(1)) + base}", text)
+@dataclass(frozen=True)
+class _Sems:
+    """The chain's semaphores: each op's (a conv's or a pool's), then the join's."""
+
+    ops: list
+    res: Sem | None = None      # the residual's rows loaded
+    add: Sem | None = None      # the add done, block by block
 
 
-def _step_rows(em: Emit, p: _Plan, k: int, step: str, first: str, count: str) -> None:
+def _semaphores(b: Scope, p: _Plan) -> _Sems:
+    """Each op's semaphores from b's pool in chain order (the ops run at once: each has its own; a conv of
+    two sets needs no afree), then the join's."""
+    ops = [conv_lowering.conv_semaphores(b.sems, marker=False) if k in p.geo
+           else pool_lowering.pool_semaphores(b, run=False) for k in range(p.K)]
+    return _Sems(ops, *(b.sems.take("res", "add") if p.add is not None else ()))
+
+
+def _check(ops: list[DynamicOp], add: tuple[DynamicOp, int] | None) -> None:
+    """CompileError unless each op takes the channels the one before gives, and the join the chain's shape."""
+    for k in range(1, len(ops)):
+        if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
+            raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
+                               f"{ops[k - 1].largest.output.shape[1]}")
+    x = ops[-1].x_shape
+    if add is not None and tuple(add[0].x_shape) != (x[0], ops[-1].largest.output.shape[1], x[2], x[3]):
+        raise CompileError("an add after a fused chain must have the chain's output shape")
+
+
+def prepare(ops: list[DynamicOp], cfg: Config,
+            add: tuple[DynamicOp, int] | None = None) -> Callable[[Scope], Part]:
+    """A fused dynamic chain planned (what does not fit raises here): the function that writes it into a
+    scope (its buffers, constants and code, ending on its drain); with add = (an add or mul, which of its
+    inputs the chain's output is), that op too, its other input from DDR buffer xr."""
+    _check(ops, add)
+    p = _Plan(ops, cfg, add)
+    return lambda b: _write(b, p)
+
+
+def lower_fused(b: Scope, ops: list[DynamicOp], cfg: Config, add: tuple[DynamicOp, int] | None = None) -> Part:
+    """Write a fused dynamic chain into b (prepare's add=); its Part's rows: the last op's rows per step by
+    width."""
+    return prepare(ops, cfg, add)(b)
+
+
+def program(ops: list[DynamicOp], cfg: Config,
+            add: tuple[DynamicOp, int] | None = None) -> tuple[str, dict[str, bytes], dict[int, int]]:
+    """A fused dynamic chain as a program of its own: (assembly, .incbin files, the last op's rows per tile
+    by width)."""
+    asm, files, part = one_program(cfg, lambda b: lower_fused(b, ops, cfg, add))
+    return asm, files, part.rows
+
+
+def _write(b: Scope, p: _Plan) -> Part:
+    """The chain's buffers, constants and code into b, ending on its drain."""
+    first = p.ops[0]
+    n, c, h, w = first.x_shape
+    _data(b, p)
+    r = tile_registers(b)
+    s = _semaphores(b, p)
+    step = r.oh         # the step's first input row (r.oh is free: every op keeps the height)
+    _sizes(b, p, r)
+    _constants(b, p, r, s)
+    b.i("li", r.i, 0)
+    b.i("li", r.args, 1)         # r.args: 1 until the first tile has waited for the weights
+    b.i("li", r.b, 0)
+    b.i("li", r.pend, 0)
+    b.at(b.label("batch"))
+    b.i("li", step, 0)
+    b.at(b.label("step"))
+    b.i("mul", r.hw, r.h, r.w)                   # every plane, in DM and DDR: h * w per channel
+    b.i("add", r.ohw, r.hw, ZERO)
+    _stage_input(b, p, r, step)
+    for k in range(p.K):
+        _op(b.sub(prefix=f"F{k}_"), p, r, s, k, step)
+    t = r.t
+    b.comment("next step: flip the sets, until the last op has its last row")
+    b.i("xori", r.b, r.b, 1)
+    b.i("add", step, step, r.max)
+    b.i("muli", t[0], r.max, p.K - 1)
+    b.i("sub", t[0], step, t[0])
+    b.i("addi", t[0], t[0], -p.S[p.K - 1])
+    b.i("blt", t[0], r.h, b.label("step"))
+    b.i("addi", r.i, r.i, 1)
+    b.i("blt", r.i, r.n, b.label("batch"))
+    drain(b, r.pend, s.ops[-1].store)
+    b.fold_channels(p.cfg.dma_channels)
+    kinds = " -> ".join(o.kind for o in p.ops)
+    title = [f"dynamic fused chain: {kinds}", "steps of th rows (th read from a table by width); op k adds its "
+             "rows k steps behind the input; intermediates in DM"]
+    return Part(title, target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)]),
+                p.rows)
+
+
+def _data(b: Scope, p: _Plan) -> None:
+    """The argument block, x, y (and the join's xr), each conv's constants and the rows-per-step table."""
+    first, prog = p.ops[0], b.prog
+    args_buffer(b, first.dims)
+    x_max, y_max = first.largest.x_shape, p.ops[-1].largest.output.shape
+    prog.buffer(b.buf("x").name, "int8", x_max, int(np.prod(x_max)))
+    prog.buffer(b.buf("y").name, "int8", y_max, int(np.prod(y_max)))
+    if p.add is not None:       # the add's other input, as large as y
+        prog.buffer(b.buf("xr").name, "int8", y_max, int(np.prod(y_max)))
+    for k, g in p.geo.items():
+        conv_lowering.constant_data(b.sub(prefix=f"F{k}_"), g)
+    prog.directive(".align 64")
+    prog.data_line(f"{b.label('fused_rows').name + ':':<40}; last op's rows per tile, by width from {p.widths[0]}")
+    for w in p.widths:
+        prog.directive(f".word {p.rows[w]}")
+
+
+def _sizes(b: Scope, p: _Plan, r: TileRegs) -> None:
+    """The sizes from the argument block, and the rows per step for this width from the table."""
+    first, t = p.ops[0], r.t
+    n, _, h, w = first.x_shape
+    index = {d.name: k for k, d in enumerate(first.dims)}
+    b.i("la", r.args, b.buf("args"))
+    for reg, d in ((r.n, n), (r.h, h), (r.w, w)):
+        load_size(b, reg, d, index, r.args)
+    b.i("add", r.ow, r.w, ZERO)                     # every op keeps the width
+    b.comment("the last op's rows per tile for this width (the compiler's table)")
+    b.i("slli", t[0], r.w, 2)
+    b.i("la", t[1], b.label("fused_rows") - 4 * p.widths[0])
+    b.i("add", t[0], t[0], t[1])
+    b.i("ld", r.max, t[0], 0)
+
+
+def _constants(b: Scope, p: _Plan, r: TileRegs, s: _Sems) -> None:
+    """Each conv's constants queued: the first conv's weights signal as for one conv; the others' go on ch0
+    ahead of every load (their NU commands wait for their loads, queued behind them)."""
+    first_conv = min(p.geo, default=None)
+    for k, g in p.geo.items():
+        b.comment(f"op {k} ({p.ops[k].kind}): constants")
+        conv_lowering.load_constants(b.sub(prefix=f"F{k}_"), r, s.ops[k], g, signal=k == first_conv,
+                                     on_loads=k != first_conv)
+
+
+def _stage_input(b: Scope, p: _Plan, r: TileRegs, step: Reg) -> None:
+    """The input's rows of this step DDR -> DM (op 0's plane)."""
+    t, c = r.t, p.ops[0].x_shape[1]
+    b.comment("the input's rows of this step DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them")
+    b.comment("from DM)")
+    _step_rows(b, p, r, -1, step, t[0], t[1])
+    b.i("beq", t[1], ZERO, b.label("staged"))
+    b.i("mul", t[2], t[1], r.w)
+    dma_box(b, 1, [(t[2], 1, 1, 0, 0), (c, r.hw, r.hw, 0, 0)])
+    b.i("mul", t[4], r.i, r.hw)
+    b.i("muli", t[4], t[4], c)
+    b.i("mul", t[5], t[0], r.w)
+    b.i("add", t[4], t[4], t[5])
+    b.i("la", t[3], b.buf("x"))
+    b.i("add", t[4], t[4], t[3])
+    b.i("addi", t[5], t[5], p.plane_at[-1])
+    b.i("dma", b.ch(0), Mem("dm", t[5]), Mem("ddr", t[4]))     # op 0's loads from DM queue behind it on ch0
+    b.at(b.label("staged"))
+
+
+def _step_rows(b: Scope, p: _Plan, r: TileRegs, k: int, step: Reg, first: Reg, count: Reg) -> None:
     """first, count := the rows op k (k = -1: the input) adds in the step starting at row `step`: [clamp(step -
     D), clamp(step + th - D)) clamped to [0, h), D = k * th + the bottom pads up to op k.  Op k's rows then
     need rows of op k-1 that op k-1 added a step earlier at the latest."""
-    i = em.i
-    i(f"muli    {first}, {RMAX}, {max(k, 0)}")
-    i(f"sub     {first}, {step}, {first}")
-    i(f"addi    {first}, {first}, {-p.S[k]}")
-    i(f"add     {count}, {first}, {RMAX}")
-    for r in (first, count):
-        i(f"min     {r}, {r}, {RH}")
-        i(f"max     {r}, {r}, r0")
-    i(f"sub     {count}, {count}, {first}")
+    b.i("muli", first, r.max, max(k, 0))
+    b.i("sub", first, step, first)
+    b.i("addi", first, first, -p.S[k])
+    b.i("add", count, first, r.max)
+    for reg in (first, count):
+        b.i("min", reg, reg, r.h)
+        b.i("max", reg, reg, ZERO)
+    b.i("sub", count, count, first)
 
 
 def _reuse_needs_wait(p: _Plan) -> bool:
@@ -228,257 +376,110 @@ def _reuse_needs_wait(p: _Plan) -> bool:
     return not (same_units and p.ops[last].largest.padding[2] == 0)
 
 
-def _io(p: _Plan, k: int) -> TileIO:
-    """Op k's input: the DM plane of op k-1 (or of the input); output: its DM plane, DDR y for the last op."""
-    def src(em, reg, start, tmp, j=k - 1):
-        em.i(f"mul     {reg}, {start}, {RW}")
-        em.i(f"addi    {reg}, {reg}, {p.plane_at[j]}")
-
-    def dst(em, reg, tmp):
-        em.i(f"mul     {reg}, {ROH0}, {ROW}")
-        em.i(f"addi    {reg}, {reg}, {p.plane_at[k]}")
+def _op(b: Scope, p: _Plan, r: TileRegs, s: _Sems, k: int, step: Reg) -> None:
+    """Op k's rows of this step, in its scope (F<k>_): after op k-1's store of the step before."""
+    t = r.t
+    b.comment(f"---- op {k}: {p.ops[k].kind}, its rows of this step (op k works {k} steps behind the input)")
+    if k:
+        b.comment("op k-1's rows of the step before are in DM: wait for its store if it had any")
+        b.i("sub", t[2], step, r.max)
+        _step_rows(b, p, r, k - 1, t[2], t[0], t[1])
+        b.i("beq", t[1], ZERO, b.label("ready"))
+        b.i("sem.wait", s.ops[k - 1].store)
+        b.at(b.label("ready"))
+    _step_rows(b, p, r, k, step, r.oh0, r.th)
+    b.i("beq", r.th, ZERO, b.label("skip"))
+    if k == p.K - 1 and _reuse_needs_wait(p):
+        b.comment("its buffers of two steps ago are reused: wait for that store")
+        b.i("li", t[0], 2)
+        b.i("blt", r.pend, t[0], b.label("free"))
+        b.i("sem.wait", s.ops[k].store)
+        b.i("addi", r.pend, r.pend, -1)
+        b.at(b.label("free"))
+    if k in p.geo:
+        _conv_tile(b, p, r, s, k)
+    else:
+        o, (at, size) = p.ops[k], p.vset[k]
+        _, pl, _, pr = o.largest.padding
+        b.i("addi", r.wp, r.w, pl + pr)
+        pool_lowering.fixed_params(b, o)
+        pool_lowering.tile_body(b, r, s.ops[k], o, _io(p, k, r), pool_lowering.Tiles(size, at))
     if k == p.K - 1:
-        return TileIO(src, ddr_io(p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
-    return TileIO(src, dst, "dm", "dm")
+        b.i("addi", r.pend, r.pend, 1)
+    b.at(b.label("skip"))
 
 
-def _conv_io(p: _Plan, k: int, r: TileRegs) -> ScopeIO:
-    """_io for a conv's tile body, which is written through a Scope."""
-    def src(b, reg, start, tmp, j=k - 1):
+def _conv_tile(b: Scope, p: _Plan, r: TileRegs, s: _Sems, k: int) -> None:
+    """Conv op k's tile (the join's residual loads and add when it ends the chain with one); only the first
+    conv waits for its weights: the others' are queued on ch0 ahead of the loads."""
+    g, first = p.geo[k], k == min(p.geo)
+    conv_lowering.padded_width(b, r, g)
+    conv_lowering.fixed_params(b, g)
+    join = k == p.K - 1 and p.add is not None
+    if join:
+        _residual_loads(b, p, g, r, s)
+    conv_lowering.tile_body(b, r, s.ops[k], g, _io(p, k, r), weights_wait=first,
+                            epilogue=_add_epilogue(p, g, r, s) if join else None)
+    if first:
+        b.i("li", r.args, 0)
+
+
+def _io(p: _Plan, k: int, r: TileRegs) -> TileIO:
+    """Op k's input: the DM plane of op k-1 (or of the input); output: its DM plane, DDR y for the last op."""
+    def src(b: Scope, reg: Reg, start: Reg, tmp: Reg, j: int = k - 1) -> None:
         b.i("mul", reg, start, r.w)
         b.i("addi", reg, reg, p.plane_at[j])
 
-    def dst(b, reg, tmp):
+    def dst(b: Scope, reg: Reg, tmp: Reg) -> None:
         b.i("mul", reg, r.oh0, r.ow)
         b.i("addi", reg, reg, p.plane_at[k])
     if k == p.K - 1:
-        return ScopeIO(src, scope_ddr_io(r, p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
-    return ScopeIO(src, dst, "dm", "dm")
+        return TileIO(src, ddr_io(r, p.ops[0].largest.x_shape[1], p.out_c[k]).dst, "dm", "ddr")
+    return TileIO(src, dst, "dm", "dm")
 
 
-def _conv_tile(p: _Plan, k: int, g, weights_wait: bool):
-    """A builder of conv op k's tile body (its add epilogue when it ends the chain with one)."""
-    def build(b) -> None:
-        r = tile_registers(b)
-        s = conv_lowering.conv_semaphores(b.sems)
-        epilogue = _add_epilogue(p, g, r) if k == p.K - 1 and p.add is not None else None
-        conv_lowering.tile_body(b, r, s, g, _conv_io(p, k, r), weights_wait=weights_wait, epilogue=epilogue)
-    return build
-
-
-def _pool_tile(em: Emit, o: DynamicOp, io: TileIO, vset: tuple[int, int]) -> None:
-    """Pool op o's tile written by the builder (dynamic/pool.py), its lines added to em's: a bridge until
-    this module is built on the builder too (the registers and semaphores are the same numbers)."""
-    prog = Program()
-    b = Scope(prog)
-    r, s = tile_registers(b), pool_lowering.pool_semaphores(b, run=False)
-
-    def text(write: Callable) -> Callable:
-        def call(b: Scope, *regs) -> None:
-            em = Emit([])
-            write(em, *map(str, regs))
-            prog.text.extend(Line(line) for line in em.L)
-        return call
-    _, pl, _, pr = o.largest.padding
-    b.i("addi", r.wp, r.w, pl + pr)
-    pool_lowering.fixed_params(b, o)
-    pool_lowering.tile_body(b, r, s, o, ScopeIO(text(io.src), text(io.dst), io.src_space, io.dst_space),
-                            pool_lowering.Tiles(vset[1], vset[0]))
-    em.L += [item.text() if isinstance(item, Instr) else item.text for item in prog.text]
-
-
-def program_text(p: _Plan) -> str:
-    """The assembly of the fused chain."""
-    ops, cfg = p.ops, p.cfg
-    first, lastop = ops[0], ops[-1]
-    n, c, h, w = first.x_shape
-    idx = {d.name: k for k, d in enumerate(first.dims)}
-    kinds = " -> ".join(o.kind for o in ops)
-    L = [f"; dynamic fused chain: {kinds}", "; steps of th rows (th read from a table by width); op k adds its rows "
-         "k steps behind the input; intermediates in DM", ""]
-    L += [f"        .target {k}, {v}" for k, v in shape_target(cfg).items()]
-    L += ["        " + s for s in target_notes(first, [axis_name(n), str(p.out_c[p.K - 1]), axis_name(h), axis_name(w)])]
-    x_max, y_max = first.largest.x_shape, lastop.largest.output.shape
-    L += ["", "        .data", f"        .buffer args, int32, ({len(first.dims)},)",
-          f"        .space {4 * len(first.dims)}", "        .align 64",
-          f"        .buffer x, int8, ({', '.join(map(str, x_max))},)", f"        .space {int(np.prod(x_max))}",
-          "        .align 64", f"        .buffer y, int8, ({', '.join(map(str, y_max))},)",
-          f"        .space {int(np.prod(y_max))}"]
-    if p.add is not None:       # the add's other input, as large as y
-        L += ["        .align 64", f"        .buffer xr, int8, ({', '.join(map(str, y_max))},)",
-              f"        .space {int(np.prod(y_max))}"]
-    for k, g in p.geo.items():
-        L += scope_data(lambda b, g=g: conv_lowering.constant_data(b, g), f"F{k}_")[0]
-    L += ["        .align 64", f"fused_rows:                             ; last op's rows per tile, by width from "
-          f"{p.widths[0]}", *(f"        .word {p.rows[w]}" for w in p.widths), "", "        .text", "main:"]
-    em = Emit(L)
-    e, i = em.e, em.i
-    i("la      r1, args")
-    for reg, d in ((RN, n), (RH, h), (RW, w)):
-        _size(L, reg, d, idx)
-    i(f"add     {ROW}, {RW}, r0")                     # every op keeps the width
-    e("        ; the last op's rows per tile for this width (the compiler's table)")
-    i(f"slli    {T[0]}, {RW}, 2")
-    i(f"la      {T[1]}, fused_rows - {4 * p.widths[0]}")
-    i(f"add     {T[0]}, {T[0]}, {T[1]}")
-    i(f"ld      {RMAX}, {T[0]}, 0")
-    first_conv = min(p.geo, default=None)
-    for k, g in p.geo.items():
-        e(f"        ; op {k} ({ops[k].kind}): constants")
-        # the first conv's weights signal as for one conv; the others' go on ch0 ahead of every load (their
-        # NU commands wait for their loads, queued behind them)
-        lines = scope_lines(lambda b, g=g, k=k: conv_lowering.load_constants(
-            b, tile_registers(b), conv_lowering.conv_semaphores(b.sems), g, signal=k == first_conv,
-            on_loads=k != first_conv), f"F{k}_")
-        L += [_sems(line, p.sem_base[k]) for line in lines]
-    i(f"li      {RI}, 0")
-    i("li      r1, 1")                             # r1: 1 until the first tile has waited for the weights
-    i(f"li      {RB}, 0")
-    i(f"li      {RPEND}, 0")
-    last_store = _sems(str(CONV_SEMS.store) if p.K - 1 in p.geo else POOL_STORE, p.sem_base[-1])
-    e("batch:")
-    i(f"li      {RF0}, 0")
-    e("step:")
-    i(f"mul     {RHW}, {RH}, {RW}")                   # every plane, in DM and DDR: h * w per channel
-    i(f"add     {ROHW}, {RHW}, r0")
-    e("        ; the input's rows of this step DDR -> DM, whole rows per channel (DDR bursts; IBUF takes them")
-    e("        ; from DM)")
-    _step_rows(em, p, -1, RF0, T[0], T[1])
-    i(f"beq     {T[1]}, r0, staged")
-    i(f"mul     {T[2]}, {T[1]}, {RW}")
-    em.dma_box(1, [(T[2], 1, 1, 0, 0), (c, RHW, RHW, 0, 0)])
-    i(f"mul     {T[4]}, {RI}, {RHW}")
-    i(f"muli    {T[4]}, {T[4]}, {c}")
-    i(f"mul     {T[5]}, {T[0]}, {RW}")
-    i(f"add     {T[4]}, {T[4]}, {T[5]}")
-    i(f"la      {T[3]}, x")
-    i(f"add     {T[4]}, {T[4]}, {T[3]}")
-    i(f"addi    {T[5]}, {T[5]}, {p.plane_at[-1]}")
-    i(f"dma     ch0, dm[{T[5]}], ddr[{T[4]}]")       # op 0's loads from DM queue behind it on ch0
-    e("staged:")
-    prev_store = None
-    for k, o in enumerate(ops):
-        sub = Emit([])
-        sub.e(f"        ; ---- op {k}: {o.kind}, its rows of this step (op k works {k} steps behind the input)")
-        if prev_store:
-            sub.e("        ; op k-1's rows of the step before are in DM: wait for its store if it had any")
-            sub.i(f"sub     {T[2]}, {RF0}, {RMAX}")
-            _step_rows(sub, p, k - 1, T[2], T[0], T[1])
-            sub.i(f"beq     {T[1]}, r0, F{k}_ready")
-            sub.i("sem.wait PREV")
-            sub.e(f"F{k}_ready:")
-        _step_rows(sub, p, k, RF0, ROH0, RTH)
-        sub.i(f"beq     {RTH}, r0, F{k}_skip")
-        if k == p.K - 1 and _reuse_needs_wait(p):
-            sub.e("        ; its buffers of two steps ago are reused: wait for that store")
-            sub.i(f"li      {T[0]}, 2")
-            sub.i(f"blt     {RPEND}, {T[0]}, F{k}_free")
-            sub.i(f"sem.wait {CONV_SEMS.store if k in p.geo else POOL_STORE}")
-            sub.i(f"addi    {RPEND}, {RPEND}, -1")
-            sub.e(f"F{k}_free:")
-        io = _io(p, k)
-        if k in p.geo:
-            g = p.geo[k]
-            sub.L += scope_lines(lambda b, g=g: conv_lowering.padded_width(b, tile_registers(b), g))
-            sub.L += scope_lines(lambda b, g=g: conv_lowering.fixed_params(b, g))
-            if k == p.K - 1 and p.add is not None:
-                _residual_loads(sub, p, g)
-            # only the first conv waits for its weights: the others' are queued on ch0 ahead of the loads
-            sub.L += scope_lines(_conv_tile(p, k, g, k == first_conv), f"F{k}_")
-            if k == first_conv:
-                sub.i("li      r1, 0")
-            store = str(CONV_SEMS.store)
-        else:
-            _pool_tile(sub, o, io, p.vset[k])
-            store = POOL_STORE
-        if k == p.K - 1:
-            sub.i(f"addi    {RPEND}, {RPEND}, 1")
-        sub.e(f"F{k}_skip:")
-        text = _sems("\n".join(sub.L), p.sem_base[k])
-        L += (text.replace("PREV", prev_store) if prev_store else text).split("\n")
-        prev_store = _sems(store, p.sem_base[k])
-    e("        ; next step: flip the sets, until the last op has its last row")
-    i(f"xori    {RB}, {RB}, 1")
-    i(f"add     {RF0}, {RF0}, {RMAX}")
-    i(f"muli    {T[0]}, {RMAX}, {p.K - 1}")
-    i(f"sub     {T[0]}, {RF0}, {T[0]}")
-    i(f"addi    {T[0]}, {T[0]}, {-p.S[p.K - 1]}")
-    i(f"blt     {T[0]}, {RH}, step")
-    i(f"addi    {RI}, {RI}, 1")
-    i(f"blt     {RI}, {RN}, batch")
-    L += drain_and_halt(RPEND, last_store)
-    return "\n".join(L) + "\n"
-
-
-S_RES, S_ADD = "s7", "s8"      # the last op's: its residual rows loaded, its add done (block by block)
-
-
-def _residual_loads(em: Emit, p: _Plan, g) -> None:
+def _residual_loads(b: Scope, p: _Plan, g, r: TileRegs, s: _Sems) -> None:
     """The add's other input, the step's rows of the last conv's output, DDR (buffer xr) -> VBUF laid out as
     the conv's rows ([block][pixel][C], the set's residual area), one DMA a block on ch1; the last signals."""
-    o = p.out_c[p.K - 1]
-    em.e("        ; the residual's rows of this step: DDR -> VBUF as the conv's rows lie ([block][pixel][C])")
-    pix, src, dst = T[0], T[1], T[2]
-    em.i(f"mul     {pix}, {RTH}, {ROW}")
-    ddr_io(o, o, y="xr").dst(em, src, T[3])
-    em.i(f"muli    {dst}, {RB}, {g.vb}")
-    em.i(f"addi    {dst}, {dst}, {p.res_at}")
-    em.i(f"muli    {T[3]}, {ROHW}, {g.C}")
-    em.i(f"slli    {T[4]}, {pix}, {g.C.bit_length() - 1}")
+    o, t = p.out_c[p.K - 1], r.t
+    b.comment("the residual's rows of this step: DDR -> VBUF as the conv's rows lie ([block][pixel][C])")
+    pix, src, dst = t[0], t[1], t[2]
+    b.i("mul", pix, r.th, r.ow)
+    ddr_io(r, o, o, y="xr").dst(b, src, t[3])
+    b.i("muli", dst, r.b, g.vb)
+    b.i("addi", dst, dst, p.res_at)
+    b.i("muli", t[3], r.ohw, g.C)
+    b.i("slli", t[4], pix, g.C.bit_length() - 1)
     for ob in range(g.out_cb):
         cv = min(g.C, o - ob * g.C)
         if ob:
-            em.i(f"add     {src}, {src}, {T[3]}")
-            em.i(f"add     {dst}, {dst}, {T[4]}")
-        em.dma_box(1, [(pix, 1, g.C, 0, 0), (cv, ROHW, 1, 0, 0)])
-        sig = f", signal={S_RES}" if ob == g.out_cb - 1 else ""
-        em.i(f"dma     ch1, vbuf0[{dst}], ddr[{src}]{sig}")
+            b.i("add", src, src, t[3])
+            b.i("add", dst, dst, t[4])
+        dma_box(b, 1, [(pix, 1, g.C, 0, 0), (cv, r.ohw, 1, 0, 0)])
+        sig = {"signal": s.res} if ob == g.out_cb - 1 else {}
+        b.i("dma", b.ch(1), Mem("vbuf0", dst), Mem("ddr", src), **sig)
 
 
-def _add_epilogue(p: _Plan, g, r: TileRegs):
+def _add_epilogue(p: _Plan, g, r: TileRegs, s: _Sems) -> Callable:
     """The tile body's hook before block ob's store: the add of the block's rows and the residual's on the
     VU (the first block's add behind a one-element vu.mov that takes the residual's token), in place in
-    the add's a operand; returns (the store's source, the semaphore it waits for).  Written through the
-    conv's Scope."""
-    add, side = p.add
-    from ..dynamic.elementwise import vu_command
-    cmd = vu_command(add.largest)
-    if cmd.mnemonic not in ("vu.add", "vu.mul", "vu.fadd", "vu.fmul"):
-        raise CompileError(f"an add after a fused chain: {cmd.mnemonic} has no fused form")
+    the add's a operand; returns (the store's source, the semaphore it waits for)."""
+    side, cmd, nu = p.add[1], p.cmd, s.ops[-1].nu
 
-    def epilogue(b, ob: int, ysrc, cv) -> tuple:
+    def epilogue(b: Scope, ob: int, ysrc: Reg, cv) -> tuple:
         res = r.t[11]
         b.i("addi", res, ysrc, p.res_at - g.sets)       # the residual area: the same offset in its set
         if ob == 0:
             b.setp("vu.n0", 1)
             for q in ("n1", "n2", "n3"):
                 b.setp(f"vu.{q}", 1)
-            b.i("vu.mov", "vu0", "i8", res, "i8", res, wait=S_RES)
+            b.i("vu.mov", "vu0", "i8", res, "i8", res, wait=s.res)
             for q, v in (("d_stride0", 1), ("a_stride0", 1), ("b_stride0", 1), ("d_stride1", g.C),
                          ("a_stride1", g.C), ("b_stride1", g.C), *cmd.scalars.items()):
                 b.setp(f"vu.{q}", v)
             b.setp("vu.n1", r.pix)
         b.setp("vu.n0", cv)
         x, y = (ysrc, res) if side == 0 else (res, ysrc)
-        b.i(cmd.mnemonic, "vu0", x, x, y, wait=CONV_SEMS.nu, signal=S_ADD)
-        return x, S_ADD
+        b.i(cmd.mnemonic, "vu0", x, x, y, wait=nu, signal=s.add)
+        return x, s.add
     return epilogue
-
-
-def lower_fused(ops: list[DynamicOp], cfg: Config,
-                add: tuple[DynamicOp, int] | None = None) -> tuple[str, dict[str, bytes], dict[int, int]]:
-    """A fused dynamic chain's (assembly, .incbin files, last op's rows per tile by width); with add = (an
-    add or mul, which of its inputs the chain's output is), that op too, its other input from DDR buffer
-    xr."""
-    for k in range(1, len(ops)):
-        if ops[k].x_shape[1] != ops[k - 1].largest.output.shape[1]:
-            raise CompileError(f"op {k} ({ops[k].kind}) takes {ops[k].x_shape[1]} channels but op {k - 1} gives "
-                               f"{ops[k - 1].largest.output.shape[1]}")
-    x = ops[-1].x_shape
-    if add is not None and tuple(add[0].x_shape) != (x[0], ops[-1].largest.output.shape[1], x[2], x[3]):
-        raise CompileError("an add after a fused chain must have the chain's output shape")
-    p = _Plan(ops, cfg, add)
-    files = {}
-    for k, g in p.geo.items():
-        files.update({f"F{k}_{name}.bin": blob for name, blob in conv_lowering.constants(g).items()})
-    return fold_channels(program_text(p), cfg.dma_channels), files, p.rows
