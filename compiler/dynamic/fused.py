@@ -83,7 +83,7 @@ class _Plan:
         table = sum(g0.tab for g0 in alone.values())
         if wbuf > cfg.wbuf_bytes:
             raise CompileError(f"the convs' weights need {wbuf} bytes of WBUF together, it has {cfg.wbuf_bytes}")
-        if table > cfg.vbuf_bytes // 2:
+        if not conv_lowering.tables_fit(table, cfg):
             raise CompileError(f"the convs' (M, S) tables need {table} bytes of VBUF, more than half its "
                                f"{cfg.vbuf_bytes}")
         at, dm = self._conv_regions(alone, table)
