@@ -1,8 +1,7 @@
 """Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
 
-The lowerings in compiler/dynamic/ and compiler/lowering/dynamic_*.py write the assembly; this
-module assembles it and wraps it in a DynamicKernel that writes the argument
-block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
+The lowerings in compiler/dynamic/ write the assembly; this module assembles it and wraps it in a
+DynamicKernel that writes the argument block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
 """
 from __future__ import annotations
 
@@ -13,10 +12,13 @@ import numpy as np
 from nnpsim.config import Config
 
 from .dims import DynamicChain, DynamicOp
+from .dynamic.common import one_program
 from .dynamic.conv import prepare as conv_prepare
 from .dynamic.dense import prepare as dense_prepare
+from .dynamic.elementwise import lower_elementwise
+from .dynamic.global_pool import is_global, lower_global_pool
+from .dynamic.pool import lower_pool
 from .errors import CompileError
-from .lowering.dynamic import text_lowering
 from .ops import Conv2d, Dense, Elementwise, Pool2d
 
 
@@ -83,7 +85,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     from .kernel import assemble
     from .dynamic_network import folded
     from .dynamic.chain import compose
-    from .lowering.dynamic_fused import fusable, lower_fused
+    from .dynamic.fused import fusable, program as fused_program
 
     for k, o in enumerate(ops):
         if not isinstance(o, DynamicOp) or o.names != ("x",):
@@ -108,7 +110,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
         for o in merged:
             check_ddr(o, config)
         try:
-            asm, files, rows = lower_fused(merged, config)
+            asm, files, rows = fused_program(merged, config)
             return DynamicKernel(chain, asm, assemble(asm, files, "dynamic.s"), config, rows, files)
         except CompileError as exc:      # does not fit on chip: op after op through DDR instead
             why = str(exc)
@@ -128,31 +130,22 @@ def check_ddr(op: DynamicOp, config: Config) -> None:
                            f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
 
 
-def lowering(op: DynamicOp, config: Config):
+def lowering(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op planned, as the function that writes it into a scope (compiler/dynamic/chain.py)."""
-    if isinstance(op.largest, (Conv2d, Dense)):
-        check_ddr(op, config)
-        return (conv_prepare if isinstance(op.largest, Conv2d) else dense_prepare)(op, config)
-    return text_lowering(*lower_one(op, config)[:2])       # the lowerings still written as text
+    check_ddr(op, config)
+    if isinstance(op.largest, Conv2d):
+        return conv_prepare(op, config, rows_per_tile)
+    if isinstance(op.largest, Dense):
+        return dense_prepare(op, config)
+    if isinstance(op.largest, Pool2d):
+        return lambda b: (lower_global_pool if is_global(op) else lower_pool)(b, op, config)
+    if isinstance(op.largest, Elementwise):
+        return lambda b: lower_elementwise(b, op, config)
+    raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "
+                       f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")
 
 
 def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
-    check_ddr(op, config)
-    if isinstance(op.largest, Conv2d):
-        from .dynamic.conv import program as conv_program
-        asm, files, rows = conv_program(op, config, rows_per_tile)
-    elif isinstance(op.largest, Pool2d):
-        from .dynamic.global_pool import global_pool_program, is_global
-        from .dynamic.pool import pool_program
-        asm, files, rows = (global_pool_program if is_global(op) else pool_program)(op, config)
-    elif isinstance(op.largest, Dense):
-        from .dynamic.dense import program as dense_program
-        asm, files, rows = dense_program(op, config)
-    elif isinstance(op.largest, Elementwise):
-        from .dynamic.elementwise import elementwise_program
-        asm, files, rows = elementwise_program(op, config)
-    else:
-        raise CompileError(f"dynamic shapes are lowered for conv2d, dense, max, sum, average and global "
-                           f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")
-    return asm, files, rows
+    asm, files, part = one_program(config, lowering(op, config, rows_per_tile))
+    return asm, files, part.rows

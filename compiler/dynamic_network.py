@@ -12,11 +12,11 @@ Building it:
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
              reads that op's output
   lower      each node a dynamic op over its input's symbolic shape, lowered alone
-             (compiler/dynamic/, compiler/lowering/dynamic_*.py), all reading the one argument block; a reshape is
+             (compiler/dynamic/), all reading the one argument block; a reshape is
              its input's buffer under another shape (no program), a concat one DDR -> DDR DMA
              per input (dynamic/concat.py), a dense the 1x1 conv it equals
   fuse       runs of ops where each reads only the one before into one program (intermediates in
-             DM), a residual's add or mul after a run's last conv included (lowering/dynamic_fused.py)
+             DM), a residual's add or mul after a run's last conv included (dynamic/fused.py)
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
              op written in a scope binding its buffers to the graph's tensors (dynamic/chain.link);
              intermediates through DDR, each sized for the largest shape
@@ -383,9 +383,9 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     from .dynamic_kernel import lowering
     from .kernel import assemble
     from .dynamic.chain import link
-    from .dynamic.concat import program_text
-    from .lowering.dynamic import text_lowering
-    from .lowering.dynamic_fused import lower_fused
+    from .dynamic.common import checked
+    from .dynamic.concat import lower_concat
+    from .dynamic.fused import prepare as fused_prepare
     from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
     from .roofline import bound_cycles
 
@@ -417,14 +417,14 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
         chain, add = _joined(run)
         try:
             if add is not None:
-                lower = text_lowering(*lower_fused([o for _, o, _, _ in chain], cfg, add[:2])[:2])
+                lower = fused_prepare([o for _, o, _, _ in chain], cfg, add[:2])
             elif len(run) > 1:
-                lower = text_lowering(*lower_fused([o for _, o, _, _ in run], cfg)[:2])
+                lower = fused_prepare([o for _, o, _, _ in run], cfg)
             elif isinstance(op.largest, Concat):
-                lower = text_lowering(program_text([p.shapes[v] for v in node.inputs], op.largest.axis, p.dims,
-                                                   op.largest.dtype, cfg, list(op.names)), {})
+                lower = checked(lambda b, op=op, shapes=[p.shapes[v] for v in node.inputs]:
+                                lower_concat(b, op, cfg, shapes))
             else:
-                lower = lowering(op, cfg)
+                lower = checked(lowering(op, cfg))
         except CompileError as exc:
             raise CompileError(f"node {node.name} ({node.op.kind}): {exc}") from None
         bind = {name: buffers[v] for name, v in zip(op.names, node.inputs)}
@@ -485,7 +485,7 @@ def _joined(run: list) -> tuple[list, tuple | None]:
 def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
     """Can the add or mul `entry` end the run (its input from the run's last op, a conv, the other from DDR:
     a residual's join) as the fused chain's epilogue?"""
-    from .lowering.dynamic_fused import keeps_dims
+    from .dynamic.fused import keeps_dims
     node, op = entry[0], entry[1]
     last = run[-1]
     if op.names != ("a", "b") or _joined(run)[1] is not None or not isinstance(last[1].largest, Conv2d):
@@ -502,10 +502,10 @@ def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
 def fused_runs(p: Plan, cfg: Config) -> list[list]:
     """p.ops cut into runs to lower as one fused program (intermediates in DM, never in DDR): each op
     reads the one before, which nothing else reads and which is no graph output, every op keeps the Dims
-    (lowering/dynamic_fused.fusable) and the run fits on chip; a run whose last op is a conv may end in
+    (dynamic/fused.fusable) and the run fits on chip; a run whose last op is a conv may end in
     an add or mul that reads it and a tensor in DDR (a residual's join: the add runs on the conv's rows
     on chip); every other op is a run of its own."""
-    from .lowering.dynamic_fused import fusable, lower_fused
+    from .dynamic.fused import fusable, prepare as fused_prepare
 
     readers: dict[str, int] = {}
     for node in p.graph.nodes:
@@ -518,7 +518,7 @@ def fused_runs(p: Plan, cfg: Config) -> list[list]:
         if last is not None and _joins(p, runs[-1], entry, readers):
             chain = [o for _, o, _, _ in runs[-1]]
             try:
-                lower_fused(chain, cfg, (op, node.inputs.index(last[2])))
+                fused_prepare(chain, cfg, (op, node.inputs.index(last[2])))
             except CompileError:         # does not fit on chip, or no fused form: the add alone
                 runs.append([entry])
                 continue
@@ -528,7 +528,7 @@ def fused_runs(p: Plan, cfg: Config) -> list[list]:
                 and readers.get(last[2]) == 1 and last[2] not in p.graph.outputs
                 and fusable([o for _, o, _, _ in runs[-1]] + [op])):
             try:
-                lower_fused([o for _, o, _, _ in runs[-1]] + [op], cfg)
+                fused_prepare([o for _, o, _, _ in runs[-1]] + [op], cfg)
             except CompileError:         # does not fit on chip: start a new run
                 runs.append([entry])
                 continue

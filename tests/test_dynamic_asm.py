@@ -1,10 +1,14 @@
 """The dynamic wing's program builder (compiler/dynamic/asm.py) and the pieces its programs share
 (compiler/dynamic/common.py)."""
+import pytest
+
 from compiler import Dim, ops
-from compiler.dynamic.asm import Instr, Program, Scope
-from compiler.dynamic.common import args_buffer, header, times_sizes
+from compiler.dynamic.asm import Instr, Program, Scope, semaphores
+from compiler.dynamic.common import Part, args_buffer, checked, header, times_sizes
+from compiler.dynamic.conv import conv_semaphores
 from compiler.dynamic.elementwise import lower_elementwise
 from compiler.dynamic.global_pool import lower_global_pool
+from compiler.errors import CompileError
 from compiler.kernel import assemble
 from nnpsim.config import Config
 
@@ -66,3 +70,28 @@ def test_a_constant_buffer_is_declared_with_its_contents_from_a_file():
     assert str(prog.const_buffer("g", "int8", (3,), b"abc")) == "g"
     assert [line.text.strip() for line in prog.data] == [".align 64", ".buffer g, int8, (3,)", '.incbin "g.bin"']
     assert prog.files == {"g.bin": b"abc"} and "g" in prog.declared
+
+
+def test_checked_writes_a_lowering_once_into_a_scratch_program_so_that_its_refusal_raises_at_once():
+    calls = []
+
+    def lower(b: Scope) -> Part:
+        calls.append(b.prog)
+        b.i("halt")
+        return Part(["t"], [])
+    prog = Program()
+    assert checked(lower) is lower and len(calls) == 1 and calls[0] is not prog
+    lower(Scope(prog))
+    assert len(calls) == 2 and len(prog.text) == 1
+
+    def refuse(b: Scope) -> Part:
+        raise CompileError("no")
+    with pytest.raises(CompileError, match="no"):
+        checked(refuse)
+
+
+def test_a_fused_chains_ops_take_consecutive_semaphores_a_conv_of_two_sets_seven():
+    pool = semaphores()
+    one, two = conv_semaphores(pool, marker=False), conv_semaphores(pool)
+    assert one.afree is None and (one.bias.n, one.w.n) == (0, 6)
+    assert (two.bias.n, two.afree.n) == (7, 14)

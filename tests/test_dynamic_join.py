@@ -1,5 +1,5 @@
 """A residual's join fused into a dynamic network's chain (compiler/dynamic_network.py: fused_runs,
-compiler/lowering/dynamic_fused.py: lower_fused(add=...)).
+compiler/dynamic/fused.py: lower_fused(add=...)).
 
 An add or mul that reads a fused chain's last conv (and nothing else reads that conv) and a tensor
 already in DDR runs in the chain's program: per step the other input's rows are loaded into VBUF as

@@ -265,6 +265,13 @@ class Part:
     rows: dict[int, int] | None = None
 
 
+def checked(lower: Callable[[Scope], Part]) -> Callable[[Scope], Part]:
+    """lower, written once into a scratch program first, so that what it refuses raises now (a network names
+    the node) and not when the program it goes into is built."""
+    lower(Scope(Program()))
+    return lower
+
+
 def one_program(cfg: Config, lower: Callable[[Scope], Part]) -> tuple[str, dict[str, bytes], Part]:
     """A program of one op: `lower(scope)` writes its buffers, constants and code (ending on its drain);
     the header, `main:` and the final halt are added here.  (assembly, .incbin files, the Part)."""

@@ -172,12 +172,17 @@ class _Geometry:
         """Why the largest shape does not fit the machine, or ''."""
         if self.wtotal > self.cfg.wbuf_bytes:
             return f"the weights need {self.wbytes} bytes of WBUF, it has {self.cfg.wbuf_bytes}"
-        if self.tab > self.cfg.vbuf_bytes // 2:
+        if not tables_fit(self.tab, self.cfg):
             return f"the (M, S) table needs {self.tab} bytes of VBUF, more than half its {self.cfg.vbuf_bytes}"
         if self.fit(self.widths[-1]) < 1:
             return (f"one output row at the largest width {self.widths[-1]} does not fit 1/{self.nsets} of IBUF "
                     f"({self.ib} bytes) and 1/{self.nsets} of ABUF/VBUF ({self.ab} bytes)")
         return ""
+
+
+def tables_fit(table: int, cfg: Config) -> bool:
+    """Do (M, S) tables of `table` bytes leave VBUF at least half for the tiles' sets?"""
+    return table <= cfg.vbuf_bytes // 2
 
 
 def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
@@ -354,12 +359,12 @@ class ConvSems:
     vu: Sem         # its requantisation
     store: Sem      # the tile's store
     w: Sem          # each weight block (the first tile waits for them)
-    afree: Sem      # an accumulator set drained (more than two sets)
+    afree: Sem | None = None    # an accumulator set drained (more than two sets)
 
 
-def conv_semaphores(pool: Pool) -> ConvSems:
-    """Take a conv's semaphores from pool."""
-    return ConvSems(*pool.take("bias", "load", "nu", "drain", "vu", "store", "w", "afree"))
+def conv_semaphores(pool: Pool, marker: bool = True) -> ConvSems:
+    """Take a conv's semaphores from pool (marker=False: not afree, for a conv of two buffer sets only)."""
+    return ConvSems(*pool.take("bias", "load", "nu", "drain", "vu", "store", "w", *(("afree",) if marker else ())))
 
 
 def staged_io(r: TileRegs, g: _Geometry, at: int, set_bytes: int) -> TileIO:
