@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
-from compiler import models, pipelining  # noqa: E402
-from compiler.network import partition  # noqa: E402
+from compiler import interleave, models  # noqa: E402
+from compiler.network.partition import partition  # noqa: E402
 from compiler.ops import Conv2d, Pool2d  # noqa: E402
 from nnpsim.config import Config, load_config  # noqa: E402
 
@@ -40,12 +40,12 @@ def stem(name: str, size: int) -> tuple[tuple, tuple]:
 
 def run(ops, cfg: Config, x: np.ndarray, interleave: bool = True):
     """(output, simulated cycles, predicted cycles, pipelining note) of the chain built as one kernel."""
-    saved = pipelining.LAGS
-    pipelining.LAGS = saved if interleave else ()
+    saved = interleave.LAGS
+    interleave.LAGS = saved if interleave else ()
     try:
         k = compiler.build(*ops, config=cfg)
     finally:
-        pipelining.LAGS = saved
+        interleave.LAGS = saved
     y = k(x, check_races=True)
     note = next((n for n in k.ir.notes if n.startswith("pipelining:")), "")
     return y, k.stats.cycles, k.predicted_cycles, note

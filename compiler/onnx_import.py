@@ -36,7 +36,8 @@ import numpy as np
 
 from . import ops
 from .errors import CompileError
-from .graph import Concat, Graph, QuantParams, Reshape
+from .graph import Graph, QuantParams
+from .ops import Concat, Reshape
 from .quant import ort_scale, quantize_multiplier, quantize_multipliers
 
 ARITHMETIC = ("onnxruntime", "fixed")
@@ -81,7 +82,7 @@ def from_onnx(model, *, arithmetic: str = "onnxruntime",
         raise CompileError(f"arithmetic must be one of {ARITHMETIC}, got {arithmetic!r}")
     onnx = _import_onnx()
     proto = _load(onnx, model)
-    from . import dynamic_network
+    from .dynamic import network as dynamic_network
     fixed, ranges = dynamic_network.split_ranges(proto, dict(dims or {}))
     if ranges:
         return dynamic_network.from_onnx(proto, arithmetic, fixed, ranges)

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import ops
 from compiler.errors import CompileError
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from nnpsim.config import Config
 from tests import reference as ref
 
@@ -284,7 +285,7 @@ def candidate_case(rng, case: str, o: int, k: tuple[int, int], h: int):
 
 def every_candidate_exact(chain, cfg, inputs, want) -> set:
     """Build and run the chain in every schedule the search considers; the tilings they use."""
-    from compiler.kernel import candidates
+    from compiler.search import candidates
     kinds = set()
     for s in candidates(tuple(chain), cfg):
         kinds.add(s.block("L0").tiling())

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, ops
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from compiler.lowering.dynamic_global_pool import S_SUM
 from nnpsim import errors
 from nnpsim.config import Config

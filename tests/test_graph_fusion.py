@@ -7,8 +7,11 @@ import pytest
 import compiler
 from compiler import ops
 from compiler.graph import Graph, QuantParams
-from compiler.graph_fusion import Decision, anchors, chains, fuse
-from compiler.network import alias, partition, per_node, plan_kernels
+from compiler.library import Decision
+from compiler.network.fusion import anchors, chains, fuse
+from compiler.network.build import plan_kernels
+from compiler.network.partition import partition, per_node
+from compiler.network.storage import alias
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
 from nnpsim.config import Config

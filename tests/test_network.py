@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import ops
-from compiler.graph import Concat, Graph, QuantParams, Reshape
-from compiler.network import ARENA, partition
+from compiler.graph import Graph, QuantParams
+from compiler.ops import Concat, Reshape
+from compiler.library import ARENA
+from compiler.network.partition import partition
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule, dequantize, quantize
 from isa_spec import decode, load_isa

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler import ops
-from compiler import semantics as sem
-from compiler.kernel import build
+from compiler import reference as sem
+from compiler.build import build
 from compiler.quant import ort_scale
 
 F32 = np.float32

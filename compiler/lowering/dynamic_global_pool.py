@@ -24,7 +24,7 @@ from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
-from ..semantics import global_avg_pool_scale
+from ..reference import global_avg_pool_scale
 from .dynamic import RB, RH, RHW, RN, RPEND, RW, Emit, axis_name, drain_and_halt, fold_channels, target_notes
 
 S_LOAD, S_VU, S_STORE, S_COUNT = "s0", "s1", "s2", "s3"
