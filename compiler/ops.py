@@ -849,7 +849,7 @@ def _symbolic(op, fields: tuple[str, ...]) -> bool:
     return True
 
 
-def at_values(op, values: dict[str, int]):
+def at_values(op: Op, values: dict[str, int]) -> Op:
     """A Reshape or Concat with its Dims replaced by these values (the op itself if it has none)."""
     if isinstance(op, Reshape):
         return Reshape(at(op.in_shape, values), at(op.out_shape, values), op.dtype)

@@ -13,11 +13,12 @@ from nnpsim.config import Config, shape_target
 
 from . import cost, interleave
 from .errors import CompileError
-from .ir import Dma, KernelIR
+from .ir import Dma, KernelIR, Stmt
 from .lowering import fusion, ring
 from .lowering.vu import broadcast_problem
 from .ops import Op
 from .passes import alloc, emit, loops, sync
+from .passes.sync import SyncReport
 from .schedule import Schedule
 
 
@@ -45,7 +46,7 @@ def fold_channels(kir: KernelIR, cfg: Config) -> None:
             cmd.chan %= cfg.dma_channels
 
 
-def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True):
+def synchronise(kir: KernelIR, cfg: Config, reroll: bool = True) -> tuple[list[Stmt], SyncReport]:
     """Semaphores for every conflict, then (unless reroll is False) repeated tiles rolled into loops:
     (body, sync report)."""
     body, report = sync.synchronise(kir.body, cfg.semaphores)
@@ -64,7 +65,7 @@ def price(kir: KernelIR, cfg: Config) -> int:
     return schedule(kir, cfg, reroll=False)[0]
 
 
-def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
+def schedule(kir: KernelIR, cfg: Config, reroll: bool = True) -> tuple[int, dict[str, int], SyncReport]:
     """Fold channels, allocate, synchronise and (unless reroll is False) roll kir's repeated tiles
     into loops, in place; (predicted cycles, usage, sync report)."""
     fold_channels(kir, cfg)
@@ -73,7 +74,8 @@ def schedule(kir: KernelIR, cfg: Config, reroll: bool = True):
     return cost.schedule_cycles(kir.body, cfg), usage, report
 
 
-def emit_kernel(ops: tuple[Op, ...], kir: KernelIR, usage, report, predicted: int, cfg: Config):
+def emit_kernel(ops: tuple[Op, ...], kir: KernelIR, usage: dict[str, int], report: SyncReport, predicted: int,
+                cfg: Config) -> tuple[str, dict[str, bytes]]:
     """(assembly text, .incbin files) of a scheduled KernelIR, with its header of notes."""
     header = [f"kernel {kir.name}: " + " -> ".join(repr(o) for o in ops)] + kir.notes + [
         "on-chip bytes used: " + ", ".join(f"{k} {v}" for k, v in usage.items()),

@@ -22,7 +22,9 @@ import numpy as np
 
 from isa_spec.program import Program
 from nnpsim.config import Config
+from nnpsim.footprint import RULE_DMA, footprint_rules
 from nnpsim.simulator import Simulator
+from nnpsim.stats import Stats
 
 from . import reference as sem
 from .dynamic.graph import check_input
@@ -142,7 +144,7 @@ class GraphModule:
         return len(self.meta["outputs"])
 
     # ---------------------------------------------------------------- running
-    def run(self, check_races: bool = False, trace=None):
+    def run(self, check_races: bool = False, trace=None) -> Stats:
         """Run the network on the simulator; its Stats (SimError if the program fails)."""
         missing = [t["name"] for t in self.meta["inputs"] if t["buffer"] not in self._given]
         if missing:
@@ -191,8 +193,6 @@ def _layer_starts(program, layers: list[dict]) -> np.ndarray:
 
 def _ddr_bytes(log) -> np.ndarray:
     """Bytes each command moved to or from DDR (0 for NU and VU commands)."""
-    from nnpsim.footprint import RULE_DMA, footprint_rules
-
     rules = footprint_rules()
     ops = np.asarray(log.cmd_op, np.int64)
     fields = np.asarray(log.cmd_fields, np.int64)

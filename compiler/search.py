@@ -16,6 +16,7 @@ finalists lowered and priced by the compile pipeline, the best kept.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -27,6 +28,7 @@ from nnpsim.config import Config
 from . import cost, interleave
 from .cost import SPACE_ID
 from .errors import CompileError
+from .ir import KernelIR
 from .lowering import fusion, vu
 from .lowering.layout import conv_view, fold_taps
 from .lowering.nu import DEPTHS, ConvTiling, NuLowering, NuPlan, chunks, psum_on_nu
@@ -35,6 +37,7 @@ from .lowering.units import shared_capacity
 from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
 from .passes import loops
+from .passes.sync import SyncReport
 from .pipeline import check_ops, lowered, schedule
 from .roofline import bound_cycles
 from .schedule import BIAS_INTRINSICS, Block, Schedule
@@ -57,7 +60,7 @@ PICKS_KEPT = 1 << 12
 """Entries each memo of picks keeps (a process may compile for many configurations): the oldest goes."""
 
 
-def memo(table: dict, key: tuple, compute):
+def memo(table: dict, key: tuple, compute: Callable[[], object]) -> object:
     """table[key], computed by compute() the first time; beyond PICKS_KEPT entries the oldest is dropped."""
     if key not in table:
         if len(table) >= PICKS_KEPT:
@@ -452,7 +455,12 @@ def _ranked(found: list[Schedule], cfg: Config, top: int | None = None) -> list[
     return ranked(found, cfg, len(found) if top is None else top, nu[0])
 
 
-def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, segments: list | None = None):
+Priced = tuple[int, dict[str, int], SyncReport]
+"""A scheduled kernel's (predicted cycles, on-chip usage, sync report), as compiler.pipeline.schedule gives it."""
+
+
+def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
+           segments: list | None = None) -> tuple[Schedule, KernelIR, Priced, int]:
     """The chain's best schedule: (schedule, its scheduled flat KernelIR, (predicted, usage, report), k).
 
     The FINALISTS best by the quick estimate are lowered, allocated, synchronised and priced
@@ -493,7 +501,8 @@ def _finalists(ops: tuple[Op, ...], cfg: Config) -> int:
     return SMALL_FINALISTS if bound <= SMALL_CYCLES else FINALISTS
 
 
-def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None, reroll: bool = True):
+def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
+                  reroll: bool = True) -> tuple[KernelIR, Priced, int]:
     """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
 
     Unless reroll is False (a network rerolls its whole program instead) the winner's tiles

@@ -26,6 +26,7 @@ The binary carries what a runtime needs in its DDR buffer `nnp_graph` (compiler.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from nnpsim.config import Config, shape_target
@@ -55,7 +56,7 @@ def _pipelining(kir) -> dict | None:
 
 
 @contextmanager
-def fewer_collections(young: int = 100_000):
+def fewer_collections(young: int = 100_000) -> Iterator[None]:
     """Run the body with the cyclic garbage collector's youngest generation collected only every
     `young` allocations: a network's compile allocates millions of short-lived IR objects, few of
     them in cycles, and the default (every 700) spends a fifth of the compile scanning them."""
@@ -67,7 +68,7 @@ def fewer_collections(young: int = 100_000):
         gc.set_threshold(*old)
 
 
-def progress(items: list, what: str):
+def progress(items: list, what: str) -> Iterable:
     """items, with a tqdm progress bar on a terminal (none without tqdm, or when output is redirected)."""
     try:
         from tqdm import tqdm

@@ -23,6 +23,7 @@ class Group:
 
 
 def consumers(graph) -> dict[str, list]:
+    """The nodes reading each value of the graph."""
     out: dict[str, list] = {name: [] for name in graph.values}
     for node in graph.nodes:
         for v in node.inputs:
