@@ -2,7 +2,7 @@
 
 Each constructor checks every argument and raises CompileError naming the
 argument and saying why.  An op knows its input and output tensors (names,
-shapes, dtypes) and computes its own reference result with compiler.semantics.
+shapes, dtypes) and computes its own reference result with compiler.reference.
 
 Every requantising op has two forms (docs/semantics.md): the integer one,
 with a multiplier and shift, and the float one, with float32 scales, which
@@ -49,7 +49,7 @@ class Tensor:
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """Base of every op: inputs, output, and a reference computed by compiler.semantics."""
+    """Base of every op: inputs, output, and a reference computed by compiler.reference."""
 
     kind: str = field(init=False, default="op")
 

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import compiler
-from compiler import interleave, kernel, ops, pipeline, search
+from compiler import interleave, kernel, ops, search
+from compiler import pipeline as compile_pipeline
 from compiler.ir import Ref
 from compiler.passes.loops import flatten
 from compiler.errors import CompileError
@@ -42,7 +43,7 @@ def variant(chain, cfg: Config, lag: int | None):
     assert s is not None, "no row-by-row schedule for the chain"
     kir, steps = fusion.lower(s, cfg)
     kir.body = interleave.body(steps, lag)
-    predicted, usage, report = pipeline.schedule(kir, cfg)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg)
     return kernel.finish(tuple(chain), kir, cfg, predicted, usage, report), steps
 
 
@@ -157,7 +158,7 @@ def ring_variant(chain, cfg: Config, depth: int, ahead: int):
     rk = ring.lower_ring(s, cfg, depth)
     assert rk is not None, "the chain cannot recompute its halos"
     rk.kir.body = interleave.ring_body(rk, ahead)
-    predicted, usage, report = pipeline.schedule(rk.kir, cfg)
+    predicted, usage, report = compile_pipeline.schedule(rk.kir, cfg)
     return kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report), rk
 
 
@@ -287,7 +288,7 @@ def test_an_intermediate_too_big_for_dm_lives_in_a_ring_not_in_ddr():
     chain = conv_conv(rng, 16, 40)
     cfg = Config(**SMALL_NU, dm_bytes=65536)
     k = compiler.build(*chain, config=cfg)
-    assert k.ir.interleave.ring is not None, k.ir.notes
+    assert k.ir.pipelining.ring is not None, k.ir.notes
     # a network links a kernel's I/O by these objects: they must be the ones its commands use
     used = {id(r.buf) for stmt in flatten(k.ir.body) for r in vars(stmt).values() if isinstance(r, Ref)}
     assert all(id(b) in used for b in k.ir.inputs + [k.ir.output])
@@ -311,7 +312,7 @@ def test_recompute_from_the_searchs_own_schedules_is_bit_exact(make):
         if rk is None:
             continue
         rk.kir.body = interleave.ring_body(rk, 1)
-        predicted, usage, report = pipeline.schedule(rk.kir, cfg)
+        predicted, usage, report = compile_pipeline.schedule(rk.kir, cfg)
         k = kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report)
         x = _int8(rng, chain[0].x_shape)
         np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
@@ -437,7 +438,7 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     assert ring.lower_ring(s, cfg, 2) is None
     kir, steps = fusion.lower(s, cfg)
     kir.body = interleave.body(steps, None)
-    predicted, usage, report = pipeline.schedule(kir, cfg)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg)
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))

@@ -58,5 +58,5 @@ def link(k: int, group: Group, kir: KernelIR, storage: Storage,
         if isinstance(stmt, Command):
             retarget(stmt, mapping)
     title = f"layer {k}: {group.name}: " + " + ".join(o.kind for o in group.ops) + "".join(
-        f"; {n}" for n in kir.notes if n.startswith("pipelining:"))      # compiler.pipelining's choice
+        f"; {n}" for n in kir.notes if n.startswith("pipelining:"))      # compiler.interleave's choice
     return [Label(name), Note(title)] + [s for s in body if not isinstance(s, CuWait)], own
