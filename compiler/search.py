@@ -422,8 +422,8 @@ def row_by_row(base: Schedule, cfg: Config, than: Schedule | None = None) -> Sch
         site = found[k]
         key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
                site.in_rows, site.out_rows, part, cfg)
-        trials = lambda: [_auto_nu(s, t, None, 1, k) for t in tilings]   # noqa: E731
-        pick, guess = memo(_ROW_PICKS, key, lambda: ranked_estimates(trials(), cfg, 1, k, found)[0])
+        pick, guess = memo(_ROW_PICKS, key, lambda: ranked_estimates(
+            [_auto_nu(s, t, None, 1, k) for t in tilings], cfg, 1, k, found)[0])
         s = _auto_nu(s, tilings[pick], None, 1, k)
         quick_s += guess                # what quick(s) would sum, block by block
     if than is not None and quick_s > SLACK * quick(than, cfg):
