@@ -16,8 +16,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m compiler.demo
-	$(BIN)/python -m compiler.dynamic_demo
+	$(BIN)/python -m compiler.demos.demo
+	$(BIN)/python -m compiler.demos.dynamic_demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
 from compiler import models  # noqa: E402
-from compiler.network import build_network  # noqa: E402
+from compiler.network.build import build_network  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
 
 SEED = 1

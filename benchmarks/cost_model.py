@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
 from compiler import models  # noqa: E402
-from compiler.kernel import best_schedule, finish  # noqa: E402
-from compiler.network import plan_kernels  # noqa: E402
+from compiler.kernel import finish  # noqa: E402
+from compiler.search import best_schedule  # noqa: E402
+from compiler.network.build import plan_kernels  # noqa: E402
 from compiler.structure import tiling_key  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
 

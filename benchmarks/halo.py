@@ -3,9 +3,9 @@
     python benchmarks/halo.py [--chains mnv2-b1,mnv2-b2,r18-l1,r50-l1] [--config HW.toml]
 
 For each chain (random int8 weights, the layer shapes of the network named, 224x224
-input): compile it (the schedule search, then pipelining.choose prices one kernel
+input): compile it (the schedule search, then interleave.choose prices one kernel
 after another, interleaved with lag 1 and 3, and the halo-recomputing rings, here
-on every chain: pipelining.RINGS_ALWAYS) and
+on every chain: interleave.RINGS_ALWAYS) and
 print every variant's predicted cycles and the one chosen.  Then build the best
 kept variant and the best recomputing one from the same schedule and simulate
 both (random input, one run): their cycles, their DM high-water mark and where
@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import compiler
-from compiler import kernel, ops, pipelining
+from compiler import interleave, kernel, ops, pipeline
 from compiler.lowering import driver, ring
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config, load_config
@@ -64,7 +64,7 @@ def reference(chain, x):
     return x
 
 
-def variant(chain, sched, cfg: Config, choice: pipelining.Choice, ring_family: bool):
+def variant(chain, sched, cfg: Config, choice: interleave.Choice, ring_family: bool):
     """The best priced variant of one family (kept or recomputed) built from the schedule (None: none fits)."""
     names = {k: v for k, v in choice.priced.items() if v is not None
              and k.startswith("recompute") == ring_family}
@@ -72,15 +72,15 @@ def variant(chain, sched, cfg: Config, choice: pipelining.Choice, ring_family: b
         return None, None
     name = min(names, key=names.get)
     if ring_family:
-        depth, ahead = next(r for r in pipelining.RINGS if pipelining.ring_name(*r) == name)
+        depth, ahead = next(r for r in interleave.RINGS if interleave.ring_name(*r) == name)
         rk = ring.lower_ring(sched, cfg, depth)
         kir = rk.kir
-        kir.body = pipelining.ring_body(rk, ahead)
+        kir.body = interleave.ring_body(rk, ahead)
     else:
-        lag = next(lag for lag in (None,) + pipelining.LAGS if pipelining.variant_name(lag) == name)
+        lag = next(lag for lag in (None,) + interleave.LAGS if interleave.variant_name(lag) == name)
         kir, steps = driver.lower(sched, cfg)
-        kir.body = pipelining.body(steps, lag)
-    predicted, usage, report = kernel.schedule(kir, cfg)
+        kir.body = interleave.body(steps, lag)
+    predicted, usage, report = pipeline.schedule(kir, cfg)
     return name, kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
 
 
@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    pipelining.RINGS_ALWAYS = True      # the rings priced even where the kept intermediate fits DM
-    pipelining.RING_BOUND = False       # and replayed, not skipped on their lower bound
+    interleave.RINGS_ALWAYS = True      # the rings priced even where the kept intermediate fits DM
+    interleave.RING_BOUND = False       # and replayed, not skipped on their lower bound
     bad, rows = 0, []
     for key in args.chains.split(","):
         title, make = CHAINS[key]
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
         k = compiler.build(*chain, config=cfg)
         choice = k.ir.pipelining
         print(f"{key}: {title}")
-        print(f"  chosen: {choice.name}{choice.why}; predicted: {pipelining.prices_text(choice.priced)}")
+        print(f"  chosen: {choice.name}{choice.why}; predicted: {interleave.prices_text(choice.priced)}")
         x = rng.integers(-128, 128, chain[0].x_shape).astype(np.int8)
         want = reference(chain, x)
         rows.append({"title": title})

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
 from compiler import models  # noqa: E402
-from compiler.network_demo import Agreement, agreement, onnxruntime_session  # noqa: E402
+from compiler.agreement import Agreement, agreement, onnxruntime_session  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
 
 COMPILE_TARGET_S = 30.0   # ResNet-50 on one NU (issue 14, part 7)
@@ -317,7 +317,7 @@ def pairs(results: list[Result]) -> list[tuple[Result, Result]]:
 
 def check_groups(name: str, fmt: str, size: int, cfg) -> tuple[list[str], list[str]]:
     """Every fused kernel of the model against its parts, each compiled and simulated alone: (lines, misses)."""
-    from compiler.network import plan_kernels
+    from compiler.network.build import plan_kernels
 
     graph = compiler.from_onnx(models.build(name, fmt, size=size))
     groups, _ = plan_kernels(graph, cfg)

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from compiler import ops  # noqa: E402
-from compiler.kernel import build  # noqa: E402
+from compiler.build import build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
 
 TARGET = 1.5

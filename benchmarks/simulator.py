@@ -161,7 +161,7 @@ def numpy_conv(op, x: np.ndarray) -> np.ndarray:
 
 def _requantised(op, acc: np.ndarray) -> np.ndarray:
     """numpy's accumulators through the op's bias and requantisation (the model's own formula)."""
-    from compiler import semantics as sem
+    from compiler import reference as sem
 
     v = acc.astype(np.int64).reshape((1, acc.shape[0]) + op.out_hw) + op.bias[None, :, None, None]
     ch = (1, -1, 1, 1)
@@ -177,7 +177,7 @@ def _timed(fn) -> tuple[float, float, object]:
 
 def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
     """(d): the 53 ResNet-50 convs simulated at cycle level against numpy's im2col + float64 matmul."""
-    from compiler.kernel import build
+    from compiler.build import build
     from resnet50 import make_op, resnet50_convs
 
     rng = np.random.default_rng(50)

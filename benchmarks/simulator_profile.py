@@ -39,7 +39,7 @@ STUB_SETS = ("", "nu", "vu", "nu,vu", "nu,vu,dma")
 
 def save_layers(out: Path) -> None:
     """Compile the 53 convs; save each program, input and output buffer name under out."""
-    from compiler.kernel import build
+    from compiler.build import build
     from resnet50 import make_op, resnet50_convs
 
     rng = np.random.default_rng(50)

@@ -5,7 +5,7 @@ the two kernels apart, and fused with its kernels one after another against inte
 
 For each model: the stem's two kernels as compiler.network.partition cuts the imported QOperator
 graph (compiler.models), each compiled alone, then the chain compiled as one kernel twice: with
-compiler.pipelining free to interleave (its priced choice) and with interleaving off (LAGS empty:
+compiler.interleave free to interleave (its priced choice) and with interleaving off (LAGS empty:
 one kernel after the other, the earlier behaviour of a conv -> pool chain).  Every build runs on the
 simulator on the same random int8 input (race checking on); the fused outputs must equal the two
 kernels' bit for bit (exit status 1 otherwise).  Prints simulated and predicted cycles side by side
@@ -22,8 +22,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
-from compiler import models, pipelining  # noqa: E402
-from compiler.network import partition  # noqa: E402
+from compiler import interleave as tile_interleave  # noqa: E402
+from compiler import models  # noqa: E402
+from compiler.network.partition import partition  # noqa: E402
 from compiler.ops import Conv2d, Pool2d  # noqa: E402
 from nnpsim.config import Config, load_config  # noqa: E402
 
@@ -40,12 +41,12 @@ def stem(name: str, size: int) -> tuple[tuple, tuple]:
 
 def run(ops, cfg: Config, x: np.ndarray, interleave: bool = True):
     """(output, simulated cycles, predicted cycles, pipelining note) of the chain built as one kernel."""
-    saved = pipelining.LAGS
-    pipelining.LAGS = saved if interleave else ()
+    saved = tile_interleave.LAGS
+    tile_interleave.LAGS = saved if interleave else ()
     try:
         k = compiler.build(*ops, config=cfg)
     finally:
-        pipelining.LAGS = saved
+        tile_interleave.LAGS = saved
     y = k(x, check_races=True)
     note = next((n for n in k.ir.notes if n.startswith("pipelining:")), "")
     return y, k.stats.cycles, k.predicted_cycles, note

@@ -9,9 +9,11 @@ import numpy as np
 from nnpsim.config import ConfigError, load_config
 
 from . import ops
+from .build import build
+from .cli_network import main as network_main
 from .errors import CompileError
-from .kernel import build
 from .quant import quantize_multipliers
+from .sweep.cli import main as sweep_main
 
 EXAMPLE = """\
 whole networks (see `nnpc compile --help`, `nnpc run --help`):
@@ -155,10 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the nnpc console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("compile", "run"):
-        from .cli_network import main as network_main
         return network_main(argv)
     if argv and argv[0] == "sweep":
-        from .sweep.cli import main as sweep_main
         return sweep_main(argv[1:])
     args = _parser().parse_args(argv)
     try:

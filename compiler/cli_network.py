@@ -19,8 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from nnpsim.config import ConfigError, load_config
+from nnpsim.errors import SimError
 
+from .build import build
 from .errors import CompileError
+from .library import Library, load
+from .onnx import from_onnx
+from .runtime import GraphModule
 
 EXIT_OK, EXIT_INPUT, EXIT_SIM = 0, 1, 3
 
@@ -59,14 +64,11 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="one kernel per graph node (no fusion): the baseline fusion is measured against")
 
 
-def _library(path: str, args, config):
+def _library(path: str, args, config) -> Library:
     """A Library: an ONNX model imported and compiled, or a program read back."""
-    from . import network
     if Path(path).suffix.lower() == ".onnx":
-        from .kernel import build
-        from .onnx import from_onnx
         return build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
-    return network.load(path, config)
+    return load(path, config)
 
 
 def _pairs(items: list[str], what: str) -> list[tuple[str | None, str]]:
@@ -97,9 +99,6 @@ def compile_command(args) -> int:
 
 def run_command(args) -> int:
     """nnpc run: set the inputs, run, print the layer statistics, save outputs, compare with onnxruntime."""
-    from nnpsim.errors import SimError
-
-    from .runtime import GraphModule
     lib = _library(args.model, args, load_config(args.config))
     m = GraphModule(lib)
     inputs = _pairs(args.input, "--input")

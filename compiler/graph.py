@@ -2,9 +2,9 @@
 
 A Graph holds Values (named int8/int32 tensors, with the quantisation that maps
 them to real numbers where known) and Nodes (one compiler.ops op each, reading
-Values in the order of the op's inputs and writing one Value).  Besides the NU
-and VU ops of compiler.ops, two layout ops live here: Reshape (Flatten is a
-Reshape) and Concat.  `Graph.validate()` checks the whole thing and sorts the
+Values in the order of the op's inputs and writing one Value): the NU and VU
+ops and the layout ops Reshape (Flatten is a Reshape) and Concat, all in
+compiler.ops.  `Graph.validate()` checks the whole thing and sorts the
 nodes topologically; `Graph.reference()` runs it with each op's numpy model.
 
     g = Graph()
@@ -14,18 +14,20 @@ nodes topologically; `Graph.reference()` runs it with each op's numpy model.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Iterable, Mapping
 
 import numpy as np
 
 from . import ops as _ops
-from . import semantics as _sem
+from . import reference as _sem
+from .dims import Dim, DynamicOp, at, collect, has_dims, infer_values
+from .dynamic.graph import DynamicGraph
 from .errors import CompileError
-from .ops import Op, Tensor
+from .ops import DTYPES, Op, Tensor, at_values, check_dtype
+from .symbolic import Shapes, output_shape
 
-DTYPES = ("int8", "int32")
 _MAX_PROBLEMS = 30      # validate() lists at most this many problems, then counts the rest
 
 
@@ -85,12 +87,12 @@ class QuantParams:
         return a.reshape((1,) * axis + (-1,) + (1,) * (ndim - axis - 1))
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        """ONNX QuantizeLinear to int8, as onnxruntime computes it (compiler.semantics.quantize_f32)."""
+        """ONNX QuantizeLinear to int8, as onnxruntime computes it (compiler.reference.quantize_f32)."""
         x = np.asarray(x)
         return _sem.quantize_f32(x, self._along(self.scale, x.ndim), self._along(self.zero_point, x.ndim))
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        """ONNX DequantizeLinear, as onnxruntime computes it (compiler.semantics.dequantize_f32)."""
+        """ONNX DequantizeLinear, as onnxruntime computes it (compiler.reference.dequantize_f32)."""
         q = np.asarray(q)
         return _sem.dequantize_f32(q, self._along(self.scale, q.ndim), self._along(self.zero_point, q.ndim))
 
@@ -136,140 +138,6 @@ class Node:
     info: dict = field(default_factory=dict)   # ONNX-level facts for printing (op_type, scales, ...)
 
 
-# ---------------------------------------------------------------- layout ops
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Reshape(Op):
-    """Same elements, new shape (Flatten is a Reshape); row-major order as numpy and ONNX."""
-
-    in_shape: tuple[int, ...]
-    out_shape: tuple[int, ...]
-    dtype: str = "int8"
-    kind: str = field(init=False, default="reshape")
-
-    def __post_init__(self):
-        if _symbolic(self, ("in_shape", "out_shape")):
-            object.__setattr__(self, "in_shape", tuple(self.in_shape))
-            object.__setattr__(self, "out_shape", tuple(self.out_shape))
-            return
-        object.__setattr__(self, "in_shape", _ops._shape("in_shape", self.in_shape))
-        object.__setattr__(self, "out_shape", _ops._shape("out_shape", self.out_shape))
-        _dtype(self.dtype)
-        n_in, n_out = math.prod(self.in_shape), math.prod(self.out_shape)   # exact, never overflows
-        if n_in != n_out:
-            raise CompileError(f"reshape {self.in_shape} ({n_in} elements) to {self.out_shape} "
-                               f"({n_out} elements)")
-
-    @property
-    def inputs(self) -> tuple[Tensor, ...]:
-        return (Tensor("x", self.in_shape, self.dtype),)
-
-    @property
-    def output(self) -> Tensor:
-        return Tensor("y", self.out_shape, self.dtype)
-
-    def _compute(self, x: np.ndarray) -> np.ndarray:
-        return x.reshape(self.out_shape).copy()
-
-
-@dataclass(frozen=True, eq=False, repr=False)
-class Concat(Op):
-    """Inputs joined along `axis`; every other dimension must agree."""
-
-    shapes: tuple[tuple[int, ...], ...]
-    axis: int = 1
-    dtype: str = "int8"
-    kind: str = field(init=False, default="concat")
-
-    def __post_init__(self):
-        try:
-            shapes = tuple(self.shapes)
-        except TypeError:
-            raise CompileError(f"shapes must be a sequence of shapes, got {self.shapes!r}") from None
-        if not shapes:
-            raise CompileError("concat needs at least one input")
-        object.__setattr__(self, "shapes", shapes)
-        if _symbolic(self, ("shapes",)):
-            object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
-            axis = at_values(self, _ends(self, ("shapes",))[1]).axis
-            object.__setattr__(self, "axis", axis)
-            for i, sh in enumerate(self.shapes):
-                if not isinstance(sh[axis], int):
-                    raise CompileError(f"concat along axis {axis}: input {i}'s axis is the dimension {sh[axis]}; "
-                                       f"a concat with Dims joins along a fixed axis")
-            return
-        shapes = tuple(_ops._shape(f"shapes[{i}]", s) for i, s in enumerate(shapes))
-        _dtype(self.dtype)
-        ndim = len(shapes[0])
-        axis = _ops._int("axis", self.axis, -ndim, ndim - 1) % ndim
-        for i, s in enumerate(shapes):
-            if len(s) != ndim or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]:
-                raise CompileError(f"concat along axis {axis}: input {i} has shape {s}, input 0 has "
-                                   f"{shapes[0]}: all dimensions but the axis must agree")
-        object.__setattr__(self, "shapes", shapes)
-        object.__setattr__(self, "axis", axis)
-
-    @property
-    def inputs(self) -> tuple[Tensor, ...]:
-        return tuple(Tensor(f"x{i}", s, self.dtype) for i, s in enumerate(self.shapes))
-
-    @property
-    def output(self) -> Tensor:
-        s = list(self.shapes[0])
-        s[self.axis] = sum(sh[self.axis] for sh in self.shapes)
-        return Tensor("y", tuple(s), self.dtype)
-
-    def _compute(self, *xs: np.ndarray) -> np.ndarray:
-        return np.concatenate(xs, axis=self.axis)
-
-
-def _axes_of(op, fields: tuple[str, ...]) -> dict[str, tuple]:
-    """The shapes held by a layout op's fields, named."""
-    out = {}
-    for f in fields:
-        v = getattr(op, f)
-        for i, sh in enumerate(v if f == "shapes" else (v,)):
-            try:
-                out[f"{f}[{i}]" if f == "shapes" else f] = tuple(sh)
-            except TypeError:
-                raise CompileError(f"{f} must be a tuple of dimensions, got {sh!r}") from None
-    return out
-
-
-def _ends(op, fields: tuple[str, ...]) -> tuple[dict, dict]:
-    """The values of every Dim in a layout op's shapes at the low and the high end of its range."""
-    from .dims import collect
-    dims = collect(_axes_of(op, fields))
-    return {d.name: d.lo for d in dims}, {d.name: d.hi for d in dims}
-
-
-def _symbolic(op, fields: tuple[str, ...]) -> bool:
-    """True (after checking the op at both ends of the range) if a layout op's shapes hold compiler.Dims: it
-    stands for the op at every size in range (`at_values`), as in a Graph with a Dim in an input."""
-    from .dims import has_dims
-    if not any(has_dims(sh) for sh in _axes_of(op, fields).values()):
-        return False
-    for values in _ends(op, fields):
-        at_values(op, values)            # CompileError if the op does not hold at that end
-    return True
-
-
-def at_values(op, values: dict[str, int]):
-    """A Reshape or Concat with its Dims replaced by these values (the op itself if it has none)."""
-    from .dims import at
-    if isinstance(op, Reshape):
-        return Reshape(at(op.in_shape, values), at(op.out_shape, values), op.dtype)
-    if isinstance(op, Concat):
-        return Concat(tuple(at(sh, values) for sh in op.shapes), op.axis, op.dtype)
-    return op
-
-
-def _dtype(d) -> str:
-    if d not in DTYPES:
-        raise CompileError(f"dtype must be one of {DTYPES}, got {d!r}")
-    return d
-
-
 # ---------------------------------------------------------------- the graph
 
 class Graph:
@@ -288,7 +156,6 @@ class Graph:
               quant: QuantParams | None = None) -> str:
         """Declare a graph input; returns its Value name.  A compiler.Dim for its batch, height or width
         makes the graph dynamic: one binary for the whole range (`compiler.build(graph)`)."""
-        from .dims import Dim, collect, has_dims
         if has_dims(shape):
             shape = tuple(shape)
             fixed = _ops._shape(f"input {name!r} shape", [1 if isinstance(d, Dim) else d for d in shape])
@@ -296,21 +163,19 @@ class Graph:
             collect({**{i: self.values[i].shape for i in self.inputs}, f"input {name}": shape})
         else:
             shape = _ops._shape(f"input {name!r} shape", shape)
-        self._new_value(name, shape, _dtype(dtype), quant)
+        self._new_value(name, shape, check_dtype(dtype), quant)
         self.inputs.append(name)
         return name
 
     @property
     def dims(self) -> tuple:
         """The compiler.Dims of the graph's inputs, in first-use order (none: a static graph)."""
-        from .dims import collect
         return tuple(collect({i: self.values[i].shape for i in self.inputs if i in self.values}))
 
     def add(self, op: Op, *inputs: str, name: str | None = None, output: str | None = None,
             quant: QuantParams | None = None, info: dict | None = None) -> str:
         """Append a node computing `op` on the named Values; returns its output Value name.  An op made
         with Dims (a compiler.dims.DynamicOp) reads Values of the same symbolic shapes."""
-        from .dims import DynamicOp
         if not isinstance(op, (Op, DynamicOp)):
             raise CompileError(f"node {name!r}: op must be a compiler.ops op, got {type(op).__name__}")
         name = name or self._fresh(op.kind)
@@ -425,9 +290,8 @@ class Graph:
 
     # -- running
 
-    def dynamic(self):
-        """The compiler.dynamic_network.DynamicGraph of a graph with Dims: the static graph per dim values."""
-        from .dynamic_network import DynamicGraph
+    def dynamic(self) -> DynamicGraph:
+        """The compiler.dynamic.graph.DynamicGraph of a graph with Dims: the static graph per dim values."""
         dims = self.dims
         if not dims:
             raise CompileError(f"graph {self.name!r} has no compiler.Dim in its inputs' shapes")
@@ -436,7 +300,6 @@ class Graph:
 
     def at(self, values: Mapping[str, int]) -> Graph:
         """The static graph for these values of the inputs' Dims (each checked against its range)."""
-        from .dims import DynamicOp, at
         for d in self.dims:
             v = values.get(d.name)
             if v is None or not d.lo <= v <= d.hi:
@@ -462,7 +325,6 @@ class Graph:
         nodes after them read instead (to check each node on someone else's inputs).  A graph with Dims
         runs as its static graph at the inputs' shapes."""
         if self.dims:
-            from .dims import infer_values
             given = _bind_symbolic(self, inputs)
             values = infer_values(self.dims, {i: self.values[i].shape for i in self.inputs},
                                   {i: np.shape(a) for i, a in given.items()})
@@ -508,20 +370,16 @@ class Graph:
                 f"outputs {self.outputs}>")
 
 
-def _derived_shapes(g: Graph):
+def _derived_shapes(g: Graph) -> Shapes:
     """The graph's shape bookkeeping for Dims: the input Dims plus the derived ones (a strided window's
     ((h + add) >> s) + 1), kept on the graph so that every node sees the same derived Dim objects."""
-    from .dynamic_network import _Shapes
     if getattr(g, "_derived", None) is None:
-        g._derived = _Shapes(g.dims)
+        g._derived = Shapes(g.dims)
     return g._derived
 
 
 def _symbolic_output(g: Graph, name: str, op) -> Tensor:
     """The output of a DynamicOp node: its shape with Dims (derived ones for a strided window)."""
-    from types import SimpleNamespace
-
-    from .dynamic_network import output_shape
     shape = output_shape(SimpleNamespace(op=op.largest, name=name), op.x_shape, _derived_shapes(g))
     return Tensor("y", tuple(shape), op.largest.output.dtype)
 
@@ -563,7 +421,6 @@ def _name_problems(g: Graph) -> list[str]:
 
 def _input_problems(g: Graph, name: str, op: Op, inputs: Iterable[str]) -> list[str]:
     """What is wrong with feeding `inputs` (Value names) to `op`."""
-    from .dims import DynamicOp
     inputs = tuple(inputs)
     if isinstance(op, DynamicOp):
         shapes = op.in_shapes or (op.x_shape,) * len(op.names)

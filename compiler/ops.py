@@ -2,7 +2,7 @@
 
 Each constructor checks every argument and raises CompileError naming the
 argument and saying why.  An op knows its input and output tensors (names,
-shapes, dtypes) and computes its own reference result with compiler.semantics.
+shapes, dtypes) and computes its own reference result with compiler.reference.
 
 Every requantising op has two forms (docs/semantics.md): the integer one,
 with a multiplier and shift, and the float one, with float32 scales, which
@@ -12,14 +12,17 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import semantics as sem
+from . import reference as sem
+from .dims import Dim, DynamicOp, at, collect, dynamic_op, has_dims
 from .errors import CompileError
 
+DTYPES = ("int8", "int32")      # of a graph value and a layout op
 INT8 = (-128, 127)
 INT32 = (-(1 << 31), (1 << 31) - 1)
 ACC_LIMIT = 1 << 31
@@ -46,7 +49,7 @@ class Tensor:
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """Base of every op: inputs, output, and a reference computed by compiler.semantics."""
+    """Base of every op: inputs, output, and a reference computed by compiler.reference."""
 
     kind: str = field(init=False, default="op")
 
@@ -349,10 +352,9 @@ def _bias(bias, o: int) -> np.ndarray | None:
 
 
 def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1, x_zp=0,
-           multiplier=None, shift=None, scale=None, zp_out=0, lo=-128, hi=127) -> Conv2d:
+           multiplier=None, shift=None, scale=None, zp_out=0, lo=-128, hi=127) -> Conv2d | DynamicOp:
     """A quantised conv2d (docs/semantics.md), validated; scale= (one or one per channel) is QLinearConv's.
     A compiler.Dim in x_shape (batch, height, width) makes a DynamicOp (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("conv2d", lambda shape: conv2d(
             shape, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups, x_zp=x_zp,
@@ -379,10 +381,9 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
 
 
 def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
-          hi=127) -> Dense:
+          hi=127) -> Dense | DynamicOp:
     """A quantised dense layer with weight [K, O], validated; scale= is QLinearMatMul's (QGemm's with a bias).
     A compiler.Dim for the batch (x_shape[0]) makes a DynamicOp (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("dense", lambda shape: dense(shape, weight, bias, x_zp=x_zp, multiplier=multiplier,
                                                        shift=shift, scale=scale, zp_out=zp_out, lo=lo, hi=hi),
@@ -500,19 +501,17 @@ def _check_global_float(op: Pool2d) -> None:
                            "which onnxruntime refuses")
 
 
-def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
+def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:
     """Max pooling; padding never wins.  A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("max_pool2d", lambda s: max_pool2d(s, kernel, stride, padding), x_shape)
     return _pool("max", x_shape, kernel, stride, padding)
 
 
 def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0, *, scale_x=None,
-               scale_out=None, zp_out=None) -> Pool2d:
+               scale_out=None, zp_out=None) -> Pool2d | DynamicOp:
     """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's.
     A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("avg_pool2d", lambda s: avg_pool2d(s, kernel, stride, padding, count_include_pad, x_zp,
                                                               scale_x=scale_x, scale_out=scale_out, zp_out=zp_out),
@@ -521,18 +520,16 @@ def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, 
     return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats)
 
 
-def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d:
+def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:
     """Window sums as int32.  A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("sum_pool2d", lambda s: sum_pool2d(s, kernel, stride, padding), x_shape)
     return _pool("sum", x_shape, kernel, stride, padding)
 
 
-def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=None) -> Pool2d:
+def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=None) -> Pool2d | DynamicOp:
     """Average over the whole plane: [N, C, 1, 1]; with scale_x= and scale_out=, QLinearGlobalAveragePool's.
     A compiler.Dim in x_shape makes a DynamicOp whose window is the actual plane (compiler/dims.py)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(x_shape):
         return dynamic_op("global_avg_pool2d", lambda s: global_avg_pool2d(
             s, x_zp=x_zp, scale_x=scale_x, scale_out=scale_out, zp_out=zp_out), x_shape)
@@ -621,9 +618,8 @@ def _broadcast(shape, b_shape) -> tuple | None:
     return None if b_shape == tuple(shape) else b_shape
 
 
-def _dynamic_binary(kind: str, make, shape, b_shape):
+def _dynamic_binary(kind: str, make, shape, b_shape) -> DynamicOp:
     """The DynamicOp of a binary op with Dims; a broadcast b has a fixed shape."""
-    from .dims import Dim, dynamic_op, has_dims
     if has_dims(b_shape or ()):
         raise CompileError(f"{kind}: b_shape {tuple(b_shape)} holds a Dim; a broadcast operand of a dynamic "
                            f"{kind} has a fixed shape (1 per axis, or the channels)")
@@ -635,13 +631,12 @@ def _dynamic_binary(kind: str, make, shape, b_shape):
 
 
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise | DynamicOp:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import has_dims
     if has_dims(shape):
         return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
                                                         scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
@@ -664,13 +659,12 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
 
 
 def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise:
+        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise | DynamicOp:
     """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     """
-    from .dims import has_dims
     if has_dims(shape):
         return _dynamic_binary("mul", lambda s, bs: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
                                                         scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
@@ -689,18 +683,16 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
                        _int("shift", shift, 0, 62), *clamp, b_shape=b_shape)
 
 
-def relu(shape, zp=0) -> Elementwise:
+def relu(shape, zp=0) -> Elementwise | DynamicOp:
     """max(x, zp)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(shape):
         return dynamic_op("relu", lambda s: relu(s, zp), shape)
     zp = _int("zp", zp, *INT8)
     return Elementwise("clip", _shape("shape", shape), lo=zp, hi=127)
 
 
-def clip(shape, lo, hi) -> Elementwise:
+def clip(shape, lo, hi) -> Elementwise | DynamicOp:
     """clip(x, lo, hi)."""
-    from .dims import dynamic_op, has_dims
     if has_dims(shape):
         return dynamic_op("clip", lambda s: clip(s, lo, hi), shape)
     _, lo, hi = _clamp(0, lo, hi)
@@ -708,13 +700,12 @@ def clip(shape, lo, hi) -> Elementwise:
 
 
 def requantize(shape, *, in_dtype, zx=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,
-               hi=127) -> Elementwise:
+               hi=127) -> Elementwise | DynamicOp:
     """clip(rshift_round((x - zx) * M, S) + zp_out, lo, hi) for int8 or int32 x.
 
     multiplier and shift are scalars, or one per channel (axis 1) of a shape with two or more axes.
     With scale= (float32, per tensor or per channel) instead: requant_f32(x - zx), onnxruntime's arithmetic.
     """
-    from .dims import dynamic_op, has_dims
     if has_dims(shape):
         return dynamic_op("requantize", lambda s: requantize(s, in_dtype=in_dtype, zx=zx, multiplier=multiplier,
                                                               shift=shift, scale=scale, zp_out=zp_out, lo=lo,
@@ -740,3 +731,135 @@ def requantize(shape, *, in_dtype, zx=0, multiplier=None, shift=None, scale=None
     if not per_channel:
         m, s = int(m[0]), int(s[0])
     return Elementwise("requantize", shape, in_dtype, zx, 0, m, 0, s, *_clamp(zp_out, lo, hi))
+
+
+# ---------------------------------------------------------------- layout ops
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Reshape(Op):
+    """Same elements, new shape (Flatten is a Reshape); row-major order as numpy and ONNX."""
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    dtype: str = "int8"
+    kind: str = field(init=False, default="reshape")
+
+    def __post_init__(self):
+        if _symbolic(self, ("in_shape", "out_shape")):
+            object.__setattr__(self, "in_shape", tuple(self.in_shape))
+            object.__setattr__(self, "out_shape", tuple(self.out_shape))
+            return
+        object.__setattr__(self, "in_shape", _shape("in_shape", self.in_shape))
+        object.__setattr__(self, "out_shape", _shape("out_shape", self.out_shape))
+        check_dtype(self.dtype)
+        n_in, n_out = math.prod(self.in_shape), math.prod(self.out_shape)   # exact, never overflows
+        if n_in != n_out:
+            raise CompileError(f"reshape {self.in_shape} ({n_in} elements) to {self.out_shape} "
+                               f"({n_out} elements)")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.out_shape, self.dtype)
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.out_shape).copy()
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Concat(Op):
+    """Inputs joined along `axis`; every other dimension must agree."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    axis: int = 1
+    dtype: str = "int8"
+    kind: str = field(init=False, default="concat")
+
+    def __post_init__(self):
+        try:
+            shapes = tuple(self.shapes)
+        except TypeError:
+            raise CompileError(f"shapes must be a sequence of shapes, got {self.shapes!r}") from None
+        if not shapes:
+            raise CompileError("concat needs at least one input")
+        object.__setattr__(self, "shapes", shapes)
+        if _symbolic(self, ("shapes",)):
+            object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
+            axis = at_values(self, _ends(self, ("shapes",))[1]).axis
+            object.__setattr__(self, "axis", axis)
+            for i, sh in enumerate(self.shapes):
+                if not isinstance(sh[axis], int):
+                    raise CompileError(f"concat along axis {axis}: input {i}'s axis is the dimension {sh[axis]}; "
+                                       f"a concat with Dims joins along a fixed axis")
+            return
+        shapes = tuple(_shape(f"shapes[{i}]", s) for i, s in enumerate(shapes))
+        check_dtype(self.dtype)
+        ndim = len(shapes[0])
+        axis = _int("axis", self.axis, -ndim, ndim - 1) % ndim
+        for i, s in enumerate(shapes):
+            if len(s) != ndim or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]:
+                raise CompileError(f"concat along axis {axis}: input {i} has shape {s}, input 0 has "
+                                   f"{shapes[0]}: all dimensions but the axis must agree")
+        object.__setattr__(self, "shapes", shapes)
+        object.__setattr__(self, "axis", axis)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(Tensor(f"x{i}", s, self.dtype) for i, s in enumerate(self.shapes))
+
+    @property
+    def output(self) -> Tensor:
+        s = list(self.shapes[0])
+        s[self.axis] = sum(sh[self.axis] for sh in self.shapes)
+        return Tensor("y", tuple(s), self.dtype)
+
+    def _compute(self, *xs: np.ndarray) -> np.ndarray:
+        return np.concatenate(xs, axis=self.axis)
+
+
+def _axes_of(op, fields: tuple[str, ...]) -> dict[str, tuple]:
+    """The shapes held by a layout op's fields, named."""
+    out = {}
+    for f in fields:
+        v = getattr(op, f)
+        for i, sh in enumerate(v if f == "shapes" else (v,)):
+            try:
+                out[f"{f}[{i}]" if f == "shapes" else f] = tuple(sh)
+            except TypeError:
+                raise CompileError(f"{f} must be a tuple of dimensions, got {sh!r}") from None
+    return out
+
+
+def _ends(op, fields: tuple[str, ...]) -> tuple[dict, dict]:
+    """The values of every Dim in a layout op's shapes at the low and the high end of its range."""
+    dims = collect(_axes_of(op, fields))
+    return {d.name: d.lo for d in dims}, {d.name: d.hi for d in dims}
+
+
+def _symbolic(op, fields: tuple[str, ...]) -> bool:
+    """True (after checking the op at both ends of the range) if a layout op's shapes hold compiler.Dims: it
+    stands for the op at every size in range (`at_values`), as in a Graph with a Dim in an input."""
+    if not any(has_dims(sh) for sh in _axes_of(op, fields).values()):
+        return False
+    for values in _ends(op, fields):
+        at_values(op, values)            # CompileError if the op does not hold at that end
+    return True
+
+
+def at_values(op: Op, values: dict[str, int]) -> Op:
+    """A Reshape or Concat with its Dims replaced by these values (the op itself if it has none)."""
+    if isinstance(op, Reshape):
+        return Reshape(at(op.in_shape, values), at(op.out_shape, values), op.dtype)
+    if isinstance(op, Concat):
+        return Concat(tuple(at(sh, values) for sh in op.shapes), op.axis, op.dtype)
+    return op
+
+
+def check_dtype(d) -> str:
+    """d, if it is one of DTYPES (a graph value's or a layout op's dtype); CompileError if not."""
+    if d not in DTYPES:
+        raise CompileError(f"dtype must be one of {DTYPES}, got {d!r}")
+    return d

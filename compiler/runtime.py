@@ -8,7 +8,7 @@
     m.stats.cycles, m.layer_stats()
 
 Everything the executor needs comes from the graph description the binary
-carries (compiler.network.read_meta), so a loaded binary runs exactly like
+carries (compiler.library.read_meta), so a loaded binary runs exactly like
 the freshly built one.
 """
 from __future__ import annotations
@@ -16,25 +16,32 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from . import semantics as sem
+from isa_spec.program import Program
+from nnpsim.config import Config
+from nnpsim.footprint import RULE_DMA, footprint_rules
+from nnpsim.simulator import Simulator
+from nnpsim.stats import Stats
+
+from . import reference as sem
+from .dynamic.graph import check_input
 from .errors import CompileError
-from .network import Library
 
 LAYER_TRACK = 10_000      # tid of the layer track in the trace, above every unit track
 
 
 def quantize(x: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
-    """float32 -> int8 as onnxruntime's QuantizeLinear (compiler.semantics.quantize_f32), per tensor or axis."""
+    """float32 -> int8 as onnxruntime's QuantizeLinear (compiler.reference.quantize_f32), per tensor or axis."""
     x = np.asarray(x)
     return sem.quantize_f32(x, _broadcast(scale, np.float32, x.ndim, axis),
                             _broadcast(zero_point, np.int64, x.ndim, axis))
 
 
 def dequantize(q: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray:
-    """int8 -> float32 as onnxruntime's DequantizeLinear (compiler.semantics.dequantize_f32)."""
+    """int8 -> float32 as onnxruntime's DequantizeLinear (compiler.reference.dequantize_f32)."""
     q = np.asarray(q)
     return sem.dequantize_f32(q, _broadcast(scale, np.float32, q.ndim, axis),
                               _broadcast(zero_point, np.int64, q.ndim, axis))
@@ -65,12 +72,19 @@ class LayerStats:
     bound_cycles: int
 
 
+class Binary(Protocol):
+    """What GraphModule runs: a network's program with the graph description it carries
+    (a compiler.library.Library)."""
+
+    program: Program
+    meta: dict
+    config: Config
+
+
 class GraphModule:
     """A compiled network on a simulator: set inputs, run, read outputs and per-layer statistics."""
 
-    def __init__(self, lib: Library, config=None):
-        from nnpsim.simulator import Simulator   # the simulator is only needed to run
-
+    def __init__(self, lib: Binary, config: Config | None = None):
         self.lib = lib
         self.meta = lib.meta
         self.sim = Simulator(config or lib.config)
@@ -97,7 +111,6 @@ class GraphModule:
         t = self._tensor(key, "inputs")
         a = np.asarray(array)
         if "dims" in self.meta:      # a dynamic network: any in-range shape, the argument block from it
-            from .dynamic_network import check_input
             check_input(self.meta, t["name"], a.shape, {})      # in range; agreement is checked by run()
             self._shapes[t["name"]] = tuple(a.shape)
         elif tuple(a.shape) != tuple(t["shape"]):
@@ -131,13 +144,12 @@ class GraphModule:
         return len(self.meta["outputs"])
 
     # ---------------------------------------------------------------- running
-    def run(self, check_races: bool = False, trace=None):
+    def run(self, check_races: bool = False, trace=None) -> Stats:
         """Run the network on the simulator; its Stats (SimError if the program fails)."""
         missing = [t["name"] for t in self.meta["inputs"] if t["buffer"] not in self._given]
         if missing:
             raise CompileError(f"set every input before run(): missing {', '.join(missing)}")
         if "dims" in self.meta:
-            from .dynamic_network import check_input
             for name, shape in self._shapes.items():
                 check_input(self.meta, name, shape, {k: v for k, v in self._shapes.items() if k != name})
         self.stats = self.sim.run(check_races=check_races, trace=trace)
@@ -181,8 +193,6 @@ def _layer_starts(program, layers: list[dict]) -> np.ndarray:
 
 def _ddr_bytes(log) -> np.ndarray:
     """Bytes each command moved to or from DDR (0 for NU and VU commands)."""
-    from nnpsim.footprint import RULE_DMA, footprint_rules
-
     rules = footprint_rules()
     ops = np.asarray(log.cmd_op, np.int64)
     fields = np.asarray(log.cmd_fields, np.int64)

@@ -155,7 +155,7 @@ def test_examples_assemble_without_warnings(path):
 
 def test_compiler_kernels_assemble_without_warnings(tmp_path):
     from compiler import ops
-    from compiler.cnn_demo import network
+    from compiler.demos.cnn_demo import network
     from compiler.quant import quantize_multiplier
 
     rng = np.random.default_rng(3)
@@ -192,7 +192,7 @@ def test_float_form_kernels_assemble_without_warnings(tmp_path):
 
 def _assert_no_warnings(chains, tmp_path) -> None:
     """Every chain's compiled kernel assembles without a warning."""
-    from compiler.kernel import build
+    from compiler.build import build
 
     for n, chain in enumerate(chains):
         kernel = build(*chain)

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from compiler import ops
 from compiler.errors import CompileError
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from nnpsim.config import Config
 from tests import reference as ref
 from tests.helpers.kernels import SETTINGS, candidate_case, conv_case, pool_case, rand8, requant_params, run, seeds
@@ -215,7 +216,7 @@ def test_chains_keep_intermediates_on_chip(seed, kind):
 
 def every_candidate_exact(chain, cfg, inputs, want) -> set:
     """Build and run the chain in every schedule the search considers; the tilings they use."""
-    from compiler.kernel import candidates
+    from compiler.search import candidates
     kinds = set()
     for s in candidates(tuple(chain), cfg):
         kinds.add(s.block("L0").tiling())

@@ -17,9 +17,11 @@ import compiler
 from compiler import cost, ops
 from compiler.graph import Graph, QuantParams
 from compiler.ir import Buffer, Command, CuWait, Dma, KernelIR, Loop, LoopRef, Note, Ref, ref_fields
-from compiler.kernel import candidates, finish, lowered, schedule
+from compiler.kernel import finish
+from compiler.pipeline import lowered, schedule
+from compiler.search import candidates
 from compiler.passes import alloc, emit, loops, sync
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from nnpsim.config import Config
 from nnpsim.simulator import Simulator
 from tests import reference as ref

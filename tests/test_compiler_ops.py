@@ -213,7 +213,7 @@ def test_reference_checks_inputs():
 @given(conv_params(), seeds, st.booleans(), st.booleans())
 def test_conv2d_f32_reference_is_the_integer_accumulator_through_requant_f32(params, seed, with_bias, per_channel):
     """The float form's reference: tests/reference.py's accumulators, then requant_f32 per output channel."""
-    from compiler.semantics import requant_f32
+    from compiler.reference import requant_f32
     groups, cg, og, k, stride, dil, pad, xshape = params
     rng = np.random.default_rng(seed)
     o = groups * og

@@ -184,7 +184,7 @@ def _conflict(a, b) -> bool:
 def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     from compiler.ir import Command
     from compiler.lowering.double_buffer import pipeline
-    from compiler.kernel import candidates
+    from compiler.search import candidates
     from compiler.lowering.driver import lower
     rng = np.random.default_rng(seed)
     if kind == "conv":

@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 from compiler import ops
 from compiler.ir import Buffer, Dma, KernelIR, Ref
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from compiler.passes import alloc
 from compiler.lowering.double_buffer import Step
 from compiler.lowering import driver
@@ -279,7 +280,7 @@ def test_n_tiles_counts_the_tiles(machine, case):
     """NuLowering.n_tiles, counted from the tiling, is the number of tiles its tiles() walks, for every
     candidate and every part of a split (steps() asks it which tile is the kernel's last)."""
     from compiler.lowering.nu import NuLowering
-    from compiler.schedule import _block_lowering
+    from compiler.search import _block_lowering
 
     cfg = Config(**SMALL, **machine)
     chain, _, _ = candidate_case(np.random.default_rng(5), case, 100, (3, 3), 9)

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 import nnpasm
 from compiler import cost, ops
 from compiler.ir import Buffer, CuWait, Dma, KernelIR, Loop, LoopRef, Ref
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from compiler.passes import emit
 from nnpsim.config import Config
 from nnpsim.simulator import Simulator

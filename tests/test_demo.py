@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from compiler import demo, network_demo
+from compiler.agreement import Agreement, agreement, have_onnx
+from compiler.demos import demo, network_demo
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -21,7 +22,7 @@ def test_demo_runs_every_example(tmp_path, monkeypatch, capsys):
     cnn = json.loads((tmp_path / "cnn.trace.json").read_text())
     layers = {e["args"]["name"] for e in cnn["traceEvents"] if e.get("name") == "process_name"}
     assert len(layers) == 7
-    if network_demo.have_onnx():    # the whole network: one program, equal to onnxruntime, a layer track
+    if have_onnx():    # the whole network: one program, equal to onnxruntime, a layer track
         assert "output equal to onnxruntime's bit for bit (largest difference 0 steps" in printed
         assert "whole network" in printed and "gemm1_quant" in printed
         net = json.loads((tmp_path / network_demo.TRACE).read_text())
@@ -33,6 +34,6 @@ def test_demo_runs_every_example(tmp_path, monkeypatch, capsys):
 def test_agreement_counts_steps_and_top1():
     scale = np.float32(0.5)
     ref = np.array([[0.5, 1.0, -0.5]], np.float32)
-    assert network_demo.agreement(ref.copy(), ref, scale) == network_demo.Agreement(True, 0, True)
-    assert network_demo.agreement(ref + [[1.0, 0, 0]], ref, scale) == network_demo.Agreement(False, 2, False)
-    assert network_demo.agreement(ref + [[0, 0, 0.5]], ref, [scale]) == network_demo.Agreement(False, 1, True)
+    assert agreement(ref.copy(), ref, scale) == Agreement(True, 0, True)
+    assert agreement(ref + [[1.0, 0, 0]], ref, scale) == Agreement(False, 2, False)
+    assert agreement(ref + [[0, 0, 0.5]], ref, [scale]) == Agreement(False, 1, True)

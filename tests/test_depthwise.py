@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from compiler import ops
-from compiler.kernel import build
+from compiler.build import build
 from compiler.lowering.depthwise import depthwise_weights
 from nnpsim.config import Config
 from tests import reference as ref

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import compiler
 from compiler import Dim, ops
 from compiler.errors import CompileError
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
@@ -354,7 +354,7 @@ def test_a_chain_that_changes_a_dim_is_refused():
 
 
 def test_make_demo_runs_one_cnn_binary_at_three_resolutions(tmp_path, monkeypatch, capsys):
-    from compiler import dynamic_demo
+    from compiler.demos import dynamic_demo
 
     monkeypatch.setattr(dynamic_demo, "OUT", tmp_path)
     assert dynamic_demo.main([]) == 0
@@ -441,7 +441,7 @@ def test_a_chains_relu_goes_into_the_conv_before_it_unless_their_ranges_miss():
 
 def on_the_vu(op):
     """op's dynamic kernel requantising on the VU (drain, vu.requant.pc / .fpc), not by nu.conv.rq."""
-    from compiler.dynamic_kernel import DynamicKernel
+    from compiler.dynamic.kernel import DynamicKernel
     from compiler.dynamic.conv import program as lower_conv
     from nnpsim.config import Config
 
@@ -531,7 +531,7 @@ def test_every_number_of_buffer_sets_is_bit_exact_and_needs_each_wait(form, sets
     """A conv in 2 to 5 buffer sets, requantised by nu.conv.rq or drained to the VU (more than 2 sets:
     two accumulator sets, freed by a marker behind the drains; depthwise: tiles of one channel block),
     small tiles so that several are in flight: exact, race-free, and every wait needed."""
-    from compiler.dynamic_kernel import DynamicKernel
+    from compiler.dynamic.kernel import DynamicKernel
     from compiler.dynamic.conv import program as lower_conv
     from nnpsim.config import Config
 

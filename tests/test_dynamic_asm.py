@@ -9,7 +9,7 @@ from compiler.dynamic.conv import conv_semaphores
 from compiler.dynamic.elementwise import lower_elementwise
 from compiler.dynamic.global_pool import lower_global_pool
 from compiler.errors import CompileError
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from nnpsim.config import Config
 
 

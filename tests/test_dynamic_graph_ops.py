@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, models, ops
-from compiler.graph import Concat, Graph, Reshape
+from compiler.assembler import assemble
+from compiler.graph import Graph
+from compiler.ops import Concat, Reshape
 from compiler.models import Net
 from nnpsim import errors
 from nnpsim.errors import SimError
@@ -253,7 +255,7 @@ def test_removing_any_wait_of_the_concat_and_requantize_layers_is_caught():
         for j in group:
             mutant[j] = "        nop" if "sem.wait" in lines[j] else re.sub(r", wait=s\d+", "", lines[j])
         sim = Simulator(lib.config)
-        sim.load(compiler.kernel.assemble("\n".join(mutant) + "\n", lib.files, "mutant.s"))
+        sim.load(assemble("\n".join(mutant) + "\n", lib.files, "mutant.s"))
         sim.write("x", x)
         with pytest.raises(SimError) as exc:
             sim.run(check_races=True, max_cycles=5_000_000)
@@ -322,7 +324,7 @@ def test_a_reshape_that_mixes_dimensions_is_refused():
         gg.output(gg.add(Reshape(s, (1, 24 * values["h"])), gg.input("x", s), name="flat"))
         return gg
 
-    from compiler.dynamic_network import DynamicGraph
+    from compiler.dynamic.graph import DynamicGraph
     with pytest.raises(CompileError, match=r"node flat \(reshape\): output axis 1 is .* no one dimension \(h\), "
                                            r"reshaping \(1, 4, h, 6\): .* merging a dynamic axis with another needs "
                                            r"a product of dims"):
@@ -333,7 +335,7 @@ def test_a_reshape_that_mixes_dimensions_is_refused():
 def concat_dynamic_axis(axis: int):
     """relu(x) joined along a dynamic axis (H or W of x) with a fixed input y twice, then a conv: the
     output's axis is the derived dim h + 8."""
-    from compiler.dynamic_network import DynamicGraph
+    from compiler.dynamic.graph import DynamicGraph
     rng = np.random.default_rng(axis)
     cv = conv_args(rng, 4, 3, 3)
 
@@ -380,7 +382,7 @@ def test_removing_the_join_of_a_concat_along_a_dynamic_axis_is_caught():
     rng = np.random.default_rng(5)
     mutant = ["        nop" if k in join else line for k, line in enumerate(lines)]
     sim = Simulator(lib.config)
-    sim.load(compiler.kernel.assemble("\n".join(mutant) + "\n", lib.files, "mutant.s"))
+    sim.load(assemble("\n".join(mutant) + "\n", lib.files, "mutant.s"))
     sim.write("x", rand(rng, (1, 3, 29, 5)))
     sim.write("y", rand(rng, (1, 3, 4, 5)))
     with pytest.raises(SimError) as exc:
@@ -391,7 +393,7 @@ def test_removing_the_join_of_a_concat_along_a_dynamic_axis_is_caught():
 def test_what_a_dynamic_network_does_not_lower_is_refused_naming_the_node_the_shapes_and_why():
     """A concat along a dynamic axis, a broadcast the dynamic lowering does not have: each a CompileError
     that names the node, the shapes and the reason."""
-    from compiler.dynamic_network import DynamicGraph
+    from compiler.dynamic.graph import DynamicGraph
     h = Dim("h", 2, 12)
 
     def concat_h(values):

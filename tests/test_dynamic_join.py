@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import compiler
 from compiler import Dim, ops
 from compiler.graph import Graph
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, models, ops
-from compiler.dynamic_network import DynamicGraph
+from compiler.dynamic.graph import DynamicGraph
 from compiler.graph import Graph
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from compiler.models import Net
 from nnpsim import errors
 from nnpsim.errors import SimError
@@ -219,7 +219,7 @@ def test_a_flatten_after_a_global_pool_as_the_output_and_a_merging_reshape_refus
     """A flatten of the global pool's (1, 8, 1, 1) that is the graph's output is copied out, equal to the
     graph's model at every height; a reshape merging the dynamic height with the width is refused by
     name, and so is a bad dims argument."""
-    from compiler.graph import Reshape
+    from compiler.ops import Reshape
 
     def make(values):
         shape = (1, 8, values["h"], 5)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, ops
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from compiler.dynamic.asm import Program, Scope
 from compiler.dynamic.global_pool import lower_global_pool
 from nnpsim import errors

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import Dim, ops
-from compiler.dynamic_kernel import DynamicKernel
-from compiler.kernel import assemble
+from compiler.dynamic.kernel import DynamicKernel
+from compiler.assembler import assemble
 from compiler.dynamic.conv import _Geometry, choose_rows
 from compiler.dynamic.conv import program as lower_conv
 from nnpsim.config import Config

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from compiler import CompileError, Graph, QuantParams, ops, quantize_multiplier
-from compiler.graph import Concat, Node, Reshape, Value
+from compiler.graph import Node, Value
+from compiler.ops import Concat, Reshape
 
 X = (1, 3, 8, 8)
 

@@ -6,8 +6,11 @@ import pytest
 
 import compiler
 from compiler.graph import Graph
-from compiler.graph_fusion import Decision, anchors, chains, fuse
-from compiler.network import alias, partition, per_node, plan_kernels
+from compiler.library import Decision
+from compiler.network.fusion import anchors, chains, fuse
+from compiler.network.build import plan_kernels
+from compiler.network.partition import partition, per_node
+from compiler.network.storage import alias
 from compiler.runtime import GraphModule
 from nnpsim.config import Config
 from tests.onnx_helpers import nnpc_compile_tiny

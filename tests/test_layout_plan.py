@@ -9,14 +9,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compiler
-from compiler import layout_plan, ops
+from compiler import ops
+from compiler.network import layout_plan
 from compiler.errors import CompileError
 from compiler.graph import Graph
 from compiler.ir import Buffer, Dma, Ref
-from compiler.kernel import build
+from compiler.build import build
 from compiler.lowering.layout import (LAYOUTS, act_strides, blocked_layout, chan_runs, ddr_order, from_layout,
                                       layouts_for, same_bytes, to_layout)
-from compiler.network import alias, build_network, partition
+from compiler.network.build import build_network
+from compiler.network.partition import partition
+from compiler.network.storage import alias
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config
 from tests.onnx_helpers import nnpc_compile_tiny

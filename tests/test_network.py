@@ -11,8 +11,10 @@ from hypothesis import HealthCheck, given, settings
 
 import compiler
 from compiler import ops
-from compiler.graph import Concat, Graph
-from compiler.network import ARENA, partition
+from compiler.graph import Graph
+from compiler.ops import Concat
+from compiler.library import ARENA
+from compiler.network.partition import partition
 from compiler.runtime import GraphModule, dequantize, quantize
 from isa_spec import decode, load_isa
 from tests.helpers.networks import conv_op, int8_data, residual_net, run_graph, topologies

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import TensorProto
 
 from compiler import ops
-from compiler import semantics as sem
-from compiler.kernel import build
+from compiler import reference as sem
+from compiler.build import build
 from compiler.quant import ort_scale
 from tests.onnx_helpers import F32, qlinear_binary, qlinear_conv, qlinear_pool, run_ort
 

@@ -1,4 +1,4 @@
-"""Tile-level pipelining inside a fused kernel (compiler.pipelining): interleaved chains, bit-exact and race-free."""
+"""Tile-level pipelining inside a fused kernel (compiler.interleave): interleaved chains, bit-exact and race-free."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import compiler
-from compiler import kernel, ops, pipelining
+from compiler import interleave, kernel, ops, search
+from compiler import pipeline as compile_pipeline
 from compiler.ir import Ref
 from compiler.passes.loops import flatten
 from compiler.errors import CompileError
 from compiler.lowering import driver, ring
 from compiler.lowering.double_buffer import Step, pipeline
-from compiler.pipeline_schedule import row_by_row
+from compiler.search import row_by_row
 from compiler.schedule import Schedule
 from nnpsim.config import Config
 from tests.helpers.networks import SMALL_NU, SMALL_VU, conv_conv, conv_op, conv_pool, inverted, ring_variant, variant
@@ -32,7 +33,7 @@ def _int8(rng, shape):
 
 def _consumer_starts_early(steps, lag) -> bool:
     """Is some Step of the second kernel placed before the last Step of the first?"""
-    merged = pipelining.interleave(steps, lag)
+    merged = interleave.interleave(steps, lag)
     pos = {id(s): i for i, s in enumerate(merged)}
     return min(pos[id(s)] for s in steps[1][1:]) < pos[id(steps[0][-1])]
 
@@ -102,7 +103,7 @@ def test_the_consumer_waits_for_the_rows_it_reads():
     cfg = Config(**SMALL_NU)
     s = row_by_row(Schedule(*chain, config=cfg), cfg)
     _, steps = driver.lower(s, cfg)
-    need = pipelining.needs(steps[0], steps[1])
+    need = interleave.needs(steps[0], steps[1])
     assert need == sorted(need) and need[0] == -1          # the constants read nothing of the intermediate
     assert -1 < need[1] < len(steps[0]) - 1                 # the first row tile needs the first rows only
     assert need[-1] == len(steps[0]) - 1                    # the last needs the last
@@ -111,13 +112,13 @@ def test_the_consumer_waits_for_the_rows_it_reads():
 def test_merge_keeps_each_kernels_order_and_the_gap():
     prod = [Step() for _ in range(6)]
     cons = [Step() for _ in range(4)]
-    out = pipelining.merge(prod, list(range(6)), cons, [-1, 1, 3, 5], lag=1)
+    out = interleave.merge(prod, list(range(6)), cons, [-1, 1, 3, 5], lag=1)
     pos = {id(s): i for i, s in enumerate(out)}
     assert [pos[id(s)] for s in prod] == sorted(pos[id(s)] for s in prod)
     assert [pos[id(s)] for s in cons] == sorted(pos[id(s)] for s in cons)
     for j, k in enumerate([-1, 1, 3, 5]):
         if k >= 0:
-            assert pos[id(cons[j])] - pos[id(prod[k])] >= pipelining.GAP
+            assert pos[id(cons[j])] - pos[id(prod[k])] >= interleave.GAP
             assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
 
 
@@ -125,7 +126,7 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
 
 
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("depth, ahead", pipelining.RINGS)
+@pytest.mark.parametrize("depth, ahead", interleave.RINGS)
 def test_recomputed_halo_is_bit_exact_race_free_and_really_recomputes(case, depth, ahead):
     make, over = CASES[case]
     rng = np.random.default_rng(sum(map(ord, case)) + depth)
@@ -146,7 +147,7 @@ def test_recomputed_halo_is_bit_exact_race_free_and_really_recomputes(case, dept
 
 
 @settings(max_examples=8, deadline=None)
-@given(c=st.integers(3, 40), hw=st.integers(5, 17), ring_at=st.sampled_from(pipelining.RINGS),
+@given(c=st.integers(3, 40), hw=st.integers(5, 17), ring_at=st.sampled_from(interleave.RINGS),
        seed=st.integers(0, 99), dw=st.booleans(), stride=st.sampled_from([1, 2]))
 def test_random_recomputed_chains_match_numpy(c, hw, ring_at, seed, dw, stride):
     rng = np.random.default_rng(seed)
@@ -170,9 +171,9 @@ def test_a_ring_overwritten_before_it_is_read_is_refused():
     chain = conv_conv(rng, 16, 13)
     cfg = Config(**SMALL_NU)
     rk = ring.lower_ring(row_by_row(Schedule(*chain, config=cfg), cfg), cfg, 2)
-    pipelining.ring_body(rk, 1)
+    interleave.ring_body(rk, 1)
     with pytest.raises(CompileError, match="ring t0 band"):
-        pipelining.ring_body(rk, 3)
+        interleave.ring_body(rk, 3)
 
 
 def test_bands_cover_each_consumer_tiles_window():
@@ -198,31 +199,31 @@ def test_build_keeps_the_cheapest_variant_recompute_included(monkeypatch):
     rng = np.random.default_rng(11)
     chain = conv_conv(rng, 16, 13)
     cfg = Config(**SMALL_NU)
-    monkeypatch.setattr(pipelining, "RING_BOUND", False)
+    monkeypatch.setattr(interleave, "RING_BOUND", False)
     k = compiler.build(*chain, config=cfg)
     choice = k.ir.pipelining
-    rings = {pipelining.ring_name(*r) for r in pipelining.RINGS}
+    rings = {interleave.ring_name(*r) for r in interleave.RINGS}
     assert rings <= set(choice.priced), choice.priced
     fits = {n: v for n, v in choice.priced.items() if v is not None}
     assert choice.name == min(fits, key=fits.get) and choice.cycles == fits[choice.name], choice.priced
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
 
-    monkeypatch.setattr(pipelining, "RING_BOUND", True)
+    monkeypatch.setattr(interleave, "RING_BOUND", True)
     bounded = compiler.build(*chain, config=cfg).ir.pipelining
     kept = {n: v for n, v in choice.priced.items() if n not in rings}
     assert {n: v for n, v in bounded.priced.items() if not n.startswith("recompute")} == kept
     best_kept = min(v for v in kept.values() if v is not None)
-    for depth, ahead in pipelining.RINGS:
-        floor = bounded.priced.get(pipelining.bound_name(depth, ahead))
+    for depth, ahead in interleave.RINGS:
+        floor = bounded.priced.get(interleave.bound_name(depth, ahead))
         if floor is None:       # replayed: the same price as above
-            assert bounded.priced[pipelining.ring_name(depth, ahead)] == choice.priced[pipelining.ring_name(depth, ahead)]
+            assert bounded.priced[interleave.ring_name(depth, ahead)] == choice.priced[interleave.ring_name(depth, ahead)]
         else:                   # skipped: its bound reaches the kept price and lies under its real price
-            real = choice.priced[pipelining.ring_name(depth, ahead)]      # None: its buffers do not fit
+            real = choice.priced[interleave.ring_name(depth, ahead)]      # None: its buffers do not fit
             assert best_kept <= floor and (real is None or floor <= real), (bounded.priced, real)
     assert any(n.startswith("recompute") for n in bounded.priced), bounded.priced
 
-    monkeypatch.setattr(pipelining, "RINGS_ALWAYS", False)
+    monkeypatch.setattr(interleave, "RINGS_ALWAYS", False)
     plain = compiler.build(*chain, config=cfg).ir.pipelining
     assert plain.priced == kept
 
@@ -235,9 +236,9 @@ def test_ring_floor_is_a_lower_bound(case):
     rng = np.random.default_rng(sum(map(ord, case)))
     chain = make(rng)
     cfg = Config(**over)
-    for depth, ahead in pipelining.RINGS:
+    for depth, ahead in interleave.RINGS:
         k, rk = ring_variant(chain, cfg, depth, ahead)
-        floor = pipelining.ring_floor(rk.kir.body, cfg)
+        floor = interleave.ring_floor(rk.kir.body, cfg)
         x = _int8(rng, chain[0].x_shape)
         np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
         assert 0 < floor <= k.predicted_cycles and floor <= k.stats.cycles, (case, depth, floor,
@@ -270,12 +271,12 @@ def test_recompute_from_the_searchs_own_schedules_is_bit_exact(make):
     chain = make(rng)
     cfg = Config()
     built = 0
-    for s in kernel.candidates(chain, cfg):
+    for s in search.candidates(chain, cfg):
         rk = ring.lower_ring(s, cfg, 2)
         if rk is None:
             continue
-        rk.kir.body = pipelining.ring_body(rk, 1)
-        predicted, usage, report = kernel.schedule(rk.kir, cfg)
+        rk.kir.body = interleave.ring_body(rk, 1)
+        predicted, usage, report = compile_pipeline.schedule(rk.kir, cfg)
         k = kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report)
         x = _int8(rng, chain[0].x_shape)
         np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
@@ -346,7 +347,7 @@ def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
     conv_rows = [[int(n.text.split(" oh ")[1].split("..")[1].split()[0]) for n in step.loads
                   if hasattr(n, "text") and " oh " in n.text] for step in steps[0]]
     pool = chain[1]
-    need = pipelining.needs(steps[0], steps[1])
+    need = interleave.needs(steps[0], steps[1])
     assert need == sorted(need) and -1 < need[0] < len(steps[0]) - 1 and need[-1] == len(steps[0]) - 1
     for step, k in zip(steps[1], need):
         oh1 = int(next(n.text for n in step.loads if hasattr(n, "text")).split(" oh ")[1].split("..")[1].split(":")[0])
@@ -355,7 +356,7 @@ def test_a_pool_row_tile_waits_for_the_rows_of_its_window():
         assert stored >= last_row, (k, stored, last_row)                  # every row it reads is stored
         assert k == 0 or max(conv_rows[k - 1] or [-1]) < last_row           # and it waits for no more
     with pytest.raises(CompileError, match="before it is written"):
-        pipelining.check_order(steps, pipeline(steps[1] + steps[0]))
+        interleave.check_order(steps, pipeline(steps[1] + steps[0]))
 
 
 @pytest.mark.parametrize("x_layout,y_layout", [("nhwc", "nhwc"), ("nhwc", "nchw"), ("nchw", "nhwc")])
@@ -383,12 +384,12 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     rng = np.random.default_rng(7)
     chain = conv_conv(rng, 8, 14)           # 8 -> 16 -> 8: the second conv's 16 channels gather their taps
     cfg = Config(**SMALL_NU)
-    s = next(c for c in kernel.candidates(tuple(chain), cfg) if c.choices()[1].plan.view.taps is not None)
+    s = next(c for c in search.candidates(tuple(chain), cfg) if c.choices()[1].plan.view.taps is not None)
     assert ring.ring_able(s.ops, s.choices()) == "a conv after the first gathers its windows (im2col)"
     assert ring.lower_ring(s, cfg, 2) is None
     kir, steps = driver.lower(s, cfg)
-    kir.body = pipelining.body(steps, None)
-    predicted, usage, report = kernel.schedule(kir, cfg)
+    kir.body = interleave.body(steps, None)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg)
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from compiler import ops
-from compiler.kernel import build
+from compiler.build import build
 from compiler.lowering.vu import SLIDE_OF
 from tests import reference as ref
 from tests.helpers.kernels import SETTINGS, rand8, run, seeds
@@ -187,7 +187,7 @@ def _lowering(op, **kw):
 @given(pools(), st.integers(1, 8))
 def test_full_windows_are_the_windows_without_padding(case, th):
     """PoolLowering.full_windows: in every tile, exactly the outputs whose real count is the whole window."""
-    from compiler.semantics import real_counts
+    from compiler.reference import real_counts
     k, stride, pad, shape = case
     op = ops.avg_pool2d(shape, k, stride, pad, False)
     full = real_counts(shape[2], shape[3], k, stride, pad) == k[0] * k[1]

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Schedule, build, ops
-from compiler.kernel import candidates
-from compiler.schedule import PRIMITIVES, Layout
+from compiler.search import candidates
+from compiler.schedule import Layout, PRIMITIVES
 from nnpsim.config import Config
 from tests import reference as ref
 from tests.helpers.kernels import requant_params
@@ -438,9 +438,9 @@ def test_lowering_and_passes_never_import_each_other():
 def test_build_reads_as_the_ten_steps():
     import inspect
     from compiler import kernel
-    src = inspect.getsource(kernel.build)
+    src = inspect.getsource(kernel.compile_kernel)
     numbered = [line.split("# ")[1].split(":")[0] for line in src.splitlines() if "  # " in line]
-    assert numbered == ["1. segments", "2. schedule search", "3. lowering", "4. pipelining", "5. channel folding",
+    assert numbered == ["1. segments", "2. schedule search", "3. lowering", "4. interleaving", "5. channel folding",
                         "6. allocation", "7. synchronisation", "8. pricing", "9. emission", "10. assembly"]
 
 
@@ -578,7 +578,7 @@ def test_random_hand_written_schedules_are_exact(case, data):
 def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(case, overrides):
     # the search lowers only the tilings whose floor can still beat the top-k estimates found
     from compiler.lowering import driver
-    from compiler.schedule import _block_lowering, candidates as all_candidates, estimate, estimate_floor, ranked
+    from compiler.search import _block_lowering, all_candidates, estimate, estimate_floor, ranked
 
     op, _, _ = case
     cfg = Config(**overrides)
@@ -595,7 +595,7 @@ def test_the_floor_is_under_every_estimate_and_ranking_by_it_changes_nothing(cas
 def _floor_check(op, cfg: Config) -> list:
     """Each candidate's (floor, estimate, split), checking the pruned ranking against the full sort."""
     from compiler.lowering import driver
-    from compiler.schedule import _block_lowering, candidates as all_candidates, estimate, estimate_floor, ranked
+    from compiler.search import _block_lowering, all_candidates, estimate, estimate_floor, ranked
 
     found = all_candidates((op,), cfg)
     sites = driver.sites((op,), cfg)[0]
@@ -628,7 +628,7 @@ def test_the_floor_counts_weights_two_spatial_parts_share_once():
 @given(convs(), st.sampled_from([{}, dict(nu_count=2, vu_count=2)]))
 def test_one_candidate_is_the_one_the_whole_list_holds(case, overrides):
     # search(choice=k) builds only candidate k (a network's repeated layers): it must be candidates()[k]
-    from compiler.schedule import candidate, candidates as all_candidates
+    from compiler.search import all_candidates, candidate
 
     op, _, _ = case
     cfg = Config(**overrides)

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from compiler import ops
-from compiler import semantics as sem
+from compiler import reference as sem
 from compiler.errors import CompileError
 from compiler.quant import quantize_multiplier
 

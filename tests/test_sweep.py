@@ -345,7 +345,9 @@ def test_cached_tiling_gives_the_cold_compile(tmp_path):
 
 def test_network_repeated_layers_compile_once_per_configuration(tmp_path):
     from compiler import from_onnx, models
-    from compiler.network import alias, partition, tiling_key
+    from compiler.network.partition import partition
+    from compiler.network.storage import alias
+    from compiler.structure import tiling_key
     from compiler.sweep.spec import Workload
 
     graph = from_onnx(models.build("resnet18", size=32, classes=10))

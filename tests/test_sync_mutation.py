@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import ops
 from compiler.ir import Dma
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from isa_spec import decode
 from nnpasm import assemble
 from nnpsim import errors
@@ -406,7 +407,7 @@ def _network_case(make, config=None):
     import types
 
     import compiler
-    from compiler.graph_fusion import anchors
+    from compiler.network.fusion import anchors
 
     g = make()
     lib = compiler.build(g, config=config)

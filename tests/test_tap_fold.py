@@ -11,8 +11,10 @@ from hypothesis import given, settings, strategies as st
 
 from compiler import ops
 from compiler import schedule as sm
+from compiler import search
 from compiler.errors import CompileError
-from compiler.kernel import build, candidates
+from compiler.build import build
+from compiler.search import candidates
 from compiler.lowering.layout import conv_view, fold_taps
 from nnpsim.config import Config
 from tests import reference as ref
@@ -37,7 +39,7 @@ def tap_case(draw):
 def folded_schedules(op, cfg: Config) -> list:
     """Every tiling of op with its taps folded, as the search builds them."""
     s = sm.Schedule(op, config=cfg).im2col("x")
-    return [sm._auto_nu(s, t, by, u) for t, by, u in sm.nu_tilings(s.blocks[0], cfg)]
+    return [search._auto_nu(s, t, by, u) for t, by, u in search.nu_tilings(s.blocks[0], cfg)]
 
 
 @settings(max_examples=40, **SETTINGS)

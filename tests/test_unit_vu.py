@@ -449,7 +449,7 @@ def _run_vu(mnemonic, named, mem, rd, ra, rb=0, sdt=I8):
 
 
 def test_f32_helpers_match_numpy():
-    from compiler.semantics import fma_f32
+    from compiler.reference import fma_f32
     from nnpsim.units import f32
     rng = np.random.default_rng(3)
     a = np.concatenate([rng.integers(-255, 256, 3000), [1 + 2.0**-23] * 4]).astype(F32)
@@ -473,7 +473,7 @@ def test_f32_helpers_match_numpy():
 @pytest.mark.parametrize("sdt", [I8, I32])
 @pytest.mark.parametrize("scale", [0.5, 2.0**-10, 0.0123, 3.0, 2.0**-31])
 def test_vu_requant_f_matches_semantics(sdt, scale):
-    from compiler.semantics import requant_f32
+    from compiler.reference import requant_f32
     rng = np.random.default_rng(4)
     if sdt == I8:
         x = np.arange(-128, 128)
@@ -505,7 +505,7 @@ def _pairs_mem() -> np.ndarray:
 @pytest.mark.parametrize("sa, sb, sy, za, zb, zp", SCALE_SETS)
 def test_vu_fadd_and_fmul_on_every_int8_pair(sa, sb, sy, za, zb, zp):
     """All 65536 (a, b) pairs: vu.fadd and vu.fmul equal compiler.semantics' add_f32 / mul_f32."""
-    from compiler.semantics import add_f32, add_f32_params, mul_f32, mul_f32_ratio
+    from compiler.reference import add_f32, add_f32_params, mul_f32, mul_f32_ratio
     a, b = PAIRS
     ra, rb, c = add_f32_params(F32(sa), F32(sb), F32(sy), za, zb, zp)
     named = {"vu.n0": 256, "vu.n1": 256, "vu.a_stride0": 1, "vu.a_stride1": 256, "vu.b_stride0": 1,
@@ -534,7 +534,7 @@ def test_vu_fadd_out_of_int32_range_gives_minus_128():
 
 @pytest.mark.parametrize("mnemonic", ["vu.pool.favg", "vu.slide.favg"])
 def test_vu_pool_favg_matches_semantics(mnemonic):
-    from compiler.semantics import avg_pool2d_f32
+    from compiler.reference import avg_pool2d_f32
     rng = np.random.default_rng(6)
     h, w, k, s = 9, 11, (3, 2), (2, 1)
     x = rng.integers(-128, 128, (1, 1, h, w)).astype(np.int8)

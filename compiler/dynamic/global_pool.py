@@ -28,7 +28,7 @@ from ..dims import DynamicOp
 from ..errors import CompileError
 from ..ops import Pool2d
 from ..quant import f32_bits
-from ..semantics import global_avg_pool_scale
+from ..reference import global_avg_pool_scale
 from .asm import ZERO, Mem, Reg, Scope, Sem
 from .common import Part, args_buffer, axis_name, drain, load_size, one_program, target_notes
 

@@ -27,7 +27,7 @@ from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from ..quant import f32_bits
-from ..semantics import add_f32_params
+from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
 from .conv_plan import ConvTiling, NuPlan

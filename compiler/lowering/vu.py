@@ -29,7 +29,7 @@ from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
 from ..ops import Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
-from ..semantics import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from ..reference import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
 from .layout import chan_runs, ddr_order, row_strides
 from .units import Part

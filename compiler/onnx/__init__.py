@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Mapping
 
-from ..dynamic_network import DynamicGraph
+from ..dynamic.graph import DynamicGraph
 from ..errors import CompileError
 from ..graph import Graph
 from .arithmetic import ARITHMETIC
@@ -55,7 +55,7 @@ def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str 
 
     `dims` fixes symbolic dimensions: {"batch": 1} by dim_param name, or {"x": (1, 3, 224, 224)}
     by input name.  A range {"height": (32, 512)} (or a compiler.Dim) for a dim_param gives a
-    compiler.dynamic_network.DynamicGraph instead, which build() makes one binary for the range.
+    compiler.dynamic.graph.DynamicGraph instead, which build() makes one binary for the range.
     Raises CompileError listing every node that cannot be imported.
     """
     if arithmetic not in ARITHMETIC:

@@ -1,7 +1,7 @@
 """An ONNX model whose symbolic dimensions range: `dims={"height": (32, 512)}` gives a DynamicGraph.
 
 The DynamicGraph imports the model again at each set of dim values it is asked for (the static
-import, compiler.onnx.importer); building it is compiler.dynamic_network's.
+import, compiler.onnx.importer); building it is compiler.dynamic.network's.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ..dims import Dim
-from ..dynamic_network import DynamicGraph
+from ..dynamic.graph import DynamicGraph
 from ..errors import CompileError
 from .importer import import_graph
 

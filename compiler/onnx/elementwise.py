@@ -10,7 +10,8 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
 from .. import ops
-from ..graph import QuantParams, Reshape
+from ..graph import QuantParams
+from ..ops import Reshape
 from ..lowering.vu import broadcast_problem
 from .arithmetic import INT8, add_args, int8_bounds, mul_args
 from .state import DQ, Attr, Importer, Pending, Problem, Q, describe

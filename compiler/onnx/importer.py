@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 from .. import ops
 from ..errors import CompileError
-from ..graph import Graph, Reshape
+from ..graph import Graph
+from ..ops import Reshape
 from .load import to_array, type_name
 from .registry import OPS, check_arity
 from .state import DQ, Broken, Const, Float, Importer, Problem, Q, describe

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ..graph import Concat, Reshape
+from ..ops import Concat, Reshape
 from .arithmetic import INT8, rescale_op
 from .load import to_array
 from .state import DQ, Attr, Const, Importer, Pending, Problem, Q, describe

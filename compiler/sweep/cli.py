@@ -8,7 +8,12 @@ rows written so far stay, and the same command resumes).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+
+from .plot import PLOT_EXTRA, front_table, plot_front
+from .runner import run_sweep
+from .spec import SweepError
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -49,10 +54,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Entry point of `nnpc sweep ...` (argv without the word sweep)."""
     args = parser().parse_args(argv)
-    from .plot import front_table, plot_front
-    from .runner import run_sweep
-    from .spec import SweepError
-
     try:
         if args.limit is not None and args.limit < 0:
             raise SweepError(f"--limit must be 0 or more, got {args.limit}")
@@ -92,9 +93,5 @@ def main(argv: list[str]) -> int:
 
 def _check_plot() -> None:
     """Fail before running anything when --plot cannot be drawn."""
-    import importlib.util
-
-    from .plot import PLOT_EXTRA
-    from .spec import SweepError
     if importlib.util.find_spec("matplotlib") is None:
         raise SweepError(f"--plot needs matplotlib: {PLOT_EXTRA}")

@@ -7,14 +7,14 @@ toolchain version (compiler.sweep.points.toolchain_version):
   (workload, configuration).  A hit skips compiling altogether: a point run again with a
   new results file, or a point whose simulation was interrupted.
 * choice: per fused chain of ops (a network's layer, or a single layer), the tiling the
-  compiler chose, keyed by (compiler.network.tiling_key of the chain, configuration).  The
+  compiler chose, keyed by (compiler.structure.tiling_key of the chain, configuration).  The
   tiling search is almost all of the compile time (docs/performance.md), and it depends on
   the chain's kinds, shapes and structure, not on its weights, so a network's repeated
   layers share one entry: ResNet-50's 56 chains are 27 distinct per configuration (its 53
   conv chains 24), and a chain seen in another workload (ResNet-18 and ResNet-50 share a stem) or an
   earlier run costs only building the chosen tiling.
 
-build() takes no tiling hints, so while a sweep compiles, calls to compiler.kernel.search
+build() takes no tiling hints, so while a sweep compiles, calls to compiler.search.search
 (the schedule search of a layer, and of every chain a network prices or builds) go through
 `_search_with_cache` (installed once; it passes straight through unless this thread is
 compiling for a sweep).  Given a chain's choice, search builds only that candidate; the result is the one a cold compile
@@ -27,10 +27,13 @@ import contextvars
 import threading
 from dataclasses import dataclass
 
+from isa_spec.program import BinaryError, Program
 from nnpsim.config import Config
 
-from .. import kernel as kernel_mod
-from ..network import Library, read_meta, tiling_key
+from .. import search as search_mod
+from ..build import build
+from ..library import Library, read_meta
+from ..structure import tiling_key
 from .cache import CompileCache
 from .points import digest, toolchain_version
 
@@ -63,7 +66,7 @@ _INSTALL = threading.Lock()
 
 
 def _search_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
-    """compiler.kernel.search, with the chain's tiling looked up in (and stored to) the sweep's cache."""
+    """compiler.search.search, with the chain's tiling looked up in (and stored to) the sweep's cache."""
     rec = _ACTIVE.get()
     if rec is None or cfg != rec.cfg:
         return original(ops, cfg, choice, *args, **kwargs)
@@ -80,16 +83,16 @@ def _search_with_cache(original, ops, cfg, choice=None, *args, **kwargs):
 
 def _install() -> None:
     with _INSTALL:
-        if getattr(kernel_mod.search, "sweep_cache", False):
+        if getattr(search_mod.search, "sweep_cache", False):
             return
-        original = kernel_mod.search
+        original = search_mod.search
 
         def search(ops, cfg, choice=None, *args, **kwargs):
             return _search_with_cache(original, ops, cfg, choice, *args, **kwargs)
 
         search.__doc__ = original.__doc__
         search.sweep_cache = True
-        kernel_mod.search = search
+        search_mod.search = search
 
 
 def _high_water(usage: dict[str, int]) -> dict[str, int]:
@@ -114,8 +117,6 @@ def _recording(cache: CompileCache, cfg: Config):
 
 def compile_workload(workload, cfg: Config, cache: CompileCache, build_source) -> Compiled:
     """The workload's program for cfg: from the cache, or compiled (build_source() gives its graph or ops)."""
-    from isa_spec.program import BinaryError, Program
-
     key = digest({"workload": workload.key, "config": repr(cfg), "toolchain": toolchain_version()})
     entry = cache.get("program", key)
     if entry is not None:
@@ -135,7 +136,7 @@ def compile_workload(workload, cfg: Config, cache: CompileCache, build_source) -
 
 
 def _compile_chain(chain, cfg: Config) -> Compiled:
-    k = kernel_mod.build(*chain, config=cfg)
+    k = build(*chain, config=cfg)
     info = {"predicted_cycles": int(k.predicted_cycles), "bound_cycles": int(k.roofline_cycles),
             "macs": sum(int(getattr(op, "macs", 0)) for op in chain),
             "inputs": k.input_names, "output": k.ir.output.name, "layers": 1, "high_water": _high_water(k.usage)}
@@ -143,7 +144,7 @@ def _compile_chain(chain, cfg: Config) -> Compiled:
 
 
 def _compile_graph(graph, cfg: Config) -> Compiled:
-    lib = kernel_mod.build(graph, config=cfg)
+    lib = build(graph, config=cfg)
     info = {"predicted_cycles": int(lib.predicted_cycles),
             "bound_cycles": sum(int(layer["bound_cycles"]) for layer in lib.layers),
             "macs": sum(int(layer["macs"]) for layer in lib.layers), "layers": len(lib.layers),

@@ -79,7 +79,7 @@ def layer_inputs(chain: tuple[ops.Op, ...], seed: int) -> list[np.ndarray]:
 
 
 def layer_reference(chain: tuple[ops.Op, ...], inputs: list[np.ndarray]) -> np.ndarray:
-    """The chain's result by the numpy model (compiler.semantics): each op's output feeds the next."""
+    """The chain's result by the numpy model (compiler.reference): each op's output feeds the next."""
     k = len(chain[0].inputs)
     y = chain[0].reference(*inputs[:k])
     for op in chain[1:]:

@@ -8,6 +8,8 @@ large in both cycles and area and smaller in one.
 """
 from __future__ import annotations
 
+from .spec import SweepError
+
 PLOT_EXTRA = "pip install 'nnp-toolchain[plot]'"
 
 
@@ -64,7 +66,6 @@ def plot_front(rows: list[dict], path: str, area: dict) -> None:
     try:
         import matplotlib
     except ImportError:
-        from .spec import SweepError
         raise SweepError(f"--plot needs matplotlib: {PLOT_EXTRA}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -15,9 +15,14 @@ import numpy as np
 
 from nnpsim.config import Config, ConfigError
 from nnpsim.errors import SimError
+from nnpsim.simulator import Simulator
 
+from .. import models
+from ..agreement import agreement, onnxruntime_session
 from ..errors import CompileError
-from .cache import CompileCache, arrays_to_npz, npz_to_arrays
+from ..onnx import from_onnx
+from ..runtime import GraphModule
+from .cache import CompileCache, arrays_to_npz, npz_to_arrays, sha256
 from .compile import ON_CHIP, compile_workload, library
 from .layers import layer_inputs, layer_ops, layer_reference
 from .plot import area_of
@@ -105,7 +110,6 @@ def _stats_columns(row: dict, stats) -> None:
 @functools.lru_cache(maxsize=8)
 def _model_bytes(network: str, size: int, classes: int, fmt: str, seed: int) -> bytes:
     """A built-in network as int8 ONNX bytes (built once per process)."""
-    from .. import models
     return models.build(network, fmt, size=size, classes=classes, seed=seed).SerializeToString()
 
 
@@ -115,7 +119,6 @@ def _onnx_bytes(workload: Workload) -> bytes:
         return _model_bytes(p["network"], p["size"], p["classes"], p["format"], p["seed"])
     with open(p["path"], "rb") as fh:
         blob = fh.read()
-    from .cache import sha256
     if sha256(blob) != p["sha256"]:
         raise CompileError(f"{p['path']} changed since the sweep started")
     return blob
@@ -127,15 +130,12 @@ def _source(workload: Workload):
         return layer_ops(workload.params)
     import onnx
 
-    from ..onnx import from_onnx
     return from_onnx(onnx.load_from_string(_onnx_bytes(workload)))
 
 
 # ----------------------------------------------------------------------------- running and checking
 
 def _run_layer(row: dict, workload: Workload, compiled, cfg: Config, data_seed: int):
-    from nnpsim.simulator import Simulator
-
     chain = layer_ops(workload.params)
     inputs = layer_inputs(chain, data_seed)
     sim = Simulator(cfg)
@@ -151,9 +151,6 @@ def _run_layer(row: dict, workload: Workload, compiled, cfg: Config, data_seed: 
 
 
 def _run_network(row: dict, workload: Workload, compiled, cfg: Config, data_seed: int, cache: CompileCache):
-    from ..network_demo import agreement
-    from ..runtime import GraphModule
-
     lib = library(compiled, cfg)
     m = GraphModule(lib)
     shape = tuple(lib.meta["inputs"][0]["shape"])
@@ -169,8 +166,6 @@ def _run_network(row: dict, workload: Workload, compiled, cfg: Config, data_seed
 def _onnxruntime_output(workload: Workload, x: np.ndarray, data_seed: int, cache: CompileCache) -> np.ndarray:
     """onnxruntime's output on x: it does not depend on the machine, so cached per workload and seed."""
     import onnxruntime
-
-    from ..network_demo import onnxruntime_session
 
     key = digest({"workload": workload.key, "data_seed": data_seed, "onnxruntime": onnxruntime.__version__})
     entry = cache.get("reference", key)

@@ -1,14 +1,18 @@
 """The sweep loop: the points not yet done go to the executor; each row is appended as it arrives."""
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 
-from .executors import Pool
-from .points import Point
+from .executors import Pool, open_pool
+from .points import Point, toolchain_version
+from .points import points as make_points
 from .results import Results
-from .run_point import run_point, task
+from .run_point import COLUMNS, run_point, task
+from .spec import load_sweep
 
 WINDOW = 2      # tasks submitted per worker: enough to keep every worker busy, few to lose on a kill
 
@@ -77,8 +81,6 @@ def _row(fut, p: Point) -> dict:
                            "(a script that starts a sweep must do it under `if __name__ == \"__main__\":`: "
                            "each worker process imports it again)") from None
     except Exception as exc:     # noqa: BLE001 - e.g. a Dask worker lost: the point's row says so
-        from .run_point import COLUMNS
-        from .points import toolchain_version
         row = {c: None for c in COLUMNS}
         row.update(point=p.index, hash=p.hash, workload=p.workload.name, kind=p.workload.kind,
                    toolchain=toolchain_version(), error=f"the executor failed: {type(exc).__name__}: {exc}")
@@ -109,8 +111,6 @@ def _bar(total: int, progress: bool):
 
 def default_cache() -> str:
     """$XDG_CACHE_HOME/nnpc/sweep (~/.cache/nnpc/sweep): shared by every sweep of this user."""
-    import os
-    from pathlib import Path
     return str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nnpc" / "sweep")
 
 
@@ -120,11 +120,6 @@ def run_sweep(sweep_file, output, *, workers: int | None = None, dask: str | Non
 
     cache: a directory, "default" (default_cache()) or None for none.
     """
-    from .executors import open_pool
-    from .points import points as make_points
-    from .run_point import COLUMNS
-    from .spec import load_sweep
-
     sweep = load_sweep(sweep_file)
     pts = make_points(sweep)
     results = Results(output, COLUMNS)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nnpsim.config import ConfigError, config_from_dict
 
+from .. import models
 from ..errors import CompileError
 from .layers import layer_ops
 
@@ -314,7 +315,6 @@ def _workloads(sw: dict, model: dict, root: Path, where: _Where) -> list[Workloa
 
 def network_names() -> tuple[str, ...]:
     """The networks of compiler.models a sweep can name (with the tiny test model)."""
-    from .. import models
     return models.names() + ("tiny",)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from compiler import Dim, ops
-from compiler.kernel import assemble
+from compiler.assembler import assemble
 from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator

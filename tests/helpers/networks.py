@@ -6,13 +6,15 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from compiler import kernel, ops, pipelining
-from compiler.graph import Graph, QuantParams, Reshape
+from compiler import interleave, kernel, ops
+from compiler import pipeline as compile_pipeline
+from compiler.graph import Graph, QuantParams
+from compiler.ops import Reshape
 from compiler.lowering import driver, ring
-from compiler.pipeline_schedule import row_by_row
 from compiler.quant import quantize_multipliers
 from compiler.runtime import GraphModule
 from compiler.schedule import Schedule
+from compiler.search import row_by_row
 from nnpsim.config import Config
 
 
@@ -182,8 +184,8 @@ def variant(chain, cfg: Config, lag: int | None):
     s = row_by_row(Schedule(*chain, config=cfg), cfg)
     assert s is not None, "no row-by-row schedule for the chain"
     kir, steps = driver.lower(s, cfg)
-    kir.body = pipelining.body(steps, lag)
-    predicted, usage, report = kernel.schedule(kir, cfg)
+    kir.body = interleave.body(steps, lag)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg)
     return kernel.finish(tuple(chain), kir, cfg, predicted, usage, report), steps
 
 
@@ -194,8 +196,8 @@ def ring_variant(chain, cfg: Config, depth: int, ahead: int):
     assert s is not None, "no row-by-row schedule for the chain"
     rk = ring.lower_ring(s, cfg, depth)
     assert rk is not None, "the chain cannot recompute its halos"
-    rk.kir.body = pipelining.ring_body(rk, ahead)
-    predicted, usage, report = kernel.schedule(rk.kir, cfg)
+    rk.kir.body = interleave.ring_body(rk, ahead)
+    predicted, usage, report = compile_pipeline.schedule(rk.kir, cfg)
     return kernel.finish(tuple(chain), rk.kir, cfg, predicted, usage, report), rk
 
 

@@ -11,6 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from isa_spec.program import Program
+from nnpsim.simulator import Simulator
+
+from .. import ops
+from ..build import build
+from ..dims import Dim, DynamicChain
+
 OUT = Path("out")
 BINARY = "dynamic_cnn.bin"
 RESOLUTIONS = ((16, 16), (40, 24), (64, 64))
@@ -18,8 +25,6 @@ RESOLUTIONS = ((16, 16), (40, 24), (64, 64))
 
 def cnn(seed: int = 0):
     """The three dynamic ops of the demo's CNN."""
-    from compiler import Dim, ops
-
     rng = np.random.default_rng(seed)
     n, h, w = Dim("n", 1, 1), Dim("h", 8, 64), Dim("w", 8, 64)
     conv1 = ops.conv2d((n, 3, h, w), rng.integers(-40, 41, (16, 3, 3, 3)), rng.integers(-800, 800, 16),
@@ -32,13 +37,8 @@ def cnn(seed: int = 0):
 
 def main(argv: list[str] | None = None) -> int:
     """Build the binary once, run it at every resolution; 0 if every result is exact."""
-    import compiler
-    from compiler.dims import DynamicChain
-    from isa_spec.program import Program
-    from nnpsim.simulator import Simulator
-
     ops_ = cnn()
-    kernel = compiler.build(*ops_)
+    kernel = build(*ops_)
     OUT.mkdir(exist_ok=True)
     path = OUT / BINARY
     kernel.save(path)

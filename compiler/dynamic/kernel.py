@@ -5,40 +5,47 @@ DynamicKernel that writes the argument block from its inputs' shapes (docs/compi
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from isa_spec.program import Program
 from nnpsim.config import Config
+from nnpsim.simulator import Simulator
+from nnpsim.stats import Stats
 
-from .dims import DynamicChain, DynamicOp
-from .dynamic.common import one_program
-from .dynamic.conv import prepare as conv_prepare
-from .dynamic.dense import prepare as dense_prepare
-from .dynamic.elementwise import lower_elementwise
-from .dynamic.global_pool import is_global, lower_global_pool
-from .dynamic.pool import lower_pool
-from .errors import CompileError
-from .ops import Conv2d, Dense, Elementwise, Pool2d
+from ..assembler import assemble, save_asm
+from ..dims import DynamicChain, DynamicOp
+from ..errors import CompileError
+from ..ops import Conv2d, Dense, Elementwise, Pool2d
+from .chain import compose
+from .common import one_program
+from .conv import prepare as conv_prepare
+from .dense import prepare as dense_prepare
+from .elementwise import lower_elementwise
+from .fused import fusable
+from .fused import program as fused_program
+from .global_pool import is_global, lower_global_pool
+from .pool import lower_pool
 
 
 @dataclass
 class DynamicKernel:
     """A compiled dynamic kernel: call it with an input of any in-range shape."""
 
-    op: DynamicOp
+    op: DynamicOp | DynamicChain
     asm: str
-    program: object
+    program: Program
     config: Config
     rows_per_tile: dict[int, int] | None   # conv2d: input width -> output rows per tile
     files: dict[str, bytes]
     check_races: bool = False
-    stats: object = None
+    stats: Stats | None = None
 
     def __call__(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
         """Run on the simulator: the argument block is written from the inputs' shapes."""
-        from nnpsim.simulator import Simulator
-
         arrays = [np.asarray(a) for a in inputs]
         self.op.values_of(*(a.shape for a in arrays))      # CompileError naming a dimension out of range
         sim = Simulator(self.config)
@@ -52,25 +59,22 @@ class DynamicKernel:
         self.stats = sim.run(check_races=races)
         return sim.read("y")
 
-    def save_asm(self, path) -> None:
+    def run(self, *inputs: np.ndarray, check_races: bool | None = None) -> np.ndarray:
+        """The same as calling it (compiler.build.Built.run)."""
+        return self(*inputs, check_races=check_races)
+
+    def save_asm(self, path: str | Path) -> None:
         """Write the assembly and, beside it, the constant files it includes with .incbin."""
-        from pathlib import Path
+        save_asm(path, self.asm, self.files)
 
-        path = Path(path)
-        path.write_text(self.asm)
-        for name, blob in self.files.items():
-            path.with_name(name).write_bytes(blob)
-
-    def save(self, path) -> None:
+    def save(self, path: str | Path) -> None:
         """Write the binary that `nnpsim run` accepts (`--input x=x.npy` of any in-range shape)."""
         self.program.save(path)
 
 
-def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
+def build_dynamic(op: DynamicOp, *more_ops: DynamicOp, config: Config, schedule: None = None,
                   rows_per_tile: int | None = None, fuse: bool = True) -> DynamicKernel:
     """Compile a DynamicOp (or a chain of them) into one program for its whole range."""
-    from .kernel import assemble
-
     if schedule is not None:
         raise CompileError("a dynamic op takes no schedule= so far")
     if more_ops:
@@ -82,11 +86,6 @@ def build_dynamic(op: DynamicOp, *more_ops, config: Config, schedule=None,
 def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
     """Compile dynamic ops that keep their Dims (each output feeds the next) into one program: fused on
     chip (intermediates in DM) where every op has a tile body, else op after op through DDR."""
-    from .kernel import assemble
-    from .dynamic_network import folded
-    from .dynamic.chain import compose
-    from .dynamic.fused import fusable, program as fused_program
-
     for k, o in enumerate(ops):
         if not isinstance(o, DynamicOp) or o.names != ("x",):
             raise CompileError(f"a dynamic chain takes one-input dynamic ops (a Dim in each shape); op {k} is "
@@ -149,3 +148,30 @@ def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
     asm, files, part = one_program(config, lowering(op, config, rows_per_tile))
     return asm, files, part.rows
+
+
+def absorb_clip(op, clip):
+    """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
+    clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
+    if not (isinstance(clip, Elementwise) and clip.mode == "clip"):
+        return None
+    if not (isinstance(op, Conv2d) or (isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"))):
+        return None
+    lo, hi = max(op.lo, clip.lo), min(op.hi, clip.hi)
+    return dataclasses.replace(op, lo=lo, hi=hi) if lo <= hi else None
+
+
+def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> DynamicOp | None:
+    """The DynamicOp op with the dynamic clip after it folded in, or None.  Unless the caller knows the
+    clip reads op's output (a graph edge), the clip's shape must be op's input's, Dim for Dim, and its
+    output's at both ends of the range (a chain's op keeps the Dims)."""
+    if absorb_clip(op.largest, clip.largest) is None:
+        return None
+    if not reads_its_output:
+        x, c = op.x_shape, clip.x_shape
+        if (c[0], c[2:]) != (x[0], x[2:]) or any(a.output.shape != b.inputs[0].shape for a, b in
+                                                  ((op.largest, clip.largest), (op.smallest, clip.smallest))):
+            return None
+    make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
+    return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
+                     make(op.smallest.inputs[0].shape), op.names, op.in_shapes)

@@ -11,8 +11,8 @@ reports), and extends it only when the fused kernel is predicted faster.  Inside
 fused kernel the intermediates stay on chip in DM (lowering.driver); a chain whose
 intermediate would not fit half of DM is fused only if it can recompute its halos
 instead (lowering.ring: the intermediate is a ring of row bands, far smaller), and
-its kernel then prefers a ring to a DDR scratch buffer (pipelining.choose).  Every decision is recorded
-with its predicted gain (`nnpc compile --report` prints them).
+its kernel then prefers a ring to a DDR scratch buffer (interleave.choose).  Every decision is recorded
+with its predicted gain (library.Decision; `nnpc compile --report` prints them).
 
 build(graph, fuse=False) skips the pass and the epilogues too: one kernel per node
 (network.per_node).
@@ -20,40 +20,14 @@ build(graph, fuse=False) skips the pass and the epilogues too: one kernel per no
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from .errors import CompileError
-from .ops import Conv2d, Dense, Elementwise, Pool2d
+from ..errors import CompileError
+from ..library import Decision
+from ..ops import Conv2d, Dense, Elementwise, Pool2d
 
 MAX_ANCHORS = 4     # anchors in one fused kernel: a bottleneck or inverted residual has three
 CHAINABLE = (Conv2d, Dense, Elementwise, Pool2d)
-
-
-@dataclass
-class Decision:
-    """One priced merge: the kernel so far and the next one, apart and fused."""
-
-    members: list[str]           # the kernels' names, the proposed fused kernel in order
-    ops: str
-    apart_cycles: int            # predicted: the kernel so far plus the next one, each alone
-    fused_cycles: int | None     # predicted for the fused kernel (None: it cannot be built)
-    fused: bool
-    why: str = ""
-
-    @property
-    def gain(self) -> float:
-        """Predicted fraction of the cycles the merge saves (negative: it would cost)."""
-        if self.fused_cycles is None or not self.apart_cycles:
-            return 0.0
-        return 1.0 - self.fused_cycles / self.apart_cycles
-
-    def line(self) -> str:
-        """One line of the report."""
-        head = f"{'fuse' if self.fused else 'keep apart'}: {' + '.join(self.members)} ({self.ops})"
-        if self.fused_cycles is None:
-            return f"{head}: {self.why}"
-        return (f"{head}: apart {self.apart_cycles:,}, fused {self.fused_cycles:,} predicted cycles, "
-                f"gain {100 * self.gain:+.1f}%" + (f" ({self.why})" if self.why else ""))
 
 
 def links(graph, groups: list) -> dict[int, int]:

@@ -11,9 +11,9 @@ from nnpsim.stats import format_summary
 
 from . import network_demo
 from .cnn_demo import INPUT_SHAPE, format_table, run_network
-from .errors import CompileError
+from ..errors import CompileError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 OUT = ROOT / "out"
 

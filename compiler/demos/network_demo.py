@@ -1,65 +1,27 @@
 """The demo's whole-network part: a small int8 ONNX model compiled into one program and checked against onnxruntime."""
 from __future__ import annotations
 
-import importlib.util
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .. import models
+from ..agreement import agreement, have_onnx, onnxruntime_session
+from ..build import build
+from ..library import Library
+from ..onnx import from_onnx
+from ..runtime import GraphModule
 
 SEED = 2026
 TRACE = "network.trace.json"
 
 
-@dataclass
-class Agreement:
-    """How one dequantised output compares with onnxruntime's."""
-
-    equal: bool     # bit for bit
-    steps: int      # largest difference, in steps of the output's scale
-    top1: bool      # the same arg max in every batch row
-
-
-def agreement(ours: np.ndarray, theirs: np.ndarray, scale) -> Agreement:
-    """Compare our output with onnxruntime's: bit for bit, largest difference in output steps, top-1."""
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    if ours.shape != theirs.shape:
-        raise AssertionError(f"output shapes differ: {ours.shape} against onnxruntime's {theirs.shape}")
-    step = float(np.max(np.asarray(scale, np.float64))) if ours.dtype.kind == "f" else 1.0
-    diff = np.abs(ours.astype(np.float64) - theirs.astype(np.float64))
-    rows = ours.shape[0] if ours.ndim else 1
-    top1 = np.array_equal(ours.reshape(rows, -1).argmax(1), theirs.reshape(rows, -1).argmax(1))
-    # Both sides dequantise as (q - zp) * scale in float32, so equal floats mean equal int8.
-    return Agreement(bool(np.array_equal(ours, theirs)), int(np.rint(diff.max() / step)) if diff.size else 0,
-                     bool(top1))
-
-
-def onnxruntime_session(model, threads: int = 1):
-    """An onnxruntime CPU session; one thread by default (same results, steadier timing on a shared machine)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    raw = model if isinstance(model, (bytes, str)) else model.SerializeToString()
-    return ort.InferenceSession(raw, opts, providers=["CPUExecutionProvider"])
-
-
-def have_onnx() -> bool:
-    """Whether the optional onnx extra (onnx and onnxruntime) is installed."""
-    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
-
-
 def run_network(out: Path, seed: int = SEED) -> dict:
     """Build, import, compile and run the tiny model race-checked with a trace; compare it with onnxruntime."""
-    import compiler
-    from compiler import models
-
     model = models.tiny("qoperator")
-    lib = compiler.build(compiler.from_onnx(model))
-    m = compiler.GraphModule(lib)
+    lib = build(from_onnx(model))
+    m = GraphModule(lib)
     shape = tuple(lib.meta["inputs"][0]["shape"])
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     m.set_input(0, x)
@@ -71,7 +33,7 @@ def run_network(out: Path, seed: int = SEED) -> dict:
     return {"lib": lib, "module": m, "agreement": agree, "trace": trace, "input_shape": shape}
 
 
-def layer_rows(lib, m) -> list[dict]:
+def layer_rows(lib: Library, m: GraphModule) -> list[dict]:
     """One row per layer: what the compiler predicted next to what the run took."""
     predicted = {layer["name"]: layer["predicted_cycles"] for layer in lib.layers}
     return [{"layer": s.name, "ops": s.ops, "cycles": s.cycles, "predicted": predicted[s.name],

@@ -1,4 +1,5 @@
-"""Tile-level pipelining inside a fused kernel: the kernels of a chain interleaved tile by tile.
+"""Tile-level interleaving inside a fused kernel: the kernels of a chain interleaved tile by tile (its notes
+and a network's report call the choice "pipelining").
 
 lowering.driver gives each kernel of a chain (L0, L1 ...) its tiles as Steps, and
 the intermediate between two kernels stays in DM.  One after another, kernel k+1

@@ -1,12 +1,11 @@
 """Whole networks over a range of shapes: a graph with compiler.Dims built into one binary.
 
-A DynamicGraph is a function from dim values to a static compiler.Graph (an
-ONNX model imported with `dims={"height": (32, 512)}` is one) and its Dims.
-Building it:
+A DynamicGraph (compiler.dynamic.graph) is a function from dim values to a static
+compiler.Graph and its Dims.  Building it:
 
   sample     the graph at the low end of every range, at the high end, and with one dim at a time
              high: the same nodes with the same parameters, only the shapes differ
-  shapes     every tensor's axes as a Dim, a size, or a derived Dim: a conv or pool of stride s
+  shapes     every tensor's axes as a Dim, a size, or a derived Dim (compiler.symbolic): a conv or pool of stride s
              makes (h + add) // s + 1 of its input's h, a Dim of its own in the argument block
              (the host writes it; the simulator checks it against its parent before a run)
   fold       a relu / clip into the conv, add or mul before it (its output range) where nothing else
@@ -20,190 +19,39 @@ Building it:
   link       the programs in graph order (no barrier: each ends waiting for its last stores), each
              op written in a scope binding its buffers to the graph's tensors (dynamic/chain.link);
              intermediates through DDR, each sized for the largest shape
-  describe   the graph description (compiler.network's nnp_graph JSON) with the Dims, so that
+  describe   the graph description (compiler.library's nnp_graph JSON) with the Dims, so that
              GraphModule.set_input and `nnpsim run --input` take any in-range shape
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from nnpsim.config import Config
 
-from .dims import Dim, DynamicOp, at, axis_rule, check_divisor, infer_values, window_out
-from .errors import CompileError
-from .graph import Concat, Reshape
-from .ops import Conv2d, Dense, Elementwise, Pool2d
+from ..assembler import assemble
+from ..dims import Dim, DynamicOp, at, axis_rule
+from ..errors import CompileError
+from ..library import GRAPH_FORMAT, Library, buffer_name, graph_buffer, tensor_meta
+from ..ops import Concat, Conv2d, Elementwise, Reshape
+from ..roofline import bound_cycles
+from ..symbolic import Shapes, global_pool, layout_shape, output_shape, show_axes
+from .chain import link
+from .common import checked
+from .concat import lower_concat
+from .fused import fusable, keeps_dims
+from .fused import prepare as fused_prepare
+from .graph import DynamicGraph, input_shapes
+from .kernel import folded, lowering
 
 _RESERVED = ({"args", "main", "dm", "Q_ALL"} | {f"r{k}" for k in range(32)}
              | {f"s{k}" for k in range(32)} | {f"ch{k}" for k in range(8)} | {f"vu{k}" for k in range(8)}
              | {f"nu{k}" for k in range(8)} | {f"{m}{k}" for m in ("ibuf", "wbuf", "abuf", "vbuf") for k in range(8)})
 
 
-@dataclass(eq=False)
-class DynamicGraph:
-    """A network over a range of shapes: `make(values)` is the static Graph for dim values."""
-
-    make: Callable[[dict[str, int]], object]
-    dims: tuple[Dim, ...]
-    _cache: dict = field(default_factory=dict, repr=False)
-
-    def at(self, values: dict[str, int]):
-        """The static Graph for these dim values (CompileError naming a dim out of its range)."""
-        for d in self.dims:
-            v = values.get(d.name)
-            if v is None or not d.lo <= v <= d.hi:
-                raise CompileError(f"dimension {d.name} = {v} is outside its range [{d.lo}, {d.hi}]")
-        key = tuple(values[d.name] for d in self.dims)
-        if key not in self._cache:
-            self._cache[key] = self.make({d.name: values[d.name] for d in self.dims})
-        return self._cache[key]
-
-    @property
-    def inputs(self) -> list[str]:
-        return self.at(self.low).inputs
-
-    @property
-    def low(self) -> dict[str, int]:
-        return {d.name: d.lo for d in self.dims}
-
-    @property
-    def high(self) -> dict[str, int]:
-        return {d.name: d.hi for d in self.dims}
-
-    def reference(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The numpy outputs of the graph at the inputs' shapes."""
-        shapes = input_shapes(self)
-        values = infer_values(self.dims, shapes, {k: np.shape(inputs[k]) for k in shapes})
-        return self.at(values).reference(inputs)
-
-    def __repr__(self) -> str:
-        return f"DynamicGraph({', '.join(map(str, self.dims))})"
-
-
 # ----------------------------------------------------------------------------- shapes
-
-def input_shapes(dg: DynamicGraph) -> dict[str, tuple]:
-    """Each graph input's shape, a Dim on every axis that follows one (found by moving one dim at a time)."""
-    low, high = dg.at(dg.low), dg.at(dg.high)
-    out = {}
-    for name in low.inputs:
-        lo_shape, hi_shape = low.values[name].shape, high.values[name].shape
-        axes = list(lo_shape)
-        for k, (a, b) in enumerate(zip(lo_shape, hi_shape)):
-            if a == b:
-                continue
-            movers = [d for d in dg.dims if dg.at({**dg.low, d.name: d.hi}).values[name].shape[k] != a]
-            if len(movers) != 1 or (a, b) != (movers[0].lo, movers[0].hi):
-                raise CompileError(f"input {name} axis {k} is {a} at the smallest shape and {b} at the largest: "
-                                   f"it must be one dimension itself ({', '.join(map(str, dg.dims))})")
-            axes[k] = movers[0]
-        out[name] = tuple(axes)
-    return out
-
-
-class _Shapes:
-    """Symbolic shapes of a graph's tensors, and the derived dims they need."""
-
-    def __init__(self, dims: tuple[Dim, ...]):
-        self.dims = list(dims)
-        self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, stride)
-        self._by_rule: dict[tuple[str, int, int], Dim] = {}
-
-    def window(self, d, add: int, stride: int, where: str):
-        """The axis (d + add) // stride + 1 of a window op: a size, d itself, or a derived Dim."""
-        if not isinstance(d, Dim):
-            return window_out(d, add, stride)
-        if (add, stride) == (-1, 1):
-            return d
-        key = (d.name, add, stride)
-        if key not in self._by_rule:
-            lo, hi = window_out(d.lo, add, stride), window_out(d.hi, add, stride)
-            if d.lo + add < 0:
-                raise CompileError(f"{where}: its output is empty at {d.name} = {d.lo}; raise the range's low end")
-            name = f"{d.name}_{sum(k[0] == d.name for k in self._by_rule) + 1}"
-            new = Dim(name, lo, hi)
-            self._by_rule[key] = new
-            self.derived[name] = key
-            self.dims.append(new)
-        return self._by_rule[key]
-
-    def values(self, base: dict[str, int]) -> dict[str, int]:
-        """base values with every derived dim's value added."""
-        out = dict(base)
-        for name, (parent, add, stride) in self.derived.items():
-            out[name] = window_out(out[parent], add, stride)
-        return out
-
-
-
-
-def output_shape(node, x, shapes: _Shapes) -> tuple:
-    """The symbolic shape of a node's output from its first input's; CompileError for an op not lowered."""
-    op, where = node.op, f"node {node.name} ({node.op.kind})"
-    if isinstance(op, Conv2d):
-        (kh, kw), (dh, dw), (t, l, b, r) = op.kernel, op.dilation, op.padding
-        ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-        sh, sw = (check_divisor(where, "stride", s) for s in op.stride)
-        return (x[0], op.out_channels, shapes.window(x[2], t + b - ekh, sh, where),
-                shapes.window(x[3], l + r - ekw, sw, where))
-    if isinstance(op, Pool2d):
-        if _global(op):                     # its window is the plane, whatever the plane's size
-            return (x[0], x[1], 1, 1)
-        (kh, kw), (t, l, b, r) = op.kernel, op.padding
-        return (x[0], x[1], shapes.window(x[2], t + b - kh, check_divisor(where, "stride", op.stride[0]), where),
-                shapes.window(x[3], l + r - kw, check_divisor(where, "stride", op.stride[1]), where))
-    if isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip", "requantize"):
-        return x
-    if isinstance(op, Dense):
-        if any(isinstance(d, Dim) for d in x[1:]):
-            raise CompileError(f"{where}: its input {_show(x)} has a dynamic feature axis; only the batch of a "
-                               f"dense layer's input may vary")
-        return (x[0], op.weight.shape[1])
-    raise CompileError(f"{where} has no dynamic lowering yet: a dynamic network takes conv2d (grouped and "
-                       f"depthwise too), dense, max, sum and average pooling, add, mul, relu, clip, "
-                       f"requantize, reshape and concat")
-
-
-def layout_shape(node, ins: list[tuple], dg: DynamicGraph, shapes: _Shapes) -> tuple:
-    """The symbolic shape of a Reshape's or Concat's output (compiler/graph.py)."""
-    op, where = node.op, f"node {node.name} ({node.op.kind})"
-    if isinstance(op, Concat):
-        a = op.axis
-        rest = {s[:a] + s[a + 1:] for s in ins}
-        if len(rest) != 1:
-            raise CompileError(f"{where}: its inputs {', '.join(map(_show, ins))} differ off the axis {a}")
-        moving = [k for k, s in enumerate(ins) if isinstance(s[a], Dim)]
-        if not moving:
-            return ins[0][:a] + (sum(s[a] for s in ins),) + ins[0][a + 1:]
-        if moving != [0]:
-            raise CompileError(f"{where}: its axis {a} is dynamic in input(s) {moving} "
-                               f"({', '.join(map(_show, ins))}); a dynamic concat joins along a fixed axis, or "
-                               f"along one that is dynamic in its first input only (the output's size is then "
-                               f"that dim plus the others' sizes; a sum of two dims cannot be described yet)")
-        fixed = sum(s[a] for s in ins[1:])          # the output's axis: d + fixed, a derived dim of d
-        return ins[0][:a] + (shapes.window(ins[0][a], fixed - 1, 1, where),) + ins[0][a + 1:]
-    # a reshape: each output axis is fixed or follows exactly one dim of the graph or derived
-    samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
-    outs = [(shapes.values(b), dg.at(b).values[node.output].shape) for b in samples]
-    axes = []
-    for k, size in enumerate(outs[1][1]):
-        if all(o[k] == size for _, o in outs):
-            axes.append(size)
-            continue
-        match = [d for d in shapes.dims if all(v[d.name] == o[k] for v, o in outs)]
-        if not match:
-            raise CompileError(f"{where}: output axis {k} is {[o[k] for _, o in outs]} at the sampled shapes, "
-                               f"no one dimension ({', '.join(d.name for d in shapes.dims)}), reshaping "
-                               f"{_show(ins[0])}: a dynamic reshape may only move whole dimensions (flatten what is "
-                               f"fixed; merging a dynamic axis with another needs a product of dims, which the "
-                               f"argument block cannot describe yet)")
-        axes.append(match[0])
-    return tuple(axes)
-
 
 def _broadcast_b(op) -> bool:
     """Is op an add / mul whose b broadcasts (compiler.ops: b_shape)?"""
@@ -225,16 +73,11 @@ def _concat_maker(op: Concat, x: tuple, ins: list[tuple]):
     return make
 
 
-def _global(op) -> bool:
-    """Is op a global average pool (its window, and so its stride, the plane: they follow the shape)?"""
-    return isinstance(op, Pool2d) and op.mode == "avg" and op.is_global
-
-
 def _retarget(op, shape):
     """op over another input shape (every other parameter kept; a global pool's window is the new plane)."""
     if isinstance(op, Elementwise):
         return dataclasses.replace(op, shape=shape)
-    if _global(op):
+    if global_pool(op):
         return dataclasses.replace(op, x_shape=shape, kernel=tuple(shape[2:]), stride=tuple(shape[2:]))
     return dataclasses.replace(op, x_shape=shape)
 
@@ -247,7 +90,7 @@ def _same_parameters(a, b) -> bool:
     if type(a) is not type(b):
         return False
     for f in dataclasses.fields(a):
-        if f.name in _SHAPE_FIELDS or (f.name in ("kernel", "stride") and _global(a) and _global(b)):
+        if f.name in _SHAPE_FIELDS or (f.name in ("kernel", "stride") and global_pool(a) and global_pool(b)):
             continue
         u, v = getattr(a, f.name), getattr(b, f.name)
         if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
@@ -275,7 +118,7 @@ class Plan:
 def plan(dg: DynamicGraph) -> Plan:
     """Symbolic shapes and dynamic ops of every node, checked against the graph at every sample."""
     high = dg.at(dg.high)
-    shapes = _Shapes(dg.dims)
+    shapes = Shapes(dg.dims)
     sym = dict(input_shapes(dg))
     for node in high.nodes:
         ins = [sym[v] for v in node.inputs]
@@ -283,8 +126,8 @@ def plan(dg: DynamicGraph) -> Plan:
             sym[node.output] = layout_shape(node, ins, dg, shapes)
             continue
         if len(ins) == 2 and ins[0] != ins[1] and not _broadcasts(node.op, ins):
-            raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({_show(ins[0])} and "
-                               f"{_show(ins[1])}); a dynamic network broadcasts only a fixed per-channel or scalar b")
+            raise CompileError(f"node {node.name} ({node.op.kind}): its inputs' shapes differ ({show_axes(ins[0])} and "
+                               f"{show_axes(ins[1])}); a dynamic network broadcasts only a fixed per-channel or scalar b")
         sym[node.output] = output_shape(node, ins[0], shapes)
     samples = [dg.low, dg.high] + [{**dg.low, d.name: d.hi} for d in dg.dims]
     for base in samples:
@@ -299,7 +142,7 @@ def plan(dg: DynamicGraph) -> Plan:
         for v, axes in sym.items():
             if tuple(g.values[v].shape) != at(axes, values):
                 raise CompileError(f"tensor {v} is {tuple(g.values[v].shape)} at {base}; its shape "
-                                   f"{_show(axes)} says {at(axes, values)}")
+                                   f"{show_axes(axes)} says {at(axes, values)}")
     dims = tuple(shapes.dims)
     low, hi = shapes.values(dg.low), shapes.values(dg.high)
     ops = []
@@ -319,33 +162,6 @@ def plan(dg: DynamicGraph) -> Plan:
         ops.append((node, DynamicOp(node.op.kind, x, dims, make, make(at(x, hi)), make(at(x, low)), names,
                                     None if b is None else (x, b))))
     return Plan(high, sym, dims, shapes.derived, _fold_clips(high, ops))
-
-
-def absorb_clip(op, clip):
-    """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
-    clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
-    if not (isinstance(clip, Elementwise) and clip.mode == "clip"):
-        return None
-    if not (isinstance(op, Conv2d) or (isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"))):
-        return None
-    lo, hi = max(op.lo, clip.lo), min(op.hi, clip.hi)
-    return dataclasses.replace(op, lo=lo, hi=hi) if lo <= hi else None
-
-
-def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> DynamicOp | None:
-    """The DynamicOp op with the dynamic clip after it folded in, or None.  Unless the caller knows the
-    clip reads op's output (a graph edge), the clip's shape must be op's input's, Dim for Dim, and its
-    output's at both ends of the range (a chain's op keeps the Dims)."""
-    if absorb_clip(op.largest, clip.largest) is None:
-        return None
-    if not reads_its_output:
-        x, c = op.x_shape, clip.x_shape
-        if (c[0], c[2:]) != (x[0], x[2:]) or any(a.output.shape != b.inputs[0].shape for a, b in
-                                                  ((op.largest, clip.largest), (op.smallest, clip.smallest))):
-            return None
-    make = lambda s: absorb_clip(op.make(s), clip.largest)      # noqa: E731  (only lo, hi are read)
-    return DynamicOp(op.kind, op.x_shape, op.dims, make, make(op.largest.inputs[0].shape),
-                     make(op.smallest.inputs[0].shape), op.names, op.in_shapes)
 
 
 def _fold_clips(graph, ops: list) -> list:
@@ -372,23 +188,10 @@ def _fold_clips(graph, ops: list) -> list:
     return out
 
 
-def _show(axes) -> str:
-    return "(" + ", ".join(d.name if isinstance(d, Dim) else str(d) for d in axes) + ")"
-
-
 # ----------------------------------------------------------------------------- build
 
-def build_dynamic_network(dg: DynamicGraph, cfg: Config):
-    """Compile a DynamicGraph into one program (a compiler.network.Library) for its whole range."""
-    from .dynamic_kernel import lowering
-    from .kernel import assemble
-    from .dynamic.chain import link
-    from .dynamic.common import checked
-    from .dynamic.concat import lower_concat
-    from .dynamic.fused import prepare as fused_prepare
-    from .network import GRAPH_FORMAT, Library, _graph_buffer, _tensor_meta, buffer_name
-    from .roofline import bound_cycles
-
+def build_dynamic_network(dg: DynamicGraph, cfg: Config) -> Library:
+    """Compile a DynamicGraph into one program (a compiler.library.Library) for its whole range."""
     p = plan(dg)
     g = p.graph
     need = sum(int(np.prod(g.values[v].shape)) for v in {*g.inputs, *(out for _, _, out, _ in p.ops)})
@@ -444,7 +247,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     inner = sum(int(np.prod(g.values[out].shape)) for _, _, out, _ in p.ops if out not in g.outputs)
 
     def io(v):
-        t = _tensor_meta(g.values[v], buffers[v])
+        t = tensor_meta(g.values[v], buffers[v])
         t["shape"] = [d.name if isinstance(d, Dim) else d for d in p.shapes[v]]
         return t
 
@@ -456,7 +259,7 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config):
     notes = {buffers[v]: " ".join(d.name if isinstance(d, Dim) else str(d) for d in p.shapes[v])
              for v in list(g.inputs) + list(g.outputs)}
     derived = " ".join(f"{k}={axis_rule(a, b, c)}" for k, (a, b, c) in p.derived.items())
-    blob = _graph_buffer(meta)
+    blob = graph_buffer(meta)
     asm, files = link(cfg, programs, notes, derived, blob.data)
     return Library(assemble(asm, files, "dynamic_network.s"), meta, cfg, asm, files, 0)
 
@@ -466,7 +269,7 @@ def _copy(node, p: Plan) -> tuple:
     one-input concat along axis 1), the bytes unchanged."""
     x = p.shapes[node.inputs[0]]
     if len(x) < 2 or isinstance(x[1], Dim):
-        raise CompileError(f"node {node.name} (reshape): a graph output reshaped from {_show(x)} needs a copy, "
+        raise CompileError(f"node {node.name} (reshape): a graph output reshaped from {show_axes(x)} needs a copy, "
                            f"which needs a fixed axis 1")
     op = Concat((at(x, {d.name: d.hi for d in p.dims}),), 1, node.op.dtype)
     return (node, DynamicOp("reshape", x, p.dims, None, op, op, ("x0",)), node.output, "reshape")
@@ -485,7 +288,6 @@ def _joined(run: list) -> tuple[list, tuple | None]:
 def _joins(p: Plan, run: list, entry, readers: dict[str, int]) -> bool:
     """Can the add or mul `entry` end the run (its input from the run's last op, a conv, the other from DDR:
     a residual's join) as the fused chain's epilogue?"""
-    from .dynamic.fused import keeps_dims
     node, op = entry[0], entry[1]
     last = run[-1]
     if op.names != ("a", "b") or _joined(run)[1] is not None or not isinstance(last[1].largest, Conv2d):
@@ -505,8 +307,6 @@ def fused_runs(p: Plan, cfg: Config) -> list[list]:
     (dynamic/fused.fusable) and the run fits on chip; a run whose last op is a conv may end in
     an add or mul that reads it and a tensor in DDR (a residual's join: the add runs on the conv's rows
     on chip); every other op is a run of its own."""
-    from .dynamic.fused import fusable, prepare as fused_prepare
-
     readers: dict[str, int] = {}
     for node in p.graph.nodes:
         for v in node.inputs:
@@ -536,13 +336,3 @@ def fused_runs(p: Plan, cfg: Config) -> list[list]:
         else:
             runs.append([entry])
     return runs
-
-
-def check_input(meta: dict, name: str, shape: tuple, given: dict[str, tuple]) -> None:
-    """CompileError naming the dimension and its range unless input `name` of a dynamic network may have
-    `shape` (in range, and agreeing with the inputs `given` so far)."""
-    dims = {n: Dim(n, lo, hi) for n, lo, hi in meta["dims"]}
-    declared = {t["name"]: tuple(dims[a] if isinstance(a, str) else a for a in t["shape"])
-                for t in meta["inputs"]}
-    shapes = {**given, name: tuple(shape)}
-    infer_values(tuple(dims.values()), {k: declared[k] for k in shapes}, shapes)

@@ -10,10 +10,11 @@ import numpy as np
 
 from nnpsim import Simulator
 
-from . import ops
-from .kernel import Kernel, build
-from .quant import quantize_multiplier, quantize_multipliers
-from .roofline import bound_cycles
+from .. import ops
+from ..build import build
+from ..kernel import Kernel
+from ..quant import quantize_multiplier, quantize_multipliers
+from ..roofline import bound_cycles
 
 SEED = 2026
 INPUT_SHAPE = (1, 3, 96, 96)

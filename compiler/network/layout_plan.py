@@ -30,9 +30,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .errors import CompileError
-from .lowering.layout import LAYOUTS, canonical, layout_block, layouts_for, same_bytes
-from .ops import Conv2d, Dense, Elementwise, Op, Pool2d, clip
+from ..errors import CompileError
+from ..graph import Node, Value
+from ..lowering.layout import LAYOUTS, canonical, layout_block, layouts_for, same_bytes
+from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d, clip
+from .partition import Group
 
 MAX_ROUNDS = 8          # coordinate-descent sweeps; each strictly lowers the total, so this only bounds time
 PLANNABLE = (Conv2d, Dense, Elementwise, Pool2d)
@@ -289,9 +291,6 @@ def _moved_name(graph, v: str, layout: str) -> str:
 
 
 def _transform_group(name: str, v: str, out: str, graph, src: str, dst: str):
-    from .graph import Node
-    from .network import Group
-
     op = transform_op(graph.values[v].shape, src, dst)
     return Group(name, [Node(name, op, (v,), out)], (op,), [v], out)
 
@@ -302,8 +301,6 @@ def apply(graph, groups: list, plan: LayoutPlan) -> tuple[object, list]:
 
     The graph itself is not changed: a shallow copy gains the new values.
     """
-    from .graph import Value
-
     g2 = copy.copy(graph)
     g2.values = dict(graph.values)
     out = [replace(g, ops=with_layout(g.ops, plan.kernels[g.name])) for g in groups]

@@ -1,0 +1,65 @@
+"""build(): the one front door of the compiler, and Built, what every kind of build returns.
+
+    build(op, *more)        an op, or a chain (each output feeds the next op's first input): a Kernel
+    build(dynamic_op, ...)  an op with a compiler.Dim in its shape: one program for its whole range
+                            (a DynamicKernel)
+    build(graph)            a compiler.Graph: the whole network in one program (a Library); with Dims in
+                            its inputs, or a DynamicGraph, one program for their whole range
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from nnpsim.config import Config
+from nnpsim.stats import Stats
+
+from .dims import DynamicOp
+from .dynamic.graph import DynamicGraph
+from .dynamic.kernel import build_dynamic
+from .dynamic.network import build_dynamic_network
+from .errors import CompileError
+from .graph import Graph
+from .kernel import compile_kernel
+from .network.build import build_network
+from .ops import Op
+from .schedule import Schedule
+
+
+@runtime_checkable
+class Built(Protocol):
+    """What build() returns (a compiler.kernel.Kernel, a compiler.dynamic.kernel.DynamicKernel or a
+    compiler.library.Library): run it on the simulator, save its binary, read its assembly and the
+    statistics of its last run."""
+
+    asm: str
+    stats: Stats | None
+
+    def run(self, *inputs: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        """Run on the simulator; the output (a list of them if several)."""
+
+    def save(self, path: str | Path) -> None:
+        """Write the binary that `nnpsim run` accepts."""
+
+
+def build(op: Op | DynamicOp | Graph | DynamicGraph, *more_ops: Op | DynamicOp, config: Config | None = None,
+          schedule: Schedule | None = None, fuse: bool = True) -> Built:
+    """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
+
+    With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
+    instead of searching.  Given an op with a compiler.Dim in its shape, one program for its whole range
+    (compiler.dynamic.kernel.DynamicKernel).  Given a compiler.Graph instead, compile the whole network into
+    one program (a compiler.library.Library); fuse=False keeps one kernel per graph node.
+    """
+    cfg = (config or Config()).validate()
+    if isinstance(op, (Graph, DynamicGraph)) and (more_ops or schedule is not None):
+        raise CompileError("build(graph) takes the graph alone")
+    if isinstance(op, DynamicGraph):
+        return build_dynamic_network(op, cfg)
+    if isinstance(op, Graph):
+        return build_dynamic_network(op.dynamic(), cfg) if op.dims else build_network(op, cfg, fuse=fuse)
+    if isinstance(op, DynamicOp):
+        return build_dynamic(op, *more_ops, config=cfg, schedule=schedule, fuse=fuse)
+    return compile_kernel((op,) + more_ops, cfg, schedule)

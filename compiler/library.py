@@ -1,0 +1,182 @@
+"""What a network binary describes about itself: the graph description it carries, the Library, load().
+
+The binary carries what a runtime needs in its DDR buffer `nnp_graph` (UTF-8
+JSON, GRAPH_FORMAT): the inputs and outputs (buffer, shape, dtype,
+quantisation), the layer table, the DDR arena, and the fusion and layout
+decisions.  compiler.network and compiler.dynamic.network write it;
+compiler.runtime.GraphModule and `nnpsim run` read it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from isa_spec.program import BinaryError, Program
+from nnpsim.config import Config
+from nnpsim.stats import Stats
+
+from .errors import CompileError
+from .interleave import prices_text
+from .ir import Buffer
+from .runtime import GraphModule
+
+GRAPH_BUFFER = "nnp_graph"
+GRAPH_FORMAT = "nnp-graph/1"
+ARENA = "arena"
+
+
+@dataclass
+class Decision:
+    """One priced merge: the kernel so far and the next one, apart and fused."""
+
+    members: list[str]           # the kernels' names, the proposed fused kernel in order
+    ops: str
+    apart_cycles: int            # predicted: the kernel so far plus the next one, each alone
+    fused_cycles: int | None     # predicted for the fused kernel (None: it cannot be built)
+    fused: bool
+    why: str = ""
+
+    @property
+    def gain(self) -> float:
+        """Predicted fraction of the cycles the merge saves (negative: it would cost)."""
+        if self.fused_cycles is None or not self.apart_cycles:
+            return 0.0
+        return 1.0 - self.fused_cycles / self.apart_cycles
+
+    def line(self) -> str:
+        """One line of the report."""
+        head = f"{'fuse' if self.fused else 'keep apart'}: {' + '.join(self.members)} ({self.ops})"
+        if self.fused_cycles is None:
+            return f"{head}: {self.why}"
+        return (f"{head}: apart {self.apart_cycles:,}, fused {self.fused_cycles:,} predicted cycles, "
+                f"gain {100 * self.gain:+.1f}%" + (f" ({self.why})" if self.why else ""))
+
+
+def buffer_name(value_name: str, used: set[str]) -> str:
+    """An assembler-safe, unique DDR buffer name for a graph input or output."""
+    base = re.sub(r"\W", "_", value_name).strip("_") or "t"
+    base = base if base[0].isalpha() else f"t_{base}"
+    name, k = base, 1
+    while name in used or name in (ARENA, GRAPH_BUFFER):
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name
+
+
+def tensor_meta(value, buffer: str) -> dict:
+    """A graph input's or output's entry in the graph description: buffer, shape, dtype, quantisation."""
+    q = getattr(value, "quant", None)
+    out = {"name": value.name, "buffer": buffer, "shape": list(value.shape), "dtype": value.dtype}
+    if q is not None:
+        out["scale"] = np.asarray(q.scale, np.float32).ravel().tolist()
+        out["zero_point"] = np.asarray(q.zero_point).astype(int).ravel().tolist()
+        out["axis"] = q.axis
+    return out
+
+
+def graph_buffer(meta: dict) -> Buffer:
+    """The DDR buffer GRAPH_BUFFER that carries the graph description, as UTF-8 JSON."""
+    blob = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8).view(np.int8)
+    return Buffer(GRAPH_BUFFER, "ddr", blob.size, dtype="int8", shape=(blob.size,), data=blob)
+
+
+@dataclass
+class Library:
+    """A compiled network: one program, its graph description and layer table."""
+
+    program: Program
+    meta: dict
+    config: Config
+    asm: str = ""
+    files: dict[str, bytes] = field(default_factory=dict)
+    predicted_cycles: int = 0
+    stats: Stats | None = None          # of the last run()
+
+    @property
+    def layers(self) -> list[dict]:
+        return self.meta["layers"]
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.meta["arena"]["bytes"]
+
+    def save(self, path: str | Path) -> None:
+        """Write the binary; compiler.load(path) and `nnpsim run` read it."""
+        self.program.save(path)
+
+    def run(self, *inputs: np.ndarray, check_races: bool = False) -> np.ndarray | list[np.ndarray]:
+        """Run on the simulator (compiler.runtime.GraphModule): the inputs in the order of the graph's (float:
+        quantised as the model says; int8: as it is); the output (a list of them if several), dequantised
+        like the model's."""
+        m = GraphModule(self)
+        for k, a in enumerate(inputs):
+            m.set_input(k, a)
+        self.stats = m.run(check_races=check_races)
+        outs = [m.get_output(k) for k in range(m.num_outputs)]
+        return outs[0] if len(outs) == 1 else outs
+
+    def layer_table(self) -> str:
+        """One line per layer: ops, shapes, predicted cycles and roofline bound."""
+        rows = [f"{'layer':<28} {'ops':<34} {'output':<18} {'predicted':>11} {'bound':>10}"]
+        for layer in self.layers:
+            rows.append(f"{layer['name'][:28]:<28} {layer['ops'][:34]:<34} {str(layer['out_shape']):<18} "
+                        f"{layer['predicted_cycles']:>11,} {layer['bound_cycles']:>10,}")
+        a = self.meta["arena"]
+        rows.append(f"arena {a['bytes']:,} bytes (one buffer per tensor: {a['naive_bytes']:,})")
+        return "\n".join(rows)
+
+    def fusion_report(self) -> str:
+        """Every fusion decision with its predicted gain, then the on-chip high-water marks."""
+        if not self.meta.get("fused", True):
+            rows = ["fusion: off (one kernel per node)"]
+        else:
+            made = [Decision(**d) for d in self.meta.get("fusion", [])]
+            rows = [f"fusion: {sum(d.fused for d in made)} of {len(made)} merges priced faster fused"]
+            rows += [f"  {d.line()}" for d in made]
+            rows += pipelining_lines(self.meta.get("layers", []))
+        plan = self.meta.get("layout")
+        rows += plan["lines"] if plan else ["layouts: not planned (every activation NCHW in DDR)"]
+        peak = self.meta.get("onchip_peak", {})
+        rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
+        return "\n".join(rows)
+
+
+def pipelining_lines(layers: list[dict]) -> list[str]:
+    """The report's lines on each fused kernel's pipelining: the variant chosen and every variant's price."""
+    rows = []
+    for layer in layers:
+        p = layer.get("pipelining")
+        if p:
+            rows.append(f"  {layer['name']} ({layer['ops']}): {p['chosen']} "
+                        f"(predicted cycles: {prices_text(p['priced'])}){p.get('why', '')}")
+    return ([f"pipelining: {len(rows)} fused kernels"] + rows) if rows else []
+
+
+def read_meta(program) -> dict:
+    """The graph description a network binary carries (CompileError if it carries none)."""
+    buf = program.buffers.get(GRAPH_BUFFER)
+    if buf is None:
+        raise CompileError(f"the binary has no {GRAPH_BUFFER} buffer: it was not built from a graph")
+    start = buf.addr - program.data_base
+    raw = bytes(program.data[start:start + int(np.prod(buf.shape))])
+    try:
+        meta = json.loads(raw.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != GRAPH_FORMAT:
+        raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not a {GRAPH_FORMAT} description")
+    return meta
+
+
+def load(path: str | Path, config: Config | None = None) -> Library:
+    """Read a network binary written by Library.save."""
+    try:
+        program = Program.load(path)
+    except (OSError, BinaryError) as exc:
+        raise CompileError(f"cannot load {path}: {exc}") from None
+    return Library(program, read_meta(program), (config or Config()).validate())

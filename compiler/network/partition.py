@@ -1,0 +1,118 @@
+"""A graph's nodes grouped into kernels: each conv2d / dense takes the relu / clip after it and one
+residual add (then relu / clip), as build() fuses a chain; or one kernel per node (fuse=False)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..errors import CompileError
+from ..ops import Conv2d, Dense, Elementwise, Op, clip
+
+LAYOUT_KINDS = ("reshape", "concat")
+
+
+@dataclass
+class Group:
+    """One kernel of the network: graph nodes fused into a chain of ops."""
+
+    name: str
+    nodes: list
+    ops: tuple[Op, ...]
+    inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
+    output: str                # the graph value the kernel writes
+    parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
+
+
+def consumers(graph) -> dict[str, list]:
+    """The nodes reading each value of the graph."""
+    out: dict[str, list] = {name: [] for name in graph.values}
+    for node in graph.nodes:
+        for v in node.inputs:
+            out[v].append(node)
+    return out
+
+
+def _is_clip(op) -> bool:
+    return isinstance(op, Elementwise) and op.mode == "clip"
+
+
+def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
+    """The add with its operands swapped when the chain value is its second input (None: cannot be).
+
+    The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
+    operands stay where they are (the add then runs as a kernel of its own, as a broadcasting one does).
+    """
+    if add.b_shape is not None:          # a broadcast b is no residual: the add runs as a kernel of its own
+        return None
+    if position == 0:
+        return add
+    if add.is_float:
+        return None
+    return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
+
+
+def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
+    """Fuse the graph's nodes into kernels, in an order where every kernel's inputs already exist.
+
+    `copies` names reshapes that must move their data (alias() says which): each is a kernel
+    of its own, an int8 copy through the VU.
+    """
+    users_of = consumers(graph)
+    outputs = set(graph.outputs)
+    order = {id(n): k for k, n in enumerate(graph.nodes)}
+    taken: set[int] = set()
+    groups: list[Group] = []
+    for node in graph.nodes:
+        if id(node) in taken:
+            continue
+        if node.name in copies:
+            groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+            continue
+        if node.op.kind in LAYOUT_KINDS:
+            continue
+        members, ops, inputs = [node], [node.op], list(node.inputs)
+        if isinstance(node.op, (Conv2d, Dense, Elementwise)):
+            added = isinstance(node.op, Elementwise) and node.op.mode != "clip"
+            head_nu = isinstance(node.op, (Conv2d, Dense))
+            while True:
+                cur = members[-1].output
+                users = users_of[cur]
+                if cur in outputs or len(users) != 1 or id(users[0]) in taken:
+                    break
+                nxt = users[0]
+                if _is_clip(nxt.op):
+                    members.append(nxt)
+                    ops.append(nxt.op)
+                elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
+                      and nxt.inputs[0] != nxt.inputs[1]
+                      and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
+                    pos = nxt.inputs.index(cur)
+                    members.append(nxt)
+                    ops.append(_as_first_input(nxt.op, pos))
+                    inputs.append(nxt.inputs[1 - pos])
+                    added = True
+                else:
+                    break
+        taken.update(id(m) for m in members)
+        groups.append(Group(members[0].name, members, tuple(ops), inputs, members[-1].output))
+    groups.sort(key=lambda g: order[id(g.nodes[-1])])
+    return groups
+
+
+def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
+    """One kernel per node, in graph order (layout-only nodes move no data; copies are kernels of their own)."""
+    out = []
+    for node in graph.nodes:
+        if node.name in copies:
+            out.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+        elif node.op.kind not in LAYOUT_KINDS:
+            out.append(Group(node.name, [node], (node.op,), list(node.inputs), node.output))
+    return out
+
+
+
+def _copy_op(graph, node) -> Op:
+    """An int8 copy of a reshape's input to its output (a clip that clips nothing)."""
+    if graph.values[node.output].dtype != "int8":
+        raise CompileError(f"{node.name}: a reshape between two graph inputs/outputs of "
+                           f"{graph.values[node.output].dtype} needs a copy, which only int8 has")
+    return clip(graph.values[node.output].shape, -128, 127)

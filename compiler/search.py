@@ -1,0 +1,529 @@
+"""The schedule search: the candidates of a chain, ranked by quick estimates and their floors, the
+finalists lowered and priced by the compile pipeline, the best kept.
+
+  all_candidates  every schedule considered: for one conv2d / dense kernel one per tiling (and split
+                  over NUs); for a chain one with each block's best tiling, one without im2col, and
+                  one with its convs row by row for interleaving (row_by_row)
+  ranked          the best by the per-tile quick estimate (driver.estimate), pruned by estimate_floor
+  search          the FINALISTS best lowered, scheduled and priced (compiler.pipeline); the cheapest,
+                  the shortest program among those within NEAR of it
+  row_by_row      a chain's schedule made for tile-level interleaving (compiler.interleave): every conv
+                  block of the chain a tiling that walks rows outermost (weights resident, or every
+                  output block in one tile) in an equal share of each local memory, the best such by
+                  the same quick estimate, so that a consumer tile can follow the producer tiles it
+                  reads and every block's buffers fit at once; a pool or elementwise block that reads
+                  a conv's rows takes a row tile of its share of VBUF (vu_rows)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import lru_cache
+
+import numpy as np
+
+from nnpsim import timing
+from nnpsim.config import Config
+
+from . import cost, interleave
+from .cost import SPACE_ID
+from .errors import CompileError
+from .ir import KernelIR
+from .lowering import driver, vu
+from .lowering.layout import conv_view, fold_taps
+from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, chunks, psum_on_nu
+from .lowering.nu import NuLowering
+from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
+from .lowering.units import shared_capacity
+from .lowering.vu import default_pool_engine
+from .ops import Conv2d, Op
+from .passes import loops
+from .passes.sync import SyncReport
+from .pipeline import check_ops, lowered, schedule
+from .roofline import bound_cycles
+from .schedule import BIAS_INTRINSICS, Block, Schedule
+from .structure import tiling_key
+
+FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
+ONE_TILE_PIXELS, ONE_TILE_CYCLES, ONE_TILE_FINALISTS = 64, 8000, 32
+"""A chain whose output maps have at most ONE_TILE_PIXELS pixels runs in one spatial tile: the quick
+model, which prices a pipeline's start and end crudely, ranks its tilings worst (MobileNetV2's
+576 -> 160 1x1 conv at 7x7: the best by replay 27th of 40).  When its roofline bound is also at most
+ONE_TILE_CYCLES, replaying one is cheap: up to ONE_TILE_FINALISTS are priced."""
+SMALL_CYCLES, SMALL_FINALISTS = 16000, 12
+"""A chain with a roofline bound of at most SMALL_CYCLES is replayed in a few milliseconds a finalist,
+and the quick model ranks its tilings poorly too (a pipeline of a few tiles or chunks: MobileNetV2's
+576 -> 96 1x1 conv at 14x14, the best by replay 10th of 81): up to SMALL_FINALISTS are priced."""
+NEAR = 0.02     # finalists predicted within 2% of the fastest count as fast: the shortest program wins
+
+
+PICKS_KEPT = 1 << 12
+"""Entries each memo of picks keeps (a process may compile for many configurations): the oldest goes."""
+
+
+def memo(table: dict, key: tuple, compute: Callable[[], object]) -> object:
+    """table[key], computed by compute() the first time; beyond PICKS_KEPT entries the oldest is dropped."""
+    if key not in table:
+        if len(table) >= PICKS_KEPT:
+            del table[next(iter(table))]
+        table[key] = compute()
+    return table[key]
+
+
+# ---------------------------------------------------------------------- the automatic schedules
+
+def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) -> Schedule:
+    """The primitives that give block b the tiling t (split over `units` NUs by `by`)."""
+    p, kw = b.ctx["plan"], {"block": b.name}
+    if t.th < p.oh:
+        s.split("oh", t.th, **kw)
+    if t.tw < p.ow:
+        s.split("ow", t.tw, **kw)
+    if t.obt < p.n_ob:
+        s.split("oc", t.obt * p.cols, **kw)
+    if t.cbt < p.w.span and t.cbt * p.rows < b.extents["ic"]:
+        s.split("ic", t.cbt * p.rows, **kw)
+    s.cache_read("x", "ibuf", "in", **kw).double_buffer("in", **kw)
+    if t.resident:
+        s.cache_read("w", "wbuf", "wres", **kw).compute_at("wres", "root", **kw)
+        if "oc.o" in b.loops and b.loops[-1] != "oc.o":
+            s.reorder(*[l for l in b.loops if l != "oc.o"], "oc.o", **kw)
+    else:
+        s.cache_read("w", "wbuf", "wt", **kw).double_buffer("wt", **kw)
+    if t.drain == "vu":
+        s.cache_write("y", "abuf", "acc", **kw).double_buffer("acc", **kw)
+    elif psum_on_nu(p, t):          # the partial sums: one slot (conv_plan.role_depths)
+        s.cache_write("y", "abuf", "acc", **kw)
+    s.cache_write("y", "vbuf", "vacc", **kw).double_buffer("vacc", DEPTHS["vacc"], **kw)
+    if b.ctx["residual"] is not None:
+        s.cache_read("b", "vbuf", "res", **kw).double_buffer("res", **kw)
+    if t.drain == "nu":
+        s.tensorize("requant", b.rq_intrinsic(), **kw)
+    s.tensorize("conv", b.stages()["conv"][0], **kw)
+    if p.view.bias is not None:
+        s.tensorize("bias", "nu.dwconv" if p.depthwise else b.rq_intrinsic() if t.drain == "nu"
+                    else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
+    for stage in ("requant", "add"):
+        if stage in b.stages() and stage not in b.intrinsics:
+            s.tensorize(stage, b.stages()[stage][0], **kw)
+    for step in b.ctx["default_layout"]:
+        name, args = step.split("(")
+        args = tuple(int(a) for a in args.rstrip(")").split(","))
+        if name == "split":
+            s.buffer_split("w", *args, **kw)
+        else:
+            s.buffer_reorder("w", *args, **kw)
+    if by == "channel":
+        s.parallel("oc.o", units, **kw)
+    elif by == "spatial":
+        spatial = b.spatial_loops()
+        if len(spatial) > 1:
+            s.fuse(*spatial, **kw)
+        s.parallel("+".join(spatial), units, **kw)
+    return s
+
+
+def _vu_steps(s: Schedule, b: Block, tile: int | tuple[int, int] | None = None) -> Schedule:
+    """The primitives of the VU lowering's own tile choice for block b (or of the tile given)."""
+    cfg, kw = s.config, {"block": b.name}
+    op = driver.fold_clamps(b.seg)
+    tile = tile or driver.vu_tile(op, cfg)
+    if b.kind == "pool":
+        cc, th = tile
+        if cc < b.extents["c"]:
+            s.split("c", cc, **kw)
+        if th < b.extents["oh"]:
+            s.split("oh", th, **kw)
+        s.cache_read("x", "vbuf", "in", **kw).double_buffer("in", **kw)
+        s.cache_write("y", "vbuf", "out", **kw).double_buffer("out", **kw)
+    else:
+        s.fuse("c", "r", **kw)
+        if tile < b.extents["c"] * b.extents["r"]:
+            s.split("c+r", tile, **kw)
+        for k, t in enumerate(op.inputs):
+            name = "ab"[k]
+            s.cache_read(t.name, "vbuf", name, **kw).double_buffer(name, 3 if name == "a" else 2, **kw)
+    for stage, allowed in b.stages().items():
+        s.tensorize(stage, default_pool_engine(op, cfg, tile) if stage == "pool" else allowed[0], **kw)
+    tiles = int(np.prod([b.loop_extent(l) for l in b.loops]))
+    units = min(cfg.vu_count, tiles)
+    if units > 1:
+        if len(b.loops) > 1:
+            s.fuse(*b.loops, **kw)
+        s.parallel(b.loops[0], units, **kw)
+    return s
+
+
+def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]]:
+    """(tiling, split, units) of every candidate of an NU block: every fitting tiling on one NU and,
+    with several NUs, split over all of them by spatial tiles and (with enough groups) output channels."""
+    p, residual = b.ctx["plan"], b.ctx["residual"] is not None
+    out = [(t, None, 1) for t in conv_candidates(p, cfg, residual)]
+    k = cfg.nu_count
+    if k > 1:
+        # part j runs on NU j and VU j % vu_count, and the output stage writes VBUF j: with fewer VUs
+        # than NUs, no tiling on it (and the chunked ones drain through the VU instead)
+        for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k, cfg.vu_count >= k):
+            ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
+            out += [(t, by, k) for by, n in ways.items() if n >= k]
+    return out
+
+
+_CHAIN_PICKS: dict[tuple, int] = {}
+"""A chain block's tiling chosen by the quick estimate, by the block's structure and placement (at most
+PICKS_KEPT of them)."""
+
+
+def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -> list[Schedule]:
+    """The schedules the automatic search ranks, each made of primitives.
+
+    A single conv2d / dense kernel: one per tiling (and split over NUs); a chain: one, each NU
+    block taking its best tiling by the quick estimate and each VU block its lowering's tile,
+    and one with its convs row by row for interleaving (row_by_row).
+    """
+    base = Schedule(*ops, config=cfg, segments=segments)
+    if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
+        return [_auto_nu(f, t, by, k) for f in _folds(base, 0) for t, by, k in nu_tilings(f.blocks[0], cfg)]
+    found = driver.sites(ops, cfg)[0]
+    s = _chain(base, cfg, found, True)
+    # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
+    gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
+    plain = [_chain(base, cfg, found, False)] if gathers else []
+    rows = row_by_row(base, cfg, s)
+    return [s] + plain + ([rows] if rows is not None else [])
+
+
+def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
+    """all_candidates(ops, cfg, segments)[k] (None when there are not k + 1), building only what it takes:
+    a network's repeated layers and its other layouts rebuild the candidate a chain of the same
+    shapes chose, and a chain's other candidates (row_by_row prices tilings) would be wasted."""
+    if k < 0:
+        return None
+    base = Schedule(*ops, config=cfg, segments=segments)
+    if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
+        n = 0
+        for f in _folds(base, 0):
+            tilings = nu_tilings(f.blocks[0], cfg)
+            if k < n + len(tilings):
+                return _auto_nu(f, *tilings[k - n])
+            n += len(tilings)
+        return None
+    found = driver.sites(ops, cfg)[0]
+    s = _chain(base, cfg, found, True)
+    if k == 0:
+        return s
+    gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
+    if gathers and k == 1:
+        return _chain(base, cfg, found, False)
+    rows = row_by_row(base, cfg, s) if k == 1 + gathers else None
+    return rows
+
+
+def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:
+    """A chain's schedule: each NU block its best tiling by the quick estimate (fold: im2col allowed),
+    each VU block its lowering's tile."""
+    s = base.fork()
+    for k in range(len(s.blocks)):
+        if s.blocks[k].kind != "nu":
+            _vu_steps(s, s.blocks[k])
+            continue
+        folds = _folds(s, k) if fold else [s]
+        trials = [_auto_nu(f, t, by, u, k) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
+               cfg, fold)
+        # graph fusion prices many chains that share segments
+        s = trials[memo(_CHAIN_PICKS, key, lambda: ranked(trials, cfg, 1, k, found)[0])]
+    return s
+
+
+def _folds(s: Schedule, k: int) -> list[Schedule]:
+    """s and, when gathering block k's whole window into the input rows (im2col) takes fewer NU passes
+    per output block than its own view (kernel columns folded, or none), s with that fold too."""
+    b = s.blocks[k]
+    p = b.ctx["plan"]
+    if p.depthwise or not isinstance(b.seg[0], Conv2d) or p.view.taps is not None:
+        return [s]
+    folded = fold_taps(conv_view(driver.fuse_nu_chain(b.seg)[0]), s.config.nu_rows)
+    if folded is None or folded.taps.blocks >= p.w.span * p.kh * p.kw:
+        return [s]
+    return [s, s.fork().im2col("x", block=b.name)]
+
+
+def _auto_nu(s: Schedule, t: ConvTiling, by: str | None, units: int, k: int = 0) -> Schedule:
+    new = s.fork()
+    return _nu_steps(new, new.blocks[k], t, by, units)
+
+
+def estimate(s: Schedule, cfg: Config, k: int = 0, found: list | None = None) -> float:
+    """Quick cycles of block k of a schedule (the per-tile model on its first tiles, scaled);
+    `found`: the chain's driver.sites, if the caller has them."""
+    return driver.estimate(_block_lowering(s, cfg, k, found), cfg)
+
+
+def _block_lowering(s: Schedule, cfg: Config, k: int, found: list | None):
+    if found is None:
+        found = driver.sites(s.ops, cfg)[0]
+    return driver.lowering(found[k], s.blocks[k].choice(cfg), cfg)[0]
+
+
+def ranked(trials: list[Schedule], cfg: Config, top: int, k: int = 0, found: list | None = None) -> list[int]:
+    """Positions of the `top` schedules with the least quick estimate of block k, best first (ties: the
+    earlier), as sorting all of them by estimate() would give.
+
+    Each is first given its estimate_floor, which needs no tile lowered; they are priced in order
+    of it, and the ones whose floor exceeds the top-th best estimate so far are never lowered.
+    """
+    return [i for i, _ in ranked_estimates(trials, cfg, top, k, found)]
+
+
+def ranked_estimates(trials: list[Schedule], cfg: Config, top: int, k: int = 0,
+                     found: list | None = None) -> list[tuple[int, float]]:
+    """ranked(), each position with its quick estimate."""
+    if found is None and trials:
+        found = driver.sites(trials[0].ops, cfg)[0]
+    lows = [_block_lowering(t, cfg, k, found) for t in trials]
+    floors = [estimate_floor(low, cfg) for low in lows]
+    quick: dict[int, float] = {}
+    for i in sorted(range(len(trials)), key=lambda i: (floors[i], i)):
+        if len(quick) >= top and floors[i] > sorted(quick.values())[top - 1]:
+            break
+        quick[i] = driver.estimate(lows[i], cfg)
+    return [(i, quick[i]) for i in sorted(quick, key=lambda i: (quick[i], i))[:top]]
+
+
+def estimate_floor(low, cfg: Config) -> float:
+    """A floor under driver.estimate(low): the NU's and the VU's busy cycles on the tiles it prices,
+    scaled as it scales them, counted from the tiling alone (0 for a VU kernel's lowering).
+
+    driver.estimate charges each tile its busiest resource; an NU lowering's tiles keep one NU
+    and one VU busy with at least their nu.conv and requantising commands (nu.lowering's
+    _convs and _epilogue), whatever else the tile does.
+    """
+    parts = getattr(low, "parts", [low])
+    if not all(isinstance(part, NuLowering) for part in parts):
+        return 0.0
+    busy, weights, stores, priced, tiles = [], [], 0, [], []
+    for part in parts:
+        b, w, st, n_priced, n_tiles = _busy_floor(part, cfg)
+        busy.append(b)
+        weights.append(w)
+        stores += st
+        priced.append(n_priced)
+        tiles.append(n_tiles)
+    # every part's DMAs share DDR's one port; the parts' NUs and VUs are their own.  Parts split by
+    # spatial tiles load the same weights, and a load two parts make in one step crosses DDR once
+    # (units.share_loads): only the largest part's weights are sure to cross it.  The margin covers
+    # the estimate's port time summed transfer by transfer in floating point.
+    shared = getattr(parts[0], "part", None) is not None and parts[0].part.by == "spatial"
+    ddr = stores + (max(weights) if shared else sum(weights))
+    floor = max(max(busy), ddr / timing.memory_port(cfg, SPACE_ID["ddr"])[0])
+    return floor * max(tiles) / max(1, max(priced)) * (1 - 1e-9)
+
+
+def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
+    """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights, those of the
+    output stores, over the tiles driver.estimate prices; those tiles; all tiles)."""
+    p, t, v = low.p, low.t, low.p.view
+    streamed = not t.resident and not p.depthwise
+    stores = low.y.space == "ddr"
+    w_bytes = ddr = 0
+    cols, n_chunks, channels = p.cols, chunks(p, t.cbt), v.y_shape[1]
+    per_channel = low._bias_mode("requant")
+    requant = (("vu.requant.f" if v.scale is not None else "vu.requant") if per_channel
+               else ("vu.requant.fpc" if v.scale is not None else "vu.requant.pc"))
+    nu = vu = n = 0
+    for obs, _, oh0, ow0, j, load_w, _ in low.tiles():
+        n += 1
+        if n > driver.ESTIMATE_TILES:
+            continue
+        count = n_chunks[j][1]
+        th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
+        if streamed and load_w:
+            w_bytes += count * p.w.block_bytes * len(obs)
+        if stores and j == len(n_chunks) - 1:
+            ddr += sum(max(0, min(cols, channels - ob * cols)) for ob in obs) * th * tw
+        if p.depthwise:
+            nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+        else:
+            # one command for every block of the tile (nu._conv_groups), or one per block: no less
+            nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
+        if j == len(n_chunks) - 1 and t.drain == "vu":     # the NU's output stage needs no VU pass
+            pix = th * tw
+            if per_channel:
+                cycles = cost._vu_cycles(requant, "i32", "i8", pix, 1, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+                vu += cycles * sum(max(0, min(cols, channels - ob * cols)) for ob in obs)
+            else:
+                vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
+                                      cfg.vu_latency)
+    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), n
+
+
+@lru_cache(maxsize=1 << 12)
+def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int,
+              out_cb: int = 1) -> int:
+    if depthwise:
+        return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
+    return int(timing.nu_conv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))
+
+
+# ---------------------------------------------------------------------- row by row
+
+def row_major(p: NuPlan, t: ConvTiling) -> bool:
+    """Does the lowering run the tiling's tiles row after row (every output block of a row before the next)?"""
+    return t.resident or t.obt >= p.n_ob
+
+
+def shared(cfg: Config, n: int) -> Config:
+    """The configuration one of n blocks that live side by side may plan with: local memories divided."""
+    return replace(cfg, ibuf_bytes=cfg.ibuf_bytes // n, wbuf_bytes=cfg.wbuf_bytes // n,
+                   abuf_bytes=cfg.abuf_bytes // n, vbuf_bytes=cfg.vbuf_bytes // n)
+
+
+SLACK = 1.2     # offered only when its blocks' quick estimates sum to at most this times the other schedule's
+
+_ROW_PICKS: dict[tuple, tuple[int, float]] = {}
+"""A conv block's row-major tiling (its position among them) and that tiling's quick estimate, by
+what the estimate depends on: the block's structure, where it reads and writes, and its share of
+the memories (graph fusion builds many chains that share blocks); at most PICKS_KEPT of them."""
+
+
+def quick(s: Schedule, cfg: Config) -> float:
+    """The quick estimates of a schedule's conv blocks, summed (its VU blocks are the other schedule's)."""
+    return sum(estimate(s, cfg, k) for k, b in enumerate(s.blocks) if b.kind == "nu")
+
+
+def row_by_row(base: Schedule, cfg: Config, than: Schedule | None = None) -> Schedule | None:
+    """The chain with every conv block tiled row by row in its share of the local memories (None: a block
+    has no such tiling, the chain has fewer than two conv blocks, or its tiles are so small that its
+    blocks one after another are estimated over SLACK times schedule `than`'s: interleaving could not win
+    that back, and pricing it would only cost compile time)."""
+    nu = [k for k, b in enumerate(base.blocks) if b.kind == "nu"]
+    rows = vu_rows(base)
+    if (len(nu) < 2 and not rows) or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
+        return None
+    part = shared(cfg, len(base.blocks))
+    found = driver.sites(base.ops, cfg)[0]
+    s, quick_s = base.fork(), 0.0
+    for k, b in enumerate(s.blocks):
+        if b.kind != "nu":
+            try:
+                tile = vu.row_tile(driver.fold_clamps(b.seg), part) if k in rows else None
+            except CompileError:      # not one row of its share
+                return None
+            _vu_steps(s, s.blocks[k], tile)
+            continue
+        p = b.ctx["plan"]
+        try:
+            tilings = [t for t in conv_candidates(p, part, b.ctx["residual"] is not None) if row_major(p, t)]
+        except CompileError:          # no tile fits a share
+            return None
+        if not tilings:
+            return None
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
+               site.in_rows, site.out_rows, part, cfg)
+        pick, guess = memo(_ROW_PICKS, key, lambda: ranked_estimates(
+            [_auto_nu(s, t, None, 1, k) for t in tilings], cfg, 1, k, found)[0])
+        s = _auto_nu(s, tilings[pick], None, 1, k)
+        quick_s += guess                # what quick(s) would sum, block by block
+    if than is not None and quick_s > SLACK * quick(than, cfg):
+        return None
+    return s
+
+
+def vu_rows(s: Schedule) -> set[int]:
+    """The VU blocks of a chain that read a conv's intermediate row by row (they walk rows outermost)."""
+    found = driver.sites(s.ops, s.config)[0]
+    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and site.in_rows}
+
+
+# ---------------------------------------------------------------------- the search
+
+def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
+    """Every schedule the search considers for the chain, best first by the quick estimate."""
+    found = all_candidates(check_ops(ops), cfg)
+    return [found[k] for k in _ranked(found, cfg)]
+
+
+def _ranked(found: list[Schedule], cfg: Config, top: int | None = None) -> list[int]:
+    """Positions of the candidates (the `top` first), best first by the quick estimate of their first
+    conv block (none: in the order given)."""
+    nu = [k for k, b in enumerate(found[0].blocks) if b.kind == "nu"]
+    if len(found) == 1 or not nu:
+        return list(range(len(found)))[:top]
+    # by the first conv block: a chain's candidates (its own schedule, row_by_row's) differ only in their conv blocks, and a VU block has no quick estimate
+    return ranked(found, cfg, len(found) if top is None else top, nu[0])
+
+
+Priced = tuple[int, dict[str, int], SyncReport]
+"""A scheduled kernel's (predicted cycles, on-chip usage, sync report), as compiler.pipeline.schedule gives it."""
+
+
+def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
+           segments: list | None = None) -> tuple[Schedule, KernelIR, Priced, int]:
+    """The chain's best schedule: (schedule, its scheduled flat KernelIR, (predicted, usage, report), k).
+
+    The FINALISTS best by the quick estimate are lowered, allocated, synchronised and priced
+    flat; among those within NEAR of the fastest the shortest program wins.  k is the
+    winner's position among the chain's candidates; given back as `choice` for a chain of the
+    same shapes, only that candidate is built (a network's repeated layers).
+    """
+    ops = check_ops(ops)
+    chosen = candidate(ops, cfg, choice, segments) if choice is not None else None
+    if chosen is not None:           # only that candidate is built: the others would go unused
+        found, order = {choice: chosen}, [choice]
+    else:
+        found = all_candidates(ops, cfg, segments)
+        order = _ranked(found, cfg, _finalists(ops, cfg))
+    why, priced_all = "", []
+    for k in order:
+        try:
+            kir = lowered(found[k], cfg)
+            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False), k))
+        except CompileError as exc:
+            why = str(exc)
+    if not priced_all:
+        if choice is not None:
+            return search(ops, cfg, segments=segments)
+        raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
+    # intermediates stay on chip where some finalist manages it (a ring may be dearer than a DDR scratch buffer)
+    priced_all = [p for p in priced_all if not interleave.scratch(p[1])] or priced_all
+    fastest = min(p[2][0] for p in priced_all)
+    near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
+    return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
+
+
+def _finalists(ops: tuple[Op, ...], cfg: Config) -> int:
+    """How many candidates the search replays: more for a small kernel (ONE_TILE_*, SMALL_*)."""
+    shape, bound = ops[-1].output.shape, bound_cycles(ops, cfg)
+    if len(shape) == 4 and shape[2] * shape[3] <= ONE_TILE_PIXELS and bound <= ONE_TILE_CYCLES:
+        return ONE_TILE_FINALISTS
+    return SMALL_FINALISTS if bound <= SMALL_CYCLES else FINALISTS
+
+
+def best_schedule(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
+                  reroll: bool = True) -> tuple[KernelIR, Priced, int]:
+    """The chain's cheapest scheduled KernelIR among the finalists: (kir, (predicted, usage, report), k).
+
+    Unless reroll is False (a network rerolls its whole program instead) the winner's tiles
+    are rolled into loops and it is priced again.
+    """
+    _, kir, (predicted, usage, report), k = search(ops, cfg, choice)
+    if reroll:
+        kir.body = loops.reroll(kir.body)
+        predicted = cost.schedule_cycles(kir.body, cfg)
+    return kir, (predicted, usage, report), k
+
+
+def choose(given: Schedule | None, ops: tuple[Op, ...], cfg: Config, segments: list) -> Schedule:
+    """The schedule to build with: the search's best, or the given one replayed on these ops and
+    this configuration (which checks it: CompileError if it does not fit them)."""
+    if given is None:
+        return search(ops, cfg, segments=segments)[0]
+    if not isinstance(given, Schedule):
+        raise CompileError(f"schedule= takes a compiler.Schedule (Schedule.from_trace reads its text), "
+                           f"not {type(given).__name__}")
+    s = given.replay(*ops, config=cfg, segments=segments)
+    s.check()
+    return s
