@@ -110,3 +110,52 @@ def test_no_import_cycle():
         if not state.get(name):
             walk(name, [name])
     assert not cycles, "import cycles:\n  " + "\n  ".join(cycles)
+
+
+def _map_rows() -> list[tuple[str, list[str]]]:
+    """(layer cell, file paths) of each row of docs/compiler.md's file map ("`a/b.py`, `c.py`": a/b.py, a/c.py)."""
+    text = (ROOT.parent / "docs" / "compiler.md").read_text()
+    table = text.split("## The files", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[1].startswith("`"):
+            continue
+        paths, folder = [], ""
+        for name in cells[1].replace("`", "").split(", "):
+            folder = name.rpartition("/")[0] + "/" if "/" in name else folder
+            paths.append(name if "/" in name else folder + name)
+        rows.append((cells[0], paths))
+    return rows
+
+
+def test_the_docs_file_map_lists_every_file_in_its_layer():
+    """docs/compiler.md's map of compiler/ names every file (or its package) with the layer LAYERS gives it."""
+    listed = {}
+    for layer, paths in _map_rows():
+        for path in paths:
+            listed[path] = layer
+    missing, wrong = [], []
+    for name, path in MODULES.items():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "__init__.py" or (rel.endswith("/__init__.py") and rel[:-len("__init__.py")] not in listed):
+            continue
+        entry = rel if rel in listed else next((p for p in listed if p.endswith("/") and rel.startswith(p)), None)
+        if entry is None:
+            missing.append(rel)
+        elif listed[entry] != str(layer_of(name) + 1):
+            wrong.append(f"{rel}: the map says layer {listed[entry]}, LAYERS {layer_of(name) + 1}")
+    assert not missing, f"files of compiler/ missing from docs/compiler.md's map: {missing}"
+    assert not wrong, "docs/compiler.md's map against compiler.LAYERS:\n  " + "\n  ".join(wrong)
+
+
+def test_the_readme_tree_names_every_folder_and_package():
+    """README.md's map of the tree names each top-level folder, each package of compiler/ and each benchmark."""
+    repo = ROOT.parent
+    text = (repo / "README.md").read_text().split("## The tree", 1)[1].split("\n## ", 1)[0]
+    folders = [p.name + "/" for p in repo.iterdir()
+               if p.is_dir() and ((p / "__init__.py").exists() or p.name in ("examples", "benchmarks", "docs"))]
+    packages = [p.parent.name + "/" for p in ROOT.glob("*/__init__.py")]
+    scripts = [p.name for p in (repo / "benchmarks").glob("*.py")]
+    missing = [n for n in folders + packages + scripts if n not in text]
+    assert not missing, f"README.md's tree does not name: {missing}"

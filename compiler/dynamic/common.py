@@ -13,6 +13,7 @@ from typing import Callable
 from nnpsim.config import Config, shape_target
 
 from ..dims import Dim, DynamicOp, axis_rule, reciprocal, window_out
+from ..errors import CompileError
 from .asm import ZERO, Line, Program, Reg, Scope, Sem, Sym
 
 
@@ -285,3 +286,12 @@ def one_program(cfg: Config, lower: Callable[[Scope], Part]) -> tuple[str, dict[
     add_notes(prog, part.notes)
     prog.head("")
     return prog.emit(), prog.files, part
+
+
+def check_ddr_half(what: str, need: int, dims, cfg: Config) -> None:
+    """CompileError unless `need` bytes (the buffers at the largest shape) fit half of DDR: the binary's data
+    and the host's argument block take the rest."""
+    if need > cfg.ddr_bytes // 2:
+        top = ", ".join(f"{d.name} <= {d.hi}" for d in dims)
+        raise CompileError(f"{what} at the largest shape ({top}) need {need:,} bytes of DDR, more than half of "
+                           f"it ({cfg.ddr_bytes:,}); narrow the ranges")

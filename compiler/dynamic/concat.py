@@ -22,7 +22,7 @@ from nnpsim.config import Config
 from ..dims import Dim, DynamicOp
 from ..errors import CompileError
 from .asm import Mem, Reg, Scope
-from .common import Part, args_buffer, axis_name, one_program, times_sizes
+from .common import Part, args_buffer, axis_name, times_sizes
 
 
 def lower_concat(b: Scope, op: DynamicOp, cfg: Config, shapes: list[tuple]) -> Part:
@@ -30,13 +30,6 @@ def lower_concat(b: Scope, op: DynamicOp, cfg: Config, shapes: list[tuple]) -> P
     symbolic shapes."""
     big = op.largest
     return _concat(b, shapes, big.axis, op.dims, big.dtype, cfg, list(op.names))
-
-
-def program_text(shapes: list[tuple], axis: int, dims: tuple[Dim, ...], dtype: str, cfg: Config,
-                 names: list[str]) -> str:
-    """The assembly of the dynamic concat of inputs `names` of symbolic `shapes` along `axis`."""
-    asm, _, _ = one_program(cfg, lambda b: _concat(b, shapes, axis, dims, dtype, cfg, names))
-    return asm
 
 
 class _Regs(NamedTuple):

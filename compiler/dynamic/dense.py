@@ -20,7 +20,7 @@ from ..dims import DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d, Dense, conv2d
 from .asm import Scope
-from .common import Part, axis_name, one_program, target_notes
+from .common import Part, axis_name, target_notes
 from .conv import prepare as conv_prepare
 
 
@@ -51,9 +51,3 @@ def prepare(op: DynamicOp, cfg: Config) -> Callable[[Scope], Part]:
 def lower_dense(b: Scope, op: DynamicOp, cfg: Config) -> Part:
     """Write a dynamic dense layer into b."""
     return prepare(op, cfg)(b)
-
-
-def program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], dict[int, int]]:
-    """A dynamic dense layer as a program of its own: (assembly, .incbin files, rows per tile)."""
-    asm, files, part = one_program(cfg, lambda b: lower_dense(b, op, cfg))
-    return asm, files, part.rows

@@ -34,7 +34,7 @@ from ..ir import Buffer, Ref, Vu
 from ..ops import Elementwise
 from ..lowering.vu import broadcast_problem, broadcast_strides, elementwise_vu, requant_per_channel, requant_table
 from .asm import ZERO, Mem, Reg, Scope, Sem
-from .common import Part, args_buffer, axis_name, drain, one_program, target_notes, times_sizes
+from .common import Part, args_buffer, axis_name, drain, target_notes, times_sizes
 
 CHUNKS_LOG2 = 1          # about 2**1 chunks per run (benchmarks/dynamic.py: 4 or more cost more than they overlap)
 
@@ -54,12 +54,6 @@ def lower_elementwise(b: Scope, op: DynamicOp, cfg: Config) -> Part:
     part = _planes(b, op, cfg) if big.b_shape is not None or requant_per_channel(big) else _flat(b, op, cfg)
     b.fold_channels(cfg.dma_channels)
     return part
-
-
-def elementwise_program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], None]:
-    """A dynamic add / mul / relu / clip / requantize's (assembly, .incbin files, None)."""
-    asm, files, _ = one_program(cfg, lambda b: lower_elementwise(b, op, cfg))
-    return asm, files, None
 
 
 class _Walk(NamedTuple):

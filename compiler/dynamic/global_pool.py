@@ -30,7 +30,7 @@ from ..ops import Pool2d
 from ..quant import f32_bits
 from ..reference import global_avg_pool_scale
 from .asm import ZERO, Mem, Reg, Scope, Sem
-from .common import Part, args_buffer, axis_name, drain, load_size, one_program, target_notes
+from .common import Part, args_buffer, axis_name, drain, load_size, target_notes
 
 MAX_SCALES = 1 << 18               # float32 factors a float global pool's table may hold (1 MB of DDR)
 MAX_BAND_ROWS = 2047               # a VU window's height
@@ -68,12 +68,6 @@ def lower_global_pool(b: Scope, op: DynamicOp, cfg: Config) -> Part:
     part = _one_set(b, op, cfg, cc) if cc else _banded(b, op, cfg)
     b.fold_channels(cfg.dma_channels)
     return part
-
-
-def global_pool_program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], None]:
-    """A dynamic global average pool's (assembly, .incbin files, None)."""
-    asm, files, _ = one_program(cfg, lambda b: lower_global_pool(b, op, cfg))
-    return asm, files, None
 
 
 class _Regs(NamedTuple):

@@ -21,7 +21,7 @@ from ..dims import DynamicChain, DynamicOp
 from ..errors import CompileError
 from ..ops import Conv2d, Dense, Elementwise, Pool2d
 from .chain import compose
-from .common import one_program
+from .common import check_ddr_half, one_program
 from .conv import prepare as conv_prepare
 from .dense import prepare as dense_prepare
 from .elementwise import lower_elementwise
@@ -122,11 +122,7 @@ def build_chain(ops: tuple, config: Config, fuse: bool = True) -> DynamicKernel:
 def check_ddr(op: DynamicOp, config: Config) -> None:
     """CompileError unless the buffers for the largest shape fit DDR."""
     big = op.largest
-    need = sum(t.nbytes for t in big.inputs) + big.output.nbytes
-    if need > config.ddr_bytes // 2:
-        dims = ", ".join(f"{d.name} <= {d.hi}" for d in op.dims)
-        raise CompileError(f"{op.kind}: the buffers for the largest shape ({dims}) need {need:,} bytes, more "
-                           f"than half of DDR ({config.ddr_bytes:,}); narrow the ranges")
+    check_ddr_half(f"{op.kind}: its buffers", sum(t.nbytes for t in big.inputs) + big.output.nbytes, op.dims, config)
 
 
 def lowering(op: DynamicOp, config: Config, rows_per_tile: int | None = None):

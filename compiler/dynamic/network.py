@@ -39,7 +39,7 @@ from ..ops import Concat, Conv2d, Elementwise, Reshape
 from ..roofline import bound_cycles
 from ..symbolic import Shapes, global_pool, layout_shape, output_shape, show_axes
 from .chain import link
-from .common import checked
+from .common import check_ddr_half, checked
 from .concat import lower_concat
 from .fused import fusable, keeps_dims
 from .fused import prepare as fused_prepare
@@ -194,11 +194,8 @@ def build_dynamic_network(dg: DynamicGraph, cfg: Config) -> Library:
     """Compile a DynamicGraph into one program (a compiler.library.Library) for its whole range."""
     p = plan(dg)
     g = p.graph
-    need = sum(int(np.prod(g.values[v].shape)) for v in {*g.inputs, *(out for _, _, out, _ in p.ops)})
-    if need > cfg.ddr_bytes // 2:
-        dims = ", ".join(f"{d.name} <= {d.hi}" for d in dg.dims)
-        raise CompileError(f"the network's tensors at the largest shape ({dims}) need {need:,} bytes of DDR, "
-                           f"more than half of it ({cfg.ddr_bytes:,}); narrow the ranges")
+    check_ddr_half("the network's tensors", sum(int(np.prod(g.values[v].shape)) for v in
+                                               {*g.inputs, *(out for _, _, out, _ in p.ops)}), dg.dims, cfg)
     used = set(_RESERVED)
     buffers = {v: buffer_name(v, used) for v in list(g.inputs) + list(g.outputs)}
     runs = fused_runs(p, cfg)

@@ -40,7 +40,7 @@ from ..lowering.vu import favg_scalars, pool_fill
 from ..ops import Pool2d
 from .asm import ZERO, Mem, Reg, Scope, Sem
 from .common import (Part, TileIO, TileRegs, axis_name, ddr_io, drain, emit_out_size, halo_rows, load_size,
-                     next_tile, one_program, out_axis, target_notes, tile_registers)
+                     next_tile, out_axis, target_notes, tile_registers)
 
 SPLIT_LOG2 = 1           # without a table: about 2**1 tiles per image, where they fit
 MIN_GROUPS = 4           # a summing pool of this many channels or more: whole planes of about 1/4 of them a tile
@@ -746,9 +746,3 @@ def window_rect(b: Scope, r: TileRegs, avg: str, stride: tuple[int, int], bufs: 
     b.i("slli", bb, off, 2)
     b.i("add", bb, bb, r.t[5])
     b.i(avg, "vu0", d, a, bb, **signal)
-
-
-def pool_program(op: DynamicOp, cfg: Config) -> tuple[str, dict[str, bytes], None]:
-    """A dynamic max, sum or average pool's program: (assembly, .incbin files, None)."""
-    asm, files, _ = one_program(cfg, lambda b: lower_pool(b, op, cfg))
-    return asm, files, None
