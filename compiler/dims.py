@@ -120,7 +120,7 @@ class DynamicOp:
     names: tuple[str, ...] = ("x",)       # the inputs, in call order
     in_shapes: tuple | None = None        # each input's shape where they differ (a broadcast b); else x_shape
 
-    def static(self, values: dict[str, int]):
+    def static(self, values: dict[str, int]) -> object:
         """The static op for these dim values."""
         return self.make(at(self.x_shape, values))
 

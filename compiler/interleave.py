@@ -52,7 +52,7 @@ from nnpsim.config import Config
 
 from .errors import CompileError
 from .cost import load_of
-from .ir import Command, Dma, KernelIR, Stmt, flat_body
+from .ir import Buffer, Command, Dma, KernelIR, Stmt, flat_body
 from .lowering.double_buffer import Step, pipeline
 
 GAP = 3             # places between a producer tile and the consumer tile that loads what it stored
@@ -106,7 +106,7 @@ def _footprints(step: Step, buf, write: bool) -> list[tuple[int, int]]:
             for a in s.accesses() if a.buf is buf and a.write == write and a.hi > a.lo]
 
 
-def intermediate(producer: list[Step], consumer: list[Step]):
+def intermediate(producer: list[Step], consumer: list[Step]) -> Buffer | None:
     """The on-chip buffer the producer kernel writes and the consumer kernel reads (None if none)."""
     written = {id(a.buf): a.buf for st in producer for s in st.statements() if isinstance(s, Command)
                for a in s.accesses() if a.write and a.buf.space == "dm"}

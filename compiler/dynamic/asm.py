@@ -153,11 +153,11 @@ class Pool:
             self.next += 1
         return tuple(out)
 
-    def one(self, name: str):
+    def one(self, name: str) -> Reg | Sem:
         """One fresh register or semaphore."""
         return self.take(name)[0]
 
-    def take_top(self, name: str):
+    def take_top(self, name: str) -> Reg | Sem:
         """A register or semaphore from the top of the pool (kept apart from the ones taken in order)."""
         if self.top < self.next:
             raise CompileError(f"internal: a dynamic program ran out of {self.kind.__name__.lower()}s ({name!r})")

@@ -20,7 +20,7 @@ class DynamicGraph:
     dims: tuple[Dim, ...]
     _cache: dict = field(default_factory=dict, repr=False)
 
-    def at(self, values: dict[str, int]):
+    def at(self, values: dict[str, int]) -> object:
         """The static Graph for these dim values (CompileError naming a dim out of its range)."""
         for d in self.dims:
             v = values.get(d.name)

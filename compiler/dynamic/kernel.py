@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -19,9 +20,10 @@ from nnpsim.stats import Stats
 from ..assembler import assemble, save_asm
 from ..dims import DynamicChain, DynamicOp
 from ..errors import CompileError
-from ..ops import Conv2d, Dense, Elementwise, Pool2d
+from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
+from .asm import Scope
 from .chain import compose
-from .common import check_ddr_half, one_program
+from .common import Part, check_ddr_half, one_program
 from .conv import prepare as conv_prepare
 from .dense import prepare as dense_prepare
 from .elementwise import lower_elementwise
@@ -125,7 +127,7 @@ def check_ddr(op: DynamicOp, config: Config) -> None:
     check_ddr_half(f"{op.kind}: its buffers", sum(t.nbytes for t in big.inputs) + big.output.nbytes, op.dims, config)
 
 
-def lowering(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+def lowering(op: DynamicOp, config: Config, rows_per_tile: int | None = None) -> Callable[[Scope], Part]:
     """One dynamic op planned, as the function that writes it into a scope (compiler/dynamic/chain.py)."""
     check_ddr(op, config)
     if isinstance(op.largest, Conv2d):
@@ -140,13 +142,14 @@ def lowering(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
                        f"average pooling, add, mul, relu, clip and requantize so far, not {op.kind}")
 
 
-def lower_one(op: DynamicOp, config: Config, rows_per_tile: int | None = None):
+def lower_one(op: DynamicOp, config: Config,
+              rows_per_tile: int | None = None) -> tuple[str, dict[str, bytes], dict[int, int] | None]:
     """One dynamic op's (assembly, .incbin files, rows per tile or None)."""
     asm, files, part = one_program(config, lowering(op, config, rows_per_tile))
     return asm, files, part.rows
 
 
-def absorb_clip(op, clip):
+def absorb_clip(op: Op, clip: Op) -> Op | None:
     """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
     clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
     if not (isinstance(clip, Elementwise) and clip.mode == "clip"):

@@ -25,6 +25,7 @@ from dataclasses import replace
 from ..errors import CompileError
 from ..library import Decision
 from ..ops import Conv2d, Dense, Elementwise, Pool2d
+from .partition import Group
 
 MAX_ANCHORS = 4     # anchors in one fused kernel: a bottleneck or inverted residual has three
 CHAINABLE = (Conv2d, Dense, Elementwise, Pool2d)
@@ -75,7 +76,7 @@ def anchors(ops) -> int:
     return sum(isinstance(op, (Conv2d, Dense, Pool2d)) for op in ops)
 
 
-def merged(parts: list):
+def merged(parts: list[Group]) -> Group:
     """One kernel of several linked kernels: their ops in order, the first's inputs then the others' second ones."""
     return replace(parts[0], nodes=[n for g in parts for n in g.nodes], ops=tuple(op for g in parts for op in g.ops),
                    inputs=list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]],

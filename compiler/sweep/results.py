@@ -30,7 +30,7 @@ def _cell(v) -> str:
     return str(v)
 
 
-def parse_cell(text: str, kind: type):
+def parse_cell(text: str, kind: type) -> object:
     """A CSV cell back to its column's type (None for an empty cell of a number or flag)."""
     if kind is str:
         return text
