@@ -25,8 +25,8 @@ from typing import Callable
 import numpy as np
 
 from nnpsim.config import Config
-from nnpsim.timing import nu_conv_cycles, nu_dwconv_cycles, vu_cycles
 
+from ..cost import conv_cycles, vector_cycles
 from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..lowering.depthwise import depthwise_weights, uses_depthwise_mode
@@ -185,11 +185,16 @@ def tables_fit(table: int, cfg: Config) -> bool:
     return table <= cfg.vbuf_bytes // 2
 
 
+def requant_mnemonic(g: _Geometry) -> str:
+    """The VU instruction requantising a drained tile: per-channel float32 scales or (M, S) pairs."""
+    return "vu.requant.fpc" if g.op.largest.scale is not None else "vu.requant.pc"
+
+
 def nu_cycles(g: _Geometry, rows: int, ow: int) -> int:
     """The NU's cycles for one tile of rows x ow outputs (every block)."""
     if g.depthwise:
-        return g.tile_cb * nu_dwconv_cycles(1, g.kh, g.kw, rows, ow, g.R, g.cfg.nu_latency)
-    return nu_conv_cycles(g.out_cb, g.in_cb, g.kh_nu, g.kw_nu, rows, ow, g.R, g.cfg.nu_latency)
+        return g.tile_cb * conv_cycles(True, 1, 1, g.kh, g.kw, rows, ow, g.cfg)
+    return conv_cycles(False, g.out_cb, g.in_cb, g.kh_nu, g.kw_nu, rows, ow, g.cfg)
 
 
 def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int, int]:
@@ -210,7 +215,7 @@ def tile_cycles(g: _Geometry, rows: int, w: int, staged: bool) -> tuple[int, int
     load = cfg.ddr_latency + ins // cfg.ddr_bytes_per_cycle + (gathered // cfg.local_bytes_per_cycle if staged else 0)
     nu = nu_cycles(g, rows, ow)
     drain = 0 if g.rq else cfg.local_latency + acc // cfg.local_bytes_per_cycle
-    vu = 0 if g.rq else g.tile_cb * vu_cycles(rows * ow * g.C, 1, 4, cfg.vu_bytes_per_cycle, cfg.vu_latency)
+    vu = 0 if g.rq else g.tile_cb * vector_cycles(requant_mnemonic(g), "i32", "i8", rows * ow * g.C, 1, cfg)
     store = cfg.ddr_latency + outs // cfg.ddr_bytes_per_cycle
     busy = max(load, nu, drain, vu, store)
     return busy, ddr, load + nu + drain + vu // g.tile_cb + store + TILE_OVERHEAD
@@ -872,7 +877,7 @@ def drain_and_requant(b: Scope, r: TileRegs, s: ConvSems, g: _Geometry, ob: int,
     b.setp("vu.n0", cv)
     b.i("dma", b.ch(1), Mem("vbuf0", ysrc), Mem("abuf0", asrc), wait=s.nu, signal=s.drain)
     block_address(b, r, g, table, g.region.table, g.C * g.entry, ob)
-    requant = "vu.requant.fpc" if g.op.largest.scale is not None else "vu.requant.pc"
+    requant = requant_mnemonic(g)
     b.i(requant, "vu0", ysrc, ysrc, table, "i32", wait=s.drain, signal=s.vu)
 
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from nnpsim.config import Config
-from nnpsim.timing import dma_cycles, slide_span, vu_pool_cycles, vu_slide_cycles
+from nnpsim.timing import slide_span, vu_pool_cycles, vu_slide_cycles
 from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
+from ..cost import transfer_cycles
 from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
 from ..lowering.vu import favg_scalars, pool_fill
@@ -97,12 +98,11 @@ def _stages(op: DynamicOp, cfg: Config, rows: int, w: int) -> tuple[int, int, in
     c = big.x_shape[1]
     (kh, kw), (sh, sw), (_, pl, _, pr) = big.kernel, big.stride, big.padding
     ow = window_out(w, pl + pr - kw, sw)
-    ddr, vbuf = (cfg.ddr_bytes_per_cycle, cfg.ddr_latency), (cfg.local_bytes_per_cycle, cfg.local_latency)
-    load = dma_cycles(c * ((rows - 1) * sh + kh) * w, *ddr, *vbuf)
+    load = transfer_cycles(c * ((rows - 1) * sh + kh) * w, "ddr", "vbuf", cfg)
     # vu_pool_cycles, not vu.pool.max's ISA timing (cost.vu_cycles: no output byte an output), nor cost's DDR
     # bursts: on those the tables change, and with them benchmarks/dynamic.py's max pool programs
     vu = vu_pool_cycles(c * rows * ow, kh * kw, 1, 1, 0, cfg.vu_bytes_per_cycle, cfg.vu_latency)
-    return load, vu, dma_cycles(c * rows * ow, *vbuf, *ddr)
+    return load, vu, transfer_cycles(c * rows * ow, "vbuf", "ddr", cfg)
 
 
 def price(op: DynamicOp, cfg: Config, th: int, oh: int, w: int) -> int:
