@@ -46,9 +46,9 @@ class Built(Protocol):
 
 def build(op: Op | DynamicOp | Graph | DynamicGraph, *more_ops: Op | DynamicOp, config: Config | None = None,
           schedule: Schedule | None = None, fuse: bool = True) -> Built:
-    """Compile one op, or a chain (each output feeds the next op's first input), into a Kernel.
+    """Compile an op, a chain, a dynamic op or a graph into one program (see the module docstring).
 
-    With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
+    A chain's each output feeds the next op's first input.  With `schedule`, use it (it is replayed on these ops: CompileError if it does not fit them)
     instead of searching.  Given an op with a compiler.Dim in its shape, one program for its whole range
     (compiler.dynamic.kernel.DynamicKernel).  Given a compiler.Graph instead, compile the whole network into
     one program (a compiler.library.Library); fuse=False keeps one kernel per graph node.
