@@ -14,7 +14,7 @@ from nnpsim.runlog import (BARRIER, END, ISSUE, SIGNAL, STALL_BANDWIDTH, STALL_Q
 from nnpsim.simulator import Simulator
 from nnpsim.timing import dma_cycles, nu_conv_cycles, vu_cycles
 
-from .helpers.machine import ins, program, setp_all, small_config
+from tests.helpers.machine import ins, program, setp_all, small_config
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 

@@ -595,7 +595,7 @@ def test_examples_with_one_sync_removed_agree_with_oracle(example):
 
     from nnpasm import assemble
     from nnpsim.simulator import Simulator
-    source = (Path(__file__).resolve().parents[1] / "examples" / f"{example}.s").read_text()
+    source = (Path(__file__).resolve().parents[2] / "examples" / f"{example}.s").read_text()
     cfg = Config()
     sim = Simulator(cfg)
     sim.load(assemble(source, f"{example}.s"))

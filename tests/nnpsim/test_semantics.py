@@ -21,7 +21,7 @@ from isa_spec.model import SPEC_PATH, parse_isa
 from nnpsim import cu, timing
 from nnpsim.semantics import SEMANTICS, check_isa, element_bytes, implemented_ops, problems
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RAW = tomllib.loads(SPEC_PATH.read_text())
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("warm_engine")
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SMALL_NU = dict(ibuf_bytes=16384, abuf_bytes=16384, wbuf_bytes=32768)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rand8(rng, shape):

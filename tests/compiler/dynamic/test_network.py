@@ -28,7 +28,7 @@ from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 
-from .onnx_helpers import session
+from tests.onnx_helpers import session
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 RANGE = (8, 40)

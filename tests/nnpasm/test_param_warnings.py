@@ -12,7 +12,7 @@ from nnpasm.cli import main
 from isa_spec.param_rules import RULES, Scalar
 from isa_spec.param_rules import rules_for as _rules
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.s"))
 
 ADD = """\

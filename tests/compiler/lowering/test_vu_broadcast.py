@@ -20,8 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 import compiler
 from compiler import CompileError, Graph, ops
 
-from .onnx_helpers import session
-from .helpers.mutation import kill_all
+from tests.onnx_helpers import session
+from tests.helpers.mutation import kill_all
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

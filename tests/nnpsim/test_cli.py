@@ -15,7 +15,7 @@ from nnpsim.cli import main
 from nnpsim.config import Config, config_toml
 from tests.helpers.races import conv_inputs, conv_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(tmp_path: Path, drop: str = "") -> dict[str, str]:

@@ -20,7 +20,7 @@ from compiler import reference as sem
 from compiler.errors import CompileError
 from compiler.quant import quantize_multiplier
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "semantics.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 OPS = ["rshift_round", "requant", "scale_to_multiplier", "conv2d", "dense", "max_pool2d", "avg_pool2d",
        "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize",

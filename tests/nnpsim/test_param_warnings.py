@@ -14,7 +14,7 @@ from isa_spec.param_rules import RULES
 from nnpsim import Simulator
 from nnpsim.stats import format_summary
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # y = a + b element by element on vu0; the parameter lines are filled in per test.
 ADD = """

@@ -16,7 +16,7 @@ import pytest
 
 from compiler import CompileError, from_onnx, models
 
-from .onnx_helpers import agreement
+from tests.onnx_helpers import agreement
 
 SIZE = 32
 # name -> (conv2d, add, max_pool2d, dense) node counts in the imported graph

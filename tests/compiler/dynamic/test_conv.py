@@ -620,7 +620,7 @@ def test_a_conv_whose_weights_exceed_wbuf_runs_in_parts(form):
 
 def test_mulhu_divides_every_size_in_range_by_every_stride_exactly():
     """dims.reciprocal's claim: floor(n / d) is the high word of n * ceil(2**32 / d) for n < 2**21, d < 2**11
-    (every n for a few d, random n and the ends for every d).  tests/test_engine.py checks the simulator's
+    (every n for a few d, random n and the ends for every d).  tests/nnpsim/test_engine.py checks the simulator's
     mulhu against Python on random words."""
     from compiler.dims import MAX_STRIDE, reciprocal
 

@@ -171,7 +171,7 @@ def test_conv2d_with_kernel_columns_folded_into_rows(c, kw, sw, dw, pad, seed):
     kw_ = dict(stride=(2, sw), padding=(min(pad[0], 2), pad[1], min(pad[2], 2), pad[3]), dilation=(1, dw),
                x_zp=int(rng.integers(-128, 128)), multiplier=m, shift=s)
     op = ops.conv2d(xshape, w, None, **kw_)
-    # the best schedule that folds the columns (not every tap: tests/test_tap_fold.py)
+    # the best schedule that folds the columns (not every tap: tests/compiler/lowering/test_layout_tap_fold.py)
     kernel = build(op, schedule=next(s for s in candidates((op,), Config()) if "im2col" not in str(s)))
     assert "kernel column" in kernel.asm
     x = rand8(rng, xshape)
@@ -394,7 +394,7 @@ def test_conv2d_on_the_nu_output_stage_in_chunks_matches_reference(seed, form, w
 
 # ---------------------------------------------------------------- float forms (onnxruntime arithmetic)
 # Compiled kernels of the float forms against the ops' own reference (compiler.semantics, which
-# tests/test_ort_arithmetic.py checks against onnxruntime), bit for bit, shapes that do not divide
+# tests/compiler/test_reference_ort.py checks against onnxruntime), bit for bit, shapes that do not divide
 # the array, VU or VBUF sizes included.
 
 F32 = np.float32

@@ -10,11 +10,11 @@ import pytest
 from nnpasm import assemble
 from nnpsim import Config, SimError, Simulator, Stats, errors
 
-from .helpers.machine import small_config
+from tests.helpers.machine import small_config
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 COPY = """
         .text

@@ -4,7 +4,7 @@ For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
 fused and chained kernels, each in several tilings or configurations, whole
 networks whose kernels hold several anchors fused by compiler.graph_fusion, fused
 chains interleaved tile by tile by compiler.pipelining) and for
-random kernels drawn like tests/test_compiler_kernels.py draws them (tests/helpers/), every
+random kernels drawn like tests/compiler/test_kernel.py draws them (tests/helpers/), every
 semaphore wait the compiler emitted is removed, one at a time: a command's
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
 becomes `nop` (addresses stay put).  A second mutant also drops the signal

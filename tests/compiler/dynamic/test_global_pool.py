@@ -27,7 +27,7 @@ from nnpsim.config import Config
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 
-from .helpers.dynamic import wait_lines, without_wait
+from tests.helpers.dynamic import wait_lines, without_wait
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SMALL = Config(vbuf_bytes=4096).validate()     # bands of 17 rows at the largest width

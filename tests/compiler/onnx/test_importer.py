@@ -6,7 +6,7 @@ onnxruntime on the same quantised model (tests/onnx_helpers.py).  Observed with
 fixed arithmetic (integer multiplier/shift, round half up):
 
   every node of every case below, on onnxruntime's own inputs: 100% equal
-  (the real networks in test_models.py: >= 99.99%, never more than 1 step);
+  (the real networks in tests/compiler/test_models.py: >= 99.99%, never more than 1 step);
   AveragePool with equal scales and an even window (QDQ, 2x2): ~89% equal, 1 step
   (ties: onnxruntime rounds half to even);
   AveragePool with padding and a new output scale (QOperator): ~67% equal, 2 steps
@@ -33,7 +33,7 @@ import compiler
 from compiler import CompileError, from_onnx, models
 from compiler.models import Net
 
-from .onnx_helpers import CASES, SHAPE, agreement, quantised
+from tests.onnx_helpers import CASES, SHAPE, agreement, quantised
 
 FMTS = ("qoperator", "qdq")
 
@@ -420,10 +420,10 @@ def test_constant_nodes_and_identity():
 
 def test_runtime_doc_examples_run():
     """The ```python blocks of docs/runtime.md run, in order, as they stand."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "runtime.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2
     code = "\n".join(blocks) + "\nassert logits.shape == (1, 10) and g.reference(np.zeros((1, 3, 8, 8), np.int8))\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).resolve().parents[1])
+                          cwd=Path(__file__).resolve().parents[3])
     assert proc.returncode == 0, proc.stderr

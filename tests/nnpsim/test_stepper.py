@@ -12,7 +12,7 @@ from nnpsim.cu import decode_for_engine
 from nnpsim.simulator import run_program
 from nnpsim.stepper import step_program
 
-from .helpers.machine import assert_same, ins, random_memory, small_config
+from tests.helpers.machine import assert_same, ins, random_memory, small_config
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 

@@ -22,7 +22,7 @@ from compiler.sweep.run_point import COLUMNS, TIMING_COLUMNS, run_point, task
 from compiler.sweep.runner import run_sweep
 from nnpsim.config import config_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Two small layers (one with shapes that divide no array size) and the tiny network, on four machines.
 SWEEP = """\

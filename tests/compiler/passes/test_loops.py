@@ -195,7 +195,7 @@ def test_many_tiles_roll_into_loops(make):
     chain, inputs, want, overrides = make(np.random.default_rng(5))
     cfg = Config(**overrides).validate()
     # the best candidate whose taps stay unfolded: the kernel these bounds were set for (a tap-folded
-    # tile gathers its input in several DMAs, each stepping its own addresses: tests/test_tap_fold.py)
+    # tile gathers its input in several DMAs, each stepping its own addresses: tests/compiler/lowering/test_layout_tap_fold.py)
     unfolded = next(k for k, s in enumerate(candidates(tuple(chain), cfg)) if "im2col" not in str(s))
     flat, looped = check(chain, cfg, inputs, want, unfolded)
     assert has_loop(looped) and not has_loop(flat)

@@ -27,8 +27,8 @@ from nnpsim import errors
 from nnpsim.errors import SimError
 from nnpsim.simulator import Simulator
 
-from .onnx_helpers import session
-from .helpers.dynamic import kill_every_wait
+from tests.onnx_helpers import session
+from tests.helpers.dynamic import kill_every_wait
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -580,7 +580,7 @@ def test_a_graph_with_a_per_channel_operand():
             mod.set_input(k, v)
         mod.run(check_races=True)
         np.testing.assert_array_equal(mod.get_output(0), g.reference(ins)[0])
-    # the graph at one shape builds statically too (tests/test_broadcast.py), into the same results
+    # the graph at one shape builds statically too (tests/compiler/lowering/test_vu_broadcast.py), into the same results
     static = g.at({"n": 1, "h": 7, "w": 12})
     mod = compiler.GraphModule(compiler.build(static))
     ins = {"x": rand(rng, (1, 6, 7, 12)), "s": rand(rng, (1, 6, 1, 1))}
