@@ -393,7 +393,7 @@ def test_conv2d_on_the_nu_output_stage_in_chunks_matches_reference(seed, form, w
 
 
 # ---------------------------------------------------------------- float forms (onnxruntime arithmetic)
-# Compiled kernels of the float forms against the ops' own reference (compiler.semantics, which
+# Compiled kernels of the float forms against the ops' own reference (compiler.reference, which
 # tests/compiler/test_reference_ort.py checks against onnxruntime), bit for bit, shapes that do not divide
 # the array, VU or VBUF sizes included.
 

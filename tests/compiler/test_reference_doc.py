@@ -1,4 +1,4 @@
-"""docs/semantics.md cannot go stale: its numpy functions agree with compiler.semantics on random inputs.
+"""docs/semantics.md cannot go stale: its numpy functions agree with compiler.reference on random inputs.
 
 The page's ```python blocks are extracted and run in one namespace; every op
 is then compared with the compiler's model on random shapes, values and

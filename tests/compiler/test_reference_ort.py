@@ -1,7 +1,7 @@
 """The float forms against onnxruntime itself, bit for bit (issue 11, docs/semantics.md "Float32 forms").
 
 Every case builds a single-op ONNX model with onnx.helper, runs it on onnxruntime's CPU provider with
-default session options, and checks that compiler.semantics' float32 function, the op's .reference()
+default session options, and checks that compiler.reference' float32 function, the op's .reference()
 and the compiled kernel (compiler.build(op) on the simulator, race checking on) all give exactly
 onnxruntime's int8 output.  The int8 inputs are exhaustive where that is cheap (all 65536 pairs of
 QLinearAdd / QLinearMul), and the requantisation sweep drives accumulators over the whole int32 range,

@@ -1,4 +1,4 @@
-"""A residual's join fused into a dynamic network's chain (compiler/dynamic_network.py: fused_runs,
+"""A residual's join fused into a dynamic network's chain (compiler/dynamic/network.py: fused_runs,
 compiler/dynamic/fused.py: lower_fused(add=...)).
 
 An add or mul that reads a fused chain's last conv (and nothing else reads that conv) and a tensor

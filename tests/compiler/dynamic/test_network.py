@@ -1,5 +1,5 @@
 """Dynamic networks: an ONNX model with symbolic height and width built into one binary
-(compiler/dynamic_network.py).
+(compiler/dynamic/network.py).
 
 The model (conv, conv, conv, residual add with relu, 2x2 max pool stride 2, conv stride 2) is
 quantised by onnxruntime, its input's and output's height and width made symbolic, imported with

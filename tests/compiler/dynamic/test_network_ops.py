@@ -1,6 +1,6 @@
 """Dynamic requantize, dense, reshape / flatten and concat, in kernels, hand-built graphs with Dims and ONNX
-models with symbolic dimensions (compiler/dynamic/elementwise.py, lowering/dynamic_dense.py,
-dynamic/concat.py, compiler/dynamic_network.py, compiler/graph.py).
+models with symbolic dimensions (compiler/dynamic/elementwise.py, compiler/dynamic/dense.py,
+dynamic/concat.py, compiler/dynamic/network.py, compiler/graph.py).
 
 Hypothesis draws shapes in range; every output is compared on every element with the static op's (or the
 static graph's) numpy model and, for ONNX models in QOperator form, with onnxruntime, race-checked.  Each

@@ -1,4 +1,4 @@
-"""Graph fusion (compiler.graph_fusion): multi-anchor kernels decided by the cost model, against fuse=False."""
+"""Graph fusion (compiler.network.fusion): multi-anchor kernels decided by the cost model, against fuse=False."""
 from __future__ import annotations
 
 import numpy as np
@@ -77,7 +77,7 @@ def test_every_decision_follows_the_prices_and_the_layers_follow_the_decisions(b
 
 
 def test_every_fused_kernel_says_how_its_anchors_were_pipelined(built):
-    """compiler.pipelining's priced choice (one after another or interleaved) is in the layer's title."""
+    """compiler.interleave's priced choice (one after another or interleaved) is in the layer's title."""
     name, g, fused, apart = built
     titles = [line for line in fused.asm.splitlines() if "pipelining:" in line]
     for k, layer in enumerate(fused.layers):
@@ -87,7 +87,7 @@ def test_every_fused_kernel_says_how_its_anchors_were_pipelined(built):
 
 
 def test_the_report_gives_each_fused_kernels_pipelining_variant_and_prices(built):
-    """Every multi-anchor kernel records compiler.pipelining's choice: the cheapest variant that fits,
+    """Every multi-anchor kernel records compiler.interleave's choice: the cheapest variant that fits,
     every variant's price, in the report."""
     name, g, fused, apart = built
     report = fused.fusion_report()
@@ -158,7 +158,7 @@ def test_nnpc_compile_report_prints_every_decision(tmp_path):
 
 
 def test_a_kernel_that_does_not_extend_may_hand_its_last_part_over():
-    """graph_fusion.fuse with made-up prices: conv1 + conv2 pays, conv1 + conv2 + conv3 does not, but
+    """fusion.fuse with made-up prices: conv1 + conv2 pays, conv1 + conv2 + conv3 does not, but
     conv1 alone then conv2 + conv3 prices lower than conv1 + conv2 then conv3 alone: conv2 is handed over."""
     g = bottleneck(np.random.default_rng(1))
     groups = partition(g, alias(g)[1])

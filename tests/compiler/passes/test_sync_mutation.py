@@ -2,8 +2,8 @@
 
 For every kernel below (conv2d of several shapes, dense, pooling, elementwise,
 fused and chained kernels, each in several tilings or configurations, whole
-networks whose kernels hold several anchors fused by compiler.graph_fusion, fused
-chains interleaved tile by tile by compiler.pipelining) and for
+networks whose kernels hold several anchors fused by compiler.network.fusion, fused
+chains interleaved tile by tile by compiler.interleave) and for
 random kernels drawn like tests/compiler/test_kernel.py draws them (tests/helpers/), every
 semaphore wait the compiler emitted is removed, one at a time: a command's
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN`
@@ -402,7 +402,7 @@ def test_a_fault_caused_by_a_race_is_reported_as_the_race(name):
     assert "vu0 `vu.divr`" in message and "the run stopped with division by zero" in message
 
 
-# Whole networks whose kernels hold several anchors (compiler.graph_fusion): every wait of the one program.
+# Whole networks whose kernels hold several anchors (compiler.network.fusion): every wait of the one program.
 def _network_case(make, config=None):
     import types
 
@@ -499,7 +499,7 @@ def test_every_removed_wait_is_caught_with_the_output_stage_in_chunks(case):
     assert by_block or "block by block" not in case
 
 
-# Fused chains pipelined tile by tile (compiler.pipelining): consumer tiles interleaved with the producer's.
+# Fused chains pipelined tile by tile (compiler.interleave): consumer tiles interleaved with the producer's.
 def _interleaved(make, overrides: dict, lag: int):
     chain = make(np.random.default_rng(8))
     kernel, _ = networks.variant(chain, Config(**overrides), lag)

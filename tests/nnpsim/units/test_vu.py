@@ -433,7 +433,7 @@ def test_vu_pool_durations(mnemonic, bytes_per_output):
     assert got == 8 + -(-30 * bytes_per_output // 64)
 
 
-# ---------------------------------------------------------------- the float ops against compiler.semantics
+# ---------------------------------------------------------------- the float ops against compiler.reference
 # The kernel's float32 arithmetic (nnpsim/units/f32.py) bit for bit against the compiler's numpy model of
 # onnxruntime (compiler/semantics.py), on exhaustive int8 pairs, ties and large accumulators.
 
@@ -504,7 +504,7 @@ def _pairs_mem() -> np.ndarray:
 
 @pytest.mark.parametrize("sa, sb, sy, za, zb, zp", SCALE_SETS)
 def test_vu_fadd_and_fmul_on_every_int8_pair(sa, sb, sy, za, zb, zp):
-    """All 65536 (a, b) pairs: vu.fadd and vu.fmul equal compiler.semantics' add_f32 / mul_f32."""
+    """All 65536 (a, b) pairs: vu.fadd and vu.fmul equal compiler.reference' add_f32 / mul_f32."""
     from compiler.reference import add_f32, add_f32_params, mul_f32, mul_f32_ratio
     a, b = PAIRS
     ra, rb, c = add_f32_params(F32(sa), F32(sb), F32(sy), za, zb, zp)
