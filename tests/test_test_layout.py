@@ -1,4 +1,11 @@
-"""The layout of tests/: no test module imports from another test module.
+"""The layout of tests/: the tests mirror the code, and no test module imports from another test module.
+
+A package's tests sit at its path under tests/: compiler/dynamic/conv.py's in
+tests/compiler/dynamic/test_conv.py, a second file on one module named for what it covers
+(test_conv_taps.py), a file on a package as a whole named for it (tests/compiler/passes/test_passes.py).
+Tests of the whole toolchain (README, demo, examples, docs, layers, this layout) stay at tests/'s top,
+the fuzzers in tests/fuzz/.  Every test folder is a package (an __init__.py), so that two folders may
+hold the same file name (tests/compiler/test_build.py, tests/compiler/network/test_build.py).
 
 Helpers shared by several test modules live in helper modules (tests/helpers/, tests/reference.py,
 tests/isa_reference.py, tests/onnx_helpers.py, tests/fuzz/strategies.py) and fixtures in conftest.py,
@@ -12,7 +19,9 @@ import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 TEST_MODULES = sorted(TESTS.rglob("test_*.py"))
+MIRRORED = ("compiler", "nnpsim", "nnpasm", "isa_spec")      # the packages whose tests mirror them
 # an import statement of a script held in a string: `from tests.fuzz.test_x import ...`, `import test_x`
 SCRIPT_IMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+([\w, ]+)|import\s+([\w.]+))", re.MULTILINE)
 
@@ -64,3 +73,36 @@ def test_no_test_module_imports_from_another_test_module():
     assert not found, ("test modules import from other test modules (move the helper into tests/helpers/ "
                        "or a fixture into conftest.py):\n" + "\n".join(f"  {k}:{line}" for k, v in found.items()
                                                                         for line in v))
+
+
+def what_it_tests(test: Path) -> Path | None:
+    """The module or package of the code a mirrored test module names (None if none does):
+    tests/A/B/test_NAME.py -> A/B/NAME.py, or the package A/B/ itself (NAME == B); NAME may carry
+    _ASPECT after the module's name (test_conv_taps.py -> conv.py)."""
+    folder = ROOT / test.parent.relative_to(TESTS)
+    words = test.stem.removeprefix("test_").split("_")
+    for n in range(len(words), 0, -1):
+        name = "_".join(words[:n])
+        if (folder / f"{name}.py").is_file():
+            return folder / f"{name}.py"
+        if name == folder.name and (folder / "__init__.py").is_file():
+            return folder / "__init__.py"
+    return None
+
+
+def test_the_tests_mirror_the_code():
+    mirrored = [p for p in TEST_MODULES if p.relative_to(TESTS).parts[0] in MIRRORED]
+    assert len(mirrored) > 50
+    strays = [str(p.relative_to(TESTS)) for p in mirrored if what_it_tests(p) is None]
+    assert not strays, ("test modules that name no module at their path (tests/compiler/dynamic/test_conv.py "
+                        "tests compiler/dynamic/conv.py):\n  " + "\n  ".join(strays))
+    # a module of a mirrored package tested at tests/'s top would be hidden from a reader looking by path
+    # (test_reference.py tests tests/reference.py, the helper beside it)
+    top = [p.name for p in TESTS.glob("test_*.py") if not (TESTS / f"{p.stem.removeprefix('test_')}.py").is_file()
+           and any((ROOT / pkg / f"{p.stem.removeprefix('test_')}.py").is_file() for pkg in MIRRORED)]
+    assert not top, f"tests at tests/'s top named after a module of {MIRRORED}: {top}"
+
+
+def test_every_test_folder_is_a_package():
+    folders = {p.parent for p in TESTS.rglob("*.py")} - {TESTS}
+    assert not [str(f.relative_to(TESTS)) for f in folders if not (f / "__init__.py").is_file()]

@@ -18,7 +18,7 @@ build() takes no tiling hints, so while a sweep compiles, calls to compiler.sear
 (the schedule search of a layer, and of every chain a network prices or builds) go through
 `_search_with_cache` (installed once; it passes straight through unless this thread is
 compiling for a sweep).  Given a chain's choice, search builds only that candidate; the result is the one a cold compile
-gives (tests/test_sweep.py compares the assembly).
+gives (tests/compiler/sweep/test_runner.py compares the assembly).
 """
 from __future__ import annotations
 

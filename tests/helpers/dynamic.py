@@ -1,4 +1,4 @@
-"""Dynamic-shape kernels for the tests of compiler/lowering/dynamic*.py: a random conv over Dim ranges,
+"""Dynamic-shape kernels for the tests of compiler/dynamic/: a random conv over Dim ranges,
 and semaphore-wait mutants of a dynamic kernel's assembly, each of which the race checker must stop."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Every semaphore wait the compiler emitted is removed, one at a time (`wait_mutan
 `wait=sN` is cleared (the word re-encoded without it), a CU `sem.wait sN` becomes `nop`; a second
 mutant also drops the signals paired with that wait.  `kill_all` runs every mutant with race checking
 on, fails naming any that halts or stops on another error, and records its tally in SUMMARY (printed
-by tests/test_sync_mutation.py).
+by tests/compiler/passes/test_sync_mutation.py).
 """
 from __future__ import annotations
 
