@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from nnpsim.config import Config
-from nnpsim.timing import slide_span, vu_pool_cycles, vu_slide_cycles
-from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
+from nnpsim.timing import vu_pool_cycles
 
 from ..cost import transfer_cycles
 from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
-from ..lowering.vu import favg_scalars, pool_fill
+from ..lowering.vu import default_pool_engine, favg_scalars, pool_fill
 from ..ops import Pool2d
 from .asm import ZERO, Mem, Reg, Scope, Sem
 from .common import (Part, TileIO, TileRegs, axis_name, ddr_io, drain, emit_out_size, halo_rows, load_size,
@@ -78,18 +77,10 @@ def window_engine(op: DynamicOp, cfg: Config, th: int, group: int = 0) -> str:
     big: Pool2d = op.largest
     if big.mode == "max":
         return "pool"
-    c, ow = group or big.x_shape[1], big.out_hw[1]
-    (kh, kw), (sh, sw) = big.kernel, big.stride
-    cols = slide_span(ow, sw, kw)
-    if cols > SLIDE_MAX_COLS or kh * cols > SLIDE_LINE_BYTES:
-        return "pool"
-    # not lowering.vu.default_pool_engine: that prices vu.pool.favg by its ISA timing (vu_cycles), this by
-    # vu_pool_cycles; the two choose differently for some float averages, whose programs would change
-    d, b = out_bytes(op), 0 if big.mode == "sum" else 4
-    bpc, lat = cfg.vu_bytes_per_cycle, cfg.vu_latency
-    pool = vu_pool_cycles(c * th * ow, kh * kw, d, 1, b, bpc, lat)
-    slide = vu_slide_cycles(ow, th, c, sw, sh, kh, kw, d, b, big.count_include_pad, big.is_float, bpc, lat)
-    return "slide" if slide < pool else "pool"
+    # the static lowering's choice on a tile of the largest shape: the engine that fits there and that the
+    # cost model prices lower
+    engine = default_pool_engine(big, cfg, (group or big.x_shape[1], th))
+    return "slide" if engine.startswith("vu.slide") else "pool"
 
 
 def _stages(op: DynamicOp, cfg: Config, rows: int, w: int) -> tuple[int, int, int]:
