@@ -1,6 +1,6 @@
 """A dynamic-shape program's argument block: which sizes it reads, and the checks on them.
 
-A program compiled for a range of shapes (docs/compiler.md, "Dynamic shapes")
+A program compiled for a range of shapes (docs/dynamic.md)
 describes itself in `.target` notes:
 
     .target dynamic.dims, "n:1:4 h:8:64 w:8:64"     dims in argument-block order, name:lo:hi

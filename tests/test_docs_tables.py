@@ -3,7 +3,7 @@ too long to read, and every page the README links to is there.
 
 docs/performance.md holds one table per benchmark between `<!-- table: NAME (benchmarks/SCRIPT.py ARGS) -->`
 and `<!-- end table -->` (benchmarks/tables.py); `SCRIPT.py ARGS --write-docs` rewrites it.  Generated text
-(docs/isa.md, the primitive catalogue between its markers in docs/compiler.md) is not held to the length.
+(docs/isa.md, the primitive catalogue between its markers in docs/schedules.md) is not held to the length.
 """
 from __future__ import annotations
 

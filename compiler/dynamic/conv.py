@@ -11,7 +11,7 @@ while earlier ones are stored, and the CU waits for the store of the tile a
 set count back before reusing its buffers.  With few input channels the
 kernel's columns (the column fold) or its whole window (the full-tap fold,
 `rows // c` taps a block, a 1x1 conv on the NU) go into the array's rows.
-docs/compiler.md, "Dynamic shapes", explains it.
+docs/dynamic.md, explains it.
 
 The code is written through a `Scope` (compiler/dynamic/asm.py): `lower_conv`
 into any program, `program` as a program of its own.

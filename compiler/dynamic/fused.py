@@ -23,7 +23,7 @@ needed.
 A network's residual join may end the chain (lower_fused(add=...)): an add or
 mul of the last conv's output and a tensor in DDR (buffer xr) runs on the
 conv's rows in VBUF before their store, the other input's rows loaded per
-step beside them.  docs/compiler.md, "Dynamic shapes".
+step beside them.  docs/dynamic.md.
 """
 from __future__ import annotations
 

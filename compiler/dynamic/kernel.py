@@ -1,7 +1,7 @@
 """Dynamic kernels: one program for a range of shapes (compiler.Dim), built and run.
 
 The lowerings in compiler/dynamic/ write the assembly; this module assembles it and wraps it in a
-DynamicKernel that writes the argument block from its inputs' shapes (docs/compiler.md, "Dynamic shapes").
+DynamicKernel that writes the argument block from its inputs' shapes (docs/dynamic.md).
 """
 from __future__ import annotations
 

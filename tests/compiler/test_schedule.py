@@ -455,10 +455,10 @@ def test_the_docs_primitive_section_is_current():
 
 
 def test_the_docs_schedule_example_runs():
-    text = (ROOT / "docs" / "compiler.md").read_text()
+    text = (ROOT / "docs" / "schedules.md").read_text()
     section = text[text.index("## Schedules"):]
     block = section[section.index("```python\n") + 10:]
-    exec(compile(block[:block.index("```")], "docs/compiler.md", "exec"), {})
+    exec(compile(block[:block.index("```")], "docs/schedules.md", "exec"), {})
 
 
 CALLS = [("split", ["oh", "ow", "oc", "ic", "n", "c+r"], [1, 2, 3, 4, 7, 32, 64]),
