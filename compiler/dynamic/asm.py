@@ -198,35 +198,68 @@ class Program:
         """A `.target KEY, VALUE` line (the value quoted when it is text)."""
         self.header.append(Line(f'{INDENT}.target {key}, "{value}"' if quote else f"{INDENT}.target {key}, {value}"))
 
-    def directive(self, text: str) -> None:
+    def _directive(self, text: str) -> None:
         """A .data directive line (.align, .space, ...)."""
         self.data.append(Line(f"{INDENT}{text}"))
 
-    def data_line(self, text: str) -> None:
+    def _data_line(self, text: str) -> None:
         """A .data line as it stands (a label, or blank)."""
         self.data.append(Line(text))
+
+    def align(self, n: int = 64) -> None:
+        """Align the next data item to n bytes."""
+        self._directive(f".align {n}")
+
+    def gap(self) -> None:
+        """An empty line in .data."""
+        self._data_line("")
+
+    def label(self, label: Sym, comment: str = "") -> None:
+        """A data label here."""
+        self.data.append(Line(_with_comment(f"{label.name}:", comment)))
+
+    def words(self, values, per_line: int = 1) -> None:
+        """int32 words here, `per_line` of them a `.word` line."""
+        values = [int(v) for v in values]
+        for k in range(0, len(values), per_line):
+            self._directive(".word " + ", ".join(map(str, values[k:k + per_line])))
+
+    def space(self, nbytes: int, fill: int | None = None) -> None:
+        """nbytes bytes here, zero or `fill`."""
+        self._directive(f".space {nbytes}" if fill is None else f".space {nbytes}, {fill}")
+
+    def table(self, label: Sym, words, comment: str = "", per_line: int = 1) -> Sym:
+        """A 64-byte aligned table of int32 words at a label."""
+        self.align()
+        self.label(label, comment)
+        self.words(words, per_line)
+        return label
 
     def buffer(self, name: str, dtype: str, shape: tuple, nbytes: int, align: bool = True) -> Sym:
         """Declare a DDR buffer once (a second declaration of the same name adds nothing, or with
         repeat_align its `.align 64` line only)."""
         if name in self.declared and align and self.repeat_align:
-            self.directive(".align 64")
+            self.align()
         if name not in self.declared:
             self.declared.add(name)
             if align:
-                self.directive(".align 64")
-            self.directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
-            self.directive(f".space {nbytes}")
+                self.align()
+            self._directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
+            self.space(nbytes)
         return Sym(name)
 
     def const_buffer(self, name: str, dtype: str, shape: tuple, blob: bytes) -> Sym:
         """A DDR buffer with contents: .align 64, its `.buffer` line, `.incbin` of its file (named like it)."""
         self.declared.add(name)
-        self.files[f"{name}.bin"] = bytes(blob)
-        self.directive(".align 64")
-        self.directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
-        self.directive(f'.incbin "{name}.bin"')
+        self.align()
+        self._directive(f".buffer {name}, {dtype}, ({', '.join(map(str, shape))},)")
+        self.incbin(name, blob)
         return Sym(name)
+
+    def incbin(self, name: str, blob: bytes) -> None:
+        """The bytes of blob here, from the file `name`.bin written beside the assembly."""
+        self.files[f"{name}.bin"] = bytes(blob)
+        self._directive(f'.incbin "{name}.bin"')
 
     def emit(self) -> str:
         """The program's assembly: header, .data, .text."""
@@ -270,10 +303,9 @@ class Scope:
     def const(self, name: str, blob: bytes) -> Sym:
         """A constant table in DDR: .align 64, its label, `.incbin` of its file (named like the label)."""
         sym = self.label(name)
-        self.prog.files[f"{sym.name}.bin"] = bytes(blob)
-        self.prog.directive(".align 64")
-        self.prog.data_line(f"{sym.name}:")
-        self.prog.directive(f'.incbin "{sym.name}.bin"')
+        self.prog.align()
+        self.prog.label(sym)
+        self.prog.incbin(sym.name, blob)
         return sym
 
     def ch(self, k: int) -> Chan:

@@ -40,9 +40,9 @@ def _start() -> Program:
 def _lower(prog: Program, k: int, lower: Lowering, bind: dict[str, str]) -> Part:
     """Op k written into prog in a scope of its own, its .data ended by a blank line."""
     if k:
-        prog.directive(".align 64")
+        prog.align()
     part = lower(Scope(prog, prefix=f"L{k}_", bind=bind))
-    prog.data_line("")
+    prog.gap()
     return part
 
 

@@ -507,11 +507,8 @@ def _buffers(b: Scope, g: _Geometry) -> None:
     prog.buffer(b.buf("x").name, "int8", big.x_shape, int(np.prod(big.x_shape)))
     prog.buffer(b.buf("y").name, "int8", y_max, int(np.prod(y_max)))
     constant_data(b, g)
-    prog.directive(".align 64")
-    prog.data_line(f"{b.label('dyn_rows').name + ':':<39} ; output rows per tile, by input width from "
-                   f"{g.widths[0]}")
-    for w in g.widths:
-        prog.directive(f".word {g.rows[w]}")
+    prog.table(b.label("dyn_rows"), [g.rows[w] for w in g.widths],
+               f"output rows per tile, by input width from {g.widths[0]}")
 
 
 def _sizes(b: Scope, r: TileRegs, g: _Geometry) -> None:
@@ -913,10 +910,10 @@ def _split(op: DynamicOp, cfg: Config, rows_per_tile: int | None = None,
         done = []
         for k, part in enumerate(parts):
             if k:
-                b.prog.directive(".align 64")
+                b.prog.align()
             b.comment(f"---- part {k}")
             done.append(part(Scope(b.prog, prefix=f"{b.prefix}L{k}_", bind=b.bind)))
-            b.prog.data_line("")
+            b.prog.gap()
         return Part(done[0].title, done[0].notes, done[-1].rows)
     return write
 

@@ -220,10 +220,7 @@ def _plane_data(b: Scope, op: DynamicOp, p: _PlaneOp) -> None:
     _buffers(b, op, [(op.names[0], big.in_dtype, big.shape, p.esz)] + b_buffer + [("y", "int8", big.shape, 1)])
     if requant:
         form = "float32 scale" if p.entry == 4 else "(M, S)"
-        b.prog.directive(".align 64")
-        b.prog.data_line(f"{b.label('channel_table').name + ':':<40}; one {form} a channel")
-        for k in range(0, len(p.words), 8):
-            b.prog.directive(f".word {', '.join(map(str, p.words[k:k + 8]))}")
+        b.prog.table(b.label("channel_table"), p.words, f"one {form} a channel", per_line=8)
 
 
 class _PlaneRegs(NamedTuple):

@@ -298,10 +298,8 @@ def _data(b: Scope, p: _Plan) -> None:
         prog.buffer(b.buf("xr").name, "int8", y_max, int(np.prod(y_max)))
     for k, g in p.geo.items():
         conv_lowering.constant_data(b.sub(prefix=f"F{k}_"), g)
-    prog.directive(".align 64")
-    prog.data_line(f"{b.label('fused_rows').name + ':':<40}; last op's rows per tile, by width from {p.widths[0]}")
-    for w in p.widths:
-        prog.directive(f".word {p.rows[w]}")
+    prog.table(b.label("fused_rows"), [p.rows[w] for w in p.widths],
+               f"last op's rows per tile, by width from {p.widths[0]}")
 
 
 def _sizes(b: Scope, p: _Plan, r: TileRegs) -> None:

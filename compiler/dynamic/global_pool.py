@@ -110,7 +110,7 @@ def _start(b: Scope, op: DynamicOp, data) -> tuple[_Regs, _Sems]:
     args_buffer(b, op.dims)
     b.prog.buffer(b.buf("x").name, "int8", big.x_shape, big.inputs[0].nbytes)
     b.prog.buffer(b.buf("y").name, "int8", big.output.shape, big.output.nbytes)
-    b.prog.directive(".align 64")
+    b.prog.align()
     data(b)
     names = ("args", "n", "h", "w", "bands", "left", "out", "hw", "spare", "c0", "cc", "img", "set", "pend",
              "acc", "row0", "rows", "old")
@@ -139,9 +139,8 @@ def _scale_table(b: Scope, op: DynamicOp) -> None:
     if n_hi - n_lo + 1 > MAX_SCALES:
         raise CompileError(f"dynamic global average pool: the range allows {n_hi - n_lo + 1} plane sizes, "
                            f"more than the {MAX_SCALES} float32 factors its table may hold; narrow the range")
-    b.prog.data_line(f"{b.label('pool_scales').name + ':':<41}; f32(sx / f32(sy * n)) for n = {n_lo}..{n_hi}")
-    for k in range(n_lo, n_hi + 1):
-        b.prog.directive(f".word {f32_bits(global_avg_pool_scale(big.scale_x, big.scale_out, k))}")
+    b.prog.label(b.label("pool_scales"), f"f32(sx / f32(sy * n)) for n = {n_lo}..{n_hi}")
+    b.prog.words(f32_bits(global_avg_pool_scale(big.scale_x, big.scale_out, k)) for k in range(n_lo, n_hi + 1))
 
 
 def _load_scale(b: Scope, r: _Regs, n_lo: int) -> None:
@@ -167,8 +166,8 @@ def _one_set(b: Scope, op: DynamicOp, cfg: Config, cc: int) -> Part:
         if big.is_float:
             _scale_table(b, op)
         else:
-            b.prog.data_line(f"{b.label('pool_ones').name + ':':<41}; one row of ones: the VU counts the plane")
-            b.prog.directive(f".space {w_max}, 1")
+            b.prog.label(b.label("pool_ones"), "one row of ones: the VU counts the plane")
+            b.prog.space(w_max, 1)
     r, s = _start(b, op, data)
     count_at = 2 * set_bytes(cc, big.x_shape[2] * w_max)   # the integer form's ones and their sum, after the sets
     for p, v in (("win_stride_w", 1), ("n0", 1), ("n1", 1), ("n3", 1), ("b_stride0", 0), ("b_stride1", 0),
@@ -321,10 +320,10 @@ def _banded(b: Scope, op: DynamicOp, cfg: Config) -> Part:
     th, band, sum_at = _band_geometry(op, cfg)
 
     def data(b: Scope) -> None:
-        b.prog.data_line(f"{b.label('pool_partial').name + ':':<41}; the sums of the bands in flight")
-        b.prog.directive(f".space {4 * BAND_SETS}")
-        b.prog.data_line(f"{b.label('pool_zero').name}:")
-        b.prog.directive(".word 0")
+        b.prog.label(b.label("pool_partial"), "the sums of the bands in flight")
+        b.prog.space(4 * BAND_SETS)
+        b.prog.label(b.label("pool_zero"))
+        b.prog.words([0])
         if big.is_float:
             _scale_table(b, op)
     r, s = _start(b, op, data)

@@ -322,17 +322,14 @@ def pool_data(b: Scope, op: DynamicOp, p: Plan) -> None:
     prog.buffer(b.buf("x").name, "int8", big.x_shape, big.x_shape[0] * big.x_shape[1] * big.x_shape[2] * w_max)
     prog.buffer(b.buf("y").name, big.output.dtype, big.output.shape, big.output.nbytes)
 
-    def table(name: str, note: str, lines: list[str]) -> None:
-        prog.directive(".align 64")
-        prog.data_line(f"{b.label(name).name + ':':<40}; {note}")
-        for line in lines:
-            prog.directive(line)
     if big.mode == "avg" and not per_position(op):
-        table("pool_div", "the window size (count_include_pad)", [f".word {kh * kw}"])
+        prog.table(b.label("pool_div"), [kh * kw], "the window size (count_include_pad)")
     if per_position(op):
-        table("pool_ones", "one row of ones: the counts", [f".space {w_max}, 1"])
+        prog.align()
+        prog.label(b.label("pool_ones"), "one row of ones: the counts")
+        prog.space(w_max, 1)
     if p.table is not None:
-        table("pool_rows", f"rows per tile by input height from {p.table[0]}", [f".word {k}" for k in p.table[1]])
+        prog.table(b.label("pool_rows"), p.table[1], f"rows per tile by input height from {p.table[0]}")
 
 
 def rows_per_tile(b: Scope, r: TileRegs, p: Plan) -> None:
