@@ -29,6 +29,7 @@ from nnpsim.config import Config
 from ..cost import conv_cycles, vector_cycles
 from ..dims import Dim, DynamicOp, check_divisor, window_out
 from ..errors import CompileError
+from ..lowering.conv_plan import output_stage_fits
 from ..lowering.depthwise import depthwise_weights, uses_depthwise_mode
 from ..lowering.layout import bias_table, conv_view, fold_taps, fscale_table, nu_weights, requant_table
 from ..ops import Conv2d
@@ -107,9 +108,10 @@ class _Geometry:
         self.wbytes = self.out_cb * self.w_block
         # rq: nu.conv.rq's output stage adds the bias and requantises into VBUF (its (bias, M, S) table in
         # WBUF after the weights), so no bias broadcast, drain or VU pass: one command holds all the input
-        # blocks (the stage needs the whole sum); not nu.dwconv, which has no such stage
+        # blocks (the stage needs the whole sum); where the static lowering would use it, and its table fits
         self.rq_at = -(-self.wbytes // 64) * 64
-        self.rq = rq and not self.depthwise and self.rq_at + self.out_cb * self.C * 12 <= cfg.wbuf_bytes
+        self.rq = (rq and output_stage_fits(view, self.depthwise)
+                   and self.rq_at + self.out_cb * self.C * 12 <= cfg.wbuf_bytes)
         self.wtotal = self.rq_at + self.out_cb * self.C * 12 if self.rq else self.wbytes     # WBUF bytes
         self.tab = 0 if self.rq else -(-self.out_cb * self.C * self.entry // 64) * 64
         # by_block: a depthwise conv's channel blocks are independent convs, so a tile is one block's rows

@@ -20,6 +20,7 @@ from nnpsim.stats import Stats
 from ..assembler import assemble, save_asm
 from ..dims import DynamicChain, DynamicOp
 from ..errors import CompileError
+from ..lowering.driver import compose_clamp
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
 from .asm import Scope
 from .chain import compose
@@ -150,14 +151,14 @@ def lower_one(op: DynamicOp, config: Config,
 
 
 def absorb_clip(op: Op, clip: Op) -> Op | None:
-    """op with the clip after it folded into its output range (clip(clip(v, lo, hi), a, b) is
-    clip(v, max(lo, a), min(hi, b)) when those meet), or None when it cannot be."""
+    """op with the clip after it folded into its output range (the static lowering's compose_clamp), or None
+    when op has no output range to fold into."""
     if not (isinstance(clip, Elementwise) and clip.mode == "clip"):
         return None
     if not (isinstance(op, Conv2d) or (isinstance(op, Elementwise) and op.mode in ("add", "mul", "clip"))):
         return None
-    lo, hi = max(op.lo, clip.lo), min(op.hi, clip.hi)
-    return dataclasses.replace(op, lo=lo, hi=hi) if lo <= hi else None
+    lo, hi = compose_clamp(op.lo, op.hi, clip.lo, clip.hi)
+    return dataclasses.replace(op, lo=lo, hi=hi)
 
 
 def folded(op: DynamicOp, clip: DynamicOp, reads_its_output: bool = False) -> DynamicOp | None:
