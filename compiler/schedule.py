@@ -297,7 +297,7 @@ class Block:
         """Slots per buffer role: the double_buffer depth, else one (a cache loaded once has none)."""
         return {c.role: self.depths.get(n, 1) for n, c in self.caches.items() if n not in self.at_root}
 
-    def choice(self, cfg: Config):
+    def choice(self, cfg: Config) -> driver.NuChoice | driver.VuChoice:
         """The decisions as the lowering takes them (driver.NuChoice / driver.VuChoice)."""
         self.check(cfg)
         roles = {c.role: n for n, c in self.caches.items()}

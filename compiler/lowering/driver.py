@@ -213,7 +213,11 @@ def nu_note(site: Site, c: NuChoice) -> str:
             + (", residual add fused in VBUF before the store" if c.residual is not None else "") + spread)
 
 
-def nu_lowering(site: Site, c: NuChoice, cfg: Config):
+Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering
+"""What lowers one kernel of a chain: one unit's lowering, or several units' side by side."""
+
+
+def nu_lowering(site: Site, c: NuChoice, cfg: Config) -> NuLowering | SplitLowering:
     """The lowering of an NU kernel as chosen (its parts side by side when split over NUs)."""
     args = (_placed(c.plan, site), c.tiling, site.ins[0], site.out, site.name, c.residual, site.res_buf)
     kw = dict(roles=c.roles, depths=c.depths)
@@ -235,7 +239,7 @@ def _placed(p: NuPlan, site: Site) -> NuPlan:
                                    y_block=0 if site.out_rows else v.y_block))
 
 
-def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config):
+def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering, str]:
     """(lowering, note) of one kernel of a chain, as its choice says."""
     if isinstance(c, NuChoice):
         return nu_lowering(site, c, cfg), nu_note(site, c)
@@ -257,7 +261,8 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
     return op
 
 
-def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice, rows: bool = False):
+def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice,
+                 rows: bool = False) -> tuple[Lowering, str]:
     """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note (rows: its input
     is kept row by row, walk rows outermost)."""
     lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering

@@ -476,7 +476,8 @@ def rq_table(bias: np.ndarray | None, multiplier: np.ndarray | None, shift: np.n
     return t
 
 
-def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int, cols: int):
+def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int,
+                cols: int) -> tuple[np.ndarray, np.ndarray] | None:
     """A constant input row vector and weight blocks whose NU product is the bias, or None.
 
     The NU computes sum over rows r of (I[r] - x_zp) * W[r, c].  Rows 0..rows-3 hold

@@ -17,6 +17,7 @@ same stage: the tile starts on its first input blocks and ends with its store.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nnpsim.config import Config
@@ -198,7 +199,7 @@ class NuLowering:
 
     # ---------------------------------------------------------------- steps
 
-    def tiles(self):
+    def tiles(self) -> Iterator[tuple[range, int, int, int, int, bool, bool]]:
         """(output blocks, n, row, column, chunk index, load weights?, load input?) in loop order.
 
         Streamed weights: ob group > n > rows > columns > input chunk; a group's

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ def default_workers() -> int:
 
 
 @contextlib.contextmanager
-def open_pool(workers: int | None = None, dask: str | None = None):
+def open_pool(workers: int | None = None, dask: str | None = None) -> Iterator[Pool]:
     """A Pool for the run; shut down (and a LocalCluster closed) when the block ends."""
     if dask is None:
         n = workers or default_workers()
