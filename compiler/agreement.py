@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:          # onnx and onnxruntime are optional extras: only their types are named here
+    from onnx import ModelProto
+    from onnxruntime import InferenceSession
 
 
 @dataclass
@@ -31,7 +36,7 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, scale) -> Agreement:
                      bool(top1))
 
 
-def onnxruntime_session(model, threads: int = 1):
+def onnxruntime_session(model: ModelProto | bytes | str, threads: int = 1) -> InferenceSession:
     """An onnxruntime CPU session; one thread by default (same results, steadier timing on a shared machine)."""
     import onnxruntime as ort
 

@@ -343,7 +343,8 @@ def ring_floor(body: list, cfg: Config) -> int:
     return int(max((v for k, v in busy.items() if k not in dma), default=0))
 
 
-def recompute_variants(rings, cfg: Config, price, priced: dict, beat: int | None = None):
+def recompute_variants(rings, cfg: Config, price, priced: dict,
+                       beat: int | None = None) -> tuple[tuple[int, int], int, object, list[Stmt]] | None:
     """The cheapest recomputing variant: ((depth, ahead), cycles, RingKernel, body), or None when the
     chain cannot recompute or no variant fits.  Every one priced goes into `priced`; with `beat`, a
     variant whose ring_floor is not under it is not replayed (its bound goes into `priced`)."""

@@ -16,10 +16,14 @@ import logging
 import math
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import CompileError
+
+if TYPE_CHECKING:          # onnx is an optional extra: only its type is named here
+    from onnx import ModelProto
 
 FORMATS = ("qoperator", "qdq")
 OPSET = 17
@@ -31,13 +35,13 @@ def names() -> tuple[str, ...]:
 
 
 def build(name: str, fmt: str = "qoperator", size: int = 224, classes: int = 1000, seed: int = 0,
-          *, per_channel: bool = True, samples: int = 4):
+          *, per_channel: bool = True, samples: int = 4) -> ModelProto:
     """The int8 onnx.ModelProto of a named network, quantised by onnxruntime in `fmt`."""
     return quantize(float_model(name, size=size, classes=classes, seed=seed), fmt, seed=seed,
                     per_channel=per_channel, samples=samples)
 
 
-def float_model(name: str, size: int = 224, classes: int = 1000, seed: int = 0):
+def float_model(name: str, size: int = 224, classes: int = 1000, seed: int = 0) -> ModelProto:
     """The float32 onnx.ModelProto of a named network, input [1, 3, size, size]."""
     if name not in _NETWORKS:
         raise CompileError(f"unknown network {name!r}: expected one of {names() + ('tiny',)}")
@@ -49,13 +53,14 @@ def float_model(name: str, size: int = 224, classes: int = 1000, seed: int = 0):
 
 
 def tiny(fmt: str = "qoperator", size: int = 16, classes: int = 10, seed: int = 0, *,
-         per_channel: bool = True, samples: int = 4):
+         per_channel: bool = True, samples: int = 4) -> ModelProto:
     """A small quantised model for tests and the demo: convs, a residual add, pooling and a gemm."""
     _check_int("size", size, 8)
     return build("tiny", fmt, size, classes, seed, per_channel=per_channel, samples=samples)
 
 
-def quantize(model, fmt: str = "qoperator", *, seed: int = 0, samples: int = 4, per_channel: bool = True):
+def quantize(model: ModelProto, fmt: str = "qoperator", *, seed: int = 0, samples: int = 4,
+             per_channel: bool = True) -> ModelProto:
     """Quantise a float model with onnxruntime's quantize_static on seeded N(0, 1) calibration inputs."""
     onnx, qz = _onnx(), _quantization()
     if fmt not in FORMATS:
@@ -218,7 +223,7 @@ class Net:
     def output(self, *xs: str) -> None:
         self.outputs.extend(xs)
 
-    def model(self):
+    def model(self) -> ModelProto:
         """The float onnx.ModelProto (checked by onnx.checker)."""
         import onnx
         from onnx import TensorProto, helper

@@ -20,7 +20,7 @@ class Shapes:
         self.derived: dict[str, tuple[str, int, int]] = {}     # name -> (parent, add, stride)
         self._by_rule: dict[tuple[str, int, int], Dim] = {}
 
-    def window(self, d, add: int, stride: int, where: str):
+    def window(self, d: int | Dim, add: int, stride: int, where: str) -> int | Dim:
         """The axis (d + add) // stride + 1 of a window op: a size, d itself, or a derived Dim."""
         if not isinstance(d, Dim):
             return window_out(d, add, stride)

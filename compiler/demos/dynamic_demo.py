@@ -16,14 +16,14 @@ from nnpsim.simulator import Simulator
 
 from .. import ops
 from ..build import build
-from ..dims import Dim, DynamicChain
+from ..dims import Dim, DynamicChain, DynamicOp
 
 OUT = Path("out")
 BINARY = "dynamic_cnn.bin"
 RESOLUTIONS = ((16, 16), (40, 24), (64, 64))
 
 
-def cnn(seed: int = 0):
+def cnn(seed: int = 0) -> tuple[DynamicOp, DynamicOp, DynamicOp]:
     """The three dynamic ops of the demo's CNN."""
     rng = np.random.default_rng(seed)
     n, h, w = Dim("n", 1, 1), Dim("h", 8, 64), Dim("w", 8, 64)

@@ -19,6 +19,7 @@ written again, and prices the result beside the kept variants.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from nnpsim.config import Config
@@ -86,7 +87,7 @@ class RingNu(NuLowering):
         self.starts, self.src, self.dst = starts, src, dst
         self.current = 0      # the band of the tile being lowered: tiles() sets it as steps() walks them
 
-    def tiles(self):
+    def tiles(self) -> Iterator[tuple[range, int, int, int, int, bool, bool]]:
         """One row tile per band (then columns, output-block groups or chunks), row after row."""
         p, t = self.p, self.t
         groups = [range(ob0, min(p.n_ob, ob0 + t.obt)) for ob0 in range(0, p.n_ob, t.obt)]

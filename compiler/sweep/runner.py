@@ -12,7 +12,7 @@ from .points import Point, toolchain_version
 from .points import points as make_points
 from .results import Results
 from .run_point import COLUMNS, run_point, task
-from .spec import load_sweep
+from .spec import Sweep, load_sweep
 
 WINDOW = 2      # tasks submitted per worker: enough to keep every worker busy, few to lose on a kill
 
@@ -115,7 +115,8 @@ def default_cache() -> str:
 
 
 def run_sweep(sweep_file, output, *, workers: int | None = None, dask: str | None = None,
-              cache: str | None = "default", limit: int | None = None, progress: bool = True):
+              cache: str | None = "default", limit: int | None = None,
+              progress: bool = True) -> tuple[Sweep, Outcome, list[dict]]:
     """Load a sweep file and run its pending points into `output`: (Sweep, Outcome, this sweep's rows).
 
     cache: a directory, "default" (default_cache()) or None for none.
