@@ -29,6 +29,7 @@ import compiler  # noqa: E402
 from compiler import models  # noqa: E402
 from compiler.network.build import build_network  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 SEED = 1
 
@@ -101,7 +102,6 @@ def main(argv=None) -> int:
                 print("  MISSED: the outputs with and without the blocked layout differ")
                 ok = False
     if args.write_docs:
-        from tables import write_table
         write_table("blocked-layout", ["network, burst", "plan without blocked", "plan with blocked",
                                        "simulated cycles without / with", "DDR bytes without / with",
                                        "compile CPU s without / with"], table,

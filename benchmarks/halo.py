@@ -23,6 +23,7 @@ from compiler import interleave, kernel, ops, pipeline
 from compiler.lowering import driver, ring
 from compiler.quant import quantize_multipliers
 from nnpsim.config import Config, load_config
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 
 def conv(rng, shape, out, k=1, stride=1, groups=1, relu=True):
@@ -120,7 +121,6 @@ def main(argv=None) -> int:
                   f"DM high-water {built.usage.get('dm', 0):,} bytes, intermediates in {where}, "
                   f"{'bit-exact' if ok else 'WRONG'}")
     if args.write_docs:
-        from tables import write_table
         write_table("halo", ["chain", "kept (best): predicted / simulated", "recomputed (best): predicted / simulated",
                              "recomputed / kept, simulated", "DM high-water kept / recomputed"],
                     [[r["title"], *(r[f][0] if f in r else "no variant" for f in (False, True)),

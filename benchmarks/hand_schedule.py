@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiler import Schedule, build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
 from resnet50 import make_op, resnet50_convs  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 
 def hand_schedule(op, config) -> Schedule:
@@ -62,7 +63,6 @@ def main() -> int:
     (_, auto), (_, hand) = rows
     print(f"hand-written / automatic: {hand.stats.cycles / auto.stats.cycles:.4f}")
     if args.write_docs:
-        from tables import write_table
         write_table("hand-schedule", ["schedule", "simulated cycles", "predicted", "instructions"],
                     [[label, f"{k.stats.cycles:,}", f"{k.predicted_cycles:,}", f"{len(k.program.code):,}"]
                      for label, k in rows], "none; both bit-exact with the numpy model, race checking on.")

@@ -51,6 +51,7 @@ import compiler  # noqa: E402
 from compiler import models  # noqa: E402
 from compiler.agreement import Agreement, agreement, onnxruntime_session  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 COMPILE_TARGET_S = 30.0   # ResNet-50 on one NU (issue 14, part 7)
 FUSION_TARGETS = {"mobilenetv2": (0.40, 0.10), "resnet50": (0.25, 0.05)}   # fewer DDR bytes, fewer cycles
@@ -378,7 +379,6 @@ def misses(results: list[Result]) -> tuple[list[str], list[str]]:
 def write_docs(results: list[Result], layers: bool) -> None:
     """The results page's table of this run (docs/performance.md): the networks fused against fuse=False, or
     with --layers MobileNetV2's layers compiled alone."""
-    from tables import write_table
 
     if not layers:
         pct = lambda a, b: f"{100 * (1 - a / b):.1f}%"  # noqa: E731

@@ -31,6 +31,7 @@ from compiler.build import build  # noqa: E402
 from compiler.quant import quantize_multipliers  # noqa: E402
 from compiler.roofline import bound_cycles  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 
 def resnet50_convs() -> list[tuple[str, int, int, int, int, int, int]]:
@@ -102,7 +103,6 @@ def main() -> int:
           f"{cfg.vu_count} VU(s); "
           f"{instrs:,} instructions in all")
     if args.write_docs:
-        from tables import write_table
         worst = max(zip(ratios, (layer[0] for layer in layers)))
         one = cfg.nu_count == 1
         write_table("resnet50-1nu" if one else "resnet50-2nu", ["figure", "measured", "goal"], [

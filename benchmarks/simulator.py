@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 from conv_kernel import conv3x3_source  # noqa: E402
 from nnpasm import assemble  # noqa: E402
 from nnpsim import Config, Simulator  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 PARTS = ("engine", "conv", "startup", "resnet50")
 
@@ -265,7 +266,6 @@ def main() -> None:
         rows.append(["53 convs simulated / numpy im2col + float64 matmul, best passes, wall",
                      f"{sw / nw:.2f} ({sw:.3f} s against {nw:.3f} s)", "<= 3"])
     if args.write_docs:
-        from tables import write_table
         if parts == {"resnet50"}:
             write_table("simulator-resnet50", ["figure", "measured", "goal"], rows,
                         "simulate ResNet-50's convs in at most 3x numpy's time.")

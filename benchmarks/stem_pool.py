@@ -27,6 +27,7 @@ from compiler import models  # noqa: E402
 from compiler.network.partition import partition  # noqa: E402
 from compiler.ops import Conv2d, Pool2d  # noqa: E402
 from nnpsim.config import Config, load_config  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 SEED = 1
 
@@ -80,7 +81,6 @@ def main() -> int:
         rows.append([name, f"{c0:,} + {c1:,} = {c0 + c1:,}", f"{cs:,} ({cs / (c0 + c1):.3f})",
                      f"{cf:,} ({cf / (c0 + c1):.3f})", "yes" if same else "NO"])
     if args.write_docs:
-        from tables import write_table
         write_table("stem-pool", ["stem", "apart (conv + pool)", "fused, one after the other", "fused, priced",
                                   "bit-exact"], rows, "the fused stem faster than its two kernels apart, bit-exact "
                     "with them.")

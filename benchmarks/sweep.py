@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compiler.sweep.run_point import TIMING_COLUMNS  # noqa: E402
 from compiler.sweep.runner import run_sweep  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
+from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 ARRAYS = (16, 32, 64, 128)
 DDR = (8, 16, 32, 64)
@@ -134,7 +135,6 @@ def main() -> int:
     print("(compile s, sim s: summed over the points, in the workers; tiling cache hits: chains whose tiling "
           "came from the cache, of the chains compiled; programs cached: points that compiled nothing)")
     if args.write_docs:
-        from tables import write_table
         write_table("sweep", ["run", "points", "errors", "wall s", "speed-up", "CPU s", "programs cached",
                               "rows equal"],
                     [[t[0], t[1], t[2], f"{t[3]:.1f}", f"{base / t[3]:.2f}x", f"{t[4]:.1f}", t[8], t[11]]

@@ -277,10 +277,9 @@ def one_program(cfg: Config, lower: Callable[[Scope], Part]) -> tuple[str, dict[
     """A program of one op: `lower(scope)` writes its buffers, constants and code (ending on its drain);
     the header, `main:` and the final halt are added here.  (assembly, .incbin files, the Part)."""
     prog = Program()
+    prog.text.append(Line("main:"))
     b = Scope(prog)
-    main = len(prog.text)
     part = lower(b)
-    prog.text.insert(main, Line("main:"))
     b.i("halt")
     header(prog, part.title, cfg)
     add_notes(prog, part.notes)
