@@ -1,9 +1,9 @@
 """`nnpc compile` and `nnpc run`: whole networks from ONNX on the command line.
 
     nnpc compile model.onnx -o model.nnp [--config hw.toml] [--arithmetic onnxruntime|fixed]
-                 [--report] [--no-fuse]
+                 [--report] [--table layers.csv|layers.json] [--no-fuse]
     nnpc run model.onnx|model.nnp --input x.npy [--output y.npy] [--trace t.json]
-             [--check-races] [--compare-onnxruntime]
+             [--table layers.csv|layers.json] [--plot roofline.png] [--check-races] [--compare-onnxruntime]
 
 Exit status: 0 success; 1 a model, input or configuration that cannot be used
 (the message says which and why); 2 a bad command line; 3 the simulated
@@ -25,6 +25,7 @@ from .build import build
 from .errors import CompileError
 from .library import Library, load
 from .onnx import from_onnx
+from .report import TABLE_SUFFIXES, check_output_path, layer_rows, plot_roofline, write_table
 from .runtime import GraphModule
 
 EXIT_OK, EXIT_INPUT, EXIT_SIM = 0, 1, 3
@@ -40,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--report", action="store_true",
                    help="print every fusion decision with its predicted gain, each fused kernel's pipelining "
                         "variant with every variant's predicted cycles, and the on-chip high-water marks")
+    c.add_argument("--table", metavar="FILE", help="also write the per-layer table, predicted, as CSV or JSON "
+                   "(by the file's suffix: .csv, .json)")
     _common(c)
     r = sub.add_parser("run", help="run a model (.onnx: compiled first; .nnp: as built) on the simulator")
     r.add_argument("model", help="an ONNX model or a program written by nnpc compile")
@@ -48,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--output", action="append", default=[], metavar="[NAME=]FILE.npy",
                    help="save an output (dequantised float32) here; repeatable")
     r.add_argument("--trace", metavar="FILE", help="write a Perfetto trace with a track of layers")
+    r.add_argument("--table", metavar="FILE", help="also write the per-layer table, measured, as CSV or JSON "
+                   "(by the file's suffix: .csv, .json)")
+    r.add_argument("--plot", metavar="FILE.png", help="draw the layers on the machine's roofline as a PNG")
     r.add_argument("--check-races", action="store_true", help="check the run for data races")
     r.add_argument("--compare-onnxruntime", action="store_true",
                    help="also run onnxruntime on the same input; print the largest difference in output "
@@ -88,9 +94,13 @@ def _load_npy(path: str) -> np.ndarray:
 
 def compile_command(args) -> int:
     """nnpc compile: print the layer table and write the program."""
+    if args.table:
+        check_output_path(args.table, TABLE_SUFFIXES, "--table")
     lib = _library(args.model, args, load_config(args.config))
     lib.save(args.output)
     print(lib.layer_table())
+    if args.table:
+        print(f"nnpc: wrote {write_table(layer_rows(lib), args.table)}")
     if args.report:
         print(lib.fusion_report())
     print(f"nnpc: wrote {args.output} ({len(lib.layers)} layers, {lib.predicted_cycles:,} cycles predicted)")
@@ -99,6 +109,10 @@ def compile_command(args) -> int:
 
 def run_command(args) -> int:
     """nnpc run: set the inputs, run, print the layer statistics, save outputs, compare with onnxruntime."""
+    if args.table:
+        check_output_path(args.table, TABLE_SUFFIXES, "--table")
+    if args.plot:
+        check_output_path(args.plot, (".png",), "--plot")
     lib = _library(args.model, args, load_config(args.config))
     m = GraphModule(lib)
     inputs = _pairs(args.input, "--input")
@@ -117,6 +131,12 @@ def run_command(args) -> int:
         return EXIT_SIM
     _print_layers(m)
     print(f"cycles {stats.cycles:,} ({stats.time_us:,.1f} us); predicted {lib.predicted_cycles:,}")
+    if args.table or args.plot:
+        rows = layer_rows(lib, m.layer_stats())
+        if args.table:
+            print(f"nnpc: wrote {write_table(rows, args.table)}")
+        if args.plot:
+            print(f"nnpc: wrote {plot_roofline(rows, args.plot, lib.config, Path(args.model).stem)}")
     for name, path in _pairs(args.output, "--output"):
         np.save(path, m.get_output(name if name is not None else 0))
     if args.compare_onnxruntime:
