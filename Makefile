@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export NUMBA_CACHE_DIR ?= $(CURDIR)/.numba_cache
 
-.PHONY: demo test venv docs bench clean
+.PHONY: demo test venv docs bench zoo clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/resnet50.py
 	$(BIN)/python benchmarks/models.py
+
+# The model zoo (benchmarks/zoo.py): its frameworks are a separate, large extra; models cached outside the repo.
+zoo: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[zoo]'
+	$(BIN)/python benchmarks/zoo.py
 
 clean:
 	rm -rf $(VENV) .numba_cache build *.egg-info
