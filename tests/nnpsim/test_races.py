@@ -294,6 +294,28 @@ def test_strided_tiles_with_holes_do_not_overlap():
     assert msg is not None and "16 of them overlap" in msg
 
 
+def test_a_one_byte_access_splits_the_granules_of_whole_rows():
+    """Rows of 64 bytes make 64-byte granules until a one-byte write lands among them: the shadow is then
+    kept byte by byte on that page, and only a byte both commands write races, named exactly."""
+    rows = row(0, ("ddr", 0x2000), ("dm", 0), 256)
+    beside = row(1, ("ddr", 0x2100 + 0x41), ("dm", 512), 1)          # a byte past the rows, on their page
+    assert race_message([rows, beside]) is None
+    inside = row(1, ("ddr", 0x2000 + 0x41), ("dm", 512), 1)          # byte 0x41 of the second 64-byte row
+    msg = race_message([rows, inside])
+    assert msg is not None and "ddr byte 0x2041:" in msg
+    last = row(1, ("ddr", 0x2000 + 0xff), ("dm", 512), 1)            # the rows' very last byte
+    assert "ddr byte 0x20ff:" in race_message([rows, last])
+
+
+def test_pages_one_agent_alone_touches_cannot_race():
+    """A page only one DMA channel writes and reads is never shadowed, and never reported."""
+    write = row(0, ("ddr", 0x3000), ("dm", 0), 128)
+    again = row(0, ("ddr", 0x3000), ("dm", 0), 128)                  # the same queue: program order
+    assert race_message([write, again]) is None
+    other = row(1, ("ddr", 0x3010), ("dm", 256), 16)
+    assert "ddr byte" in race_message([write, other])
+
+
 def test_reads_of_the_same_bytes_never_race():
     a = row(0, ("dm", 0), ("ddr", 0), 64)
     b = row(1, ("dm", 64), ("ddr", 0), 64)
