@@ -19,8 +19,9 @@ demo: $(STAMP)
 	$(BIN)/python -m compiler.demos.demo
 	$(BIN)/python -m compiler.demos.dynamic_demo
 
+# Two workers (pytest-xdist, one per core of the CI machine); `pytest` alone runs serially.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadscope
 
 docs: $(STAMP)
 	$(BIN)/python -m isa_spec.docgen
