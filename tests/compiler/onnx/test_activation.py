@@ -166,3 +166,13 @@ def test_islands_that_are_no_function_of_one_activation_are_refused():
             r"node 'Mul_\d+' \(Mul\): .*functions of two tensors")
     refused([node("Sigmoid", ["xf"], ["s"]), node("Mul", ["s", "k"], ["yf"])],
             {"k": np.full((1, 3, 1, 1), 0.5, np.float32)}, r"\(Mul\): input 1 \('k'\) must be a scalar constant")
+
+
+@pytest.mark.parametrize("act", ["QLinearSigmoid", "Sigmoid"])
+def test_a_lut_on_symbolic_sizes_is_refused_naming_the_node(act):
+    """The dynamic wing has no lut: building a model over a range of sizes is one clear CompileError."""
+    m = model((1, 3, "h", 5), 0.05, 0, 0.01, 0, qop=act if act in QOPS else None,
+              island=None if act in QOPS else act)
+    dg = compiler.from_onnx(m, dims={"h": (1, 30)})
+    with pytest.raises(CompileError, match=r"lut.* has no dynamic lowering yet"):
+        compiler.build(dg)
