@@ -174,7 +174,11 @@ def evaluate(im: Importer, nodes: list, feeds: dict[str, QuantParams | None], ou
     scalar constants; Problem if the two optimisation levels disagree or a code's result depends on
     where it sits."""
     model = _table_model(im, nodes, feeds, out, blame)
-    got = [_run(model, level) for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL")]
+    try:
+        got = [_run(model, level) for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL")]
+    except Exception as exc:       # onnxruntime's own error types (Fail, InvalidGraph ...): the model's fault
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Problem(blame, f"onnxruntime cannot run it on the 256 codes: {first}") from None
     for y in got:
         by_code = {}
         for c, v in zip(PROBE.tolist(), y.tolist()):

@@ -1,7 +1,7 @@
 """The unary table op: lut, any int8 -> int8 function of one quantised input as its 256 values (vu.lut)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,8 +32,9 @@ class Lut(Elementwise):
         return sem.clip(self.table, self.lo, self.hi)
 
     def then(self, other: "Lut") -> "Lut":
-        """This table followed by other's: one lookup for both."""
-        return lut(self.shape, sem.lut(self.entries(), other.entries()))
+        """This table followed by other's: one lookup for both (the layouts of x and of other's y)."""
+        return replace(self, table=table_arg("table", sem.lut(self.entries(), other.entries())), lo=-128, hi=127,
+                       y_layout=other.y_layout)
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
         return sem.lut(arrays[0], self.entries())

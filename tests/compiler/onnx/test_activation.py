@@ -161,6 +161,10 @@ def refused(nodes, consts, match):
         compiler.from_onnx(m)
 
 
+def test_an_island_onnxruntime_cannot_run_is_refused_naming_the_node():
+    refused([node("Elu", ["xf"], ["yf"], gamma=2.0)], {}, r"\(Elu\): onnxruntime cannot run it on the 256 codes")
+
+
 def test_islands_that_are_no_function_of_one_activation_are_refused():
     refused([node("Sigmoid", ["xf"], ["s"]), node("Mul", ["s", "x2f"], ["yf"])], {},
             r"node 'Mul_\d+' \(Mul\): .*functions of two tensors")
