@@ -33,6 +33,7 @@ class Conv2d(Op):
     scale: np.ndarray | None = None    # float32 [O]: the float form (onnxruntime arithmetic)
     x_layout: str = "nchw"             # DDR layouts of x and of y (and a fused residual): lowering.layout
     y_layout: str = "nchw"
+    act: np.ndarray | None = None      # int8[256]: a lut fused after the clamp (lowering.driver.fuse_nu_chain)
     kind: str = field(init=False, default="conv2d")
 
     @property
@@ -65,10 +66,11 @@ class Conv2d(Op):
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
         if self.scale is not None:
-            return sem.conv2d_f32(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                                  self.groups, self.x_zp, self.scale, self.zp_out, self.lo, self.hi)
-        return sem.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                          self.groups, self.x_zp, self.multiplier, self.shift, self.zp_out, self.lo, self.hi)
+            return _act(self.act, sem.conv2d_f32(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                                                 self.groups, self.x_zp, self.scale, self.zp_out, self.lo, self.hi))
+        return _act(self.act, sem.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                                         self.groups, self.x_zp, self.multiplier, self.shift, self.zp_out, self.lo,
+                                         self.hi))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -85,6 +87,7 @@ class Dense(Op):
     lo: int
     hi: int
     scale: np.ndarray | None = None    # float32 [O]: the float form (onnxruntime arithmetic)
+    act: np.ndarray | None = None      # int8[256]: a lut fused after the clamp (lowering.driver.fuse_nu_chain)
     kind: str = field(init=False, default="dense")
 
     @property
@@ -101,9 +104,15 @@ class Dense(Op):
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
         if self.scale is not None:
-            return sem.dense_f32(x, self.weight, self.bias, self.x_zp, self.scale, self.zp_out, self.lo, self.hi)
-        return sem.dense(x, self.weight, self.bias, self.x_zp, self.multiplier, self.shift,
-                         self.zp_out, self.lo, self.hi)
+            return _act(self.act, sem.dense_f32(x, self.weight, self.bias, self.x_zp, self.scale, self.zp_out,
+                                                self.lo, self.hi))
+        return _act(self.act, sem.dense(x, self.weight, self.bias, self.x_zp, self.multiplier, self.shift,
+                                        self.zp_out, self.lo, self.hi))
+
+
+def _act(table: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+    """y through a fused lut's table, if any."""
+    return y if table is None else sem.lut(y, table)
 
 
 def _requant_args(what: str, o: int, multiplier, shift, scale, zp_out, lo, hi) -> dict:

@@ -85,7 +85,7 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
                       "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
                       "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
-                      "vu.slide.favg": (1, 1, 4)}[mn]
+                      "vu.slide.favg": (1, 1, 4), "vu.lut": (1, 1, 0)}[mn]
         win = mn.startswith(("vu.pool", "vu.slide"))
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
@@ -96,6 +96,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                     a = r1 + off("a") + wh * p["vu.win_stride_h"] + ww * p["vu.win_stride_w"]
                     reads |= {(sp, a + j) for j in range(aw)}
             reads |= {(sp, r2 + off("b") + j) for j in range(bw)}
+        if mn == "vu.lut":          # its whole 256-entry table, whatever the inputs
+            reads |= {(sp, r2 + j) for j in range(256)}
     return reads, writes
 
 
@@ -378,6 +380,16 @@ def test_requant_pc_table_and_divr_divisor_are_read():
     divisor = row(0, ("vbuf0", 512), ("ddr", 0), 4)
     dv = vu(0, "vu.divr", 0, 64, 512, n0=8, d_stride0=1, a_stride0=4, b_stride0=0)
     assert "vbuf0 bytes 0x200..0x203" in race_message([divisor, dv])
+
+
+def test_lut_table_is_read_whole():
+    """vu.lut reads all 256 bytes of its table: a DMA still loading the table's last byte, with no wait
+    between them, is a race even when no input selects that entry; one past the table is not."""
+    last_entry = row(0, ("vbuf0", 512 + 255), ("ddr", 0), 1)
+    lut = vu(0, "vu.lut", 0, 64, 512, n0=4, d_stride0=1, a_stride0=1)
+    assert "vbuf0 byte 0x2ff" in race_message([last_entry, lut])
+    past = row(0, ("vbuf0", 512 + 256), ("ddr", 0), 1)
+    assert race_message([past, lut]) is None
 
 
 def test_source_lines_in_message():
