@@ -356,11 +356,7 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
         return Vu("vu.clip", a, a, None, n=(nr, nc), d_stride=d1, a_stride=d1,
                   scalars={"lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: clip in place")
     if op.mode in FLOAT_BINARY:
-        b_ref, b_st = b
-        sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(op.fscales[0]), "fscale_b": f32_bits(op.fscales[1]),
-              "fbias": f32_bits(op.fscales[2]), **lohi}
-        return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st, scalars=sc, unit=unit,
-                  comment=f"{name}: DequantizeLinear, float32 {op.mode}, QuantizeLinear in place")
+        return _qdq_binary(op, a, b, nc, nr, unit, name)
     if op.fscales is not None:
         return _binary_f32(op, a, b, nc, nr, unit, name)
     if op.mode in ("add", "mul"):
@@ -394,6 +390,23 @@ def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int
               "lo": op.lo, "hi": op.hi}
     return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
               scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
+
+
+def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
+                name: str) -> Vu:
+    """vu.fsub / fdiv / fmax / fmin in place at a; reversed (b op a), b is the command's first source."""
+    d1 = (1, nr)
+    b_ref, b_st = b
+    (za, zb), (sa, sb, sy) = (op.za, op.zb), op.fscales
+    src = (a, d1, b_ref, b_st)
+    if op.reverse:
+        src, za, zb, sa, sb = (b_ref, b_st, a, d1), zb, za, sb, sa
+    sc = {"za": za, "zb": zb, "fscale": f32_bits(sa), "fscale_b": f32_bits(sb), "fbias": f32_bits(sy),
+          "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+    ra, a_st, rb, rb_st = src
+    return Vu(f"vu.f{op.mode}", a, ra, rb, "i8", "i8", 1, (nr, nc), d1, a_st, rb_st, scalars=sc, unit=unit,
+              comment=f"{name}: DequantizeLinear, float32 {op.mode}{' (reversed)' if op.reverse else ''}, "
+                      f"QuantizeLinear in place")
 
 
 def _requant_f32(op: Elementwise, a: Ref, table: Ref | None, nc: int, nr: int, unit: int, name: str) -> Vu:

@@ -43,10 +43,13 @@ OPS: dict[str, Op] = {
     "MatMul": Op(conv.matmul, "dense (QDQ)", 2),
     "QGemm": _ms(conv.qgemm, "dense (com.microsoft)", 9),
     "Gemm": Op(conv.gemm, "dense (QDQ)", 3),
-    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft)", 8),
-    "Add": Op(elementwise.binary("add"), "add (QDQ)", 2),
-    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft)", 8),
-    "Mul": Op(elementwise.binary("mul"), "mul (QDQ)", 2),
+    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft; B broadcast or an int8 initializer)", 8),
+    "Add": Op(elementwise.binary("add"), "add (QDQ, QLinearAdd's arithmetic; B broadcast or a dequantised constant; "
+              "a float scalar constant: sub of its negation, in float32)", 2),
+    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft; either operand broadcast or an int8 "
+                      "initializer; two activations: x * sigmoid(x))", 8),
+    "Mul": Op(elementwise.binary("mul"), "mul (QDQ, QLinearMul's arithmetic; either operand broadcast or a "
+              "dequantised constant)", 2),
     "Relu": Op(elementwise.relu_clip, "relu, or the output range of the op before it", 1),
     "Clip": Op(elementwise.relu_clip, "clip, or the output range of the op before it", 3),
     "QLinearGlobalAveragePool": _ms(pool.qlinear_global_average_pool, "global average pooling (com.microsoft)", 5),
@@ -60,6 +63,14 @@ OPS: dict[str, Op] = {
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (com.microsoft)", None),
     "Identity": Op(shape.identity, "nothing", 1),
     "Constant": Op(shape.constant, "a constant", 0),
+    "Sub": Op(elementwise.binary("sub"), "qdq_binary sub: onnxruntime's float32 a - b between DequantizeLinear and "
+              "QuantizeLinear, on vu.fsub (QDQ; b broadcast or constant, either operand)", 2),
+    "Div": Op(elementwise.binary("div"), "qdq_binary div: float32 a / b between DequantizeLinear and QuantizeLinear, "
+              "on vu.fdiv (QDQ; by a constant or an activation)", 2),
+    "Max": Op(elementwise.binary("max"), "qdq_binary max: float32 max(a, b) between DequantizeLinear and "
+              "QuantizeLinear, on vu.fmax (QDQ, two inputs)", 2),
+    "Min": Op(elementwise.binary("min"), "qdq_binary min: float32 min(a, b) between DequantizeLinear and "
+              "QuantizeLinear, on vu.fmin (QDQ, two inputs)", 2),
 }
 
 

@@ -35,6 +35,7 @@ class Elementwise(Op):
     y_layout: str = "nchw"
     b_shape: tuple | None = None    # binary: b's shape when it broadcasts to `shape` (1 or the size per axis)
     b_const: np.ndarray | None = None   # binary: b as an int8 constant of b_shape (or shape), not an input
+    reverse: bool = False       # a FLOAT_BINARY op computes b op a (Sub or Div whose first operand broadcasts)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
@@ -65,8 +66,10 @@ class Elementwise(Op):
         if self.b_shape is not None:        # b repeated along its size-1 axes, then elementwise
             arrays = (arrays[0], np.broadcast_to(arrays[1], self.shape))
         if self.mode in FLOAT_BINARY:
-            return sem.qdq_binary_f32(self.mode, *arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo,
-                                      self.hi)
+            (a, b), (za, zb), (sa, sb, sy) = arrays, (self.za, self.zb), self.fscales
+            if self.reverse:
+                a, b, za, zb, sa, sb = b, a, zb, za, sb, sa
+            return sem.qdq_binary_f32(self.mode, a, b, za, zb, sa, sb, sy, self.zp_out, self.lo, self.hi)
         if self.fscales is not None:
             f = sem.add_f32 if self.mode == "add" else sem.mul_f32
             return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
@@ -100,11 +103,12 @@ def _b_const(b_const, b_shape: tuple | None, shape: tuple) -> np.ndarray | None:
 
 
 def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_out=0, lo=-128, hi=127,
-               b_shape=None, b_const=None) -> Elementwise:
+               b_shape=None, b_const=None, reverse=False) -> Elementwise:
     """onnxruntime's QDQ float island: QuantizeLinear(DequantizeLinear(a) op DequantizeLinear(b)), op one of
     "sub", "div", "max", "min", in float32 (compiler.reference.qdq_binary_f32).
 
-    b_shape: b's shape when it broadcasts to `shape`; b_const: b as an int8 constant instead of an input.
+    b_shape: b's shape when it broadcasts to `shape`; b_const: b as an int8 constant instead of an input;
+    reverse: compute b op a instead (a keeps the output's shape, b still broadcasts).
     """
     if mode not in FLOAT_BINARY:
         raise CompileError(f"qdq_binary: mode must be one of {', '.join(FLOAT_BINARY)}, got {mode!r}")
@@ -112,7 +116,7 @@ def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_
     b_shape = _broadcast(shape, b_shape)
     fs = _binary_floats(mode, scale_a, scale_b, scale_out)
     return Elementwise(mode, shape, "int8", za, zb, 0, 0, 0, *clamp_args(zp_out, lo, hi), fscales=fs,
-                       b_shape=b_shape, b_const=_b_const(b_const, b_shape, shape))
+                       b_shape=b_shape, b_const=_b_const(b_const, b_shape, shape), reverse=bool(reverse))
 
 
 def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
