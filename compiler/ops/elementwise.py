@@ -52,8 +52,9 @@ class Elementwise(Op):
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        if self.binary and self.b_const is None:
-            return Tensor("a", self.shape, "int8"), Tensor("b", self.b_shape or self.shape, "int8")
+        if self.binary:         # a constant b is the op's own, not an input
+            b = () if self.b_const is not None else (Tensor("b", self.b_shape or self.shape, "int8"),)
+            return (Tensor("a", self.shape, "int8"),) + b
         return (Tensor("x", self.shape, self.in_dtype),)
 
     @property
