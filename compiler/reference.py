@@ -246,22 +246,12 @@ QDQ_BINARY = ("sub", "div", "max", "min")
 """The float32 binary ops onnxruntime runs between DequantizeLinear and QuantizeLinear (vu.fsub ... vu.fmin)."""
 
 
-def quantize_linear_f32(r, scale, zp_out: int, lo: int = -128, hi: int = 127) -> np.ndarray:
-    """QuantizeLinear (MlasQuantizeLinear): clip(rne(clamp(f32(r / scale), -128 - zp, 127 - zp)) + zp, lo, hi),
-    a nan at the low end of the clamp (maxps returns its second operand)."""
-    with np.errstate(all="ignore"):
-        t = np.asarray(r, F32) / F32(scale)
-    t = np.where(np.isnan(t), F32(-128 - zp_out), np.clip(t, F32(-128 - zp_out), F32(127 - zp_out)))
-    return np.clip(np.rint(t).astype(np.int64) + zp_out, lo, hi).astype(np.int8)
-
-
 def qdq_binary_f32(mode: str, a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
     """DequantizeLinear a and b (f32(x - z) * s), one float32 sub / div / max / min, QuantizeLinear."""
-    fa = f32(np.asarray(a, dtype=np.int64) - za) * F32(scale_a)
-    fb = f32(np.asarray(b, dtype=np.int64) - zb) * F32(scale_b)
+    fa, fb = dequantize_f32(a, scale_a, za), dequantize_f32(b, scale_b, zb)
     with np.errstate(all="ignore"):
         r = {"sub": np.subtract, "div": np.divide, "max": np.maximum, "min": np.minimum}[mode](fa, fb)
-    return quantize_linear_f32(r, scale_out, zp_out, lo, hi)
+        return np.clip(quantize_f32(r, scale_out, zp_out), lo, hi).astype(np.int8)
 
 
 def global_avg_pool_scale(scale_x, scale_out, n: int) -> np.float32:
