@@ -43,7 +43,8 @@ OPS: dict[str, Op] = {
     "MatMul": Op(conv.matmul, "dense (QDQ)", 2),
     "QGemm": _ms(conv.qgemm, "dense (com.microsoft)", 9),
     "Gemm": Op(conv.gemm, "dense (QDQ)", 3),
-    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft; B broadcast or an int8 initializer)", 8),
+    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft; B broadcast or an int8 "
+                      "initializer)", 8),
     "Add": Op(elementwise.binary("add"), "add (QDQ, QLinearAdd's arithmetic; B broadcast or a dequantised constant; "
               "a float scalar constant: sub of its negation, in float32)", 2),
     "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft; either operand broadcast or an int8 "
@@ -63,14 +64,11 @@ OPS: dict[str, Op] = {
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (com.microsoft)", None),
     "Identity": Op(shape.identity, "nothing", 1),
     "Constant": Op(shape.constant, "a constant", 0),
-    "Sub": Op(elementwise.binary("sub"), "qdq_binary sub: onnxruntime's float32 a - b between DequantizeLinear and "
-              "QuantizeLinear, on vu.fsub (QDQ; b broadcast or constant, either operand)", 2),
-    "Div": Op(elementwise.binary("div"), "qdq_binary div: float32 a / b between DequantizeLinear and QuantizeLinear, "
-              "on vu.fdiv (QDQ; by a constant or an activation)", 2),
-    "Max": Op(elementwise.binary("max"), "qdq_binary max: float32 max(a, b) between DequantizeLinear and "
-              "QuantizeLinear, on vu.fmax (QDQ, two inputs)", 2),
-    "Min": Op(elementwise.binary("min"), "qdq_binary min: float32 min(a, b) between DequantizeLinear and "
-              "QuantizeLinear, on vu.fmin (QDQ, two inputs)", 2),
+    **{op_type: Op(elementwise.binary(kind), f"qdq_binary {kind}: onnxruntime's float32 {what} between "
+                   f"DequantizeLinear and QuantizeLinear, on vu.f{kind} (QDQ, two inputs; either broadcast or "
+                   f"a constant)", 2)
+       for op_type, kind, what in (("Sub", "sub", "a - b"), ("Div", "div", "a / b"), ("Max", "max", "max(a, b)"),
+                                   ("Min", "min", "min(a, b)"))},
 }
 
 

@@ -20,7 +20,7 @@ from .layout import Concat, Reshape, at_values, check_dtype
 from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, sum_pool2d
 
-__all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat", "Conv2d",
-           "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
+__all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat",
+           "Conv2d", "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d"]

@@ -236,7 +236,8 @@ def qdq_island(op_type: str, a, b, sa, za, sb, zb, sy, zy, level) -> np.ndarray:
     """DequantizeLinear(a), DequantizeLinear(b), op_type, QuantizeLinear on onnxruntime at `level`."""
     nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
              helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
-             helper.make_node(op_type, ["fa", "fb"], ["fy"]), helper.make_node("QuantizeLinear", ["fy", "sy", "zy"], ["y"])]
+             helper.make_node(op_type, ["fa", "fb"], ["fy"]),
+             helper.make_node("QuantizeLinear", ["fy", "sy", "zy"], ["y"])]
     inits = [numpy_helper.from_array(np.asarray(v, t), n) for n, v, t in
              (("sa", sa, F32), ("za", za, np.int8), ("sb", sb, F32), ("zb", zb, np.int8), ("sy", sy, F32),
               ("zy", zy, np.int8))]
