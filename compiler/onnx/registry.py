@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from . import conv, elementwise, pool, quant, shape
+from . import conv, elementwise, pool, quant, reduce, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -69,6 +69,8 @@ OPS: dict[str, Op] = {
                    f"a constant)", 2)
        for op_type, kind, what in (("Sub", "sub", "a - b"), ("Div", "div", "a / b"), ("Max", "max", "max(a, b)"),
                                    ("Min", "min", "min(a, b)"))},
+    "ReduceMax": Op(reduce.reduce_max, "max_pool2d with the plane as its window (ReduceMax over H and W, int8 or "
+                    "QDQ; keepdims = 0: then a reshape to [N, C])", 2),
 }
 
 

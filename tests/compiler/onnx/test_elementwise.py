@@ -190,3 +190,4 @@ def test_refusals_name_the_node_and_the_reason():
     model = qdq_model("sub", 4, 5, 6, (1, 1, 1, 6), "const", False, 1)
     with pytest.raises(CompileError, match=r"Sub.*broadcasting is supported for a B of one value per image"):
         compiler.from_onnx(model)
+
