@@ -113,6 +113,8 @@ def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_
     """
     if mode not in FLOAT_BINARY:
         raise CompileError(f"qdq_binary: mode must be one of {', '.join(FLOAT_BINARY)}, got {mode!r}")
+    if has_dims(shape):
+        raise CompileError(f"{mode}: shape {tuple(shape)} holds a Dim; qdq_binary has a static lowering only")
     shape, za, zb = shape_arg("shape", shape), int_arg("za", za, *INT8), int_arg("zb", zb, *INT8)
     b_shape = _broadcast(shape, b_shape)
     fs = _binary_floats(mode, scale_a, scale_b, scale_out)
