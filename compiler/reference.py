@@ -247,6 +247,18 @@ def mul_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.nda
     return np.clip(cvt_int8(t), lo, hi).astype(np.int8)
 
 
+QDQ_BINARY = ("sub", "div", "max", "min")
+"""The float32 binary ops onnxruntime runs between DequantizeLinear and QuantizeLinear (vu.fsub ... vu.fmin)."""
+
+
+def qdq_binary_f32(mode: str, a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
+    """DequantizeLinear a and b (f32(x - z) * s), one float32 sub / div / max / min, QuantizeLinear."""
+    fa, fb = dequantize_f32(a, scale_a, za), dequantize_f32(b, scale_b, zb)
+    with np.errstate(all="ignore"):
+        r = {"sub": np.subtract, "div": np.divide, "max": np.maximum, "min": np.minimum}[mode](fa, fb)
+        return np.clip(quantize_f32(r, scale_out, zp_out), lo, hi).astype(np.int8)
+
+
 def global_avg_pool_scale(scale_x, scale_out, n: int) -> np.float32:
     """QLinearGlobalAveragePool's factor sx / (sy * n) in float32, in that order."""
     return F32(F32(scale_x) / F32(F32(scale_out) * F32(n)))

@@ -45,7 +45,7 @@ from isa_spec.layout import LayoutError, from_stored, parse_layout, stored_shape
 from nnpsim.config import Config
 
 from .errors import CompileError
-from .ops import Conv2d, Dense, Op, Pool2d
+from .ops import FLOAT_BINARY, Conv2d, Dense, Op, Pool2d
 from .lowering import driver
 from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.conv_plan import ConvTiling, buffer_needs, fits, requantises_on_nu
@@ -172,7 +172,7 @@ class Block:
             return {"clip": ("vu.clip",)}
         if op.mode == "lut":
             return {"lut": ("vu.lut",)}
-        if op.mode in ("add", "mul"):
+        if op.mode in ("add", "mul") + FLOAT_BINARY:
             return {op.mode: (f"vu.f{op.mode}" if op.fscales is not None else f"vu.{op.mode}",)}
         per_channel = np.ndim(op.scale if op.scale is not None else op.ma) > 0
         if op.scale is not None:

@@ -66,6 +66,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.requant.fpc": _VU_DEST,
     "vu.fadd": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST),
     "vu.fmul": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
+    **{m: (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), Scalar("vu.fbias", _ZERO_SCALE),
+           *_VU_DEST) for m in ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")},
     "vu.pool.favg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
     "vu.pool.acc": _VU_DEST + _VU_WINDOW,
     "vu.pool.avg": _VU_DEST + _VU_WINDOW,

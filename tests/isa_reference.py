@@ -303,10 +303,12 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
-                "vu.lut")
+                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 LUT_ENTRIES = 256
 """vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
-FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")
+FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
+"""DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
+FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
 POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
 SLIDE_AS_POOL = {"vu.slide.acc": "vu.pool.acc", "vu.slide.avg": "vu.pool.avg", "vu.slide.favg": "vu.pool.favg"}
@@ -381,7 +383,8 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-            "vu.lut": (1, 1, 1)}[mnemonic]
+            "vu.lut": (1, 1, 1),
+            **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
@@ -431,10 +434,13 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))
-    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg") and not _positive_finite(f32_bits(q["fscale_b"])):
+    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS and \
+            not _positive_finite(f32_bits(q["fscale_b"])):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
+        raise Fault("param", param=_pnum("vu", "fbias"))
+    if mnemonic in FBIN_OPS and not _positive_finite(fbias):
         raise Fault("param", param=_pnum("vu", "fbias"))
 
 
@@ -562,6 +568,8 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         v = min(max(v, -128 - zp), 127 - zp)             # clamped in float, before the rounding
         return _clip(_round_half_even(v) + zp, lo, hi)
     y = _int(mem, b, 1)
+    if mnemonic in FBIN_OPS:
+        return _fbin_element(mnemonic, x - za, y - q["zb"], q)
     if mnemonic == "vu.fadd":
         inner = round_f32(y * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
         return _clip(_cvt8(round_f32(x * s + inner)), lo, hi)
@@ -569,6 +577,41 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
     if not _fits(prod):
         raise Fault("overflow", space=space, first=a, last=a)
     return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp)), lo, hi)
+
+
+def _fbin_element(mnemonic: str, x: int, y: int, q: dict) -> int:
+    """vu.fsub / fdiv / fmax / fmin: fa = f32(x * sa), fb = f32(y * sb), f32(fa op fb), then QuantizeLinear:
+    t = f32(r / sy) clamped to [-128 - zp, 127 - zp] (nan: the low end), rounded half to even, + zp."""
+    fa = round_f32(x * Fraction(f32_bits(q["fscale"])))
+    fb = round_f32(y * Fraction(f32_bits(q["fscale_b"])))
+    r = _exact_op(mnemonic, fa, fb)
+    zp = q["zp_out"]
+    t = r if r != r or isinstance(r, float) else round_f32(r / Fraction(f32_bits(q["fbias"])))
+    t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)
+    return _clip(_round_half_even(t) + zp, q["lo"], q["hi"])
+
+
+def _exact_op(mnemonic: str, fa, fb):
+    """fa op fb rounded to float32 once (fa, fb finite Fractions or +-inf floats; nan for 0 / 0 or inf - inf)."""
+    if mnemonic == "vu.fmax":
+        return max(fa, fb)
+    if mnemonic == "vu.fmin":
+        return min(fa, fb)
+    if isinstance(fa, float) or isinstance(fb, float):     # an infinity (an overflowed dequantisation)
+        fa, fb = float(fa), float(fb)
+        return round_f32(fa - fb) if mnemonic == "vu.fsub" else _float_div(fa, fb)
+    if mnemonic == "vu.fsub":
+        return round_f32(fa - fb)
+    if fb == 0:
+        return float("nan") if fa == 0 else (float("inf") if fa > 0 else float("-inf"))
+    return round_f32(fa / fb)
+
+
+def _float_div(fa: float, fb: float) -> float:
+    """fa / fb for floats of which one is infinite (b's zero is +0.0)."""
+    if fb == 0:
+        return float("nan") if fa == 0 else (float("inf") if fa > 0 else float("-inf"))
+    return fa / fb
 
 
 # --------------------------------------------------------------------------- test harness

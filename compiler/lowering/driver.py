@@ -222,7 +222,7 @@ def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], B
             out_sites.append(Site(seg, f"L{k}", [x], out, res, where, in_rows, out_rows))
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
-                         if getattr(seg[0], "binary", False) else [])
+                         if len(seg[0].inputs) > 1 else [])      # a binary op's b, unless a constant
             out_sites.append(Site(seg, f"L{k}", ins, out, None, where, in_rows))
         x, in_rows = out, out_rows
     return out_sites, names.inputs, y, mids

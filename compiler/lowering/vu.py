@@ -27,7 +27,7 @@ from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
-from ..ops import Elementwise, Pool2d
+from ..ops import FLOAT_BINARY, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..reference import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
@@ -188,8 +188,10 @@ class ElementwiseLowering:
                  budget: int | None = None, part: Part | None = None,
                  shared: "ElementwiseLowering | None" = None, roles: dict[str, str] | None = None,
                  depths: dict[str, int] | None = None, rows: bool = False):
-        self.op, self.ins, self.y, self.part = op, ins, y, part
+        self.op, self.ins, self.y, self.part = op, list(ins), y, part
         self.rows = rows       # ins[0] is kept row by row in DM: walk rows outermost
+        if op.b_const is not None:      # a constant b: a DDR buffer of its own (NCHW), shared by the parts
+            self.ins.append(shared.ins[1] if shared is not None else const_b_buffer(op, name))
         if rows and len(op.shape) != 4:
             raise CompileError(f"{op.kind}: a rows-outermost walk needs an NCHW tensor, not {op.shape}")
         self.name = name if part is None else name + part.suffix
@@ -241,6 +243,7 @@ class ElementwiseLowering:
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
         extra = [self.table_ddr, self.table_vbuf] if self.per_channel or self.lut else []
+        extra += [self.ins[1]] if self.op.b_const is not None else []
         return extra + ([self.b_vbuf] if self.bcast else []) + self.slots.all()
 
     def steps(self) -> list[Step]:
@@ -267,7 +270,7 @@ class ElementwiseLowering:
             lx, lb, ly = "rows", op.x_layout, op.y_layout
         else:              # VBUF holds a tile as [channel][position] whatever the DDR layouts: only their strides change
             lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
-            lb = lx
+            lb = lx if op.b_const is None else "nchw"
         operands = 2 if op.binary else 1
         for ti, tile in enumerate(self.tiles()):
             ni, c0, c1, r0, r1 = tile
@@ -330,6 +333,12 @@ class ElementwiseLowering:
         return Ref(bcast, ni * sn + c0 * sc + r0 * sr), (sr, sc)
 
 
+def const_b_buffer(op: Elementwise, name: str) -> Buffer:
+    """The DDR buffer holding a binary op's constant b (op.b_const, NCHW)."""
+    b = np.ascontiguousarray(op.b_const)
+    return Buffer(f"{name}_bconst", "ddr", b.nbytes, dtype="int8", shape=b.shape, data=b)
+
+
 def requant_per_channel(op: Elementwise) -> bool:
     """Is op a requantize with one (M, S) or float32 scale per channel (a table in VBUF)?"""
     per_channel = op.scale if op.scale is not None else op.ma
@@ -355,6 +364,8 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
                   scalars={"lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: clip in place")
     if op.mode == "lut":
         return lut_vu(a, table, nr * nc, unit, f"{name}: table lookup in place")
+    if op.mode in FLOAT_BINARY:
+        return _qdq_binary(op, a, b, nc, nr, unit, name)
     if op.fscales is not None:
         return _binary_f32(op, a, b, nc, nr, unit, name)
     if op.mode in ("add", "mul"):
@@ -406,6 +417,23 @@ def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int
               "lo": op.lo, "hi": op.hi}
     return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
               scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
+
+
+def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
+                name: str) -> Vu:
+    """vu.fsub / fdiv / fmax / fmin in place at a; reversed (b op a), b is the command's first source."""
+    d1 = (1, nr)
+    b_ref, b_st = b
+    (za, zb), (sa, sb, sy) = (op.za, op.zb), op.fscales
+    src = (a, d1, b_ref, b_st)
+    if op.reverse:
+        src, za, zb, sa, sb = (b_ref, b_st, a, d1), zb, za, sb, sa
+    sc = {"za": za, "zb": zb, "fscale": f32_bits(sa), "fscale_b": f32_bits(sb), "fbias": f32_bits(sy),
+          "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
+    ra, a_st, rb, rb_st = src
+    return Vu(f"vu.f{op.mode}", a, ra, rb, "i8", "i8", 1, (nr, nc), d1, a_st, rb_st, scalars=sc, unit=unit,
+              comment=f"{name}: DequantizeLinear, float32 {op.mode}{' (reversed)' if op.reverse else ''}, "
+                      f"QuantizeLinear in place")
 
 
 def _requant_f32(op: Elementwise, a: Ref, table: Ref | None, nc: int, nr: int, unit: int, name: str) -> Vu:

@@ -1,79 +1,167 @@
-"""The elementwise ops: Add and Mul (QDQ), QLinearAdd and QLinearMul, Relu and Clip.
+"""The elementwise ops: Add, Mul, Sub, Div, Max and Min (QDQ), QLinearAdd and QLinearMul, Relu and Clip.
 
-B may broadcast (one value per image and / or channel, or one plane).  A Relu or Clip after a
-pending op narrows that op's output range; on a dequantised or int8 tensor it is a clip.
+B may broadcast (one value per image and / or channel, or one plane), and either input may be a constant
+(an int8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
+float ops between DequantizeLinear and QuantizeLinear (ops.qdq_binary).  A Relu or Clip after a pending op
+narrows that op's output range; on a dequantised or int8 tensor it is a clip.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 from .. import ops
 from ..graph import QuantParams
-from ..ops import Reshape
+from ..ops import FLOAT_BINARY, Reshape
 from ..lowering.vu import broadcast_problem
 from .arithmetic import INT8, add_args, int8_bounds, mul_args
-from .state import DQ, Attr, Importer, Pending, Problem, Q, describe
+from .state import DQ, Attr, Const, ConstDQ, Importer, Pending, Problem, Q, brief, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
 
 
+@dataclass(frozen=True)
+class Operand:
+    """One input of a binary op: an int8 Value, or an int8 constant (value None), and its quantisation."""
+
+    value: str | None
+    q: QuantParams
+    shape: tuple[int, ...]
+    const: np.ndarray | None = None
+
+
+COMMUTATIVE = ("add", "mul", "max", "min")
+
+
 def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
-    """The handler of Add (kind "add") or Mul ("mul") in QDQ."""
+    """The handler of Add, Mul (QDQ), Sub, Div, Max or Min (kind "add", ... "min")."""
     def handler(im: Importer, node: NodeProto) -> None:
-        """Add / Mul in QDQ: two dequantised activations of the same shape -> pending add / mul."""
+        """Add / Mul / Sub / Div / Max / Min in QDQ: dequantised activations or constants -> a pending op."""
         im.attrs(node, {})
-        a, b = im.dequantised(node, 0, "A"), im.dequantised(node, 1, "B")
-        im.set(node, Pending(node, _binary_maker(im, node, kind, (a.value, a.q), (b.value, b.q))))
+        if len(node.input) != 2:
+            raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
+        a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
+        op_kind = kind
+        if kind == "add" and (a.q is None or b.q is None):
+            op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
+            a, b = (b, a) if a.q is None else (a, b)
+            b = _negated(b)
+        a, b = (_float_scalar(node, op_kind, o) for o in (a, b))
+        im.set(node, Pending(node, _binary_maker(im, node, op_kind, a, b)))
     return handler
 
 
 def qlinear_binary(kind: str) -> Callable[[Importer, NodeProto], None]:
     """The handler of QLinearAdd (kind "add") or QLinearMul ("mul")."""
     def handler(im: Importer, node: NodeProto) -> None:
-        """QLinearAdd / QLinearMul(A, As, Az, B, Bs, Bz, Cs, Cz) (com.microsoft)."""
+        """QLinearAdd / QLinearMul(A, As, Az, B, Bs, Bz, Cs, Cz) (com.microsoft); A or B may be an initializer."""
         im.attrs(node, {})
-        a, aq = im.int8(node, 0, "A"), im.params(node, 1, 2, "A")
-        b, bq = im.int8(node, 3, "B"), im.params(node, 4, 5, "B")
+        a = _qlinear_operand(im, node, 0, im.params(node, 1, 2, "A"), "A")
+        b = _qlinear_operand(im, node, 3, im.params(node, 4, 5, "B"), "B")
         cq = im.params(node, 6, 7, "C")
-        make = _binary_maker(im, node, kind, (a, aq), (b, bq))
+        make = _binary_maker(im, node, kind, a, b)
         im.set(node, Q(make(cq, -128, 127, node.output[0], im.name(node))))
     return handler
 
 
-def _binary_maker(im: Importer, node, kind: str, a, b):
-    (av, aq), (bv, bq) = a, b
-    shape, b_shape = im.shape(av), im.shape(bv)
-    if b_shape != shape and _onnx_broadcast(shape, b_shape) is None and _onnx_broadcast(b_shape, shape) is not None:
+def _qdq_operand(im: Importer, node, i: int, what: str) -> Operand:
+    """A dequantised activation, a dequantised int8 constant (per tensor), or a float constant (q None)."""
+    s = im.input(node, i)
+    if isinstance(s, DQ):
+        return Operand(s.value, s.q, im.shape(s.value))
+    if isinstance(s, ConstDQ) and s.array.dtype == np.int8 and s.q.scale.ndim == 0:
+        return Operand(None, s.q, tuple(s.array.shape), s.array)
+    if isinstance(s, Const) and s.array.dtype.kind == "f":
+        return Operand(None, None, tuple(s.array.shape), s.array.astype(np.float32))
+    raise Problem(node, f"{what} ({node.input[i] if i < len(node.input) else '?'!r}) must be a dequantised int8 "
+                  f"activation, a per-tensor dequantised int8 constant or a float constant, got {describe(s)}")
+
+
+def _qlinear_operand(im: Importer, node, i: int, q: QuantParams, what: str) -> Operand:
+    """An int8 Value, or an int8 initializer, with its QuantParams."""
+    s = im.input(node, i)
+    if isinstance(s, Const) and s.array.dtype == np.int8:
+        return Operand(None, q, tuple(s.array.shape), s.array)
+    v = im.int8(node, i, what)
+    return Operand(v, q, im.shape(v))
+
+
+def _negated(o: Operand) -> Operand:
+    """A float constant negated (exact), anything else as it is."""
+    return o if o.q is not None else Operand(None, None, o.shape, -o.const)
+
+
+def _float_scalar(node, kind: str, o: Operand) -> Operand:
+    """A float scalar constant c as the int8 constant sign(c) with scale |c| (f32(+-1) * |c| is c exactly),
+    for the float ops; other float constants are refused."""
+    if o.q is not None:
+        return o
+    c = o.const
+    if kind not in FLOAT_BINARY or c.size != 1 or not np.isfinite(c).all():
+        raise Problem(node, f"takes the float constant {brief(c)} (not quantised): a float constant is taken as one "
+                      f"finite value in Add, Sub, Div, Max or Min; quantise it (a DequantizeLinear of int8)")
+    v = float(c.ravel()[0])
+    q = QuantParams(np.float32(abs(v) if v != 0 else 1.0), np.int64(0))
+    return Operand(None, q, o.shape, np.full(o.shape, np.sign(v), np.int8))
+
+
+def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand):
+    if a.value is None and b.value is None:
+        raise Problem(node, "both inputs are constants: nothing to run")
+    out_shape = _out_shape(node, a.shape, b.shape)
+    reverse = False
+    if a.value is None or a.shape != out_shape:       # the Value of the output's shape goes first
         if kind == "add" and im.arithmetic == "onnxruntime":
-            raise Problem(node, f"A of shape {list(shape)} broadcasts to B's {list(b_shape)}: onnxruntime's float "
-                          "add rounds A and B differently, so only B may broadcast")
-        (av, aq), (bv, bq), shape, b_shape = (bv, bq), (av, aq), b_shape, shape      # a * b = b * a; a + b too
+            raise Problem(node, f"A of shape {list(a.shape)} broadcasts to B's {list(b.shape)} (or is a constant): "
+                          "onnxruntime's add rounds A and B differently, so only B may broadcast or be constant")
+        a, b, reverse = b, a, kind not in COMMUTATIVE
+    if a.value is None or a.shape != out_shape:
+        raise Problem(node, f"inputs have shapes {list(a.shape)} and {list(b.shape)}: one activation must have "
+                      "the output's shape")
+    shape = out_shape
     bcast = None
-    if b_shape != shape:
-        bcast = _onnx_broadcast(shape, b_shape)
+    if b.shape != shape:
+        bcast = _onnx_broadcast(shape, b.shape)
         if bcast is None:
-            raise Problem(node, f"inputs have shapes {list(shape)} and {list(b_shape)}: broadcasting is supported "
+            raise Problem(node, f"inputs have shapes {list(shape)} and {list(b.shape)}: broadcasting is supported "
                           "for a B of one value per image and / or channel ([N, C, 1, 1], [C, 1, 1], a scalar) or "
                           "one plane ([1, 1, H, W], [H, W]), not one that repeats along the height or width only")
+    b_const = None if b.const is None else b.const.reshape(bcast or shape)
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
-        za, zb = int(aq.zero_point), int(bq.zero_point)
-        b_in = bv
-        if bcast is not None and bcast != b_shape:      # B of a lower rank: the same bytes under A's rank
-            b_in = im.emit(f"{name}/b", [("b", Reshape(b_shape, bcast), bq)], (bv,), f"{out}/b",
-                           {"op_type": "Reshape"}, int8_in_onnx=False)
+        za, zb = int(a.q.zero_point), int(b.q.zero_point)
+        ins = (a.value,)
+        if b.value is not None and bcast is not None and bcast != b.shape:   # lower rank: A's rank, same bytes
+            ins += (im.emit(f"{name}/b", [("b", Reshape(b.shape, bcast), b.q)], (b.value,), f"{out}/b",
+                            {"op_type": "Reshape"}, int8_in_onnx=False),)
+        elif b.value is not None:
+            ins += (b.value,)
+        common = dict(za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
         if kind == "add":
-            args = add_args(im.arithmetic, aq.scale, bq.scale, yq.scale, int(yq.zero_point))
-            op = ops.add(shape, za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, **args)
+            op = ops.add(shape, **common, **add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
+                                                     int(yq.zero_point)))
+        elif kind == "mul":
+            op = ops.mul(shape, **common, **mul_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
+                                                     int(yq.zero_point)))
         else:
-            args = mul_args(im.arithmetic, aq.scale, bq.scale, yq.scale, int(yq.zero_point))
-            op = ops.mul(shape, za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, **args)
-        info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [aq, bq]}
-        return im.emit(name, [(kind, op, yq)], (av, b_in), out, info)
+            op = ops.qdq_binary(kind, shape, **common, scale_a=a.q.scale, scale_b=b.q.scale, scale_out=yq.scale,
+                                zp_out=int(yq.zero_point), reverse=reverse)
+        info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [a.q, b.q]}
+        return im.emit(name, [(kind, op, yq)], ins, out, info)
     return make
+
+
+def _out_shape(node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The ONNX (numpy) broadcast of the two shapes, or Problem."""
+    try:
+        return tuple(int(v) for v in np.broadcast_shapes(a, b))
+    except ValueError:
+        raise Problem(node, f"inputs of shapes {list(a)} and {list(b)} do not broadcast") from None
 
 
 def _onnx_broadcast(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...] | None:

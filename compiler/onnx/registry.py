@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import activation, conv, elementwise, pool, quant, shape
+from . import activation, conv, elementwise, pool, quant, reduce, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -43,10 +43,14 @@ OPS: dict[str, Op] = {
     "MatMul": Op(conv.matmul, "dense (QDQ)", 2),
     "QGemm": _ms(conv.qgemm, "dense (com.microsoft)", 9),
     "Gemm": Op(conv.gemm, "dense (QDQ)", 3),
-    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft)", 8),
-    "Add": Op(elementwise.binary("add"), "add (QDQ)", 2),
-    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft)", 8),
-    "Mul": Op(elementwise.binary("mul"), "mul (QDQ)", 2),
+    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft; B broadcast or an int8 "
+                      "initializer)", 8),
+    "Add": Op(elementwise.binary("add"), "add (QDQ, QLinearAdd's arithmetic; B broadcast or a dequantised constant; "
+              "a float scalar constant: sub of its negation, in float32)", 2),
+    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft; either operand broadcast or an int8 "
+                      "initializer; two activations: x * sigmoid(x))", 8),
+    "Mul": Op(elementwise.binary("mul"), "mul (QDQ, QLinearMul's arithmetic; either operand broadcast or a "
+              "dequantised constant)", 2),
     "Relu": Op(elementwise.relu_clip, "relu, or the output range of the op before it", 1),
     "Clip": Op(elementwise.relu_clip, "clip, or the output range of the op before it", 3),
     "QLinearGlobalAveragePool": _ms(pool.qlinear_global_average_pool, "global average pooling (com.microsoft)", 5),
@@ -60,6 +64,13 @@ OPS: dict[str, Op] = {
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (com.microsoft)", None),
     "Identity": Op(shape.identity, "nothing", 1),
     "Constant": Op(shape.constant, "a constant", 0),
+    **{op_type: Op(elementwise.binary(kind), f"qdq_binary {kind}: onnxruntime's float32 {what} between "
+                   f"DequantizeLinear and QuantizeLinear, on vu.f{kind} (QDQ, two inputs; either broadcast or "
+                   f"a constant)", 2)
+       for op_type, kind, what in (("Sub", "sub", "a - b"), ("Div", "div", "a / b"), ("Max", "max", "max(a, b)"),
+                                   ("Min", "min", "min(a, b)"))},
+    "ReduceMax": Op(reduce.reduce_max, "max_pool2d with the plane as its window (ReduceMax over H and W, int8 or "
+                    "QDQ; keepdims = 0: then a reshape to [N, C])", 2),
 }
 
 

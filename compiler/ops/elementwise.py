@@ -1,4 +1,5 @@
-"""The elementwise ops: add, mul (with broadcasting), relu, clip and requantize."""
+"""The elementwise ops: add, mul, and the QDQ float ops sub, div, max, min (with broadcasting, b an input or a
+constant), relu, clip and requantize."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from .checks import (clamp_args, derived_scale, f32_scale_arg, f32_scales_arg, f
 class Elementwise(Op):
     """add, mul, clip (relu) or requantize over a tensor of any shape."""
 
-    mode: str                   # "add", "mul", "clip", "requantize"
+    mode: str                   # "add", "mul", "clip", "requantize", or one of FLOAT_BINARY
     shape: tuple[int, ...]
     in_dtype: str = "int8"
     za: int = 0                 # zero point of a (zx for requantize)
@@ -32,7 +33,9 @@ class Elementwise(Op):
     fscales: tuple | None = None                    # add / mul's float form: float32 (scale_a, scale_b, scale_out)
     x_layout: str = "nchw"      # DDR layouts of the inputs and of y (a clip between two: a layout transform)
     y_layout: str = "nchw"
-    b_shape: tuple | None = None    # add / mul: b's shape when it broadcasts to `shape` (1 or the size per axis)
+    b_shape: tuple | None = None    # binary: b's shape when it broadcasts to `shape` (1 or the size per axis)
+    b_const: np.ndarray | None = None   # binary: b as an int8 constant of b_shape (or shape), not an input
+    reverse: bool = False       # a FLOAT_BINARY op computes b op a (Sub or Div whose first operand broadcasts)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
@@ -45,12 +48,13 @@ class Elementwise(Op):
 
     @property
     def binary(self) -> bool:
-        return self.mode in ("add", "mul")
+        return self.mode in ("add", "mul") + FLOAT_BINARY
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        if self.binary:
-            return Tensor("a", self.shape, "int8"), Tensor("b", self.b_shape or self.shape, "int8")
+        if self.binary:         # a constant b is the op's own, not an input
+            b = () if self.b_const is not None else (Tensor("b", self.b_shape or self.shape, "int8"),)
+            return (Tensor("a", self.shape, "int8"),) + b
         return (Tensor("x", self.shape, self.in_dtype),)
 
     @property
@@ -58,8 +62,15 @@ class Elementwise(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.b_const is not None:
+            arrays = (arrays[0], self.b_const)
         if self.b_shape is not None:        # b repeated along its size-1 axes, then elementwise
             arrays = (arrays[0], np.broadcast_to(arrays[1], self.shape))
+        if self.mode in FLOAT_BINARY:
+            (a, b), (za, zb), (sa, sb, sy) = arrays, (self.za, self.zb), self.fscales
+            if self.reverse:
+                a, b, za, zb, sa, sb = b, a, zb, za, sb, sa
+            return sem.qdq_binary_f32(self.mode, a, b, za, zb, sa, sb, sy, self.zp_out, self.lo, self.hi)
         if self.fscales is not None:
             f = sem.add_f32 if self.mode == "add" else sem.mul_f32
             return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
@@ -73,6 +84,42 @@ class Elementwise(Op):
         if self.mode == "clip":
             return sem.clip(arrays[0], self.lo, self.hi)
         return sem.requantize(arrays[0], self.za, self.ma, self.shift, self.zp_out, self.lo, self.hi)
+
+
+FLOAT_BINARY = sem.QDQ_BINARY
+"""The binary ops with only a float form: onnxruntime's DequantizeLinear -> float32 op -> QuantizeLinear."""
+
+
+def _b_const(b_const, b_shape: tuple | None, shape: tuple) -> np.ndarray | None:
+    """b as a constant: an int8 array of b's shape (b_shape when it broadcasts, else shape), read-only."""
+    if b_const is None:
+        return None
+    b = np.asarray(b_const)
+    want = b_shape or tuple(shape)
+    if b.dtype != np.int8 or b.shape != want:
+        raise CompileError(f"b_const must be an int8 array of shape {want}, got {b.dtype} {b.shape}")
+    b = b.copy()
+    b.flags.writeable = False
+    return b
+
+
+def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_out=0, lo=-128, hi=127,
+               b_shape=None, b_const=None, reverse=False) -> Elementwise:
+    """onnxruntime's QDQ float island: QuantizeLinear(DequantizeLinear(a) op DequantizeLinear(b)), op one of
+    "sub", "div", "max", "min", in float32 (compiler.reference.qdq_binary_f32).
+
+    b_shape: b's shape when it broadcasts to `shape`; b_const: b as an int8 constant instead of an input;
+    reverse: compute b op a instead (a keeps the output's shape, b still broadcasts).
+    """
+    if mode not in FLOAT_BINARY:
+        raise CompileError(f"qdq_binary: mode must be one of {', '.join(FLOAT_BINARY)}, got {mode!r}")
+    if has_dims(shape):
+        raise CompileError(f"{mode}: shape {tuple(shape)} holds a Dim; qdq_binary has a static lowering only")
+    shape, za, zb = shape_arg("shape", shape), int_arg("za", za, *INT8), int_arg("zb", zb, *INT8)
+    b_shape = _broadcast(shape, b_shape)
+    fs = _binary_floats(mode, scale_a, scale_b, scale_out)
+    return Elementwise(mode, shape, "int8", za, zb, 0, 0, 0, *clamp_args(zp_out, lo, hi), fscales=fs,
+                       b_shape=b_shape, b_const=_b_const(b_const, b_shape, shape), reverse=bool(reverse))
 
 
 def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
@@ -104,13 +151,14 @@ def _dynamic_binary(kind: str, make, shape, b_shape) -> DynamicOp:
 
 
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise | DynamicOp:
+        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None) -> Elementwise | DynamicOp:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
+    b_const: b as an int8 constant (of b_shape, or shape) instead of an input.
     """
-    if has_dims(shape):
+    if has_dims(shape) and b_const is None:
         return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
                                                         scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
                                                         hi=hi, b_shape=bs), shape, b_shape)
@@ -126,19 +174,22 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
         derived_scale("scale_b / scale_out", rb, "the scales")
         if not np.isfinite(c):
             raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
-        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
+        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
+                           b_const=_b_const(b_const, b_shape, shape))
     return Elementwise("add", shape, "int8", za, zb, int_arg("ma", ma, 0, (1 << 31) - 1),
-                       int_arg("mb", mb, 0, (1 << 31) - 1), int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape)
+                       int_arg("mb", mb, 0, (1 << 31) - 1), int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape,
+                       b_const=_b_const(b_const, b_shape, shape))
 
 
 def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None) -> Elementwise | DynamicOp:
+        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None) -> Elementwise | DynamicOp:
     """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
+    b_const: b as an int8 constant (of b_shape, or shape) instead of an input.
     """
-    if has_dims(shape):
+    if has_dims(shape) and b_const is None:
         return _dynamic_binary("mul", lambda s, bs: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
                                                         scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
                                                         zp_out=zp_out, lo=lo, hi=hi, b_shape=bs), shape, b_shape)
@@ -151,9 +202,11 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
         with np.errstate(all="ignore"):
             r = sem.mul_f32_ratio(*fs)
         derived_scale("scale_a * scale_b / scale_out", r, "the scales")
-        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape)
+        return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
+                           b_const=_b_const(b_const, b_shape, shape))
     return Elementwise("mul", shape, "int8", za, zb, int_arg("multiplier", multiplier, 1, (1 << 31) - 1), 0,
-                       int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape)
+                       int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape,
+                       b_const=_b_const(b_const, b_shape, shape))
 
 
 def relu(shape, zp=0) -> Elementwise | DynamicOp:

@@ -14,6 +14,8 @@ see only old values.  The float ops compute in IEEE float32 (units/f32.py).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -28,12 +30,12 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
-       "slide_acc", "slide_avg", "slide_favg", "lut")
+       "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
- VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT) = (_CODE[op] for op in OPS)
+ VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -113,9 +115,15 @@ def _check_op(op: int, unit: int, sdt: int, ddt: int, err: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def _is_fbin(op: int) -> bool:
+    """One of the float32 binary ops between DequantizeLinear and QuantizeLinear (vu.fsub ... vu.fmin)?"""
+    return op == VU_FSUB or op == VU_FDIV or op == VU_FMAX or op == VU_FMIN
+
+
+@njit(cache=True)
 def _is_float(op: int) -> bool:
     return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
-            or op == VU_SLIDE_FAVG)
+            or op == VU_SLIDE_FAVG or _is_fbin(op))
 
 
 @njit(cache=True)
@@ -166,9 +174,12 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
-    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG) and not f32.positive_finite(p[FSCALE_B]):
+    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op)) and \
+            not f32.positive_finite(p[FSCALE_B]):
         return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
     if op == VU_FADD and not f32.finite(p[FBIAS]):
+        return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
+    if _is_fbin(op) and not f32.positive_finite(p[FBIAS]):       # the output scale
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     return errors.OK
 
@@ -296,6 +307,31 @@ def requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
     """clip(rne(clamp(f32(v) * s, -128 - zp_out, 127 - zp_out)) + zp_out, lo, hi) (MlasRequantizeOutput)."""
     t = f32.r32(f32.i2f(v) * s)
     t = max(t, float(-128 - zp_out))
+    t = min(t, float(127 - zp_out))
+    return _clip(f32.rne(t) + zp_out, lo, hi)
+
+
+@njit(cache=True)
+def _fop(fa: float, fb: float, op: int) -> float:
+    """The float32 operation of vu.fsub / vu.fdiv / vu.fmax / vu.fmin, rounded once (nan for 0 / 0)."""
+    if op == VU_FSUB:
+        return f32.r32(fa - fb)
+    if op == VU_FMAX:
+        return fa if fa >= fb else fb
+    if op == VU_FMIN:
+        return fa if fa <= fb else fb
+    if fb == 0.0:       # b's zero is +0.0: f32(0) * fscale_b
+        return math.nan if fa == 0.0 else (math.inf if fa > 0.0 else -math.inf)
+    return f32.r32(fa / fb)
+
+
+@njit(cache=True)
+def fbin(x: int, y: int, op: int, sa: float, sb: float, so: float, zp_out: int, lo: int, hi: int) -> int:
+    """DequantizeLinear both (x = a - za, y = b - zb), the float32 op, QuantizeLinear (MlasQuantizeLinear:
+    divide, clamp to [-128 - zp, 127 - zp] (nan to the low end, as maxps gives it), rne, + zp), clip."""
+    t = _fop(f32.r32(f32.i2f(x) * sa), f32.r32(f32.i2f(y) * sb), op)
+    t = f32.r32(t / so) if not math.isnan(t) else t
+    t = float(-128 - zp_out) if math.isnan(t) else max(t, float(-128 - zp_out))
     t = min(t, float(127 - zp_out))
     return _clip(f32.rne(t) + zp_out, lo, hi)
 
@@ -438,6 +474,8 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             return _overflow(err, space, a_at, 1, e)
                         t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out))
                         out[e] = _clip(f32.cvt8(t), lo, hi)
+                    elif _is_fbin(op):
+                        out[e] = fbin(x - za, load_i8(mem, base + b_at) - zb, op, fx, fy, fc, zp_out, lo, hi)
                     elif op == VU_REQUANT or op == VU_REQUANT_PC:
                         m, s = ma, shift
                         if op == VU_REQUANT_PC:

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from onnx import TensorProto
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
 
 from compiler import ops
 from compiler import reference as sem
@@ -229,6 +230,42 @@ def test_qlinearmul_every_int8_pair(sa, sb, sy, za, zb, zy):
     same(want, sem.mul_f32(a, b, za, zb, F32(sa), F32(sb), F32(sy), zy, -128, 127), op.reference(a, b),
          kernel_output(op, a, b))
     spread(want, 40)
+
+
+def qdq_island(op_type: str, a, b, sa, za, sb, zb, sy, zy, level) -> np.ndarray:
+    """DequantizeLinear(a), DequantizeLinear(b), op_type, QuantizeLinear on onnxruntime at `level`."""
+    nodes = [helper.make_node("DequantizeLinear", ["a", "sa", "za"], ["fa"]),
+             helper.make_node("DequantizeLinear", ["b", "sb", "zb"], ["fb"]),
+             helper.make_node(op_type, ["fa", "fb"], ["fy"]),
+             helper.make_node("QuantizeLinear", ["fy", "sy", "zy"], ["y"])]
+    inits = [numpy_helper.from_array(np.asarray(v, t), n) for n, v, t in
+             (("sa", sa, F32), ("za", za, np.int8), ("sb", sb, F32), ("zb", zb, np.int8), ("sy", sy, F32),
+              ("zy", zy, np.int8))]
+    g = helper.make_graph(nodes, op_type, [helper.make_tensor_value_info(n, TensorProto.INT8, list(a.shape))
+                                           for n in "ab"],
+                          [helper.make_tensor_value_info("y", TensorProto.INT8, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})[0]
+
+
+@pytest.mark.parametrize("mode", ops.FLOAT_BINARY)
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zy", SCALE_SETS[:2] + random_scale_sets(2, 3))
+def test_qdq_float_binary_every_int8_pair_at_both_levels(mode, sa, sb, sy, za, zb, zy):
+    """Sub, Div (b = zb: x / 0 and 0 / 0 included), Max, Min between DQ and Q: onnxruntime runs them in float at
+    both optimisation levels; qdq_binary_f32, the op's reference and the compiled kernel give its bytes."""
+    a, b = PAIRS
+    sy = float(F32(sy * 20)) if mode == "div" else sy
+    zy //= 4                        # the results over most of int8, not piled at one end
+    op = ops.qdq_binary(mode, a.shape, za=za, zb=zb, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zy)
+    ours = sem.qdq_binary_f32(mode, a, b, za, zb, F32(sa), F32(sb), F32(sy), zy, -128, 127)
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        same(qdq_island(mode.capitalize(), a, b, sa, za, sb, zb, sy, zy, level), ours)
+    same(ours, op.reference(a, b), kernel_output(op, a, b))
+    spread(ours, 12)          # a large output scale (random sets) leaves some twenty levels
 
 
 # ---------------------------------------------------------------- QLinearAveragePool, QLinearGlobalAveragePool

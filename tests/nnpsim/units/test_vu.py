@@ -43,6 +43,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
              "vu.lut": (1, 1, ref.LUT_ENTRIES)}
+             "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1)}
     return table[mnemonic]
 
 
@@ -90,6 +91,10 @@ def _float_params(draw, mnemonic: str, sdt: int) -> dict:
         return {"vu.fscale": scale, "vu.fscale_b": 0, "vu.fbias": 0}
     if mnemonic == "vu.fmul":
         return {"vu.fscale": _float_param(draw, -16, -6), "vu.fscale_b": 0, "vu.fbias": 0}
+    if mnemonic in ref.FBIN_OPS:      # three tensor scales; a quotient's output scale near 1
+        out = (-1, 3) if mnemonic == "vu.fdiv" else (-7, -2)
+        return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": _float_param(draw, -8, -2),
+                "vu.fbias": _float_param(draw, *out)}
     c = draw(st.one_of(st.floats(-300, 300, width=32), st.integers(-300, 300).map(lambda v: v + 0.5),
                        st.sampled_from(BAD_FLOATS[3:])))
     return {"vu.fscale": _float_param(draw, -6, 1), "vu.fscale_b": _float_param(draw, -6, 1), "vu.fbias": bits(c)}
@@ -218,6 +223,8 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1}
+              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4,
+              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -555,6 +562,38 @@ def test_vu_fadd_and_fmul_on_every_int8_pair(sa, sb, sy, za, zb, zp):
                                                                      -100, 90))
 
 
+@pytest.mark.parametrize("mnemonic", ["vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin"])
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zp", SCALE_SETS[:3])
+def test_vu_fbin_on_every_int8_pair(mnemonic, sa, sb, sy, za, zb, zp):
+    """All 65536 (a, b) pairs, b = zb (a zero divisor) included: vu.fsub ... vu.fmin equal
+    compiler.reference's qdq_binary_f32 (which tests/compiler/test_reference_ort.py holds to onnxruntime)."""
+    from compiler.reference import qdq_binary_f32
+    a, b = PAIRS
+    sy = sy * 20 if mnemonic == "vu.fdiv" else sy        # quotients mostly inside int8
+    named = {"vu.n0": 256, "vu.n1": 256, "vu.a_stride0": 1, "vu.a_stride1": 256, "vu.b_stride0": 1,
+             "vu.b_stride1": 256, "vu.d_stride0": 1, "vu.d_stride1": 256, "vu.fscale": bits(sa),
+             "vu.fscale_b": bits(sb), "vu.fbias": bits(sy), "vu.za": za, "vu.zb": zb, "vu.zp_out": zp,
+             "vu.lo": -120, "vu.hi": 125}
+    out = _run_vu(mnemonic, named, _pairs_mem(), 131072, 0, 65536)
+    want = qdq_binary_f32(mnemonic[4:], a, b, za, zb, F32(sa), F32(sb), F32(sy), zp, -120, 125)
+    np.testing.assert_array_equal(out[131072:].view(np.int8), want)
+    assert len(np.unique(want)) > 50
+
+
+def test_vu_fdiv_by_zero_and_overflow():
+    """0 / 0 is nan: the low end (-128, then lo); x / 0 and an overflowed dequantisation are +-inf: clamped."""
+    mem = np.zeros(64, np.uint8)
+    mem[0:4] = np.array([0, 5, -5, 7], np.int8).view(np.uint8)
+    mem[8:12] = np.array([0, 0, 0, 1], np.int8).view(np.uint8)
+    named = {"vu.n0": 4, "vu.a_stride0": 1, "vu.b_stride0": 1, "vu.d_stride0": 1, "vu.fscale": bits(1.0),
+             "vu.fscale_b": bits(1.0), "vu.fbias": bits(1.0), "vu.zp_out": 3, "vu.lo": -100, "vu.hi": 127}
+    out = _run_vu("vu.fdiv", named, mem, 16, 0, 8)
+    assert list(out[16:20].view(np.int8)) == [-100, 127, -100, 10]
+    named.update({"vu.fscale": bits(3e38), "vu.n0": 1})
+    mem[0] = 100       # 100 * 3e38 is +inf in float32; inf / 1 = inf
+    assert list(_run_vu("vu.fsub", named, mem, 16, 0, 8)[16:17].view(np.int8)) == [127]
+
+
 def test_vu_fadd_out_of_int32_range_gives_minus_128():
     """cvtps2dq's INT_MIN: a sum of 2**31 or more (or nan) saturates to -128, not 127."""
     mem = np.zeros(64, np.uint8)
@@ -595,6 +634,11 @@ def test_vu_pool_favg_matches_semantics(mnemonic):
     ("vu.requant.f", {"vu.fscale": bits(1.0), "vu.zp_out": 128}, {4: 89, 5: 128}),
     ("vu.requant.fpc", {"vu.zp_out": -129}, {4: 89, 5: -129}),
     ("vu.fadd", {"vu.lo": 3, "vu.hi": 2}, {4: 90, 5: 3, 6: 2}),
+    ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": 0}, {4: 94}),
+    ("vu.fdiv", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(-1.0), "vu.fbias": bits(1.0)}, {4: 93}),
+    ("vu.fmax", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(float("inf"))}, {4: 94}),
+    ("vu.fmin", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(1.0), "vu.zp_out": 200},
+     {4: 89, 5: 200}),
 ])
 def test_vu_float_bad_params(mnemonic, named, fields):
     _expect(mnemonic, named, errors.BAD_PARAM, fields)
