@@ -288,7 +288,9 @@ class MoveLowering:
         span = list(box)
         span[d] = (box[d] - 1) * abs(g) + 1
         st = list(pc.strides)
-        st[d] = 1 if g > 0 else -1
+        st[d] = 1                 # ascending from the lowest address: DDR runs are read forwards only
+        if g < 0:
+            src_off += (box[d] - 1) * g
         self._span = tuple(span)
         return dma_boxes(ch, Ref(self.slots.next(self.role + "in")), 0, _strides(span), Ref(src), src_off,
                          tuple(st), tuple(span), e, None, None, where + f": {src.name} span -> staging")
@@ -301,16 +303,19 @@ class MoveLowering:
         else:
             d, g = self.staged
             src = self.slots.current(self.role + "in")
-            src_st = list(_strides(self._span))
-            src_st[d] *= abs(g)
+            span_st = _strides(self._span)
+            src_st = list(span_st)
+            src_st[d] *= g
             src_st = tuple(0 if v == 0 else x for v, x in zip(st, src_st))
-        return dma_boxes(ch, Ref(slot), 0, dense, Ref(src), 0, src_st, size, e, None, None,
+            first = (self._span[d] - 1) * span_st[d] if g < 0 else 0
+        return dma_boxes(ch, Ref(slot), 0, dense, Ref(src), first if self.staged else 0, src_st, size, e, None, None,
                          where + f": {src.name} -> {slot.name} on chip")
 
 
 def staged_dim(plan: MovePlan, burst: int) -> tuple[int, int] | None:
-    """(dim, step) of a one-piece plan whose input-innermost moving dim steps over gaps shorter than a DDR
-    burst (a strided gather would pay a burst per element): its span is loaded whole and picked on chip."""
+    """(dim, step) of a one-piece plan whose input-innermost moving dim steps backwards or over gaps shorter
+    than a DDR burst (a strided or backward gather pays a burst per element): its span is loaded whole,
+    forwards, and picked on chip."""
     if len(plan.pieces) != 1 or plan.fill is not None:
         return None
     st, shape = plan.pieces[0].strides, plan.shape
@@ -319,7 +324,7 @@ def staged_dim(plan: MovePlan, burst: int) -> tuple[int, int] | None:
         return None
     d = min(moving, key=lambda k: abs(st[k]))
     g = st[d]
-    return (d, g) if abs(g) > 1 and abs(g) * plan.elem < burst else None
+    return (d, g) if g < 0 or (g > 1 and g * plan.elem < burst) else None
 
 
 def _merge(size, a_st, b_st, lo, hi) -> list[list[int]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from . import conv, elementwise, pool, quant, shape
+from . import conv, elementwise, movement, pool, quant, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -60,6 +60,15 @@ OPS: dict[str, Op] = {
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (com.microsoft)", None),
     "Identity": Op(shape.identity, "nothing", 1),
     "Constant": Op(shape.constant, "a constant", 0),
+    "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "
+                    "constant)", 1),
+    "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),
+    "Split": Op(movement.split, "one slice per output (equal or explicit sizes, opset 13 and 18 forms)", 2,
+                outputs=1 << 16),
+    "Pad": Op(movement.pad, "pad, constant mode (QDQ: the constant quantised exactly, 0.0 is the zero "
+              "point; DMA padding)", 4),
+    "Resize": Op(movement.resize, "resize, nearest: onnxruntime's index maps for every coordinate and nearest "
+                 "mode; integer upsampling or a stride per axis (DMA, repeats on chip)", 4),
 }
 
 
