@@ -9,8 +9,10 @@ shape; each tile goes through a VBUF slot:
   load     one DMA per piece it meets, DDR -> slot: the DDR side walks the input in its own
            order (dims sorted by the input's strides, layout.ddr_order), the slot side scatters
            into the tile's output order, so a permutation costs nothing but on-chip addressing;
-           Pad's constant is the same DMA's padding; a repeated dim is loaded once (index 0)
-  expand   (Resize only) one DMA slot -> slot, reading index 0 of every repeated dim with stride 0
+           Pad's constant is the same DMA's padding; a repeated dim is loaded once (index 0); where
+           the runs would be short, a dense range of the input into a staging slot (dense_range)
+  gather   (repeats, a staged range) one DMA slot -> slot on chip, reading index 0 of every
+           repeated dim with stride 0, or the staged range by the input's strides
   store    one DMA, slot -> DDR, runs along the output's inner dims
 
 Tiles are sized so that both the input's innermost dim and the output's have long runs (whole
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnpsim.config import Config
+from nnpsim.timing import burst_bytes
 
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref
@@ -197,20 +200,24 @@ class MoveLowering:
         self.op, self.ins, self.y, self.name = op, ins, y, name
         self.plan = p = move_plan(op)
         e = p.elem
-        self.staged = staged_dim(p, cfg.ddr_burst_bytes)
         self.repeats = any(v == 0 and n > 1 for v, n in zip(p.pieces[0].strides, p.shape))
-        spread = abs(self.staged[1]) if self.staged else 1
         total = math.prod(p.shape) * e
-        slot = min(SLOT_BYTES // spread, cfg.vbuf_bytes // (4 * spread), max(MIN_TILE_BYTES, -(-total // MIN_TILES)))
+        slot = min(SLOT_BYTES, cfg.vbuf_bytes // 4, max(MIN_TILE_BYTES, -(-total // MIN_TILES)))
         self.tile = tile_shape(p, max(1, slot // e))
         self.slots = Slots()
         self.role = f"{name}_t"
         self.slots.declare(self.role, "vbuf", math.prod(self.tile) * e, depth=3)
-        if self.staged:
-            d, g = self.staged
-            span = list(self.tile)
-            span[d] = (span[d] - 1) * abs(g) + 1
-            self.slots.declare(self.role + "in", "vbuf", math.prod(span) * e, depth=2)
+        # a one-piece plan whose DDR runs are short (a stepped or backward innermost dim, a crop of
+        # short rows) reads a dense range of the input into a staging slot instead, when that
+        # touches fewer bursts; the gather then picks the elements on chip
+        self.burst, self.cap = cfg.ddr_burst_bytes, min(2 * SLOT_BYTES, cfg.vbuf_bytes // 4)
+        self.staging = False
+        if len(p.pieces) == 1 and p.fill is None:
+            box = tuple(1 if st == 0 else t for st, t in zip(p.pieces[0].strides, self.tile))
+            if dense_range(p.pieces[0].strides, box, e, self.burst, self.cap) is not None:
+                self.staging = True
+                self.slots.declare(self.role + "in", "vbuf", self.cap, depth=2)
+        self._range: tuple = ()
 
     def tiles(self) -> list[tuple[int, ...]]:
         """Each tile's first output index (per plan dim), row-major over the tile grid."""
@@ -247,6 +254,7 @@ class MoveLowering:
         where = f"{self.name}: tile {list(lo)}"
         s.loads.append(Note(where + ": load"))
         ch = CH_LOAD[k % 2]
+        self._range = ()
         for pc in p.pieces:
             a = tuple(max(x, y) for x, y in zip(lo, pc.lo))
             b = tuple(min(x, y) for x, y in zip(hi, pc.hi))
@@ -263,7 +271,7 @@ class MoveLowering:
         if p.fill is not None and not any(self._meets(pc, lo, hi) for pc in p.pieces):
             s.loads += dma_boxes(ch, Ref(slot), 0, dense, Ref(self.ins[0]), 0, (0,) * len(size), size, e,
                                  ((0,) * len(size), size), p.fill, where + ": padding alone")
-        if self.staged is not None or self.repeats:
+        if self._range or self.repeats:
             s.compute.append(Note(where + ": gather on chip"))
             s.compute += self._gather(ch, slot, size, dense, where)
         out_st = _strides(p.shape)
@@ -278,59 +286,81 @@ class MoveLowering:
 
     def _load(self, ch: int, slot: Buffer, dst_off: int, dense, pc: Piece, src_off: int, box, pad,
               where: str) -> list[Dma]:
-        """A piece's part of the tile from DDR: into the slot, or (staged) the whole span of the stepped
-        dim densely into an input slot, which the gather then picks from."""
+        """A piece's part of the tile from DDR: into the slot, or (staging) a dense range of the input
+        spanning the dims dense_range picks into the staging slot, which the gather then picks from."""
         e, src = self.plan.elem, self.ins[pc.src]
-        if self.staged is None:
+        dims = dense_range(pc.strides, box, e, self.burst, self.cap) if self.staging else None
+        if dims is None:
             return dma_boxes(ch, Ref(slot), dst_off, dense, Ref(src), src_off, pc.strides, box, e, pad,
                              self.plan.fill, where + f": {src.name} -> {slot.name}")
-        d, g = self.staged
-        span = list(box)
-        span[d] = (box[d] - 1) * abs(g) + 1
-        st = list(pc.strides)
-        st[d] = 1                 # ascending from the lowest address: DDR runs are read forwards only
-        if g < 0:
-            src_off += (box[d] - 1) * g
-        self._span = tuple(span)
-        return dma_boxes(ch, Ref(self.slots.next(self.role + "in")), 0, _strides(span), Ref(src), src_off,
-                         tuple(st), tuple(span), e, None, None, where + f": {src.name} span -> staging")
+        low = src_off + sum(min(0, (box[d] - 1) * pc.strides[d]) for d in dims)
+        length = sum((box[d] - 1) * abs(pc.strides[d]) for d in dims) + 1
+        outer = [d for d in range(len(box)) if d not in dims and box[d] > 1]
+        size = tuple(box[d] for d in outer) + (length,)
+        inner = _strides(size)
+        self._range = (dims, outer, src_off - low, inner)
+        return dma_boxes(ch, Ref(self.slots.next(self.role + "in")), 0, inner, Ref(src), low,
+                         tuple(pc.strides[d] for d in outer) + (1,), size, e, None, None,
+                         where + f": {src.name} range -> staging")
 
     def _gather(self, ch: int, slot: Buffer, size, dense, where: str) -> list[Dma]:
-        """The on-chip DMA that repeats (stride 0) and picks every g-th element of a staged span."""
+        """The on-chip DMA that repeats (stride 0 along the repeated dims) and picks a staged range's
+        elements (the input's strides inside the range)."""
         e, st = self.plan.elem, self.plan.pieces[0].strides
-        if self.staged is None:                       # repeats in place: index 0 of each repeated dim
-            src_st, src = tuple(0 if v == 0 else x for v, x in zip(st, dense)), slot
+        if not self._range:                            # repeats in place: index 0 of each repeated dim
+            src_st, src, first = tuple(0 if v == 0 else x for v, x in zip(st, dense)), slot, 0
         else:
-            d, g = self.staged
+            dims, outer, first, inner = self._range
             src = self.slots.current(self.role + "in")
-            span_st = _strides(self._span)
-            src_st = list(span_st)
-            src_st[d] *= g
+            src_st = [0] * len(size)
+            for d in dims:
+                src_st[d] = st[d]
+            for d, v in zip(outer, inner):
+                src_st[d] = v
             src_st = tuple(0 if v == 0 else x for v, x in zip(st, src_st))
-            first = (self._span[d] - 1) * span_st[d] if g < 0 else 0
-        return dma_boxes(ch, Ref(slot), 0, dense, Ref(src), first if self.staged else 0, src_st, size, e, None, None,
+        return dma_boxes(ch, Ref(slot), 0, dense, Ref(src), first, src_st, size, e, None, None,
                          where + f": {src.name} -> {slot.name} on chip")
 
 
-def staged_dim(plan: MovePlan, burst: int) -> tuple[int, int] | None:
-    """(dim, step) of a one-piece plan whose input-innermost moving dim steps backwards or over gaps shorter
-    than a DDR burst (a strided or backward gather pays a burst per element): its span is loaded whole,
-    forwards, and picked on chip."""
-    if len(plan.pieces) != 1 or plan.fill is not None:
-        return None
-    st, shape = plan.pieces[0].strides, plan.shape
-    moving = [d for d in range(len(st)) if st[d] != 0 and shape[d] > 1]
+def ddr_bytes(size, strides, elem: int, burst: int) -> int:
+    """Bytes of the DDR bursts a box of `size` read with element `strides` touches, from an aligned
+    start (nnpsim.timing.burst_bytes, the simulator's count, over its four innermost DDR dims)."""
+    dims = sorted(_merge(size, strides, strides, (0,) * len(size), (0,) * len(size)), key=lambda d: abs(d[1]))
+    inner, outer = dims[:4], dims[4:]
+    inner += [[1, 0, 0, 0, 0]] * (4 - len(inner))
+    n = [d[0] for d in inner]
+    st = [d[1] * elem for d in inner]
+    return math.prod(d[0] for d in outer) * int(burst_bytes(0, *n, *st, elem, burst))
+
+
+def dense_range(strides, box, elem: int, burst: int, cap: int) -> tuple[int, ...] | None:
+    """The dims (least input stride first) whose whole span a load of `box` should read densely, so that
+    it touches fewer DDR bursts than reading its elements (None: read them directly).
+
+    Each index of the other dims then reads one run of the span.  The range must fit `cap` bytes, and
+    win by a tenth at least (the gather on chip costs a DMA of its own).
+    """
+    moving = sorted((d for d in range(len(box)) if box[d] > 1 and strides[d] != 0), key=lambda d: abs(strides[d]))
     if not moving:
         return None
-    d = min(moving, key=lambda k: abs(st[k]))
-    g = st[d]
-    return (d, g) if g < 0 or (g > 1 and g * plan.elem < burst) else None
+    best, pick = ddr_bytes(box, strides, elem, burst), None
+    span = 1
+    for k, d in enumerate(moving):
+        span += (box[d] - 1) * abs(strides[d])
+        rest = [x for x in range(len(box)) if x not in moving[:k + 1]]
+        size = tuple(box[x] for x in rest) + (span,)
+        if math.prod(size) * elem > cap:
+            break
+        cost = ddr_bytes(size, tuple(strides[x] for x in rest) + (1,), elem, burst)
+        if cost * 10 < best * 9:
+            best, pick = cost, tuple(moving[:k + 1])
+    return pick
 
 
 def _merge(size, a_st, b_st, lo, hi) -> list[list[int]]:
-    """Dims (outer first) as [size, a stride, b stride, pad lo, pad hi], size-1 dims dropped and
+    """Dims (outer first) as [size, a stride, b stride, pad lo, pad hi], unpadded size-1 dims dropped and
     unpadded neighbours that continue each other on both sides merged."""
-    dims = [[n, x, y, l, h] for n, x, y, l, h in zip(size, a_st, b_st, lo, hi) if n > 1]
+    dims = [[n, x, y, l, h] for n, x, y, l, h in zip(size, a_st, b_st, lo, hi) if n > 1 or l or h]
     out: list[list[int]] = []
     for d in reversed(dims):                # inner first
         if out and not (d[3] or d[4] or out[-1][3] or out[-1][4]) and \

@@ -193,9 +193,10 @@ class Pad(Op):
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
         n = len(self.in_shape)
-        crop = tuple(slice(max(0, -self.pads[k]), d - max(0, -self.pads[k + n])) for k, d in enumerate(x.shape))
         widths = [(max(0, self.pads[k]), max(0, self.pads[k + n])) for k in range(n)]
-        return np.pad(x[crop], widths, constant_values=self.value).astype(self.dtype)
+        padded = np.pad(x, widths, constant_values=self.value)      # then negative pads crop the padded tensor
+        crop = tuple(slice(max(0, -self.pads[k]), d - max(0, -self.pads[k + n])) for k, d in enumerate(padded.shape))
+        return np.ascontiguousarray(padded[crop]).astype(self.dtype)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

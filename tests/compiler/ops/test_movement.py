@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler import CompileError, build, ops
-from compiler.lowering.movement import merged_transpose, move_plan, staged_dim
+from compiler.lowering.movement import dense_range, merged_transpose
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -150,11 +150,14 @@ def test_shuffle_streams_near_its_bound():
     assert k.stats.cycles <= 1.5 * k.roofline_cycles
 
 
-def test_short_strides_are_staged_on_chip():
-    """A slice stepping by 2 along the innermost axis loads whole rows and picks on chip."""
-    plan = move_plan(ops.Slice((4, 64), (0, 1), (1, 2), (4, 32)))
-    assert staged_dim(plan, 64) == (1, 2)
-    assert staged_dim(move_plan(ops.Slice((4, 640), (0, 1), (1, 70), (4, 9))), 64) is None
+def test_short_runs_are_read_as_a_dense_range():
+    """A slice stepping by 2 along rows of 64 reads each row's range and picks on chip; one stepping by
+    70 (a burst or more apart) and a plain copy read their elements directly."""
+    assert dense_range((64, 2), (4, 32), 1, 64, 1 << 16) == (1,)
+    assert dense_range((640, 70), (4, 9), 1, 64, 1 << 16) is None
+    assert dense_range((64, 1), (4, 64), 1, 64, 1 << 16) is None
+    assert dense_range((38, 1), (32, 32), 1, 64, 1 << 16) == (1, 0)       # a crop of short rows
+    assert dense_range((64, -1), (4, 64), 1, 64, 1 << 16) == (1,)         # backwards
 
 
 def test_bad_arguments_are_refused_clearly():
