@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from compiler import CompileError, build, ops
 from compiler.lowering.movement import dense_range, merged_transpose
+from tests.compiler.test_reference_doc import DOC
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -108,6 +109,26 @@ def slices(draw):
 def test_random_slices(case, seed):
     shape, starts, steps, counts = case
     _run(ops.Slice(shape, starts, steps, counts), _data(np.random.default_rng(seed), shape))
+
+
+@SETTINGS
+@given(slices(), st.integers(0, 2 ** 31))
+def test_semantics_page_agrees(case, seed):
+    """docs/semantics.md's numpy functions (run by tests/compiler/test_reference_doc.py) agree with the ops."""
+    shape, starts, steps, counts = case
+    rng = np.random.default_rng(seed)
+    x = _data(rng, shape)
+    np.testing.assert_array_equal(DOC["slice_"](x, starts, steps, counts), ops.Slice(shape, starts, steps, counts).reference(x))
+    perm = tuple(rng.permutation(len(shape)))
+    np.testing.assert_array_equal(DOC["transpose"](x, perm), ops.Transpose(shape, perm).reference(x))
+    pads = tuple(int(v) for v in rng.integers(-1, 3, 2 * len(shape)))
+    if all(d + pads[k] + pads[k + len(shape)] >= 1 for k, d in enumerate(shape)):
+        np.testing.assert_array_equal(DOC["pad"](x, pads, 5), ops.Pad(shape, pads, 5).reference(x))
+    for mode, nearest in itertools.product(ops.movement.COORDINATE_MODES, ops.movement.NEAREST_MODES):
+        n_in, n_out = shape[0], counts[0] + 1
+        scale = np.float32(n_out) / np.float32(n_in)
+        assert ops.nearest_map(n_in, n_out, scale, mode, nearest) == tuple(
+            DOC["nearest_index"](o, scale, n_in, n_out, mode, nearest) for o in range(n_out))
 
 
 @SETTINGS
