@@ -37,7 +37,9 @@ from .layout import ddr_order
 
 SLOT_BYTES = 32 * 1024      # a tile's VBUF slot; three rotate (loaded, expanded in place, stored)
 MIN_TILE_BYTES = 2048       # below this a tile's DMA latency outweighs overlapping loads and stores
-MIN_TILES = 4               # tiles a large enough tensor is cut into, so loads and stores overlap
+MIN_TILES = 2
+"""Tiles a tensor is cut into at least, so that loads and stores overlap: in benchmarks/movement.py four
+or eight tiles ran slower (each DMA pays DDR's latency on its channel's in-order queue)."""
 RUN = 128                   # elements of a tile along the input's and the output's innermost dims, at least
 CH_LOAD, CH_STORE = (0, 1), (2, 3)
 """Channels taken in turn: a tile's DMA pays DDR's latency while the one before it on the other channel
