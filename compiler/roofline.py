@@ -17,13 +17,16 @@ def constant_bytes(op: Op) -> int:
     return (weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0)
 
 
-def min_ddr_bytes(ops: tuple[Op, ...] | list[Op]) -> int:
+def min_ddr_bytes(ops: tuple[Op, ...] | list[Op], burst: int = 64) -> int:
     """Least DDR traffic of a chain: its inputs, every op's constants and its output, once each.
 
     The first op's inputs all come from DDR; a later op's first input is the
-    previous op's output (kept on chip), its other inputs come from DDR.
+    previous op's output (kept on chip), its other inputs come from DDR.  An op that reads only
+    part of its input (a slice, a crop) says how much (min_read_bytes, given the DDR burst).
     """
-    total = sum(t.nbytes for t in ops[0].inputs) + ops[-1].output.nbytes
+    part = getattr(ops[0], "min_read_bytes", None)
+    first = part(burst) if part is not None else sum(t.nbytes for t in ops[0].inputs)
+    total = first + ops[-1].output.nbytes
     total += sum(t.nbytes for op in ops[1:] for t in op.inputs[1:])
     return total + sum(constant_bytes(op) for op in ops)
 
@@ -32,5 +35,5 @@ def bound_cycles(ops: tuple[Op, ...] | list[Op], cfg: Config | None = None) -> i
     """max(MACs / peak MACs per cycle, least DDR bytes / DDR bytes per cycle), rounded up."""
     cfg = cfg or Config()
     compute = -(-sum(macs(op) for op in ops) // cfg.peak_macs_per_cycle)
-    memory = -(-min_ddr_bytes(ops) // cfg.ddr_bytes_per_cycle)
+    memory = -(-min_ddr_bytes(ops, cfg.ddr_burst_bytes) // cfg.ddr_bytes_per_cycle)
     return max(compute, memory)

@@ -51,6 +51,7 @@ from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.conv_plan import ConvTiling, buffer_needs, fits, requantises_on_nu
 from .lowering.nu import plan
 from .lowering.units import shared_capacity
+from .lowering.movement import is_movement
 from .lowering.vu import _ncr, elementwise_tiles, pool_engines
 from .sizes import capacities
 
@@ -64,10 +65,11 @@ NU_CACHES = {("x", "ibuf"): "in", ("w", "wbuf"): "wt", ("y", "abuf"): "acc", ("y
              ("b", "vbuf"): "res"}
 POOL_CACHES = {("x", "vbuf"): "in", ("y", "vbuf"): "out"}
 ELEMENTWISE_CACHES = {("x", "vbuf"): "a", ("a", "vbuf"): "a", ("b", "vbuf"): "b"}
+MOVEMENT_CACHES: dict = {}      # a movement block's tiles and slots are the lowering's own (lowering.movement)
 RQ_INTRINSICS = ("nu.conv.rq", "nu.conv.acc.rq")
 """The NU's output stage: the whole sum in one command a tile, or the last chunk's adding the others'."""
 MIN_DEPTH = {"nu": {"in": 2, "wt": 2, "acc": 2, "vacc": 1, "res": 1},
-             "pool": {"in": 2, "out": 2}, "elementwise": {"a": 3, "b": 2}}
+             "pool": {"in": 2, "out": 2}, "elementwise": {"a": 3, "b": 2}, "movement": {}}
 WHY_DEPTH = {"in": "its loads for tile k+1 are issued before tile k's compute",
              "wt": "its loads for tile k+1 are issued before tile k's compute",
              "acc": "tile k+1's compute is issued before tile k's drain",
@@ -96,7 +98,7 @@ class Block:
     """One kernel of the chain and the decisions made for it so far."""
 
     name: str
-    kind: str                              # "nu", "pool" or "elementwise"
+    kind: str                              # "nu", "pool", "elementwise" or "movement"
     seg: tuple[Op, ...]
     extents: dict[str, int]
     quantum: dict[str, int]                # split factors must be multiples of these (NU blocks of channels)
@@ -162,6 +164,8 @@ class Block:
             if self.ctx["residual"] is not None:
                 out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
             return out
+        if self.kind == "movement":
+            return {}
         op = driver.fold_clamps(self.seg)
         if isinstance(op, Pool2d):
             out = {"pool": pool_engines(op)}
@@ -232,7 +236,7 @@ class Block:
     def check(self, cfg: Config) -> None:
         """Everything the lowering needs is decided and consistent; CompileError says what is not."""
         where = self.where()
-        needed = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES}[self.kind]
+        needed = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES, "movement": MOVEMENT_CACHES}[self.kind]
         roles = {c.role for c in self.caches.values()}
         if self.kind == "nu" and self.intrinsics.get("requant") == "nu.conv.rq":
             needed = {k: r for k, r in needed.items() if r != "acc"}     # the result goes straight to VBUF
@@ -314,6 +318,8 @@ class Block:
                 loop, units = self.parallel
                 by = "channel" if loop == "oc.o" else "spatial"
             return driver.NuChoice(p, self.tiling(), self.ctx["residual"], by, units, roles, self.lowering_depths())
+        if self.kind == "movement":
+            return driver.VuChoice()
         op = driver.fold_clamps(self.seg)
         if isinstance(op, Pool2d):
             tile = (self.factors.get("c", op.x_shape[1]), self.factors.get("oh", op.out_hw[0]))
@@ -377,6 +383,8 @@ def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> B
         default = ([f"split(0,{p.cols})", f"split(2,{p.rows})", "reorder(0,2,4,5,3,1)"] if p.w.layout else [])
         return Block(name, "nu", seg, ext, {"oc": p.cols, "ic": p.rows},
                      {"plan": p, "residual": residual, "bias_blocks": bb, "default_layout": default})
+    if is_movement(seg[0]):
+        return Block(name, "movement", seg, {"n": 1}, {}, {})
     op = driver.fold_clamps(seg)
     if isinstance(op, Pool2d):
         n, c, _, _ = op.x_shape
@@ -644,7 +652,7 @@ class Schedule:
     def _cache(self, kind: str, tensor: str, scope: str, name: str, block: str) -> None:
         b = self.block(block)
         what = f"{kind}({tensor!r}, {scope!r}, {name!r})"
-        table = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES}[b.kind]
+        table = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES, "movement": MOVEMENT_CACHES}[b.kind]
         if tensor not in b.tensors():
             _fail(f"{what}: {b.where()} has no tensor {tensor!r} (tensors: {', '.join(b.tensors())})")
         if (kind == "cache_write") != (tensor == "y"):

@@ -126,6 +126,8 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
 def _vu_steps(s: Schedule, b: Block, tile: int | tuple[int, int] | None = None) -> Schedule:
     """The primitives of the VU lowering's own tile choice for block b (or of the tile given)."""
     cfg, kw = s.config, {"block": b.name}
+    if b.kind == "movement":         # its tiles are the lowering's own: nothing to decide
+        return s
     op = driver.fold_clamps(b.seg)
     tile = tile or driver.vu_tile(op, cfg)
     if b.kind == "pool":

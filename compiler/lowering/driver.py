@@ -35,6 +35,7 @@ from ..quant import f32_bits
 from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
+from .movement import MoveLowering, is_movement
 from .conv_plan import ConvTiling, NuPlan
 from .nu import NuLowering, Residual
 from .units import SplitLowering, parts
@@ -220,6 +221,11 @@ def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], B
             _, residual, add_op = fuse_nu_chain(seg)
             res = names.extra(add_op.inputs[1]) if residual is not None else None
             out_sites.append(Site(seg, f"L{k}", [x], out, res, where, in_rows, out_rows))
+        elif is_movement(seg[0]):
+            if k and len(seg[0].inputs) > 1:
+                raise CompileError(f"{seg[0].kind} of {len(seg[0].inputs)} inputs after another op: a chain's "
+                                   "later ops take one input from the op before")
+            out_sites.append(Site(seg, f"L{k}", names.inputs if k == 0 else [x], out, None, where))
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
                          if len(seg[0].inputs) > 1 else [])      # a binary op's b, unless a constant
@@ -239,7 +245,7 @@ def nu_note(site: Site, c: NuChoice) -> str:
             + (", residual add fused in VBUF before the store" if c.residual is not None else "") + spread)
 
 
-Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering
+Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering | MoveLowering
 """What lowers one kernel of a chain: one unit's lowering, or several units' side by side."""
 
 
@@ -269,6 +275,9 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering,
     """(lowering, note) of one kernel of a chain, as its choice says."""
     if isinstance(c, NuChoice):
         return nu_lowering(site, c, cfg), nu_note(site, c)
+    if is_movement(site.seg[0]):
+        low = MoveLowering(site.seg[0], site.ins, site.out, cfg, site.name)
+        return low, low.note()
     return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows)
 
 

@@ -117,7 +117,10 @@ def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
 
 
 def _copy_op(graph, node) -> Op:
-    """An int8 copy of a reshape's input to its output (a clip that clips nothing)."""
+    """An int8 copy of a reshape's input to its output (a clip that clips nothing); a concat that cannot
+    alias its inputs is its own kernel (lowering.movement)."""
+    if node.op.kind == "concat":
+        return node.op
     if graph.values[node.output].dtype != "int8":
         raise CompileError(f"{node.name}: a reshape between two graph inputs/outputs of "
                            f"{graph.values[node.output].dtype} needs a copy, which only int8 has")

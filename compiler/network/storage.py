@@ -51,8 +51,10 @@ class Aliases:
 def alias(graph) -> tuple[Aliases, frozenset[str]]:
     """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output.
 
-    A reshape that would make two graph inputs/outputs share bytes copies instead: its name is
-    in the returned set.
+    A reshape that would make two graph inputs/outputs share bytes copies instead, and a concat
+    whose inputs are not whole slices of its output (an axis after one of size > 1) moves them
+    by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes:
+    their names are in the returned set.
     """
     al = Aliases(graph.values)
     named = set(graph.inputs) | set(graph.outputs)
@@ -66,9 +68,11 @@ def alias(graph) -> tuple[Aliases, frozenset[str]]:
             al.link(node.output, node.inputs[0], 0, node.name)
         elif node.op.kind == "concat":
             shape = graph.values[node.output].shape
-            if int(np.prod(shape[:node.op.axis])) != 1:
-                raise CompileError(f"{node.name}: concat along axis {node.op.axis} of {shape} is not a "
-                                   "run of whole slices (only a leading-size-1 concat is supported)")
+            roots = {al.find(v)[0] for v in (*node.inputs, node.output)}
+            joined = sum(any(al.find(v)[0] == r for v in named) for r in roots)
+            if int(np.prod(shape[:node.op.axis])) != 1 or joined > 1:
+                copies.add(node.name)      # not a run of whole slices, or two graph tensors: moved by DMA
+                continue
             off = 0
             for v in node.inputs:
                 al.link(v, node.output, off, node.name)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import activation, conv, elementwise, pool, quant, reduce, shape
+from . import activation, conv, elementwise, movement, pool, quant, reduce, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -71,6 +71,15 @@ OPS: dict[str, Op] = {
                                    ("Min", "min", "min(a, b)"))},
     "ReduceMax": Op(reduce.reduce_max, "max_pool2d with the plane as its window (ReduceMax over H and W, int8 or "
                     "QDQ; keepdims = 0: then a reshape to [N, C])", 2),
+    "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "
+                    "constant)", 1),
+    "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),
+    "Split": Op(movement.split, "one slice per output (equal or explicit sizes, opset 13 and 18 forms)", 2,
+                outputs=1 << 16),
+    "Pad": Op(movement.pad, "pad, constant mode (QDQ: the constant quantised exactly, 0.0 is the zero "
+              "point; DMA padding)", 4),
+    "Resize": Op(movement.resize, "resize, nearest: onnxruntime's index maps for every coordinate and nearest "
+                 "mode; integer upsampling or a stride per axis (DMA, repeats on chip)", 4),
 }
 
 

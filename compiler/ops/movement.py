@@ -1,0 +1,305 @@
+"""The data-movement ops: Transpose, Slice (Split is several), Pad with a constant, nearest Resize.
+
+Each moves elements without arithmetic: its reference is numpy indexing, and the lowering
+(compiler/lowering/movement.py) is DMA boxes staged through VBUF.  Concat (ops/layout.py) is
+lowered the same way when its inputs cannot share the output's bytes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import CompileError
+from .base import INT8, INT32, Op, Tensor
+from .checks import int_arg, shape_arg
+from .layout import check_dtype
+
+COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Transpose(Op):
+    """y = x.transpose(perm): output axis k is input axis perm[k]."""
+
+    in_shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    dtype: str = "int8"
+    kind: str = field(init=False, default="transpose")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape))
+        check_dtype(self.dtype)
+        try:
+            perm = tuple(int(p) for p in self.perm)
+        except (TypeError, ValueError):
+            raise CompileError(f"perm must be a sequence of axes, got {self.perm!r}") from None
+        if sorted(perm) != list(range(len(self.in_shape))):
+            raise CompileError(f"perm {list(perm)} is not a permutation of the {len(self.in_shape)} axes of "
+                               f"{list(self.in_shape)}")
+        object.__setattr__(self, "perm", perm)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", tuple(self.in_shape[p] for p in self.perm), self.dtype)
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.transpose(self.perm))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Slice(Op):
+    """y[i0, i1, ...] = x[start0 + i0 * step0, start1 + i1 * step1, ...], counts[k] elements along axis k.
+
+    `slice_op` makes one from ONNX's starts / ends / axes / steps (clamped as ONNX defines them).
+    """
+
+    in_shape: tuple[int, ...]
+    starts: tuple[int, ...]
+    steps: tuple[int, ...]
+    counts: tuple[int, ...]
+    dtype: str = "int8"
+    kind: str = field(init=False, default="slice")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape))
+        check_dtype(self.dtype)
+        n = len(self.in_shape)
+        for name in ("starts", "steps", "counts"):
+            v = tuple(int_arg(f"{name}[{k}]", x) for k, x in enumerate(_seq(name, getattr(self, name))))
+            if len(v) != n:
+                raise CompileError(f"{name} has {len(v)} entries, the input {list(self.in_shape)} {n} axes")
+            object.__setattr__(self, name, v)
+        for k, (d, s, st, c) in enumerate(zip(self.in_shape, self.starts, self.steps, self.counts)):
+            if st == 0 or c < 1 or not 0 <= s < d or not 0 <= s + (c - 1) * st < d:
+                raise CompileError(f"slice axis {k}: start {s}, step {st}, {c} elements leave the axis of {d} "
+                                   f"(or select none)")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.counts, self.dtype)
+
+    def min_read_bytes(self, burst: int) -> int:
+        """The least DDR bytes the slice reads: its elements, or along the innermost axis, when its step
+        is shorter than a DDR burst, the whole span (every burst of it holds a selected element)."""
+        return _read_bytes([(c, st) for c, st in zip(self.counts, self.steps)], self.dtype, burst)
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        index = np.ix_(*[s + st * np.arange(c) for s, st, c in zip(self.starts, self.steps, self.counts)])
+        return np.ascontiguousarray(x[index])
+
+
+def _read_bytes(axes: list[tuple[int, int]], dtype: str, burst: int) -> int:
+    """Bytes read when axis k takes axes[k] = (count, step) elements, the innermost one's span whole
+    when its step is shorter than a burst."""
+    size = np.dtype(dtype).itemsize
+    n = [c for c, _ in axes]
+    c, st = axes[-1]
+    if abs(st) * size < burst:
+        n[-1] = (c - 1) * abs(st) + 1
+    return math.prod(n) * size
+
+
+def _seq(name: str, v) -> tuple:
+    try:
+        return tuple(v)
+    except TypeError:
+        raise CompileError(f"{name} must be a sequence, got {v!r}") from None
+
+
+def slice_op(in_shape, starts, ends, axes=None, steps=None, dtype: str = "int8") -> Slice:
+    """ONNX Slice: starts / ends per axis in `axes` (default all), negative counting from the end,
+    clamped to [0, dim] (to [-1, dim - 1] for a negative step); CompileError for an empty result."""
+    in_shape = shape_arg("in_shape", in_shape)
+    n = len(in_shape)
+    starts, ends = _seq("starts", starts), _seq("ends", ends)
+    axes = tuple(range(len(starts))) if axes is None else _seq("axes", axes)
+    steps = (1,) * len(starts) if steps is None else _seq("steps", steps)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise CompileError(f"slice: starts, ends, axes and steps have {len(starts)}, {len(ends)}, {len(axes)} "
+                           f"and {len(steps)} entries: they must agree")
+    first, step, count = [0] * n, [1] * n, list(in_shape)
+    seen = set()
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = int_arg("axes", a, -n, n - 1) % n
+        if a in seen:
+            raise CompileError(f"slice: axis {a} is given twice")
+        seen.add(a)
+        d, s, e, st = in_shape[a], int(s), int(e), int(st)
+        if st == 0:
+            raise CompileError(f"slice: step 0 on axis {a}")
+        s, e = s + d if s < 0 else s, e + d if e < 0 else e
+        lo, hi = (0, d) if st > 0 else (-1, d - 1)
+        s, e = min(max(s, lo), hi), min(max(e, lo), hi)
+        c = max(0, -(-(e - s) // st)) if st > 0 else max(0, -(-(s - e) // -st))
+        if c == 0:
+            raise CompileError(f"slice: axis {a} selects no element (start {s}, end {e}, step {st} of {d}): "
+                               "an empty tensor")
+        first[a], step[a], count[a] = s, st, c
+    return Slice(in_shape, tuple(first), tuple(step), tuple(count), dtype)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Pad(Op):
+    """ONNX Pad, constant mode: pads = (begin_0, ..., begin_n-1, end_0, ..., end_n-1), negative crops;
+    the new elements are `value` (a quantised graph's zero point)."""
+
+    in_shape: tuple[int, ...]
+    pads: tuple[int, ...]
+    value: int = 0
+    dtype: str = "int8"
+    kind: str = field(init=False, default="pad")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape))
+        check_dtype(self.dtype)
+        n = len(self.in_shape)
+        pads = tuple(int_arg(f"pads[{k}]", p) for k, p in enumerate(_seq("pads", self.pads)))
+        if len(pads) != 2 * n:
+            raise CompileError(f"pads has {len(pads)} entries, expected {2 * n} for {n} axes")
+        object.__setattr__(self, "pads", pads)
+        lo, hi = INT8 if self.dtype == "int8" else INT32
+        object.__setattr__(self, "value", int_arg("value", self.value, lo, hi))
+        for k, d in enumerate(self.output.shape):
+            if d < 1:
+                raise CompileError(f"pad axis {k}: pads {pads[k]}, {pads[k + n]} leave {d} elements of "
+                                   f"{self.in_shape[k]}")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        n = len(self.in_shape)
+        return Tensor("y", tuple(d + self.pads[k] + self.pads[k + n] for k, d in enumerate(self.in_shape)),
+                      self.dtype)
+
+    def min_read_bytes(self, burst: int) -> int:
+        """The least DDR bytes the pad reads: the input less what negative pads crop."""
+        n = len(self.in_shape)
+        kept = [d + min(0, self.pads[k]) + min(0, self.pads[k + n]) for k, d in enumerate(self.in_shape)]
+        return math.prod(kept) * np.dtype(self.dtype).itemsize
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        n = len(self.in_shape)
+        widths = [(max(0, self.pads[k]), max(0, self.pads[k + n])) for k in range(n)]
+        padded = np.pad(x, widths, constant_values=self.value)      # then negative pads crop the padded tensor
+        crop = tuple(slice(max(0, -self.pads[k]), d - max(0, -self.pads[k + n])) for k, d in enumerate(padded.shape))
+        return np.ascontiguousarray(padded[crop]).astype(self.dtype)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Resize(Op):
+    """Nearest-neighbour resize by index maps: y[o0, o1, ...] = x[maps[0][o0], maps[1][o1], ...].
+
+    `resize_nearest` computes the maps as onnxruntime's Resize does from its scales, coordinate
+    transformation mode and nearest mode.
+    """
+
+    in_shape: tuple[int, ...]
+    maps: tuple[tuple[int, ...], ...]
+    dtype: str = "int8"
+    kind: str = field(init=False, default="resize")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape))
+        check_dtype(self.dtype)
+        maps = tuple(tuple(int(i) for i in m) for m in _seq("maps", self.maps))
+        if len(maps) != len(self.in_shape):
+            raise CompileError(f"maps has {len(maps)} entries, the input {list(self.in_shape)} "
+                               f"{len(self.in_shape)} axes")
+        for k, (m, d) in enumerate(zip(maps, self.in_shape)):
+            if not m or min(m) < 0 or max(m) >= d:
+                raise CompileError(f"resize axis {k}: the index map must be non-empty and index the axis "
+                                   f"of {d}")
+        object.__setattr__(self, "maps", maps)
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", tuple(len(m) for m in self.maps), self.dtype)
+
+    def min_read_bytes(self, burst: int) -> int:
+        """The least DDR bytes the resize reads: the input indices its maps name (the innermost axis's
+        span whole when they step by less than a burst)."""
+        last = sorted(set(self.maps[-1]))
+        step = max((b - a for a, b in zip(last, last[1:])), default=1)
+        axes = [(len(set(m)), 1) for m in self.maps[:-1]] + [(len(last), step)]
+        return _read_bytes(axes, self.dtype, burst)
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x[np.ix_(*[np.asarray(m) for m in self.maps])])
+
+
+def _original(mode: str, o: int, scale: np.float32, n_out: int, n_in: int) -> np.float32:
+    """onnxruntime's GetOriginalCoordinateFromResizedCoordinate, in float32 as it computes."""
+    f, half = np.float32, np.float32(0.5)
+    x = f(o)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "pytorch_half_pixel":
+        return (x + half) / scale - half if n_out > 1 else f(0)
+    if mode == "tf_half_pixel_for_nn":
+        return (x + half) / scale
+    if mode == "align_corners":
+        return f(0) if n_out == 1 else x * (f(n_in) - f(1)) / (f(n_out) - f(1))
+    return (x + half) / scale - half          # half_pixel
+
+
+def _nearest(mode: str, x: np.float32) -> int:
+    """onnxruntime's GetNearestPixelFromOriginal (std::round rounds half away from zero)."""
+    v = float(x)
+    if mode == "floor":
+        return math.floor(v)
+    if mode == "ceil":
+        return math.ceil(v)
+    away = int(math.copysign(math.floor(abs(v) + 0.5), v))
+    if mode == "round_prefer_floor" and np.float32(int(v)) + np.float32(0.5) == x:
+        return math.floor(v)
+    return away
+
+
+def nearest_map(n_in: int, n_out: int, scale: float, coordinate_mode: str, nearest_mode: str) -> tuple[int, ...]:
+    """The input index of every output index along one axis, as onnxruntime's nearest Resize takes it."""
+    if coordinate_mode not in COORDINATE_MODES:
+        raise CompileError(f"coordinate_transformation_mode {coordinate_mode!r}: expected one of "
+                           f"{', '.join(COORDINATE_MODES)}")
+    if nearest_mode not in NEAREST_MODES:
+        raise CompileError(f"nearest_mode {nearest_mode!r}: expected one of {', '.join(NEAREST_MODES)}")
+    s = np.float32(scale)
+    if s == 1:                  # onnxruntime maps one to one without the transformation
+        return tuple(range(n_out))
+    out = []
+    for o in range(n_out):
+        i = _nearest(nearest_mode, _original(coordinate_mode, o, s, n_out, n_in))
+        out.append(min(max(i, 0), n_in - 1))
+    return tuple(out)
+
+
+def resize_nearest(in_shape, out_shape, scales, coordinate_mode: str = "half_pixel",
+                   nearest_mode: str = "round_prefer_floor", dtype: str = "int8") -> Resize:
+    """A nearest Resize to `out_shape` with onnxruntime's per-axis float32 `scales`."""
+    in_shape, out_shape = shape_arg("in_shape", in_shape), shape_arg("out_shape", out_shape, len(in_shape))
+    scales = _seq("scales", scales)
+    if len(scales) != len(in_shape):
+        raise CompileError(f"scales has {len(scales)} entries, the input {len(in_shape)} axes")
+    maps = tuple(nearest_map(a, b, s, coordinate_mode, nearest_mode) for a, b, s in zip(in_shape, out_shape, scales))
+    return Resize(in_shape, maps, dtype)
+
+
+MOVEMENT_OPS = (Transpose, Slice, Pad, Resize)
+"""The ops of this module (Concat, in ops/layout.py, is lowered as they are)."""
