@@ -41,7 +41,7 @@ from ..graph import Graph
 from .arithmetic import ARITHMETIC
 from .dynamic import dynamic_graph, split_ranges
 from .importer import import_graph
-from .load import import_onnx, load
+from .load import check_model, import_onnx, load, source_name
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import ModelProto
@@ -64,5 +64,8 @@ def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str 
     proto = load(onnx, model)
     fixed, ranges = split_ranges(proto, dict(dims or {}))
     if ranges:
-        return dynamic_graph(onnx, proto, arithmetic, fixed, ranges)
-    return import_graph(onnx, proto, arithmetic, dict(dims or {}))
+        graph = dynamic_graph(onnx, proto, arithmetic, fixed, ranges)
+    else:
+        graph = import_graph(onnx, proto, arithmetic, dict(dims or {}))
+    check_model(onnx, proto, source_name(model))    # what onnxruntime would refuse, refused too
+    return graph

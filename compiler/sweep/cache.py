@@ -32,6 +32,7 @@ class CacheStats:
     hits: dict[str, int] = field(default_factory=dict)
     misses: dict[str, int] = field(default_factory=dict)
     corrupt: int = 0
+    write_error: str = ""       # the first entry that could not be stored, and why
 
     def count(self, kind: str, hit: bool) -> None:
         d = self.hits if hit else self.misses
@@ -103,15 +104,21 @@ class CompileCache:
         return doc["payload"], blobs
 
     def put(self, kind: str, key: str, payload: dict, blobs: dict[str, bytes] | None = None) -> None:
-        """Store an entry: its binaries first, then the JSON that vouches for them."""
+        """Store an entry: its binaries first, then the JSON that vouches for them.
+
+        An entry that cannot be written (a directory in its place, a full disk, no permission) is
+        not stored and stats.write_error says why: the result it caches is sound all the same."""
         if self.root is None:
             return
         blobs = blobs or {}
-        for suffix, blob in blobs.items():
-            write_atomic(self._path(kind, key, suffix), blob)
         doc = {"format": FORMAT, "key": key, "payload": payload, "payload_sha256": sha256(_canonical(payload)),
                "files": {suffix: sha256(blob) for suffix, blob in blobs.items()}}
-        write_atomic(self._path(kind, key, ".json"), _canonical(doc))
+        try:
+            for suffix, blob in blobs.items():
+                write_atomic(self._path(kind, key, suffix), blob)
+            write_atomic(self._path(kind, key, ".json"), _canonical(doc))
+        except OSError as exc:
+            self.stats.write_error = self.stats.write_error or f"{exc.filename or self.root}: {exc.strerror or exc}"
 
 
 def arrays_to_npz(arrays: dict[str, np.ndarray]) -> bytes:

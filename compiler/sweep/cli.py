@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
+from pathlib import Path
 
-from .plot import PLOT_EXTRA, front_table, plot_front
+from .plot import PLOT_EXTRA, PLOT_FORMATS, front_table, plot_front
 from .runner import run_sweep
 from .spec import SweepError
 
@@ -55,10 +57,9 @@ def main(argv: list[str]) -> int:
     """Entry point of `nnpc sweep ...` (argv without the word sweep)."""
     args = parser().parse_args(argv)
     try:
-        if args.limit is not None and args.limit < 0:
-            raise SweepError(f"--limit must be 0 or more, got {args.limit}")
+        check_output(args.output, "-o")
         if args.plot:
-            _check_plot()
+            _check_plot(args.plot)
         cache = None if args.no_cache else (args.cache or "default")
         sweep, outcome, rows = run_sweep(args.sweep, args.output, workers=args.workers, dask=args.dask,
                                          cache=cache, limit=args.limit, progress=not args.quiet)
@@ -79,19 +80,48 @@ def main(argv: list[str]) -> int:
     print(f"nnpc sweep: {outcome.points} points: {outcome.computed} computed in {outcome.seconds:.1f} s"
           f" ({outcome.failed} with an error), {outcome.skipped} already in {args.output}"
           + (f", {left} left for the next run" if left else "")
-          + (f"; {outcome.dropped} damaged row(s) dropped from the file" if outcome.dropped else ""))
+          + (f"; {outcome.dropped} damaged or repeated row(s) dropped from the file" if outcome.dropped else "")
+          + (f"; {outcome.retried} row(s) with an error of the environment run again" if outcome.retried else ""))
+    if outcome.cache_errors:
+        print(f"nnpc sweep: warning: {outcome.cache_errors} point(s) could not be stored in the cache "
+              f"(first: {outcome.cache_error}); their rows are sound", file=sys.stderr)
     errors = sum(bool(r["error"]) for r in rows)
     if errors:
         print(f"nnpc sweep: {errors} of the sweep's {len(rows)} rows have an error (the error column says why)")
     if not args.quiet and rows:
         print(front_table(rows, sweep.axis_keys))
     if args.plot:
-        plot_front(rows, args.plot, sweep.area)
+        try:
+            plot_front(rows, args.plot, sweep.area)
+        except OSError as exc:
+            print(f"nnpc sweep: error: cannot write the plot {args.plot}: {exc.strerror or exc}; the rows are "
+                  f"in {args.output}", file=sys.stderr)
+            return EXIT_INPUT
         print(f"nnpc sweep: wrote {args.plot}")
     return EXIT_OK
 
 
-def _check_plot() -> None:
-    """Fail before running anything when --plot cannot be drawn."""
+def check_output(path: str, option: str) -> None:
+    """Fail before running anything when a file cannot be written at `path` exactly as given."""
+    p = Path(path)
+    if p.is_dir() or path.endswith(os.sep):
+        raise SweepError(f"{option} {path}: is a directory; give a file name")
+    if p.exists() and not p.is_file():
+        raise SweepError(f"{option} {path}: is not a regular file")
+    parent = p.parent
+    if not parent.is_dir() and option != "-o":      # the results file's directory is made for it
+        raise SweepError(f"{option} {path}: the directory {parent} does not exist")
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise SweepError(f"{option} {path}: cannot write in {parent}")
+
+
+def _check_plot(path: str) -> None:
+    """Fail before running anything when --plot cannot be drawn at `path`."""
     if importlib.util.find_spec("matplotlib") is None:
         raise SweepError(f"--plot needs matplotlib: {PLOT_EXTRA}")
+    check_output(path, "--plot")
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in PLOT_FORMATS:
+        raise SweepError(f"--plot {path}: give a file ending in one of .{', .'.join(PLOT_FORMATS)}")

@@ -15,24 +15,31 @@ from ..errors import CompileError
 from ..quant import quantize_multipliers
 
 
+MAX_DIM = 1 << 30           # the largest dimension compiler.ops accepts
+MAX_WEIGHTS = 1 << 26       # weights are drawn (and widened to int64 by the op) in memory: bound them first
+NDIM = {"conv2d": 4, "dense": 2, "max_pool2d": 4, "avg_pool2d": 4, "global_avg_pool2d": 4}
+
+
 def layer_ops(p: dict) -> tuple[ops.Op, ...]:
     """The ops of one layer table (CompileError when the op refuses its parameters)."""
     rng = np.random.default_rng(p.get("seed", 0))
-    kind, shape = p["op"], tuple(_ints(p["x_shape"], "x_shape"))
+    kind, shape = p["op"], tuple(_dims(p["x_shape"], "x_shape", NDIM.get(p["op"])))
     if kind in ("conv2d", "dense"):
         zp_out = p.get("zp_out", 0)
         if kind == "conv2d":
             groups = p.get("groups", 1)
             kh, kw = _pair(p["kernel"], "kernel")
-            if not isinstance(groups, int) or groups < 1 or shape[1] % groups:
+            if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or shape[1] % groups:
                 raise CompileError(f"groups = {groups!r} must divide the {shape[1]} input channels")
-            o = p["out_channels"]
-            w = rng.integers(-128, 128, (o, shape[1] // groups, kh, kw), dtype=np.int8)
-            fan_in = w[0].size
+            o = _count(p["out_channels"], "out_channels")
+            w_shape = (o, shape[1] // groups, kh, kw)
         else:
-            o = p["out_features"]
-            w = rng.integers(-128, 128, (shape[1], o), dtype=np.int8)
-            fan_in = shape[1]
+            o = _count(p["out_features"], "out_features")
+            w_shape = (shape[1], o)
+        if math.prod(w_shape) > MAX_WEIGHTS:
+            raise CompileError(f"the weights {list(w_shape)} are more than {MAX_WEIGHTS} elements")
+        w = rng.integers(-128, 128, w_shape, dtype=np.int8)
+        fan_in = w[0].size if kind == "conv2d" else shape[1]
         bias = rng.integers(-5000, 5000, o, dtype=np.int32)
         # |acc| is about 74 * 74 * sqrt(fan_in): scale it to a spread of some tens of steps
         m, s = quantize_multipliers(rng.uniform(0.5, 1.0, o) * 0.01 / math.sqrt(fan_in))
@@ -59,6 +66,29 @@ def _ints(v, name: str) -> list[int]:
     if not isinstance(v, list) or not v or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise CompileError(f"{name} must be a list of integers, got {v!r}")
     return v
+
+
+def _dims(v, name: str, ndim: int | None) -> list[int]:
+    """A shape: positive dimensions, as many as the op takes (checked before anything is allocated)."""
+    dims = _ints(v, name)
+    if ndim is not None and len(dims) != ndim:
+        raise CompileError(f"{name} must have {ndim} dimensions, got {v!r}")
+    for i, d in enumerate(dims):
+        if not 1 <= d <= MAX_DIM:
+            raise CompileError(f"{name}[{i}] = {d} is out of range [1, {MAX_DIM}]")
+    return dims
+
+
+def _count(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_DIM:
+        raise CompileError(f"{name} must be an integer in [1, {MAX_DIM}], got {v!r}")
+    return v
+
+
+def chain_bytes(chain: tuple[ops.Op, ...]) -> int:
+    """Bytes of DDR the chain's tensors take: every input, output and weight array."""
+    total = sum(t.nbytes for op in chain for t in (*op.inputs, op.output))
+    return total + sum(op.weight.size for op in chain if getattr(op, "weight", None) is not None)
 
 
 def _pair(v, name: str) -> tuple[int, int]:

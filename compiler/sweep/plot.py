@@ -11,6 +11,7 @@ from __future__ import annotations
 from .spec import SweepError
 
 PLOT_EXTRA = "pip install 'nnp-toolchain[plot]'"
+PLOT_FORMATS = ("png", "pdf", "svg")       # what matplotlib's savefig writes with its default backend
 
 
 def area_of(cfg, weights: dict) -> float:

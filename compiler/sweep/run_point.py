@@ -27,6 +27,7 @@ from .compile import ON_CHIP, compile_workload, library
 from .layers import layer_inputs, layer_ops, layer_reference
 from .plot import area_of
 from .points import Point, config_values, digest, toolchain_version
+from .results import ENVIRONMENT
 from .spec import Workload
 
 CONFIG_COLUMNS = {key: type(v) for key, v in config_values(Config()).items()}   # float or int
@@ -44,6 +45,7 @@ RESULT_COLUMNS = {
 }
 HEAD_COLUMNS = {"point": int, "hash": str, "workload": str, "kind": str}
 COLUMNS = {**HEAD_COLUMNS, **CONFIG_COLUMNS, **RESULT_COLUMNS}
+CACHE_ERROR = "cache_error"     # a key of run_point's row that is no column: why the cache could not store
 TIMING_COLUMNS = ("compile_s", "sim_s", "program_cached", "choice_hits", "choice_lookups")
 """Columns that depend on the machine, its load and what the cache already held: they differ
 between two runs of the same sweep; every other column is the same whichever executor runs it."""
@@ -62,17 +64,22 @@ def run_point(t: dict) -> dict:
     row.update(point=t["index"], hash=t["hash"], workload=workload.name, kind=workload.kind,
                toolchain=toolchain_version(), error="")
     row.update({k: v for k, v in t["values"].items()})
+    cache = CompileCache(t["cache"])
     try:
         cfg = Point(t["index"], workload, t["values"], t["data_seed"]).config()
         row.update(config_values(cfg))
         row["area"] = area_of(cfg, t["area"])
-        _measure(row, workload, cfg, CompileCache(t["cache"]), t["data_seed"])
+        _measure(row, workload, cfg, cache, t["data_seed"])
     except (CompileError, ConfigError, SimError) as exc:
         row["error"] = str(exc)
+    except OSError as exc:       # a file of the environment, not the point: the next run retries it
+        row["error"] = f"{ENVIRONMENT}{type(exc).__name__}: {exc}"
     except Exception as exc:     # noqa: BLE001 - a point must become a row whatever went wrong
         where = traceback.extract_tb(exc.__traceback__)[-1]
         row["error"] = f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})"
-    return {k: v.item() if isinstance(v, np.generic) else v for k, v in row.items()}
+    row = {k: v.item() if isinstance(v, np.generic) else v for k, v in row.items()}
+    row[CACHE_ERROR] = cache.stats.write_error      # not a column: the runner reports it
+    return row
 
 
 def _measure(row: dict, workload: Workload, cfg: Config, cache: CompileCache, data_seed: int) -> None:

@@ -9,16 +9,17 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nnpsim.config import ConfigError, config_from_dict
+from nnpsim.config import Config, ConfigError, config_from_dict
 
 from .. import models
 from ..errors import CompileError
-from .layers import layer_ops
+from .layers import chain_bytes, layer_ops
 
 SAMPLES = ("grid", "random")
 FORMATS = ("qoperator", "qdq")
@@ -26,6 +27,7 @@ TOP_KEYS = ("sweep", "config", "axes", "area")
 SWEEP_KEYS = ("workloads", "sample", "n", "seed", "data_seed", "config", "model", "layer")
 MODEL_KEYS = {"size": 224, "classes": 1000, "format": "qoperator", "seed": 0}
 AREA_KEYS = {"mac": 256.0, "byte": 1.0}
+DDR_KEY = "memory.ddr.size"
 LAYER_OPS = {
     "conv2d": ("x_shape", "out_channels", "kernel", "stride", "padding", "dilation", "groups", "relu", "x_zp",
                "zp_out"),
@@ -98,10 +100,7 @@ class Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file (SweepError naming the key on any problem)."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SweepError(f"{path}: cannot read the sweep file: {exc.strerror or exc}") from None
+    text = read_text(path, "the sweep file", lambda msg: SweepError(f"{path}: {msg}"))
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -109,6 +108,17 @@ def load_sweep(path: str | Path) -> Sweep:
         place = f"{path}:{at[1]}:{at[2]}" if at else str(path)
         raise SweepError(f"{place}: error: not valid TOML: {str(exc)[:at.start()] if at else exc}") from None
     return parse_sweep(data, path, text)
+
+
+def read_text(path: Path, what: str, error) -> str:
+    """A file's UTF-8 text; error(message) is raised when it cannot be read or is not UTF-8."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"cannot read {what}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                    f"{exc.start})") from None
 
 
 def parse_sweep(data: dict, path: Path, text: str = "") -> Sweep:
@@ -137,7 +147,7 @@ def parse_sweep(data: dict, path: Path, text: str = "") -> Sweep:
     seed = _int(sw.get("seed", 0), "sweep.seed", where, lo=0)
     data_seed = _int(sw.get("data_seed", 0), "sweep.data_seed", where, lo=0)
     model = _model_options(_table(sw.get("model", {}), "sweep.model", where), where)
-    workloads = _workloads(sw, model, path.parent, where)
+    workloads = _workloads(sw, model, path.parent, where, largest_ddr(base, axes))
     area = _area(_table(data.get("area", {}), "area", where), where)
     return Sweep(path, tuple(workloads), tuple(axes), base, sample, n, seed, data_seed, area)
 
@@ -217,9 +227,9 @@ def _base(sw: dict, data: dict, root: Path, where: _Where) -> dict:
             where.fail("sweep.config", f"must be the path of a configuration file, got {sw['config']!r}")
         cfg_path = root / sw["config"]
         try:
-            base = flatten(tomllib.loads(cfg_path.read_text()))
-        except OSError as exc:
-            where.fail("sweep.config", f"cannot read {cfg_path}: {exc.strerror or exc}")
+            base = flatten(tomllib.loads(read_text(cfg_path, str(cfg_path), SweepError)))
+        except SweepError as exc:
+            where.fail("sweep.config", str(exc))
         except tomllib.TOMLDecodeError as exc:
             where.fail("sweep.config", f"{cfg_path} is not valid TOML: {exc}")
         check_config(base, "sweep.config", where)
@@ -294,7 +304,13 @@ def _model_options(table: dict, where: _Where) -> dict:
     return opts
 
 
-def _workloads(sw: dict, model: dict, root: Path, where: _Where) -> list[Workload]:
+def largest_ddr(base: dict, axes: list[Axis]) -> int:
+    """The most DDR bytes any point of the sweep has (memory.ddr.size of the base and of every axis value)."""
+    sizes = [v[DDR_KEY] for a in axes for v in a.values if DDR_KEY in v]
+    return max(sizes + [base.get(DDR_KEY, Config().ddr_bytes)])
+
+
+def _workloads(sw: dict, model: dict, root: Path, where: _Where, ddr: int) -> list[Workload]:
     names = sw.get("workloads", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         where.fail("sweep.workloads", f"must be a list of names or .onnx paths, got {names!r}")
@@ -304,7 +320,7 @@ def _workloads(sw: dict, model: dict, root: Path, where: _Where) -> list[Workloa
     if not names and not layers:
         where.fail("sweep.workloads", "no workloads: name networks or .onnx files, or give [[sweep.layer]] tables")
     out = [_named(n, f"sweep.workloads[{i}]", model, root, where) for i, n in enumerate(names)]
-    out += [_layer(t, i, where) for i, t in enumerate(layers)]
+    out += [_layer(t, i, where, ddr) for i, t in enumerate(layers)]
     seen: dict[str, str] = {}
     for w in out:
         if w.name in seen:
@@ -334,7 +350,7 @@ def _named(name: str, key: str, model: dict, root: Path, where: _Where) -> Workl
     return Workload("model", name, {"network": name, **model})
 
 
-def _layer(t: dict, index: int, where: _Where) -> Workload:
+def _layer(t: dict, index: int, where: _Where, ddr: int) -> Workload:
     key = f"sweep.layer[{index}]"
     op = t.get("op")
     if op not in LAYER_OPS:
@@ -350,16 +366,25 @@ def _layer(t: dict, index: int, where: _Where) -> Workload:
     params.setdefault("seed", 0)
     _int(params["seed"], f"{key}.seed", where, lo=0)
     try:
-        layer_ops(params)               # built now, so that a layer the op refuses fails here
-    except (CompileError, TypeError, ValueError) as exc:
+        chain = layer_ops(params)       # built now, so that a layer the op refuses fails here
+    except (CompileError, TypeError, ValueError, OverflowError) as exc:
         where.fail(key, f"{op}: {exc}")
+    check_layer_size(chain, ddr, key, where)
     return Workload("layer", name, params)
+
+
+def check_layer_size(chain: tuple, ddr: int, key: str, where: _Where) -> None:
+    """A layer whose tensors cannot all be in DDR at once fails here, before any tiling search."""
+    need = chain_bytes(chain)
+    if need > ddr:
+        where.fail(key, f"{chain[0].kind}: its tensors take {need:,} bytes, more than the {ddr:,} bytes of "
+                        f"DDR of the sweep's largest machine ({DDR_KEY})")
 
 
 def _area(table: dict, where: _Where) -> dict:
     _known(table, tuple(AREA_KEYS), "area.", where)
     out = {**AREA_KEYS, **table}
     for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            where.fail(f"area.{k}", f"must be a number >= 0, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            where.fail(f"area.{k}", f"must be a finite number >= 0, got {v!r}")
     return {k: float(v) for k, v in out.items()}

@@ -411,7 +411,8 @@ def test_constant_nodes_and_identity():
     first_q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear")
     out = first_q.output[0]
     first_q.output[0] = out + "_pre"
-    model.graph.node.insert(1, helper.make_node("Identity", [out + "_pre"], [out], name="ident"))
+    at = list(model.graph.node).index(first_q) + 1      # after its producer: the checker wants node order
+    model.graph.node.insert(at, helper.make_node("Identity", [out + "_pre"], [out], name="ident"))
     ref = from_onnx(quantised("residual", "qdq"), arithmetic="fixed")
     got = from_onnx(model, arithmetic="fixed")
     x = np.random.default_rng(0).integers(-128, 128, SHAPE, dtype=np.int8)

@@ -194,6 +194,16 @@ BAD = [
     ("[sweep]\nworkloads = ['tiny']\nsample = 'latin'\n", "sweep.sample", "must be one of"),
     ("[sweep]\nworkloads = []\n", "sweep.workloads", "no workloads"),
     ("[sweep]\nworkloads = = ['tiny']\n", "", "not valid TOML"),
+    ("[sweep]\n" + LAYER + "[area]\nmac = nan\n", "area.mac", "must be a finite number >= 0, got nan"),
+    ("[sweep]\n" + LAYER + "[area]\nbyte = inf\n", "area.byte", "must be a finite number >= 0, got inf"),
+    ("[sweep]\n" + LAYER + "[area]\nmac = -1\n", "area.mac", "must be a finite number >= 0, got -1"),
+    ("[sweep]\n" + LAYER + "[area]\nmac = 'big'\n", "area.mac", "must be a finite number >= 0, got 'big'"),
+    ("[sweep]\n" + LAYER.replace("out_channels = 4", "out_channels = 0"), "sweep.layer[0]",
+     "out_channels must be an integer in [1, 1073741824], got 0"),
+    ("[sweep]\n" + LAYER.replace("[1, 4, 6, 6]", "[1, 4, 6]"), "sweep.layer[0]", "x_shape must have 4 dimensions"),
+    ("[sweep]\n" + LAYER.replace("[1, 4, 6, 6]", "[1, 0, 6, 6]"), "sweep.layer[0]", "x_shape[1] = 0 is out of range"),
+    ("[sweep]\n" + LAYER.replace("out_channels = 4", "out_channels = 100000000"), "sweep.layer[0]",
+     "the weights [100000000, 4, 3, 3] are more than"),
 ]
 
 
