@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CompileError
 from ..graph import Graph, QuantParams
 from .load import to_array
+from .refusals import Refusal
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -141,14 +142,19 @@ class Importer:
     dims: dict
     g: Graph = field(default_factory=Graph)
     state: dict = field(default_factory=dict)
-    problems: list = field(default_factory=list)
+    problems: list[Refusal] = field(default_factory=list)
     node_names: dict = field(default_factory=dict)    # id(NodeProto) -> unique name
     aliases: dict = field(default_factory=dict)       # Value name -> further ONNX int8 tensor names
     float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
 
     def problem(self, where: str, why: str) -> None:
-        """Record a problem: where it is (a node, an initializer, a graph input or output) and why."""
-        self.problems.append(f"{where}: {why}")
+        """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
+        self.problems.append(Refusal(where, why))
+
+    def node_problem(self, node: NodeProto, why: str) -> None:
+        """Record why a node cannot be imported (the refusal groups these by op type)."""
+        self.problems.append(Refusal(self.where(node), why, node.op_type or "?",
+                                     self.node_names.get(id(node), node.name)))
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
