@@ -98,11 +98,14 @@ def _graph_input(im: Importer, vi) -> None:
     if tt.elem_type == im.onnx.TensorProto.FLOAT:
         im.state[vi.name] = Float(vi.name)
         im.float_shapes[vi.name] = shape
-    elif tt.elem_type == im.onnx.TensorProto.INT8:
+    elif tt.elem_type in (im.onnx.TensorProto.INT8, im.onnx.TensorProto.UINT8):
         im.state[vi.name] = Q(im.g.input(vi.name, shape))
+        if tt.elem_type == im.onnx.TensorProto.UINT8:       # held as int8 q - 128 (state.as_int8)
+            im.g.values[vi.name].host_dtype = "uint8"
+            im.uint8.add(vi.name)
     else:
         raise CompileError(f"has element type {type_name(im.onnx, tt.elem_type)}; inputs must be "
-                           "float32 (quantised by a QuantizeLinear) or int8")
+                           "float32 (quantised by a QuantizeLinear), int8 or uint8")
 
 
 def _input_shape(im: Importer, name: str, tt) -> tuple[int, ...]:
@@ -200,6 +203,8 @@ def _graph_outputs(im: Importer, graph) -> None:
             im.g.rename(value, name)
             renamed[value] = name
             value = name
+        if name in im.uint8 or vi.type.tensor_type.elem_type == im.onnx.TensorProto.UINT8:
+            im.g.values[value].host_dtype = "uint8"
         im.g.output(value)
 
 
