@@ -122,3 +122,20 @@ def test_runtime_flips_uint8_at_the_boundary():
     with pytest.raises(CompileError, match=r"input raw takes float32 \(quantised as the model says\) or uint8, "
                                            r"got int8"):
         gm.set_input(0, x.view(np.int8))
+
+
+def test_clip_on_a_uint8_tensor_itself():
+    """Clip with uint8 bounds on the quantised tensor (not folded into the conv): its bounds move by 128 too."""
+    model = quantised("convs", "qoperator", activations="uint8")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    convs = [n for n in m.graph.node if n.op_type == "QLinearConv"]
+    t = convs[0].output[0]
+    m.graph.initializer.extend([numpy_helper.from_array(np.uint8(130), "lo8"),
+                                numpy_helper.from_array(np.uint8(200), "hi8")])
+    m.graph.node.insert(list(m.graph.node).index(convs[1]), helper.make_node("Clip", [t, "lo8", "hi8"], ["clipped"],
+                                                                              name="raw_clip"))
+    convs[1].input[0] = "clipped"
+    g = _exact(m)
+    clip = next(n for n in g.nodes if n.name == "raw_clip")
+    assert (clip.op.lo, clip.op.hi) == (2, 72)
