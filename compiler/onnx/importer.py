@@ -238,8 +238,8 @@ def _import_node(im: Importer, node) -> None:
         im.mark_broken(node)
 
 
-ADVICE = ("Activations must be int8 or uint8 with per-tensor scales; weights int8 (or uint8 beside uint8 "
-          "activations), symmetric, per tensor or per output channel.")
+ADVICE = ("Activations must be int8 or uint8 with per-tensor scales; weights int8 or uint8, symmetric (zero point "
+          "0, or 128 for uint8), per tensor or per output channel.")
 
 
 def _topo(nodes: list, writer: dict, known: dict) -> tuple[list, list]:

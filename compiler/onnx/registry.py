@@ -46,7 +46,7 @@ def _ms(handler: Callable, becomes: str, max_inputs: int | None, **kw) -> Op:
     return Op(handler, becomes, max_inputs, domains=(MS,), **kw)
 
 
-_WEIGHTS = "weights int8 (uint8 with uint8 activations), symmetric, per tensor or per output channel"
+_WEIGHTS = "weights int8 or uint8, symmetric (zero point 0, or 128 for uint8), per tensor or per output channel"
 _ANY_FORM = ("QOperator", "QDQ", "int8")
 
 OPS: dict[str, Op] = {

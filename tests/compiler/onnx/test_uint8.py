@@ -68,10 +68,11 @@ def test_mixed_uint8_and_int8_tensors():
     _exact(_retype(model, set(zps[1::2])))
 
 
-@pytest.mark.parametrize("fmt", FMTS)
-def test_uint8_weights_beside_uint8_activations(fmt):
-    """Older quantisers write uint8 weights with zero point 128 (symmetric): u8 x u8 convs and matmuls."""
-    model = quantised("dense", fmt, activations="uint8")
+@pytest.mark.parametrize("fmt, activations", [("qoperator", "uint8"), ("qdq", "uint8"), ("qdq", "int8")])
+def test_uint8_weights(fmt, activations):
+    """Older quantisers write uint8 weights with zero point 128 (symmetric): u8 x u8 convs and matmuls, and in
+    QDQ beside int8 activations too (onnxruntime has no QLinearConv of int8 activations and uint8 weights)."""
+    model = quantised("dense", fmt, activations=activations)
     inits = {t.name: t for t in model.graph.initializer}
     weights = {n.input[k] for n in model.graph.node for k in ((3,) if n.op_type in ("QLinearConv", "QLinearMatMul",
                "QGemm") else (0,) if n.op_type == "DequantizeLinear" else ()) if inits.get(n.input[k]) is not None
