@@ -25,6 +25,7 @@ test: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m isa_spec.docgen
+	$(BIN)/python -m compiler.onnx.opdoc
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/assembler.py

@@ -122,6 +122,7 @@ class Value:
     shape: tuple[int, ...]
     dtype: str
     quant: QuantParams | None = None
+    host_dtype: str = ""        # a graph input's or output's dtype outside the program if not dtype: "uint8"
 
     def __str__(self) -> str:
         return f"{self.name}{list(self.shape)}"

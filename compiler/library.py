@@ -72,6 +72,8 @@ def tensor_meta(value, buffer: str) -> dict:
     """A graph input's or output's entry in the graph description: buffer, shape, dtype, quantisation."""
     q = getattr(value, "quant", None)
     out = {"name": value.name, "buffer": buffer, "shape": list(value.shape), "dtype": value.dtype}
+    if getattr(value, "host_dtype", ""):     # uint8 outside, int8 inside: compiler.runtime flips the top bit
+        out["host_dtype"] = value.host_dtype
     if q is not None:
         out["scale"] = np.asarray(q.scale, np.float32).ravel().tolist()
         out["zero_point"] = np.asarray(q.zero_point).astype(int).ravel().tolist()

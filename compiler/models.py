@@ -60,8 +60,9 @@ def tiny(fmt: str = "qoperator", size: int = 16, classes: int = 10, seed: int = 
 
 
 def quantize(model: ModelProto, fmt: str = "qoperator", *, seed: int = 0, samples: int = 4,
-             per_channel: bool = True) -> ModelProto:
-    """Quantise a float model with onnxruntime's quantize_static on seeded N(0, 1) calibration inputs."""
+             per_channel: bool = True, activations: str = "int8", weights: str = "int8") -> ModelProto:
+    """Quantise a float model with onnxruntime's quantize_static on seeded N(0, 1) calibration inputs
+    (activations and weights "int8" or "uint8")."""
     onnx, qz = _onnx(), _quantization()
     if fmt not in FORMATS:
         raise CompileError(f"fmt must be one of {FORMATS}, got {fmt!r}")
@@ -72,8 +73,16 @@ def quantize(model: ModelProto, fmt: str = "qoperator", *, seed: int = 0, sample
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, str(src))      # quantize_static edits a ModelProto in place: give it a file
         qz.quantize_static(str(src), str(dst), reader, quant_format=quant_format, per_channel=per_channel,
-                           activation_type=qz.QuantType.QInt8, weight_type=qz.QuantType.QInt8)
+                           activation_type=_qtype(qz, "activations", activations),
+                           weight_type=_qtype(qz, "weights", weights))
         return onnx.load(str(dst))
+
+
+def _qtype(qz, what: str, dtype: str):
+    """onnxruntime's QuantType for "int8" or "uint8"."""
+    if dtype not in ("int8", "uint8"):
+        raise CompileError(f"{what} must be 'int8' or 'uint8', got {dtype!r}")
+    return qz.QuantType.QInt8 if dtype == "int8" else qz.QuantType.QUInt8
 
 
 class RandomReader:

@@ -2,9 +2,9 @@
 
     lib = compiler.build(graph)            # or compiler.load("model.nnp")
     m = compiler.GraphModule(lib)
-    m.set_input("x", x)                    # float: quantised as the model says; int8: as it is
+    m.set_input("x", x)                    # float: quantised as the model says; int8 (uint8): as it is
     m.run(check_races=False, trace="t.json")
-    y = m.get_output(0)                    # dequantised like the model's output
+    y = m.get_output(0)                    # dequantised like the model's output (quantized=True: int8 / uint8)
     m.stats.cycles, m.layer_stats()
 
 Everything the executor needs comes from the graph description the binary
@@ -45,6 +45,17 @@ def dequantize(q: np.ndarray, scale, zero_point, axis: int | None) -> np.ndarray
     q = np.asarray(q)
     return sem.dequantize_f32(q, _broadcast(scale, np.float32, q.ndim, axis),
                               _broadcast(zero_point, np.int64, q.ndim, axis))
+
+
+def from_host(a: np.ndarray) -> np.ndarray:
+    """A graph input's quantised values as the program holds them: int8 as they are, uint8 q as the int8 q - 128
+    (the top bit flipped; compiler.onnx.state.as_int8 says why that is exact)."""
+    return (np.ascontiguousarray(a) ^ np.uint8(0x80)).view(np.int8) if a.dtype == np.uint8 else a
+
+
+def to_host(q: np.ndarray, host_dtype: str) -> np.ndarray:
+    """A graph output's quantised values in the model's dtype: int8 as they are, uint8 as q + 128."""
+    return (np.ascontiguousarray(q).view(np.uint8) ^ np.uint8(0x80)) if host_dtype == "uint8" else q
 
 
 def _broadcast(v, dtype, ndim: int, axis: int | None) -> np.ndarray:
@@ -115,24 +126,28 @@ class GraphModule:
             self._shapes[t["name"]] = tuple(a.shape)
         elif tuple(a.shape) != tuple(t["shape"]):
             raise CompileError(f"input {t['name']} has shape {tuple(t['shape'])}, got {a.shape}")
+        raw = t.get("host_dtype") or "int8"
         if a.dtype.kind == "f":
             if "scale" not in t:
-                raise CompileError(f"input {t['name']} takes int8 (the model gives it no quantisation)")
+                raise CompileError(f"input {t['name']} takes {raw} (the model gives it no quantisation)")
             a = quantize(a, t["scale"], t["zero_point"], t.get("axis"))
-        elif a.dtype != np.int8:
-            raise CompileError(f"input {t['name']} takes float32 (quantised as the model says) or int8, "
+        elif a.dtype != np.dtype(raw):
+            raise CompileError(f"input {t['name']} takes float32 (quantised as the model says) or {raw}, "
                                f"got {a.dtype}")
+        else:
+            a = from_host(a)
         self.sim.write(t["buffer"], a)
         self._given.add(t["buffer"])
 
     def get_output(self, key=0, *, quantized: bool = False) -> np.ndarray:
-        """Output `key` (index or name), dequantised like the model's output (int8 with quantized=True)."""
+        """Output `key` (index or name), dequantised like the model's output (quantized=True: int8, or uint8 for
+        a uint8 output)."""
         if self.stats is None:
             raise CompileError("no output yet: call run() first")
         t = self._tensor(key, "outputs")
         q = self.sim.read(t["buffer"])
         if quantized or "scale" not in t:
-            return q
+            return to_host(q, t.get("host_dtype") or "int8")
         return dequantize(q, t["scale"], t["zero_point"], t.get("axis"))
 
     @property

@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 from compiler import models
 from compiler.graph import Graph
 from compiler.models import Net
+from compiler.onnx.state import as_int8
 
 
 @dataclass
@@ -60,14 +61,32 @@ class Agreement:
                 f"{self.end_elements} equal ({100 * self.end_equal_fraction:.3f}%), max {self.end_max_step}")
 
 
+# The input holding the output's zero point, for each op writing a quantised tensor (others keep their input's type).
+_OUT_ZP = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QGemm": 8, "QLinearAdd": 7, "QLinearMul": 7,
+           "QLinearConcat": 1, "QLinearAveragePool": 4, "QLinearGlobalAveragePool": 4}
+
+
+def quantised_type(model: onnx.ModelProto, name: str) -> int:
+    """The element type (INT8 or UINT8) of a quantised tensor of the model, from its zero points."""
+    inits = {t.name: t.data_type for t in model.graph.initializer}
+    writer = {o: n for n in model.graph.node for o in n.output}
+    while name in writer:
+        node = writer[name]
+        k = _OUT_ZP.get(node.op_type)
+        if k is not None:
+            return inits.get(node.input[k], TensorProto.INT8) if k < len(node.input) else TensorProto.UINT8
+        name = node.input[0]
+    return next((vi.type.tensor_type.elem_type for vi in model.graph.input if vi.name == name), TensorProto.INT8)
+
+
 def session(model: onnx.ModelProto, extra_outputs: list[str] = ()) -> ort.InferenceSession:
-    """An onnxruntime CPU session on `model`, with int8 tensors `extra_outputs` exposed as outputs."""
+    """An onnxruntime CPU session on `model`, with quantised tensors `extra_outputs` exposed as outputs."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     have = {o.name for o in m.graph.output}
     for name in extra_outputs:
         if name not in have:
-            m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.INT8, None))
+            m.graph.output.append(helper.make_tensor_value_info(name, quantised_type(model, name), None))
             have.add(name)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
@@ -96,8 +115,8 @@ def agreement(model: onnx.ModelProto, graph: Graph, seed: int = 0, runs: int = 2
     result = Agreement()
     for _ in range(runs):
         q, x = random_inputs(graph, rng)
-        got = dict(zip(names, sess.run(None, x)))
-        ends_ort = dict(zip(onnx_outputs, untapped.run(None, x)))
+        got = {k: as_int8(v) if v.dtype == np.uint8 else v for k, v in zip(names, sess.run(None, x))}
+        ends_ort = {k: as_int8(v) if v.dtype == np.uint8 else v for k, v in zip(onnx_outputs, untapped.run(None, x))}
         forced = {_node(graph, n).output: got[t] for n, t in tapped.items()}
         mine = graph.evaluate(q, forced=forced)
         for n, t in tapped.items():
@@ -202,10 +221,12 @@ NETWORKS = {**CASES, "even_avg": _even_avg, "padded_avg": _padded_avg}
 
 
 @functools.lru_cache(maxsize=None)
-def quantised(case: str, fmt: str, per_channel: bool = True, shape=SHAPE, seed: int = 1) -> onnx.ModelProto:
+def quantised(case: str, fmt: str, per_channel: bool = True, shape=SHAPE, seed: int = 1, activations: str = "int8",
+              weights: str = "int8") -> onnx.ModelProto:
     net = Net(case, shape, seed)
     NETWORKS[case](net)
-    return models.quantize(net.model(), fmt, seed=seed, per_channel=per_channel, samples=3)
+    return models.quantize(net.model(), fmt, seed=seed, per_channel=per_channel, samples=3, activations=activations,
+                           weights=weights)
 
 
 # ---------------------------------------------------------------- one node on onnxruntime

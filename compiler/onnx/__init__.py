@@ -15,19 +15,23 @@ onnxruntime's QLinear kernels bit for bit; arithmetic="fixed" the integer
 multiplier/shift keywords (compiler.quant, float64 ratio of the float32 scales).
 The choice is made in one function per op family, in compiler.onnx.arithmetic.
 
-The modules, each importing only those above it (onnx itself, an optional extra, only in load):
+The modules, each importing only those above it (onnx itself, an optional extra, only in load; its
+reference evaluator in fold):
 
   load         the onnx package, the model from a path, bytes or a ModelProto, its tensors
   arithmetic   the arithmetic forms: ONNX scales to the keywords of the compiler's ops
+  refusals     what an import refuses, and the one message listing it by op type
   state        what each ONNX tensor is; the Importer: inputs, attributes, quant params, the graph built
   quant        QuantizeLinear, DequantizeLinear
   conv         Conv, QLinearConv, Gemm, QGemm, MatMul, QLinearMatMul (and the window geometry)
   elementwise  Add, Mul, QLinearAdd, QLinearMul, Relu, Clip
   pool         MaxPool, AveragePool, QLinearAveragePool, GlobalAveragePool, QLinearGlobalAveragePool
   shape        Flatten, Reshape, Concat, QLinearConcat, Identity, Constant
-  registry     the handler table: op type -> handler, what it becomes, inputs, domain
+  fold         Shape, Size and every node of constants folded at import (onnx's reference evaluator)
+  registry     the handler table: op type -> handler, what it becomes, inputs, domain, its docs row
   importer     one import: initializers, graph inputs, node order, the handlers, graph outputs
   dynamic      symbolic dimensions given as ranges: a DynamicGraph
+  opdoc        docs/operators.md from the handler table (not imported by the package)
   __init__     from_onnx
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ import numpy as np
 from .. import ops
 from ..graph import QuantParams
 from .arithmetic import requant_args
-from .state import Attr, Const, ConstDQ, Importer, Pending, Problem, Q, brief, describe
+from .state import Attr, Const, ConstDQ, Importer, Pending, Problem, Q, as_int8, brief, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -39,7 +39,7 @@ def qlinear_conv(im: Importer, node: NodeProto) -> None:
     x = im.int8(node, 0, "x")
     xq = im.params(node, 1, 2, "x")
     w = im.const(node, 3, "w")
-    wq = _weight_params(im, node, w, 4, 5, axis=0, ndim=4)
+    w, wq = _weight_params(im, node, w, 4, 5, axis=0, ndim=4)
     b = im.const(node, 8, "B", optional=True)
     bias = None if b is None else ("acc", b)
     yq = im.params(node, 6, 7, "y")
@@ -77,23 +77,27 @@ def _weight(im: Importer, node, i: int, what: str, ndim: int, axis: int) -> Cons
                   f"dequantised by a DequantizeLinear, got {describe(s)}")
 
 
-def _weight_params(im: Importer, node, w: np.ndarray, si: int, zi: int, axis: int, ndim: int) -> QuantParams:
-    if w.dtype != np.int8:
-        raise Problem(node, f"weights have dtype {w.dtype}: only int8 weights are supported")
-    q = im.params(node, si, zi, "weight", axis=axis, per_channel=True)
-    _check_weight(node, w, q, ndim, axis)
-    return q
+def _weight_params(im: Importer, node, w: np.ndarray, si: int, zi: int, axis: int,
+                   ndim: int) -> tuple[np.ndarray, QuantParams]:
+    """The weights as int8 (uint8 ones as q - 128, state.as_int8) and their QuantParams."""
+    if w.dtype not in (np.int8, np.uint8):
+        raise Problem(node, f"weights have dtype {w.dtype}: only int8 and uint8 weights are supported")
+    q = im.params(node, si, zi, "weight", dtypes=(w.dtype.name,), axis=axis, per_channel=True, missing=w.dtype.name)
+    _check_weight(node, w, q, ndim, axis, shown=128 if w.dtype == np.uint8 else 0)
+    return (as_int8(w) if w.dtype == np.uint8 else w), q
 
 
-def _check_weight(node, w: np.ndarray, q: QuantParams, ndim: int, axis: int) -> None:
+def _check_weight(node, w: np.ndarray, q: QuantParams, ndim: int, axis: int, shown: int = 0) -> None:
+    """Problem unless the weights are ndim-D, scaled per tensor or along `axis`, symmetric (`shown` is added to
+    the zero point in the message: 128 for uint8 weights, whose zero point the importer holds less 128)."""
     if w.ndim != ndim:
         raise Problem(node, f"weights have shape {list(w.shape)}, expected {ndim} dimensions")
     if q.per_channel and (q.axis % ndim != axis % ndim or q.scale.size != w.shape[axis]):
         raise Problem(node, f"weight scales: {q.scale.size} along axis {q.axis}; expected one per output "
                       f"channel ({w.shape[axis]}, axis {axis % ndim}) or one per tensor")
     if np.any(q.zero_point != 0):
-        raise Problem(node, f"weight zero point {brief(q.zero_point)}: only symmetric weights (zero point 0) "
-                      "are supported")
+        raise Problem(node, f"weight zero point {brief(q.zero_point + shown)}: only symmetric weights (zero point "
+                      f"{shown}) are supported")
 
 
 def _per_out(wq: QuantParams, o: int) -> np.ndarray:
@@ -219,7 +223,7 @@ def qgemm(im: Importer, node: NodeProto) -> None:
     a = im.int8(node, 0, "A")
     aq = im.params(node, 1, 2, "A")
     w = im.const(node, 3, "B")
-    wq = _weight_params(im, node, w, 4, 5, axis=0 if at["transB"] else 1, ndim=2)
+    w, wq = _weight_params(im, node, w, 4, 5, axis=0 if at["transB"] else 1, ndim=2)
     c = im.const(node, 6, "C", optional=True)
     make = _dense_maker(im, node, a, aq, w.T if at["transB"] else w, wq, None if c is None else ("acc", c))
     if im.input(node, 7) is None:
@@ -253,7 +257,7 @@ def qlinear_matmul(im: Importer, node: NodeProto) -> None:
     a = im.int8(node, 0, "a")
     aq = im.params(node, 1, 2, "a")
     w = im.const(node, 3, "b")
-    wq = _weight_params(im, node, w, 4, 5, axis=1, ndim=2)
+    w, wq = _weight_params(im, node, w, 4, 5, axis=1, ndim=2)
     yq = im.params(node, 6, 7, "y")
     make = _dense_maker(im, node, a, aq, w, wq, None)
     im.set(node, Q(make(yq, -128, 127, node.output[0], im.name(node))))

@@ -19,7 +19,7 @@ from ..graph import QuantParams
 from ..ops import FLOAT_BINARY, Reshape
 from ..lowering.vu import broadcast_problem
 from .arithmetic import INT8, add_args, int8_bounds, mul_args
-from .state import DQ, Attr, Const, ConstDQ, Importer, Pending, Problem, Q, brief, describe
+from .state import DQ, Attr, Const, ConstDQ, Importer, Pending, Problem, Q, as_int8, brief, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -216,7 +216,7 @@ def _clip_range(im: Importer, node: NodeProto) -> tuple[float, float]:
             continue
         if a.size != 1:
             raise Problem(node, f"{what} has {a.size} values: expected a scalar")
-        v = float(a.ravel()[0])
+        v = float(as_int8(a).ravel()[0]) if a.dtype == np.uint8 else float(a.ravel()[0])     # a raw uint8 clip
         lo, hi = (v, hi) if what == "min" else (lo, v)
     if math.isnan(lo) or math.isnan(hi) or lo > hi:
         raise Problem(node, f"clip range [{lo}, {hi}] is empty or not a number")

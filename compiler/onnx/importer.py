@@ -13,7 +13,9 @@ from ..errors import CompileError
 from ..graph import Graph
 from ..ops import Reshape
 from ..ops.checks import shape_arg
+from . import fold
 from .load import to_array, type_name
+from .refusals import report
 from .registry import OPS, check_arity
 from .state import DQ, Broken, Const, Float, Importer, Problem, Q, describe
 
@@ -45,7 +47,7 @@ def _run(im: Importer) -> Graph:
         _attach_aliases(im)
         _graph_outputs(im, graph)
     if im.problems:
-        raise CompileError(_report(im.problems))
+        raise CompileError(report(im.problems, OPS, ADVICE))
     return im.g.validate()
 
 
@@ -96,11 +98,14 @@ def _graph_input(im: Importer, vi) -> None:
     if tt.elem_type == im.onnx.TensorProto.FLOAT:
         im.state[vi.name] = Float(vi.name)
         im.float_shapes[vi.name] = shape
-    elif tt.elem_type == im.onnx.TensorProto.INT8:
+    elif tt.elem_type in (im.onnx.TensorProto.INT8, im.onnx.TensorProto.UINT8):
         im.state[vi.name] = Q(im.g.input(vi.name, shape))
+        if tt.elem_type == im.onnx.TensorProto.UINT8:       # held as int8 q - 128 (state.as_int8)
+            im.g.values[vi.name].host_dtype = "uint8"
+            im.uint8.add(vi.name)
     else:
         raise CompileError(f"has element type {type_name(im.onnx, tt.elem_type)}; inputs must be "
-                           "float32 (quantised by a QuantizeLinear) or int8")
+                           "float32 (quantised by a QuantizeLinear), int8 or uint8")
 
 
 def _input_shape(im: Importer, name: str, tt) -> tuple[int, ...]:
@@ -142,17 +147,17 @@ def _structure(im: Importer, graph) -> list:
             if not o:
                 continue
             if o in writer:
-                im.problem(im.where(node), f"output {o!r} is also written by "
+                im.node_problem(node, f"output {o!r} is also written by "
                            f"{im.where(writer[o])}")
             elif o in im.state:
-                im.problem(im.where(node), f"output {o!r} is also a graph input or initializer")
+                im.node_problem(node, f"output {o!r} is also a graph input or initializer")
             else:
                 writer[o] = node
     ok = []
     for node in nodes:
         missing = [i for i in node.input if i and i not in writer and i not in im.state]
         if missing:
-            im.problem(im.where(node), f"input {missing[0]!r} is not written by any node, "
+            im.node_problem(node, f"input {missing[0]!r} is not written by any node, "
                        "initializer or graph input")
             for o in node.output:
                 im.state.setdefault(o, Broken())
@@ -198,37 +203,43 @@ def _graph_outputs(im: Importer, graph) -> None:
             im.g.rename(value, name)
             renamed[value] = name
             value = name
+        if name in im.uint8 or vi.type.tensor_type.elem_type == im.onnx.TensorProto.UINT8:
+            im.g.values[value].host_dtype = "uint8"
         im.g.output(value)
 
 
 def _import_node(im: Importer, node) -> None:
+    """Import one node.  An op the importer does not know is refused even when an input is broken, so the
+    refusal lists every such node, not only the first on each path; a known op after a broken input is silent."""
+    op = OPS.get(node.op_type)
+    known = op is not None and node.domain in op.domains
+    if not known and not fold.folds(node):
+        domain = f" in domain {node.domain!r}" if node.domain else ""
+        im.node_problem(node, f"op type {node.op_type!r}{domain} is not supported")
+        im.mark_broken(node)
+        return
     ins = [im.state.get(i) for i in node.input if i]
     if any(isinstance(s, Broken) for s in ins):
         im.mark_broken(node)
         return
-    op = OPS.get(node.op_type)
-    if op is None or node.domain not in op.domains:
-        domain = f" in domain {node.domain!r}" if node.domain else ""
-        im.problem(im.where(node), f"op type {node.op_type!r}{domain} is not supported")
-        im.mark_broken(node)
-        return
     try:
-        check_arity(node)
-        op.handler(im, node)
+        if fold.folds(node) and ins and fold.constant_inputs(im, node):
+            fold.fold(im, node)
+        elif not known:
+            raise fold.only_constant(im, node)
+        else:
+            check_arity(node)
+            op.handler(im, node)
     except Problem as p:
-        im.problem(im.where(p.node), str(p))
+        im.node_problem(p.node, str(p))
         im.mark_broken(node)
     except CompileError as exc:
-        im.problem(im.where(node), str(exc))
+        im.node_problem(node, str(exc))
         im.mark_broken(node)
 
 
-def _report(problems: list[str]) -> str:
-    lines = "\n".join(f"  - {p}" for p in problems)
-    supported = ", ".join(sorted(OPS))
-    return (f"cannot import the ONNX model: {len(problems)} problem(s):\n{lines}\n"
-            f"Supported ONNX ops: {supported}.  Activations must be int8 with per-tensor scales; weights int8, "
-            "symmetric, per tensor or per output channel.")
+ADVICE = ("Activations must be int8 or uint8 with per-tensor scales; weights int8 or uint8, symmetric (zero point "
+          "0, or 128 for uint8), per tensor or per output channel.")
 
 
 def _topo(nodes: list, writer: dict, known: dict) -> tuple[list, list]:

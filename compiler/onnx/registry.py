@@ -1,13 +1,14 @@
 """The handler table: every ONNX op the importer takes, its handler, what it becomes, its inputs and domain.
 
-A model using an op not in OPS is refused with the list of these ops.
+A model using an op not in OPS is refused with the list of these ops.  The table is also the
+source of docs/operators.md (compiler.onnx.opdoc writes it): add a row here, run `make docs`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import activation, conv, elementwise, movement, pool, quant, reduce, shape
+from . import activation, conv, elementwise, fold, movement, pool, quant, reduce, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -16,54 +17,85 @@ if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in lo
 MS = "com.microsoft"
 
 
+FORMS = ("QOperator", "QDQ", "int8")
+RUNS = ("NPU", "host", "import")
+
+
 @dataclass(frozen=True)
 class Op:
-    """One supported ONNX op."""
+    """One supported ONNX op: its handler, what it becomes, its arity and domain, and its row of docs/operators.md.
+
+    A row gives only what differs from the defaults: `forms` () means QOperator for an op of the
+    com.microsoft domain or named QLinear*, QDQ (the float op between DequantizeLinear and
+    QuantizeLinear) otherwise (`forms_of`); `runs` is where its work happens: "NPU", "host", or
+    "import" (absorbed or folded while importing: no code of its own).
+    """
 
     handler: Callable[[Importer, NodeProto], None]
     becomes: str                          # what it becomes in the compiler's graph
     max_inputs: int | None                # None: any number
     outputs: int = 1                      # the most outputs it may have (all but the first unused)
     domains: tuple[str, ...] = ("", "ai.onnx")
+    forms: tuple[str, ...] = ()           # of FORMS: QOperator, QDQ, int8 (on the quantised tensor itself)
+    constraints: str = ""                 # what the importer requires of it, beyond the activation rules
+    runs: str = "NPU"                     # of RUNS
 
 
-def _ms(handler: Callable, becomes: str, max_inputs: int | None) -> Op:
+def _ms(handler: Callable, becomes: str, max_inputs: int | None, **kw) -> Op:
     """An op of onnxruntime's com.microsoft domain."""
-    return Op(handler, becomes, max_inputs, domains=(MS,))
+    return Op(handler, becomes, max_inputs, domains=(MS,), **kw)
 
+
+_WEIGHTS = "weights int8 or uint8, symmetric (zero point 0, or 128 for uint8), per tensor or per output channel"
+_ANY_FORM = ("QOperator", "QDQ", "int8")
 
 OPS: dict[str, Op] = {
     "QuantizeLinear": Op(quant.quantize_linear,
-                         "graph input quantisation; requantize; the output scale of a QDQ group", 3),
+                         "graph input quantisation; requantize; the output scale of a QDQ group", 3,
+                         forms=("QOperator", "QDQ"), constraints="int8 or uint8 output; per tensor (per axis on "
+                         "constants); no block_size"),
     "DequantizeLinear": Op(quant.dequantize_linear,
-                           "graph output dequantisation; QDQ weights, biases and activations", 3),
-    "QLinearConv": Op(conv.qlinear_conv, "conv2d (groups, depthwise, stride, dilation, padding)", 9),
-    "Conv": Op(conv.conv, "conv2d (QDQ)", 3),
-    "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8),
-    "MatMul": Op(conv.matmul, "dense (QDQ)", 2),
-    "QGemm": _ms(conv.qgemm, "dense (com.microsoft)", 9),
-    "Gemm": Op(conv.gemm, "dense (QDQ)", 3),
-    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add (com.microsoft; B broadcast or an int8 "
-                      "initializer)", 8),
-    "Add": Op(elementwise.binary("add"), "add (QDQ, QLinearAdd's arithmetic; B broadcast or a dequantised constant; "
-              "a float scalar constant: sub of its negation, in float32)", 2),
-    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul (com.microsoft; either operand broadcast or an int8 "
-                      "initializer; two activations: x * sigmoid(x))", 8),
-    "Mul": Op(elementwise.binary("mul"), "mul (QDQ, QLinearMul's arithmetic; either operand broadcast or a "
-              "dequantised constant)", 2),
-    "Relu": Op(elementwise.relu_clip, "relu, or the output range of the op before it", 1),
-    "Clip": Op(elementwise.relu_clip, "clip, or the output range of the op before it", 3),
-    "QLinearGlobalAveragePool": _ms(pool.qlinear_global_average_pool, "global average pooling (com.microsoft)", 5),
-    "GlobalAveragePool": Op(pool.global_average_pool, "global average pooling (QDQ)", 1),
-    "QLinearAveragePool": _ms(pool.qlinear_average_pool, "average pooling (com.microsoft)", 5),
-    "AveragePool": Op(pool.average_pool, "average pooling (QDQ)", 1),
-    "MaxPool": Op(pool.max_pool, "max_pool2d (int8 or QDQ)", 1, outputs=2),
-    "Flatten": Op(shape.flatten, "reshape", 1),
-    "Reshape": Op(shape.reshape, "reshape", 2),
-    "Concat": Op(shape.concat, "concat (inputs requantised to the output scale where they differ)", None),
-    "QLinearConcat": _ms(shape.qlinear_concat, "concat (com.microsoft)", None),
-    "Identity": Op(shape.identity, "nothing", 1),
-    "Constant": Op(shape.constant, "a constant", 0),
+                           "graph output dequantisation; QDQ weights, biases and activations", 3,
+                           forms=("QOperator", "QDQ"), constraints="int8 or uint8 activations; int8 or uint8 "
+                           "weights, int32 biases; no block_size"),
+    "QLinearConv": Op(conv.qlinear_conv, "conv2d", 9, constraints="2-D (NCHW); groups, depthwise, stride, "
+                      "dilation, padding, auto_pad; " + _WEIGHTS),
+    "Conv": Op(conv.conv, "conv2d", 3, constraints="2-D (NCHW); groups, depthwise, stride, dilation, padding, "
+               "auto_pad; " + _WEIGHTS + "; bias int32 or float"),
+    "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS),
+    "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS),
+    "QGemm": _ms(conv.qgemm, "dense", 9, constraints="transA 0, alpha 1; " + _WEIGHTS),
+    "Gemm": Op(conv.gemm, "dense", 3, constraints="transA 0, alpha and beta 1; " + _WEIGHTS),
+    "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add", 8,
+                      constraints="B broadcasts per image and / or channel, or per plane, or is an int8 initializer"),
+    "Add": Op(elementwise.binary("add"), "add", 2, constraints="B broadcasts per image and / or channel, or per "
+              "plane, or is a dequantised constant; a float scalar constant: sub of its negation, in float32"),
+    "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul", 8,
+                      constraints="either operand broadcast or an int8 initializer; two activations (x * sigmoid(x))"),
+    "Mul": Op(elementwise.binary("mul"), "mul", 2, constraints="either operand broadcast per image and / or "
+              "channel or per plane, or a dequantised constant"),
+    "Relu": Op(elementwise.relu_clip, "relu, or the output range of the op before it", 1, forms=_ANY_FORM),
+    "Clip": Op(elementwise.relu_clip, "clip, or the output range of the op before it", 3, forms=_ANY_FORM,
+               constraints="min and max constants"),
+    "QLinearGlobalAveragePool": _ms(pool.qlinear_global_average_pool, "global average pooling", 5,
+                                    constraints="NCHW (channels_last 0)"),
+    "GlobalAveragePool": Op(pool.global_average_pool, "global average pooling", 1, constraints="NCHW"),
+    "QLinearAveragePool": _ms(pool.qlinear_average_pool, "average pooling", 5,
+                              constraints="2-D (NCHW); no dilation; ceil_mode only where it changes nothing"),
+    "AveragePool": Op(pool.average_pool, "average pooling", 1,
+                      constraints="2-D (NCHW); no dilation; ceil_mode only where it changes nothing"),
+    "MaxPool": Op(pool.max_pool, "max_pool2d", 1, outputs=2, forms=("QDQ", "int8"),
+                  constraints="2-D (NCHW); no dilation; no Indices output"),
+    "Flatten": Op(shape.flatten, "reshape", 1, forms=("QDQ", "int8")),
+    "Reshape": Op(shape.reshape, "reshape", 2, forms=("QDQ", "int8"), constraints="a constant shape"),
+    "Concat": Op(shape.concat, "concat (inputs requantised to the output scale where they differ)", None,
+                 forms=("QDQ", "int8")),
+    "QLinearConcat": _ms(shape.qlinear_concat, "concat (inputs requantised to the output scale where they differ)",
+                         None),
+    "Identity": Op(shape.identity, "nothing", 1, forms=_ANY_FORM, runs="import"),
+    "Constant": Op(shape.constant, "a constant", 0, forms=_ANY_FORM, runs="import"),
+    "Shape": Op(fold.shape, "a constant (shapes are static)", 1, forms=_ANY_FORM, runs="import"),
+    "Size": Op(fold.size, "a constant (shapes are static)", 1, forms=_ANY_FORM, runs="import"),
     **{op_type: Op(elementwise.binary(kind), f"qdq_binary {kind}: onnxruntime's float32 {what} between "
                    f"DequantizeLinear and QuantizeLinear, on vu.f{kind} (QDQ, two inputs; either broadcast or "
                    f"a constant)", 2)
@@ -98,6 +130,14 @@ for _t in activation.UNARY + activation.BINARY:
                       "lut (QDQ): the float elementwise island it starts or extends, DequantizeLinear to "
                       "QuantizeLinear, as one table onnxruntime computes"), 3 if _t == "Clip" else 2 if _t in
                      activation.BINARY else 1, domains=("", "ai.onnx", MS) if _t == "Gelu" else ("", "ai.onnx"))
+
+
+def forms_of(name: str, op: Op) -> tuple[str, ...]:
+    """The forms an op is read in: its row's, or QOperator for com.microsoft and QLinear* ops, else QDQ."""
+    if op.forms:
+        return op.forms
+    return ("QOperator",) if MS in op.domains or name.startswith("QLinear") else ("QDQ",)
+
 
 def check_arity(node: NodeProto) -> None:
     """Problem unless the node has at most its op's inputs, an output, and at most its op's outputs."""

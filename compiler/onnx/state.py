@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CompileError
 from ..graph import Graph, QuantParams
 from .load import to_array
+from .refusals import Refusal
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -129,6 +130,18 @@ def brief(a: np.ndarray) -> str:
     return f"[{', '.join(f'{v:.4g}' if a.dtype.kind == 'f' else str(v) for v in a[:4])}{', ...' if a.size > 4 else ''}]"
 
 
+def as_int8(a: np.ndarray) -> np.ndarray:
+    """uint8 values as the importer holds them: the int8 q - 128.
+
+    The one decision behind uint8 support: a uint8 tensor q with zero point z is the int8 tensor
+    q - 128 with zero point z - 128.  Every affine quantised op reads only q - z and writes
+    round(...) + z clamped to the type's range, so it computes the same on both (the clamp to
+    [0, 255] becomes [-128, 127], relu and clip bounds and tables move with the zero point); the
+    runtime flips the top bit of uint8 graph inputs and outputs (compiler.runtime).
+    """
+    return (np.asarray(a).astype(np.int16) - 128).astype(np.int8)
+
+
 # ---------------------------------------------------------------- the importer
 
 @dataclass
@@ -141,14 +154,20 @@ class Importer:
     dims: dict
     g: Graph = field(default_factory=Graph)
     state: dict = field(default_factory=dict)
-    problems: list = field(default_factory=list)
+    problems: list[Refusal] = field(default_factory=list)
     node_names: dict = field(default_factory=dict)    # id(NodeProto) -> unique name
     aliases: dict = field(default_factory=dict)       # Value name -> further ONNX int8 tensor names
     float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
+    uint8: set = field(default_factory=set)           # ONNX tensors whose quantised values are uint8
 
     def problem(self, where: str, why: str) -> None:
-        """Record a problem: where it is (a node, an initializer, a graph input or output) and why."""
-        self.problems.append(f"{where}: {why}")
+        """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
+        self.problems.append(Refusal(where, why))
+
+    def node_problem(self, node: NodeProto, why: str) -> None:
+        """Record why a node cannot be imported (the refusal groups these by op type)."""
+        self.problems.append(Refusal(self.where(node), why, node.op_type or "?",
+                                     self.node_names.get(id(node), node.name)))
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
@@ -234,20 +253,23 @@ class Importer:
         raise Problem(node, f"{what} ({node.input[i] if i < len(node.input) else '?'!r}) must come from a "
                       f"DequantizeLinear of an int8 activation, got {describe(s)}")
 
-    def params(self, node: NodeProto, si: int, zi: int, what: str, *, dtypes: tuple[str, ...] = ("int8",),
-               axis: int | None = None, per_channel: bool = False) -> QuantParams:
-        """QuantParams from a scale input and an optional zero-point input."""
+    def params(self, node: NodeProto, si: int, zi: int, what: str, *, dtypes: tuple[str, ...] = ("int8", "uint8"),
+               axis: int | None = None, per_channel: bool = False, missing: str | None = None) -> QuantParams:
+        """QuantParams from a scale input and a zero-point input; a uint8 zero point z is the int8 z - 128
+        (as_int8).  `missing` is the zero point's dtype when the input is absent (None: refused)."""
         scale = self.const(node, si, f"{what} scale")
         zp = self.const(node, zi, f"{what} zero point", optional=True)
         if scale.dtype != np.float32:
             raise Problem(node, f"{what} scale has dtype {scale.dtype}, expected float32")
         if zp is None:
-            zp = np.zeros(scale.shape, dtype=np.uint8)     # ONNX's default zero point is uint8
+            if missing is None:
+                raise Problem(node, f"{what} zero point (input {zi}) is missing: the importer needs it to know "
+                              "whether the tensor is int8 or uint8")
+            zp = np.zeros(scale.shape, dtype=missing)
         if zp.dtype.name not in dtypes:
-            if zp.dtype == np.uint8 and "int8" in dtypes:
-                raise Problem(node, f"{what} is uint8 (zero point {brief(zp)}): only int8 activations are "
-                              "supported; quantise with activation_type=QuantType.QInt8")
             raise Problem(node, f"{what} zero point has dtype {zp.dtype}, expected {' or '.join(dtypes)}")
+        if zp.dtype == np.uint8:
+            zp = as_int8(zp)
         if scale.ndim > 1 or scale.size == 0 or (scale.ndim == 1 and scale.size > 1 and not per_channel):
             raise Problem(node, f"{what} scale has shape {scale.shape}: expected a scalar"
                           + (" or a vector" if per_channel else " (per-tensor activations)"))
@@ -261,6 +283,11 @@ class Importer:
             return QuantParams(scale, zp.astype(np.int64), axis if scale.ndim else None)
         except CompileError as exc:
             raise Problem(node, f"{what}: {exc}") from None
+
+    def is_uint8(self, node: NodeProto, zi: int, missing: str | None = None) -> bool:
+        """Whether the zero point input zi (or, absent, the dtype `missing`) says the tensor is uint8."""
+        zp = self.input(node, zi)
+        return (zp.array.dtype == np.uint8) if isinstance(zp, Const) else missing == "uint8"
 
     def attrs(self, node: NodeProto, spec: dict[str, Attr]) -> dict:
         """The node's attributes by `spec`, defaults filled in; Problem for an unknown or mistyped one."""

@@ -280,20 +280,6 @@ def test_unsupported_ops_are_listed_together():
     assert "Traceback" not in msg
 
 
-def test_uint8_activations_are_refused_clearly(tmp_path):
-    from onnxruntime import quantization as qz
-    net = Net("u8", SHAPE, 0)
-    net.output(net.conv(net.input, 4, 3, 1))
-    src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(net.model(), str(src))
-    with models._quiet():
-        qz.quantize_static(str(src), str(dst), models.RandomReader(net.model(), 2, 0),
-                           activation_type=qz.QuantType.QUInt8, weight_type=qz.QuantType.QInt8)
-    with pytest.raises(CompileError, match=r"QuantizeLinear\): output is uint8 .*only int8 activations are "
-                                           r"supported; quantise with activation_type=QuantType.QInt8"):
-        from_onnx(str(dst), arithmetic="fixed")
-
-
 def test_asymmetric_weights_are_refused():
     model = copy_of(quantised("residual", "qoperator"))
     zp = next(t for t in model.graph.initializer if t.name == "conv1.w_zero_point")
