@@ -42,7 +42,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
              "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-             "vu.lut": (1, 1, ref.LUT_ENTRIES)}
+             "vu.lut": (1, 1, ref.LUT_ENTRIES),
              "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1)}
     return table[mnemonic]
 
@@ -222,8 +222,7 @@ NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU in
 ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
-              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1}
-              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4,
+              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
               "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1}
 
 
