@@ -135,7 +135,7 @@ def test_write_failure_after_the_run(tmp_path, capsys):
     f = build(tmp_path)
     code, out, err = run(capsys, "run", f["bin"], "--output", "y=/dev/full")
     line = one_line_error(err)
-    assert code == 1 and "cannot write output /dev/full" in line and "No space left" in line
+    assert code == 1 and "--output y: /dev/full: cannot write" in line and "No space left" in line
 
 
 def test_cycle_limit_exits_3_and_still_writes_reports(tmp_path, capsys):
@@ -177,7 +177,7 @@ def _subprocess(*argv: str) -> subprocess.CompletedProcess:
 def test_subprocess_missing_binary(tmp_path):
     p = _subprocess("run", str(tmp_path / "nope.bin"))
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert p.stderr.strip() == f"nnpsim: error: {tmp_path / 'nope.bin'}: cannot read: No such file or directory"
+    assert p.stderr.strip() == f"nnpsim: error: binary {tmp_path / 'nope.bin'}: cannot read: no such file"
 
 
 def test_subprocess_bad_npy(tmp_path):
@@ -203,4 +203,4 @@ def test_failed_run_with_unwritable_report_still_exits_3(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert code == 3 and len(lines) == 2 and "Traceback" not in err
     assert lines[0].startswith("nnpsim: simulation error: cycle limit exceeded")
-    assert lines[1].startswith("nnpsim: error: cannot write stats /dev/full")
+    assert lines[1].startswith("nnpsim: error: --stats /dev/full: cannot write: No space left")
