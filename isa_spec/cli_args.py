@@ -113,6 +113,14 @@ def write_output(path: str | os.PathLike, what: str, writer: Callable[[io.Buffer
         raise CliFileError(f"{what} {path}: cannot write: {exc.strerror or exc}") from None
 
 
+def write_with(path: str | os.PathLike, what: str, save: Callable[[str | os.PathLike], object]) -> None:
+    """Call save(path) (a writer that opens `path` itself); CliFileError naming the file if it fails."""
+    try:
+        save(path)
+    except OSError as exc:
+        raise CliFileError(f"{what} {exc.filename or path}: cannot write: {exc.strerror or exc}") from None
+
+
 def write_bytes(path: str | os.PathLike, what: str, data: bytes) -> None:
     """Write `data` to `path` exactly as given; CliFileError if writing fails."""
     write_output(path, what, lambda fh: fh.write(data))
