@@ -17,6 +17,7 @@ Counts scale with FUZZ=long (strategies.budget); FUZZ_SEED picks the cases.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import random
@@ -167,4 +168,7 @@ def test_random_command_lines_refuse_cleanly_and_write_only_what_they_name(good,
         why = check(case, code, out, err, old)
         if why:
             findings.append(f"nnpc {' '.join(case['argv'])}: {why}")
+    statuses = collections.Counter(code for code, _, _ in results)
+    print(f"nnpc compile/run fuzz: {n} cases (FUZZ_SEED={SEED}), statuses {dict(sorted(statuses.items()))}, "
+          f"{len(findings)} findings")
     assert not findings, f"{len(findings)} of {n} cases (FUZZ_SEED={SEED}):\n" + "\n".join(findings[:20])
