@@ -22,7 +22,7 @@ modules import each other, directly or round about).
   11  kernel, runtime, dynamic.kernel         the Kernel build, running a network, dynamic kernels
   12  library, schedule_doc                   what a network binary carries, the schedule doc
   13  network, dynamic.network                whole networks, static and dynamic
-  14  build, onnx, models                     the front door, ONNX import, the model zoo
+  14  build, onnx, models, report             the front door, ONNX import, the model zoo, the layer table
   15  agreement, demos, sweep, cli_network    onnxruntime agreement, the demos, sweeps, nnpc compile / run
   16  cli, __main__                           nnpc
 """
@@ -53,7 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernel", "runtime", "dynamic.kernel"),
     ("library", "schedule_doc"),
     ("network", "dynamic.network"),
-    ("build", "onnx", "models"),
+    ("build", "onnx", "models", "report"),
     ("agreement", "demos", "sweep", "cli_network"),
     ("cli", "__main__"),
 )

@@ -1,9 +1,9 @@
 """`nnpc compile` and `nnpc run`: whole networks from ONNX on the command line.
 
     nnpc compile model.onnx -o model.nnp [--config hw.toml] [--arithmetic onnxruntime|fixed]
-                 [--report] [--no-fuse]
+                 [--report] [--table layers.csv|layers.json] [--no-fuse]
     nnpc run model.onnx|model.nnp --input x.npy [--output y.npy] [--trace t.json]
-             [--check-races] [--compare-onnxruntime]
+             [--table layers.csv|layers.json] [--plot roofline.png] [--check-races] [--compare-onnxruntime]
 
 Exit status: 0 success; 1 a model, input, configuration or output path that
 cannot be used, or a write that failed (one line naming the file and why);
@@ -28,6 +28,7 @@ from .build import build
 from .errors import CompileError
 from .library import Library, load
 from .onnx import from_onnx
+from .report import TABLE_SUFFIXES, check_output_path, layer_rows, plot_roofline, write_table
 from .runtime import GraphModule, dequantize
 
 EXIT_OK, EXIT_INPUT, EXIT_SIM = 0, 1, 3
@@ -48,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--report", action="store_true",
                    help="print every fusion decision with its predicted gain, each fused kernel's pipelining "
                         "variant with every variant's predicted cycles, and the on-chip high-water marks")
+    c.add_argument("--table", metavar="FILE", help="also write the per-layer table, predicted, as CSV or JSON "
+                   "(by the file's suffix: .csv, .json)")
     _common(c)
     r = sub.add_parser("run", help=HELP["run"], description=HELP["run"])
     r.add_argument("model", help="an ONNX model or a program written by nnpc compile")
@@ -56,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--output", action="append", default=[], metavar="[NAME=]FILE.npy",
                    help="save an output (dequantised float32) here; repeatable")
     r.add_argument("--trace", metavar="FILE", help="write a Perfetto trace with a track of layers")
+    r.add_argument("--table", metavar="FILE", help="also write the per-layer table, measured, as CSV or JSON "
+                   "(by the file's suffix: .csv, .json)")
+    r.add_argument("--plot", metavar="FILE.png", help="draw the layers on the machine's roofline as a PNG")
     r.add_argument("--check-races", action="store_true", help="check the run for data races")
     r.add_argument("--compare-onnxruntime", action="store_true",
                    help="also run onnxruntime on the same input; print the largest difference in output "
@@ -106,9 +112,14 @@ def compile_command(args) -> int:
     """nnpc compile: print the layer table and write the program."""
     config = config_of(args.config)
     check_output(args.output, "-o")
+    if args.table:
+        check_output_path(args.table, TABLE_SUFFIXES, "--table")
+        check_output(args.table, "--table")
     lib = _library(args.model, args, config)
     write_with(args.output, "-o", lib.save)
     print(lib.layer_table())
+    if args.table:
+        print(f"nnpc: wrote {write_table(layer_rows(lib), args.table)}")
     if args.report:
         print(lib.fusion_report())
     print(f"nnpc: wrote {args.output} ({len(lib.layers)} layers, {lib.predicted_cycles:,} cycles predicted)")
@@ -121,8 +132,12 @@ def run_command(args) -> int:
     outputs = _pairs(args.output)
     for _, path in outputs:
         check_output(path, "--output")
-    if args.trace:
-        check_output(args.trace, "--trace")
+    for option, path, suffixes in (("--trace", args.trace, None), ("--table", args.table, TABLE_SUFFIXES),
+                                   ("--plot", args.plot, (".png",))):
+        if path:
+            if suffixes:
+                check_output_path(path, suffixes, option)
+            check_output(path, option)
     inputs = _pairs(args.input)
     for _, path in inputs:
         check_input(path, "--input")
@@ -152,6 +167,12 @@ def run_command(args) -> int:
         raise CliFileError(f"--trace {args.trace}: cannot write: {exc.strerror or exc}") from None
     _print_layers(m)
     print(f"cycles {stats.cycles:,} ({stats.time_us:,.1f} us); predicted {lib.predicted_cycles:,}")
+    if args.table or args.plot:
+        rows = layer_rows(lib, m.layer_stats())
+        if args.table:
+            print(f"nnpc: wrote {write_table(rows, args.table)}")
+        if args.plot:
+            print(f"nnpc: wrote {plot_roofline(rows, args.plot, lib.config, Path(args.model).stem)}")
     for name, path in outputs:
         save_npy(path, "--output", m.get_output(name if name is not None else 0))
     if args.compare_onnxruntime:

@@ -118,7 +118,8 @@ def _nu_cycles(depthwise: bool, out_cb: int, in_cb: int, kh: int, kw: int, oh: i
 
 def vu_cycles(cmd: Vu, cfg: Config) -> int:
     """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
-    row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output)."""
+    row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output; vu_lut_cycles:
+    its table once, then a byte an output)."""
     n = cmd.n
     if SEMANTICS[cmd.mnemonic].timing == "vu_slide_cycles":
         return vu_slide_cycles(cmd, cfg)
@@ -159,6 +160,8 @@ def _vu_cycles(mnemonic: str, a_type: str, d_type: str, n_out: int, window: int,
     widths = element_bytes(mnemonic, DTYPE_BYTES[a_type], DTYPE_BYTES[d_type])
     if SEMANTICS[mnemonic].timing == "vu_pool_cycles":
         return int(timing.vu_pool_cycles(n_out, window, *widths, bytes_per_cycle, latency))
+    if SEMANTICS[mnemonic].timing == "vu_lut_cycles":
+        return int(timing.vu_lut_cycles(n_out, bytes_per_cycle, latency))
     return int(timing.vu_cycles(n_out, window, timing.vu_elem_bytes(*widths), bytes_per_cycle, latency))
 
 

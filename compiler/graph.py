@@ -20,12 +20,12 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from . import ops as _ops
 from . import reference as _sem
 from .dims import Dim, DynamicOp, at, collect, has_dims, infer_values
 from .dynamic.graph import DynamicGraph
 from .errors import CompileError
 from .ops import DTYPES, Op, Tensor, at_values, check_dtype
+from .ops.checks import shape_arg
 from .symbolic import Shapes, output_shape
 
 _MAX_PROBLEMS = 30      # validate() lists at most this many problems, then counts the rest
@@ -158,11 +158,11 @@ class Graph:
         makes the graph dynamic: one binary for the whole range (`compiler.build(graph)`)."""
         if has_dims(shape):
             shape = tuple(shape)
-            fixed = _ops._shape(f"input {name!r} shape", [1 if isinstance(d, Dim) else d for d in shape])
+            fixed = shape_arg(f"input {name!r} shape", [1 if isinstance(d, Dim) else d for d in shape])
             shape = tuple(d if isinstance(d, Dim) else n for d, n in zip(shape, fixed))
             collect({**{i: self.values[i].shape for i in self.inputs}, f"input {name}": shape})
         else:
-            shape = _ops._shape(f"input {name!r} shape", shape)
+            shape = shape_arg(f"input {name!r} shape", shape)
         self._new_value(name, shape, check_dtype(dtype), quant)
         self.inputs.append(name)
         return name

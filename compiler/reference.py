@@ -129,6 +129,11 @@ def clip(x, lo: int, hi: int) -> np.ndarray:
     return np.clip(np.asarray(x, dtype=np.int64), lo, hi).astype(np.int8)
 
 
+def lut(x, table: np.ndarray) -> np.ndarray:
+    """table[x + 128]: each int8 x through a 256-entry int8 table (vu.lut)."""
+    return np.asarray(table, dtype=np.int8)[np.asarray(x, dtype=np.int64) + 128]
+
+
 def requantize(x, zx, m, s, zp_out, lo, hi) -> np.ndarray:
     """clip(rshift_round((x - zx) * M, S) + zp_out, lo, hi); M, S per tensor or along axis 1."""
     x = np.asarray(x, dtype=np.int64)

@@ -170,6 +170,8 @@ class Block:
             return out
         if op.mode == "clip":
             return {"clip": ("vu.clip",)}
+        if op.mode == "lut":
+            return {"lut": ("vu.lut",)}
         if op.mode in ("add", "mul"):
             return {op.mode: (f"vu.f{op.mode}" if op.fscales is not None else f"vu.{op.mode}",)}
         per_channel = np.ndim(op.scale if op.scale is not None else op.ma) > 0

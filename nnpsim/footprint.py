@@ -12,7 +12,7 @@ reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
 reads it for nu.conv.acc; nu.conv.rq writes VBUF instead and reads its table in WBUF, and
 nu.conv.acc.rq also reads its partial sums in ABUF; nu.dwconv reads only the first cols bytes of each IBUF pixel and
 one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
-op has one) and writes d.  Which rule an instruction follows, and its VU
+op has one; vu.lut's whole 256-byte table) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .config import Config
 from .isa_layout import ABUF, IBUF, VBUF, WBUF, offset, space_name  # noqa: F401  (space_name: re-exported)
 from .state import space_sizes  # noqa: F401  (re-exported for the race checker)
 from .semantics import FOOTPRINTS, SEMANTICS
+from .timing import LUT_BYTES
 from .units.vu import N_CODES, operand_bytes
 
 MAX_PATTERNS = 5
@@ -37,8 +38,9 @@ PATTERN_COLS = 4 + 2 * DIMS
 
 # Footprint rules, numbered in the order of semantics.FOOTPRINTS.
 (RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW, RULE_NU_DW,
- RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ) = range(len(FOOTPRINTS))
-assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq")
+ RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ, RULE_VU_LUT) = range(len(FOOTPRINTS))
+assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
+                      "vu_lut")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
@@ -210,6 +212,14 @@ def _vu(pats: np.ndarray, window: bool, unit: int, regs: np.ndarray, fields: np.
 
 
 @njit(cache=True)
+def _vu_lut(pats: np.ndarray, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+    """vu.lut: d and a element by element, and its whole 256-byte table at b, read once."""
+    _vu(pats, False, unit, regs, fields, p)
+    _clear(pats[2])
+    pats[2, SPACE], pats[2, BASE], pats[2, WIDTH] = VBUF + unit, regs[2], LUT_BYTES
+
+
+@njit(cache=True)
 def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
                    cmd_regs: np.ndarray, cmd_fields: np.ndarray, cmd_params: np.ndarray,
                    rows: int, cols: int) -> np.ndarray:
@@ -233,6 +243,8 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
             _nu_dw(pats[c], cmd_unit[c], rule == RULE_NU_DW_ACC, cmd_regs[c], cmd_params[c], rows, cols)
         elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
+        elif rule == RULE_VU_LUT:
+            _vu_lut(pats[c], cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
     return pats
 
 

@@ -10,8 +10,14 @@ the 1-based index of its command, so an epoch (agent, clock) names a command.
 Accesses are replayed in the order commands start, which extends
 happens-before (a command that happens before another ended before the other
 started).  Shadow memory keeps, per byte, the epoch of the last write and,
-per agent, the clock of its last read (FastTrack); it is paged, so only the
-4 KiB pages a run touches cost memory.
+per agent, the clock of its last read (FastTrack); it is paged, and only
+the 4 KiB pages that can hold a race cost memory or time: a page that no
+command writes, or that one agent alone touches, is skipped.  Within a page,
+a byte's history is kept once per granule: the largest power of two that
+divides every offset where an access to the page starts or ends, so every
+access covers whole granules and their bytes share one history (a page of
+whole 64-byte rows costs 64 entries, not 4096), with the same verdict and
+the same first byte as a byte-by-byte check.
 
 A run stopped by a command that read a bad value (a zero divisor, a bad
 per-channel multiplier) is checked a little further: the read may have come
@@ -150,46 +156,105 @@ def _hit(found: np.ndarray, c: int, writes: int, other: int, other_clock: int, o
     return found
 
 
+@njit(cache=True, inline="always")
+def _low_bit(off: int) -> int:
+    """log2 of the largest power of two dividing off (PAGE_BITS for 0: a page edge cuts nothing)."""
+    if off == 0:
+        return PAGE_BITS
+    b = 0
+    while not (off >> b) & 1:
+        b += 1
+    return b
+
+
 @njit(cache=True)
-def _mark_pages(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, size: np.ndarray,
-                page_base: np.ndarray, total_pages: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per global page: written at all, and a bit mask of the agents that read it."""
-    written = np.zeros(total_pages, np.bool_)
-    readers = np.zeros(total_pages, np.int32)
-    for c in order:
-        for pat in pats[c]:
-            sp = pat[SPACE]
+def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every pattern's runs clipped to their memory, once: (first run of pattern [i, j] of the i-th command in
+    start order, flattened with one more entry at the end; each run's lo; its hi), empty runs dropped."""
+    n_pat = pats.shape[1]
+    first = np.zeros(order.shape[0] * n_pat + 1, np.int64)
+    total = 0
+    for i in range(order.shape[0]):
+        for j in range(n_pat):
+            first[i * n_pat + j] = total
+            total += run_count(pats[order[i], j])
+    first[-1] = total
+    lo = np.empty(total, np.int64)
+    hi = np.empty(total, np.int64)
+    n = 0
+    for i in range(order.shape[0]):
+        for j in range(n_pat):
+            pat = pats[order[i], j]
+            start = n
             for r in range(run_count(pat)):
-                lo, hi = _clipped_run(pat, r, size)
-                if hi <= lo:
-                    continue
-                for p in range(lo >> PAGE_BITS, ((hi - 1) >> PAGE_BITS) + 1):
-                    g = page_base[sp] + p
-                    if pat[WRITE]:
-                        written[g] = True
-                    else:
-                        readers[g] |= 1 << cmd_agent[c]
-    return written, readers
+                a, b = _clipped_run(pat, r, size)
+                if b > a:
+                    lo[n], hi[n] = a, b
+                    n += 1
+            first[i * n_pat + j] = start
+    first[-1] = n
+    return first, lo, hi
 
 
 @njit(cache=True)
-def _shadow_blocks(written: np.ndarray, readers: np.ndarray,
+def _mark_pages(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, first: np.ndarray, run_lo: np.ndarray,
+                run_hi: np.ndarray, page_base: np.ndarray, total_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per global page: a bit mask of the agents that write it, of those that read it, and its granule.
+
+    The granule is the largest power of two dividing every offset inside the page where an access
+    starts or ends: every access covers whole granules, so the bytes of a granule share their whole
+    history and one shadow entry per granule checks exactly what one per byte would.
+    """
+    writers = np.zeros(total_pages, np.int32)
+    readers = np.zeros(total_pages, np.int32)
+    gran = np.full(total_pages, PAGE_BITS, np.int8)
+    n_pat = pats.shape[1]
+    for i in range(order.shape[0]):
+        c = order[i]
+        bit = 1 << cmd_agent[c]
+        for j in range(n_pat):
+            pat = pats[c, j]
+            sp = pat[SPACE]
+            for r in range(first[i * n_pat + j], first[i * n_pat + j + 1]):
+                lo, hi = run_lo[r], run_hi[r]
+                first_page, last = page_base[sp] + (lo >> PAGE_BITS), page_base[sp] + ((hi - 1) >> PAGE_BITS)
+                gran[first_page] = min(gran[first_page], _low_bit(lo & (PAGE - 1)))
+                gran[last] = min(gran[last], _low_bit(hi & (PAGE - 1)))
+                for g in range(first_page, last + 1):
+                    if pat[WRITE]:
+                        writers[g] |= bit
+                    else:
+                        readers[g] |= bit
+    return writers, readers, gran
+
+
+@njit(cache=True, inline="always")
+def _shared(writers: int, readers: int) -> bool:
+    """A page can hold a race only if it is written and more than one agent touches it."""
+    both = writers | readers
+    return writers != 0 and (both & (both - 1)) != 0
+
+
+@njit(cache=True)
+def _shadow_blocks(writers: np.ndarray, readers: np.ndarray,
                    n_agents: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int]:
-    """Shadow block numbers: write block per page, read block per (read page, agent); -1 for none."""
-    wblk = np.full(written.shape[0], -1, np.int32)
+    """Shadow block numbers of the pages that can race (_shared): write block per page, read block per
+    (read page, agent); -1 for none (a page no command writes, or one agent's alone, needs no shadow)."""
+    wblk = np.full(writers.shape[0], -1, np.int32)
     nw = 0
-    read_page = np.full(written.shape[0], -1, np.int32)
+    read_page = np.full(writers.shape[0], -1, np.int32)
     n_read_pages = 0
-    for g in range(written.shape[0]):
-        if written[g]:
-            wblk[g] = nw
-            nw += 1
+    for g in range(writers.shape[0]):
+        if not _shared(writers[g], readers[g]):
+            continue
+        wblk[g] = nw
+        nw += 1
         if readers[g]:
             read_page[g] = n_read_pages
             n_read_pages += 1
     rblk = np.full((n_read_pages, n_agents), -1, np.int32)
     nr = 0
-    for g in range(written.shape[0]):
+    for g in range(writers.shape[0]):
         if read_page[g] >= 0:
             for a in range(n_agents):
                 if (readers[g] >> a) & 1:
@@ -207,25 +272,31 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
     for sp in range(size.shape[0]):
         page_base[sp + 1] = page_base[sp] + (size[sp] + PAGE - 1) // PAGE
     total = page_base[-1]
-    written, readers_of = _mark_pages(pats, order, cmd_agent, size, page_base, total)
-    wblk, nw, read_page, rblk, nr = _shadow_blocks(written, readers_of, n_agents)
+    first, run_lo, run_hi = _runs(pats, order, size)
+    writers, readers_of, gran = _mark_pages(pats, order, cmd_agent, first, run_lo, run_hi, page_base, total)
+    wblk, nw, read_page, rblk, nr = _shadow_blocks(writers, readers_of, n_agents)
     w_agent = np.zeros((nw, PAGE), np.int16)
     w_clock = np.zeros((nw, PAGE), np.int32)
     r_clock = np.zeros((nr, PAGE), np.int32)
     readers = np.empty(n_agents, np.int64)
     reader_blk = np.empty(n_agents, np.int64)
-    for c in order:
+    n_pat = pats.shape[1]
+    for ci in range(order.shape[0]):
+        c = order[ci]
         me, clock, vc = cmd_agent[c], cmd_clock[c], clocks[c]
-        for pat in pats[c]:
-            sp, is_write = pat[SPACE], pat[WRITE]
-            for r in range(run_count(pat)):
-                lo, hi = _clipped_run(pat, r, size)
+        for j in range(n_pat):
+            sp, is_write = pats[c, j, SPACE], pats[c, j, WRITE]
+            for r in range(first[ci * n_pat + j], first[ci * n_pat + j + 1]):
+                lo, hi = run_lo[r], run_hi[r]
                 addr = lo
                 while addr < hi:
                     g = page_base[sp] + (addr >> PAGE_BITS)
                     off0 = addr & (PAGE - 1)
                     off1 = min(PAGE, off0 + hi - addr)
                     wb = wblk[g]
+                    if wb < 0:              # no race can touch this page
+                        addr += off1 - off0
+                        continue
                     rp = read_page[g]
                     n_readers = 0
                     if is_write and rp >= 0:
@@ -234,20 +305,20 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
                                 readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
                                 n_readers += 1
                     rb = rblk[rp, me] if rp >= 0 else -1
-                    for off in range(off0, off1):
-                        if wb >= 0:
-                            wa, wc = w_agent[wb, off], w_clock[wb, off]
-                            if wc > 0 and wa != me and wc > vc[wa]:
-                                return _hit(found, c, is_write, wa, wc, 1, sp, addr + off - off0)
+                    sh = gran[g]
+                    for k in range(off0 >> sh, off1 >> sh):     # one shadow entry per granule
+                        wa, wc = w_agent[wb, k], w_clock[wb, k]
+                        if wc > 0 and wa != me and wc > vc[wa]:
+                            return _hit(found, c, is_write, wa, wc, 1, sp, addr + (k << sh) - off0)
                         if is_write:
                             for i in range(n_readers):
                                 o = readers[i]
-                                if r_clock[reader_blk[i], off] > vc[o]:
-                                    return _hit(found, c, 1, o, r_clock[reader_blk[i], off], 0, sp,
-                                                addr + off - off0)
-                            w_agent[wb, off], w_clock[wb, off] = me, clock
+                                if r_clock[reader_blk[i], k] > vc[o]:
+                                    return _hit(found, c, 1, o, r_clock[reader_blk[i], k], 0, sp,
+                                                addr + (k << sh) - off0)
+                            w_agent[wb, k], w_clock[wb, k] = me, clock
                         else:
-                            r_clock[rb, off] = clock
+                            r_clock[rb, k] = clock
                     addr += off1 - off0
     return found
 

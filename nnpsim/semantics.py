@@ -23,12 +23,14 @@ SDT = -1    # 1 << the command's sdt field
 DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
-FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq")
+FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
+              "vu_lut")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
 ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
 depthwise conv (one weight lane per column), reading ABUF too when it accumulates; an NU conv with
 its requantising output stage (int8 into VBUF, reading its (bias, M, S) table in WBUF), and reading
-partial sums from ABUF too when it accumulates."""
+partial sums from ABUF too when it accumulates; a VU table lookup (d and a element by element, b one
+256-byte table)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Semantics:
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
-    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count."""
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, and
+    vu.lut's b its whole 256-entry int8 table (read once, not walked by the b strides)."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
 
@@ -96,6 +99,7 @@ _ROWS = (
     _vu("vu.slide.acc", "slide_acc", (4, 1, 0), window=True, timing="vu_slide_cycles"),
     _vu("vu.slide.avg", "slide_avg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     _vu("vu.slide.favg", "slide_favg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
+    Semantics("vu.lut", "VU", "lut", "vu_lut", (1, 1, 256), "vu_lut_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -68,6 +68,17 @@ def vu_pool_cycles(n_out: int, window: int, d_bytes: int, a_bytes: int, b_bytes:
     return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
 
 
+LUT_BYTES = 256
+"""Entries of vu.lut's table: one int8 per int8 input."""
+
+
+@njit(cache=True)
+def vu_lut_cycles(n_out: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of vu.lut: latency, then its 256-byte table into the lanes' lookup RAM and one byte an output,
+    over the datapath width."""
+    return latency + (LUT_BYTES + n_out + bytes_per_cycle - 1) // bytes_per_cycle
+
+
 @njit(cache=True)
 def slide_span(n: int, step: int, win: int) -> int:
     """Input rows (or columns) n windows of `win` at `step` apart cover: gaps between windows are never read."""

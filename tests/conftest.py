@@ -41,6 +41,15 @@ def warm_up_numba():
     return sim
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs two workers), warm numba's on-disk cache once in the controller
+    before the workers start, so that each worker loads the compiled engine instead of compiling it again."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        t0 = time.perf_counter()
+        warm_up_numba()
+        WARM_UP["controller"] = time.perf_counter() - t0
+
+
 @pytest.fixture(scope="session", autouse=True)
 def numba_warm_up():
     """Pay numba's compile once, before the first test, so that no test's own time includes it
@@ -58,5 +67,7 @@ def warm_engine(numba_warm_up):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if "seconds" in WARM_UP:
-        terminalreporter.write_line(f"numba warm-up: {WARM_UP['seconds']:.1f} s (tests/conftest.py)")
+    for key, where in (("controller", "before the workers"), ("seconds", "")):
+        if key in WARM_UP:
+            terminalreporter.write_line(f"numba warm-up{' ' + where if where else ''}: {WARM_UP[key]:.1f} s "
+                                        "(tests/conftest.py)")

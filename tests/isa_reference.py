@@ -302,7 +302,10 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
-                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
+                "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
+                "vu.lut")
+LUT_ENTRIES = 256
+"""vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
 POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
@@ -377,7 +380,8 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
-            "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4)}[mnemonic]
+            "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
+            "vu.lut": (1, 1, 1)}[mnemonic]
 
 
 def _vu_check_params(mnemonic: str, q: dict) -> None:
@@ -455,9 +459,13 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
     for i in _box(sizes):
         elems.append(tuple(base + sum(i[k] * q[f"{x}_stride{k}"] for k in range(4))
                            for x, base in (("d", rd), ("a", ra), ("b", rb))))
+    if mnemonic == "vu.lut":     # b is one table, whatever the b strides say
+        elems = [(d, a, rb) for d, a, _ in elems]
     d_addrs = [e[0] for e in elems]
     a_addrs = [e[1] + dh + dw for e in elems for dh, dw in window]
     b_addrs = [e[2] for e in elems] if b_bytes else []
+    if mnemonic == "vu.lut":
+        b_addrs = [rb + k for k in range(LUT_ENTRIES)]
     for addrs, nbytes in ((d_addrs, d_bytes), (a_addrs, a_bytes), (b_addrs, b_bytes)):
         if nbytes >= 4 and any(a % 4 for a in addrs):
             raise Fault("align", space=space)
@@ -514,6 +522,8 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
         return _clip(x, q["lo"], q["hi"])
     if mnemonic == "vu.divr":
         return _divide_round(mem, space, x, b)
+    if mnemonic == "vu.lut":
+        return _int(mem, b + x + 128, 1)
     assert mnemonic == "vu.mov", mnemonic
     return x
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nnpsim.timing import LUT_BYTES
+
 from ..ir import RQ_ENTRY
 from .layout import ConvView, NuWeights
 
@@ -128,14 +130,21 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": d["acc"] * acc if psum_on_nu(p, t) else 0, "vbuf": d["vacc"] * acc // 4 + d["res"] * res,
+                "abuf": d["acc"] * acc if psum_on_nu(p, t) else 0,
+                "vbuf": d["vacc"] * acc // 4 + d["res"] * res + act_bytes(p),
                 "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,
             "wbuf": ((p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes)
                      + on_nu * p.n_ob * p.rows * p.cols),
             "abuf": d["acc"] * acc,
-            "vbuf": d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry,
+            "vbuf": (d["vacc"] * acc + d["res"] * res + d["out"] * out + p.n_ob * p.cols * p.view.table_entry
+                     + act_bytes(p)),
             "dm": p.n_ob * p.cols * 4 + d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
+
+
+def act_bytes(p: NuPlan) -> int:
+    """VBUF bytes of a fused lut's table (vu.lut's 256 entries), 0 without one."""
+    return 0 if p.view.act is None else LUT_BYTES
 
 
 def requantises_on_nu(p: NuPlan) -> bool:

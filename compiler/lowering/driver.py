@@ -4,7 +4,9 @@ A conv2d or dense absorbs the ops after it that act on its int8 output
 elementwise: relu and clip narrow its output clamp (clip after clip is one
 clip with both bounds composed), and one add whose first input is the conv
 output becomes a residual add done in VBUF before the store, itself followed
-by more relu / clip folded into the add's clamp.  A pooling or elementwise op
+by more relu / clip folded into the add's clamp; then lut ops (and relu / clip
+after them) compose into one 256-entry table, which one vu.lut applies to each
+tile in VBUF before its store.  A lut absorbs the luts and clips after it likewise.  A pooling or elementwise op
 lowers onto the VU.  A longer chain (conv2d then conv2d, conv2d then
 max_pool2d ...) is cut into such segments; the intermediate between two
 segments stays on chip in DM when it fits (and the assembly says so), else it
@@ -20,12 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from nnpsim.config import Config
 
 from .. import cost
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
-from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d
+from .. import reference as sem
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d
 from ..quant import f32_bits
 from ..reference import add_f32_params
 from .double_buffer import Step
@@ -37,6 +42,8 @@ from .vu import ElementwiseLowering, PoolLowering, row_walk
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
+ALL_INT8 = np.arange(-128, 128, dtype=np.int8)
+"""Every int8 value in table order (entry k is input k - 128): a clamp as a table."""
 
 
 def compose_clamp(lo: int, hi: int, lo2: int, hi2: int) -> tuple[int, int]:
@@ -56,12 +63,15 @@ def _check_link(prev: Op, nxt: Op) -> None:
 
 
 def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None, Op | None]:
-    """The NU op with clamps folded in, the residual add (if any) and the add op itself."""
-    head, residual, add_op = ops[0], None, None
+    """The NU op with clamps folded in (and the luts after them, as one table: its act), the residual add
+    (if any) and the add op itself."""
+    head, residual, add_op, act = ops[0], None, None, None
     lo, hi = head.lo, head.hi
     for prev, op in zip(ops, ops[1:]):
         _check_link(prev, op)
-        if isinstance(op, Elementwise) and op.mode == "clip":
+        if isinstance(op, Lut) or (act is not None and isinstance(op, Elementwise) and op.mode == "clip"):
+            act = fused_table(act, op)
+        elif isinstance(op, Elementwise) and op.mode == "clip":
             if residual is None:
                 lo, hi = compose_clamp(lo, hi, op.lo, op.hi)
             else:
@@ -72,10 +82,25 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                                         _fadd_bits(op), op.x_layout), op
         else:
             raise CompileError(f"cannot fuse {op.kind} after {prev.kind}: a conv2d or dense kernel takes "
-                               "relu / clip and one residual add (then relu / clip) after it")
+                               "relu / clip and one residual add (then relu / clip), then luts, after it")
     # the segment stores what its last op writes, in that op's layout
     out = {"y_layout": ops[-1].y_layout} if isinstance(head, Conv2d) and len(ops) > 1 else {}
-    return replace(head, lo=lo, hi=hi, **out), residual, add_op
+    return replace(head, lo=lo, hi=hi, act=act, **out), residual, add_op
+
+
+def fused_table(act, op: Elementwise):
+    """The table of a lut (or relu / clip) op applied after the table `act` (None: no table yet)."""
+    entries = op.entries() if isinstance(op, Lut) else sem.clip(ALL_INT8, op.lo, op.hi)
+    return entries if act is None else sem.lut(act, entries)
+
+
+def _epilogue_op(op: Op, has_lut: bool, adds: int) -> bool:
+    """Does an NU kernel take op after what it took so far: relu / clip, a lut, or its one residual add
+    (same-shape b, before any lut)?"""
+    if isinstance(op, Lut):
+        return True
+    return isinstance(op, Elementwise) and (op.mode == "clip" or (
+        op.mode == "add" and op.b_shape is None and adds == 0 and not has_lut))
 
 
 def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
@@ -93,13 +118,14 @@ def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
     while i < len(ops):
         j = i + 1
         if isinstance(ops[i], (Conv2d, Dense)):
-            adds = 0
-            while j < len(ops) and isinstance(ops[j], Elementwise) and (
-                    ops[j].mode == "clip" or (ops[j].mode == "add" and ops[j].b_shape is None and adds == 0)):
+            adds, has_lut = 0, False
+            while j < len(ops) and _epilogue_op(ops[j], has_lut, adds):
                 adds += ops[j].mode == "add"
+                has_lut |= isinstance(ops[j], Lut)
                 j += 1
-        elif isinstance(ops[i], Elementwise):
-            while j < len(ops) and isinstance(ops[j], Elementwise) and ops[j].mode == "clip":
+        elif isinstance(ops[i], Elementwise):      # clips after it, luts after a lut: one table
+            while j < len(ops) and isinstance(ops[j], Elementwise) and (
+                    ops[j].mode == "clip" or (isinstance(ops[i], Lut) and isinstance(ops[j], Lut))):
                 j += 1
         out.append(ops[i:j])
         i = j
@@ -256,6 +282,9 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
     """An elementwise op with the relu / clip ops after it composed into its own clamp."""
     op = seg[0]
     for nxt in seg[1:]:
+        if isinstance(nxt, Lut):        # a lut after a lut (with its clamp): one table
+            op = op.then(nxt)
+            continue
         lo, hi = compose_clamp(op.lo, op.hi, nxt.lo, nxt.hi)
         op = replace(op, lo=lo, hi=hi)
     return op

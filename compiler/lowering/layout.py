@@ -281,6 +281,7 @@ class ConvView:
     scale: np.ndarray | None = None            # float32 [O]: the float form (multiplier, shift are None)
     x_block: int = 0                           # channels per DDR block of x and y (blocked layouts; else 0)
     y_block: int = 0
+    act: np.ndarray | None = None              # int8[256]: a lut run on the int8 tile before its store
 
     @property
     def table_entry(self) -> int:
@@ -313,13 +314,13 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
         (n, k), o = op.x_shape, op.weight.shape[1]
         return ConvView((1, k, 1, n), (0, 1, 0, k), (1, o, 1, n), (0, 1, 0, o),
                         op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
-                        op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale)
+                        op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale, act=op.act)
     y = op.output.shape
     view = ConvView(op.x_shape, act_strides(op.x_shape, op.x_layout), y, act_strides(y, op.y_layout),
                     op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
                     op.zp_out, op.lo, op.hi, scale=op.scale, x_block=layout_block(op.x_layout),
-                    y_block=layout_block(op.y_layout))
+                    y_block=layout_block(op.y_layout), act=op.act)
     return fold_columns(view, rows) if rows else view
 
 

@@ -34,6 +34,7 @@ from .layout import (ConvView, act_strides, block_at, block_stride, ddr_order, l
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
 from .units import Part
+from .vu import lut_load, lut_table, lut_vu
 
 CH_IN, CH_W, CH_DRAIN, CH_OUT = 0, 1, 2, 3
 BY_BLOCK_PIXELS = 64
@@ -105,6 +106,9 @@ class NuLowering:
         if t.drain == "nu":
             self.rq_w = Buffer(f"{self.name}_rq_wbuf", "wbuf", self.rq_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
+        if p.view.act is not None:      # a fused lut: its table in this VU's VBUF (lut_table's DDR constant shared)
+            self.act_ddr, self.act_vbuf = lut_table(p.view.act, name, self.name, self.vu,
+                                                    shared.act_ddr if shared is not None else None)
         self.ms_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", p.n_ob * cols * p.view.table_entry, unit=self.vu)
         roles, depths = {**ROLES, **(roles or {})}, role_depths(p, t, depths)
         needs = buffer_needs(p, t, residual is not None, depths)
@@ -184,7 +188,7 @@ class NuLowering:
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses, DDR constants included."""
-        out = [self.w_ddr]
+        out = [self.w_ddr] + ([self.act_ddr, self.act_vbuf] if self.p.view.act is not None else [])
         if self.t.drain == "nu":
             return (out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else [])
                     + ([self.x_dm] if self.x_dm is not None else []) + self.slots.all())
@@ -312,6 +316,8 @@ class NuLowering:
                                   (1, rows), comment=f"{self.name}: constant input rows of the bias pass -> ibuf"))
             step.loads.append(Dma(ch, Ref(self.bias_w), Ref(self.bias_w_ddr), (self.bias_w.nbytes,), (1,),
                                   (1,), comment=f"{self.name}: bias weight blocks -> wbuf"))
+        if p.view.act is not None:
+            step.loads.append(lut_load(ch, self.act_vbuf, self.act_ddr, self.name))
         if self.t.drain == "nu":
             step.loads.append(Dma(ch, Ref(self.rq_w), Ref(self.rq_ddr), (self.rq_ddr.nbytes // 4,), (4,), (4,),
                                   elem=4, comment=f"{self.name}: (bias, M, S) table -> wbuf"))
@@ -607,6 +613,9 @@ class NuLowering:
         v, cols, pix = self.p.view, self.p.cols, th * tw
         if self.residual is not None:
             self._residual(step, out, obs, n, oh0, ow0, th, tw)
+        if v.act is not None:       # the fused lut, on the whole tile (pad lanes too: they are not stored)
+            step.epilogue.append(lut_vu(Ref(out), Ref(self.act_vbuf), len(obs) * pix * cols, self.vu,
+                                        f"{self.name}: activation table lookup in {out.name}"))
         o = v.y_shape[1]
         pieces = [range(ob, ob + 1) for ob in obs] if self.by_block else [obs]
         for b0, b1, real in [g for piece in pieces for g in _block_groups(piece, o, cols)]:

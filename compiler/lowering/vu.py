@@ -21,7 +21,7 @@ import dataclasses
 import numpy as np
 
 from nnpsim.config import Config
-from nnpsim.timing import slide_span
+from nnpsim.timing import LUT_BYTES, slide_span
 from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..cost import slide_steps, vu_cycles
@@ -200,9 +200,10 @@ class ElementwiseLowering:
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
         per_elem = 3 * in_bytes + (2 if op.binary and self.bcast is None else 0)
         self.per_channel = requant_per_channel(op)
+        self.lut = op.mode == "lut"         # its 256-entry table in VBUF, loaded once like a per-channel one
         self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
         n, c, r = _ncr(op.shape)
-        table = c * self.entry if self.per_channel else 0
+        table = c * self.entry if self.per_channel else (LUT_BYTES if self.lut else 0)
         b_values = 0 if self.bcast is None else int(np.prod(op.b_shape))
         if b_values > cfg.vbuf_bytes // 4:
             raise CompileError(f"{op.kind}: b of shape {tuple(op.b_shape)} ({b_values} bytes) broadcast to "
@@ -224,6 +225,9 @@ class ElementwiseLowering:
             self.table_ddr = (shared.table_ddr if shared is not None else
                               Buffer(tname, "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
             self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
+        if self.lut:
+            self.table_ddr, self.table_vbuf = lut_table(op.entries(), name, self.name, self.vu,
+                                                        shared.table_ddr if shared is not None else None)
 
     def tiles(self) -> list[tuple[int, int, int, int, int]]:
         """(n, c0, c1, r0, r1) of this lowering's tiles (its part's share)."""
@@ -236,7 +240,7 @@ class ElementwiseLowering:
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
-        extra = [self.table_ddr, self.table_vbuf] if self.per_channel else []
+        extra = [self.table_ddr, self.table_vbuf] if self.per_channel or self.lut else []
         return extra + ([self.b_vbuf] if self.bcast else []) + self.slots.all()
 
     def steps(self) -> list[Step]:
@@ -256,6 +260,8 @@ class ElementwiseLowering:
             s.loads.append(Dma(self.ch + CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (c * self.entry // 4,),
                                (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
+        if self.lut:
+            steps.append(Step(loads=[lut_load(self.ch + CH_B, self.table_vbuf, self.table_ddr, self.name)]))
         esz = 4 if op.in_dtype == "int32" else 1
         if self.rows:      # x is the producer's intermediate, kept row by row in DM; b and y in DDR
             lx, lb, ly = "rows", op.x_layout, op.y_layout
@@ -310,7 +316,8 @@ class ElementwiseLowering:
         return out
     def _vu(self, a: Buffer, b: Buffer | None, nc: int, nr: int, c0: int, ni: int = 0, r0: int = 0) -> Vu:
         b_op = self._b_operand(b, nr, c0, ni, r0) if self.op.binary else None
-        table = Ref(self.table_vbuf, c0 * self.entry) if self.per_channel else None
+        table = Ref(self.table_vbuf, c0 * self.entry) if self.per_channel else (
+            Ref(self.table_vbuf) if self.lut else None)
         return elementwise_vu(self.op, Ref(a), b_op, table, nc, nr, self.vu, self.name)
 
     def _b_operand(self, b: Buffer | None, nr: int, c0: int, ni: int = 0, r0: int = 0) -> tuple[Ref, tuple[int, int]]:
@@ -346,6 +353,8 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
     if op.mode == "clip":
         return Vu("vu.clip", a, a, None, n=(nr, nc), d_stride=d1, a_stride=d1,
                   scalars={"lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: clip in place")
+    if op.mode == "lut":
+        return lut_vu(a, table, nr * nc, unit, f"{name}: table lookup in place")
     if op.fscales is not None:
         return _binary_f32(op, a, b, nc, nr, unit, name)
     if op.mode in ("add", "mul"):
@@ -364,6 +373,24 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
     return Vu("vu.requant", a, a, None, "i8", DT[op.in_dtype], 0, (nr, nc), d1, a1,
               scalars={"za": op.za, "ma": op.ma, "shift": op.shift, **lohi},
               unit=unit, comment=f"{name}: requantise in place")
+
+
+def lut_table(entries: np.ndarray, name: str, part_name: str, unit: int,
+              shared: Buffer | None = None) -> tuple[Buffer, Buffer]:
+    """(DDR constant, VBUF buffer) of a lut's 256-entry int8 table; parts of one op share the DDR
+    constant (shared: the first part's)."""
+    ddr = shared or Buffer(f"{name}_lut", "ddr", LUT_BYTES, dtype="int8", shape=(LUT_BYTES,), data=entries)
+    return ddr, Buffer(f"{part_name}_lut_vbuf", "vbuf", LUT_BYTES, unit=unit)
+
+
+def lut_load(ch: int, vbuf: Buffer, ddr: Buffer, name: str) -> Dma:
+    """The DMA of a lut's table into VBUF (once, before the tiles)."""
+    return Dma(ch, Ref(vbuf), Ref(ddr), (LUT_BYTES,), (1,), (1,), elem=1, comment=f"{name}: lookup table -> vbuf")
+
+
+def lut_vu(a: Ref, table: Ref, n: int, unit: int, comment: str) -> Vu:
+    """vu.lut over n contiguous int8 at a, in place, through the 256-byte table at `table`."""
+    return Vu("vu.lut", a, a, table, "i8", "i8", LUT_BYTES, (n,), (1,), (1,), (0,), unit=unit, comment=comment)
 
 
 def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,

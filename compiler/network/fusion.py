@@ -1,6 +1,6 @@
 """Fusion over the graph: kernels that hold several anchors (convolutions, dense, pooling), decided by cost.
 
-network.partition gives every anchor its epilogue (relu / clip, one residual add).
+network.partition gives every anchor its epilogue (relu / clip, one residual add, then luts).
 This pass then looks at the kernels whose output feeds exactly one other kernel,
 as that kernel's first input (a chain: conv -> conv, conv -> pool, a ResNet
 bottleneck conv1 -> conv2 -> conv3 + shortcut add, a MobileNet inverted residual

@@ -1,11 +1,12 @@
 """A graph's nodes grouped into kernels: each conv2d / dense takes the relu / clip after it and one
-residual add (then relu / clip), as build() fuses a chain; or one kernel per node (fuse=False)."""
+residual add (then relu / clip), then luts (and relu / clip), as build() fuses a chain; a lut takes the
+luts and relu / clip after it; or one kernel per node (fuse=False)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
-from ..ops import Conv2d, Dense, Elementwise, Op, clip
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip
 
 LAYOUT_KINDS = ("reshape", "concat")
 
@@ -33,6 +34,10 @@ def consumers(graph) -> dict[str, list]:
 
 def _is_clip(op) -> bool:
     return isinstance(op, Elementwise) and op.mode == "clip"
+
+
+def _is_lut(op) -> bool:
+    return isinstance(op, Lut)
 
 
 def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
@@ -79,9 +84,10 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
                 if cur in outputs or len(users) != 1 or id(users[0]) in taken:
                     break
                 nxt = users[0]
-                if _is_clip(nxt.op):
-                    members.append(nxt)
+                if _is_clip(nxt.op) or (_is_lut(nxt.op) and (head_nu or _is_lut(node.op))):
+                    members.append(nxt)         # a lut ends the residual part: no add after it
                     ops.append(nxt.op)
+                    added |= _is_lut(nxt.op)
                 elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
                       and nxt.inputs[0] != nxt.inputs[1]
                       and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):

@@ -9,10 +9,10 @@ from collections import deque
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from .. import ops
 from ..errors import CompileError
 from ..graph import Graph
 from ..ops import Reshape
+from ..ops.checks import shape_arg
 from .load import to_array, type_name
 from .registry import OPS, check_arity
 from .state import DQ, Broken, Const, Float, Importer, Problem, Q, describe
@@ -106,7 +106,7 @@ def _graph_input(im: Importer, vi) -> None:
 def _input_shape(im: Importer, name: str, tt) -> tuple[int, ...]:
     if name in im.dims and not isinstance(im.dims[name], int):
         try:
-            return ops._shape(f"dims[{name!r}]", im.dims[name])
+            return shape_arg(f"dims[{name!r}]", im.dims[name])
         except CompileError as exc:
             raise CompileError(str(exc)) from None
     if not tt.HasField("shape"):
@@ -122,7 +122,7 @@ def _input_shape(im: Importer, name: str, tt) -> tuple[int, ...]:
             key = d.dim_param or name
             hint = f"{{{key!r}: 1}}" if d.dim_param else f"{{{name!r}: (N, C, H, W)}}"
             raise CompileError(f"axis {i} is a {what}: pass dims={hint}")
-    return ops._shape(f"input {name!r} shape", out)
+    return shape_arg(f"input {name!r} shape", out)
 
 
 def _structure(im: Importer, graph) -> list:

@@ -4,10 +4,10 @@ A model using an op not in OPS is refused with the list of these ops.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import conv, elementwise, pool, quant, shape
+from . import activation, conv, elementwise, pool, quant, shape
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -62,6 +62,22 @@ OPS: dict[str, Op] = {
     "Constant": Op(shape.constant, "a constant", 0),
 }
 
+
+# unary activations as lookup tables (activation.py): the QLinear ops, the float ops of a QDQ island,
+# and the ops other handlers import that join an island when an input is one (wrapped, so keep this last)
+OPS["QLinearSigmoid"] = _ms(activation.qlinear_lookup, "lut: onnxruntime's table of the 256 codes (com.microsoft)", 5)
+OPS["QLinearLeakyRelu"] = _ms(activation.qlinear_lookup, "lut: onnxruntime's table of the 256 codes (com.microsoft)",
+                              5)
+for _t in activation.UNARY + activation.BINARY:
+    if _t in OPS and _t in activation.INSIDE_ONLY:
+        OPS[_t] = replace(OPS[_t], handler=activation.island_or(OPS[_t].handler, _t in activation.BINARY),
+                          becomes=OPS[_t].becomes + "; inside a QDQ float island, part of its lut")
+    elif _t not in OPS:
+        OPS[_t] = Op(activation.island_only if _t in activation.INSIDE_ONLY else activation.float_unary,
+                     ("only inside a QDQ float island: part of its lut" if _t in activation.INSIDE_ONLY else
+                      "lut (QDQ): the float elementwise island it starts or extends, DequantizeLinear to "
+                      "QuantizeLinear, as one table onnxruntime computes"), 3 if _t == "Clip" else 2 if _t in
+                     activation.BINARY else 1, domains=("", "ai.onnx", MS) if _t == "Gelu" else ("", "ai.onnx"))
 
 def check_arity(node: NodeProto) -> None:
     """Problem unless the node has at most its op's inputs, an output, and at most its op's outputs."""

@@ -25,10 +25,10 @@ err are relative to their memory.  err fields by code (unused fields: -1 in err[
 from .dma import dma_burst_bytes, dma_bytes, dma_copy
 from .nu import (NU_CONV, NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq, nu_dw_macs,
                  nu_dwconv, nu_macs)
-from .vu import (VU_ADD, VU_CLIP, VU_DIVR, VU_MOV, VU_MUL, VU_OPS, VU_POOL_MAX, VU_POOL_SUM,
+from .vu import (VU_ADD, VU_CLIP, VU_DIVR, VU_LUT, VU_MOV, VU_MUL, VU_OPS, VU_POOL_MAX, VU_POOL_SUM,
                  VU_REQUANT, VU_REQUANT_PC, vu_exec, vu_work)
 
 __all__ = ["dma_burst_bytes", "dma_bytes", "dma_copy", "nu_conv", "nu_macs", "nu_dwconv", "nu_dw_macs",
            "NU_CONV", "NU_CONV_ACC", "NU_CONV_RQ", "NU_CONV_ACC_RQ", "nu_conv_rq", "NU_DWCONV", "NU_DWCONV_ACC", "vu_exec", "vu_work", "VU_OPS",
            "VU_REQUANT", "VU_REQUANT_PC", "VU_ADD", "VU_MUL", "VU_CLIP", "VU_POOL_MAX",
-           "VU_POOL_SUM", "VU_DIVR", "VU_MOV"]
+           "VU_POOL_SUM", "VU_DIVR", "VU_MOV", "VU_LUT"]

@@ -21,19 +21,19 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import slide_span, vu_cycles, vu_elem_bytes, vu_pool_cycles, vu_slide_cycles
+from ..timing import LUT_BYTES, slide_span, vu_cycles, vu_elem_bytes, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
-       "slide_acc", "slide_avg", "slide_favg")
+       "slide_acc", "slide_avg", "slide_favg", "lut")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
- VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG) = (_CODE[op] for op in OPS)
+ VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -51,6 +51,8 @@ for _row in (r for r in rows_of("VU") if r.op in OPS):
     IS_POOL_TIMED[_c] = _row.timing == "vu_pool_cycles"
     IS_SLIDE[_c] = _row.timing == "vu_slide_cycles"
 
+if WIDTHS[VU_LUT, 2] != LUT_BYTES:
+    raise ImportError("nnpsim.semantics: vu.lut's b width must be timing.LUT_BYTES, its table's entries")
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
 D_STRIDE, A_STRIDE, B_STRIDE = (offsets(*(f"vu.{x}_stride{k}" for k in range(4)))[0] for x in "dab")
@@ -224,7 +226,7 @@ def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: in
     strides = np.zeros((3, 6), dtype=np.int64)
     addrs = (rd, ra, rb)
     nbytes = (d_bytes, a_bytes, b_bytes)
-    for x in range(3):
+    for x in range(2 if op == VU_LUT else 3):     # vu.lut's b: one table of b_bytes, not walked
         counts[x, :4] = p[N0:N0 + 4]
         strides[x, :4] = p[D_STRIDE + 4 * x:D_STRIDE + 4 * x + 4]
     if _is_window(op):
@@ -234,7 +236,7 @@ def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: in
         strides[1, 5] = p[WIN_STRIDE_W]
     n_operands = 3 if b_bytes > 0 else 2
     for x in range(n_operands):
-        if nbytes[x] >= 4:
+        if nbytes[x] >= 4 and not (op == VU_LUT and x == 2):
             rc = check_aligned(space, addrs[x], counts[x, :4], strides[x, :4],
                                GROUP + D_STRIDE + 4 * x, 4, err)
             if rc != errors.OK:
@@ -352,10 +354,27 @@ def _requant_fast(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
 
 
 @njit(cache=True)
+def _lut(mem: np.ndarray, base: int, ra: int, rb: int, p: np.ndarray, out: np.ndarray) -> None:
+    """vu.lut: out[e] = the table's int8 at b + a + 128 (inside the checked 256 bytes for every int8 a)."""
+    e = 0
+    table = base + rb + 128
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a_row = base + ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                for i0 in range(p[N0]):
+                    out[e] = load_i8(mem, table + load_i8(mem, a_row + i0 * p[A_STRIDE]))
+                    e += 1
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
     if (op == VU_REQUANT or op == VU_REQUANT_PC) and _requant_fast(mem, base, op, ra, rb, a_bytes, p, out):
+        return errors.OK
+    if op == VU_LUT:
+        _lut(mem, base, ra, rb, p, out)
         return errors.OK
     op = _pool_form(op)     # the sliding-window engine computes the same values; only its timing differs
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
@@ -524,13 +543,18 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
             return 0, 0, 0
         window = p[WIN_H] * p[WIN_W]
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
+    if op == VU_LUT:        # one int8 lane an output; its table's bytes are timing.vu_lut_cycles' own term
+        return n_out, window, 1
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
 
 
 @njit(cache=True)
 def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
-    """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles or vu_slide_cycles)."""
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles, vu_slide_cycles
+    or vu_lut_cycles)."""
     n_out, window, elem = vu_work(op, p, sdt, ddt)
+    if elem > 0 and op == VU_LUT:
+        return vu_lut_cycles(n_out, bytes_per_cycle, latency)
     if elem > 0 and IS_SLIDE[op]:
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse

@@ -85,7 +85,7 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.requant.f": (1, sdt, 0), "vu.requant.fpc": (1, sdt, 4), "vu.fadd": (1, 1, 1),
                       "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
                       "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
-                      "vu.slide.favg": (1, 1, 4)}[mn]
+                      "vu.slide.favg": (1, 1, 4), "vu.lut": (1, 1, 0)}[mn]
         win = mn.startswith(("vu.pool", "vu.slide"))
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
@@ -96,6 +96,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                     a = r1 + off("a") + wh * p["vu.win_stride_h"] + ww * p["vu.win_stride_w"]
                     reads |= {(sp, a + j) for j in range(aw)}
             reads |= {(sp, r2 + off("b") + j) for j in range(bw)}
+        if mn == "vu.lut":          # its whole 256-entry table, whatever the inputs
+            reads |= {(sp, r2 + j) for j in range(256)}
     return reads, writes
 
 
@@ -294,6 +296,28 @@ def test_strided_tiles_with_holes_do_not_overlap():
     assert msg is not None and "16 of them overlap" in msg
 
 
+def test_a_one_byte_access_splits_the_granules_of_whole_rows():
+    """Rows of 64 bytes make 64-byte granules until a one-byte write lands among them: the shadow is then
+    kept byte by byte on that page, and only a byte both commands write races, named exactly."""
+    rows = row(0, ("ddr", 0x2000), ("dm", 0), 256)
+    beside = row(1, ("ddr", 0x2100 + 0x41), ("dm", 512), 1)          # a byte past the rows, on their page
+    assert race_message([rows, beside]) is None
+    inside = row(1, ("ddr", 0x2000 + 0x41), ("dm", 512), 1)          # byte 0x41 of the second 64-byte row
+    msg = race_message([rows, inside])
+    assert msg is not None and "ddr byte 0x2041:" in msg
+    last = row(1, ("ddr", 0x2000 + 0xff), ("dm", 512), 1)            # the rows' very last byte
+    assert "ddr byte 0x20ff:" in race_message([rows, last])
+
+
+def test_pages_one_agent_alone_touches_cannot_race():
+    """A page only one DMA channel writes and reads is never shadowed, and never reported."""
+    write = row(0, ("ddr", 0x3000), ("dm", 0), 128)
+    again = row(0, ("ddr", 0x3000), ("dm", 0), 128)                  # the same queue: program order
+    assert race_message([write, again]) is None
+    other = row(1, ("ddr", 0x3010), ("dm", 256), 16)
+    assert "ddr byte" in race_message([write, other])
+
+
 def test_reads_of_the_same_bytes_never_race():
     a = row(0, ("dm", 0), ("ddr", 0), 64)
     b = row(1, ("dm", 64), ("ddr", 0), 64)
@@ -356,6 +380,16 @@ def test_requant_pc_table_and_divr_divisor_are_read():
     divisor = row(0, ("vbuf0", 512), ("ddr", 0), 4)
     dv = vu(0, "vu.divr", 0, 64, 512, n0=8, d_stride0=1, a_stride0=4, b_stride0=0)
     assert "vbuf0 bytes 0x200..0x203" in race_message([divisor, dv])
+
+
+def test_lut_table_is_read_whole():
+    """vu.lut reads all 256 bytes of its table: a DMA still loading the table's last byte, with no wait
+    between them, is a race even when no input selects that entry; one past the table is not."""
+    last_entry = row(0, ("vbuf0", 512 + 255), ("ddr", 0), 1)
+    lut = vu(0, "vu.lut", 0, 64, 512, n0=4, d_stride0=1, a_stride0=1)
+    assert "vbuf0 byte 0x2ff" in race_message([last_entry, lut])
+    past = row(0, ("vbuf0", 512 + 256), ("ddr", 0), 1)
+    assert race_message([past, lut]) is None
 
 
 def test_source_lines_in_message():

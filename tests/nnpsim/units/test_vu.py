@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.units import VU_OPS, vu_exec, vu_work
+from nnpsim.units.vu import vu_duration
 from tests import isa_reference as ref
 
 CODES = {kind: getattr(errors, name) for kind, name in ref.FAULT_ERRORS.items()}
@@ -40,7 +41,8 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.mov": (1 << ddt, 1 << sdt, 0), "vu.requant.f": (1, 1 << sdt, 0),
              "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
              "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
-             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4)}
+             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
+             "vu.lut": (1, 1, ref.LUT_ENTRIES)}
     return table[mnemonic]
 
 
@@ -126,6 +128,8 @@ def vu_commands(draw):
         c, s = counts, strides
         if x == "a" and pool:
             c, s = counts + window, strides + win_strides
+        if x == "b" and mnemonic == "vu.lut":      # one table, not walked by the b strides
+            c, s = [1] * 4, [0] * 4
         lo, hi = _extent(c, s, nb)
         room = vbuf - (hi - lo + 1)
         if room >= 0 and draw(st.integers(0, 19)) > 0:
@@ -213,7 +217,7 @@ NOT_VU = load_isa().by_mnemonic["add"].opcode    # an opcode, but not of a VU in
 ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, "vu.clip": 1,
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
-              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4}
+              "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -431,6 +435,35 @@ def test_vu_pool_durations(mnemonic, bytes_per_output):
     named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5, "vu.win_h": 3, "vu.win_w": 2}
     got = vu_duration(VU_OPS[mnemonic], ref.snapshot(named, "vu"), I8, I8, 64, 8)
     assert got == 8 + -(-30 * bytes_per_output // 64)
+
+
+def test_vu_lut_maps_every_int8_through_its_table():
+    """Every int8 input, strided in a 2-D box, lands on table[a + 128]; the result goes to a strided d."""
+    rng = np.random.default_rng(5)
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    x = np.arange(-128, 128, dtype=np.int8).reshape(16, 16)[:, ::-1]
+    mem = np.zeros(2048, np.uint8)
+    mem[1024:1280] = table.view(np.uint8)
+    mem[0:512:2] = x.ravel().view(np.uint8)          # a: element stride 2, row stride 32
+    named = {"vu.n0": 16, "vu.n1": 16, "vu.a_stride0": 2, "vu.a_stride1": 32, "vu.d_stride0": 1,
+             "vu.d_stride1": 16, "vu.b_stride0": 7, "vu.b_stride1": -3}   # b strides: not read
+    out = _run_vu("vu.lut", named, mem, rd=1536, ra=0, rb=1024)
+    got = out[1536:1792].view(np.int8).reshape(16, 16)
+    assert (got == table[x.astype(np.int64) + 128]).all()
+
+
+def test_vu_lut_table_must_fit_vbuf():
+    """The whole 256-byte table is inside VBUF, whatever the inputs: rb + 255 past the end is out of bounds."""
+    mem = np.zeros(512, np.uint8)
+    rc, err, _, unchanged = _snapshot_case("vu.lut", {}, mem, rd=0, ra=1, rb=512 - 255)
+    assert rc == errors.OUT_OF_BOUNDS and (err[2], err[3]) == (257, 512) and unchanged
+
+
+def test_vu_lut_duration():
+    """Its table once (256 bytes), then one byte an output, over the datapath (64 a cycle, latency 8)."""
+    named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5}
+    got = vu_duration(VU_OPS["vu.lut"], ref.snapshot(named, "vu"), I8, I8, 64, 8)
+    assert got == 8 + -(-(256 + 30) // 64)
 
 
 # ---------------------------------------------------------------- the float ops against compiler.reference

@@ -1,0 +1,28 @@
+"""The public op constructors: validated, immutable descriptions of quantised layers.
+
+Each constructor checks every argument and raises CompileError naming the
+argument and saying why.  An op knows its input and output tensors (names,
+shapes, dtypes) and computes its own reference result with compiler.reference.
+
+Every requantising op has two forms (docs/semantics.md): the integer one,
+with a multiplier and shift, and the float one, with float32 scales, which
+computes what onnxruntime computes bit for bit (conv2d, dense, requantize:
+`scale=`; add, mul: `scale_a=`, `scale_b=`, `scale_out=`; avg_pool2d,
+global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
+
+The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
+pool (the pools), elementwise (add, mul, relu, clip, requantize), layout (Reshape, Concat), unary (lut: a
+unary activation as its 256-entry table).
+"""
+from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LIMIT, Op, Tensor, check_inputs
+from .checks import check_accumulator
+from .elementwise import Elementwise, add, clip, mul, relu, requantize
+from .layout import Concat, Reshape, at_values, check_dtype
+from .nu import Conv2d, Dense, conv2d, dense
+from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, sum_pool2d
+from .unary import LUT_ENTRIES, Lut, lut
+
+__all__ = ["ACC_LIMIT", "DTYPES", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat", "Conv2d",
+           "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
+           "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
+           "max_pool2d", "mul", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut"]
