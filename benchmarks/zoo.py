@@ -386,8 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(evaluate(name, v, path, macs))
                 print(" | ".join(map(str, row(results[-1]))), flush=True)
     if args.no_run:
-        print(f"zoo.py: {len(names)} networks in {len(variants)} variants cached in {cache}")
-        return 0
+        for r in results:
+            print(f"zoo.py: {r.name} {r.variant}: {r.imported}")
+        print(f"zoo.py: {len(names)} networks in {len(variants)} variants in {cache}, {len(results)} failed")
+        return 1 if results else 0
     print(markdown(HEADER, [row(r) for r in results]))
     if args.write_docs:
         write_table("zoo", HEADER, [row(r) for r in results], GOAL, argv=argv)

@@ -1,19 +1,26 @@
-"""nnpc: compile one quantised op from the command line into NNP-1 assembly."""
+"""nnpc: compile one quantised op from the command line into NNP-1 assembly; the verbs compile, run, sweep."""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from nnpsim.config import ConfigError, load_config
+from isa_spec.cli_args import CliFileError, OneLineParser, check_output, read_npy, write_with
+from nnpsim.config import ConfigError
 
 from . import ops
 from .build import build
+from .cli_network import HELP, config_of
 from .cli_network import main as network_main
 from .errors import CompileError
 from .quant import quantize_multipliers
 from .sweep.cli import main as sweep_main
+from .sweep.cli import parser as sweep_parser
+
+OPS = ("conv2d", "dense", "max_pool2d", "avg_pool2d", "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu",
+       "clip", "requantize")
 
 EXAMPLE = """\
 whole networks (see `nnpc compile --help`, `nnpc run --help`):
@@ -48,9 +55,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _load(path: str, what: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise CompileError(f"{what}: cannot read {path}: {exc}") from None
+        return read_npy(path, what)
+    except CliFileError as exc:
+        raise CompileError(str(exc)) from None
 
 
 def _int_or_file(text: str | None, what: str):
@@ -83,10 +90,9 @@ def _requant(args) -> dict:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nnpc", description=__doc__, epilog=EXAMPLE,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("op", choices=["conv2d", "dense", "max_pool2d", "avg_pool2d", "sum_pool2d",
-                                  "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize"])
+    p = OneLineParser(prog="nnpc OP", description="compile one quantised op into NNP-1 assembly", epilog=EXAMPLE,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("op", choices=OPS)
     p.add_argument("--x-shape", type=_ints, required=True, help="input shape, e.g. 1,16,32,32")
     p.add_argument("--weight", help="weights (.npy)")
     p.add_argument("--bias", help="int32 bias (.npy)")
@@ -153,25 +159,61 @@ def make_ops(args) -> list[ops.Op]:
     return [ops.requantize(shape, in_dtype=args.in_dtype, zx=args.x_zp, **q, **clamp)]
 
 
+def usage() -> str:
+    """`nnpc --help`: the verbs, a line each, and the single-op form."""
+    verbs = {**HELP, "sweep": sweep_parser().description, "OP": f"compile one op ({', '.join(OPS)})"}
+    width = max(map(len, verbs))
+    lines = ["usage: nnpc {compile,run,sweep} ...  |  nnpc OP --x-shape SHAPE ... -o FILE.s", "",
+             "NNP-1 compiler: whole ONNX networks, design-space sweeps, single ops.", "", "commands:"]
+    lines += [f"  {verb:<{width}}  {text}" for verb, text in verbs.items()]
+    lines += ["", "`nnpc COMMAND --help` (or `nnpc conv2d --help`) shows each command's options.",
+              "exit status: 0 success, 1 a file, model, option value or output path that cannot be used, "
+              "2 a bad command line, 3 a simulation failed (nnpc run).",
+              "Output paths are written exactly as given, or refused before any work starts."]
+    return "\n".join(lines) + "\n"
+
+
+def _single_op(args) -> int:
+    """nnpc OP: build the op, write the assembly (and the .incbin files beside it) and --binary."""
+    check_output(args.output, "-o")
+    if args.binary:
+        check_output(args.binary, "--binary")
+    kernel = build(*make_ops(args), config=config_of(args.config))
+    for name in kernel.files:        # the .incbin files save_asm writes beside the assembly
+        check_output(Path(args.output).with_name(name), "-o (an .incbin file beside it)")
+    write_with(args.output, "-o", kernel.save_asm)
+    if args.binary:
+        write_with(args.binary, "--binary", kernel.save)
+    print(f"nnpc: wrote {args.output} ({kernel.predicted_cycles} cycles predicted; "
+          f"inputs {', '.join(kernel.input_names)}, output y)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the nnpc console script."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """Entry point of the nnpc console script; returns the exit status (--help and refused command lines too)."""
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except SystemExit as exc:       # argparse: --help (0), or a command line OneLineParser refused (2)
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] in ("compile", "run"):
         return network_main(argv)
     if argv and argv[0] == "sweep":
         return sweep_main(argv[1:])
+    if not argv:
+        print("nnpc: error: give a command (compile, run, sweep) or an op (see nnpc --help)", file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        sys.stdout.write(usage())
+        return 0
     args = _parser().parse_args(argv)
     try:
-        kernel = build(*make_ops(args), config=load_config(args.config))
-        kernel.save_asm(args.output)
-        if args.binary:
-            kernel.save(args.binary)
-    except (CompileError, ConfigError, OSError) as exc:
+        return _single_op(args)
+    except (CompileError, ConfigError, CliFileError, OSError) as exc:
         print(f"nnpc: error: {exc}", file=sys.stderr)
         return 1
-    print(f"nnpc: wrote {args.output} ({kernel.predicted_cycles} cycles predicted; "
-          f"inputs {', '.join(kernel.input_names)}, output y)")
-    return 0
 
 
 if __name__ == "__main__":

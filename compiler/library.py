@@ -181,4 +181,7 @@ def load(path: str | Path, config: Config | None = None) -> Library:
         program = Program.load(path)
     except (OSError, BinaryError) as exc:
         raise CompileError(f"cannot load {path}: {exc}") from None
-    return Library(program, read_meta(program), (config or Config()).validate())
+    meta = read_meta(program)
+    predicted = meta.get("predicted_cycles", 0)      # the whole program's, as build() predicted it
+    return Library(program, meta, (config or Config()).validate(),
+                   predicted_cycles=predicted if isinstance(predicted, int) and predicted >= 0 else 0)

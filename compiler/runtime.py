@@ -22,9 +22,11 @@ import numpy as np
 
 from isa_spec.program import Program
 from nnpsim.config import Config
+from nnpsim.errors import SimError
 from nnpsim.footprint import RULE_DMA, footprint_rules
 from nnpsim.simulator import Simulator
 from nnpsim.stats import Stats
+from nnpsim.trace import trace_json
 
 from . import reference as sem
 from .dynamic.graph import check_input
@@ -167,9 +169,15 @@ class GraphModule:
         if "dims" in self.meta:
             for name, shape in self._shapes.items():
                 check_input(self.meta, name, shape, {k: v for k, v in self._shapes.items() if k != name})
-        self.stats = self.sim.run(check_races=check_races, trace=trace)
-        if trace is not None:
-            add_layer_track(trace, self.layer_stats())
+        try:
+            self.stats = self.sim.run(check_races=check_races)
+        except SimError:
+            if trace is not None and self.sim.last_log is not None:     # the trace up to the failure
+                Path(trace).write_text(trace_json(self.sim.last_log, self.lib.program, self.sim.config))
+            raise
+        if trace is not None:       # written once, never read back (the path may be /dev/null or a pipe)
+            doc = json.loads(trace_json(self.sim.last_log, self.lib.program, self.sim.config))
+            Path(trace).write_text(json.dumps(with_layer_track(doc, self.layer_stats())))
         return self.stats
 
     def layer_stats(self) -> list[LayerStats]:
@@ -216,10 +224,8 @@ def _ddr_bytes(log) -> np.ndarray:
     return np.where(is_dma & touches, np.asarray(log.cmd_bytes, np.int64), 0)
 
 
-def add_layer_track(path, layers: list[LayerStats]) -> None:
-    """Add a track of named layer slices, above the unit tracks, to a trace nnpsim wrote."""
-    p = Path(path)
-    doc = json.loads(p.read_text())
+def with_layer_track(doc: dict, layers: list[LayerStats]) -> dict:
+    """The trace document `doc` (nnpsim's) with a track of named layer slices above the unit tracks."""
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     pid = next((e["pid"] for e in events if "pid" in e), 1)
     events.append({"ph": "M", "pid": pid, "tid": LAYER_TRACK, "name": "thread_name", "args": {"name": "layers"}})
@@ -231,4 +237,4 @@ def add_layer_track(path, layers: list[LayerStats]) -> None:
                            "name": layer.name, "cat": "layer",
                            "args": {"ops": layer.ops, "macs": layer.macs, "ddr_bytes": layer.ddr_bytes,
                                     "bound_cycles": layer.bound_cycles}})
-    p.write_text(json.dumps(doc))
+    return doc

@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from isa_spec.cli_args import CliFileError, OneLineParser, check_input, check_output, write_bytes
 from isa_spec.program import BinaryError, Program
 
 from .assembler import assemble_text
@@ -19,13 +20,11 @@ class _UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise _UsageError(message)
-
-
 def _arg_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nnpasm", description="Assemble NNP-1 source into an ELF binary, or disassemble one.")
+    p = OneLineParser(prog="nnpasm", description="Assemble NNP-1 source into an ELF binary, or disassemble one.",
+                      epilog="exit status: 0 success, 1 an error in the input or a file that cannot be read or "
+                             "written or a bad command line; output paths are written exactly as given, or "
+                             "refused before any work (docs/assembler.md)")
     p.add_argument("input", help="source file (.s), or a binary with --disassemble")
     p.add_argument("-o", "--output", help="output file (default: INPUT with .bin; stdout when disassembling)")
     p.add_argument("-I", dest="include_dirs", action="append", default=[], metavar="DIR",
@@ -58,12 +57,26 @@ def _no_symbol(name: str) -> int:
     raise EvalError(f"undefined symbol '{name}'")
 
 
+def _outputs(args, default: str | None) -> str | None:
+    """The output path (-o, else `default`), checked with --listing before any work."""
+    out = args.output or default
+    if out is not None:
+        check_output(out, "-o" if args.output else "output")
+        if Path(out).resolve() == Path(args.input).resolve():
+            raise CliFileError(f"output {out}: is the input file; give -o")
+    if args.listing:
+        check_output(args.listing, "--listing")
+    return out
+
+
 def _assemble(args) -> int:
+    check_input(args.input, "source")
     try:
         source = read_source(args.input)
     except (OSError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"cannot read {args.input}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise _UsageError(f"source {args.input}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     defines = dict(parse_define(d) for d in args.defines)
+    out = _outputs(args, str(Path(args.input).with_suffix(".bin")))
     warnings: list[Diagnostic] = []
     try:
         program, rows = assemble_text(source, args.input, args.include_dirs, defines, bool(args.listing),
@@ -73,27 +86,20 @@ def _assemble(args) -> int:
         return 1
     if warnings and not args.no_warnings:
         print("\n".join(w.format() for w in warnings), file=sys.stderr)
-    out = args.output or str(Path(args.input).with_suffix(".bin"))
-    try:
-        program.save(out)
-        if args.listing:
-            Path(args.listing).write_text(format_listing(program, rows))
-    except BinaryError as exc:
-        raise _UsageError(str(exc)) from None
-    except OSError as exc:
-        raise _UsageError(f"cannot write {exc.filename}: {exc.strerror}") from None
+    write_bytes(out, "-o" if args.output else "output", program.to_bytes())
+    if args.listing:
+        write_bytes(args.listing, "--listing", format_listing(program, rows).encode())
     return 0
 
 
 def _disassemble(args) -> int:
     from .disasm import disassemble
+    check_input(args.input, "binary")
+    out = _outputs(args, None)
     program = Program.load(args.input)
     text = disassemble(program)
-    if args.output:
-        try:
-            Path(args.output).write_text(text)
-        except OSError as exc:
-            raise _UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    if out:
+        write_bytes(out, "-o", text.encode())
     else:
         sys.stdout.write(text)
     return 0
@@ -104,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _arg_parser().parse_args(argv)
         return _disassemble(args) if args.disassemble else _assemble(args)
-    except (_UsageError, BinaryError) as exc:
+    except (_UsageError, BinaryError, CliFileError) as exc:
         print(f"nnpasm: error: {exc}", file=sys.stderr)
         return 1
+    except SystemExit as exc:   # --help (0), or a command line OneLineParser refused (1, as every user error)
+        return 1 if exc.code else 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,9 @@ simulated program failed (the SimError's message is printed; --stats and
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
-import numpy as np
-
+from isa_spec.cli_args import CliFileError, OneLineParser, check_input, check_output, read_npy, save_npy, write_bytes
 from isa_spec.program import BinaryError, Program
 
 from .config import ConfigError, config_toml, load_config
@@ -24,10 +21,9 @@ from . import argblock
 from .errors import SimError
 from .simulator import DTYPES, Simulator
 from .stats import format_summary, summarize
-from .trace import write_trace
+from .trace import trace_json
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_SIM = 0, 1, 2, 3
-NPY_MAGIC = b"\x93NUMPY"
 
 
 class UserError(Exception):
@@ -38,16 +34,12 @@ class UsageError(Exception):
     """A malformed command line (exit status EXIT_USAGE)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="nnpsim", description="Cycle-level simulator of the NNP-1 edge NPU.",
+    p = OneLineParser(prog="nnpsim", description="Cycle-level simulator of the NNP-1 edge NPU.",
                 epilog="exit status: 0 success, 1 bad input file or configuration, 2 bad command line, "
-                       "3 the simulated program failed (see docs/simulator.md)")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+                       "3 the simulated program failed (see docs/simulator.md); output paths are written "
+                       "exactly as given, or refused before the run")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser("run", help="run a program binary and print a summary")
     run.add_argument("binary", help="program binary (ELF) written by nnpasm")
     run.add_argument("--config", metavar="FILE", help="machine configuration TOML (default: built-in)")
@@ -96,27 +88,9 @@ def _buffer(program: Program, name: str, option: str):
     return buf
 
 
-def _read_npy(path: str) -> np.ndarray:
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
-                raise UserError(f"{path}: not a .npy file (no NUMPY header; write it with numpy.save)")
-            fh.seek(0)
-            arr = np.load(fh, allow_pickle=False)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a .npy file") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (ValueError, EOFError) as exc:
-        raise UserError(f"{path}: not a valid .npy file ({exc})") from None
-    return arr
-
-
 def _load_input(sim: Simulator, program: Program, name: str, path: str) -> None:
     buf = _buffer(program, name, "--input")
-    arr = _read_npy(path)
+    arr = read_npy(path, f"--input {name}:")
     want = DTYPES[buf.dtype]
     shape = tuple(buf.shape)
     dynamic = argblock.signature(program)
@@ -134,40 +108,15 @@ def _load_input(sim: Simulator, program: Program, name: str, path: str) -> None:
     sim.write(name, arr.astype(want, copy=False))
 
 
-def _check_writable(path: str, option: str) -> None:
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise UserError(f"{option} {path}: is a directory")
-    if parent.exists() and not parent.is_dir():
-        raise UserError(f"{option} {path}: {parent} is not a directory")
-    if not parent.is_dir():
-        raise UserError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise UserError(f"{option} {path}: not writable")
-
-
-def _write(path: str, what: str, writer) -> None:
-    try:
-        writer(path)
-    except OSError as exc:
-        raise UserError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
-
-
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    with open(path, "wb") as fh:   # np.save(path) would append .npy to other names
-        np.save(fh, arr)
-
-
 def _reports(args, log, program, config, note: str = "") -> None:
     """Write --stats and --trace for `log` (a partial run when note says so)."""
     if args.stats:
         stats = summarize(log, program, config, warnings=not args.no_warnings)
-        _write(args.stats, "stats", lambda p: Path(p).write_text(stats.to_json()))
+        write_bytes(args.stats, "--stats", stats.to_json().encode())
         if note:
             print(f"nnpsim: stats {note} written to {args.stats}", file=sys.stderr)
     if args.trace:
-        _write(args.trace, "trace", lambda p: write_trace(p, log, program, config))
+        write_bytes(args.trace, "--trace", trace_json(log, program, config).encode())
         if note:
             print(f"nnpsim: trace {note} written to {args.trace}", file=sys.stderr)
 
@@ -175,17 +124,18 @@ def _reports(args, log, program, config, note: str = "") -> None:
 def _run(args) -> int:
     inputs = _pairs(args.input, "--input")
     outputs = _pairs(args.output, "--output")
+    check_input(args.binary, "binary")
     try:
-        config = load_config(args.config)
+        config = _load_config(args.config)
         program = Program.load(args.binary)
     except (ConfigError, BinaryError) as exc:
         raise UserError(str(exc)) from None
     for name, path in outputs:
         _buffer(program, name, "--output")
-        _check_writable(path, "--output")
+        check_output(path, "--output")
     for option in ("stats", "trace"):
         if getattr(args, option):
-            _check_writable(getattr(args, option), f"--{option}")
+            check_output(getattr(args, option), f"--{option}")
     sim = Simulator(config)
     try:
         sim.load(program)
@@ -203,7 +153,7 @@ def _run(args) -> int:
         if log is not None:
             try:
                 _reports(args, log, program, config, f"up to cycle {log.cycles}")
-            except UserError as report_error:     # the simulation error decides the status
+            except CliFileError as report_error:     # the simulation error decides the status
                 print(f"nnpsim: error: {report_error}", file=sys.stderr)
         return EXIT_SIM
     if args.no_warnings:
@@ -215,13 +165,20 @@ def _run(args) -> int:
         print("race check: skipped (--no-check-races)")
     _reports(args, sim.last_log, program, config)
     for name, path in outputs:
-        _write(path, "output", lambda p, n=name: _save_npy(p, sim.read(n)))
+        save_npy(path, f"--output {name}:", sim.read(name))
     return EXIT_OK
+
+
+def _load_config(path: str | None):
+    """The configuration of --config (checked as an input file first) or the built-in one."""
+    if path is not None:
+        check_input(path, "--config")
+    return load_config(path)
 
 
 def _config(args) -> int:
     try:
-        cfg = load_config(args.config)
+        cfg = _load_config(args.config)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     print(config_toml(cfg), end="")
@@ -236,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"nnpsim: error: {exc} (see nnpsim --help)", file=sys.stderr)
         return EXIT_USAGE
-    except UserError as exc:
+    except (UserError, CliFileError) as exc:
         print(f"nnpsim: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
-    except SystemExit as exc:   # --help
+    except SystemExit as exc:   # --help, or a command line OneLineParser refused
         return int(exc.code or 0)
 
 

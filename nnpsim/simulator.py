@@ -22,6 +22,21 @@ DEFAULT_MAX_CYCLES = 10 ** 9
 DTYPES = {"int8": np.dtype("<i1"), "int32": np.dtype("<i4")}
 
 
+def check_machine(program, config: Config) -> None:
+    """SimError unless the program was built (.target) for this machine and its data fits its DDR
+    (what load() checks before decoding; the compiler checks it before writing a program)."""
+    wrong = target_mismatches(config, program.config)
+    if wrong:
+        raise SimError("it was built (.target) for another machine: "
+                       + "; ".join(wrong) + "; run it on the machine it was built for, or rebuild it "
+                       "for this one", errors.TARGET_MISMATCH)
+    extent = max(int(program.data_size), len(program.data))
+    if program.data_base < 0 or program.data_base + extent > config.ddr_bytes:
+        raise SimError(f"its data [{program.data_base:#x}, "
+                       f"{program.data_base + extent:#x}) does not fit DDR of "
+                       f"{config.ddr_bytes:#x} bytes", errors.OUT_OF_BOUNDS)
+
+
 class Simulator:
     """One NNP-1 machine: its memories, a loaded program and the log of its last run."""
 
@@ -39,21 +54,15 @@ class Simulator:
 
     def load(self, program) -> None:
         """Check its `.target` against this machine, decode it, clear every memory, place its data in DDR."""
-        wrong = target_mismatches(self.config, program.config)
-        if wrong:
-            raise SimError("cannot load program: it was built (.target) for another machine: "
-                           + "; ".join(wrong) + "; run it on the machine it was built for, or rebuild it "
-                           "for this one", errors.TARGET_MISMATCH)
+        try:
+            check_machine(program, self.config)
+        except SimError as exc:
+            raise SimError(f"cannot load program: {exc}", exc.code) from None
         try:
             table = decode_for_engine(program.code, self.isa)
         except DecodeError as exc:
             raise SimError(f"cannot load program: {exc}", errors.ILLEGAL_INSTRUCTION) from None
         data = bytes(program.data)
-        extent = max(int(program.data_size), len(data))
-        if program.data_base < 0 or program.data_base + extent > self.config.ddr_bytes:
-            raise SimError(f"cannot load program: its data [{program.data_base:#x}, "
-                           f"{program.data_base + extent:#x}) does not fit DDR of "
-                           f"{self.config.ddr_bytes:#x} bytes", errors.OUT_OF_BOUNDS)
         self.memory = Memory.for_config(self.config)
         self.memory.view(SPACE_DDR, program.data_base, len(data))[:] = np.frombuffer(data, np.uint8)
         self.program = program

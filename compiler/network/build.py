@@ -178,7 +178,8 @@ def _build_network(graph, cfg: Config, fuse: bool, layouts: bool, blocked: bool)
                             {m: int(n) for m, n in usage.items()}, _pipelining(kir)))
     body, report = sync.synchronise(body, cfg.semaphores)
     body = loops.reroll(body)
-    meta = {"format": GRAPH_FORMAT,
+    predicted = cost.schedule_cycles(body, cfg)
+    meta = {"format": GRAPH_FORMAT, "predicted_cycles": int(predicted),
             "inputs": [tensor_meta(graph.values[v], storage.named[v]) for v in graph.inputs],
             "outputs": [tensor_meta(graph.values[v], storage.named[v]) for v in graph.outputs],
             "layers": [vars(layer) for layer in layers],
@@ -192,7 +193,6 @@ def _build_network(graph, cfg: Config, fuse: bool, layouts: bool, blocked: bool)
     arena = [ddr[ARENA]] if ARENA in ddr else []
     kir = KernelIR("network", ins + outs + arena + buffers + [graph_buffer(meta)], body, ins,
                    ddr[storage.named[graph.outputs[0]]])
-    predicted = cost.schedule_cycles(kir.body, cfg)
     header = [f"network: {len(groups)} layers, arena {storage.arena_bytes} bytes "
               f"(one buffer per tensor: {storage.naive_bytes})",
               f"sync: {report.waits} command waits, {report.cu_waits} CU waits",

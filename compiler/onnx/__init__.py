@@ -64,6 +64,10 @@ def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str 
     """
     if arithmetic not in ARITHMETIC:
         raise CompileError(f"arithmetic must be one of {ARITHMETIC}, got {arithmetic!r}")
+    if dims is not None and (not isinstance(dims, Mapping) or not all(isinstance(k, str) for k in dims)):
+        shown = " ".join(repr(dims).split())       # one line, whatever the value's repr
+        raise CompileError(f"dims must map names to sizes, shapes or ranges, e.g. {{'batch': 1}}; "
+                           f"got {shown[:200]}")
     onnx = import_onnx()
     proto = load(onnx, model)
     fixed, ranges = split_ranges(proto, dict(dims or {}))

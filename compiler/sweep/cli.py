@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from isa_spec.cli_args import OneLineParser
+
 from .plot import PLOT_EXTRA, PLOT_FORMATS, front_table, plot_front
 from .runner import run_sweep
 from .spec import SweepError
@@ -33,9 +35,8 @@ format, the columns, the cache and the area proxy are in docs/sweep.md.
 
 def parser() -> argparse.ArgumentParser:
     """The parser of `nnpc sweep`."""
-    ap = argparse.ArgumentParser(prog="nnpc sweep", description="compile and simulate every point of a "
-                                 "design-space sweep", epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(prog="nnpc sweep", description="compile and simulate every point of a "
+                       "design-space sweep", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep", help="the sweep file (TOML; docs/sweep.md)")
     ap.add_argument("-o", "--output", required=True, help="results file: .csv, or .parquet (needs pyarrow)")
     where = ap.add_mutually_exclusive_group()

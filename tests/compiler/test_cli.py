@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import nnpasm
 from compiler.cli import main
+from tests.helpers.cli_files import INPUT_KINDS, OUTPUT_KINDS, bad_input, bad_output, files_under, one_error_line
 from nnpsim.simulator import Simulator
 from tests import reference as ref
 
@@ -75,4 +77,36 @@ def test_kernel_records_its_machine_and_nnpsim_checks_it(tmp_path, capsys):
     assert len(err) == 1 and "built (.target) for another machine" in err[0], err
     assert "nu.count = 2 (this machine: nu.count = 1)" in err[0] and "vu.count = 2" in err[0]
     assert main(["relu", "--x-shape", "4", "--config", str(tmp_path / "none.toml"), "-o", str(out)]) == 1
-    assert "cannot read configuration" in capsys.readouterr().err
+    assert "--config " + str(tmp_path / "none.toml") + ": cannot read: no such file" in capsys.readouterr().err
+
+
+POOL = ["max_pool2d", "--x-shape", "1,2,5,5", "--kernel", "2"]
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("option", ["--weight", "--bias", "--scale", "--config"])
+def test_every_bad_file_argument_of_the_single_op_form_is_one_line(tmp_path, capsys, option, kind):
+    w = tmp_path / "w.npy"
+    np.save(w, np.ones((4, 2, 1, 1), np.int8))
+    (tmp_path / "hw.toml").write_text("[nu]\ncount = 1\n")
+    path = bad_input(tmp_path, kind, tmp_path / "hw.toml" if option == "--config" else w, cut=9)
+    argv = ["conv2d", "--x-shape", "1,2,4,4", "--weight", str(w), "--scale", "0.01", "-o", str(tmp_path / "c.s")]
+    argv = argv + [option, path] if option in ("--bias", "--config") else [
+        path if a == (str(w) if option == "--weight" else "0.01") else a for a in argv]
+    before = files_under(tmp_path)
+    code = main(argv)
+    one_error_line("nnpc", code, capsys.readouterr().err, path)
+    assert code == 1 and files_under(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", OUTPUT_KINDS)
+@pytest.mark.parametrize("option", ["-o", "--binary"])
+def test_single_op_outputs_are_refused_first_or_reported(tmp_path, capsys, option, kind):
+    path = bad_output(tmp_path, kind)
+    argv = POOL + (["-o", path] if option == "-o" else ["-o", str(tmp_path / "p.s"), "--binary", path])
+    before = files_under(tmp_path)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    one_error_line("nnpc", code, err, option, path)
+    assert code == 1 and out == ""
+    assert files_under(tmp_path) - before <= ({"p.s"} if kind == "full" else set())

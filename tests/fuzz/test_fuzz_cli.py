@@ -74,13 +74,13 @@ def one_error_line(code: int, err: str, *words: str) -> str:
 # ---------------------------------------------------------------------------
 
 def test_missing_and_unreadable_binaries(files, capsys, tmp_path):
-    for path, words in [(str(tmp_path / "nope.bin"), ["nope.bin", "No such file"]),
+    for path, words in [(str(tmp_path / "nope.bin"), ["nope.bin", "no such file"]),
                         (str(tmp_path), [str(tmp_path)]), (UNREADABLE, [UNREADABLE, "cannot read"])]:
         one_error_line(*run(capsys, "run", path)[::2], *words)
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"", ["not a .npy"]), (b"hello, world\n", ["not a .npy"]), (b"\x93NUMPY", ["not a valid .npy"]),
+    (b"", ["is empty"]), (b"hello, world\n", ["not a .npy"]), (b"\x93NUMPY", ["not a valid .npy"]),
     (b"\x93NUMPY\x01\x00\x10\x00{'descr': '<i4'", ["not a valid .npy"]),
     (b"\x93NUMPY\x01\x00\x46\x00{'descr': '|O', 'fortran_order': False, 'shape': (1, 4, 8, 8), }" + b" " * 10 + b"\n",
      ["not a valid .npy"]),
@@ -163,7 +163,7 @@ def test_malformed_configs(files, capsys, tmp_path, text, words):
 
 def test_missing_and_unreadable_configs(files, capsys, tmp_path):
     for path in (str(tmp_path / "none.toml"), str(tmp_path), UNREADABLE):
-        one_error_line(*run(capsys, "config", "--config", path)[::2], path, "cannot read configuration")
+        one_error_line(*run(capsys, "config", "--config", path)[::2], path, "--config", "cannot read")
 
 
 KEYS = [f"{s}.{k}" for s, keys in _TOML_KEYS.items() for k in keys] + ["nu.bogus", "x", "memory.hbm.size"]

@@ -183,7 +183,7 @@ def test_cli_reports_errors_on_stderr_with_status_1(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv_tail, expect", [
-    (["missing.s"], "cannot read missing.s"),
+    (["missing.s"], "source missing.s: cannot read: no such file"),
     (["--disassemble", "garbage.bin"], "garbage.bin"),
     (["-D", "X=1+", "ok.s"], "-D X=1+"),
     (["--bogus"], "unrecognized arguments"),

@@ -13,6 +13,7 @@ import pytest
 
 from nnpsim.cli import main
 from nnpsim.config import Config, config_toml
+from tests.helpers.cli_files import INPUT_KINDS, OUTPUT_KINDS, bad_input, bad_output, files_under, one_error_line
 from tests.helpers.races import conv_inputs, conv_source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def test_write_failure_after_the_run(tmp_path, capsys):
     f = build(tmp_path)
     code, out, err = run(capsys, "run", f["bin"], "--output", "y=/dev/full")
     line = one_line_error(err)
-    assert code == 1 and "cannot write output /dev/full" in line and "No space left" in line
+    assert code == 1 and "--output y: /dev/full: cannot write" in line and "No space left" in line
 
 
 def test_cycle_limit_exits_3_and_still_writes_reports(tmp_path, capsys):
@@ -177,7 +178,7 @@ def _subprocess(*argv: str) -> subprocess.CompletedProcess:
 def test_subprocess_missing_binary(tmp_path):
     p = _subprocess("run", str(tmp_path / "nope.bin"))
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert p.stderr.strip() == f"nnpsim: error: {tmp_path / 'nope.bin'}: cannot read: No such file or directory"
+    assert p.stderr.strip() == f"nnpsim: error: binary {tmp_path / 'nope.bin'}: cannot read: no such file"
 
 
 def test_subprocess_bad_npy(tmp_path):
@@ -203,4 +204,33 @@ def test_failed_run_with_unwritable_report_still_exits_3(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert code == 3 and len(lines) == 2 and "Traceback" not in err
     assert lines[0].startswith("nnpsim: simulation error: cycle limit exceeded")
-    assert lines[1].startswith("nnpsim: error: cannot write stats /dev/full")
+    assert lines[1].startswith("nnpsim: error: --stats /dev/full: cannot write: No space left")
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("what", ["binary", "--config", "--input", "config --config"])
+def test_every_bad_file_argument_is_one_line(tmp_path, capsys, what, kind):
+    """Missing, a directory, empty, unreadable, a device (/dev/zero used to be read for ever), truncated."""
+    f = build(tmp_path)
+    toml = tmp_path / "hw.toml"
+    toml.write_text("[nu]\ncount = 1\n")
+    good = {"binary": f["bin"], "--input": f["x"]}.get(what, toml)
+    path = bad_input(tmp_path, kind, good, cut=9 if good == toml else None)
+    argv = {"binary": ["run", path], "--config": ["run", f["bin"], "--config", path],
+            "--input": ["run", f["bin"], "--input", f"x={path}"], "config --config": ["config", "--config", path]}
+    code, out, err = run(capsys, *argv[what])
+    one_error_line("nnpsim", code, err, path)
+    assert code == 1 and out == ""
+
+
+@pytest.mark.parametrize("kind", OUTPUT_KINDS)
+@pytest.mark.parametrize("option", ["--output", "--stats", "--trace"])
+def test_bad_output_paths_are_refused_before_the_run_or_reported(tmp_path, capsys, option, kind):
+    f = build(tmp_path)
+    path = bad_output(tmp_path, kind)
+    before = files_under(tmp_path)
+    code, out, err = run(capsys, "run", f["bin"], "--input", f"x={f['x']}", "--input", f"w={f['w']}",
+                         option, f"y={path}" if option == "--output" else path)
+    one_error_line("nnpsim", code, err, option, path)
+    assert files_under(tmp_path) == before
+    assert (out != "") == (kind == "full"), out         # the run happens only when the path can be opened

@@ -222,6 +222,14 @@ def test_symbolic_batch_needs_dims():
     assert from_onnx(model, arithmetic="fixed", dims={"input": SHAPE}).values["input"].shape == SHAPE
 
 
+@pytest.mark.parametrize("dims, shown", [([1, 2], "[1, 2]"), ((("batch", 1),), "(('batch', 1),)"),
+                                         ({1: 2}, "{1: 2}"), ("batch", "'batch'")])
+def test_dims_that_are_not_a_mapping_of_names_are_one_line(dims, shown):
+    with pytest.raises(CompileError) as e:
+        from_onnx(quantised("residual", "qoperator"), arithmetic="fixed", dims=dims)
+    assert str(e.value) == f"dims must map names to sizes, shapes or ranges, e.g. {{'batch': 1}}; got {shown}"
+
+
 @pytest.mark.parametrize("fmt", FMTS)
 def test_arithmetic_choices(fmt):
     model = quantised("residual", fmt)
