@@ -3,8 +3,8 @@ limits every tensor, buffer and layer is checked against before any search (one 
 
     check_tensor(what, shape, itemsize)      an axis and a tensor the 32-bit machine can address at all
     check_ddr(what, nbytes, config)          bytes that fit the configured DDR
-    check_layer(what, tensors, config)       a layer (its tensors as (shape, itemsize)) both ways: called by
-                                             build(), the op constructors (without config) and the sweep
+    check_layer(what, tensors, config)       a layer (its tensors as (shape, itemsize)): all three, and its output
+                                             within the search's bound (check_tiles); build() and the sweep
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ MAX_TENSOR_BYTES = 1 << 32
 """Largest tensor: DDR addresses are 32 bits."""
 MAX_COUNT = 1 << 62
 """Largest count (cycles, MACs, bytes) a compiled file's description may hold: below int64's range."""
-MAX_TILES = 1 << 22
-"""Most output tiles of the smallest tiling a search may price: far above any layer that fits a DDR of
-4 GiB at sensible tile sizes, far below the hours pricing a billion tiles would take."""
+MAX_TILES = 1 << 13
+"""Most array-sized tiles (nu.rows x nu.cols outputs) of a layer's output the tiling search prices: 8M outputs on
+the default array, six times the largest layer of the model zoo; the search prices about 50 tiles a second."""
 
 
 def capacities(config: Config) -> dict[str, int]:
@@ -58,15 +58,22 @@ def check_ddr(what: str, nbytes: int, config: Config) -> None:
 
 
 def check_layer(what: str, tensors, config: Config | None = None) -> int:
-    """A layer's tensors, (shape, itemsize) pairs: each addressable and, given a config, all together in its
-    DDR; their bytes.  The sweep calls it for every layer before compiling it."""
+    """A layer's tensors, (shape, itemsize) pairs with the output last: each addressable and, given a config,
+    all together in its DDR and the output within the search's bound (check_tiles); their bytes.  build()
+    calls it for every op and graph node before any search, the sweep for every layer before compiling it."""
     total = sum(check_tensor(f"{what}: tensor {k}", shape, itemsize) for k, (shape, itemsize) in enumerate(tensors))
     if config is not None:
         check_ddr(what, total, config)
+        check_tiles(what, tensors[-1][0], config)
     return total
 
 
-def tiles(shape, tile: tuple[int, int]) -> int:
-    """Output tiles of an NCHW (or NC) shape at a (rows, cols) tile: what a search prices per candidate."""
-    h, w = (tuple(shape[2:4]) + (1, 1))[:2]
-    return max(1, shape[0]) * math.ceil(h / tile[0]) * math.ceil(w / tile[1])
+def check_tiles(what: str, out_shape, config: Config) -> None:
+    """CompileError unless an output of `out_shape` has at most MAX_TILES tiles of the MAC array: the tiling
+    search prices every tile of its candidates, so a larger layer would search for hours; it gives up."""
+    n = math.prod(out_shape)
+    tiles = -(-n // (config.nu_rows * config.nu_cols))
+    if tiles > MAX_TILES:
+        raise CompileError(f"{what}: the tiling search gives up on an output of {tuple(out_shape)}: {tiles:,} tiles "
+                           f"of the {config.nu_rows}x{config.nu_cols} array, more than the {MAX_TILES:,} it prices "
+                           f"(split the layer)")

@@ -62,7 +62,7 @@ class Config:
             lo, hi = LIMITS[f.name]
             if f.name == "clock_ghz":
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
-                    raise ConfigError(f"clock.ghz must be a number in (0, {hi}], got {v!r}")
+                    raise ConfigError(f"clock.ghz must be a positive number, got {v!r} (range (0, {hi}])")
                 continue
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ConfigError(f"{_key_of(f.name)} must be an integer, got {v!r}")
