@@ -26,7 +26,7 @@ GRAPH_BUFFER = "nnp_graph"
 ARENA = "arena"
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ONCHIP = re.compile(r"(dm|ibuf|wbuf|abuf|vbuf)(\d*)\Z")
+_ONCHIP = re.compile(r"(dm|ibuf|wbuf|abuf|vbuf)(\d{0,3})\Z")
 MAX_NDIM = 8
 MAX_LIST = 1 << 16
 
@@ -76,6 +76,7 @@ def _int(v, lo: int, hi: int) -> bool:
 def _bad(path: str, value, what: str) -> CompileError:
     shown = repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    path = path if len(path) <= 120 else path[:117] + "..."
     return CompileError(f"bad compiled file: {GRAPH_BUFFER} field {path or '(top)'} = {shown}: expected {what}")
 
 
