@@ -20,7 +20,7 @@ modules import each other, directly or round about).
    9  pipeline                                lowering through pricing, shared by the layers above
   10  search                                  candidates, ranking, floors, finalists
   11  kernel, runtime, dynamic.kernel         the Kernel build, running a network, dynamic kernels
-  12  library, schedule_doc                   what a network binary carries, the schedule doc
+  12  library, graphcheck, schedule_doc       what a network binary carries and its checks, the schedule doc
   13  network, dynamic.network                whole networks, static and dynamic
   14  build, onnx, models, report             the front door, ONNX import, the model zoo, the layer table
   15  agreement, demos, sweep, cli_network    onnxruntime agreement, the demos, sweeps, nnpc compile / run
@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),
     ("search",),
     ("kernel", "runtime", "dynamic.kernel"),
-    ("library", "schedule_doc"),
+    ("library", "graphcheck", "schedule_doc"),
     ("network", "dynamic.network"),
     ("build", "onnx", "models", "report"),
     ("agreement", "demos", "sweep", "cli_network"),

@@ -22,10 +22,12 @@ from .dynamic.kernel import build_dynamic
 from .dynamic.network import build_dynamic_network
 from .errors import CompileError
 from .graph import Graph
+from .graphcheck import check_machine
 from .kernel import compile_kernel
 from .network.build import build_network
 from .ops import Op
 from .schedule import Schedule
+from .sizes import check_layer
 
 
 @runtime_checkable
@@ -59,7 +61,25 @@ def build(op: Op | DynamicOp | Graph | DynamicGraph, *more_ops: Op | DynamicOp, 
     if isinstance(op, DynamicGraph):
         return build_dynamic_network(op, cfg)
     if isinstance(op, Graph):
-        return build_dynamic_network(op.dynamic(), cfg) if op.dims else build_network(op, cfg, fuse=fuse)
+        if op.dims:
+            return build_dynamic_network(op.dynamic(), cfg)
+        for node in op.nodes:
+            check_op_sizes(f"node {node.name} ({node.op.kind})", node.op, cfg)
+        lib = build_network(op, cfg, fuse=fuse)
+        check_machine(lib.program, cfg, "the network")       # all its data (weights, tensors, arena) in DDR
+        return lib
+    for o in (op, *more_ops):
+        if isinstance(o, Op):
+            check_op_sizes(o.kind, o, cfg)
     if isinstance(op, DynamicOp):
         return build_dynamic(op, *more_ops, config=cfg, schedule=schedule, fuse=fuse)
     return compile_kernel((op,) + more_ops, cfg, schedule)
+
+
+def check_op_sizes(what: str, op: Op, cfg: Config) -> None:
+    """CompileError, before any search, unless the op's tensors and constants fit the configured DDR and its
+    output the search's bound (compiler.sizes.check_layer)."""
+    consts = [np.asarray(v) for v in vars(op).values() if isinstance(v, np.ndarray)]
+    tensors = [(c.shape, 1) for c in consts] + [(t.shape, np.dtype(t.dtype).itemsize)
+                                                          for t in (*op.inputs, op.output)]
+    check_layer(what, tensors, cfg)

@@ -20,13 +20,10 @@ from nnpsim.config import Config
 from nnpsim.stats import Stats
 
 from .errors import CompileError
+from .graphcheck import ARENA, GRAPH_BUFFER, GRAPH_FORMAT, check_graph, check_machine
 from .interleave import prices_text
 from .ir import Buffer
 from .runtime import GraphModule
-
-GRAPH_BUFFER = "nnp_graph"
-GRAPH_FORMAT = "nnp-graph/1"
-ARENA = "arena"
 
 
 @dataclass
@@ -159,29 +156,39 @@ def pipelining_lines(layers: list[dict]) -> list[str]:
     return ([f"pipelining: {len(rows)} fused kernels"] + rows) if rows else []
 
 
-def read_meta(program) -> dict:
-    """The graph description a network binary carries (CompileError if it carries none)."""
+def read_meta(program, config: Config | None = None) -> dict:
+    """The graph description a network binary carries, checked against the program and the machine
+    (compiler.graphcheck; CompileError naming the field and the value if anything disagrees)."""
     buf = program.buffers.get(GRAPH_BUFFER)
     if buf is None:
         raise CompileError(f"the binary has no {GRAPH_BUFFER} buffer: it was not built from a graph")
     start = buf.addr - program.data_base
-    raw = bytes(program.data[start:start + int(np.prod(buf.shape))])
+    raw = bytes(program.data[start:start + buf.nbytes])
     try:
         meta = json.loads(raw.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not valid JSON: {exc}") from None
     if not isinstance(meta, dict) or meta.get("format") != GRAPH_FORMAT:
         raise CompileError(f"the binary's {GRAPH_BUFFER} buffer is not a {GRAPH_FORMAT} description")
+    check_graph(meta, program, config or Config())
     return meta
 
 
 def load(path: str | Path, config: Config | None = None) -> Library:
-    """Read a network binary written by Library.save."""
+    """Read a network binary written by Library.save, checked as a whole before any of it is used: the
+    program for this machine (config; the defaults if None) and its DDR, the graph description against
+    its schema, the program's buffers and notes (compiler.graphcheck)."""
+    if not isinstance(path, (str, Path)):
+        raise CompileError(f"load takes the path of a network binary (str or Path), got {type(path).__name__} "
+                           f"{path!r:.60}")
+    cfg = (config or Config()).validate()
     try:
         program = Program.load(path)
     except (OSError, BinaryError) as exc:
         raise CompileError(f"cannot load {path}: {exc}") from None
-    meta = read_meta(program)
-    predicted = meta.get("predicted_cycles", 0)      # the whole program's, as build() predicted it
-    return Library(program, meta, (config or Config()).validate(),
-                   predicted_cycles=predicted if isinstance(predicted, int) and predicted >= 0 else 0)
+    check_machine(program, cfg, str(path))
+    try:
+        meta = read_meta(program, cfg)
+    except CompileError as exc:
+        raise CompileError(f"{path}: {exc}") from None
+    return Library(program, meta, cfg, predicted_cycles=meta.get("predicted_cycles", 0))

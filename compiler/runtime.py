@@ -98,6 +98,9 @@ class GraphModule:
     """A compiled network on a simulator: set inputs, run, read outputs and per-layer statistics."""
 
     def __init__(self, lib: Binary, config: Config | None = None):
+        if not all(hasattr(lib, a) for a in ("program", "meta", "config")):
+            raise CompileError(f"GraphModule takes a compiled network (compiler.build(graph) or "
+                               f"compiler.load(path)), got {type(lib).__name__} {lib!r:.60}")
         self.lib = lib
         self.meta = lib.meta
         self.sim = Simulator(config or lib.config)

@@ -42,6 +42,7 @@ from .passes.sync import SyncReport
 from .pipeline import check_ops, lowered, schedule
 from .roofline import bound_cycles
 from .schedule import BIAS_INTRINSICS, Block, Schedule
+from .sizes import check_tiles
 from .structure import tiling_key
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
@@ -472,6 +473,8 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     same shapes, only that candidate is built (a network's repeated layers).
     """
     ops = check_ops(ops)
+    for op in ops:              # bounded: a layer past compiler.sizes.MAX_TILES is refused before any candidate
+        check_tiles(op.kind, op.output.shape, cfg)
     chosen = candidate(ops, cfg, choice, segments) if choice is not None else None
     if chosen is not None:           # only that candidate is built: the others would go unused
         found, order = {choice: chosen}, [choice]

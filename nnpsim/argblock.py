@@ -88,10 +88,58 @@ def signature(program) -> Signature | None:
             if name not in dims or parent not in dims:
                 raise KeyError(f"derived dim {item!r} names a dim the block lacks")
             derived[name] = spec
-        return Signature(dims, str(cfg["dynamic.args"]), buffers, derived)
+        sig = Signature(dims, str(cfg["dynamic.args"]), buffers, derived)
+        check_notes(sig, program.buffers)
+        return sig
     except (KeyError, ValueError) as exc:
         raise SimError(f"cannot load program: its dynamic-shape notes (.target dynamic.*) are malformed: {exc}",
                        errors.BAD_PARAM) from None
+
+
+MAX_DIM = (1 << 31) - 1
+"""Largest dim value: the argument block holds int32 words."""
+
+
+def check_notes(sig: Signature, buffers: dict) -> None:
+    """ValueError unless the notes agree with the program's buffers: every dim's range inside [0, MAX_DIM], the
+    block's buffer int32 with a word per dim, and every dynamic buffer a buffer of the program that holds its
+    tensor at the largest dim values (so no write or read for an in-range shape leaves it)."""
+    for name, (lo, hi) in sig.dims.items():
+        if not 1 <= lo <= hi <= MAX_DIM:
+            raise ValueError(f"dim {name} range [{lo}, {hi}] is not inside [1, {MAX_DIM}]")
+    args = buffers.get(sig.args)
+    if args is None or args.dtype != "int32" or args.nbytes < 4 * len(sig.dims):
+        raise ValueError(f"argument block {sig.args!r} is not an int32 buffer of {len(sig.dims)} words")
+    low = {name: lo for name, (lo, _) in sig.dims.items()}
+    high = {name: hi for name, (_, hi) in sig.dims.items()}
+    for name, axes in sig.buffers.items():
+        buf = buffers.get(name)
+        if buf is None or name == sig.args:
+            raise ValueError(f"dynamic.buffer.{name} names no data buffer of the program")
+        for spec in axes:
+            _check_axis(name, spec, sig, low, high)
+        need = int(np.prod([axis_size(a, high) for a in axes], dtype=object)) * np.dtype(buf.dtype).itemsize
+        if need > buf.nbytes:
+            raise ValueError(f"buffer {name} ({' '.join(axes)}) needs {need} bytes at the largest dims "
+                             f"{high}, but the program's buffer {name} holds {buf.nbytes}")
+
+
+def _check_axis(buffer: str, spec: str, sig: Signature, low: dict, high: dict) -> None:
+    """ValueError unless an axis spec is a size, a dim, or a rule of a dim, of at least 1 at the low end."""
+    if spec.isdigit():
+        if int(spec) > MAX_DIM:
+            raise ValueError(f"buffer {buffer} axis {spec} is larger than {MAX_DIM}")
+        return
+    name, *rule = spec.split(":")
+    if name not in sig.dims:
+        raise ValueError(f"buffer {buffer} axis {spec!r} names no dim of the block")
+    if rule:
+        add, shift, *div = rule
+        if len(div) > 1 or not 0 <= int(shift) <= 31 or int(div[0] if div else 1) < 1 or abs(int(add)) > MAX_DIM:
+            raise ValueError(f"buffer {buffer} axis {spec!r}: expected name:add:shift[:divisor]")
+    if not 1 <= axis_size(spec, low) <= axis_size(spec, high) <= MAX_DIM:
+        raise ValueError(f"buffer {buffer} axis {spec!r} is {axis_size(spec, low)} at the low end of the dims, "
+                         f"not in [1, {MAX_DIM}]")
 
 
 def infer(sig: Signature, buffer: str, shape: tuple[int, ...], known: dict[str, int]) -> dict[str, int]:

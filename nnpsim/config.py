@@ -56,26 +56,46 @@ class Config:
         return self.nu_count * self.nu_rows * self.nu_cols
 
     def validate(self) -> "Config":
-        """Check ranges; raise ConfigError naming the key."""
-        limits = {"nu_count": (1, 4), "vu_count": (1, 4), "dma_channels": (1, 8),
-                  "semaphores": (1, 63), "cu_registers": (32, 32), "queue_depth": (1, 4096)}
+        """Check every value against its range (LIMITS); raise ConfigError naming the key and the range."""
         for f in fields(self):
             v = getattr(self, f.name)
-            lo, hi = limits.get(f.name, (0 if f.name in ("branch_penalty",) or f.name.endswith("latency") else 1, None))
+            lo, hi = LIMITS[f.name]
             if f.name == "clock_ghz":
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-                    raise ConfigError(f"clock.ghz must be a positive number, got {v!r}")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v <= hi:
+                    raise ConfigError(f"clock.ghz must be a positive number, got {v!r} (range (0, {hi}])")
                 continue
             if not isinstance(v, int) or isinstance(v, bool):
                 raise ConfigError(f"{_key_of(f.name)} must be an integer, got {v!r}")
             if f.name == "ddr_burst_bytes" and not (0 < v <= MAX_BURST_BYTES and v & (v - 1) == 0):
                 raise ConfigError(f"{_key_of(f.name)} = {v} must be a power of two from 1 to {MAX_BURST_BYTES}")
-            if v < lo or (hi is not None and v > hi):
-                rng = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
-                raise ConfigError(f"{_key_of(f.name)} = {v} is out of range {rng}")
-        if self.ddr_bytes > 1 << 32:
-            raise ConfigError("memory.ddr.size must fit 32-bit addresses (at most 4 GiB)")
+            if not lo <= v <= hi:
+                raise ConfigError(f"{_key_of(f.name)} = {v} is out of range [{lo}, {hi}]")
         return self
+
+
+MAX_LATENCY = 1 << 20
+"""Largest latency or penalty in cycles (a million: far above any memory or unit, far below int64 time)."""
+MAX_RATE = 1 << 16
+"""Largest bandwidth in bytes per cycle."""
+MAX_ONCHIP = 1 << 28
+"""Largest on-chip memory in bytes (256 MiB: the simulator allocates every memory of every unit)."""
+MAX_DDR = 1 << 32
+"""Largest DDR in bytes: addresses are 32 bits."""
+
+LIMITS: dict[str, tuple] = {
+    "clock_ghz": (0, 1000.0),
+    "cu_registers": (32, 32), "branch_penalty": (0, MAX_LATENCY),
+    "nu_count": (1, 4), "nu_rows": (1, 1024), "nu_cols": (1, 1024), "nu_latency": (0, MAX_LATENCY),
+    "ibuf_bytes": (1, MAX_ONCHIP), "wbuf_bytes": (1, MAX_ONCHIP), "abuf_bytes": (1, MAX_ONCHIP),
+    "vu_count": (1, 4), "vu_bytes_per_cycle": (1, MAX_RATE), "vu_latency": (0, MAX_LATENCY),
+    "vbuf_bytes": (1, MAX_ONCHIP),
+    "dma_channels": (1, 8), "queue_depth": (1, 4096), "semaphores": (1, 63),
+    "ddr_bytes": (1, MAX_DDR), "ddr_bytes_per_cycle": (1, MAX_RATE), "ddr_latency": (0, MAX_LATENCY),
+    "ddr_burst_bytes": (1, MAX_BURST_BYTES),
+    "dm_bytes": (1, MAX_ONCHIP), "dm_bytes_per_cycle": (1, MAX_RATE), "dm_latency": (0, MAX_LATENCY),
+    "local_bytes_per_cycle": (1, MAX_RATE), "local_latency": (0, MAX_LATENCY),
+}
+"""Every configuration value's range [lo, hi] (clock: (lo, hi]), checked by Config.validate."""
 
 
 _TOML_KEYS = {

@@ -86,7 +86,7 @@ class Simulator:
                              f"got {a.dtype} of shape {a.shape}")
         stored = to_stored(buf.layout, a).astype(want, copy=False)
         raw = stored.view(np.uint8).reshape(-1)
-        self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
+        self._ddr(buf, raw.size, "write")[:] = raw
 
     def _write_dynamic(self, name: str, buf, a: np.ndarray) -> None:
         """A tensor of an in-range shape packed at the start of its buffer, and the argument block."""
@@ -95,7 +95,7 @@ class Simulator:
         argblock.infer(self._dynamic, name, a.shape, {})        # in range on its own, or ValueError
         self._shapes[name] = tuple(a.shape)
         raw = np.ascontiguousarray(a.astype(DTYPES[buf.dtype], copy=False)).view(np.uint8).reshape(-1)
-        self.memory.view(SPACE_DDR, buf.addr, raw.size)[:] = raw
+        self._ddr(buf, raw.size, "write")[:] = raw
         # Inputs that share a dim may be rewritten one at a time (a new shape for every input): until they
         # agree again the block is left alone and run() refuses, naming the dimension.
         try:
@@ -107,7 +107,7 @@ class Simulator:
             return
         self._dims, self._conflict = dims, None
         words = argblock.block(self._dynamic, self._dims).view(np.uint8)
-        self.memory.view(SPACE_DDR, self._buffer(self._dynamic.args).addr, words.size)[:] = words
+        self._ddr(self._buffer(self._dynamic.args), words.size, "write")[:] = words
 
     @property
     def inputs_disagree(self) -> str | None:
@@ -117,7 +117,7 @@ class Simulator:
     def dims(self) -> dict[str, int]:
         """The dim values the argument block holds (SimError naming one out of range)."""
         args = self._buffer(self._dynamic.args)
-        words = self.memory.view(SPACE_DDR, args.addr, 4 * len(self._dynamic.dims)).copy().view("<i4")
+        words = self._ddr(args, 4 * len(self._dynamic.dims), "read").copy().view("<i4")
         return argblock.check(self._dynamic, words)
 
     def read(self, name: str) -> np.ndarray:
@@ -127,10 +127,10 @@ class Simulator:
         if self._dynamic is not None and name in self._dynamic.buffers:
             shape = self._dynamic.shape(name, self.dims())
             n = int(np.prod(shape, dtype=np.int64))
-            return self.memory.view(SPACE_DDR, buf.addr, n * want.itemsize).copy().view(want).reshape(shape)
+            return self._ddr(buf, n * want.itemsize, "read").copy().view(want).reshape(shape)
         shape = stored_shape(buf.layout, tuple(buf.shape))
         nbytes = int(np.prod(shape, dtype=np.int64)) * want.itemsize
-        raw = self.memory.view(SPACE_DDR, buf.addr, nbytes).copy()
+        raw = self._ddr(buf, nbytes, "read").copy()
         return from_stored(buf.layout, raw.view(want).reshape(shape), tuple(buf.shape))
 
     def run(self, max_cycles: int | None = None, trace=None, check_races: bool = False) -> Stats:
@@ -158,6 +158,14 @@ class Simulator:
             failure.log = log
             raise failure
         return stats
+
+    def _ddr(self, buf, nbytes: int, what: str) -> np.ndarray:
+        """The DDR bytes of the first `nbytes` of a buffer; SimError if they are more than the buffer holds, so
+        that no write or read leaves the buffer it names, whatever the program's notes say."""
+        if not 0 <= nbytes <= buf.nbytes:
+            raise SimError(f"cannot {what} buffer {buf.name}: {nbytes} bytes do not fit its {buf.nbytes}",
+                           errors.OUT_OF_BOUNDS)
+        return self.memory.view(SPACE_DDR, buf.addr, nbytes)
 
     def _buffer(self, name: str):
         if self.program is None:

@@ -6,6 +6,7 @@ import operator
 import numpy as np
 
 from ..errors import CompileError
+from ..sizes import check_tensor
 from .base import ACC_LIMIT, INT8
 
 
@@ -31,7 +32,16 @@ def shape_arg(name: str, v, ndim: int | None = None) -> tuple[int, ...]:
         raise CompileError(f"{name} must have {ndim} dimensions, got {len(dims)}: {dims}")
     if not dims:
         raise CompileError(f"{name} must have at least one dimension")
-    return tuple(int_arg(f"{name}[{i}]", d, 1, 1 << 30) for i, d in enumerate(dims))
+    dims = tuple(int_arg(f"{name}[{i}]", d, 1, 1 << 30) for i, d in enumerate(dims))
+    check_tensor(name, dims)
+    return dims
+
+
+def check_sizes(op) -> None:
+    """CompileError unless every tensor of the op (its output too, which padding and channels can make larger
+    than its inputs) can be addressed at all (compiler.sizes.check_tensor)."""
+    for t in (*op.inputs, op.output):
+        check_tensor(f"{op.kind} {t.name}", t.shape, np.dtype(t.dtype).itemsize)
 
 
 def pair_arg(name: str, v, lo: int = 1) -> tuple[int, int]:

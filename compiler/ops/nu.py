@@ -9,8 +9,8 @@ from .. import reference as sem
 from ..dims import DynamicOp, dynamic_op, has_dims
 from ..errors import CompileError
 from .base import INT8, INT32, Op, Tensor
-from .checks import (check_accumulator, clamp_args, f32_scales_arg, float_form, int_arg, int_array_arg, out_size,
-                     padding_arg, pair_arg, per_channel_arg, shape_arg)
+from .checks import (check_accumulator, check_sizes, clamp_args, f32_scales_arg, float_form, int_arg, int_array_arg,
+                     out_size, padding_arg, pair_arg, per_channel_arg, shape_arg)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -154,6 +154,7 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
                 pair_arg("dilation", dilation), groups, x_zp,
                 **_requant_args("conv2d", o, multiplier, shift, scale, zp_out, lo, hi))
     op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
+    check_sizes(op)
     check_accumulator("conv2d", np.abs(w).sum(axis=(1, 2, 3)), bias, x_zp)
     return op
 

@@ -9,7 +9,7 @@ from .. import reference as sem
 from ..dims import DynamicOp, dynamic_op, has_dims
 from ..errors import CompileError
 from .base import ACC_LIMIT, GLOBAL_SCALE_RANGE, INT8, Op, Tensor
-from .checks import int_arg, shape_arg, pair_arg, padding_arg, f32_scale_arg, out_size
+from .checks import check_sizes, int_arg, shape_arg, pair_arg, padding_arg, f32_scale_arg, out_size
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -81,6 +81,7 @@ def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x
         raise CompileError(f"count_include_pad must be a bool, got {count_include_pad!r}")
     op = Pool2d(mode, x_shape, k, s, pad, bool(count_include_pad), int_arg("x_zp", x_zp, *INT8), **floats)
     op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
+    check_sizes(op)
     if op.is_float and op.is_global:
         _check_global_float(op)
     return op

@@ -154,5 +154,5 @@ def _compile_graph(graph, cfg: Config) -> Compiled:
 
 def library(compiled: Compiled, cfg: Config) -> Library:
     """The network a compiled graph workload is, for compiler.GraphModule (its meta read from the binary)."""
-    return Library(compiled.program, read_meta(compiled.program), cfg,
+    return Library(compiled.program, read_meta(compiled.program, cfg), cfg,
                    predicted_cycles=compiled.info["predicted_cycles"])

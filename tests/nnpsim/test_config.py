@@ -1,7 +1,9 @@
 """Configuration: defaults of the reference machine, TOML round trip, clear errors."""
+from dataclasses import fields
+
 import pytest
 
-from nnpsim.config import Config, ConfigError, config_from_dict, config_toml, load_config
+from nnpsim.config import LIMITS, Config, ConfigError, config_from_dict, config_toml, load_config
 
 
 def test_defaults_are_the_reference_machine():
@@ -78,3 +80,23 @@ def test_target_mismatches_name_configuration_keys_only():
     assert target_mismatches(cfg, {"nu.count": 1, "vu_count": 3, "memory.ddr.latency": "slow"}) == [
         "nu.count = 1 (this machine: nu.count = 2)", "vu_count = 3 (this machine: vu.count = 1)",
         "memory.ddr.latency = 'slow' (this machine: memory.ddr.latency = 100)"]
+
+
+@pytest.mark.parametrize("key, value", [("nu.rows", 2 ** 64), ("nu.cols", 1025), ("nu.latency", 2 ** 63),
+                                        ("memory.dm.size", 1 << 40), ("memory.ddr.size", (1 << 32) + 1),
+                                        ("vu.bytes_per_cycle", 1 << 17), ("cu.branch_penalty", 2 ** 64)])
+def test_every_value_is_bounded_and_the_range_is_named(key, value):
+    section, name = key.rsplit(".", 1)
+    data: dict = {}
+    node = data
+    for part in section.split("."):
+        node = node.setdefault(part, {})
+    node[name] = value
+    with pytest.raises(ConfigError, match=rf"{key} = {value} is out of range \[\d+, \d+\]"):
+        config_from_dict(data)
+
+
+def test_every_field_has_a_range():
+    assert sorted(LIMITS) == sorted(f.name for f in fields(Config))
+    for f in fields(Config):            # the largest value allowed is accepted
+        Config(**{f.name: LIMITS[f.name][1] if f.name != "ddr_burst_bytes" else 4096}).validate()
