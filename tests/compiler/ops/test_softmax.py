@@ -82,3 +82,37 @@ def test_softmax_refusals_name_the_argument(kw, match):
     shape = kw.pop("shape")
     with pytest.raises(CompileError, match=match):
         ops.softmax(shape, **kw)
+
+
+def qdq_softmax(x: np.ndarray, x_scale: float, y_scale: float, y_zp: int, level) -> np.ndarray:
+    """onnxruntime on DequantizeLinear -> Softmax(axis=-1) -> QuantizeLinear of int8 x."""
+    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [x_scale]),
+             helper.make_tensor("xz", TensorProto.INT8, [], [0]),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [y_scale]),
+             helper.make_tensor("yz", TensorProto.INT8, [], [y_zp])]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["f"]),
+             helper.make_node("Softmax", ["f"], ["g"], axis=-1),
+             helper.make_node("QuantizeLinear", ["g", "ys", "yz"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq_softmax", [helper.make_tensor_value_info("x", TensorProto.INT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, x.shape)], inits)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None,
+                                                                                                       {"x": x})[0]
+
+
+def test_qdq_softmax_is_the_reference_when_fused_and_within_one_code_when_not():
+    """At ORT_ENABLE_ALL onnxruntime fuses DQ -> Softmax -> Q into QLinearSoftmax: the reference exactly.
+    At ORT_DISABLE_ALL it runs MLAS's float Softmax, then quantises: a code apart on some elements (so the
+    two levels differ from each other there too), never more."""
+    rng = np.random.default_rng(7)
+    differ = total = 0
+    for _ in range(40):
+        x, x_scale, _, y_scale, y_zp = _case(rng)
+        mine = ops.softmax(x.shape, x_scale=x_scale, y_scale=y_scale, zp_out=y_zp).reference(x)
+        assert np.array_equal(mine, qdq_softmax(x, x_scale, y_scale, y_zp, LEVELS[0]))
+        unfused = qdq_softmax(x, x_scale, y_scale, y_zp, LEVELS[1]).astype(np.int32)
+        assert np.abs(unfused - mine).max() <= 1
+        differ, total = differ + int(np.sum(unfused != mine)), total + x.size
+    assert differ < total // 20
