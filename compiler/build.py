@@ -77,8 +77,11 @@ def build(op: Op | DynamicOp | Graph | DynamicGraph, *more_ops: Op | DynamicOp, 
 
 
 def check_op_sizes(what: str, op: Op, cfg: Config) -> None:
-    """CompileError, before any search, unless the op's tensors and constants fit the configured DDR and its
-    output the search's bound (compiler.sizes.check_layer)."""
+    """CompileError, before any search, unless the op has a lowering and its tensors and constants fit the
+    configured DDR and its output the search's bound (compiler.sizes.check_layer)."""
+    if not op.lowered:
+        raise CompileError(f"{what}: {op.kind} has no NPU lowering yet (its numpy model is compiler.ops.{op.kind}; "
+                           "docs/semantics.md)")
     consts = [np.asarray(v) for v in vars(op).values() if isinstance(v, np.ndarray)]
     tensors = [(c.shape, 1) for c in consts] + [(t.shape, np.dtype(t.dtype).itemsize)
                                                           for t in (*op.inputs, op.output)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -37,6 +38,7 @@ class Op:
     """Base of every op: inputs, output, and a reference computed by compiler.reference."""
 
     kind: str = field(init=False, default="op")
+    lowered: ClassVar[bool] = True      # False: a numpy model only, refused by build()
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:

@@ -436,3 +436,14 @@ def test_a_changed_float_formula_is_caught(original, changed):
         mismatches += not np.array_equal(bad["mul_f32"](a, b, **kw),
                                          sem.mul_f32(a, b, za, zb, F32(sa), F32(sb), F32(sy * 50), zp, -128, 127))
     assert mismatches, "the test would not notice this change"
+
+
+@given(seeds)
+@settings(max_examples=20, deadline=None)
+def test_softmax_matches_the_page(seed):
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(v) for v in rng.integers(1, 5, size=int(rng.integers(0, 3)))) + (int(rng.integers(1, 40)),)
+    x, xs, ys = rand8(rng, shape), float(rng.uniform(0.002, 0.5)), float(rng.uniform(0.001, 0.05))
+    zp = int(rng.integers(-128, 128))
+    assert np.array_equal(DOC["softmax"](x, xs, ys, zp), ops.softmax(shape, x_scale=xs, y_scale=ys, zp_out=zp)
+                          .reference(x))
