@@ -25,7 +25,7 @@ import numpy as np
 from nnpsim import timing
 from nnpsim.config import Config
 
-from . import cost, interleave
+from . import compile_cache, cost, interleave
 from .cost import SPACE_ID
 from .errors import CompileError
 from .ir import KernelIR
@@ -467,9 +467,30 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     The FINALISTS best by the quick estimate are lowered, allocated, synchronised and priced
     flat; among those within NEAR of the fastest the shortest program wins.  k is the
     winner's position among the chain's candidates; given back as `choice` for a chain of the
-    same shapes, only that candidate is built (a network's repeated layers).
+    same shapes, only that candidate is built (a network's repeated layers).  The winner's k
+    is kept in the compile cache (compiler.compile_cache): on a hit only candidate k is built.
     """
     ops = check_ops(ops)
+    key = compile_cache.key("search", ops, cfg, choice, segments)
+    hit = compile_cache.get("search", key, _valid_choice)
+    if hit is not None:
+        return _search(ops, cfg, hit[0], segments)
+    found = _search(ops, cfg, choice, segments)
+    compile_cache.put("search", key, (found[3], int(found[2][0])))
+    return found
+
+
+def cached_choice(ops: tuple[Op, ...], cfg: Config, choice: int | None = None) -> tuple[int, int] | None:
+    """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing."""
+    return compile_cache.get("search", compile_cache.key("search", check_ops(ops), cfg, choice, None), _valid_choice)
+
+
+def _valid_choice(v: object) -> bool:
+    return (isinstance(v, tuple) and len(v) == 2 and all(type(x) is int for x in v) and v[0] >= 0)
+
+
+def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
+            segments: list | None) -> tuple[Schedule, KernelIR, Priced, int]:
     chosen = candidate(ops, cfg, choice, segments) if choice is not None else None
     if chosen is not None:           # only that candidate is built: the others would go unused
         found, order = {choice: chosen}, [choice]
@@ -485,7 +506,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
             why = str(exc)
     if not priced_all:
         if choice is not None:
-            return search(ops, cfg, segments=segments)
+            return _search(ops, cfg, None, segments)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
     # intermediates stay on chip where some finalist manages it (a ring may be dearer than a DDR scratch buffer)
     priced_all = [p for p in priced_all if not interleave.scratch(p[1])] or priced_all
