@@ -142,9 +142,8 @@ def _object(obj: object, attrs: dict, h) -> None:
 
 
 def key(kind: str, *inputs: object) -> str | None:
-    """The entry's key for these inputs (None: the cache is off, or an input cannot be keyed exactly)."""
-    if not enabled():
-        return None
+    """The entry's key for these inputs (None: an input cannot be keyed exactly).  Keys are made with the
+    cache off too: values computed ahead by worker processes are found by them (remembered)."""
     h = hashlib.sha256()
     h.update(f"{kind}\0{source_digest()}\0".encode())
     try:
@@ -161,9 +160,27 @@ def path_of(kind: str, k: str) -> Path:
     return directory() / kind / k[:2] / k
 
 
+_MEMORY: dict[tuple[str, str], object] = {}
+"""Values this process was handed (remembered), read before the disk and whatever enabled() says."""
+
+
+@contextmanager
+def remembered(kind: str, values: dict[str, object]) -> Iterator[None]:
+    """The body finds values (key -> value, of this kind) as if they were entries; forgotten after it."""
+    mine = {(kind, k): v for k, v in values.items() if (kind, k) not in _MEMORY}
+    _MEMORY.update(mine)
+    try:
+        yield
+    finally:
+        for k in mine:
+            _MEMORY.pop(k, None)
+
+
 def get(kind: str, k: str | None, valid: Callable[[object], bool] = lambda v: True) -> object | None:
     """The value stored under key k, or None: no key, no entry, or an entry that is not whole and
     valid (wrong magic, length or digest, unpicklable, rejected by `valid`); never raises."""
+    if k is not None and (kind, k) in _MEMORY and valid(_MEMORY[kind, k]):
+        return _MEMORY[kind, k]
     if k is None or not enabled():
         return None
     try:
