@@ -472,21 +472,37 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     """
     ops = check_ops(ops)
     key = compile_cache.key("search", ops, cfg, choice, segments)
-    hit = compile_cache.get("search", key, _valid_choice)
+    hit = _hit(key)
     if hit is not None:
         return _search(ops, cfg, hit[0], segments)
-    found = _search(ops, cfg, choice, segments)
+    try:
+        found = _search(ops, cfg, choice, segments)
+    except CompileError as exc:      # no candidate builds: remembered too (fusion tries many such chains)
+        compile_cache.put("search", key, ("error", str(exc)))
+        raise
     compile_cache.put("search", key, (found[3], int(found[2][0])))
     return found
 
 
 def cached_choice(ops: tuple[Op, ...], cfg: Config, choice: int | None = None) -> tuple[int, int] | None:
-    """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing."""
-    return compile_cache.get("search", compile_cache.key("search", check_ops(ops), cfg, choice, None), _valid_choice)
+    """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing
+    (CompileError if it holds the search's refusal)."""
+    return _hit(compile_cache.key("search", check_ops(ops), cfg, choice, None))
 
 
-def _valid_choice(v: object) -> bool:
-    return (isinstance(v, tuple) and len(v) == 2 and all(type(x) is int for x in v) and v[0] >= 0)
+def _hit(key: str | None) -> tuple[int, int] | None:
+    """The search entry under key: (k, predicted), None, or the refusal it records raised again."""
+    hit = compile_cache.get("search", key, valid_choice)
+    if hit is not None and hit[0] == "error":
+        raise CompileError(hit[1])
+    return hit
+
+
+def valid_choice(v: object) -> bool:
+    """Is v a search entry: (k >= 0, predicted cycles), or ("error", the CompileError's message)?"""
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "error":
+        return isinstance(v[1], str)
+    return isinstance(v, tuple) and len(v) == 2 and all(type(x) is int for x in v) and v[0] >= 0
 
 
 def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,

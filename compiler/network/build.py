@@ -43,7 +43,7 @@ from ..pipeline import refuse_broadcast
 from ..roofline import bound_cycles
 from ..search import best_schedule, cached_choice
 from ..structure import tiling_key
-from . import fusion, layout_plan
+from . import fusion, layout_plan, parallel
 from .layout_plan import best_price, with_layout
 from .link import Layer, label, link
 from .partition import Group, partition, per_node
@@ -147,12 +147,12 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, b
     the benchmarks compare against.  layouts=False keeps every activation NCHW in DDR (no
     layout plan, no transforms); blocked=False plans NCHW and NHWC only (no blocked layout).
     """
-    key = compile_cache.key("network", graph, cfg, fuse, layouts, blocked)
+    key = compile_cache.key("network", graph, cfg, fuse, layouts, blocked) if compile_cache.enabled() else None
     hit = compile_cache.get("network", key, _whole_entry)
     if hit is not None:
         program, meta, asm, files, predicted = hit
         return Library(program, meta, cfg, asm, files, predicted)
-    with fewer_collections():
+    with fewer_collections(), compile_cache.remembered("search", parallel.prefetch(graph, cfg, fuse, layouts)):
         lib = _build_network(graph, cfg, fuse, layouts, blocked)
     compile_cache.put("network", key, (lib.program, lib.meta, lib.asm, lib.files, lib.predicted_cycles))
     compile_cache.prune()
