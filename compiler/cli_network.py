@@ -21,6 +21,7 @@ import numpy as np
 from nnpsim.config import ConfigError, load_config
 from nnpsim.errors import SimError
 
+from . import compile_cache
 from .build import build
 from .errors import CompileError
 from .library import Library, load
@@ -62,12 +63,15 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="requantisation: float32 exactly as onnxruntime, or integer (M, S) (default: onnxruntime)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one kernel per graph node (no fusion): the baseline fusion is measured against")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the compile cache (as NNP_CACHE=0; docs/compiler.md)")
 
 
 def _library(path: str, args, config) -> Library:
     """A Library: an ONNX model imported and compiled, or a program read back."""
     if Path(path).suffix.lower() == ".onnx":
-        return build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
+        with compile_cache.off() if args.no_cache else contextlib.nullcontext():
+            return build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
     return load(path, config)
 
 

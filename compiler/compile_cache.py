@@ -215,6 +215,7 @@ def put(kind: str, k: str | None, value: object) -> None:
     data = MAGIC + _HEAD.pack(len(payload), hashlib.sha256(payload).digest()) + payload
     tmp = None
     try:
+        directory().mkdir(mode=0o700, parents=True, exist_ok=True)      # the root private, not only the leaf
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=f".{os.getpid()}")
         with os.fdopen(fd, "wb") as f:

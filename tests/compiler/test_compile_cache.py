@@ -15,14 +15,17 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import compiler
-from compiler import compile_cache, search
+from compiler import compile_cache, models, search
+from compiler.cli_network import main
 from compiler.graph import Graph
 from compiler.network import build as network_build
+from compiler.network import parallel
 from nnpsim.config import Config
-from tests.helpers.networks import conv_op, residual_net
+from tests.helpers.networks import bottleneck, conv_op, residual_net
 
 
 @pytest.fixture
@@ -303,3 +306,41 @@ def test_prune_keeps_the_newest_within_the_bound(cache):
     kept = sorted(p.name[:2] for p in files(cache, "search"))
     assert kept == ["03", "04", "05"]
     assert sum(e[1] for e in compile_cache.entries()) <= 35_000
+
+
+# ------------------------------------------------------------------ searches ahead on a pool
+
+def test_parallel_and_serial_builds_give_the_same_program(monkeypatch):
+    """The cache off: the pool's searches reach the build only as remembered entries, and the program
+    is the serial build's byte for byte, fused and one kernel per node."""
+    monkeypatch.setattr(parallel, "MIN_SEARCHES", 1)
+    g = bottleneck(np.random.default_rng(2), c=32, hw=8)
+    serial = {fuse: binary(cold(g, fuse=fuse)) for fuse in (True, False)}
+    monkeypatch.setenv("NNP_JOBS", "2")
+    cfg = Config().validate()
+    ahead = parallel.prefetch(g, cfg, True, True)
+    assert len(ahead) >= 4 and all(search.valid_choice(v) for v in ahead.values())
+    for fuse in (True, False):
+        assert binary(cold(g, fuse=fuse)) == serial[fuse]
+
+
+def test_the_number_of_jobs(monkeypatch):
+    monkeypatch.setenv("NNP_JOBS", "3")
+    assert parallel.jobs() == 3
+    monkeypatch.setenv("NNP_JOBS", "0")
+    assert parallel.jobs() == 1
+    monkeypatch.setenv("NNP_JOBS", "many")
+    with pytest.raises(compiler.CompileError, match="NNP_JOBS"):
+        parallel.jobs()
+    monkeypatch.setenv("NNP_JOBS", "1")        # one job: no pool, nothing ahead
+    assert parallel.prefetch(residual_net(np.random.default_rng(0)), Config().validate()) == {}
+
+
+def test_nnpc_compile_no_cache_neither_reads_nor_writes_it(cache, tmp_path, capsys):
+    model = tmp_path / "tiny.onnx"
+    onnx.save(models.tiny(), str(model))
+    assert main(["compile", str(model), "-o", str(tmp_path / "a.nnp"), "--no-cache"]) == 0
+    assert not cache.exists()
+    assert main(["compile", str(model), "-o", str(tmp_path / "b.nnp")]) == 0
+    assert files(cache, "network")
+    assert (tmp_path / "a.nnp").read_bytes() == (tmp_path / "b.nnp").read_bytes()
