@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 MAGIC = b"NNPCACHE1\n"
-MAX_BYTES = 2 << 30          # 2 GiB: a 224x224 ResNet-50 network entry takes about 60 MB
+MAX_BYTES = 2 << 30          # 2 GiB: a 224x224 ResNet-50 network entry takes about 55 MB
 KINDS = ("search", "network")
 _HEAD = struct.Struct("<Q32s")   # payload length, its SHA-256
 _OFF: list[bool] = []            # off(): a stack of switches, innermost last
