@@ -7,7 +7,7 @@ The modules in layers, bottom to top (LAYERS): a module imports only from its ow
 modules and those below, never from above (tests/test_layers.py checks it, and that no two
 modules import each other, directly or round about).
 
-   1  errors, sizes                          the error type, the on-chip capacities
+   1  errors, sizes, compile_cache           the error type, the on-chip capacities, the compile cache
    2  dims, quant, reference, ir              Dims, quantisation, the numpy model of each op, the IR
    3  ops, structure                          the op constructors (layout ops too), chain structure
    4  roofline, symbolic, dynamic.graph       bounds, symbolic shape inference, the DynamicGraph
@@ -39,7 +39,7 @@ from .runtime import GraphModule
 from .schedule import Schedule
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "sizes"),
+    ("errors", "sizes", "compile_cache"),
     ("dims", "quant", "reference", "ir"),
     ("ops", "structure"),
     ("roofline", "symbolic", "dynamic.graph"),

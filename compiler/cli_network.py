@@ -24,6 +24,7 @@ from nnpsim.config import Config, ConfigError, load_config
 from nnpsim.errors import SimError
 from nnpsim.simulator import check_machine
 
+from . import compile_cache
 from .build import build
 from .errors import CompileError
 from .library import Library, load
@@ -76,6 +77,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="requantisation: float32 exactly as onnxruntime, or integer (M, S) (default: onnxruntime)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one kernel per graph node (no fusion): the baseline fusion is measured against")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the compile cache (as NNP_CACHE=0; docs/compiler.md)")
 
 
 def config_of(path: str | None) -> Config:
@@ -89,7 +92,8 @@ def _library(path: str, args, config: Config) -> Library:
     """A Library: an ONNX model imported and compiled, or a program read back (checked against the machine)."""
     check_input(path, "model")
     if Path(path).suffix.lower() == ".onnx":
-        lib = build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
+        with compile_cache.off() if args.no_cache else contextlib.nullcontext():
+            lib = build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
     else:
         lib = load(path, config)
     try:

@@ -25,7 +25,7 @@ import numpy as np
 from nnpsim import timing
 from nnpsim.config import Config
 
-from . import cost, interleave
+from . import compile_cache, cost, interleave
 from .cost import SPACE_ID
 from .errors import CompileError
 from .ir import KernelIR
@@ -470,11 +470,48 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     The FINALISTS best by the quick estimate are lowered, allocated, synchronised and priced
     flat; among those within NEAR of the fastest the shortest program wins.  k is the
     winner's position among the chain's candidates; given back as `choice` for a chain of the
-    same shapes, only that candidate is built (a network's repeated layers).
+    same shapes, only that candidate is built (a network's repeated layers).  The winner's k
+    is kept in the compile cache (compiler.compile_cache): on a hit only candidate k is built.
     """
     ops = check_ops(ops)
     for op in ops:              # bounded: a layer past compiler.sizes.MAX_TILES is refused before any candidate
         check_tiles(op.kind, op.output.shape, cfg)
+    key = compile_cache.key("search", ops, cfg, choice, segments)
+    hit = _hit(key)
+    if hit is not None:
+        return _search(ops, cfg, hit[0], segments)
+    try:
+        found = _search(ops, cfg, choice, segments)
+    except CompileError as exc:      # no candidate builds: remembered too (fusion tries many such chains)
+        compile_cache.put("search", key, ("error", str(exc)))
+        raise
+    compile_cache.put("search", key, (found[3], int(found[2][0])))
+    return found
+
+
+def cached_choice(ops: tuple[Op, ...], cfg: Config, choice: int | None = None) -> tuple[int, int] | None:
+    """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing
+    (CompileError if it holds the search's refusal)."""
+    return _hit(compile_cache.key("search", check_ops(ops), cfg, choice, None))
+
+
+def _hit(key: str | None) -> tuple[int, int] | None:
+    """The search entry under key: (k, predicted), None, or the refusal it records raised again."""
+    hit = compile_cache.get("search", key, valid_choice)
+    if hit is not None and hit[0] == "error":
+        raise CompileError(hit[1])
+    return hit
+
+
+def valid_choice(v: object) -> bool:
+    """Is v a search entry: (k >= 0, predicted cycles), or ("error", the CompileError's message)?"""
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "error":
+        return isinstance(v[1], str)
+    return isinstance(v, tuple) and len(v) == 2 and all(type(x) is int for x in v) and v[0] >= 0
+
+
+def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
+            segments: list | None) -> tuple[Schedule, KernelIR, Priced, int]:
     chosen = candidate(ops, cfg, choice, segments) if choice is not None else None
     if chosen is not None:           # only that candidate is built: the others would go unused
         found, order = {choice: chosen}, [choice]
@@ -490,7 +527,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
             why = str(exc)
     if not priced_all:
         if choice is not None:
-            return search(ops, cfg, segments=segments)
+            return _search(ops, cfg, None, segments)
         raise CompileError(f"{ops[0].kind} cannot be compiled for this configuration: {why}")
     # intermediates stay on chip where some finalist manages it (a ring may be dearer than a DDR scratch buffer)
     priced_all = [p for p in priced_all if not interleave.scratch(p[1])] or priced_all

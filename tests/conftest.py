@@ -10,6 +10,9 @@ declared for NNP_SLOW=1 was never used and is removed from pyproject.toml.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -17,6 +20,19 @@ import pytest
 from tests.helpers.machine import ins, program, small_config
 
 WARM_UP: dict[str, float] = {}      # what the warm-up took, for the summary line
+
+# The compile cache (compiler/compile_cache.py) is off for the suite, and pointed at a directory of the
+# run's own, so that the suite neither reads nor fills the user's cache.  Off rather than on: tests
+# monkeypatch the compiler's internals (interleave.RING_BOUND, say), which the cache's source digest
+# cannot see, and a test must exercise the compiler, not an entry an earlier test left.  The cache's
+# own tests (tests/compiler/test_compile_cache.py) turn it on in directories of their own.  NNP_JOBS=1:
+# no test's network build spawns a process pool unless it asks for one.
+CACHE_DIR = tempfile.mkdtemp(prefix="nnp-test-cache-")
+os.environ.update(NNP_CACHE="0", NNP_CACHE_DIR=CACHE_DIR, NNP_JOBS="1")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(CACHE_DIR, ignore_errors=True)
 
 
 def warm_up_numba():

@@ -29,9 +29,10 @@ import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from isa_spec.program import Program
 from nnpsim.config import Config, shape_target
 
-from .. import cost
+from .. import compile_cache, cost
 from ..assembler import assemble
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
@@ -40,9 +41,9 @@ from ..lowering.layout import layout_block
 from ..passes import emit, loops, sync
 from ..pipeline import refuse_broadcast
 from ..roofline import bound_cycles
-from ..search import best_schedule
+from ..search import best_schedule, cached_choice
 from ..structure import tiling_key
-from . import fusion, layout_plan
+from . import fusion, layout_plan, parallel
 from .layout_plan import best_price, with_layout
 from .link import Layer, label, link
 from .partition import Group, partition, per_node
@@ -105,10 +106,15 @@ class Kernels:
         return self.chosen.get(tiling_key(with_layout(g.ops, "nhwc")))
 
     def price(self, g: Group) -> int:
-        """Predicted cycles of the group's kernel alone (built only if no group of its structure was)."""
+        """Predicted cycles of the group's kernel alone (built only if no group of its structure was, and
+        the compile cache does not hold its search's choice: then the choice is recorded unbuilt)."""
         key = tiling_key(g.ops)
         if key not in self.prices:
-            self.compile(g)
+            hit = cached_choice(g.ops, self.cfg, self._hint(g, key))
+            if hit is None:
+                self.compile(g)
+            else:
+                self.chosen[key], self.prices[key] = hit
         return self.prices[key]
 
 
@@ -141,8 +147,22 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, b
     the benchmarks compare against.  layouts=False keeps every activation NCHW in DDR (no
     layout plan, no transforms); blocked=False plans NCHW and NHWC only (no blocked layout).
     """
-    with fewer_collections():
-        return _build_network(graph, cfg, fuse, layouts, blocked)
+    key = compile_cache.key("network", graph, cfg, fuse, layouts, blocked) if compile_cache.enabled() else None
+    hit = compile_cache.get("network", key, _whole_entry)
+    if hit is not None:
+        program, meta, asm, files, predicted = hit
+        return Library(program, meta, cfg, asm, files, predicted)
+    with fewer_collections(), compile_cache.remembered("search", parallel.prefetch(graph, cfg, fuse, layouts)):
+        lib = _build_network(graph, cfg, fuse, layouts, blocked)
+    compile_cache.put("network", key, (lib.program, lib.meta, lib.asm, lib.files, lib.predicted_cycles))
+    compile_cache.prune()
+    return lib
+
+
+def _whole_entry(v: object) -> bool:
+    """Is v a network entry as build_network writes it: (Program, meta, asm, files, predicted cycles)?"""
+    return (isinstance(v, tuple) and len(v) == 5 and isinstance(v[0], Program) and isinstance(v[1], dict)
+            and isinstance(v[2], str) and isinstance(v[3], dict) and type(v[4]) is int)
 
 
 def _build_network(graph, cfg: Config, fuse: bool, layouts: bool, blocked: bool) -> Library:
