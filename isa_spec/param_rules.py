@@ -62,6 +62,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.pool.sum": _VU_DEST + _VU_WINDOW,
     "vu.divr": _VU_DEST,
     "vu.mov": _VU_DEST,
+    "vu.lut": _VU_DEST,
     "vu.requant.f": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "vu.requant.fpc": _VU_DEST,
     "vu.fadd": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST),

@@ -133,7 +133,7 @@ def island_or(handler: Callable[[Importer, NodeProto], None], binary: bool) -> C
         """The node in a float island (an input is one), else its own handler."""
         isl = [i for i in range(min(len(node.input), 2 if binary else 1))
                if isinstance(im.input(node, i), Pending) and isinstance(im.input(node, i).make, _Island)]
-        if not isl:
+        if not isl and not (binary and _starts_island(im, node)):
             handler(im, node)
         elif binary:
             float_binary(im, node)
@@ -141,6 +141,14 @@ def island_or(handler: Callable[[Importer, NodeProto], None], binary: bool) -> C
             float_unary(im, node)
     wrapped.__doc__ = handler.__doc__
     return wrapped
+
+
+def _starts_island(im: Importer, node: NodeProto) -> bool:
+    """A binary op of a dequantised activation and a scalar constant whose result goes on to a float op (Gelu's
+    x / sqrt(2) before Erf), not straight to QuantizeLinear (a QDQ Sub / Div / Add / Mul of its own)."""
+    ins = [im.input(node, i) for i in range(min(len(node.input), 2))]
+    one_dq = sum(isinstance(s, DQ) for s in ins) == 1 and any(_scalar(im, node, i) for i in range(len(ins)))
+    return one_dq and any(op != "QuantizeLinear" for op in im.reader_ops(node.output[0]))
 
 
 def island_only(im: Importer, node: NodeProto) -> None:

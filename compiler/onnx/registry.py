@@ -41,6 +41,12 @@ class Op:
     runs: str = "NPU"                     # of RUNS
 
 
+def _float_binary(kind: str, what: str) -> Op:
+    """Sub, Div, Max or Min: onnxruntime's float32 op between DequantizeLinear and QuantizeLinear."""
+    return Op(elementwise.binary(kind), f"qdq_binary {kind}: onnxruntime's float32 {what} between "
+              f"DequantizeLinear and QuantizeLinear, on vu.f{kind} (QDQ, two inputs; either broadcast or a constant)", 2)
+
+
 def _ms(handler: Callable, becomes: str, max_inputs: int | None, **kw) -> Op:
     """An op of onnxruntime's com.microsoft domain."""
     return Op(handler, becomes, max_inputs, domains=(MS,), **kw)
@@ -96,11 +102,10 @@ OPS: dict[str, Op] = {
     "Constant": Op(shape.constant, "a constant", 0, forms=_ANY_FORM, runs="import"),
     "Shape": Op(fold.shape, "a constant (shapes are static)", 1, forms=_ANY_FORM, runs="import"),
     "Size": Op(fold.size, "a constant (shapes are static)", 1, forms=_ANY_FORM, runs="import"),
-    **{op_type: Op(elementwise.binary(kind), f"qdq_binary {kind}: onnxruntime's float32 {what} between "
-                   f"DequantizeLinear and QuantizeLinear, on vu.f{kind} (QDQ, two inputs; either broadcast or "
-                   f"a constant)", 2)
-       for op_type, kind, what in (("Sub", "sub", "a - b"), ("Div", "div", "a / b"), ("Max", "max", "max(a, b)"),
-                                   ("Min", "min", "min(a, b)"))},
+    "Sub": _float_binary("sub", "a - b"),
+    "Div": _float_binary("div", "a / b"),
+    "Max": _float_binary("max", "max(a, b)"),
+    "Min": _float_binary("min", "min(a, b)"),
     "ReduceMax": Op(reduce.reduce_max, "max_pool2d with the plane as its window (ReduceMax over H and W, int8 or "
                     "QDQ; keepdims = 0: then a reshape to [N, C])", 2),
     "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "

@@ -159,6 +159,7 @@ class Importer:
     aliases: dict = field(default_factory=dict)       # Value name -> further ONNX int8 tensor names
     float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
     uint8: set = field(default_factory=set)           # ONNX tensors whose quantised values are uint8
+    readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -168,6 +169,15 @@ class Importer:
         """Record why a node cannot be imported (the refusal groups these by op type)."""
         self.problems.append(Refusal(self.where(node), why, node.op_type or "?",
                                      self.node_names.get(id(node), node.name)))
+
+    def reader_ops(self, tensor: str) -> list[str]:
+        """The op types of the nodes that read an ONNX tensor (the graph's, mapped once)."""
+        if self.readers is None:
+            self.readers = {}
+            for n in self.model.graph.node:
+                for i in n.input:
+                    self.readers.setdefault(i, []).append(n.op_type)
+        return self.readers.get(tensor, [])
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""

@@ -8,8 +8,6 @@ and per-tensor multipliers).
 from __future__ import annotations
 
 import math
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +17,8 @@ from compiler import ops
 from compiler import reference as sem
 from compiler.errors import CompileError
 from compiler.quant import quantize_multiplier
+from tests.helpers.semantics_doc import DOC, PAGE, page_namespace
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 OPS = ["rshift_round", "requant", "scale_to_multiplier", "conv2d", "dense", "max_pool2d", "avg_pool2d",
        "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize",
        "conv2d_acc", "fma", "cvt", "requant_f32", "add_f32", "mul_f32", "avg_pool2d_f32",
@@ -29,18 +26,6 @@ OPS = ["rshift_round", "requant", "scale_to_multiplier", "conv2d", "dense", "max
 seeds = st.integers(0, 2**32 - 1)
 
 
-def page_namespace(text: str) -> dict:
-    """Run every python block of the page, in order, in one fresh namespace."""
-    blocks = list(BLOCK.finditer(text))
-    assert blocks, "no ```python blocks in docs/semantics.md"
-    ns: dict = {"__name__": "semantics_doc"}
-    for block in blocks:
-        lines_before = text.count("\n", 0, block.start(1))       # tracebacks point at the page's lines
-        exec(compile("\n" * lines_before + block.group(1), str(PAGE), "exec"), ns)
-    return ns
-
-
-DOC = page_namespace(PAGE.read_text())
 
 
 def test_page_defines_every_op():

@@ -17,27 +17,22 @@ import onnx
 import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import compiler
 from compiler import CompileError
+from tests.helpers.qdq import LEVELS, SCALES, F, dims, feeds_for, initializer
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
-F = TensorProto.FLOAT
 QDQ_OPS = {"sub": "Sub", "div": "Div", "max": "Max", "min": "Min", "add": "Add", "mul": "Mul"}
 B_FORMS = {"same": lambda c, h, w: (1, c, h, w), "channel": lambda c, h, w: (1, c, 1, 1),
            "channel-3d": lambda c, h, w: (c, 1, 1), "plane": lambda c, h, w: (1, 1, h, w),
            "scalar": lambda c, h, w: (1,)}
-SCALES = {"x": (0.05, 3), "b": (0.04, -7), "y": (0.07, -2)}
-
-
-def _init(name: str, value, dtype) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(value, dtype), name)
 
 
 def _model(nodes, inputs, c: int, h: int, w: int, inits) -> onnx.ModelProto:
     for k, (s, z) in SCALES.items():
-        inits += [_init("s" + k, s, np.float32), _init("z" + k, z, np.int8)]
+        inits += [initializer("s" + k, s, np.float32), initializer("z" + k, z, np.int8)]
     g = helper.make_graph(nodes + [helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])], "bin",
                           [helper.make_tensor_value_info(n, F, list(s)) for n, s in inputs],
                           [helper.make_tensor_value_info("out", F, [1, c, h, w])], initializer=inits)
@@ -60,10 +55,10 @@ def qdq_model(kind: str, c: int, h: int, w: int, b_shape: tuple, b: str, swap: b
     elif b == "const":
         q = rng.integers(-128, 128, b_shape).astype(np.int8)
         q[q == SCALES["b"][1]] = 1         # no zero divisor
-        inits.append(_init("bq", q, np.int8))
+        inits.append(initializer("bq", q, np.int8))
     if b == "float":
         value = float(rng.choice([-1, 1]) * rng.uniform(0.2, 6))
-        inits.append(_init("bf", np.full(b_shape, value), np.float32))
+        inits.append(initializer("bf", np.full(b_shape, value), np.float32))
     else:
         nodes.append(helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bf"]))
     operands = ["bf", "xf"] if swap else ["xf", "bf"]
@@ -82,7 +77,7 @@ def qlinear_model(kind: str, c: int, h: int, w: int, b_shape: tuple, b: str, swa
         inputs.append(("b", b_shape))
         nodes.append(helper.make_node("QuantizeLinear", ["b", "sb", "zb"], ["bq"]))
     elif b == "const":
-        inits.append(_init("bq", rng.integers(-128, 128, b_shape), np.int8))
+        inits.append(initializer("bq", rng.integers(-128, 128, b_shape), np.int8))
     bname = "xq" if b == "self" else "bq"
     bscale = ["sx", "zx"] if b == "self" else ["sb", "zb"]
     pair = [[bname, *bscale], ["xq", "sx", "zx"]] if swap else [["xq", "sx", "zx"], [bname, *bscale]]
@@ -112,18 +107,7 @@ def run_ours(model: onnx.ModelProto, feeds: dict) -> tuple[np.ndarray, compiler.
     return y, g
 
 
-def feeds_for(model: onnx.ModelProto, seed: int) -> dict:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for i in model.graph.input:
-        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
-        out[i.name] = (rng.standard_normal(shape) * 2.5).astype(np.float32)
-    return out
-
-
-LEVELS = {"default": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
 SETTINGS = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-dims = dict(seed=st.integers(0, 2**32 - 1), c=st.integers(1, 40), h=st.integers(1, 13), w=st.integers(1, 37))
 
 
 @pytest.mark.parametrize("kind", ["sub", "div", "max", "min"])

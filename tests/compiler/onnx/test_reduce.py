@@ -11,7 +11,7 @@ from onnx import helper
 
 import compiler
 
-from tests.compiler.onnx.test_elementwise import LEVELS, SCALES, F, _init, dims, feeds_for
+from tests.helpers.qdq import LEVELS, SCALES, F, dims, feeds_for, initializer
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -25,8 +25,8 @@ def reduce_max_model(c: int, h: int, w: int, keepdims: int, opset: int) -> onnx.
              helper.make_node("ReduceMax", inputs, ["r"], keepdims=keepdims, **axes),
              helper.make_node("QuantizeLinear", ["r", "sx", "zx"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "sx", "zx"], ["out"])]
-    inits = [_init("sx", SCALES["x"][0], np.float32), _init("zx", SCALES["x"][1], np.int8)]
-    inits += [_init("axes", [2, 3], np.int64)] if opset >= 18 else []
+    inits = [initializer("sx", SCALES["x"][0], np.float32), initializer("zx", SCALES["x"][1], np.int8)]
+    inits += [initializer("axes", [2, 3], np.int64)] if opset >= 18 else []
     out = [1, c, 1, 1] if keepdims else [1, c]
     g = helper.make_graph(nodes, "rmax", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
                           [helper.make_tensor_value_info("out", F, out)], initializer=inits)

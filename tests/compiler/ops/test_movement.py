@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from compiler import CompileError, build, ops
 from compiler.lowering.movement import dense_range, merged_transpose
-from tests.compiler.test_reference_doc import DOC
+from tests.helpers.semantics_doc import DOC
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

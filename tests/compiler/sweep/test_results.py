@@ -194,15 +194,18 @@ def test_bad_options_and_paths_are_refused_before_any_point(tmp_path, capsys):
 
 
 def test_a_huge_layer_is_refused_when_the_file_is_read(tmp_path):
-    """A 1x4x100000x100000 conv: refused by the size check in load_sweep (no tiling search runs there)."""
-    text = "[sweep]\n" + LAYER.replace("[1, 3, 5, 7]", "[1, 4, 100000, 100000]")
+    """A layer too large for every machine of the sweep: refused by the size check in load_sweep (no tiling
+    search runs there); one past 32-bit DDR addresses by the op's own check (compiler.sizes)."""
+    text = "[sweep]\n" + LAYER.replace("[1, 3, 5, 7]", "[1, 4, 10000, 10000]")
     with pytest.raises(SweepError, match=r"sweep.layer\[0\]: conv2d: its tensors take [\d,]+ bytes, "
                                          r"more than the 268,435,456 bytes of DDR"):
         load_sweep(write(tmp_path, text))
-    # a larger DDR on one axis is the largest machine's
+    # a larger DDR on one axis is the largest machine's: there the layer fits
     bigger = text + "[axes]\n'memory.ddr.size' = [268435456, 4294967296]\n"
-    with pytest.raises(SweepError, match="more than the 4,294,967,296 bytes"):
-        load_sweep(write(tmp_path, bigger))
+    assert load_sweep(write(tmp_path, bigger)) is not None
+    huge = "[sweep]\n" + LAYER.replace("[1, 3, 5, 7]", "[1, 4, 100000, 100000]")
+    with pytest.raises(SweepError, match=r"sweep.layer\[0\]: conv2d: .* more than the 4,294,967,296 a 32-bit"):
+        load_sweep(write(tmp_path, huge))
 
 
 def test_non_utf8_files_give_one_line(tmp_path):
