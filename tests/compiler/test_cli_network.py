@@ -173,10 +173,10 @@ def test_a_program_for_another_machine_or_too_big_for_ddr_is_one_line(net, capsy
         code, out, err = nnpc(capsys, "run", "tiny.nnp", "--input", "x.npy", "--config", tmp_path / "two.toml")
         one_error_line("nnpc", code, err, "tiny.nnp", "built for another machine", "nu.count = 1")
         code, out, err = nnpc(capsys, "run", "tiny.nnp", "--input", "x.npy", "--config", tmp_path / "small.toml")
-        one_error_line("nnpc", code, err, "tiny.nnp", "does not fit DDR of 0x1000 bytes")
+        one_error_line("nnpc", code, err, "tiny.nnp", "does not fit the configured DDR of 0x1000 bytes")
         code, out, err = nnpc(capsys, "compile", "tiny.onnx", "-o", tmp_path / "s.nnp",
                               "--config", tmp_path / "small.toml")
-    one_error_line("nnpc", code, err, "tiny.onnx", "cannot run on this machine", "does not fit DDR of 0x1000")
+    one_error_line("nnpc", code, err, "the network", "does not fit the configured DDR of 0x1000")
     assert code == 1 and not (tmp_path / "s.nnp").exists()
 
 
