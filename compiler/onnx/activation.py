@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import ops
 from ..graph import QuantParams
-from .state import DQ, Attr, Const, Importer, Pending, Problem, Q
+from .state import DQ, Attr, Const, Importer, Pending, Problem, Q, as_int8
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -222,7 +222,9 @@ def _table_model(im: Importer, nodes: list, feeds: dict, out: str, blame: NodePr
             s = im.state.get(i)
             if not isinstance(s, Const) or s.array.size != 1:
                 raise Problem(blame, f"{i!r} is not a scalar constant: a table is a function of one activation")
-            inits.append(onnx.numpy_helper.from_array(s.array, i))
+            # a uint8 zero point (the island's QuantizeLinear) as the importer holds uint8: q - 128
+            value = as_int8(s.array) if s.array.dtype == np.uint8 else s.array
+            inits.append(onnx.numpy_helper.from_array(value, i))
             seen.add(i)
     graph = h.make_graph(pre + list(nodes), "nnp_table",
                          [h.make_tensor_value_info("nnp_codes", onnx.TensorProto.INT8, [len(PROBE)])],

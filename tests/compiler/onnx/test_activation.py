@@ -51,10 +51,12 @@ ISLANDS = {
 QOPS = ("QLinearSigmoid", "QLinearLeakyRelu")
 
 
-def model(shape, sx, zx, sy, zy, island=None, qop=None, conv=None):
-    """x -> QuantizeLinear -> [QLinearConv ->] the activation -> DequantizeLinear -> y."""
+def model(shape, sx, zx, sy, zy, island=None, qop=None, conv=None, zdtype=np.int8):
+    """x -> QuantizeLinear -> [QLinearConv ->] the activation -> DequantizeLinear -> y (zdtype: the
+    activations' type, int8 or uint8 with the zero points given in int8's range, moved by 128)."""
+    shift = 128 if zdtype == np.uint8 else 0
     inits = [numpy_helper.from_array(np.array(v, dt), k) for k, v, dt in
-             [("sx", sx, np.float32), ("zx", zx, np.int8), ("sy", sy, np.float32), ("zy", zy, np.int8)]]
+             [("sx", sx, np.float32), ("zx", zx + shift, zdtype), ("sy", sy, np.float32), ("zy", zy + shift, zdtype)]]
     nodes = [node("QuantizeLinear", ["x", "sx", "zx"], ["xq"])]
     out_shape, opset = list(shape), 13
     if conv is not None:
@@ -129,6 +131,23 @@ def test_qlinear_lookup_ops_are_bit_exact(qop, shape, q, seed):
 def test_qdq_islands_are_one_lut_and_bit_exact(island, shape, q, seed):
     g = compare(model(shape, *q, island=island), shape, seed)
     assert [n.op.kind for n in g.nodes][-1] == "lut" and len(g.nodes) <= 2    # Relu6 is a clip before it
+
+
+@pytest.mark.parametrize("island", ["HardSwish", "SiLU x*Sigmoid(x)"])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=shapes, q=scales, seed=st.integers(0, 2**16))
+def test_uint8_islands_are_bit_exact(island, shape, q, seed):
+    """A uint8 island's table is built on the int8 view of its codes (the QuantizeLinear's zero point too)."""
+    m = model(shape, *q, island=island, zdtype=np.uint8)
+    mod = compiler.GraphModule(compiler.build(compiler.from_onnx(m)))
+    x = (np.random.default_rng(seed).standard_normal(shape) * 4).astype(np.float32)
+    mod.set_input(0, x)
+    mod.run(check_races=True)
+    for level in LEVELS:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        want = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        np.testing.assert_array_equal(mod.get_output(0), want[0], err_msg=level)
 
 
 @pytest.mark.parametrize("act", ["QLinearSigmoid", "SiLU x*Sigmoid(x)", "HardSwish"])
