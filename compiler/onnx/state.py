@@ -167,8 +167,8 @@ class Importer:
 
     def node_problem(self, node: NodeProto, why: str) -> None:
         """Record why a node cannot be imported (the refusal groups these by op type)."""
-        self.problems.append(Refusal(self.where(node), why, node.op_type or "?",
-                                     self.node_names.get(id(node), node.name)))
+        op = node.op_type.decode("utf-8", "replace") if isinstance(node.op_type, bytes) else node.op_type
+        self.problems.append(Refusal(self.where(node), why, op or "?", self.node_names.get(id(node), node.name)))
 
     def reader_ops(self, tensor: str) -> list[str]:
         """The op types of the nodes that read an ONNX tensor (the graph's, mapped once)."""

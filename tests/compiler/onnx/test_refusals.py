@@ -71,3 +71,14 @@ def test_reasons_within_an_op_type_and_other_problems():
                      "  initializer 'w': cannot be read",
                      "Supported ONNX ops: Conv (docs/operators.md says what each takes).  advice."]
     assert report(rows[3:], ["Conv"], "a.").splitlines()[0] == "cannot import the ONNX model: 1 problem"
+
+
+def test_an_op_type_that_is_not_utf8_is_listed_not_a_crash():
+    """protobuf hands back an op type of invalid UTF-8 as bytes (the fuzzer's find): sorted with the others."""
+    raw = _model(["Hardmax", "LpNormalization"], branches=1).SerializeToString()
+    assert raw.count(b"Hardmax") >= 1
+    with pytest.raises(CompileError) as e:
+        from_onnx(raw.replace(b"Hardmax", b"Hard\xffax"))
+    first = str(e.value).splitlines()[0]
+    assert "internal error" not in str(e.value) and first.startswith("cannot import the ONNX model: ")
+    assert "Hard\ufffdax" in str(e.value)
