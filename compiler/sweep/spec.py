@@ -353,7 +353,7 @@ def _named(name: str, key: str, model: dict, root: Path, where: _Where) -> Workl
 def _layer(t: dict, index: int, where: _Where, ddr: int) -> Workload:
     key = f"sweep.layer[{index}]"
     op = t.get("op")
-    if op not in LAYER_OPS:
+    if not isinstance(op, str) or op not in LAYER_OPS:
         where.fail(f"{key}.op", f"must be one of {', '.join(LAYER_OPS)}, got {op!r}")
     _known(t, LAYER_COMMON + LAYER_OPS[op], f"{key}.", where)
     for k in REQUIRED[op]:

@@ -189,6 +189,7 @@ BAD = [
     ("[sweep]\nworkloads = ['missing.onnx']\n", "sweep.workloads[0]", "cannot read the ONNX file"),
     ("[sweep]\n" + LAYER + "stride = 1\nsize = 3\n", "sweep.layer[0].size", "unknown key"),
     ("[sweep]\n" + LAYER.replace("op = \"conv2d\"", "op = \"conv3d\""), "sweep.layer[0].op", "must be one of"),
+    ("[sweep]\n" + LAYER.replace("op = \"conv2d\"", "op = []"), "sweep.layer[0].op", "must be one of"),
     ("[sweep]\nworkloads = ['tiny']\nsample = 'random'\nn = 5\n[axes]\n'nu.rows' = [8, 16]\n", "sweep.n",
      "more than the 2 points"),
     ("[sweep]\nworkloads = ['tiny']\nsample = 'latin'\n", "sweep.sample", "must be one of"),
