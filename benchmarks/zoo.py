@@ -24,8 +24,6 @@ layers' bounds and against the MAC bound, and compile time.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import os
 import sys
 import tempfile
@@ -40,6 +38,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tables import FLAG, markdown, write_table  # noqa: E402  benchmarks/tables.py (benchmarks/ is on sys.path)
+
+from compiler.models import quiet  # noqa: E402
 
 ZOO_EXTRA = "pip install -e '.[zoo]' (torch, torchvision, timm, ultralytics)"
 VARIANTS = ("qoperator-int8-pc", "qdq-int8-pc", "qoperator-uint8-pt", "qdq-uint8-pt")
@@ -152,7 +152,7 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
-        with warnings.catch_warnings(), _quiet():
+        with warnings.catch_warnings(), quiet():
             warnings.simplefilter("ignore")
             write(tmp)
         os.chmod(tmp, 0o644)
@@ -160,17 +160,6 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence the exporter's and the quantiser's advice (logged on the root logger)."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(previous)
 
 
 def exported(name: str, cache: Path) -> Path:

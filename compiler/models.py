@@ -16,7 +16,7 @@ import logging
 import math
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def quantize(model: ModelProto, fmt: str = "qoperator", *, seed: int = 0, sample
     _check_int("samples", samples, 1)
     quant_format = qz.QuantFormat.QOperator if fmt == "qoperator" else qz.QuantFormat.QDQ
     reader = RandomReader(model, samples, seed)
-    with tempfile.TemporaryDirectory(prefix="nnp-quant-") as tmp, _quiet():
+    with tempfile.TemporaryDirectory(prefix="nnp-quant-") as tmp, quiet():
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(model, str(src))      # quantize_static edits a ModelProto in place: give it a file
         qz.quantize_static(str(src), str(dst), reader, quant_format=quant_format, per_channel=per_channel,
@@ -334,7 +334,7 @@ def _quantization():
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet() -> Iterator[None]:
     """Silence quantize_static's advice to pre-process (logged on the root logger)."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
