@@ -65,6 +65,7 @@ class Softmax(Op):
     y_scale: np.float32
     zp_out: int = 0
     axis: int = -1
+    coerced: bool = False               # opsets before 13: the dims from axis on are one row (ONNX's 2-D view)
     kind: str = field(init=False, default="softmax")
     lowered: ClassVar[bool] = True      # vu.softmax, tiles of whole rows (compiler/lowering/softmax.py)
 
@@ -73,15 +74,14 @@ class Softmax(Op):
 
     @property
     def row(self) -> int:
-        """The length of the axis the softmax runs over."""
-        return self.shape[self.axis]
+        """The length of the rows the softmax runs over: the axis, or the dims from it on when coerced."""
+        return int(np.prod(self.shape[self.axis:], dtype=np.int64)) if self.coerced else self.shape[self.axis]
 
     @property
     def view(self) -> tuple[int, int, int]:
-        """(outer, row, inner): the tensor as the dims before the axis, the axis, the dims after it."""
-        a = self.axis
-        return int(np.prod(self.shape[:a], dtype=np.int64)), self.row, int(np.prod(self.shape[a + 1:],
-                                                                                    dtype=np.int64))
+        """(outer, row, inner): the tensor as the dims before the axis, the row, the dims after it."""
+        outer = int(np.prod(self.shape[:self.axis], dtype=np.int64))
+        return outer, self.row, int(np.prod(self.shape, dtype=np.int64)) // (outer * self.row)
 
     @property
     def table_bytes(self) -> int:
@@ -101,12 +101,17 @@ class Softmax(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
+        if self.coerced:
+            rows = arrays[0].reshape(self.view[:2])
+            return softmax_rows(rows, self.table(), out_multiplier(self.y_scale), self.zp_out).reshape(self.shape)
         rows = np.moveaxis(arrays[0], self.axis, -1)
         return np.moveaxis(softmax_rows(rows, self.table(), out_multiplier(self.y_scale), self.zp_out), -1, self.axis)
 
 
-def softmax(shape, *, x_scale, y_scale, zp_out: int = 0, axis: int = -1) -> Softmax:
-    """The int8 softmax over `axis` (default the last) of shape, onnxruntime's QLinearSoftmax: float32 scales."""
+def softmax(shape, *, x_scale, y_scale, zp_out: int = 0, axis: int = -1, coerced: bool = False) -> Softmax:
+    """The int8 softmax over `axis` (default the last) of shape, onnxruntime's QLinearSoftmax: float32 scales;
+    coerced: over the dims from axis on as one row (Softmax before opset 13)."""
     shape = shape_arg("shape", shape)
     return Softmax(shape, f32_scale_arg("x_scale", x_scale), f32_scale_arg("y_scale", y_scale),
-                   int_arg("zp_out", zp_out, *INT8), int_arg("axis", axis, -len(shape), len(shape) - 1))
+                   int_arg("zp_out", zp_out, *INT8), int_arg("axis", axis, -len(shape), len(shape) - 1),
+                   bool(coerced))
