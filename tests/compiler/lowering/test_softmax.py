@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import CompileError, build, ops
+from compiler.quant import quantize_multipliers
 from nnpsim.config import Config
 from tests.helpers.mutation import kill_all
 
@@ -69,3 +70,17 @@ def test_every_removed_wait_is_caught(shape, axis):
     assert "exponential table -> vbuf" in kernel.asm and kernel.asm.count("vu.softmax vu0") > 3
     x = np.random.default_rng(3).integers(-128, 128, op.shape).astype(np.int8)
     kill_all(kernel, [x], f"softmax {shape} axis {axis}")
+
+
+def test_conv_then_softmax_reads_the_intermediate_from_dm():
+    """conv2d -> softmax over its channels in one build: the intermediate stays in DM, the softmax's tiles
+    load from there."""
+    rng = np.random.default_rng(0)
+    m, s = quantize_multipliers(rng.uniform(0.3, 1, 64) / 800)
+    conv = ops.conv2d((1, 8, 4, 25), rng.integers(-128, 128, (64, 8, 1, 1)).astype(np.int8), None,
+                      multiplier=m, shift=s)
+    op = ops.softmax(conv.output.shape, x_scale=0.05, y_scale=1 / 256, zp_out=-128, axis=1)
+    kernel = build(conv, op)
+    x = rng.integers(-128, 128, (1, 8, 4, 25)).astype(np.int8)
+    assert np.array_equal(kernel(x, check_races=True), op.reference(conv.reference(x)))
+    assert kernel.predicted_cycles == kernel.stats.cycles and "stays on chip in DM" in kernel.asm
