@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compiler.ops.softmax import exp_table, out_multiplier, softmax_rows
 from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.units import VU_OPS, vu_exec, vu_work
@@ -498,7 +499,6 @@ def test_vu_lut_duration():
 def _softmax_case(rng, rows: int, row: int, x_scale: float, y_scale: float, zp: int):
     """Memory holding random int8 rows (row-major, or each row's elements strided by `rows` when
     transposed) and onnxruntime's exponential table, the command's parameters, and the numpy model's rows."""
-    from compiler.ops.softmax import exp_table, out_multiplier, softmax_rows
     x = rng.integers(-128, 128, (rows, row)).astype(np.int8)
     table_at = -(-rows * row // 4) * 4
     mem = np.zeros(table_at + 1024 + rows * row, np.uint8)
