@@ -123,8 +123,8 @@ OPS["Softmax"] = Op(softmax.softmax, "softmax on vu.softmax: onnxruntime's QLine
                     "ORT_ENABLE_ALL fuses DQ -> Softmax -> Q into)", 1, constraints="any axis (before opset 13: "
                     "the dims from the axis on as one row); per-tensor scales; no Relu / Clip after it")
 OPS["QLinearSoftmax"] = _ms(softmax.qlinear_softmax, "softmax on vu.softmax (onnxruntime's QLinearSoftmax)", 5,
-                            constraints="any axis (opset < 13: the dims from the axis on as one row); per-tensor "
-                            "scales")
+                            constraints="any axis, default -1 (opset < 13: the dims from the axis on as one "
+                            "row); per-tensor scales")
 
 
 # unary activations as lookup tables (activation.py): the QLinear ops, the float ops of a QDQ island,

@@ -1,8 +1,9 @@
 """Softmax on vu.softmax: QLinearSoftmax (com.microsoft, quantize_static's QOperator form) and Softmax
 between DequantizeLinear and QuantizeLinear (QDQ).
 
-The axis: Softmax from opset 13, and QLinearSoftmax with opset >= 13, take one axis (default -1);
-before 13 (default axis 1) the dims from the axis on are one row, ONNX's coerced 2-D view.  Either runs on
+The axis: Softmax from opset 13, and QLinearSoftmax with opset >= 13, take one axis; before 13 the dims
+from the axis on are one row, ONNX's coerced 2-D view.  The default axis is -1, but 1 for Softmax before
+opset 13 (QLinearSoftmax's schema gives -1 whatever its opset: onnxruntime 1.32 runs it so).  Either runs on
 the NPU over any axis: the lowering walks the rows along it in place (compiler/lowering/softmax.py), so
 YOLOv8's DFL softmax over 16 channels needs no Transpose.  The arithmetic is onnxruntime's QLinearSoftmax
 (compiler/ops/softmax.py): at ORT_ENABLE_ALL onnxruntime fuses DequantizeLinear -> Softmax ->
@@ -24,10 +25,8 @@ if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in lo
 OPSET13 = 13
 
 
-def _axis(node: NodeProto, axis: int | None, opset: int, rank: int) -> tuple[int, bool]:
+def _axis(node: NodeProto, axis: int, opset: int, rank: int) -> tuple[int, bool]:
     """(axis, coerced) of a softmax of a rank-`rank` tensor at `opset`; Problem for an axis out of range."""
-    if axis is None:
-        axis = 1 if opset < OPSET13 else -1
     if not -rank <= axis < rank:
         raise Problem(node, f"axis = {axis} is out of range for an input of rank {rank}")
     axis %= rank
@@ -49,7 +48,7 @@ def _op(node: NodeProto, shape: tuple[int, ...], axis: int, coerced: bool, xq: Q
 
 def qlinear_softmax(im: Importer, node: NodeProto) -> None:
     """QLinearSoftmax(X, X_scale, X_zp, Y_scale, Y_zp; axis, opset) (com.microsoft)."""
-    at = im.attrs(node, {"axis": Attr("int"), "opset": Attr("int")})
+    at = im.attrs(node, {"axis": Attr("int", -1), "opset": Attr("int")})   # the schema's default, any opset
     if at["opset"] is None:
         raise Problem(node, "has no opset attribute (onnxruntime requires one)")
     x = im.int8(node, 0, "X")
@@ -63,10 +62,10 @@ def qlinear_softmax(im: Importer, node: NodeProto) -> None:
 
 def softmax(im: Importer, node: NodeProto) -> None:
     """Softmax in QDQ: pending until the QuantizeLinear after it gives the output's scale."""
-    at = im.attrs(node, {"axis": Attr("int")})
+    opset = next((o.version for o in im.model.opset_import if o.domain in ("", "ai.onnx")), OPSET13)
+    at = im.attrs(node, {"axis": Attr("int", 1 if opset < OPSET13 else -1)})
     x = im.dequantised(node, 0, "input")
     shape = im.shape(x.value)
-    opset = next((o.version for o in im.model.opset_import if o.domain in ("", "ai.onnx")), OPSET13)
     axis, coerced = _axis(node, at["axis"], opset, len(shape))
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:

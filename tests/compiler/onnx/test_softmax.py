@@ -79,11 +79,13 @@ def _dfl(anchors: int, opset: int = 17):
 
 
 @pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
-def test_dfl_head_quantised_by_onnxruntime(fmt):
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_dfl_head_quantised_by_onnxruntime(fmt, dtype):
     """QOperator (QLinearSoftmax) equals onnxruntime at both levels; QDQ (DQ -> Softmax -> Q) equals it at
     ORT_ENABLE_ALL (which fuses it into QLinearSoftmax), and at ORT_DISABLE_ALL (MLAS's float Softmax) lies
-    within the two levels' difference on every element."""
-    model = models.quantize(_dfl(37), fmt, seed=2, samples=3)
+    within the two levels' difference on every element; uint8 activations and weights alike (held as int8,
+    q - 128: the softmax of the shifted codes is the same)."""
+    model = models.quantize(_dfl(37), fmt, seed=2, samples=3, activations=dtype, weights=dtype)
     assert any(n.op_type == ("QLinearSoftmax" if fmt == "qoperator" else "Softmax") for n in model.graph.node)
     x = np.random.default_rng(5).standard_normal((1, 8, 1, 37)).astype(np.float32)
     lib = compiler.build(from_onnx(model))
@@ -99,27 +101,37 @@ def test_dfl_head_quantised_by_onnxruntime(fmt):
     assert (np.abs(got - unfused) <= np.abs(fused - unfused)).all()
 
 
-def test_qdq_softmax_keeps_onnxruntimes_argmax_unfused():
-    """DQ -> Softmax -> Q alone, at ORT_DISABLE_ALL (float Softmax, then QuantizeLinear): the compiled
-    result takes its maximum at the position onnxruntime's does, in every row."""
-    rng = np.random.default_rng(8)
-    shape = (1, 16, 4, 50)
+def _qdq_softmax_model(shape, opset: int, **axis):
+    """DequantizeLinear -> Softmax (axis as given, or the opset's default) -> QuantizeLinear of int8 x."""
     inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.08]), helper.make_tensor("z", TensorProto.INT8, [], [3]),
              helper.make_tensor("ys", TensorProto.FLOAT, [], [1 / 256]), helper.make_tensor("yz", TensorProto.INT8, [], [-128])]
     nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
-             helper.make_node("Softmax", ["f"], ["g"], axis=1),
+             helper.make_node("Softmax", ["f"], ["g"], **axis),
              helper.make_node("QuantizeLinear", ["g", "ys", "yz"], ["y"])]
     graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.INT8, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.INT8, shape)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 9
-    q = rng.integers(-128, 128, shape).astype(np.int8)
+    return model
+
+
+@pytest.mark.parametrize("shape, opset, axis", [((1, 16, 4, 50), 17, {"axis": 1}), ((2, 3, 7), 11, {}),
+                                                ((2, 3, 7), 11, {"axis": 2}), ((4, 9), 13, {})])
+def test_qdq_softmax_is_fused_onnxruntime_and_keeps_the_unfused_argmax(shape, opset, axis):
+    """DQ -> Softmax -> Q alone (opset 11's default axis 1 takes the dims from it on as one row): equal to
+    onnxruntime at ORT_ENABLE_ALL; at ORT_DISABLE_ALL (float Softmax, then QuantizeLinear) within the two
+    levels' difference, its maximum in every row where onnxruntime's is."""
+    model = _qdq_softmax_model(shape, opset, **axis)
+    q = np.random.default_rng(8).integers(-128, 128, shape).astype(np.int8)
     got = _run(model, q)
     fused, unfused = (_ort(model, {"x": q}, level)[0] for level in LEVELS)
     np.testing.assert_array_equal(got, fused)
     mine, theirs = got.astype(np.int32), unfused.astype(np.int32)
-    assert (np.take_along_axis(mine, theirs.argmax(axis=1)[:, None], 1) == mine.max(axis=1, keepdims=True)).all()
     assert (np.abs(mine - theirs) <= np.abs(fused.astype(np.int32) - theirs)).all()
+    a = axis.get("axis", 1 if opset < 13 else -1) % len(shape)
+    rows = (-1, int(np.prod(shape[a:]))) if opset < 13 else None
+    m, t = (v.reshape(rows) if rows else np.moveaxis(v, a, -1) for v in (mine, theirs))
+    assert (np.take_along_axis(m, t.argmax(axis=-1)[..., None], -1) == m.max(axis=-1, keepdims=True)).all()
 
 
 @pytest.mark.parametrize("attrs, match", [
