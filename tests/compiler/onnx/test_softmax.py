@@ -147,3 +147,24 @@ def test_qlinear_softmax_refusals_name_the_node(attrs, match):
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(compiler.CompileError, match=match):
         from_onnx(m)
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("axis", [1, -1])
+def test_softmax_between_convs_in_a_network(fmt, axis):
+    """Conv -> Softmax (over the channels, or the rows of a plane) -> Conv as one program: the softmax reads
+    and writes NCHW whatever layouts the convs take; equal to onnxruntime's fused level on every element."""
+    net = Net("conv_softmax_conv", (1, 8, 14, 14), seed=3)
+    c = net.conv(net.input, 40, 3, act="relu")
+    net.output(net.conv(net._node("Softmax", [c], (1, 40, 14, 14), axis=axis), 24, 3, act=None))
+    model = models.quantize(net.model(), fmt, seed=2, samples=3)
+    x = np.random.default_rng(5).standard_normal((1, 8, 14, 14)).astype(np.float32)
+    lib = compiler.build(from_onnx(model))
+    assert "vu.softmax" in lib.asm
+    m = GraphModule(lib)
+    m.set_input(0, x)
+    m.run(check_races=True)
+    fused, unfused = (_ort(model, {"input": x}, level)[0] for level in LEVELS)
+    np.testing.assert_array_equal(m.get_output(0), fused)
+    if fmt == "qoperator":
+        np.testing.assert_array_equal(m.get_output(0), unfused)
