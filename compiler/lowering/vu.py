@@ -677,7 +677,8 @@ class PoolLowering:
                            comment=f"{self.name}: counts of rows {oh0}..{oh0 + th - 1} -> {cnt.name}"))
         return Ref(cnt)
 
-    def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int, phase: int = 0) -> Vu:
+    def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int,
+                phase: int = 0) -> Vu:
         """The window command of a tile of cc channels x th output rows on `mnemonic` (counts: b of an
         average; phase: vu.phase of a ReduceMean's first plane)."""
         op, iw = self.op, self.iw
