@@ -125,3 +125,35 @@ def test_reduce_mean_refuses_other_axes_in_one_line(change, message):
     change(m)
     with pytest.raises(compiler.CompileError, match=message):
         compiler.from_onnx(m)
+
+
+@pytest.mark.parametrize("fmt, activations", [("qoperator", "int8"), ("qdq", "int8"), ("qoperator", "uint8")])
+def test_reduce_mean_as_quantize_static_writes_it(fmt, activations):
+    """onnxruntime's quantize_static leaves ReduceMean between DequantizeLinear and QuantizeLinear in both
+    formats (no QLinear form); conv -> ReLU -> ReduceMean -> Gemm, MnasNet's head, imports and runs on the NPU:
+    bit-exact with onnxruntime in QOperator form, and in QDQ form between its two levels' results (its DQ ->
+    Conv -> Q runs in float at ORT_DISABLE_ALL) and equal to ORT_ENABLE_ALL's."""
+    from compiler import models
+    net = models.Net("head", (1, 8, 9, 11), seed=3)
+    net.output(net.gemm(net.reduce_mean(net.conv(net.input, 40, 3, 1, act="relu")), 10))
+    model = models.quantize(net.model(), fmt, seed=2, samples=3, activations=activations)
+    kinds = [n.op_type for n in model.graph.node]
+    at = kinds.index("ReduceMean")
+    assert kinds[at - 1] == "DequantizeLinear" and kinds[at + 1] == "QuantizeLinear"
+    x = np.random.default_rng(4).standard_normal((1, 8, 9, 11)).astype(np.float32)
+    mod = compiler.GraphModule(compiler.build(compiler.from_onnx(model)))
+    assert "vu.pool.fmean" in mod.lib.asm
+    mod.set_input(0, x)
+    mod.run(check_races=True)
+    y = mod.get_output(0)
+    outs = []
+    for level in LEVELS.values():
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        outs.append(ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
+            None, {model.graph.input[0].name: x})[0])
+    np.testing.assert_array_equal(y, outs[0])
+    if fmt == "qoperator":
+        np.testing.assert_array_equal(y, outs[1])
+    else:
+        assert ((np.minimum(*outs) <= y) & (y <= np.maximum(*outs))).all()
