@@ -10,10 +10,12 @@ and the instruction the compiler chose.  The integer forms run vu.pool.avg /
 vu.pool.acc or, where the cost model prices it lower, the sliding-window
 engine's vu.slide.avg / vu.slide.acc (each input byte of a plane read once);
 the float forms are onnxruntime's QLinearGlobalAveragePool (vu.pool.acc then
-vu.requant.f) and QLinearAveragePool (vu.slide.favg, or vu.pool.favg).  An
+vu.requant.f) and QLinearAveragePool (vu.slide.favg, or vu.pool.favg), and
+ReduceMean over the plane between DequantizeLinear and QuantizeLinear
+(vu.pool.fmean: onnxruntime's float32 sum in its order).  An
 average that does not count padding reads a count an output; on the engine
 its windows without padding take one count a plane and only the border bands
-the table.  Target: every average, global average and sum pool at <= 1.5x its
+the table.  Target: every average, global average, sum pool and mean at <= 1.5x its
 bound (the exit status is 1 if one is missed or not bit-exact).
 """
 from __future__ import annotations
@@ -59,6 +61,9 @@ def cases() -> list[tuple[str, object]]:
          ops.avg_pool2d((1, 64, 28, 28), 3, 1, 1, x_zp=1, **nopad, **F)),
         ("avg 3x3/1 pad 1 256x35x35 (Inception), float, no pad count",
          ops.avg_pool2d((1, 256, 35, 35), 3, 1, 1, x_zp=-4, **nopad, **F)),
+        ("reduce mean 1280x7x7 (MnasNet)", ops.reduce_mean((1, 1280, 7, 7), x_zp=5, **F)),
+        ("reduce mean 1024x7x7 (ShuffleNetV2)", ops.reduce_mean((1, 1024, 7, 7), x_zp=-1, **F)),
+        ("reduce mean 512x14x14", ops.reduce_mean((1, 512, 14, 14), x_zp=-2, **F)),
     ]
 
 

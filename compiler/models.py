@@ -195,6 +195,11 @@ class Net:
         n, c = self.shapes[x][:2]
         return self._node("GlobalAveragePool", [x], (n, c, 1, 1))
 
+    def reduce_mean(self, x: str, keepdims: int = 0) -> str:
+        """ReduceMean over H and W (axes [2, 3]): the head torchvision's MnasNet and ShuffleNetV2 export."""
+        n, c = self.shapes[x][:2]
+        return self._node("ReduceMean", [x], (n, c, 1, 1) if keepdims else (n, c), axes=[2, 3], keepdims=keepdims)
+
     def flatten(self, x: str) -> str:
         s = self.shapes[x]
         return self._node("Flatten", [x], (s[0], int(np.prod(s[1:]))), axis=1)

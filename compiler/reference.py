@@ -307,3 +307,60 @@ def quantize_f32(x, scale, zp: int) -> np.ndarray:
 def dequantize_f32(q, scale, zp: int) -> np.ndarray:
     """DequantizeLinear: f32(q - zp) * scale."""
     return f32(np.asarray(q, dtype=np.int64) - zp) * F32(scale)
+
+
+MEAN_LANES = 4
+"""Float32 lanes of onnxruntime's ReduceMean sum: Eigen's SSE packet (the x86-64 wheel is built for SSE2)."""
+
+
+def _lane_sum(v: np.ndarray) -> np.ndarray:
+    """Eigen's predux of 4-lane packets v[..., 4]: (v0 + v2) + (v1 + v3), each sum rounded to float32."""
+    return (v[..., 0] + v[..., 2]) + (v[..., 1] + v[..., 3])
+
+
+def _eigen_sum_rows(v: np.ndarray, phase: int) -> np.ndarray:
+    """Sums of the rows of v [rows, n] (float32) whose first elements all lie `phase` floats past a 16-byte
+    boundary, in the order of Eigen's vectorised redux (Redux.h, LinearVectorizedTraversal): packets of 4
+    from the first aligned element, two running packets, folded, then the unaligned head and the tail."""
+    n, p = v.shape[1], MEAN_LANES
+    a0 = min((p - phase % p) % p, n)
+    size, size2 = (n - a0) // p * p, (n - a0) // (2 * p) * (2 * p)
+    if size == 0:                     # too short to vectorise: one element after the other
+        total = v[:, 0]
+        for j in range(1, n):
+            total = total + v[:, j]
+        return total
+    acc0 = v[:, a0:a0 + p]
+    if size > p:
+        acc1 = v[:, a0 + p:a0 + 2 * p]
+        for j in range(a0 + 2 * p, a0 + size2, 2 * p):
+            acc0, acc1 = acc0 + v[:, j:j + p], acc1 + v[:, j + p:j + 2 * p]
+        acc0 = acc0 + acc1
+        if size > size2:
+            acc0 = acc0 + v[:, a0 + size2:a0 + size2 + p]
+    total = _lane_sum(acc0)
+    for j in list(range(a0)) + list(range(a0 + size, n)):
+        total = total + v[:, j]
+    return total
+
+
+def mean_sum_f32(v: np.ndarray, phases: np.ndarray) -> np.ndarray:
+    """Float32 sums of the rows of v [rows, n] as onnxruntime's ReduceMean adds them: row r starts phases[r]
+    floats past a 16-byte boundary (its offset in the 64-byte-aligned tensor, mod 4)."""
+    v = np.asarray(v, F32)
+    out = np.zeros(v.shape[0], F32)
+    for ph in range(MEAN_LANES):
+        rows = np.flatnonzero(np.asarray(phases) % MEAN_LANES == ph)
+        if rows.size:
+            out[rows] = _eigen_sum_rows(v[rows], ph)
+    return out
+
+
+def reduce_mean_f32(x, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
+    """DequantizeLinear -> ReduceMean over H and W -> QuantizeLinear, as onnxruntime's CPU kernels compute it:
+    f32(x - x_zp) * sx, each plane summed in Eigen's order (mean_sum_f32), / f32(H * W), quantised: [N, C, 1, 1]."""
+    x = np.asarray(x)
+    n, c, h, w = x.shape
+    rows = dequantize_f32(x, scale_x, x_zp).reshape(n * c, h * w)
+    total = mean_sum_f32(rows, np.arange(n * c) * (h * w) % MEAN_LANES)
+    return quantize_f32(total / F32(h * w), scale_out, zp_out).reshape(n, c, 1, 1)

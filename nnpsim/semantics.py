@@ -106,6 +106,7 @@ _ROWS = (
     _vu("vu.slide.favg", "slide_favg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     Semantics("vu.lut", "VU", "lut", "vu_lut", (1, 1, 256), "vu_lut_cycles"),
     Semantics("vu.softmax", "VU", "softmax", "vu_lut", (1, 1, 1024), "vu_softmax_cycles"),
+    _vu("vu.pool.fmean", "pool_fmean", (1, 1, 0), window=True, timing="vu_pool_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

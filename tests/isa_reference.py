@@ -303,16 +303,19 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
-                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax")
+                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean")
 LUT_ENTRIES = 256
 """vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
 FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
-FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS
+FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg",
+             "vu.pool.fmean") + FBIN_OPS
 SOFTMAX_ENTRIES = 256
 """vu.softmax's table: float32 exponentials, entry x - max(row) + 255 for element x of a row."""
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
-POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.pool.fmean") + SLIDE_OPS
+MEAN_LANES = 4
+"""vu.pool.fmean's SIMD lanes: a 4-lane float32 reduction (onnxruntime's Eigen SSE packet)."""
 SLIDE_AS_POOL = {"vu.slide.acc": "vu.pool.acc", "vu.slide.avg": "vu.pool.avg", "vu.slide.favg": "vu.pool.favg"}
 """The sliding-window engine's ops compute what these compute (docs/architecture.md); only their cycles differ."""
 SLIDE_MAX_COLS, SLIDE_LINE_BYTES = 1024, 4096
@@ -385,7 +388,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-            "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4),
+            "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4), "vu.pool.fmean": (1, 1, 0),
             **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
@@ -436,9 +439,11 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))
-    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS and \
+    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean") + FBIN_OPS and \
             not _positive_finite(f32_bits(q["fscale_b"])):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
+    if mnemonic == "vu.pool.fmean" and not 0 <= q["phase"] < MEAN_LANES:
+        raise Fault("param", param=_pnum("vu", "phase"))
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
         raise Fault("param", param=_pnum("vu", "fbias"))
@@ -483,6 +488,9 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
         _check_inside(mem, space, addrs, nbytes)
     if mnemonic == "vu.softmax":
         results = _vu_softmax(mem, space, [a for _, a, _ in elems], rb, q)
+    elif mnemonic == "vu.pool.fmean":      # output e's window starts in lane phase + e * window (mod 4)
+        results = [_fmean_element(mem, a, q, window, (q["phase"] + e * len(window)) % MEAN_LANES)
+                   for e, (_, a, _) in enumerate(elems)]
     else:
         results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
     for d, v in zip(d_addrs, results):
@@ -607,6 +615,44 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         raise Fault("overflow", space=space, first=a, last=a)
     return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp)), lo, hi)
 
+
+def _simd_sum(values: list, lane0: int):
+    """A 4-lane float32 SIMD sum as Eigen's redux runs it (Redux.h): values[k] sits in lane (lane0 + k) % 4; the
+    loads start at the first value in lane 0, two packet registers take every second packet until fewer than
+    two remain, are added, take one more packet if one remains, then fold (r0 + r2) + (r1 + r3); the values
+    before the first load and after the last are added one by one, head first.  Too few for one packet: in order."""
+    head = min((MEAN_LANES - lane0) % MEAN_LANES, len(values))
+    packets = [values[k:k + MEAN_LANES] for k in range(head, len(values) - MEAN_LANES + 1, MEAN_LANES)]
+    if not packets:
+        total = values[0]
+        for v in values[1:]:
+            total = round_f32(total + v)
+        return total
+    regs = [list(packets[0]), list(packets[1])] if len(packets) > 1 else [list(packets[0])]
+    pairs = (len(packets) // 2) * 2
+    for k in range(2, pairs):
+        regs[k % 2] = [round_f32(r + v) for r, v in zip(regs[k % 2], packets[k])]
+    if len(regs) == 2:
+        regs = [[round_f32(r + v) for r, v in zip(regs[0], regs[1])]]
+        if pairs < len(packets):
+            regs = [[round_f32(r + v) for r, v in zip(regs[0], packets[pairs])]]
+    r = regs[0]
+    total = round_f32(round_f32(r[0] + r[2]) + round_f32(r[1] + r[3]))
+    used = head + len(packets) * MEAN_LANES
+    for v in values[:head] + values[used:]:
+        total = round_f32(total + v)
+    return total
+
+
+def _fmean_element(mem: np.ndarray, a: int, q: dict, window: list, lane0: int) -> int:
+    """vu.pool.fmean: f32(sx * f32(x - za)) over the window, _simd_sum, / f32(n), then QuantizeLinear by fscale_b."""
+    s = Fraction(f32_bits(q["fscale"]))
+    values = [round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - q["za"])) for dh, dw in window]
+    mean = round_f32(_simd_sum(values, lane0) / round_f32(len(values)))
+    zp = q["zp_out"]
+    t = mean if mean != mean else round_f32(mean / Fraction(f32_bits(q["fscale_b"])))   # nan: inf - inf
+    t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)
+    return _clip(_round_half_even(t) + zp, q["lo"], q["hi"])
 
 def _fbin_element(mnemonic: str, x: int, y: int, q: dict) -> int:
     """vu.fsub / fdiv / fmax / fmin: fa = f32(x * sa), fb = f32(y * sb), f32(fa op fb), then QuantizeLinear:

@@ -29,7 +29,7 @@ from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
 from ..ops import FLOAT_BINARY, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
-from ..reference import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from ..reference import MEAN_LANES, add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
 from .layout import chan_runs, ddr_order, row_strides
 from .units import Part
@@ -479,6 +479,8 @@ def pool_engines(op: Pool2d) -> tuple[str, ...]:
     instruction and its sliding-window engine form."""
     if op.mode == "max":
         return ("vu.pool.max",)
+    if op.mode == "mean":
+        return ("vu.pool.fmean",)
     if op.is_float and not (op.mode == "avg" and op.is_global):
         acc = "vu.pool.favg"
     else:
@@ -497,7 +499,15 @@ def pool_fill(op: Pool2d) -> int:
     """What a pool's padding holds in its input tiles: -128 for max (never wins), 0 for sums, x_zp for an
     average that counts it (onnxruntime's count_include_pad=1 counts it as a real x_zp; the float form
     subtracts x_zp, so it adds 0), 0 for an integer average over the real elements only."""
-    return {"max": -128, "sum": 0, "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
+    return {"max": -128, "sum": 0, "mean": 0,
+            "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
+
+
+def fmean_phase(op: Pool2d, ni: int, c0: int) -> int:
+    """vu.phase of a tile of a ReduceMean from image ni, channel c0: where that plane starts past a 16-byte
+    boundary in onnxruntime's float32 [N, C, H, W] tensor (64-byte aligned), in floats."""
+    _, c, h, w = op.x_shape
+    return (ni * c + c0) * h * w % MEAN_LANES
 
 
 def favg_scalars(op: Pool2d) -> dict[str, int]:
@@ -667,9 +677,10 @@ class PoolLowering:
                            comment=f"{self.name}: counts of rows {oh0}..{oh0 + th - 1} -> {cnt.name}"))
         return Ref(cnt)
 
-    def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int) -> Vu:
+    def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int,
+                phase: int = 0) -> Vu:
         """The window command of a tile of cc channels x th output rows on `mnemonic` (counts: b of an
-        average)."""
+        average; phase: vu.phase of a ReduceMean's first plane)."""
         op, iw = self.op, self.iw
         ow = op.out_hw[1]
         sh, sw = op.stride
@@ -679,6 +690,10 @@ class PoolLowering:
         if mnemonic == "vu.pool.max":
             return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win, unit=self.vu,
                       comment=f"{self.name}: window max")
+        if mnemonic == "vu.pool.fmean":
+            return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win,
+                      scalars={**favg_scalars(op), "phase": phase}, unit=self.vu,
+                      comment=f"{self.name}: float32 mean in onnxruntime's order")
         if mnemonic.endswith(".favg"):
             return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
                       **win, scalars=favg_scalars(op), unit=self.vu,
@@ -703,12 +718,13 @@ class PoolLowering:
         (i0, i1), (j0, j1) = full(t, h, kh, sh, oh), full(l, w, kw, sw, ow)
         return (min(max(i0 - oh0, 0), th), min(max(i1 - oh0, 0), th)), (j0, j1)
 
-    def _windows(self, out: Ref, inp: Ref, counts: Ref | None, cc: int, oh0: int, th: int) -> list[Vu]:
+    def _windows(self, out: Ref, inp: Ref, counts: Ref | None, cc: int, oh0: int, th: int,
+                 phase: int = 0) -> list[Vu]:
         """A tile's window commands: one, or, for an average whose per-position counts (four bytes an
         output) would cost the sliding-window engine more than the windows' input, the windows without
         padding on one count read once a plane and the border bands on the table, when the cost model
         prices that lower."""
-        whole = self._window(self.engine, out, inp, counts, cc, th)
+        whole = self._window(self.engine, out, inp, counts, cc, th, phase)
         if counts is None or self.op.count_include_pad or self.engine not in SLIDE_OF.values():
             return [whole]
         (r0, r1), (j0, j1) = self.full_windows(oh0, th)
@@ -761,7 +777,7 @@ class PoolLowering:
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         counts = self._counts(s, oh0, th) if self.div is not None else None      # an average's divisors
-        s.compute.extend(self._windows(Ref(out), Ref(inp), counts, cc, oh0, th))
+        s.compute.extend(self._windows(Ref(out), Ref(inp), counts, cc, oh0, th, fmean_phase(op, ni, c0)))
         rb = self.slot_bytes
         if self.global_f32:
             n = op.x_shape[2] * op.x_shape[3]

@@ -108,6 +108,9 @@ OPS: dict[str, Op] = {
     "Min": _float_binary("min", "min(a, b)"),
     "ReduceMax": Op(reduce.reduce_max, "max_pool2d with the plane as its window (ReduceMax over H and W, int8 or "
                     "QDQ; keepdims = 0: then a reshape to [N, C])", 2),
+    "ReduceMean": Op(reduce.reduce_mean, "reduce_mean: onnxruntime's float32 mean over H and W, summed in its "
+                     "order, between DequantizeLinear and QuantizeLinear, on vu.pool.fmean (keepdims = 0: then a "
+                     "reshape to [N, C])", 2, constraints="axes [2, 3] (an attribute, or an input from opset 18)"),
     "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "
                     "constant)", 1),
     "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),

@@ -1,4 +1,4 @@
-"""The pooling ops: max, average, sum and global average pooling."""
+"""The pooling ops: max, average, sum and global average pooling, and ReduceMean over the plane."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,9 +14,10 @@ from .checks import check_sizes, int_arg, shape_arg, pair_arg, padding_arg, f32_
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Pool2d(Op):
-    """max / avg / sum pooling over NCHW int8 (global average pooling is avg over the plane)."""
+    """max / avg / sum pooling over NCHW int8 (global average pooling is avg over the plane); mean: onnxruntime's
+    float32 ReduceMean over the plane between DequantizeLinear and QuantizeLinear."""
 
-    mode: str                   # "max", "avg" or "sum"
+    mode: str                   # "max", "avg", "sum" or "mean"
     x_shape: tuple[int, int, int, int]
     kernel: tuple[int, int]
     stride: tuple[int, int]
@@ -62,6 +63,8 @@ class Pool2d(Op):
             return sem.max_pool2d(x, self.kernel, self.stride, self.padding)
         if self.mode == "sum":
             return sem.sum_pool2d(x, self.kernel, self.stride, self.padding)
+        if self.mode == "mean":
+            return sem.reduce_mean_f32(x, self.x_zp, self.scale_x, self.scale_out, self.zp_out)
         if self.is_float:
             return sem.avg_pool2d_f32(x, self.kernel, self.stride, self.padding, self.count_include_pad,
                                       self.x_zp, self.scale_x, self.scale_out, self.zp_out)
@@ -82,7 +85,7 @@ def _pool(mode: str, x_shape, kernel, stride, padding, count_include_pad=True, x
     op = Pool2d(mode, x_shape, k, s, pad, bool(count_include_pad), int_arg("x_zp", x_zp, *INT8), **floats)
     op.out_hw  # noqa: B018 - raises CompileError when the window does not fit
     check_sizes(op)
-    if op.is_float and op.is_global:
+    if op.mode == "avg" and op.is_float and op.is_global:
         _check_global_float(op)
     return op
 
@@ -148,3 +151,13 @@ def global_avg_pool2d(x_shape, *, x_zp=0, scale_x=None, scale_out=None, zp_out=N
     x_shape = shape_arg("x_shape", x_shape, 4)
     floats = _avg_floats("global_avg_pool2d", scale_x, scale_out, zp_out)
     return _pool("avg", x_shape, x_shape[2:], None, 0, True, x_zp, **floats)
+
+
+def reduce_mean(x_shape, *, x_zp=0, scale_x, scale_out, zp_out=0) -> Pool2d:
+    """DequantizeLinear -> ReduceMean over H and W -> QuantizeLinear: [N, C, 1, 1] int8, onnxruntime's float32
+    sum in its order (reference.reduce_mean_f32).  Shapes are static."""
+    if has_dims(x_shape):
+        raise CompileError(f"reduce_mean: x_shape {x_shape!r} holds a Dim; ReduceMean takes static shapes only")
+    x_shape = shape_arg("x_shape", x_shape, 4)
+    floats = _avg_floats("reduce_mean", scale_x, scale_out, zp_out)
+    return _pool("mean", x_shape, x_shape[2:], None, 0, True, x_zp, **floats)

@@ -32,13 +32,14 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
-       "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax")
+       "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax",
+       "pool_fmean")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
  VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN,
- VU_SOFTMAX) = (_CODE[op] for op in OPS)
+ VU_SOFTMAX, VU_POOL_FMEAN) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -70,8 +71,11 @@ WIN_STRIDE_H, WIN_STRIDE_W = offset("vu.win_stride_h"), offset("vu.win_stride_w"
 ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = (offset(f"vu.{n}") for n in ("za", "zb", "ma", "mb", "shift",
                                                                       "zp_out", "lo", "hi"))
 FSCALE, FSCALE_B, FBIAS = offsets("vu.fscale", "vu.fscale_b", "vu.fbias")
+PHASE = offset("vu.phase")
 LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI,
-           FSCALE, FSCALE_B, FBIAS)
+           FSCALE, FSCALE_B, FBIAS, PHASE)
+MEAN_LANES = 4
+"""Float32 lanes of vu.pool.fmean's sum (onnxruntime's Eigen SSE packet: reference.MEAN_LANES)."""
 DT_I8, DT_I32 = 0, 2
 FIT_LIMIT = 1 << 62      # |intermediate| must stay below this (room for the rounding term)
 M_LIMIT = 1 << 31
@@ -128,7 +132,8 @@ def _is_fbin(op: int) -> bool:
 @njit(cache=True)
 def _is_float(op: int) -> bool:
     return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
-            or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_SOFTMAX)
+            or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_SOFTMAX
+            or op == VU_POOL_FMEAN)
 
 
 @njit(cache=True)
@@ -185,9 +190,11 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
-    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op)) and \
+    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_POOL_FMEAN) and \
             not f32.positive_finite(p[FSCALE_B]):
         return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
+    if op == VU_POOL_FMEAN and (p[PHASE] < 0 or p[PHASE] >= MEAN_LANES):
+        return bad_param(err, GROUP + PHASE, p[PHASE], MEAN_LANES - 1)
     if op == VU_FADD and not f32.finite(p[FBIAS]):
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     if _is_fbin(op) and not f32.positive_finite(p[FBIAS]):       # the output scale
@@ -360,6 +367,59 @@ def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float,
 
 
 @njit(cache=True)
+def _win_f32(mem: np.ndarray, at: int, p: np.ndarray, j: int, sx: float) -> float:
+    """Window element j (row-major over win_h x win_w) dequantised: f32(sx * f32(a - za))."""
+    wh, ww = j // p[WIN_W], j % p[WIN_W]
+    return f32.r32(sx * f32.i2f(load_i8(mem, at + wh * p[WIN_STRIDE_H] + ww * p[WIN_STRIDE_W]) - p[ZA]))
+
+
+@njit(cache=True)
+def _sum4(mem: np.ndarray, at: int, p: np.ndarray, sx: float, phase: int) -> float:
+    """The window's float32 sum in a 4-lane SIMD reduction's order (Eigen's redux, as onnxruntime's ReduceMean
+    runs it): element 0 in lane `phase`; packets from the first lane-0 element, two running packets folded into
+    one, then (l0 + l2) + (l1 + l3), then the elements before the first packet and after the last, in order."""
+    n = p[WIN_H] * p[WIN_W]
+    a0 = min((MEAN_LANES - phase) % MEAN_LANES, n)
+    size = (n - a0) // MEAN_LANES * MEAN_LANES
+    size2 = (n - a0) // (2 * MEAN_LANES) * (2 * MEAN_LANES)
+    if size == 0:
+        total = _win_f32(mem, at, p, 0, sx)
+        for j in range(1, n):
+            total = f32.r32(total + _win_f32(mem, at, p, j, sx))
+        return total
+    acc = np.zeros(2 * MEAN_LANES)
+    for k in range(MEAN_LANES):
+        acc[k] = _win_f32(mem, at, p, a0 + k, sx)
+    if size > MEAN_LANES:
+        for k in range(MEAN_LANES):
+            acc[MEAN_LANES + k] = _win_f32(mem, at, p, a0 + MEAN_LANES + k, sx)
+        for i in range(a0 + 2 * MEAN_LANES, a0 + size2, 2 * MEAN_LANES):
+            for k in range(2 * MEAN_LANES):
+                acc[k] = f32.r32(acc[k] + _win_f32(mem, at, p, i + k, sx))
+        for k in range(MEAN_LANES):
+            acc[k] = f32.r32(acc[k] + acc[MEAN_LANES + k])
+            if size > size2:
+                acc[k] = f32.r32(acc[k] + _win_f32(mem, at, p, a0 + size2 + k, sx))
+    total = f32.r32(f32.r32(acc[0] + acc[2]) + f32.r32(acc[1] + acc[3]))
+    for j in range(a0):
+        total = f32.r32(total + _win_f32(mem, at, p, j, sx))
+    for j in range(a0 + size, n):
+        total = f32.r32(total + _win_f32(mem, at, p, j, sx))
+    return total
+
+
+@njit(cache=True)
+def _fmean(mem: np.ndarray, at: int, p: np.ndarray, e: int, sx: float, sy: float, lo: int, hi: int) -> int:
+    """vu.pool.fmean's output e: _sum4 of its window / f32(n), then QuantizeLinear by sy and zp_out (as fbin)."""
+    n = p[WIN_H] * p[WIN_W]
+    t = f32.r32(_sum4(mem, at, p, sx, (p[PHASE] + e * n) % MEAN_LANES) / f32.i2f(n))
+    t = f32.r32(t / sy) if not math.isnan(t) else t
+    t = float(-128 - p[ZP_OUT]) if math.isnan(t) else max(t, float(-128 - p[ZP_OUT]))
+    t = min(t, float(127 - p[ZP_OUT]))
+    return _clip(f32.rne(t) + p[ZP_OUT], lo, hi)
+
+
+@njit(cache=True)
 def _div_round(x: int, n: int) -> int:
     """saturate8(sign(x) * ((|x| + n // 2) // n)), n > 0: the quotient rounded half away from zero."""
     q = ((x if x >= 0 else -x) + n // 2) // n
@@ -474,6 +534,10 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                 for i0 in range(p[N0]):
                     a_at = a_row + i0 * p[A_STRIDE]
                     b_at = b_row + i0 * p[B_STRIDE]
+                    if op == VU_POOL_FMEAN:
+                        out[e] = _fmean(mem, base + a_at, p, e, fx, fy, lo, hi)
+                        e += 1
+                        continue
                     if op == VU_POOL_FAVG:
                         n = load_i32(mem, base + b_at)
                         if n <= 0:

@@ -22,7 +22,7 @@ from tests.helpers.semantics_doc import DOC, PAGE, page_namespace
 OPS = ["rshift_round", "requant", "scale_to_multiplier", "conv2d", "dense", "max_pool2d", "avg_pool2d",
        "sum_pool2d", "global_avg_pool2d", "add", "mul", "relu", "clip", "requantize",
        "conv2d_acc", "fma", "cvt", "requant_f32", "add_f32", "mul_f32", "avg_pool2d_f32",
-       "global_avg_pool2d_f32", "quantize_f32", "dequantize_f32"]
+       "global_avg_pool2d_f32", "quantize_f32", "dequantize_f32", "reduce_mean_f32"]
 seeds = st.integers(0, 2**32 - 1)
 
 
@@ -342,6 +342,19 @@ def test_pooling_f32(case, count_include_pad, whole_plane):
     same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp))
     same(DOC["global_avg_pool2d_f32"](x, x_zp=x_zp, scale_x=sx, scale_out=sy, zp_out=zp),
          sem.global_avg_pool2d_f32(x, x_zp, sx, sy, zp))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seeds, st.integers(1, 2), st.integers(1, 9), st.integers(1, 23), st.integers(1, 23), st.booleans())
+def test_reduce_mean_f32(seed, n, c, h, w, tie):
+    rng = np.random.default_rng(seed)
+    x = rand8(rng, (n, c, h, w))
+    x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
+    sx, sy = scales(rng, 2, -6, 0)
+    if tie:                               # means on half-integers: the summation order decides
+        sy = F32(sx * F32(2.0 / (h * w)))
+    same(DOC["reduce_mean_f32"](x, x_zp=x_zp, scale_x=sx, scale_out=sy, zp_out=zp),
+         sem.reduce_mean_f32(x, x_zp, sx, sy, zp))
 
 
 @settings(max_examples=100, deadline=None)

@@ -287,3 +287,28 @@ def test_the_engine_refuses_rows_wider_than_its_line_buffer():
     s.cache_write("y", "vbuf", "win").double_buffer("win").tensorize("pool", "vu.slide.acc")
     with pytest.raises(CompileError, match="vu.slide.acc needs windows on its grid within 1024 columns"):
         build(op, schedule=s)
+
+
+# ---------------------------------------------------------------- ReduceMean on vu.pool.fmean
+
+MEAN_MACHINES = {"default": {}, "two VUs": dict(vu_count=2), "small VBUF": dict(vbuf_bytes=4096)}
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(seeds, st.integers(1, 2), st.integers(1, 300), st.integers(1, 30), st.integers(1, 30),
+       st.sampled_from(sorted(MEAN_MACHINES)))
+def test_reduce_mean_on_fmean_is_its_model_and_priced_exactly(seed, n, c, h, w, machine):
+    """Every tile's vu.phase follows its first plane (tiles of any channel count, dealt over two VUs, or many
+    on a small VBUF): the output is the op's numpy model (onnxruntime's order, tests/compiler/ops/test_pool.py)
+    on every element, and the cost model predicts the simulated cycles exactly."""
+    from nnpsim.config import Config
+    rng = np.random.default_rng(seed)
+    sx = np.float32(2.0 ** rng.uniform(-7, -2))
+    sy = np.float32(sx * np.float32(2.0 / (h * w))) if rng.integers(2) else np.float32(2.0 ** rng.uniform(-7, -2))
+    zx, zy = (int(v) for v in rng.integers(-128, 128, size=2))
+    op = ops.reduce_mean((n, c, h, w), x_zp=zx, scale_x=sx, scale_out=sy, zp_out=zy)
+    kernel = build(op, config=Config(**MEAN_MACHINES[machine]).validate())
+    assert "vu.pool.fmean" in kernel.asm
+    x = rand8(rng, (n, c, h, w))
+    np.testing.assert_array_equal(run(kernel, x), op.reference(x))
+    assert kernel.stats.cycles == kernel.predicted_cycles

@@ -44,7 +44,8 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
              "vu.lut": (1, 1, ref.LUT_ENTRIES), "vu.softmax": (1, 1, 4 * ref.SOFTMAX_ENTRIES),
-             "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1)}
+             "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
+             "vu.pool.fmean": (1, 1, 0)}
     return table[mnemonic]
 
 
@@ -156,6 +157,7 @@ def vu_commands(draw):
         "vu.zp_out": draw(st.integers(-2**31, 2**31 - 1) if rare else small),
     })
     named.update(_float_params(draw, mnemonic, sdt))
+    named["vu.phase"] = draw(st.one_of(st.integers(0, 3), st.sampled_from([-1, 4, 2**31 - 1])))   # fmean's lane
     lo, hi = -128, 127
     if draw(st.booleans()):
         lo = draw(st.integers(-128, 127))
@@ -247,7 +249,7 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
-              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4}
+              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4, "vu.pool.fmean": 1}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -702,8 +704,31 @@ def test_vu_pool_favg_matches_semantics(mnemonic):
         assert len(np.unique(want)) > 10
 
 
+@pytest.mark.parametrize("h, w, phase", [(7, 7, 0), (7, 7, 3), (1, 1, 2), (2, 3, 1), (13, 17, 2), (3, 5, 0),
+                                          (28, 28, 1)])
+def test_vu_pool_fmean_matches_semantics(h, w, phase):
+    """vu.pool.fmean over planes of several channels equals reference.mean_sum_f32 (onnxruntime's ReduceMean
+    order) with plane k in phase (phase + k * h * w) mod 4, then QuantizeLinear, on every output."""
+    from compiler.reference import MEAN_LANES, dequantize_f32, mean_sum_f32, quantize_f32
+    rng = np.random.default_rng(h * w + phase)
+    cc = 9
+    x = rng.integers(-128, 128, (cc, h * w)).astype(np.int8)
+    mem = np.zeros(cc * h * w + 64, np.uint8)
+    mem[:x.size] = x.ravel().view(np.uint8)
+    out_at = x.size + 8
+    for sx, sy, zx, zp in [(0.05, 0.07, 3, -11), (0.0173, F32(0.0173 * 2 / (h * w)), 50, 0), (0.25, 0.5, -20, 100)]:
+        named = {"vu.n0": cc, "vu.a_stride0": h * w, "vu.d_stride0": 1, "vu.win_h": h, "vu.win_w": w,
+                 "vu.win_stride_h": w, "vu.win_stride_w": 1, "vu.za": zx, "vu.zp_out": zp, "vu.fscale": bits(sx),
+                 "vu.fscale_b": bits(sy), "vu.phase": phase}
+        out = _run_vu("vu.pool.fmean", named, mem, out_at, 0)
+        sums = mean_sum_f32(dequantize_f32(x, sx, zx), (phase + np.arange(cc) * h * w) % MEAN_LANES)
+        want = quantize_f32(sums / F32(h * w), sy, zp)
+        np.testing.assert_array_equal(out[out_at:out_at + cc].view(np.int8), want)
+
+
 @pytest.mark.parametrize("mnemonic, named, fields", [
     ("vu.requant.f", {"vu.fscale": 0}, {4: 92, 5: 0}),
+    ("vu.pool.fmean", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.phase": 4}, {4: 95, 5: 4, 6: 3}),
     ("vu.requant.f", {"vu.fscale": bits(-0.5)}, {4: 92}),
     ("vu.fmul", {"vu.fscale": bits(float("inf"))}, {4: 92}),
     ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(float("nan"))}, {4: 93}),
