@@ -44,7 +44,7 @@ class Semantics:
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
-    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, and
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, a vu.faffine one a float32 (scale, offset) pair, and
     vu.lut's b its whole 256-entry int8 table (read once, not walked by the b strides)."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
@@ -104,6 +104,7 @@ _ROWS = (
     _vu("vu.slide.avg", "slide_avg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     _vu("vu.slide.favg", "slide_favg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     Semantics("vu.lut", "VU", "lut", "vu_lut", (1, 1, 256), "vu_lut_cycles"),
+    _vu("vu.faffine", "faffine", (1, 1, 8), timing="vu_affine_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}
