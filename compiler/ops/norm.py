@@ -82,9 +82,10 @@ def batch_norm(shape, *, scale, bias, mean, var, epsilon=1e-5, za=0, scale_x, sc
     bad = np.flatnonzero(~(np.isfinite(ns) & np.isfinite(nb)))
     if bad.size:
         k = int(bad[0])
-        raise CompileError(f"batch_norm: channel {k} folds to new_scale {ns[k]}, new_bias {nb[k]} (scale "
-                           f"{vecs[0][k]}, bias {vecs[1][k]}, mean {vecs[2][k]}, var {vecs[3][k]}, epsilon {eps}): "
-                           "vu.faffine takes finite float32 pairs only")
+        scale, bias, mean, var = (str(v[k]) for v in vecs)
+        raise CompileError(f"batch_norm: channel {k} folds to new_scale {ns[k]!s}, new_bias {nb[k]!s} (scale {scale}, "
+                           f"bias {bias}, mean {mean}, var {var}, epsilon {eps!s}): vu.faffine takes finite float32 "
+                           "pairs only")
     zp_out, lo, hi = clamp_args(zp_out, lo, hi)
     return BatchNorm("batch_norm", shape, "int8", int_arg("za", za, *INT8), 0, 0, 0, 0, zp_out, lo, hi,
                      new_scale=_frozen(ns), new_bias=_frozen(nb), scale_x=f32_scale_arg("scale_x", scale_x),
