@@ -22,6 +22,7 @@ from compiler.reference import batch_norm_params, channel_affine_f32
 from nnpsim.config import Config
 from tests import isa_reference as ref
 from tests.helpers.mutation import kill_all
+from tests.helpers.semantics_doc import DOC
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 F32 = np.float32
@@ -54,6 +55,15 @@ def test_the_numpy_model_is_the_exact_float32_one(seed, exps):
     got = channel_affine_f32(x, za, sx, ns, nb, sy, zp, -128, 127)
     want = [[[_exact(int(v), za, sx, ns[k], nb[k], sy, zp, -128, 127) for v in x[0, k]] for k in range(c)]]
     np.testing.assert_array_equal(got, np.array(want, np.int8))
+
+
+def test_docs_semantics_batch_norm_is_the_ops_reference():
+    rng = np.random.default_rng(12)
+    for shape in ((2, 9), (1, 5, 11), (2, 7, 3, 4)):
+        p = _params(rng, shape[1])
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        q = dict(epsilon=1e-4, za=7, scale_x=F32(0.04), scale_out=F32(0.03), zp_out=-20, lo=-20, hi=100)
+        np.testing.assert_array_equal(DOC["batch_norm_f32"](x, **p, **q), ops.batch_norm(shape, **p, **q).reference(x))
 
 
 def test_the_fold_is_onnxruntimes_float32_one():
