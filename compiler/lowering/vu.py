@@ -75,7 +75,7 @@ def strided(op: Elementwise) -> bool:
     """Does the op address its tensors by channel and position (its layouts differ, or a per-channel
     table or a b that varies by channel or position meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
     if op.x_layout == op.y_layout and op.x_layout != "nchw":
-        return channel_table(op) is not None or (broadcast_strides(op) or (0, 0, 0))[1:] != (0, 0)
+        return has_channel_table(op) or (broadcast_strides(op) or (0, 0, 0))[1:] != (0, 0)
     return op.x_layout != op.y_layout
 
 
@@ -343,6 +343,11 @@ def const_b_buffer(op: Elementwise, name: str) -> Buffer:
 TABLE_SUFFIX = {"batch_norm": "bn"}
 TABLE_WHAT = {"batch_norm": "float32 (scale, offset)"}
 """The DDR name suffix and the comment of the per-channel tables of ops other than requantize."""
+
+
+def has_channel_table(op: Elementwise) -> bool:
+    """Does the op read a per-channel table in VBUF (a per-channel requantize, a batch_norm)?"""
+    return isinstance(op, BatchNorm) or requant_per_channel(op)
 
 
 def channel_table(op: Elementwise) -> np.ndarray | None:
