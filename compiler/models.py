@@ -217,6 +217,18 @@ class Net:
         shape[axis] = sum(self.shapes[x][axis] for x in xs)
         return self._node("Concat", xs, tuple(shape), axis=axis)
 
+    def batch_norm(self, x: str, epsilon: float = 1e-5, act: str | None = None) -> str:
+        """BatchNormalization in inference with seeded statistics (scale ~ N(1, 0.2), B and mean ~ N(0, 0.3),
+        var ~ U(0.2, 2)), then relu / relu6 / nothing: one a conv cannot absorb when it follows a Concat."""
+        c = self.shapes[x][1]
+        name = self._fresh("bn")
+        stats = [self.rng.normal(1.0, 0.2, c), self.rng.normal(0.0, 0.3, c), self.rng.normal(0.0, 0.3, c),
+                 self.rng.uniform(0.2, 2.0, c)]
+        ins = [x] + [self._init(f"{name}.{k}", v.astype(np.float32)) for k, v in zip(("scale", "b", "mean", "var"),
+                                                                                     stats)]
+        y = self._node("BatchNormalization", ins, self.shapes[x], name, epsilon=float(epsilon))
+        return self.activation(y, act)
+
     def gemm(self, x: str, out: int, act: str | None = None) -> str:
         """Gemm with weight [out, K] (transB = 1, as exported by PyTorch) and a bias."""
         n, k = self.shapes[x]

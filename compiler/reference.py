@@ -364,3 +364,23 @@ def reduce_mean_f32(x, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
     rows = dequantize_f32(x, scale_x, x_zp).reshape(n * c, h * w)
     total = mean_sum_f32(rows, np.arange(n * c) * (h * w) % MEAN_LANES)
     return quantize_f32(total / F32(h * w), scale_out, zp_out).reshape(n, c, 1, 1)
+
+
+def batch_norm_params(scale, bias, mean, var, epsilon) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's BatchNormalization (batch_norm.h) folded per channel, each float32 op rounded once:
+    inv_std = 1 / sqrt(var + epsilon), new_scale = inv_std * scale, new_bias = bias - mean * new_scale."""
+    with np.errstate(all="ignore"):
+        inv_std = F32(1) / np.sqrt(f32(var) + F32(epsilon))
+        new_scale = inv_std * f32(scale)
+        return new_scale, f32(bias) - f32(mean) * new_scale
+
+
+def channel_affine_f32(x, za: int, scale_x, new_scale, new_bias, scale_out, zp_out: int, lo: int,
+                       hi: int) -> np.ndarray:
+    """DequantizeLinear, then onnxruntime's BatchNormalization x * new_scale + new_bias along axis 1 (a
+    product and a sum, each rounded to float32: no FMA), then QuantizeLinear, clipped to [lo, hi]."""
+    x = np.asarray(x)
+    with np.errstate(all="ignore"):
+        fx = dequantize_f32(x, scale_x, za)
+        u = fx * _f32_channel_view(new_scale, x.ndim) + _f32_channel_view(new_bias, x.ndim)
+        return np.clip(quantize_f32(u, scale_out, zp_out), lo, hi).astype(np.int8)

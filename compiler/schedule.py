@@ -178,6 +178,8 @@ class Block:
             return {"lut": ("vu.lut",)}
         if op.mode in ("add", "mul") + FLOAT_BINARY:
             return {op.mode: (f"vu.f{op.mode}" if op.fscales is not None else f"vu.{op.mode}",)}
+        if op.mode == "batch_norm":
+            return {"batch_norm": ("vu.faffine",)}
         per_channel = np.ndim(op.scale if op.scale is not None else op.ma) > 0
         if op.scale is not None:
             return {"requantize": ("vu.requant.fpc" if per_channel else "vu.requant.f",)}

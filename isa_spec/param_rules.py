@@ -77,6 +77,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.slide.favg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
     "vu.softmax": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "vu.pool.fmean": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
+    "vu.faffine": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fbias", _ZERO_SCALE), *_VU_DEST),
     "dma": _DMA_DEST,
 }
 

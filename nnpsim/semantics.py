@@ -44,9 +44,9 @@ class Semantics:
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
-    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, and
-    vu.lut's b its whole 256-entry int8 table and vu.softmax's its whole float32[256] table (each read once,
-    not walked by the b strides)."""
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, a vu.faffine one a
+    float32 (scale, offset) pair, and vu.lut's b its whole 256-entry int8 table and vu.softmax's its whole
+    float32[256] table (each read once, not walked by the b strides)."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
 
@@ -107,6 +107,7 @@ _ROWS = (
     Semantics("vu.lut", "VU", "lut", "vu_lut", (1, 1, 256), "vu_lut_cycles"),
     Semantics("vu.softmax", "VU", "softmax", "vu_lut", (1, 1, 1024), "vu_softmax_cycles"),
     _vu("vu.pool.fmean", "pool_fmean", (1, 1, 0), window=True, timing="vu_pool_cycles"),
+    _vu("vu.faffine", "faffine", (1, 1, 8), timing="vu_affine_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -79,6 +79,19 @@ def vu_lut_cycles(n_out: int, bytes_per_cycle: int, latency: int) -> int:
     return latency + (LUT_BYTES + n_out + bytes_per_cycle - 1) // bytes_per_cycle
 
 
+AFFINE_PAIR_BYTES = 8
+"""Bytes of vu.faffine's (scale, offset) pair: two float32s."""
+
+
+@njit(cache=True)
+def vu_affine_cycles(n_out: int, n0: int, per_row: bool, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of vu.faffine: latency, then one byte an output, and its (scale, offset) pair once a row of n0
+    outputs when the pair stays put along n0 (per_row: a channel's pair broadcast to its lanes), else once an
+    output, over the datapath width."""
+    reads = n_out // n0 if per_row else n_out
+    return latency + (n_out + AFFINE_PAIR_BYTES * reads + bytes_per_cycle - 1) // bytes_per_cycle
+
+
 @njit(cache=True)
 def slide_span(n: int, step: int, win: int) -> int:
     """Input rows (or columns) n windows of `win` at `step` apart cover: gaps between windows are never read."""

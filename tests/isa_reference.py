@@ -303,13 +303,13 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
-                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean")
+                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean", "vu.faffine")
 LUT_ENTRIES = 256
 """vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
 FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg",
-             "vu.pool.fmean") + FBIN_OPS
+             "vu.pool.fmean", "vu.faffine") + FBIN_OPS
 SOFTMAX_ENTRIES = 256
 """vu.softmax's table: float32 exponentials, entry x - max(row) + 255 for element x of a row."""
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
@@ -388,7 +388,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-            "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4), "vu.pool.fmean": (1, 1, 0),
+            "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8),
             **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
@@ -447,7 +447,7 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
         raise Fault("param", param=_pnum("vu", "fbias"))
-    if mnemonic in FBIN_OPS and not _positive_finite(fbias):
+    if mnemonic in FBIN_OPS + ("vu.faffine",) and not _positive_finite(fbias):
         raise Fault("param", param=_pnum("vu", "fbias"))
 
 
@@ -604,6 +604,8 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         v = round_f32(round_f32(x - za) * s)
         v = min(max(v, -128 - zp), 127 - zp)             # clamped in float, before the rounding
         return _clip(_round_half_even(v) + zp, lo, hi)
+    if mnemonic == "vu.faffine":
+        return _faffine_element(mem, space, x - za, b, q)
     y = _int(mem, b, 1)
     if mnemonic in FBIN_OPS:
         return _fbin_element(mnemonic, x - za, y - q["zb"], q)
@@ -653,6 +655,24 @@ def _fmean_element(mem: np.ndarray, a: int, q: dict, window: list, lane0: int) -
     t = mean if mean != mean else round_f32(mean / Fraction(f32_bits(q["fscale_b"])))   # nan: inf - inf
     t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)
     return _clip(_round_half_even(t) + zp, q["lo"], q["hi"])
+
+
+def _faffine_element(mem: np.ndarray, space: int, x: int, b: int, q: dict) -> int:
+    """vu.faffine: fa = f32(x * sa), then f32(fa * s) and f32(+ c) with the finite float32 pair (s, c) at b,
+    then QuantizeLinear as the binary float ops do.  An infinite fa (a dequantisation that overflowed)
+    goes on in float: inf * 0 is nan."""
+    s, c = f32_bits(_int(mem, b, 4)), f32_bits(_int(mem, b + 4, 4))
+    for k, v in enumerate((s, c)):
+        if not abs(v) < float("inf"):
+            raise Fault("param", space=space, first=b + 4 * k, last=b + 4 * k + 3)
+    fa = round_f32(x * Fraction(f32_bits(q["fscale"])))
+    t = fa * s if isinstance(fa, float) else round_f32(fa * Fraction(s))
+    u = t + c if isinstance(t, float) else round_f32(t + Fraction(c))
+    zp = q["zp_out"]
+    v = u if isinstance(u, float) else round_f32(u / Fraction(f32_bits(q["fbias"])))
+    v = -128 - zp if v != v else min(max(v, -128 - zp), 127 - zp)
+    return _clip(_round_half_even(v) + zp, q["lo"], q["hi"])
+
 
 def _fbin_element(mnemonic: str, x: int, y: int, q: dict) -> int:
     """vu.fsub / fdiv / fmax / fmin: fa = f32(x * sa), fb = f32(y * sb), f32(fa op fb), then QuantizeLinear:

@@ -27,7 +27,7 @@ from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu
-from ..ops import FLOAT_BINARY, Elementwise, Pool2d
+from ..ops import FLOAT_BINARY, BatchNorm, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..reference import MEAN_LANES, add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
@@ -75,8 +75,7 @@ def strided(op: Elementwise) -> bool:
     """Does the op address its tensors by channel and position (its layouts differ, or a per-channel
     table or a b that varies by channel or position meets NHWC)?  Otherwise it sees every tensor as the same run of bytes, whatever the layout."""
     if op.x_layout == op.y_layout and op.x_layout != "nchw":
-        per_channel = op.mode == "requantize" and np.ndim(op.scale if op.scale is not None else op.ma) > 0
-        return per_channel or (broadcast_strides(op) or (0, 0, 0))[1:] != (0, 0)
+        return has_channel_table(op) or (broadcast_strides(op) or (0, 0, 0))[1:] != (0, 0)
     return op.x_layout != op.y_layout
 
 
@@ -201,9 +200,11 @@ class ElementwiseLowering:
         self.bcast = broadcast_strides(op)
         # slot a is loaded, computed in place and stored: three slots (see double_buffer.pipeline)
         per_elem = 3 * in_bytes + (2 if op.binary and self.bcast is None else 0)
-        self.per_channel = requant_per_channel(op)
+        per_channel = channel_table(op)
+        self.per_channel = per_channel is not None
         self.lut = op.mode == "lut"         # its 256-entry table in VBUF, loaded once like a per-channel one
-        self.entry = 4 if op.scale is not None else 8        # bytes per channel: a float32 scale, or (M, S)
+        # bytes per channel: a float32 scale, or (M, S), or batch_norm's float32 (scale, offset)
+        self.entry = per_channel[0].nbytes if self.per_channel else 0
         n, c, r = _ncr(op.shape)
         table = c * self.entry if self.per_channel else (LUT_BYTES if self.lut else 0)
         b_values = 0 if self.bcast is None else int(np.prod(op.b_shape))
@@ -223,7 +224,7 @@ class ElementwiseLowering:
         self.b_vbuf = Buffer(f"{self.name}_b_vbuf", "vbuf", b_values, unit=self.vu) if self.bcast else None
         self.table_ddr = self.table_vbuf = None
         if self.per_channel:
-            t, tname = requant_table(op), f"{name}_{'fs' if op.scale is not None else 'ms'}"
+            t, tname = per_channel, f"{name}_{TABLE_SUFFIX.get(op.mode, 'fs' if op.scale is not None else 'ms')}"
             self.table_ddr = (shared.table_ddr if shared is not None else
                               Buffer(tname, "ddr", t.nbytes, dtype="int32", shape=t.shape, data=t))
             self.table_vbuf = Buffer(f"{self.name}_ms_vbuf", "vbuf", t.nbytes, unit=self.vu)
@@ -259,7 +260,7 @@ class ElementwiseLowering:
             steps.append(s)
         if self.per_channel:
             s = Step()
-            what = "float32 scale" if self.entry == 4 else "(M, S)"
+            what = TABLE_WHAT.get(op.mode, "float32 scale" if self.entry == 4 else "(M, S)")
             s.loads.append(Dma(self.ch + CH_B, Ref(self.table_vbuf), Ref(self.table_ddr), (c * self.entry // 4,),
                                (4,), (4,), elem=4, comment=f"{self.name}: {what} table"))
             steps.append(s)
@@ -339,6 +340,24 @@ def const_b_buffer(op: Elementwise, name: str) -> Buffer:
     return Buffer(f"{name}_bconst", "ddr", b.nbytes, dtype="int8", shape=b.shape, data=b)
 
 
+TABLE_SUFFIX = {"batch_norm": "bn"}
+TABLE_WHAT = {"batch_norm": "float32 (scale, offset)"}
+"""The DDR name suffix and the comment of the per-channel tables of ops other than requantize."""
+
+
+def has_channel_table(op: Elementwise) -> bool:
+    """Does the op read a per-channel table in VBUF (a per-channel requantize, a batch_norm)?"""
+    return isinstance(op, BatchNorm) or requant_per_channel(op)
+
+
+def channel_table(op: Elementwise) -> np.ndarray | None:
+    """The op's per-channel table in VBUF (int32 [C] or [C, 2]: requant_table, batch_norm's pairs), None if
+    it has none."""
+    if isinstance(op, BatchNorm):
+        return op.table()
+    return requant_table(op) if requant_per_channel(op) else None
+
+
 def requant_per_channel(op: Elementwise) -> bool:
     """Is op a requantize with one (M, S) or float32 scale per channel (a table in VBUF)?"""
     per_channel = op.scale if op.scale is not None else op.ma
@@ -364,6 +383,8 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
                   scalars={"lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: clip in place")
     if op.mode == "lut":
         return lut_vu(a, table, nr * nc, unit, f"{name}: table lookup in place")
+    if isinstance(op, BatchNorm):
+        return _batch_norm_vu(op, a, table, nc, nr, unit, name)
     if op.mode in FLOAT_BINARY:
         return _qdq_binary(op, a, b, nc, nr, unit, name)
     if op.fscales is not None:
@@ -434,6 +455,14 @@ def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int
     return Vu(f"vu.f{op.mode}", a, ra, rb, "i8", "i8", 1, (nr, nc), d1, a_st, rb_st, scalars=sc, unit=unit,
               comment=f"{name}: DequantizeLinear, float32 {op.mode}{' (reversed)' if op.reverse else ''}, "
                       f"QuantizeLinear in place")
+
+
+def _batch_norm_vu(op: BatchNorm, a: Ref, table: Ref, nc: int, nr: int, unit: int, name: str) -> Vu:
+    """vu.faffine in place: each channel's (new_scale, new_bias) pair at table (stride 0 along the positions)."""
+    sc = {"za": op.za, "fscale": f32_bits(op.scale_x), "fbias": f32_bits(op.scale_out), "zp_out": op.zp_out,
+          "lo": op.lo, "hi": op.hi}
+    return Vu("vu.faffine", a, a, table, "i8", "i8", 8, (nr, nc), (1, nr), (1, nr), (0, 8), scalars=sc, unit=unit,
+              comment=f"{name}: DequantizeLinear, float32 BatchNormalization per channel, QuantizeLinear in place")
 
 
 def _requant_f32(op: Elementwise, a: Ref, table: Ref | None, nc: int, nr: int, unit: int, name: str) -> Vu:

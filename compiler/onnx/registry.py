@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import activation, conv, elementwise, fold, movement, pool, quant, reduce, shape, softmax
+from . import activation, conv, elementwise, fold, movement, norm, pool, quant, reduce, shape, softmax
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -120,6 +120,12 @@ OPS: dict[str, Op] = {
               "point; DMA padding)", 4),
     "Resize": Op(movement.resize, "resize, nearest: onnxruntime's index maps for every coordinate and nearest "
                  "mode; integer upsampling or a stride per axis (DMA, repeats on chip)", 4),
+    "BatchNormalization": Op(norm.batch_normalization, "batch_norm: onnxruntime's float32 BatchNormalization "
+                             "between DequantizeLinear and QuantizeLinear (a Relu or Clip between them in its "
+                             "clamp), one vu.faffine", 5,
+                             constraints="inference (training_mode 0, one output, spatial 1); per-tensor X; "
+                             "scale, B, mean, var float32 or dequantised constants; QDQ and QOperator models "
+                             "alike (quantize_static leaves it in float)"),
 }
 
 OPS["Softmax"] = Op(softmax.softmax, "softmax on vu.softmax: onnxruntime's QLinearSoftmax arithmetic (what "

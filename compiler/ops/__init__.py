@@ -13,7 +13,8 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
 pool (the pools, and reduce_mean: ReduceMean over the plane), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
 (lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest Resize), softmax
-(QLinearSoftmax over one axis, on vu.softmax).
+(QLinearSoftmax over one axis, on vu.softmax), norm (batch_norm: BatchNormalization as a per-channel float32
+affine).
 """
 from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LIMIT, Op, Tensor, check_inputs
 from .checks import check_accumulator
@@ -24,10 +25,11 @@ from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut
 from .softmax import Softmax, softmax
+from .norm import BatchNorm, batch_norm
 
 __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat",
            "Conv2d", "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
-           "Softmax", "softmax", "reduce_mean"]
+           "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm"]

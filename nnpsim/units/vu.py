@@ -24,8 +24,8 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import (LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_cycles, vu_elem_bytes, vu_lut_cycles,
-                      vu_pool_cycles, vu_slide_cycles, vu_softmax_cycles)
+from ..timing import (AFFINE_PAIR_BYTES, LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_affine_cycles, vu_cycles,
+                      vu_elem_bytes, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles, vu_softmax_cycles)
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
@@ -33,13 +33,13 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
        "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax",
-       "pool_fmean")
+       "pool_fmean", "faffine")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
  VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN,
- VU_SOFTMAX, VU_POOL_FMEAN) = (_CODE[op] for op in OPS)
+ VU_SOFTMAX, VU_POOL_FMEAN, VU_FAFFINE) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -61,6 +61,8 @@ if WIDTHS[VU_LUT, 2] != LUT_BYTES:
     raise ImportError("nnpsim.semantics: vu.lut's b width must be timing.LUT_BYTES, its table's entries")
 if WIDTHS[VU_SOFTMAX, 2] != SOFTMAX_TABLE_BYTES:
     raise ImportError("nnpsim.semantics: vu.softmax's b width must be timing.SOFTMAX_TABLE_BYTES, its table's bytes")
+if WIDTHS[VU_FAFFINE, 2] != AFFINE_PAIR_BYTES:
+    raise ImportError("nnpsim.semantics: vu.faffine's b width must be timing.AFFINE_PAIR_BYTES, its pair's bytes")
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
 D_STRIDE, A_STRIDE, B_STRIDE = (offsets(*(f"vu.{x}_stride{k}" for k in range(4)))[0] for x in "dab")
@@ -133,7 +135,7 @@ def _is_fbin(op: int) -> bool:
 def _is_float(op: int) -> bool:
     return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
             or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_SOFTMAX
-            or op == VU_POOL_FMEAN)
+            or op == VU_POOL_FMEAN or op == VU_FAFFINE)
 
 
 @njit(cache=True)
@@ -197,7 +199,7 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + PHASE, p[PHASE], MEAN_LANES - 1)
     if op == VU_FADD and not f32.finite(p[FBIAS]):
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
-    if _is_fbin(op) and not f32.positive_finite(p[FBIAS]):       # the output scale
+    if (_is_fbin(op) or op == VU_FAFFINE) and not f32.positive_finite(p[FBIAS]):       # the output scale
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     return errors.OK
 
@@ -347,11 +349,24 @@ def _fop(fa: float, fb: float, op: int) -> float:
 def fbin(x: int, y: int, op: int, sa: float, sb: float, so: float, zp_out: int, lo: int, hi: int) -> int:
     """DequantizeLinear both (x = a - za, y = b - zb), the float32 op, QuantizeLinear (MlasQuantizeLinear:
     divide, clamp to [-128 - zp, 127 - zp] (nan to the low end, as maxps gives it), rne, + zp), clip."""
-    t = _fop(f32.r32(f32.i2f(x) * sa), f32.r32(f32.i2f(y) * sb), op)
+    return quantize_out(_fop(f32.r32(f32.i2f(x) * sa), f32.r32(f32.i2f(y) * sb), op), so, zp_out, lo, hi)
+
+
+@njit(cache=True)
+def quantize_out(t: float, so: float, zp_out: int, lo: int, hi: int) -> int:
+    """QuantizeLinear of the float32 t (MlasQuantizeLinear: divide by the output scale, clamp to
+    [-128 - zp, 127 - zp] (nan to the low end, as maxps gives it), rne, + zp), then clip."""
     t = f32.r32(t / so) if not math.isnan(t) else t
     t = float(-128 - zp_out) if math.isnan(t) else max(t, float(-128 - zp_out))
     t = min(t, float(127 - zp_out))
     return _clip(f32.rne(t) + zp_out, lo, hi)
+
+
+@njit(cache=True)
+def faffine(x: int, sa: float, s: float, c: float, so: float, zp_out: int, lo: int, hi: int) -> int:
+    """vu.faffine on x = a - za: DequantizeLinear, f32(fa * s), f32(+ c) (two roundings, as onnxruntime's
+    BatchNormalization computes x * new_scale + new_bias), QuantizeLinear, clip."""
+    return quantize_out(f32.r32(f32.r32(f32.r32(f32.i2f(x) * sa) * s) + c), so, zp_out, lo, hi)
 
 
 @njit(cache=True)
@@ -585,6 +600,14 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             return _overflow(err, space, a_at, 1, e)
                         t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out))
                         out[e] = _clip(f32.cvt8(t), lo, hi)
+                    elif op == VU_FAFFINE:
+                        sbits = load_i32(mem, base + b_at)
+                        cbits = load_i32(mem, base + b_at + 4)
+                        if not f32.finite(sbits):
+                            return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, sbits, e, 0)
+                        if not f32.finite(cbits):
+                            return fail(err, errors.BAD_PARAM, space, b_at + 4, b_at + 7, -1, cbits, e, 1)
+                        out[e] = faffine(x - za, fx, f32.value(sbits), f32.value(cbits), fc, zp_out, lo, hi)
                     elif _is_fbin(op):
                         out[e] = fbin(x - za, load_i8(mem, base + b_at) - zb, op, fx, fy, fc, zp_out, lo, hi)
                     elif op == VU_REQUANT or op == VU_REQUANT_PC:
@@ -692,8 +715,8 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
             return 0, 0, 0
         window = p[WIN_H] * p[WIN_W]
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
-    if op == VU_LUT:        # one int8 lane an output; its table's bytes are timing.vu_lut_cycles' own term
-        return n_out, window, 1
+    if op == VU_LUT or op == VU_FAFFINE:   # one int8 lane an output; the table's or the pairs' bytes are
+        return n_out, window, 1            # timing.vu_lut_cycles' and vu_affine_cycles' own terms
     if op == VU_SOFTMAX:    # float32 lanes; the table and the row stages are timing.vu_softmax_cycles' terms
         return n_out, window, 4
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
@@ -702,12 +725,14 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
 @njit(cache=True)
 def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
     """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles, vu_slide_cycles,
-    vu_lut_cycles or vu_softmax_cycles)."""
+    vu_lut_cycles, vu_softmax_cycles or vu_affine_cycles)."""
     n_out, window, elem = vu_work(op, p, sdt, ddt)
     if elem > 0 and op == VU_LUT:
         return vu_lut_cycles(n_out, bytes_per_cycle, latency)
     if elem > 0 and op == VU_SOFTMAX:
         return vu_softmax_cycles(n_out // p[N0], p[N0], bytes_per_cycle, latency)
+    if elem > 0 and op == VU_FAFFINE:
+        return vu_affine_cycles(n_out, p[N0], p[B_STRIDE] == 0, bytes_per_cycle, latency)
     if elem > 0 and IS_SLIDE[op]:
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse

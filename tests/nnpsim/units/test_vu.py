@@ -45,7 +45,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
              "vu.lut": (1, 1, ref.LUT_ENTRIES), "vu.softmax": (1, 1, 4 * ref.SOFTMAX_ENTRIES),
              "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
-             "vu.pool.fmean": (1, 1, 0)}
+             "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8)}
     return table[mnemonic]
 
 
@@ -95,6 +95,8 @@ def _float_params(draw, mnemonic: str, sdt: int) -> dict:
         return {"vu.fscale": _float_param(draw, -16, -6), "vu.fscale_b": 0, "vu.fbias": 0}
     if mnemonic == "vu.softmax":      # floor(1 / y_scale): quotients <= 1 times up to 512
         return {"vu.fscale": _float_param(draw, 0, 9), "vu.fscale_b": 0, "vu.fbias": 0}
+    if mnemonic == "vu.faffine":      # the input and output scales; the (s, c) pairs are in b (_fill_b)
+        return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": 0, "vu.fbias": _float_param(draw, -7, -1)}
     if mnemonic in ref.FBIN_OPS:      # three tensor scales; a quotient's output scale near 1
         out = (-1, 3) if mnemonic == "vu.fdiv" else (-7, -2)
         return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": _float_param(draw, -8, -2),
@@ -175,7 +177,8 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
     if mnemonic == "vu.softmax":
         _fill_softmax_table(mem, rng, rb, bad_entry)
         return
-    if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg"):
+    if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg",
+                        "vu.faffine"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
     addrs = [rb + sum(i[3 - k] * named[f"vu.b_stride{k}"] for k in range(4))
@@ -185,6 +188,9 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         if mnemonic == "vu.requant.fpc":
             s = float(2.0 ** rng.uniform(-30, 2)) if rng.random() < 0.7 else float(2.0 ** rng.integers(-8, 3))
             mem[a:a + 4] = np.array([s], "<f4").view(np.uint8)
+        elif mnemonic == "vu.faffine":      # a BatchNormalization's scale and offset, sometimes 0 or huge
+            pair = [rng.choice([rng.normal(0, 2), 0.0, -0.0, 3e38]), rng.choice([rng.normal(0, 2), 0.0, -3e38])]
+            mem[a:a + 8] = np.array(pair, "<f4").view(np.uint8)
         elif mnemonic in ("vu.divr", "vu.pool.favg", "vu.pool.avg"):
             n = int(rng.choice([rng.integers(1, 20), rng.integers(1, 2**31), 2**31 - 1, 1]))
             mem[a:a + 4] = np.array([n], "<i4").view(np.uint8)
@@ -198,6 +204,10 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         off = int(rng.choice([0, 4])) if mnemonic == "vu.requant.pc" else 0
         if mnemonic == "vu.requant.fpc":
             mem[a:a + 4] = np.array([rng.choice(BAD_FLOATS)], "<f4").view(np.uint8)
+            return
+        if mnemonic == "vu.faffine":        # only a non-finite s or c is illegal
+            off = int(rng.choice([0, 4]))
+            mem[a + off:a + off + 4] = np.array([rng.choice(BAD_FLOATS[3:])], "<f4").view(np.uint8)
             return
         value = int(rng.choice([0, -1, -2**31, 63] if off else [0, -1, -2**31]))
         mem[a + off:a + off + 4] = np.array([value], "<i4").view(np.uint8)
@@ -249,7 +259,8 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
-              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4, "vu.pool.fmean": 1}
+              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4, "vu.pool.fmean": 1,
+              "vu.faffine": 1}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -553,6 +564,15 @@ def test_vu_softmax_duration():
     assert vu_duration(VU_OPS["vu.softmax"], ref.snapshot(named, "vu"), I8, I8, 2, 8) == 8 + 512 + (40 + 2) * 17
 
 
+@pytest.mark.parametrize("b_stride0, pairs", [(0, 10), (8, 30), (-8, 30)])
+def test_vu_faffine_duration(b_stride0, pairs):
+    """One byte an output, and 8 bytes a (scale, offset) pair: once a row of n0 when b_stride0 is 0 (the
+    channel's pair broadcast), else once an output."""
+    named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5, "vu.b_stride0": b_stride0, "vu.b_stride1": 8}
+    got = vu_duration(VU_OPS["vu.faffine"], ref.snapshot(named, "vu"), I8, I8, 64, 8)
+    assert got == 8 + -(-(30 + 8 * pairs) // 64)
+
+
 # ---------------------------------------------------------------- the float ops against compiler.reference
 # The kernel's float32 arithmetic (nnpsim/units/f32.py) bit for bit against the compiler's numpy model of
 # onnxruntime (compiler/semantics.py), on exhaustive int8 pairs, ties and large accumulators.
@@ -674,6 +694,39 @@ def test_vu_fdiv_by_zero_and_overflow():
     assert list(_run_vu("vu.fsub", named, mem, 16, 0, 8)[16:17].view(np.int8)) == [127]
 
 
+@pytest.mark.parametrize("sx, sy, za, zp", [(0.05, 0.07, 3, -11), (0.0123, 0.0391, -100, -128), (0.5, 0.25, 0, 0)])
+def test_vu_faffine_on_every_int8_code(sx, sy, za, zp):
+    """Every int8 code in each of 37 channels, each with its own (scale, offset) pair (zeros and one huge
+    scale among them): vu.faffine equals compiler.reference's channel_affine_f32 (which
+    tests/compiler/test_reference_ort.py holds to onnxruntime's BatchNormalization)."""
+    from compiler.reference import channel_affine_f32
+    rng = np.random.default_rng(int(sx * 1000))
+    c = 37
+    ns = rng.normal(0, 1.5, c).astype(F32)
+    nb = rng.normal(0, 4, c).astype(F32)
+    ns[:3], nb[:3] = (0.0, -0.0, 3e38), (0.0, 1.0, -2.5)
+    x = np.tile(np.arange(-128, 128, dtype=np.int8), c)
+    mem = np.zeros(2 * x.size + 8 * c, np.uint8)
+    mem[:x.size] = x.view(np.uint8)
+    table = x.size
+    mem[table:table + 8 * c] = np.stack([ns, nb], axis=1).astype("<f4").ravel().view(np.uint8)
+    named = {"vu.n0": 256, "vu.n1": c, "vu.a_stride0": 1, "vu.a_stride1": 256, "vu.b_stride0": 0,
+             "vu.b_stride1": 8, "vu.d_stride0": 1, "vu.d_stride1": 256, "vu.fscale": bits(sx),
+             "vu.fbias": bits(sy), "vu.za": za, "vu.zp_out": zp, "vu.lo": -120, "vu.hi": 126}
+    out = _run_vu("vu.faffine", named, mem, table + 8 * c, 0, table)
+    want = channel_affine_f32(x.reshape(1, c, 256), za, F32(sx), ns, nb, F32(sy), zp, -120, 126)
+    np.testing.assert_array_equal(out[table + 8 * c:].view(np.int8), want.ravel())
+    assert len(np.unique(want)) > 100
+
+
+def test_vu_faffine_refuses_a_non_finite_pair():
+    mem = np.zeros(512, np.uint8)
+    mem[64:88] = np.array([0.5, 1.0, 2.0, float("inf"), 0.25, 0.0], "<f4").view(np.uint8)   # pair 1's offset
+    _expect("vu.faffine", {"vu.n0": 3, "vu.a_stride0": 1, "vu.b_stride0": 8, "vu.fscale": bits(1.0),
+                           "vu.fbias": bits(1.0)}, errors.BAD_PARAM, {1: 32, 2: 76, 3: 79, 5: bits(float("inf")), 6: 1},
+            mem=mem, rd=128, ra=0, rb=64)
+
+
 def test_vu_fadd_out_of_int32_range_gives_minus_128():
     """cvtps2dq's INT_MIN: a sum of 2**31 or more (or nan) saturates to -128, not 127."""
     mem = np.zeros(64, np.uint8)
@@ -738,6 +791,8 @@ def test_vu_pool_fmean_matches_semantics(h, w, phase):
     ("vu.requant.fpc", {"vu.zp_out": -129}, {4: 89, 5: -129}),
     ("vu.fadd", {"vu.lo": 3, "vu.hi": 2}, {4: 90, 5: 3, 6: 2}),
     ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": 0}, {4: 94}),
+    ("vu.faffine", {"vu.fscale": bits(1.0), "vu.fbias": bits(-2.0)}, {4: 94}),
+    ("vu.faffine", {"vu.fscale": bits(float("nan")), "vu.fbias": bits(1.0)}, {4: 92}),
     ("vu.fdiv", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(-1.0), "vu.fbias": bits(1.0)}, {4: 93}),
     ("vu.fmax", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(float("inf"))}, {4: 94}),
     ("vu.fmin", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(1.0), "vu.zp_out": 200},

@@ -1,0 +1,173 @@
+"""BatchNormalization (compiler/onnx/norm.py) against onnxruntime at ORT_ENABLE_ALL and ORT_DISABLE_ALL.
+
+Two kinds of model.  Written with onnx.helper: DequantizeLinear -> BatchNormalization -> (Relu | Clip) ->
+QuantizeLinear over random ranks, shapes and channel counts that divide nothing, the parameters float32
+constants or dequantised ones (int8 per channel for scale and var, int32 for B and mean, as quantize_static
+writes them).  Made by quantize_static (compiler.models.quantize): Conv -> Concat -> BatchNormalization ->
+Relu -> Conv, where no conv can absorb the BN, in QOperator and QDQ form, int8 and uint8.  Each is imported,
+compiled, run on the simulator (race-checked) and compared element for element with both levels.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from onnx import TensorProto, helper
+
+import compiler
+from compiler import CompileError, models
+from compiler.models import Net
+from tests.helpers.qdq import LEVELS, SCALES, F, feeds_for, initializer
+
+pytestmark = pytest.mark.usefixtures("warm_engine")
+SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _stats(rng, c: int) -> list[np.ndarray]:
+    return [rng.normal(1, 0.4, c), rng.normal(0, 0.5, c), rng.normal(0, 1, c), rng.uniform(0.05, 3, c)]
+
+
+def _param_inputs(name: str, value: np.ndarray, dq: bool, int32: bool) -> tuple[list, list]:
+    """(nodes, initializers) giving the float32 parameter `name`: itself, or a DequantizeLinear of its int8
+    (per channel, axis 0) or int32 quantisation."""
+    if not dq:
+        return [], [initializer(name, value, np.float32)]
+    qmax = (1 << 20) if int32 else 127
+    s = (np.abs(value).max() / qmax + 1e-6) * np.ones(value.size)
+    q = np.clip(np.rint(value / s), -qmax, qmax).astype(np.int32 if int32 else np.int8)
+    inits = [initializer(name + "_q", q, q.dtype), initializer(name + "_s", s, np.float32),
+             initializer(name + "_z", np.zeros(value.size), q.dtype)]
+    return [helper.make_node("DequantizeLinear", [name + "_q", name + "_s", name + "_z"], [name], axis=0)], inits
+
+
+def bn_model(shape: tuple, act: str, dq: bool, seed: int, epsilon: float = 1e-5) -> onnx.ModelProto:
+    """x quantised, dequantised, BatchNormalization, then act ("relu", "clip", "none"), quantised, dequantised."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"])]
+    inits = []
+    for k, (s, z) in SCALES.items():
+        inits += [initializer("s" + k, s, np.float32), initializer("z" + k, z, np.int8)]
+    names = ["scale", "B", "mean", "var"]
+    for name, value in zip(names, _stats(rng, shape[1])):
+        n, i = _param_inputs(name, value, dq, name in ("B", "mean"))
+        nodes, inits = nodes + n, inits + i
+    nodes.append(helper.make_node("BatchNormalization", ["xf"] + names, ["u"], epsilon=epsilon))
+    last = "u"
+    if act == "relu":
+        nodes.append(helper.make_node("Relu", ["u"], ["r"]))
+        last = "r"
+    elif act == "clip":
+        inits += [initializer("lo", -0.6, np.float32), initializer("hi", 1.7, np.float32)]
+        nodes.append(helper.make_node("Clip", ["u", "lo", "hi"], ["r"]))
+        last = "r"
+    nodes += [helper.make_node("QuantizeLinear", [last, "sy", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
+    g = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", F, list(shape))],
+                          [helper.make_tensor_value_info("out", F, list(shape))], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def onnxruntime(model: onnx.ModelProto, feeds: dict, level) -> np.ndarray:
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = level
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def ours(model: onnx.ModelProto, feeds: dict) -> tuple[np.ndarray, compiler.Graph]:
+    """The network's float output on the simulator (race-checked), and its graph."""
+    g = compiler.from_onnx(model)
+    mod = compiler.GraphModule(compiler.build(g))
+    for k, v in feeds.items():
+        mod.set_input(k, v)
+    mod.run(check_races=True)
+    return mod.get_output(0), g
+
+
+SHAPES = st.one_of(st.tuples(st.just(1), st.integers(1, 70)),
+                   st.tuples(st.integers(1, 2), st.integers(1, 50), st.integers(1, 40)),
+                   st.tuples(st.integers(1, 2), st.integers(1, 45), st.integers(1, 12), st.integers(1, 19)))
+
+
+@SETTINGS
+@given(shape=SHAPES, act=st.sampled_from(["relu", "clip", "none"]), dq=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_batch_norm_is_bit_exact_with_onnxruntime_at_both_levels(shape, act, dq, seed):
+    model = bn_model(shape, act, dq, seed)
+    feeds = feeds_for(model, seed)
+    y, g = ours(model, feeds)
+    kinds = [n.op.kind for n in g.nodes]
+    assert kinds == ["batch_norm"], kinds        # the Relu or Clip is the op's clamp
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(y, onnxruntime(model, feeds, level))
+
+
+def dense_block(c1: int, c2: int, h: int, w: int, seed: int) -> onnx.ModelProto:
+    """Conv and Conv -> Concat -> BatchNormalization -> Relu -> Conv: DenseNet's pattern, in float."""
+    n = Net("dense", (1, 6, h, w), seed)
+    a = n.conv(n.input, c1, 3, 1, act="relu")
+    b = n.conv(n.input, c2, 1, 1, act=None)
+    n.output(n.conv(n.batch_norm(n.concat([a, b]), act="relu"), 9, 3, 1, act=None))
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt, activations, c1, c2, h, w", [
+    ("qoperator", "int8", 13, 22, 9, 11), ("qdq", "int8", 33, 7, 6, 13),
+    ("qoperator", "uint8", 40, 24, 7, 5), ("qdq", "uint8", 5, 12, 11, 8)])
+def test_quantize_static_dense_block_is_bit_exact_at_both_levels(fmt, activations, c1, c2, h, w):
+    model = models.quantize(dense_block(c1, c2, h, w, 4), fmt, seed=2, samples=3, activations=activations)
+    assert "BatchNormalization" in [n.op_type for n in model.graph.node]
+    x = {"input": np.random.default_rng(h).standard_normal((1, 6, h, w)).astype(np.float32)}
+    y, g = ours(model, x)
+    assert [n.op.kind for n in g.nodes].count("batch_norm") == 1
+    assert "clip" not in [n.op.kind for n in g.nodes]           # the Relu went into the batch_norm
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(y, onnxruntime(model, x, level))
+
+
+def _edited(model: onnx.ModelProto, **attrs) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    for k, v in attrs.items():
+        bn.attribute.append(helper.make_attribute(k, v))
+    return m
+
+
+def test_refusals_name_the_node_and_the_reason():
+    model = bn_model((1, 4, 3, 3), "relu", False, 1)
+    with pytest.raises(CompileError, match=r"BatchNormalization.*training_mode = 1: only inference"):
+        compiler.from_onnx(_edited(model, training_mode=1))
+    m = _edited(model)
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    bn.input[0] = "x"                          # the float graph input itself, never quantised
+    with pytest.raises(CompileError, match=r"BatchNormalization.*X \('x'\) must come from a DequantizeLinear"):
+        compiler.from_onnx(m)
+    m = _edited(model)
+    var = next(i for i in m.graph.initializer if i.name == "var")
+    var.CopyFrom(initializer("var", np.full(4, -1.0), np.float32))
+    with pytest.raises(CompileError, match=r"BatchNormalization.*channel 0 folds to new_scale nan.*finite float32 "
+                                           r"pairs only"):
+        compiler.from_onnx(m)
+    m = _edited(model)
+    m.graph.input.append(helper.make_tensor_value_info("mean_in", F, [4]))
+    bn = next(n for n in m.graph.node if n.op_type == "BatchNormalization")
+    bn.input[3] = "mean_in"
+    with pytest.raises(CompileError, match=r"BatchNormalization.*input_mean \('mean_in'\) must be a float32 "
+                                           r"constant or a dequantised constant"):
+        compiler.from_onnx(m)
+
+
+def test_a_batch_norm_whose_result_stays_float_is_refused_where_it_is_read():
+    """DenseNet's last BN (QOperator): Relu then a float GlobalAveragePool, no QuantizeLinear after the BN."""
+    n = Net("tail", (1, 6, 5, 5), 3)
+    y = n.batch_norm(n.concat([n.conv(n.input, 8, 3, 1), n.conv(n.input, 5, 1, 1)]), act="relu")
+    n.output(n.gemm(n.flatten(n.global_avg_pool(y)), 4))
+    model = models.quantize(n.model(), "qoperator", seed=1, samples=2)
+    with pytest.raises(CompileError, match=r"GlobalAveragePool.*BatchNormalization.*not followed by QuantizeLinear"):
+        compiler.from_onnx(model)
