@@ -288,6 +288,15 @@ class NuConv(Command):
 VU_SCALARS = ("za", "zb", "ma", "mb", "shift", "zp_out", "lo", "hi")
 
 
+U8_READERS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")
+"""The VU commands that read vu.u8 (docs/isa.md); one without a "u8" scalar runs on int8 (vu.u8 = 0)."""
+
+
+def u8_scalar(uint8: bool) -> dict[str, int]:
+    """The "u8" scalar of a float-form command on uint8 tensors held as int8; none for int8 tensors."""
+    return {"u8": 1} if uint8 else {}
+
+
 @dataclass(eq=False)
 class Vu(Command):
     """A VU command on VU `unit`: mnemonic, operands with dtypes, iteration space, window, scalars."""

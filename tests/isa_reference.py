@@ -310,6 +310,7 @@ FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
+U8_OPS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")     # the ones vu.u8 switches to uint8 operands
 POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
 SLIDE_AS_POOL = {"vu.slide.acc": "vu.pool.acc", "vu.slide.avg": "vu.pool.avg", "vu.slide.favg": "vu.pool.favg"}
 """The sliding-window engine's ops compute what these compute (docs/architecture.md); only their cycles differ."""
@@ -363,11 +364,12 @@ def _round_half_even(v) -> int:
     return round(Fraction(v))
 
 
-def _cvt8(t) -> int:
-    """cvtps2dq then saturating packs: |t| >= 2**31 (or nan) is INT_MIN, so -128."""
+def _cvt8(t, o: int = 0) -> int:
+    """cvtps2dq then saturating packs: |t| >= 2**31 (or nan) is INT_MIN, so -128.  o = 128 (vu.u8): t is a uint8
+    result, packed to [0, 255] (INT_MIN to 0), then less 128."""
     if t != t or abs(t) >= 2 ** 31:
         return -128
-    return _clip(_round_half_even(t), -128, 127)
+    return _clip(_round_half_even(t) - o, -128, 127)
 
 
 def _fits(*values: int) -> bool:
@@ -442,6 +444,8 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "fbias"))
     if mnemonic in FBIN_OPS and not _positive_finite(fbias):
         raise Fault("param", param=_pnum("vu", "fbias"))
+    if mnemonic in U8_OPS and q["u8"] not in (0, 1):
+        raise Fault("param", param=_pnum("vu", "u8"))
 
 
 def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: dict,
@@ -547,6 +551,7 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
                       q: dict, window: list) -> int:
     """One element of a float VU instruction: exact rationals, each operation rounded to float32."""
     za, zp, lo, hi = q["za"], q["zp_out"], q["lo"], q["hi"]
+    o = 128 * q["u8"] if mnemonic in U8_OPS else 0
     s = Fraction(f32_bits(q["fscale"])) if _positive_finite(f32_bits(q["fscale"])) else None
     if mnemonic == "vu.pool.favg":
         n = _int(mem, b, 4)
@@ -556,7 +561,7 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         for dh, dw in window:
             total = round_f32(total + round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - za)))
         t = round_f32(round_f32(total / round_f32(n)) / Fraction(f32_bits(q["fscale_b"])))
-        return _clip(_cvt8(round_f32(t + zp)), lo, hi)
+        return _clip(_cvt8(round_f32(t + zp + o), o), lo, hi)
     x = _int(mem, a, a_bytes)
     if mnemonic in ("vu.requant.f", "vu.requant.fpc"):
         if mnemonic == "vu.requant.fpc":
@@ -571,12 +576,12 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
     if mnemonic in FBIN_OPS:
         return _fbin_element(mnemonic, x - za, y - q["zb"], q)
     if mnemonic == "vu.fadd":
-        inner = round_f32(y * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
-        return _clip(_cvt8(round_f32(x * s + inner)), lo, hi)
+        inner = round_f32((y + o) * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
+        return _clip(_cvt8(round_f32((x + o) * s + inner), o), lo, hi)
     prod = (x - za) * (y - q["zb"])
     if not _fits(prod):
         raise Fault("overflow", space=space, first=a, last=a)
-    return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp)), lo, hi)
+    return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp + o), o), lo, hi)
 
 
 def _fbin_element(mnemonic: str, x: int, y: int, q: dict) -> int:

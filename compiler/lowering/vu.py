@@ -26,7 +26,7 @@ from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
-from ..ir import Buffer, Dma, Note, Ref, Vu
+from ..ir import Buffer, Dma, Note, Ref, Vu, u8_scalar
 from ..ops import FLOAT_BINARY, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..reference import add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
@@ -410,11 +410,12 @@ def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int
     d1 = (1, nr)
     b_ref, b_st = b
     if op.mode == "add":
-        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
+        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8)
         sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
     else:
         sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
               "lo": op.lo, "hi": op.hi}
+    sc.update(u8_scalar(op.uint8))
     return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
               scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
 
@@ -503,7 +504,7 @@ def pool_fill(op: Pool2d) -> int:
 def favg_scalars(op: Pool2d) -> dict[str, int]:
     """vu.pool.favg's scalars: sum(sx * (x - x_zp)) / count / sy + zp_out, clamped to int8, as onnxruntime."""
     return {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out), "zp_out": op.zp_out,
-            "lo": -128, "hi": 127}
+            "lo": -128, "hi": 127, **u8_scalar(op.uint8)}
 
 
 class PoolLowering:

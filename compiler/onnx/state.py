@@ -294,6 +294,17 @@ class Importer:
         except CompileError as exc:
             raise Problem(node, f"{what}: {exc}") from None
 
+    def uint8_kernel(self, tensors: tuple[str, ...]) -> bool:
+        """Does onnxruntime run the op reading and writing these quantised ONNX tensors on its uint8 kernel
+        (all of them uint8)?  The float forms that add a zero point before rounding (QLinearAdd, QLinearMul,
+        QLinearAveragePool) round differently there than on the int8 view (as_int8), so they are imported
+        with uint8=True (compiler.reference.excess); every other op computes the same on both."""
+        return all(t in self.uint8 for t in tensors)
+
+    def note_uint8(self, node: NodeProto, tensors: tuple[tuple[str, int], ...]) -> None:
+        """Record which of a QOperator node's (ONNX tensor, zero-point input) pairs are uint8."""
+        self.uint8.update(t for t, zi in tensors if self.is_uint8(node, zi))
+
     def is_uint8(self, node: NodeProto, zi: int, missing: str | None = None) -> bool:
         """Whether the zero point input zi (or, absent, the dtype `missing`) says the tensor is uint8."""
         zp = self.input(node, zi)

@@ -151,6 +151,7 @@ def vu_commands(draw):
         "vu.zb": draw(big if rare else small),
         "vu.ma": ma, "vu.mb": mb, "vu.shift": shift,
         "vu.zp_out": draw(st.integers(-2**31, 2**31 - 1) if rare else small),
+        "vu.u8": draw(st.sampled_from([0, 1, 1, 2] if rare else [0, 1])),    # 2 is refused where it is read
     })
     named.update(_float_params(draw, mnemonic, sdt))
     lo, hi = -128, 127
@@ -633,6 +634,8 @@ def test_vu_pool_favg_matches_semantics(mnemonic):
     ("vu.requant.f", {"vu.fscale": bits(1.0), "vu.zp_out": 128}, {4: 89, 5: 128}),
     ("vu.requant.fpc", {"vu.zp_out": -129}, {4: 89, 5: -129}),
     ("vu.fadd", {"vu.lo": 3, "vu.hi": 2}, {4: 90, 5: 3, 6: 2}),
+    ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.u8": 2}, {4: 95, 5: 2}),
+    ("vu.fmul", {"vu.fscale": bits(1.0), "vu.u8": -1}, {4: 95, 5: -1}),
     ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": 0}, {4: 94}),
     ("vu.fdiv", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(-1.0), "vu.fbias": bits(1.0)}, {4: 93}),
     ("vu.fmax", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": bits(float("inf"))}, {4: 94}),
