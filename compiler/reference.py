@@ -203,18 +203,24 @@ def requant_f32(v, scale, zp_out: int, lo: int = -128, hi: int = 127) -> np.ndar
     return np.clip(np.rint(x).astype(np.int64) + zp_out, lo, hi).astype(np.int8)
 
 
+def wrap32(v) -> np.ndarray:
+    """int64 v modulo 2**32 as a signed int32: the NU's accumulators, and onnxruntime's (MLAS sums products,
+    zero-point terms and the bias in int32 lanes that wrap), so the float forms need no overflow proof."""
+    return (np.asarray(v, dtype=np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 def conv2d_f32(x, w, bias, stride, pad, dil, groups, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
-    """QLinearConv: integer accumulators, then requant_f32 by the float32 scale of each output channel."""
-    acc = conv2d_acc(x, w, bias, stride, pad, dil, groups, x_zp)
+    """QLinearConv: integer accumulators (wrapping to int32), then requant_f32 by each output channel's scale."""
+    acc = wrap32(conv2d_acc(x, w, bias, stride, pad, dil, groups, x_zp))
     return requant_f32(acc, _f32_channel_view(scale, 4), zp_out, lo, hi)
 
 
 def dense_f32(x, w, bias, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
-    """QLinearMatMul (bias: QGemm): (x - x_zp) @ w + bias, requant_f32 per output feature."""
+    """QLinearMatMul (bias: QGemm): (x - x_zp) @ w + bias wrapping to int32, requant_f32 per output feature."""
     acc = (np.asarray(x, dtype=np.int64) - x_zp) @ np.asarray(w, dtype=np.int64)
     if bias is not None:
         acc = acc + np.asarray(bias, dtype=np.int64)
-    return requant_f32(acc, _f32_channel_view(scale, 2), zp_out, lo, hi)
+    return requant_f32(wrap32(acc), _f32_channel_view(scale, 2), zp_out, lo, hi)
 
 
 def requantize_f32(x, zx, scale, zp_out, lo, hi) -> np.ndarray:
