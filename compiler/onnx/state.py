@@ -160,6 +160,7 @@ class Importer:
     float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
     uint8: set = field(default_factory=set)           # ONNX tensors whose quantised values are uint8
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
+    writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -178,6 +179,12 @@ class Importer:
                 for i in n.input:
                     self.readers.setdefault(i, []).append(n.op_type)
         return self.readers.get(tensor, [])
+
+    def writer_op(self, tensor: str) -> str:
+        """The op type of the node that writes an ONNX tensor ("" for a graph input or initializer)."""
+        if self.writers is None:
+            self.writers = {o: n.op_type for n in self.model.graph.node for o in n.output}
+        return self.writers.get(tensor, "")
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
