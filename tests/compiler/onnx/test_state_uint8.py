@@ -219,3 +219,52 @@ def test_uint8_add_mul_and_average_pool_random_shapes(n, c, h, w, seed):
     s.update({k: int(v) for k, v in zip(("za", "zb", "zy", "zm", "zp"), rng.integers(0, 256, 5))})
     a, b = (rng.integers(0, 256, (n, c, h, w)).astype(np.uint8) for _ in range(2))
     _compiled_against_ort(_uint8_chain(a.shape, s), {"a": a, "b": b})
+
+
+def _residual_model(c: int, h: int, w: int, p: dict) -> onnx.ModelProto:
+    """uint8 QLinearConv (1x1, per-channel int8 weights) then QLinearAdd of a second uint8 input: a residual add
+    the network build fuses into the conv's kernel (vu.fadd in the NU epilogue)."""
+    U8 = TensorProto.UINT8
+    nodes = [helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sc", "zc", "bias"], ["c"]),
+             helper.make_node("QLinearAdd", ["c", "sc", "zc", "b", "sb", "zb", "sy", "zy"], ["y"], domain="com.microsoft")]
+    inits = [numpy_helper.from_array(np.asarray(v, t), k) for k, (v, t) in p.items()]
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info(n, U8, [1, c, h, w]) for n in "xb"],
+                          [helper.make_tensor_value_info("y", U8, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 10
+    return m
+
+
+def test_uint8_residual_add_fused_into_the_conv():
+    """A case (seed found by search) where the int8 view's QLinearAdd arithmetic, on onnxruntime's own conv output,
+    is 8 elements off; the compiled network, whose conv kernel adds the residual, is exact at both levels."""
+    rng = np.random.default_rng(7)
+    c, h, w = 16, 64, 64
+    p = {"sx": (0.05, np.float32), "zx": (int(rng.integers(0, 256)), np.uint8),
+         "w": (rng.integers(-30, 31, (c, c, 1, 1)), np.int8), "sw": (2.0 ** rng.uniform(-8, -5, c), np.float32),
+         "zw": (np.zeros(c), np.int8), "sc": (float(2.0 ** rng.uniform(-5, -2)), np.float32),
+         "zc": (int(rng.integers(0, 256)), np.uint8), "bias": (rng.integers(-2000, 2000, c), np.int32),
+         "sb": (float(2.0 ** rng.uniform(-6, 0)), np.float32), "zb": (int(rng.integers(0, 256)), np.uint8),
+         "sy": (float(2.0 ** rng.uniform(-5, -1)), np.float32), "zy": (int(rng.integers(0, 256)), np.uint8)}
+    model = _residual_model(c, h, w, p)
+    x, b = (rng.integers(0, 256, (1, c, h, w)).astype(np.uint8) for _ in range(2))
+    conv_out = session(model, ["c"]).run(["c"], {"x": x, "b": b})[0]
+    want = session(model).run(None, {"x": x, "b": b})[0]
+    s = {k: p[k][0] for k in ("sb", "zb", "sy", "zy")}
+    view = add_f32(as_int8(conv_out), as_int8(b), p["zc"][0] - 128, s["zb"] - 128, np.float32(p["sc"][0]),
+                   np.float32(s["sb"]), np.float32(s["sy"]), s["zy"] - 128, -128, 127)
+    assert (view != as_int8(want)).sum() == 8
+    g = from_onnx(model)
+    lib = compiler.build(g)
+    assert len(lib.layers) == 1, [layer.get("name") for layer in lib.layers]     # the add is in the conv's kernel
+    gm = compiler.GraphModule(lib)
+    gm.set_input(0, x)
+    gm.set_input(1, b)
+    gm.run(check_races=True)
+    got = gm.get_output(0, quantized=True)
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        ref = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(
+            None, {"x": x, "b": b})[0]
+        np.testing.assert_array_equal(got, ref)
