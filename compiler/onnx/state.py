@@ -137,7 +137,8 @@ def as_int8(a: np.ndarray) -> np.ndarray:
     q - 128 with zero point z - 128.  Every affine quantised op reads only q - z and writes
     round(...) + z clamped to the type's range, so it computes the same on both (the clamp to
     [0, 255] becomes [-128, 127], relu and clip bounds and tables move with the zero point); the
-    runtime flips the top bit of uint8 graph inputs and outputs (compiler.runtime).
+    runtime flips the top bit of uint8 graph inputs and outputs (compiler.runtime).  The float forms
+    that add before rounding are the exception: Importer.uint8_kernel gives them uint8=True.
     """
     return (np.asarray(a).astype(np.int16) - 128).astype(np.int8)
 
