@@ -12,9 +12,10 @@ def macs(op: Op) -> int:
 
 
 def constant_bytes(op: Op) -> int:
-    """Bytes of the op's compile-time constants in DDR: int8 weights and int32 bias."""
+    """Bytes of the op's compile-time constants in DDR: int8 weights, int32 bias, a softmax's float32 table."""
     weight, bias = getattr(op, "weight", None), getattr(op, "bias", None)
-    return (weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0)
+    return ((weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0)
+            + getattr(op, "table_bytes", 0))
 
 
 def min_ddr_bytes(ops: tuple[Op, ...] | list[Op], burst: int = 64) -> int:

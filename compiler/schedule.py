@@ -45,7 +45,7 @@ from isa_spec.layout import LayoutError, from_stored, parse_layout, stored_shape
 from nnpsim.config import Config
 
 from .errors import CompileError
-from .ops import FLOAT_BINARY, Conv2d, Dense, Op, Pool2d
+from .ops import FLOAT_BINARY, Conv2d, Dense, Op, Pool2d, Softmax
 from .lowering import driver
 from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.conv_plan import ConvTiling, buffer_needs, fits, requantises_on_nu
@@ -65,7 +65,7 @@ NU_CACHES = {("x", "ibuf"): "in", ("w", "wbuf"): "wt", ("y", "abuf"): "acc", ("y
              ("b", "vbuf"): "res"}
 POOL_CACHES = {("x", "vbuf"): "in", ("y", "vbuf"): "out"}
 ELEMENTWISE_CACHES = {("x", "vbuf"): "a", ("a", "vbuf"): "a", ("b", "vbuf"): "b"}
-MOVEMENT_CACHES: dict = {}      # a movement block's tiles and slots are the lowering's own (lowering.movement)
+MOVEMENT_CACHES: dict = {}      # a movement block's tiles and slots are the lowering's own (lowering.movement, .softmax)
 RQ_INTRINSICS = ("nu.conv.rq", "nu.conv.acc.rq")
 """The NU's output stage: the whole sum in one command a tile, or the last chunk's adding the others'."""
 MIN_DEPTH = {"nu": {"in": 2, "wt": 2, "acc": 2, "vacc": 1, "res": 1},
@@ -98,7 +98,7 @@ class Block:
     """One kernel of the chain and the decisions made for it so far."""
 
     name: str
-    kind: str                              # "nu", "pool", "elementwise" or "movement"
+    kind: str                              # "nu", "pool", "elementwise" or "movement" (also softmax: own tiles)
     seg: tuple[Op, ...]
     extents: dict[str, int]
     quantum: dict[str, int]                # split factors must be multiples of these (NU blocks of channels)
@@ -383,7 +383,7 @@ def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> B
         default = ([f"split(0,{p.cols})", f"split(2,{p.rows})", "reorder(0,2,4,5,3,1)"] if p.w.layout else [])
         return Block(name, "nu", seg, ext, {"oc": p.cols, "ic": p.rows},
                      {"plan": p, "residual": residual, "bias_blocks": bb, "default_layout": default})
-    if is_movement(seg[0]):
+    if is_movement(seg[0]) or isinstance(seg[0], Softmax):     # tiles of their own lowering's choosing
         return Block(name, "movement", seg, {"n": 1}, {}, {})
     op = driver.fold_clamps(seg)
     if isinstance(op, Pool2d):

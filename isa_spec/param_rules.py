@@ -75,6 +75,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.slide.acc": _VU_DEST + _VU_WINDOW,
     "vu.slide.avg": _VU_DEST + _VU_WINDOW,
     "vu.slide.favg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
+    "vu.softmax": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "dma": _DMA_DEST,
 }
 

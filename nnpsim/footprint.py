@@ -12,7 +12,7 @@ reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
 reads it for nu.conv.acc; nu.conv.rq writes VBUF instead and reads its table in WBUF, and
 nu.conv.acc.rq also reads its partial sums in ABUF; nu.dwconv reads only the first cols bytes of each IBUF pixel and
 one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
-op has one; vu.lut's whole 256-byte table) and writes d.  Which rule an instruction follows, and its VU
+op has one; vu.lut's whole 256-byte table, vu.softmax's whole 1024-byte one) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ from .config import Config
 from .isa_layout import ABUF, IBUF, VBUF, WBUF, offset, space_name  # noqa: F401  (space_name: re-exported)
 from .state import space_sizes  # noqa: F401  (re-exported for the race checker)
 from .semantics import FOOTPRINTS, SEMANTICS
-from .timing import LUT_BYTES
 from .units.vu import N_CODES, operand_bytes
 
 MAX_PATTERNS = 5
@@ -213,10 +212,10 @@ def _vu(pats: np.ndarray, window: bool, unit: int, regs: np.ndarray, fields: np.
 
 @njit(cache=True)
 def _vu_lut(pats: np.ndarray, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
-    """vu.lut: d and a element by element, and its whole 256-byte table at b, read once."""
+    """vu.lut, vu.softmax: d and a element by element, and the whole table at b (its row's b width), read once."""
     _vu(pats, False, unit, regs, fields, p)
     _clear(pats[2])
-    pats[2, SPACE], pats[2, BASE], pats[2, WIDTH] = VBUF + unit, regs[2], LUT_BYTES
+    pats[2, SPACE], pats[2, BASE], pats[2, WIDTH] = VBUF + unit, regs[2], operand_bytes(fields[0], 0, 0)[2]
 
 
 @njit(cache=True)
@@ -243,7 +242,7 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
             _nu_dw(pats[c], cmd_unit[c], rule == RULE_NU_DW_ACC, cmd_regs[c], cmd_params[c], rows, cols)
         elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
-        elif rule == RULE_VU_LUT:
+        elif rule == RULE_VU_LUT and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu_lut(pats[c], cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
     return pats
 

@@ -30,7 +30,7 @@ ABUF too when it accumulates; a VU op element by element, or over a pooling wind
 depthwise conv (one weight lane per column), reading ABUF too when it accumulates; an NU conv with
 its requantising output stage (int8 into VBUF, reading its (bias, M, S) table in WBUF), and reading
 partial sums from ABUF too when it accumulates; a VU table lookup (d and a element by element, b one
-256-byte table)."""
+table of its row's b width: vu.lut's 256 bytes, vu.softmax's 1024)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,8 @@ class Semantics:
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
     a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, and
-    vu.lut's b its whole 256-entry int8 table (read once, not walked by the b strides)."""
+    vu.lut's b its whole 256-entry int8 table and vu.softmax's its whole float32[256] table (each read once,
+    not walked by the b strides)."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
 
@@ -104,6 +105,7 @@ _ROWS = (
     _vu("vu.slide.avg", "slide_avg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     _vu("vu.slide.favg", "slide_favg", (1, 1, 4), window=True, timing="vu_slide_cycles"),
     Semantics("vu.lut", "VU", "lut", "vu_lut", (1, 1, 256), "vu_lut_cycles"),
+    Semantics("vu.softmax", "VU", "softmax", "vu_lut", (1, 1, 1024), "vu_softmax_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -106,6 +106,20 @@ def vu_slide_cycles(n0: int, n1: int, planes: int, step_w: int, step_h: int, win
     return latency + (work + bytes_per_cycle - 1) // bytes_per_cycle
 
 
+SOFTMAX_TABLE_BYTES = 1024
+"""Bytes of vu.softmax's table: 256 float32 exponentials, one per difference x - max(row) in [-255, 0]."""
+
+
+@njit(cache=True)
+def vu_softmax_cycles(rows: int, n0: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of vu.softmax: latency, its float32 table into the lanes' lookup RAM, then each float32 lane
+    takes a row of n0 through three pipelined stages (max, the in-order sum, the quotients), one element a
+    cycle each: a group of lanes takes n0 cycles a stage, and the groups overlap but for the first two stages."""
+    lanes = max(1, bytes_per_cycle // 4)
+    table = (SOFTMAX_TABLE_BYTES + bytes_per_cycle - 1) // bytes_per_cycle
+    return latency + table + ((rows + lanes - 1) // lanes + 2) * n0
+
+
 @njit(cache=True)
 def vu_elem_bytes(d_bytes: int, a_bytes: int, b_bytes: int) -> int:
     """The elem_bytes of vu_cycles: the widest operand element, an (M, S) pair counting as one int32."""

@@ -303,12 +303,14 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
-                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
+                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax")
 LUT_ENTRIES = 256
 """vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
 FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg") + FBIN_OPS
+SOFTMAX_ENTRIES = 256
+"""vu.softmax's table: float32 exponentials, entry x - max(row) + 255 for element x of a row."""
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
 U8_OPS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")     # the ones vu.u8 switches to uint8 operands
 POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg") + SLIDE_OPS
@@ -385,7 +387,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-            "vu.lut": (1, 1, 1),
+            "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4),
             **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
@@ -396,7 +398,7 @@ def _vu_check_params(mnemonic: str, q: dict) -> None:
             raise Fault("param", param=_pnum("vu", n))
     if mnemonic in ("vu.requant", "vu.add", "vu.mul") and not 0 <= q["shift"] <= 62:
         raise Fault("param", param=_pnum("vu", "shift"))
-    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip") + FLOAT_OPS:
+    if mnemonic in ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.softmax") + FLOAT_OPS:
         if not -128 <= q["lo"] <= 127:
             raise Fault("param", param=_pnum("vu", "lo"))
         if not -128 <= q["hi"] <= 127:
@@ -407,7 +409,7 @@ def _vu_check_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "ma"))
     if mnemonic == "vu.add" and not 0 <= q["mb"] < 1 << 31:
         raise Fault("param", param=_pnum("vu", "mb"))
-    if mnemonic in FLOAT_OPS:
+    if mnemonic in FLOAT_OPS + ("vu.softmax",):
         _vu_check_float_params(mnemonic, q)
     if mnemonic in SLIDE_OPS:
         _vu_check_slide_params(q)
@@ -469,19 +471,24 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
     for i in _box(sizes):
         elems.append(tuple(base + sum(i[k] * q[f"{x}_stride{k}"] for k in range(4))
                            for x, base in (("d", rd), ("a", ra), ("b", rb))))
-    if mnemonic == "vu.lut":     # b is one table, whatever the b strides say
+    if mnemonic in ("vu.lut", "vu.softmax"):     # b is one table, whatever the b strides say
         elems = [(d, a, rb) for d, a, _ in elems]
     d_addrs = [e[0] for e in elems]
     a_addrs = [e[1] + dh + dw for e in elems for dh, dw in window]
     b_addrs = [e[2] for e in elems] if b_bytes else []
     if mnemonic == "vu.lut":
         b_addrs = [rb + k for k in range(LUT_ENTRIES)]
+    if mnemonic == "vu.softmax":
+        b_addrs = [rb + 4 * k for k in range(SOFTMAX_ENTRIES)]
     for addrs, nbytes in ((d_addrs, d_bytes), (a_addrs, a_bytes), (b_addrs, b_bytes)):
         if nbytes >= 4 and any(a % 4 for a in addrs):
             raise Fault("align", space=space)
     for addrs, nbytes in ((d_addrs, d_bytes), (a_addrs, a_bytes), (b_addrs, b_bytes)):
         _check_inside(mem, space, addrs, nbytes)
-    results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
+    if mnemonic == "vu.softmax":
+        results = _vu_softmax(mem, space, [a for _, a, _ in elems], rb, q)
+    else:
+        results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
     for d, v in zip(d_addrs, results):
         if d_bytes == 1:
             v = _clip(v, -128, 127)
@@ -536,6 +543,28 @@ def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_by
         return _int(mem, b + x + 128, 1)
     assert mnemonic == "vu.mov", mnemonic
     return x
+
+
+def _vu_softmax(mem: np.ndarray, space: int, a_addrs: list, rb: int, q: dict) -> list:
+    """vu.softmax over rows of n0 elements (a_addrs in i0-fastest order), exact rationals rounded to float32
+    after each operation: max, the table entries summed first to last, quotient, product, round, zp, clip."""
+    table = []
+    for k in range(SOFTMAX_ENTRIES):
+        v = f32_bits(_int(mem, rb + 4 * k, 4))
+        if not _positive_finite(v):
+            raise Fault("param", space=space, first=rb + 4 * k, last=rb + 4 * k + 3)
+        table.append(Fraction(v))
+    scale, n0, out = Fraction(f32_bits(q["fscale"])), q["n0"], []
+    for r in range(0, len(a_addrs), n0):
+        xs = [_int(mem, a, 1) for a in a_addrs[r:r + n0]]
+        es = [table[x - max(xs) + 255] for x in xs]
+        total = Fraction(0)
+        for e in es:
+            total = round_f32(total + e)
+        for e in es:
+            quotient = Fraction(0) if total == float("inf") else round_f32(e / total)
+            out.append(_clip(_round_half_even(round_f32(quotient * scale)) + q["zp_out"], q["lo"], q["hi"]))
+    return out
 
 
 def _divide_round(mem: np.ndarray, space: int, x: int, b: int) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-from . import activation, conv, elementwise, fold, movement, pool, quant, reduce, shape
+from . import activation, conv, elementwise, fold, movement, pool, quant, reduce, shape, softmax
 from .state import Importer, Problem
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -118,6 +118,13 @@ OPS: dict[str, Op] = {
     "Resize": Op(movement.resize, "resize, nearest: onnxruntime's index maps for every coordinate and nearest "
                  "mode; integer upsampling or a stride per axis (DMA, repeats on chip)", 4),
 }
+
+OPS["Softmax"] = Op(softmax.softmax, "softmax on vu.softmax: onnxruntime's QLinearSoftmax arithmetic (what "
+                    "ORT_ENABLE_ALL fuses DQ -> Softmax -> Q into)", 1, constraints="any axis (before opset 13: "
+                    "the dims from the axis on as one row); per-tensor scales; no Relu / Clip after it")
+OPS["QLinearSoftmax"] = _ms(softmax.qlinear_softmax, "softmax on vu.softmax (onnxruntime's QLinearSoftmax)", 5,
+                            constraints="any axis, default -1 (opset < 13: the dims from the axis on as one "
+                            "row); per-tensor scales")
 
 
 # unary activations as lookup tables (activation.py): the QLinear ops, the float ops of a QDQ island,

@@ -13,7 +13,7 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
 pool (the pools), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
 (lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest Resize), softmax
-(QLinearSoftmax over the last axis: the numpy model only, not lowered yet).
+(QLinearSoftmax over one axis, on vu.softmax).
 """
 from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LIMIT, Op, Tensor, check_inputs
 from .checks import check_accumulator

@@ -1,4 +1,4 @@
-"""Softmax over the last axis of an int8 tensor, as onnxruntime's QLinearSoftmax computes it.
+"""Softmax over one axis of an int8 tensor (the last by default), as onnxruntime's QLinearSoftmax computes it.
 
 onnxruntime (contrib_ops/cpu/quantization/qlinear_softmax.cc, float EXP_OUT_DTYPE) builds a float32
 table of 256 exponentials, one per difference d = x - max(row) in [-255, 0]:
@@ -14,7 +14,8 @@ element as
 every product and quotient rounded to float32 (an overflow to inf saturates at 127).  The zero point of x
 cancels in x - max, so only x_scale enters.  The exact order matters: the sum is sequential, the
 quotient is taken before the product (onnxruntime 1.32; tests/compiler/ops/test_softmax.py checks every
-element against it).
+element against it).  A softmax over another axis is the same computation on the rows along that axis
+(onnxruntime transposes the axis last, computes, and transposes back); D is that axis' length.
 """
 from __future__ import annotations
 
@@ -57,19 +58,35 @@ def softmax_rows(x: np.ndarray, table: np.ndarray, mult: np.float32, zp_out: int
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Softmax(Op):
-    """y = QLinearSoftmax(x) over the last axis of an int8 tensor of any rank (at least 1)."""
+    """y = QLinearSoftmax(x) over axis `axis` (non-negative) of an int8 tensor of any rank (at least 1)."""
 
     shape: tuple[int, ...]
     x_scale: np.float32
     y_scale: np.float32
     zp_out: int = 0
+    axis: int = -1
+    coerced: bool = False               # opsets before 13: the dims from axis on are one row (ONNX's 2-D view)
     kind: str = field(init=False, default="softmax")
-    lowered: ClassVar[bool] = False     # the VU instruction it needs is not built yet (docs/semantics.md)
+    lowered: ClassVar[bool] = True      # vu.softmax, tiles of whole rows (compiler/lowering/softmax.py)
+
+    def __post_init__(self):
+        object.__setattr__(self, "axis", self.axis % len(self.shape))
 
     @property
     def row(self) -> int:
-        """The length of the axis the softmax runs over."""
-        return self.shape[-1]
+        """The length of the rows the softmax runs over: the axis, or the dims from it on when coerced."""
+        return int(np.prod(self.shape[self.axis:], dtype=np.int64)) if self.coerced else self.shape[self.axis]
+
+    @property
+    def view(self) -> tuple[int, int, int]:
+        """(outer, row, inner): the tensor as the dims before the axis, the row, the dims after it."""
+        outer = int(np.prod(self.shape[:self.axis], dtype=np.int64))
+        return outer, self.row, int(np.prod(self.shape, dtype=np.int64)) // (outer * self.row)
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes of its exponential table, a DDR constant (the roofline counts it)."""
+        return 4 * DIFFS
 
     def table(self) -> np.ndarray:
         """The float32[256] exponentials of this op's scale and row length."""
@@ -84,10 +101,17 @@ class Softmax(Op):
         return Tensor("y", self.shape, "int8")
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
-        return softmax_rows(arrays[0], self.table(), out_multiplier(self.y_scale), self.zp_out)
+        if self.coerced:
+            rows = arrays[0].reshape(self.view[:2])
+            return softmax_rows(rows, self.table(), out_multiplier(self.y_scale), self.zp_out).reshape(self.shape)
+        rows = np.moveaxis(arrays[0], self.axis, -1)
+        return np.moveaxis(softmax_rows(rows, self.table(), out_multiplier(self.y_scale), self.zp_out), -1, self.axis)
 
 
-def softmax(shape, *, x_scale, y_scale, zp_out: int = 0) -> Softmax:
-    """The int8 softmax over the last axis of shape, onnxruntime's QLinearSoftmax: float32 scales."""
-    return Softmax(shape_arg("shape", shape), f32_scale_arg("x_scale", x_scale), f32_scale_arg("y_scale", y_scale),
-                   int_arg("zp_out", zp_out, *INT8))
+def softmax(shape, *, x_scale, y_scale, zp_out: int = 0, axis: int = -1, coerced: bool = False) -> Softmax:
+    """The int8 softmax over `axis` (default the last) of shape, onnxruntime's QLinearSoftmax: float32 scales;
+    coerced: over the dims from axis on as one row (Softmax before opset 13)."""
+    shape = shape_arg("shape", shape)
+    return Softmax(shape, f32_scale_arg("x_scale", x_scale), f32_scale_arg("y_scale", y_scale),
+                   int_arg("zp_out", zp_out, *INT8), int_arg("axis", axis, -len(shape), len(shape) - 1),
+                   bool(coerced))

@@ -8,7 +8,8 @@ counts (n0..n3, then the window of pool ops), scalar parameters of the op
 (shift, lo, hi, ma, mb, then zp_out, fscale, fscale_b, fbias of the float
 ops), the VBUF space, alignment of int32 operands (d, a, b), bounds (d, a,
 b); then, reading the sources in element order (n0 fastest), per-element
-checks (table M and S or float scale, divisor, overflow).  Results go to a
+checks (table M and S or float scale, divisor, overflow; vu.softmax checks its
+256 table entries before any element).  Results go to a
 temporary first, so a failing command writes nothing and in-place commands
 see only old values.  The float ops compute in IEEE float32 (units/f32.py).
 """
@@ -23,19 +24,21 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import LUT_BYTES, slide_span, vu_cycles, vu_elem_bytes, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles
+from ..timing import (LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_cycles, vu_elem_bytes, vu_lut_cycles,
+                      vu_pool_cycles, vu_slide_cycles, vu_softmax_cycles)
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
 
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
-       "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin")
+       "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
- VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN) = (_CODE[op] for op in OPS)
+ VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN,
+ VU_SOFTMAX) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -55,6 +58,8 @@ for _row in (r for r in rows_of("VU") if r.op in OPS):
 
 if WIDTHS[VU_LUT, 2] != LUT_BYTES:
     raise ImportError("nnpsim.semantics: vu.lut's b width must be timing.LUT_BYTES, its table's entries")
+if WIDTHS[VU_SOFTMAX, 2] != SOFTMAX_TABLE_BYTES:
+    raise ImportError("nnpsim.semantics: vu.softmax's b width must be timing.SOFTMAX_TABLE_BYTES, its table's bytes")
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
 D_STRIDE, A_STRIDE, B_STRIDE = (offsets(*(f"vu.{x}_stride{k}" for k in range(4)))[0] for x in "dab")
@@ -124,7 +129,13 @@ def _is_fbin(op: int) -> bool:
 @njit(cache=True)
 def _is_float(op: int) -> bool:
     return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
-            or op == VU_SLIDE_FAVG or _is_fbin(op))
+            or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_SOFTMAX)
+
+
+@njit(cache=True)
+def _is_table(op: int) -> bool:
+    """An op whose b is one table read whole (vu.lut, vu.softmax), not an operand the b strides walk?"""
+    return op == VU_LUT or op == VU_SOFTMAX
 
 
 @njit(cache=True)
@@ -256,7 +267,7 @@ def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: in
     strides = np.zeros((3, 6), dtype=np.int64)
     addrs = (rd, ra, rb)
     nbytes = (d_bytes, a_bytes, b_bytes)
-    for x in range(2 if op == VU_LUT else 3):     # vu.lut's b: one table of b_bytes, not walked
+    for x in range(2 if _is_table(op) else 3):    # a table's b: b_bytes at b, not walked (aligned: base only)
         counts[x, :4] = p[N0:N0 + 4]
         strides[x, :4] = p[D_STRIDE + 4 * x:D_STRIDE + 4 * x + 4]
     if _is_window(op):
@@ -425,6 +436,40 @@ def _lut(mem: np.ndarray, base: int, ra: int, rb: int, p: np.ndarray, out: np.nd
 
 
 @njit(cache=True)
+def _softmax(mem: np.ndarray, base: int, space: int, ra: int, rb: int, p: np.ndarray, out: np.ndarray,
+             err: np.ndarray) -> int:
+    """vu.softmax: each row's max, its table entries summed in float32 from the first element to the last,
+    then each entry's quotient by the sum, its product with fscale, rne, zp_out and the clamp (every
+    operation rounded to float32).  The table must hold 256 positive finite float32s (checked first, so
+    the sum is positive and no quotient is nan)."""
+    table = np.empty(256, np.float64)
+    for k in range(256):
+        at = rb + 4 * k
+        bits = load_i32(mem, base + at)
+        if not f32.positive_finite(bits):
+            return fail(err, errors.BAD_PARAM, space, at, at + 3, -1, bits, k, 0)
+        table[k] = f32.value(bits)
+    scale, zp_out, lo, hi = f32.value(p[FSCALE]), p[ZP_OUT], p[LO], p[HI]
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a_row = base + ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                top = -128
+                for i0 in range(p[N0]):
+                    top = max(top, load_i8(mem, a_row + i0 * p[A_STRIDE]))
+                total = 0.0
+                for i0 in range(p[N0]):
+                    total = f32.r32(total + table[load_i8(mem, a_row + i0 * p[A_STRIDE]) - top + 255])
+                for i0 in range(p[N0]):
+                    q = f32.r32(table[load_i8(mem, a_row + i0 * p[A_STRIDE]) - top + 255] / total)
+                    q = f32.r32(q * scale)          # q <= 1 * fscale; a sum of inf makes it 0
+                    out[e] = _clip(f32.rne(min(q, 1024.0)) + zp_out, lo, hi)
+                    e += 1
+    return errors.OK
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
@@ -433,6 +478,8 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
     if op == VU_LUT:
         _lut(mem, base, ra, rb, p, out)
         return errors.OK
+    if op == VU_SOFTMAX:
+        return _softmax(mem, base, space, ra, rb, p, out, err)
     op = _pool_form(op)     # the sliding-window engine computes the same values; only its timing differs
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
@@ -606,16 +653,20 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
     if op == VU_LUT:        # one int8 lane an output; its table's bytes are timing.vu_lut_cycles' own term
         return n_out, window, 1
+    if op == VU_SOFTMAX:    # float32 lanes; the table and the row stages are timing.vu_softmax_cycles' terms
+        return n_out, window, 4
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
 
 
 @njit(cache=True)
 def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int, latency: int) -> int:
-    """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles, vu_slide_cycles
-    or vu_lut_cycles)."""
+    """Cycles of a VU command by its instruction's timing formula (vu_cycles, vu_pool_cycles, vu_slide_cycles,
+    vu_lut_cycles or vu_softmax_cycles)."""
     n_out, window, elem = vu_work(op, p, sdt, ddt)
     if elem > 0 and op == VU_LUT:
         return vu_lut_cycles(n_out, bytes_per_cycle, latency)
+    if elem > 0 and op == VU_SOFTMAX:
+        return vu_softmax_cycles(n_out // p[N0], p[N0], bytes_per_cycle, latency)
     if elem > 0 and IS_SLIDE[op]:
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse

@@ -36,6 +36,8 @@ def _chain(kind: str, rng: np.random.Generator) -> list:
     if kind == "conv+lut":      # the lut in the conv's epilogue
         conv = ops.conv2d((1, c, h, w), rand8(rng, (o, c, k, k)), None, padding=k // 2, multiplier=2**30, shift=24)
         return [conv, ops.lut(conv.output.shape, rng.integers(-128, 128, 256))]
+    if kind == "softmax":       # rows along a middle axis: vu.softmax's own timing formula
+        return [ops.softmax((1, c, h, w), x_scale=0.05, y_scale=1 / 256, zp_out=-128, axis=1)]
     if kind == "dense":
         return [ops.dense((int(rng.integers(1, 20)), 4 * c), rand8(rng, (4 * c, o)), multiplier=1, shift=8)]
     expand = ops.conv2d((1, c, h, w), rand8(rng, (o, c, 1, 1)), None, multiplier=2**30, shift=24)
@@ -44,7 +46,8 @@ def _chain(kind: str, rng: np.random.Generator) -> list:
 
 
 @settings(max_examples=30, **SETTINGS)
-@given(seeds, st.sampled_from(["conv", "depthwise", "pool", "add", "dense", "chain", "lut", "conv+lut"]), st.integers(1, 2),
+@given(seeds, st.sampled_from(["conv", "depthwise", "pool", "add", "dense", "chain", "lut", "conv+lut",
+                                "softmax"]), st.integers(1, 2),
        st.integers(1, 2), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 16]), st.sampled_from([1, 32, 64]))
 def test_predicted_cycles_are_the_simulators(seed, kind, nus, vus, channels, depth, burst):
     # the replay runs the engine's phases on the same timing formulas: to the cycle, whatever the

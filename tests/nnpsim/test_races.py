@@ -86,7 +86,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.fmul": (1, 1, 1), "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0),
                       "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
                       "vu.slide.favg": (1, 1, 4), "vu.lut": (1, 1, 0), "vu.fsub": (1, 1, 1),
-                      "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1)}[mn]
+                      "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
+                      "vu.softmax": (1, 1, 0)}[mn]
         win = mn.startswith(("vu.pool", "vu.slide"))
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
@@ -99,6 +100,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
             reads |= {(sp, r2 + off("b") + j) for j in range(bw)}
         if mn == "vu.lut":          # its whole 256-entry table, whatever the inputs
             reads |= {(sp, r2 + j) for j in range(256)}
+        if mn == "vu.softmax":      # its whole float32[256] table, whatever the inputs
+            reads |= {(sp, r2 + j) for j in range(1024)}
     return reads, writes
 
 
@@ -391,6 +394,16 @@ def test_lut_table_is_read_whole():
     assert "vbuf0 byte 0x2ff" in race_message([last_entry, lut])
     past = row(0, ("vbuf0", 512 + 256), ("ddr", 0), 1)
     assert race_message([past, lut]) is None
+
+
+def test_softmax_table_is_read_whole():
+    """vu.softmax reads all 1024 bytes of its float32 table, whatever the rows: a DMA still loading the last
+    entry's last byte is a race; one past the table is not."""
+    last_byte = row(0, ("vbuf0", 2048 + 1023), ("ddr", 0), 1)
+    softmax = vu(0, "vu.softmax", 0, 64, 2048, n0=4, n1=2, d_stride0=1, a_stride0=1, d_stride1=4, a_stride1=4)
+    assert "vbuf0 byte 0xbff" in race_message([last_byte, softmax])
+    past = row(0, ("vbuf0", 2048 + 1024), ("ddr", 0), 1)
+    assert race_message([past, softmax]) is None
 
 
 def test_source_lines_in_message():

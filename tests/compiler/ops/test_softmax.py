@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from compiler import CompileError, build, ops
+from compiler import CompileError, ops
 
 LEVELS = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
 
@@ -118,7 +118,32 @@ def test_qdq_softmax_is_the_reference_when_fused_and_within_one_code_when_not():
     assert differ < total // 20
 
 
-def test_build_refuses_softmax_until_it_is_lowered():
-    """The numpy model alone: build() says so in one CompileError instead of failing inside the lowering."""
-    with pytest.raises(CompileError, match="softmax has no NPU lowering yet"):
-        build(ops.softmax((1, 4, 16), x_scale=0.1, y_scale=1 / 256, zp_out=-128))
+def test_softmax_over_another_axis_is_the_rows_along_it():
+    """axis=1 of [1, 16, 4, A] (YOLOv8's DFL): onnxruntime's QLinearSoftmax at opset 13 transposes the axis
+    last; the reference equals it on every element at both levels."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (1, 16, 4, 37)).astype(np.int8)
+    op = ops.softmax(x.shape, x_scale=0.07, y_scale=1 / 256, zp_out=-128, axis=1)
+    assert op.row == 16 and op.view == (1, 16, 4 * 37)
+    for level in LEVELS:
+        assert np.array_equal(op.reference(x), qlinear_softmax_axis(x, 0.07, 3, 1 / 256, -128, 1, level))
+    with pytest.raises(CompileError, match="axis = 4 is out of range"):
+        ops.softmax(x.shape, x_scale=0.07, y_scale=1 / 256, axis=4)
+
+
+def qlinear_softmax_axis(x, x_scale, x_zp, y_scale, y_zp, axis, level):
+    """onnxruntime's QLinearSoftmax (opset 13 semantics) over `axis` of int8 x."""
+    inits = [helper.make_tensor("xs", TensorProto.FLOAT, [], [x_scale]),
+             helper.make_tensor("xz", TensorProto.INT8, [], [x_zp]),
+             helper.make_tensor("ys", TensorProto.FLOAT, [], [y_scale]),
+             helper.make_tensor("yz", TensorProto.INT8, [], [y_zp])]
+    node = helper.make_node("QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], ["y"], domain="com.microsoft",
+                            axis=axis, opset=13)
+    graph = helper.make_graph([node], "softmax", [helper.make_tensor_value_info("x", TensorProto.INT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, x.shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None,
+                                                                                                       {"x": x})[0]

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compiler.ops.softmax import exp_table, out_multiplier, softmax_rows
 from isa_spec import load_isa
 from nnpsim import errors
 from nnpsim.units import VU_OPS, vu_exec, vu_work
@@ -42,7 +43,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.requant.fpc": (1, 1 << sdt, 4), "vu.fadd": (1, 1, 1), "vu.fmul": (1, 1, 1),
              "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
-             "vu.lut": (1, 1, ref.LUT_ENTRIES),
+             "vu.lut": (1, 1, ref.LUT_ENTRIES), "vu.softmax": (1, 1, 4 * ref.SOFTMAX_ENTRIES),
              "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1)}
     return table[mnemonic]
 
@@ -91,6 +92,8 @@ def _float_params(draw, mnemonic: str, sdt: int) -> dict:
         return {"vu.fscale": scale, "vu.fscale_b": 0, "vu.fbias": 0}
     if mnemonic == "vu.fmul":
         return {"vu.fscale": _float_param(draw, -16, -6), "vu.fscale_b": 0, "vu.fbias": 0}
+    if mnemonic == "vu.softmax":      # floor(1 / y_scale): quotients <= 1 times up to 512
+        return {"vu.fscale": _float_param(draw, 0, 9), "vu.fscale_b": 0, "vu.fbias": 0}
     if mnemonic in ref.FBIN_OPS:      # three tensor scales; a quotient's output scale near 1
         out = (-1, 3) if mnemonic == "vu.fdiv" else (-7, -2)
         return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": _float_param(draw, -8, -2),
@@ -133,7 +136,7 @@ def vu_commands(draw):
         c, s = counts, strides
         if x == "a" and pool:
             c, s = counts + window, strides + win_strides
-        if x == "b" and mnemonic == "vu.lut":      # one table, not walked by the b strides
+        if x == "b" and mnemonic in ("vu.lut", "vu.softmax"):      # one table, not walked by the b strides
             c, s = [1] * 4, [0] * 4
         lo, hi = _extent(c, s, nb)
         room = vbuf - (hi - lo + 1)
@@ -168,6 +171,9 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
             bad_entry: bool) -> None:
     """Put legal (M, S) pairs, float scales or divisors at every b element (one illegal one if bad_entry)."""
     mnemonic = ref.SLIDE_AS_POOL.get(mnemonic, mnemonic)
+    if mnemonic == "vu.softmax":
+        _fill_softmax_table(mem, rng, rb, bad_entry)
+        return
     if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
@@ -194,6 +200,24 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
             return
         value = int(rng.choice([0, -1, -2**31, 63] if off else [0, -1, -2**31]))
         mem[a + off:a + off + 4] = np.array([value], "<i4").view(np.uint8)
+
+
+def _fill_softmax_table(mem: np.ndarray, rng: np.random.Generator, rb: int, bad_entry: bool) -> None:
+    """256 positive finite float32s at rb (increasing exponentials, random ones, or some near the float32
+    maximum so that a row's sum overflows to inf); one illegal entry if bad_entry."""
+    if rb < 0 or rb + 4 * ref.SOFTMAX_ENTRIES > mem.size:
+        return
+    kind = int(rng.integers(0, 3))
+    if kind == 0:
+        table = np.exp((np.arange(256) - 255 + rng.uniform(0, 80)) * rng.uniform(0.01, 0.5))
+    elif kind == 1:
+        table = 2.0 ** rng.uniform(-140, 120, 256)
+    else:
+        table = np.where(rng.random(256) < 0.3, 3.4e38, 2.0 ** rng.uniform(-20, 127, 256))
+    table = np.maximum(table.astype(np.float32), np.float32(1e-45))
+    if bad_entry:
+        table[int(rng.integers(0, 256))] = rng.choice(BAD_FLOATS)
+    mem[rb:rb + 4 * ref.SOFTMAX_ENTRIES] = table.astype("<f4").view(np.uint8)
 
 
 @settings(max_examples=700, deadline=None)
@@ -224,7 +248,7 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.pool.max": 1, "vu.pool.sum": 4, "vu.divr": 4, "vu.mov": None, "vu.requant.f": None,
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
-              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1}
+              "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -471,6 +495,61 @@ def test_vu_lut_duration():
     named = {"vu.n0": 3, "vu.n1": 2, "vu.n2": 5}
     got = vu_duration(VU_OPS["vu.lut"], ref.snapshot(named, "vu"), I8, I8, 64, 8)
     assert got == 8 + -(-(256 + 30) // 64)
+
+
+def _softmax_case(rng, rows: int, row: int, x_scale: float, y_scale: float, zp: int):
+    """Memory holding random int8 rows (row-major, or each row's elements strided by `rows` when
+    transposed) and onnxruntime's exponential table, the command's parameters, and the numpy model's rows."""
+    x = rng.integers(-128, 128, (rows, row)).astype(np.int8)
+    table_at = -(-rows * row // 4) * 4
+    mem = np.zeros(table_at + 1024 + rows * row, np.uint8)
+    mem[table_at:table_at + 1024] = exp_table(np.float32(x_scale), row).view(np.uint8)
+    want = softmax_rows(x, exp_table(np.float32(x_scale), row), out_multiplier(np.float32(y_scale)), zp)
+    named = {"vu.fscale": bits(float(out_multiplier(np.float32(y_scale)))), "vu.zp_out": zp}
+    return x, mem, table_at, named, want
+
+
+@pytest.mark.parametrize("rows, row", [(64, 16), (5, 1), (3, 17), (2, 63), (1, 1000), (7, 200)])
+def test_vu_softmax_is_the_numpy_model_on_random_rows(rows, row):
+    """vu.softmax's rows (n0 their length, n1 the rows) against compiler/ops/softmax.py's model of
+    onnxruntime's QLinearSoftmax, on every element: rows of 1, of the DFL's 16, of lengths that are no
+    multiple of the lanes, and a 1000-long one; each row once row-major and once strided (a column of a
+    transposed block), the result in place."""
+    rng = np.random.default_rng(rows * 1000 + row)
+    for layout in ("rows", "columns"):
+        x_scale, y_scale = float(rng.uniform(0.005, 0.4)), float(rng.choice([1 / 256, rng.uniform(0.002, 0.05)]))
+        zp = int(rng.choice([-128, 0, int(rng.integers(-128, 128))]))
+        x, mem, table_at, named, want = _softmax_case(rng, rows, row, x_scale, y_scale, zp)
+        data = x if layout == "rows" else x.T
+        mem[:rows * row] = np.ascontiguousarray(data).ravel().view(np.uint8)
+        elem, step = (1, row) if layout == "rows" else (rows, 1)
+        named.update({"vu.n0": row, "vu.n1": rows, "vu.a_stride0": elem, "vu.a_stride1": step,
+                      "vu.d_stride0": elem, "vu.d_stride1": step})
+        out = _run_vu("vu.softmax", named, mem, rd=0, ra=0, rb=table_at)[:rows * row].view(np.int8)
+        got = out.reshape(rows, row) if layout == "rows" else out.reshape(row, rows).T
+        assert np.array_equal(got, want), (layout, np.argwhere(got != want)[:4].tolist())
+
+
+def test_vu_softmax_refuses_a_table_entry_that_is_not_positive_finite():
+    """Entry 7 of the table is -0.5: BAD_PARAM naming its four bytes, its bit pattern and its index; nothing
+    is written."""
+    rng = np.random.default_rng(2)
+    _, mem, table_at, named, _ = _softmax_case(rng, 4, 8, 0.1, 1 / 256, -128)
+    mem[table_at + 28:table_at + 32] = np.array([-0.5], "<f4").view(np.uint8)
+    named.update({"vu.n0": 8, "vu.n1": 4, "vu.a_stride0": 1, "vu.a_stride1": 8, "vu.d_stride0": 1,
+                  "vu.d_stride1": 8})
+    rc, err, _, unchanged = _snapshot_case("vu.softmax", named, mem, rd=0, ra=0, rb=table_at)
+    assert rc == errors.BAD_PARAM and (err[2], err[3], err[5], err[6]) == (table_at + 28, table_at + 31,
+                                                                          bits(-0.5) - 2**32, 7)
+    assert unchanged
+
+
+def test_vu_softmax_duration():
+    """latency, the 1024-byte table over the datapath, then (row groups + 2) stages of n0 cycles: 16 float32
+    lanes at 64 bytes a cycle, so 40 rows of 17 are 3 groups."""
+    named = {"vu.n0": 17, "vu.n1": 8, "vu.n2": 5}
+    assert vu_duration(VU_OPS["vu.softmax"], ref.snapshot(named, "vu"), I8, I8, 64, 8) == 8 + 16 + (3 + 2) * 17
+    assert vu_duration(VU_OPS["vu.softmax"], ref.snapshot(named, "vu"), I8, I8, 2, 8) == 8 + 512 + (40 + 2) * 17
 
 
 # ---------------------------------------------------------------- the float ops against compiler.reference
