@@ -288,6 +288,16 @@ class NuConv(Command):
 VU_SCALARS = ("za", "zb", "ma", "mb", "shift", "zp_out", "lo", "hi")
 
 
+U8_READERS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")
+"""The VU commands that read vu.mode as their uint8 switch (docs/isa.md); one without a "mode" scalar runs on
+int8 (vu.mode = 0)."""
+
+
+def u8_scalar(uint8: bool) -> dict[str, int]:
+    """The "mode" scalar of a float-form command on uint8 tensors held as int8; none for int8 tensors."""
+    return {"mode": 1} if uint8 else {}
+
+
 @dataclass(eq=False)
 class Vu(Command):
     """A VU command on VU `unit`: mnemonic, operands with dtypes, iteration space, window, scalars."""

@@ -174,15 +174,23 @@ def fma_f32(a, b, c) -> np.ndarray:
     return np.where(flip, od, nd).astype(F32)
 
 
-def cvt_int8(t) -> np.ndarray:
+def cvt_int8(t, uint8: bool = False) -> np.ndarray:
     """int64 of a float32 rounded half to even then saturated to int8, as cvtps2dq + packs give it.
 
-    cvtps2dq returns INT_MIN (0x80000000) for nan and for |t| >= 2**31, so such t give -128.
+    cvtps2dq returns INT_MIN (0x80000000) for nan and for |t| >= 2**31, so such t give -128.  uint8: t is
+    the result of a uint8 kernel, packed to [0, 255] (INT_MIN to 0), returned as the int8 view q - 128.
     """
     t = np.asarray(t, F32)
     inside = np.abs(t) < INT_MIN_F32
-    r = np.where(inside, np.rint(np.where(inside, t, F32(0))), F32(-(2.0 ** 31)))
-    return np.clip(r, -128, 127).astype(np.int64)
+    r = np.where(inside, np.rint(np.where(inside, t, F32(0))), F32(-(2.0 ** 31))).astype(np.int64)
+    return np.clip(r - excess(uint8), -128, 127)
+
+
+def excess(uint8: bool) -> int:
+    """How far a uint8 value q lies above its int8 view q - 128 (the importer's, compiler.onnx.state.as_int8):
+    the float forms that add a zero point before rounding (QLinearAdd, QLinearMul, QLinearAveragePool) round
+    differently on the two, so their uint8 forms compute on the view plus this (vu.mode on the VU)."""
+    return 128 if uint8 else 0
 
 
 def requant_f32(v, scale, zp_out: int, lo: int = -128, hi: int = 127) -> np.ndarray:
@@ -195,18 +203,24 @@ def requant_f32(v, scale, zp_out: int, lo: int = -128, hi: int = 127) -> np.ndar
     return np.clip(np.rint(x).astype(np.int64) + zp_out, lo, hi).astype(np.int8)
 
 
+def wrap32(v) -> np.ndarray:
+    """int64 v modulo 2**32 as a signed int32: the NU's accumulators, and onnxruntime's (MLAS sums products,
+    zero-point terms and the bias in int32 lanes that wrap), so the float forms need no overflow proof."""
+    return (np.asarray(v, dtype=np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
 def conv2d_f32(x, w, bias, stride, pad, dil, groups, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
-    """QLinearConv: integer accumulators, then requant_f32 by the float32 scale of each output channel."""
-    acc = conv2d_acc(x, w, bias, stride, pad, dil, groups, x_zp)
+    """QLinearConv: integer accumulators (wrapping to int32), then requant_f32 by each output channel's scale."""
+    acc = wrap32(conv2d_acc(x, w, bias, stride, pad, dil, groups, x_zp))
     return requant_f32(acc, _f32_channel_view(scale, 4), zp_out, lo, hi)
 
 
 def dense_f32(x, w, bias, x_zp, scale, zp_out, lo, hi) -> np.ndarray:
-    """QLinearMatMul (bias: QGemm): (x - x_zp) @ w + bias, requant_f32 per output feature."""
+    """QLinearMatMul (bias: QGemm): (x - x_zp) @ w + bias wrapping to int32, requant_f32 per output feature."""
     acc = (np.asarray(x, dtype=np.int64) - x_zp) @ np.asarray(w, dtype=np.int64)
     if bias is not None:
         acc = acc + np.asarray(bias, dtype=np.int64)
-    return requant_f32(acc, _f32_channel_view(scale, 2), zp_out, lo, hi)
+    return requant_f32(wrap32(acc), _f32_channel_view(scale, 2), zp_out, lo, hi)
 
 
 def requantize_f32(x, zx, scale, zp_out, lo, hi) -> np.ndarray:
@@ -220,19 +234,23 @@ def _f32_channel_view(a, ndim: int) -> np.ndarray:
     return a.reshape((1, -1) + (1,) * (ndim - 2)) if a.ndim else a
 
 
-def add_f32_params(scale_a, scale_b, scale_out, za: int, zb: int, zp_out: int) -> tuple:
-    """(ra, rb, c) of QLinearAdd: ra = sa / sy, rb = sb / sy, c = zp_out - fma(ra, za, rb * zb), float32."""
+def add_f32_params(scale_a, scale_b, scale_out, za: int, zb: int, zp_out: int, uint8: bool = False) -> tuple:
+    """(ra, rb, c) of QLinearAdd: ra = sa / sy, rb = sb / sy, c = zp_out - fma(ra, za, rb * zb), float32
+    (uint8: the zero points of the uint8 tensors, each the int8 view's + 128)."""
+    o = excess(uint8)
     ra = F32(scale_a) / F32(scale_out)
     rb = F32(scale_b) / F32(scale_out)
-    c = F32(zp_out) - fma_f32(ra, F32(za), rb * F32(zb))[()]
+    c = F32(zp_out + o) - fma_f32(ra, F32(za + o), rb * F32(zb + o))[()]
     return F32(ra), F32(rb), F32(c)
 
 
-def add_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
-    """QLinearAdd (AVX2 kernel): clip(cvt_int8(fma(a, ra, fma(b, rb, c))), lo, hi) as int8."""
-    ra, rb, c = add_f32_params(scale_a, scale_b, scale_out, za, zb, zp_out)
-    t = fma_f32(f32(a), ra, fma_f32(f32(b), rb, c))
-    return np.clip(cvt_int8(t), lo, hi).astype(np.int8)
+def add_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi, uint8: bool = False) -> np.ndarray:
+    """QLinearAdd (AVX2 kernel): clip(cvt_int8(fma(a, ra, fma(b, rb, c))), lo, hi) as int8 (uint8: on the
+    uint8 values a + 128 and b + 128, the result's view)."""
+    o = excess(uint8)
+    ra, rb, c = add_f32_params(scale_a, scale_b, scale_out, za, zb, zp_out, uint8)
+    t = fma_f32(f32(np.asarray(a, np.int64) + o), ra, fma_f32(f32(np.asarray(b, np.int64) + o), rb, c))
+    return np.clip(cvt_int8(t, uint8), lo, hi).astype(np.int8)
 
 
 def mul_f32_ratio(scale_a, scale_b, scale_out) -> np.float32:
@@ -240,11 +258,12 @@ def mul_f32_ratio(scale_a, scale_b, scale_out) -> np.float32:
     return F32(F32(F32(scale_a) * F32(scale_b)) / F32(scale_out))
 
 
-def mul_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
-    """QLinearMul: clip(cvt_int8(f32((a - za) * (b - zb)) * r + f32(zp_out)), lo, hi) as int8."""
+def mul_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi, uint8: bool = False) -> np.ndarray:
+    """QLinearMul: clip(cvt_int8(f32((a - za) * (b - zb)) * r + f32(zp_out)), lo, hi) as int8 (uint8: the
+    uint8 zero point zp_out + 128 added, the result's view)."""
     p = (np.asarray(a, dtype=np.int64) - za) * (np.asarray(b, dtype=np.int64) - zb)
-    t = f32(p) * mul_f32_ratio(scale_a, scale_b, scale_out) + F32(zp_out)
-    return np.clip(cvt_int8(t), lo, hi).astype(np.int8)
+    t = f32(p) * mul_f32_ratio(scale_a, scale_b, scale_out) + F32(zp_out + excess(uint8))
+    return np.clip(cvt_int8(t, uint8), lo, hi).astype(np.int8)
 
 
 QDQ_BINARY = ("sub", "div", "max", "min")
@@ -277,8 +296,10 @@ def avg_pool_is_global(x_shape, k, pad) -> bool:
     return tuple(k) == tuple(x_shape[2:]) and not any(pad)
 
 
-def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
-    """QLinearAveragePool: a float32 sum of sx * (x - x_zp) in window order, / count, / sy, + zp_out."""
+def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, scale_out, zp_out,
+                   uint8: bool = False) -> np.ndarray:
+    """QLinearAveragePool: a float32 sum of sx * (x - x_zp) in window order, / count, / sy, + zp_out (uint8: the
+    uint8 zero point zp_out + 128, the result's view)."""
     x = np.asarray(x, dtype=np.int64)
     if avg_pool_is_global(x.shape, k, pad):
         return global_avg_pool2d_f32(x, x_zp, scale_x, scale_out, zp_out)
@@ -292,8 +313,8 @@ def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, sc
         count = F32(k[0] * k[1])
     else:
         count = f32(real_counts(x.shape[2], x.shape[3], k, stride, pad))
-    t = (total / count) / F32(scale_out) + F32(zp_out)
-    return cvt_int8(t).astype(np.int8)
+    t = (total / count) / F32(scale_out) + F32(zp_out + excess(uint8))
+    return cvt_int8(t, uint8).astype(np.int8)
 
 
 def quantize_f32(x, scale, zp: int) -> np.ndarray:

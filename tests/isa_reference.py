@@ -313,6 +313,7 @@ FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.fa
 SOFTMAX_ENTRIES = 256
 """vu.softmax's table: float32 exponentials, entry x - max(row) + 255 for element x of a row."""
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
+U8_OPS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")     # the ones vu.mode switches to uint8 operands
 POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.pool.fmean") + SLIDE_OPS
 MEAN_LANES = 4
 """vu.pool.fmean's SIMD lanes: a 4-lane float32 reduction (onnxruntime's Eigen SSE packet)."""
@@ -368,11 +369,12 @@ def _round_half_even(v) -> int:
     return round(Fraction(v))
 
 
-def _cvt8(t) -> int:
-    """cvtps2dq then saturating packs: |t| >= 2**31 (or nan) is INT_MIN, so -128."""
+def _cvt8(t, o: int = 0) -> int:
+    """cvtps2dq then saturating packs: |t| >= 2**31 (or nan) is INT_MIN, so -128.  o = 128 (vu.mode): t is a uint8
+    result, packed to [0, 255] (INT_MIN to 0), then less 128."""
     if t != t or abs(t) >= 2 ** 31:
         return -128
-    return _clip(_round_half_even(t), -128, 127)
+    return _clip(_round_half_even(t) - o, -128, 127)
 
 
 def _fits(*values: int) -> bool:
@@ -442,13 +444,15 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
     if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean") + FBIN_OPS and \
             not _positive_finite(f32_bits(q["fscale_b"])):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
-    if mnemonic == "vu.pool.fmean" and not 0 <= q["phase"] < MEAN_LANES:
-        raise Fault("param", param=_pnum("vu", "phase"))
+    if mnemonic == "vu.pool.fmean" and not 0 <= q["mode"] < MEAN_LANES:
+        raise Fault("param", param=_pnum("vu", "mode"))
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
         raise Fault("param", param=_pnum("vu", "fbias"))
     if mnemonic in FBIN_OPS + ("vu.faffine",) and not _positive_finite(fbias):
         raise Fault("param", param=_pnum("vu", "fbias"))
+    if mnemonic in U8_OPS and q["mode"] not in (0, 1):
+        raise Fault("param", param=_pnum("vu", "mode"))
 
 
 def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: dict,
@@ -489,7 +493,7 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
     if mnemonic == "vu.softmax":
         results = _vu_softmax(mem, space, [a for _, a, _ in elems], rb, q)
     elif mnemonic == "vu.pool.fmean":      # output e's window starts in lane phase + e * window (mod 4)
-        results = [_fmean_element(mem, a, q, window, (q["phase"] + e * len(window)) % MEAN_LANES)
+        results = [_fmean_element(mem, a, q, window, (q["mode"] + e * len(window)) % MEAN_LANES)
                    for e, (_, a, _) in enumerate(elems)]
     else:
         results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
@@ -584,6 +588,7 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
                       q: dict, window: list) -> int:
     """One element of a float VU instruction: exact rationals, each operation rounded to float32."""
     za, zp, lo, hi = q["za"], q["zp_out"], q["lo"], q["hi"]
+    o = 128 * q["mode"] if mnemonic in U8_OPS else 0
     s = Fraction(f32_bits(q["fscale"])) if _positive_finite(f32_bits(q["fscale"])) else None
     if mnemonic == "vu.pool.favg":
         n = _int(mem, b, 4)
@@ -593,7 +598,7 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         for dh, dw in window:
             total = round_f32(total + round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - za)))
         t = round_f32(round_f32(total / round_f32(n)) / Fraction(f32_bits(q["fscale_b"])))
-        return _clip(_cvt8(round_f32(t + zp)), lo, hi)
+        return _clip(_cvt8(round_f32(t + zp + o), o), lo, hi)
     x = _int(mem, a, a_bytes)
     if mnemonic in ("vu.requant.f", "vu.requant.fpc"):
         if mnemonic == "vu.requant.fpc":
@@ -610,12 +615,12 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
     if mnemonic in FBIN_OPS:
         return _fbin_element(mnemonic, x - za, y - q["zb"], q)
     if mnemonic == "vu.fadd":
-        inner = round_f32(y * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
-        return _clip(_cvt8(round_f32(x * s + inner)), lo, hi)
+        inner = round_f32((y + o) * Fraction(f32_bits(q["fscale_b"])) + Fraction(f32_bits(q["fbias"])))
+        return _clip(_cvt8(round_f32((x + o) * s + inner), o), lo, hi)
     prod = (x - za) * (y - q["zb"])
     if not _fits(prod):
         raise Fault("overflow", space=space, first=a, last=a)
-    return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp)), lo, hi)
+    return _clip(_cvt8(round_f32(round_f32(round_f32(prod) * s) + zp + o), o), lo, hi)
 
 
 def _simd_sum(values: list, lane0: int):

@@ -263,12 +263,15 @@ def qlinear_conv(x, w, bias, sx, zx, sw, sy, zy, *, stride, pad, dil, groups) ->
                    dilations=list(dil))
 
 
-def qlinear_binary(op_type: str, a, b, sa, za, sb, zb, sy, zy) -> np.ndarray:
-    consts = {"sa": F32(sa), "za": np.int8(za), "sb": F32(sb), "zb": np.int8(zb), "sy": F32(sy), "zy": np.int8(zy)}
+def qlinear_binary(op_type: str, a, b, sa, za, sb, zb, sy, zy, dtype=np.int8) -> np.ndarray:
+    """One QLinearAdd / QLinearMul on onnxruntime; dtype: the tensors' and zero points' (int8 or uint8)."""
+    consts = {"sa": F32(sa), "za": dtype(za), "sb": F32(sb), "zb": dtype(zb), "sy": F32(sy), "zy": dtype(zy)}
     return run_ort(op_type, {"a": a, "b": b}, consts, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
-                   domain="com.microsoft")
+                   out_type=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), domain="com.microsoft")
 
 
-def qlinear_pool(op_type: str, x, sx, zx, sy, zy, **attrs) -> np.ndarray:
-    consts = {"sx": F32(sx), "zx": np.int8(zx), "sy": F32(sy), "zy": np.int8(zy)}
-    return run_ort(op_type, {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"], domain="com.microsoft", **attrs)
+def qlinear_pool(op_type: str, x, sx, zx, sy, zy, dtype=np.int8, **attrs) -> np.ndarray:
+    """One QLinearAveragePool / QLinearGlobalAveragePool on onnxruntime; dtype as for qlinear_binary."""
+    consts = {"sx": F32(sx), "zx": dtype(zx), "sy": F32(sy), "zy": dtype(zy)}
+    return run_ort(op_type, {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"],
+                   out_type=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), domain="com.microsoft", **attrs)

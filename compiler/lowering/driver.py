@@ -81,7 +81,7 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                                                                                     op.lo, op.hi))))
         elif isinstance(op, Elementwise) and op.mode == "add" and residual is None:
             residual, add_op = Residual(op.za, op.zb, op.ma, op.mb, op.shift, op.zp_out, op.lo, op.hi,
-                                        _fadd_bits(op), op.x_layout), op
+                                        _fadd_bits(op), op.x_layout, op.uint8), op
         else:
             raise CompileError(f"cannot fuse {op.kind} after {prev.kind}: a conv2d or dense kernel takes "
                                "relu / clip and one residual add (then relu / clip), then luts, after it")
@@ -109,7 +109,7 @@ def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
     """vu.fadd's (fscale, fscale_b, fbias) bits of a float-form add, else None."""
     if op.fscales is None:
         return None
-    return tuple(f32_bits(v) for v in add_f32_params(*op.fscales, op.za, op.zb, op.zp_out))
+    return tuple(f32_bits(v) for v in add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8))
 
 
 def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:

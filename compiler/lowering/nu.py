@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from nnpsim.config import Config
 
-from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
+from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu, u8_scalar
 from ..errors import CompileError
 from ..quant import f32_bits
 from .conv_plan import (ROLES, ConvTiling, NuPlan, block_hull, buffer_needs, chunks, input_extent,
@@ -50,7 +50,8 @@ latency (100 cycles) then costs at most about as much as the transfer's 128 cycl
 class Residual:
     """A fused residual add: y = add(conv(x), b) with the add's quantisation.
 
-    fbits: the float form's (fscale, fscale_b, fbias) bits of vu.fadd (QLinearAdd), else None.
+    fbits: the float form's (fscale, fscale_b, fbias) bits of vu.fadd (QLinearAdd), else None; uint8: that
+    float form on uint8 tensors held as int8 (vu.mode).
     """
 
     za: int
@@ -63,6 +64,7 @@ class Residual:
     hi: int
     fbits: tuple[int, int, int] | None = None
     layout: str = "nchw"        # b's DDR layout (lowering.layout)
+    uint8: bool = False
 
 
 def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
@@ -643,7 +645,7 @@ class NuLowering:
                 comment=f"{self.name}: residual -> {res.name}")))
         n_el = nob * pix * cols
         if r.fbits is not None:
-            m, sc = "vu.fadd", dict(zip(("fscale", "fscale_b", "fbias"), r.fbits))
+            m, sc = "vu.fadd", {**dict(zip(("fscale", "fscale_b", "fbias"), r.fbits)), **u8_scalar(r.uint8)}
         else:
             m, sc = "vu.add", {"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift, "zp_out": r.zp_out}
         step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),

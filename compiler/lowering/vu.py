@@ -26,7 +26,7 @@ from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
-from ..ir import Buffer, Dma, Note, Ref, Vu
+from ..ir import Buffer, Dma, Note, Ref, Vu, u8_scalar
 from ..ops import FLOAT_BINARY, BatchNorm, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
 from ..reference import MEAN_LANES, add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
@@ -431,11 +431,12 @@ def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int
     d1 = (1, nr)
     b_ref, b_st = b
     if op.mode == "add":
-        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out)
+        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8)
         sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
     else:
         sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
               "lo": op.lo, "hi": op.hi}
+    sc.update(u8_scalar(op.uint8))
     return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
               scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
 
@@ -533,7 +534,7 @@ def pool_fill(op: Pool2d) -> int:
 
 
 def fmean_phase(op: Pool2d, ni: int, c0: int) -> int:
-    """vu.phase of a tile of a ReduceMean from image ni, channel c0: where that plane starts past a 16-byte
+    """vu.mode of a tile of a ReduceMean from image ni, channel c0: where that plane starts past a 16-byte
     boundary in onnxruntime's float32 [N, C, H, W] tensor (64-byte aligned), in floats."""
     _, c, h, w = op.x_shape
     return (ni * c + c0) * h * w % MEAN_LANES
@@ -542,7 +543,7 @@ def fmean_phase(op: Pool2d, ni: int, c0: int) -> int:
 def favg_scalars(op: Pool2d) -> dict[str, int]:
     """vu.pool.favg's scalars: sum(sx * (x - x_zp)) / count / sy + zp_out, clamped to int8, as onnxruntime."""
     return {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out), "zp_out": op.zp_out,
-            "lo": -128, "hi": 127}
+            "lo": -128, "hi": 127, **u8_scalar(op.uint8)}
 
 
 class PoolLowering:
@@ -709,7 +710,7 @@ class PoolLowering:
     def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int,
                 phase: int = 0) -> Vu:
         """The window command of a tile of cc channels x th output rows on `mnemonic` (counts: b of an
-        average; phase: vu.phase of a ReduceMean's first plane)."""
+        average; phase: vu.mode of a ReduceMean's first plane)."""
         op, iw = self.op, self.iw
         ow = op.out_hw[1]
         sh, sw = op.stride
@@ -721,7 +722,7 @@ class PoolLowering:
                       comment=f"{self.name}: window max")
         if mnemonic == "vu.pool.fmean":
             return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win,
-                      scalars={**favg_scalars(op), "phase": phase}, unit=self.vu,
+                      scalars={**favg_scalars(op), "mode": phase}, unit=self.vu,
                       comment=f"{self.name}: float32 mean in onnxruntime's order")
         if mnemonic.endswith(".favg"):
             return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),

@@ -52,11 +52,13 @@ def rescale_op(arithmetic: str, shape: tuple[int, ...], in_dtype: str, zx: int, 
                           lo=lo, hi=hi)
 
 
-def add_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale: ArrayLike, zp_out: int) -> dict:
-    """add keywords: the three float32 scales (onnxruntime), or two multipliers over ONE shift."""
+def add_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale: ArrayLike, zp_out: int,
+             uint8: bool = False) -> dict:
+    """add keywords: the three float32 scales (onnxruntime; uint8: its uint8 kernel), or two multipliers over
+    ONE shift (which compute the same on uint8 tensors and their int8 view)."""
     if arithmetic == "onnxruntime":
         return {"scale_a": np.float32(a_scale), "scale_b": np.float32(b_scale),
-                "scale_out": np.float32(out_scale), "zp_out": int(zp_out)}
+                "scale_out": np.float32(out_scale), "zp_out": int(zp_out), "uint8": uint8}
     ra = np.float64(a_scale) / np.float64(out_scale)
     rb = np.float64(b_scale) / np.float64(out_scale)
     big, shift = quantize_multiplier(max(ra, rb))
@@ -65,21 +67,24 @@ def add_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale:
     return {"ma": ma, "mb": mb, "shift": shift, "zp_out": int(zp_out)}
 
 
-def mul_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale: ArrayLike, zp_out: int) -> dict:
-    """mul keywords: the three float32 scales (onnxruntime), or one multiplier for a * b / out."""
+def mul_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale: ArrayLike, zp_out: int,
+             uint8: bool = False) -> dict:
+    """mul keywords: the three float32 scales (onnxruntime; uint8: its uint8 kernel), or one multiplier for
+    a * b / out."""
     if arithmetic == "onnxruntime":
         return {"scale_a": np.float32(a_scale), "scale_b": np.float32(b_scale),
-                "scale_out": np.float32(out_scale), "zp_out": int(zp_out)}
+                "scale_out": np.float32(out_scale), "zp_out": int(zp_out), "uint8": uint8}
     m, s = quantize_multiplier(np.float64(a_scale) * np.float64(b_scale) / np.float64(out_scale))
     return {"multiplier": m, "shift": s, "zp_out": int(zp_out)}
 
 
 def avg_pool_ops(arithmetic: str, x_shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
                  padding: tuple[int, int, int, int], count_include_pad: bool,
-                 xq: QuantParams, yq: QuantParams, lo: int, hi: int) -> list[tuple[str, object, object]]:
+                 xq: QuantParams, yq: QuantParams, lo: int, hi: int,
+                 uint8: bool = False) -> list[tuple[str, object, object]]:
     """Average pooling as (suffix, op, quant) steps.
 
-    onnxruntime: one avg_pool2d in QLinearAveragePool's float form.  Fixed: same scale and zero
+    onnxruntime: one avg_pool2d in QLinearAveragePool's float form (uint8: its uint8 kernel).  Fixed: same scale and zero
     point in and out (QDQ): one avg_pool2d.  No padding: sum_pool2d then requantize (one
     rounding).  Padding and different scales: avg_pool2d then requantize, two roundings, so up to
     one step more error than onnxruntime (documented in docs/runtime.md).
@@ -87,7 +92,7 @@ def avg_pool_ops(arithmetic: str, x_shape: tuple[int, ...], kernel: tuple[int, i
     xs, xz, ys, yz = float(xq.scale), int(xq.zero_point), float(yq.scale), int(yq.zero_point)
     if arithmetic == "onnxruntime":
         avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz, scale_x=np.float32(xs),
-                             scale_out=np.float32(ys), zp_out=yz)
+                             scale_out=np.float32(ys), zp_out=yz, uint8=uint8)
         return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
     if xq.same_as(yq):
         avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import ops
+from ..errors import CompileError
 from ..graph import QuantParams
 from .arithmetic import requant_args
 from .state import Attr, Const, ConstDQ, Importer, Pending, Problem, Q, as_int8, brief, describe
@@ -29,7 +30,7 @@ def conv(im: Importer, node: NodeProto) -> None:
     x = im.dequantised(node, 0, "X")
     w = _weight(im, node, 1, "W", ndim=4, axis=0)
     bias = _bias_input(im, node, 2)
-    make = _conv_maker(im, node, x.value, x.q, w.array, w.q, bias, at)
+    make = _conv_maker(im, node, x.value, x.q, w.array, w.q, bias, at, _runs_in_float(im, node))
     im.set(node, Pending(node, make))
 
 
@@ -47,7 +48,24 @@ def qlinear_conv(im: Importer, node: NodeProto) -> None:
     im.set(node, Q(make(yq, -128, 127, node.output[0], im.name(node))))
 
 
-def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias, at):
+def _runs_in_float(im: Importer, node) -> bool:
+    """Does onnxruntime run this QDQ Conv / Gemm / MatMul in float at its default level?  It fuses the group
+    into QLinearConv / QGemm / QLinearMatMul only when the activation comes straight from a DequantizeLinear."""
+    return im.writer_op(node.input[0]) != "DequantizeLinear"
+
+
+def _no_wrap(node, what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> None:
+    """Problem unless the int32 accumulators cannot wrap: onnxruntime's QLinear kernels wrap as the NU does
+    (reference.wrap32), but its float Gemm and Conv do not."""
+    try:
+        ops.check_accumulator(what, wabs_sum, bias, x_zp)
+    except CompileError as exc:
+        raise Problem(node, f"{exc}; onnxruntime runs this node in float (its input does not come straight from a "
+                      "DequantizeLinear), where nothing wraps") from None
+
+
+def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias, at,
+                in_float: bool = False):
     x_shape = im.shape(x)
     if len(x_shape) != 4:
         raise Problem(node, f"input has shape {list(x_shape)}: only 2-D convolution (NCHW) is supported")
@@ -58,6 +76,8 @@ def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: 
     o = w.shape[0]
     acc_scale = _acc_scale(xq, wq, o)
     b = _bias_values(node, bias, acc_scale)
+    if in_float:
+        _no_wrap(node, "conv2d", np.abs(w.astype(np.int64)).sum(axis=(1, 2, 3)), b, int(xq.zero_point))
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
         args = requant_args(im.arithmetic, xq.scale, _per_out(wq, o), yq.scale, int(yq.zero_point))
@@ -212,7 +232,8 @@ def gemm(im: Importer, node: NodeProto) -> None:
     a = im.dequantised(node, 0, "A")
     w = _weight(im, node, 1, "B", ndim=2, axis=0 if at["transB"] else 1)
     bias = _bias_input(im, node, 2)
-    make = _dense_maker(im, node, a.value, a.q, w.array.T if at["transB"] else w.array, w.q, bias)
+    make = _dense_maker(im, node, a.value, a.q, w.array.T if at["transB"] else w.array, w.q, bias,
+                        _runs_in_float(im, node))
     im.set(node, Pending(node, make))
 
 
@@ -248,7 +269,7 @@ def matmul(im: Importer, node: NodeProto) -> None:
     im.attrs(node, {})
     a = im.dequantised(node, 0, "A")
     w = _weight(im, node, 1, "B", ndim=2, axis=1)
-    im.set(node, Pending(node, _dense_maker(im, node, a.value, a.q, w.array, w.q, None)))
+    im.set(node, Pending(node, _dense_maker(im, node, a.value, a.q, w.array, w.q, None, _runs_in_float(im, node))))
 
 
 def qlinear_matmul(im: Importer, node: NodeProto) -> None:
@@ -263,7 +284,8 @@ def qlinear_matmul(im: Importer, node: NodeProto) -> None:
     im.set(node, Q(make(yq, -128, 127, node.output[0], im.name(node))))
 
 
-def _dense_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias):
+def _dense_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias,
+                 in_float: bool = False):
     x_shape = im.shape(x)
     if len(x_shape) != 2:
         raise Problem(node, f"input has shape {list(x_shape)}: only 2-D [N, K] inputs are supported "
@@ -274,6 +296,8 @@ def _dense_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq:
     if wq.per_channel:    # per output feature: the weight as given was [O, K] (axis 0) or [K, O] (axis 1)
         wq = QuantParams(wq.scale, wq.zero_point, 1)
     b = _bias_values(node, bias, _acc_scale(xq, wq, o))
+    if in_float:
+        _no_wrap(node, "dense", np.abs(w.astype(np.int64)).sum(axis=0), b, int(xq.zero_point))
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
         args = requant_args(im.arithmetic, xq.scale, _per_out(wq, o), yq.scale, int(yq.zero_point))

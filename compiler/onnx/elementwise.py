@@ -52,7 +52,7 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             a, b = (b, a) if a.q is None else (a, b)
             b = _negated(b)
         a, b = (_float_scalar(node, op_kind, o) for o in (a, b))
-        im.set(node, Pending(node, _binary_maker(im, node, op_kind, a, b)))
+        im.set(node, Pending(node, _binary_maker(im, node, op_kind, a, b, tuple(node.input[:2]))))
     return handler
 
 
@@ -64,7 +64,8 @@ def qlinear_binary(kind: str) -> Callable[[Importer, NodeProto], None]:
         a = _qlinear_operand(im, node, 0, im.params(node, 1, 2, "A"), "A")
         b = _qlinear_operand(im, node, 3, im.params(node, 4, 5, "B"), "B")
         cq = im.params(node, 6, 7, "C")
-        make = _binary_maker(im, node, kind, a, b)
+        im.note_uint8(node, ((node.input[0], 2), (node.input[3], 5), (node.output[0], 7)))
+        make = _binary_maker(im, node, kind, a, b, (node.input[0], node.input[3]))
         im.set(node, Q(make(cq, -128, 127, node.output[0], im.name(node))))
     return handler
 
@@ -110,7 +111,8 @@ def _float_scalar(node, kind: str, o: Operand) -> Operand:
     return Operand(None, q, o.shape, np.full(o.shape, np.sign(v), np.int8))
 
 
-def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand):
+def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand, onnx_inputs: tuple[str, ...]):
+    """make(yq, lo, hi, out, name) of the op; onnx_inputs: A and B as ONNX names them (Importer.uint8_kernel)."""
     if a.value is None and b.value is None:
         raise Problem(node, "both inputs are constants: nothing to run")
     out_shape = _out_shape(node, a.shape, b.shape)
@@ -142,12 +144,13 @@ def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand):
         elif b.value is not None:
             ins += (b.value,)
         common = dict(za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
+        uint8 = im.uint8_kernel(onnx_inputs + (out,))
         if kind == "add":
             op = ops.add(shape, **common, **add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
-                                                     int(yq.zero_point)))
+                                                     int(yq.zero_point), uint8))
         elif kind == "mul":
             op = ops.mul(shape, **common, **mul_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
-                                                     int(yq.zero_point)))
+                                                     int(yq.zero_point), uint8))
         else:
             op = ops.qdq_binary(kind, shape, **common, scale_a=a.q.scale, scale_b=b.q.scale, scale_out=yq.scale,
                                 zp_out=int(yq.zero_point), reverse=reverse)

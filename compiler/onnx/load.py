@@ -175,7 +175,7 @@ def _check_output_types(onnx: ModuleType, proto: ModelProto, inferred: ModelProt
             types[node.output[0]] = types.get(node.input[MS_OUTPUT_TYPE[node.op_type]], 0)
         elif node.op_type == "QGemm":       # float without y_scale, else y_zero_point's type
             ins = list(node.input) + [""] * 9
-            types[node.output[0]] = onnx.TensorProto.FLOAT if not ins[6] else types.get(ins[7], 0)
+            types[node.output[0]] = onnx.TensorProto.FLOAT if not ins[7] else types.get(ins[8], 0)
     for vi in proto.graph.output:
         declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         actual = types.get(vi.name, 0)

@@ -59,7 +59,7 @@ def average_pool(im: Importer, node: NodeProto) -> None:
     """AveragePool in QDQ: pending average pooling."""
     at = im.attrs(node, {**_POOL_ATTRS, "count_include_pad": Attr("int", 0)})
     x = im.dequantised(node, 0, "X")
-    im.set(node, Pending(node, _avg_maker(im, node, x.value, x.q, at)))
+    im.set(node, Pending(node, _avg_maker(im, node, x.value, x.q, at, node.input[0])))
 
 
 def qlinear_average_pool(im: Importer, node: NodeProto) -> None:
@@ -69,17 +69,20 @@ def qlinear_average_pool(im: Importer, node: NodeProto) -> None:
         raise Problem(node, "channels_last = 1 is not supported")
     x, xq = im.int8(node, 0, "x"), im.params(node, 1, 2, "x")
     yq = im.params(node, 3, 4, "y")
-    im.set(node, Q(_avg_maker(im, node, x, xq, at)(yq, -128, 127, node.output[0], im.name(node))))
+    im.note_uint8(node, ((node.input[0], 2), (node.output[0], 4)))
+    im.set(node, Q(_avg_maker(im, node, x, xq, at, node.input[0])(yq, -128, 127, node.output[0], im.name(node))))
 
 
-def _avg_maker(im: Importer, node, x: str, xq: QuantParams, at: dict):
+def _avg_maker(im: Importer, node, x: str, xq: QuantParams, at: dict, x_onnx: str):
+    """make(yq, lo, hi, out, name) of the pool; x_onnx: its input as ONNX names it (Importer.uint8_kernel)."""
     x_shape, k, stride, pads = _pool_params(im, node, x, at, allow_ceil=False)
     cip = at["count_include_pad"]
     if cip not in (0, 1):
         raise Problem(node, f"count_include_pad = {cip}: expected 0 or 1")
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
-        steps = avg_pool_ops(im.arithmetic, x_shape, k, stride, pads, bool(cip), xq, yq, lo, hi)
+        uint8 = im.uint8_kernel((x_onnx, out))
+        steps = avg_pool_ops(im.arithmetic, x_shape, k, stride, pads, bool(cip), xq, yq, lo, hi, uint8)
         return im.emit(name, steps, (x,), out, {"op_type": node.op_type, "in_quant": [xq]})
     return make
 

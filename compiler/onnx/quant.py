@@ -100,7 +100,9 @@ def dequantize_linear(im: Importer, node: NodeProto) -> None:
         q = im.params(node, 1, 2, "bias" if a.dtype == np.int32 else "weight",
                       dtypes=(a.dtype.name,), axis=at["axis"], per_channel=True,
                       missing=a.dtype.name)
-        a = as_int8(a) if a.dtype == np.uint8 else a
+        if a.dtype == np.uint8:
+            im.uint8.add(node.output[0])        # a uint8 constant operand (Add, Mul) of a uint8 kernel
+            a = as_int8(a)
         if q.per_channel and not (-a.ndim <= q.axis < a.ndim and a.shape[q.axis] == q.scale.size):
             raise Problem(node, f"{q.scale.size} per-channel scales along axis {q.axis} of a constant "
                           f"of shape {a.shape}")

@@ -137,7 +137,8 @@ def as_int8(a: np.ndarray) -> np.ndarray:
     q - 128 with zero point z - 128.  Every affine quantised op reads only q - z and writes
     round(...) + z clamped to the type's range, so it computes the same on both (the clamp to
     [0, 255] becomes [-128, 127], relu and clip bounds and tables move with the zero point); the
-    runtime flips the top bit of uint8 graph inputs and outputs (compiler.runtime).
+    runtime flips the top bit of uint8 graph inputs and outputs (compiler.runtime).  The float forms
+    that add before rounding are the exception: Importer.uint8_kernel gives them uint8=True.
     """
     return (np.asarray(a).astype(np.int16) - 128).astype(np.int8)
 
@@ -160,6 +161,7 @@ class Importer:
     float_shapes: dict = field(default_factory=dict)  # float graph input -> its shape
     uint8: set = field(default_factory=set)           # ONNX tensors whose quantised values are uint8
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
+    writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -178,6 +180,12 @@ class Importer:
                 for i in n.input:
                     self.readers.setdefault(i, []).append(n.op_type)
         return self.readers.get(tensor, [])
+
+    def writer_op(self, tensor: str) -> str:
+        """The op type of the node that writes an ONNX tensor ("" for a graph input or initializer)."""
+        if self.writers is None:
+            self.writers = {o: n.op_type for n in self.model.graph.node for o in n.output}
+        return self.writers.get(tensor, "")
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
@@ -293,6 +301,17 @@ class Importer:
             return QuantParams(scale, zp.astype(np.int64), axis if scale.ndim else None)
         except CompileError as exc:
             raise Problem(node, f"{what}: {exc}") from None
+
+    def uint8_kernel(self, tensors: tuple[str, ...]) -> bool:
+        """Does onnxruntime run the op reading and writing these quantised ONNX tensors on its uint8 kernel
+        (all of them uint8)?  The float forms that add a zero point before rounding (QLinearAdd, QLinearMul,
+        QLinearAveragePool) round differently there than on the int8 view (as_int8), so they are imported
+        with uint8=True (compiler.reference.excess); every other op computes the same on both."""
+        return all(t in self.uint8 for t in tensors)
+
+    def note_uint8(self, node: NodeProto, tensors: tuple[tuple[str, int], ...]) -> None:
+        """Record which of a QOperator node's (ONNX tensor, zero-point input) pairs are uint8."""
+        self.uint8.update(t for t, zi in tensors if self.is_uint8(node, zi))
 
     def is_uint8(self, node: NodeProto, zi: int, missing: str | None = None) -> bool:
         """Whether the zero point input zi (or, absent, the dtype `missing`) says the tensor is uint8."""

@@ -36,6 +36,7 @@ class Elementwise(Op):
     b_shape: tuple | None = None    # binary: b's shape when it broadcasts to `shape` (1 or the size per axis)
     b_const: np.ndarray | None = None   # binary: b as an int8 constant of b_shape (or shape), not an input
     reverse: bool = False       # a FLOAT_BINARY op computes b op a (Sub or Div whose first operand broadcasts)
+    uint8: bool = False         # add / mul's float form on uint8 tensors held as int8 (reference.excess)
     kind: str = field(init=False, default="elementwise")
 
     def __post_init__(self):
@@ -73,7 +74,7 @@ class Elementwise(Op):
             return sem.qdq_binary_f32(self.mode, a, b, za, zb, sa, sb, sy, self.zp_out, self.lo, self.hi)
         if self.fscales is not None:
             f = sem.add_f32 if self.mode == "add" else sem.mul_f32
-            return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi)
+            return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi, self.uint8)
         if self.scale is not None:
             return sem.requantize_f32(arrays[0], self.za, self.scale, self.zp_out, self.lo, self.hi)
         if self.mode == "add":
@@ -122,6 +123,19 @@ def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_
                        b_shape=b_shape, b_const=_b_const(b_const, b_shape, shape), reverse=bool(reverse))
 
 
+def _uint8_arg(kind: str, uint8, shape, scale) -> bool:
+    """uint8 as a bool: only a float form (a scale given) has a uint8 arithmetic, and only a static one."""
+    if not isinstance(uint8, (bool, np.bool_)):
+        raise CompileError(f"{kind}: uint8 must be True or False, got {uint8!r}")
+    if uint8 and scale is None:
+        raise CompileError(f"{kind}: uint8=True needs the float form (scale_a=, scale_b=, scale_out=): the integer "
+                           "form computes the same on uint8 tensors and their int8 view")
+    if uint8 and has_dims(shape):
+        raise CompileError(f"{kind}: uint8=True with a Dim in shape {tuple(shape)}: the uint8 float form has a "
+                           "static lowering only")
+    return bool(uint8)
+
+
 def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
     """The three float32 tensor scales of a QLinearAdd / QLinearMul."""
     return (f32_scale_arg("scale_a", scale_a), f32_scale_arg("scale_b", scale_b), f32_scale_arg("scale_out", scale_out))
@@ -151,13 +165,15 @@ def _dynamic_binary(kind: str, make, shape, b_shape) -> DynamicOp:
 
 
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None) -> Elementwise | DynamicOp:
+        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None, uint8=False) -> Elementwise | DynamicOp:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     b_const: b as an int8 constant (of b_shape, or shape) instead of an input.
+    uint8: the float form of uint8 tensors held as their int8 view q - 128 (QLinearAdd's uint8 kernel).
     """
+    uint8 = _uint8_arg("add", uint8, shape, scale_a)
     if has_dims(shape) and b_const is None:
         return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
                                                         scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
@@ -169,26 +185,28 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
     if float_form("add", {"ma": ma, "mb": mb, "shift": shift}, floats):
         fs = _binary_floats("add", scale_a, scale_b, scale_out)
         with np.errstate(all="ignore"):      # an overflow is reported below, naming the factor
-            ra, rb, c = sem.add_f32_params(*fs, za, zb, clamp[0])
+            ra, rb, c = sem.add_f32_params(*fs, za, zb, clamp[0], uint8)
         derived_scale("scale_a / scale_out", ra, "the scales")
         derived_scale("scale_b / scale_out", rb, "the scales")
         if not np.isfinite(c):
             raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
         return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
-                           b_const=_b_const(b_const, b_shape, shape))
+                           b_const=_b_const(b_const, b_shape, shape), uint8=uint8)
     return Elementwise("add", shape, "int8", za, zb, int_arg("ma", ma, 0, (1 << 31) - 1),
                        int_arg("mb", mb, 0, (1 << 31) - 1), int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape,
                        b_const=_b_const(b_const, b_shape, shape))
 
 
 def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None) -> Elementwise | DynamicOp:
+        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None, uint8=False) -> Elementwise | DynamicOp:
     """Quantised a * b: clip(rshift_round((a - za) * (b - zb) * M, S) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearMul's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     b_const: b as an int8 constant (of b_shape, or shape) instead of an input.
+    uint8: the float form of uint8 tensors held as their int8 view q - 128 (QLinearMul's uint8 kernel).
     """
+    uint8 = _uint8_arg("mul", uint8, shape, scale_a)
     if has_dims(shape) and b_const is None:
         return _dynamic_binary("mul", lambda s, bs: mul(s, za=za, zb=zb, multiplier=multiplier, shift=shift,
                                                         scale_a=scale_a, scale_b=scale_b, scale_out=scale_out,
@@ -203,7 +221,7 @@ def mul(shape, *, za=0, zb=0, multiplier=None, shift=None, scale_a=None, scale_b
             r = sem.mul_f32_ratio(*fs)
         derived_scale("scale_a * scale_b / scale_out", r, "the scales")
         return Elementwise("mul", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
-                           b_const=_b_const(b_const, b_shape, shape))
+                           b_const=_b_const(b_const, b_shape, shape), uint8=uint8)
     return Elementwise("mul", shape, "int8", za, zb, int_arg("multiplier", multiplier, 1, (1 << 31) - 1), 0,
                        int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape,
                        b_const=_b_const(b_const, b_shape, shape))

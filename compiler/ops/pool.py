@@ -27,6 +27,7 @@ class Pool2d(Op):
     zp_out: int = 0
     scale_x: np.float32 | None = None      # the float form (QLinearAveragePool): input and output scales
     scale_out: np.float32 | None = None
+    uint8: bool = False                    # the float form on uint8 tensors held as int8 (reference.excess)
     x_layout: str = "nchw"                 # DDR layouts of x and y: lowering.layout
     y_layout: str = "nchw"
     kind: str = field(init=False, default="pool2d")
@@ -67,7 +68,7 @@ class Pool2d(Op):
             return sem.reduce_mean_f32(x, self.x_zp, self.scale_x, self.scale_out, self.zp_out)
         if self.is_float:
             return sem.avg_pool2d_f32(x, self.kernel, self.stride, self.padding, self.count_include_pad,
-                                      self.x_zp, self.scale_x, self.scale_out, self.zp_out)
+                                      self.x_zp, self.scale_x, self.scale_out, self.zp_out, self.uint8)
         return sem.avg_pool2d(x, self.kernel, self.stride, self.padding, self.count_include_pad, self.x_zp)
 
 
@@ -124,15 +125,20 @@ def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:
 
 
 def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0, *, scale_x=None,
-               scale_out=None, zp_out=None) -> Pool2d | DynamicOp:
-    """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's.
+               scale_out=None, zp_out=None, uint8=False) -> Pool2d | DynamicOp:
+    """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's
+    (uint8=True: its uint8 kernel, on tensors held as their int8 view q - 128).
     A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
+    if not isinstance(uint8, (bool, np.bool_)) or (uint8 and (scale_x is None or has_dims(x_shape))):
+        raise CompileError(f"avg_pool2d: uint8 = {uint8!r}: True or False, and True only in the float form "
+                           "(scale_x=, scale_out=) of a static shape")
     if has_dims(x_shape):
         return dynamic_op("avg_pool2d", lambda s: avg_pool2d(s, kernel, stride, padding, count_include_pad, x_zp,
                                                               scale_x=scale_x, scale_out=scale_out, zp_out=zp_out),
                           x_shape)
     floats = _avg_floats("avg_pool2d", scale_x, scale_out, zp_out)
-    return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats)
+    return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats,
+                 **({"uint8": True} if uint8 else {}))
 
 
 def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:

@@ -27,7 +27,8 @@ from nnpsim.semantics import SEMANTICS
 
 from dataclasses import dataclass
 
-from ..ir import Buffer, Command, CuWait, Dma, KernelIR, Label, Loop, LoopRef, Note, NuConv, Ref, Vu, ref_fields
+from ..ir import (U8_READERS, Buffer, Command, CuWait, Dma, KernelIR, Label, Loop, LoopRef, Note, NuConv, Ref, Vu,
+                  ref_fields)
 from .families import Family, families, family_of, family_registers, rotation_period
 
 SCRATCH = tuple(range(1, 32))       # r1..r31 hold addresses; r0 reads 0
@@ -395,6 +396,8 @@ class Emitter:
             self.setp("vu.win_w", c.win[1])
             self.setp("vu.win_stride_h", c.win_stride[0])
             self.setp("vu.win_stride_w", c.win_stride[1])
+        if c.mnemonic in U8_READERS:      # a command before may have left vu.mode at 1 (or a phase)
+            self.setp("vu.mode", c.scalars.get("mode", 0))
         for name, value in c.scalars.items():
             self.setp(f"vu.{name}", value)
         rd, ra, rb = self.regs_for(c.d, c.a, c.b)

@@ -73,7 +73,8 @@ WIN_STRIDE_H, WIN_STRIDE_W = offset("vu.win_stride_h"), offset("vu.win_stride_w"
 ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = (offset(f"vu.{n}") for n in ("za", "zb", "ma", "mb", "shift",
                                                                       "zp_out", "lo", "hi"))
 FSCALE, FSCALE_B, FBIAS = offsets("vu.fscale", "vu.fscale_b", "vu.fbias")
-PHASE = offset("vu.phase")
+PHASE = offset("vu.mode")     # vu.pool.fmean's lane phase
+U8 = offset("vu.mode")        # the uint8 switch of vu.fadd, vu.fmul, vu.pool.favg and vu.slide.favg
 LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI,
            FSCALE, FSCALE_B, FBIAS, PHASE)
 MEAN_LANES = 4
@@ -145,6 +146,22 @@ def _is_table(op: int) -> bool:
 
 
 @njit(cache=True)
+def _reads_u8(op: int) -> bool:
+    """The float forms that add a zero point before rounding, which vu.mode switches to uint8 operands."""
+    return op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG
+
+
+@njit(cache=True)
+def _cvt8_excess(t: float, o: int) -> int:
+    """cvt8 of a result computed on values o above the int8 view (o = 128: uint8, saturated to [0, 255] by
+    packus, then less 128); cvtps2dq's INT_MIN (nan, |t| >= 2**31) saturates to 0, so -128, as for int8."""
+    if not abs(t) < f32.TWO31:
+        return -128
+    r = f32.rne(t) - o
+    return -128 if r < -128 else (127 if r > 127 else r)
+
+
+@njit(cache=True)
 def _pool_form(op: int) -> int:
     """The vu.pool.* op whose arithmetic a vu.slide.* op computes (itself for any other op)."""
     if op == VU_SLIDE_ACC:
@@ -201,6 +218,8 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     if (_is_fbin(op) or op == VU_FAFFINE) and not f32.positive_finite(p[FBIAS]):       # the output scale
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
+    if _reads_u8(op) and p[U8] != 0 and p[U8] != 1:
+        return bad_param(err, GROUP + U8, p[U8], 0)
     return errors.OK
 
 
@@ -371,14 +390,16 @@ def faffine(x: int, sa: float, s: float, c: float, so: float, zp_out: int, lo: i
 
 @njit(cache=True)
 def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float, lo: int, hi: int) -> int:
-    """Window sum of sx * f32(a - za) in float32, element by element, / n, / sy, + zp_out, cvt8, clip."""
+    """Window sum of sx * f32(a - za) in float32, element by element, / n, / sy, + zp_out, cvt8, clip
+    (vu.mode: + f32(zp_out + 128), the result less 128)."""
     total = 0.0
     for wh in range(p[WIN_H]):
         for ww in range(p[WIN_W]):
             x = load_i8(mem, at + wh * p[WIN_STRIDE_H] + ww * p[WIN_STRIDE_W])
             total = f32.r32(total + f32.r32(sx * f32.i2f(x - p[ZA])))
-    t = f32.r32(f32.r32(f32.r32(total / f32.i2f(n)) / sy) + float(p[ZP_OUT]))
-    return _clip(f32.cvt8(t), lo, hi)
+    o = 128 * p[U8]
+    t = f32.r32(f32.r32(f32.r32(total / f32.i2f(n)) / sy) + float(p[ZP_OUT] + o))
+    return _clip(_cvt8_excess(t, o), lo, hi)
 
 
 @njit(cache=True)
@@ -592,14 +613,16 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             s = f32.value(bits)
                         out[e] = requant_f(x - za, s, zp_out, lo, hi)
                     elif op == VU_FADD:
-                        t = f32.fma32(float(x), fx, f32.fma32(float(load_i8(mem, base + b_at)), fy, fc))
-                        out[e] = _clip(f32.cvt8(t), lo, hi)
+                        o = 128 * p[U8]
+                        t = f32.fma32(float(x + o), fx, f32.fma32(float(load_i8(mem, base + b_at) + o), fy, fc))
+                        out[e] = _clip(_cvt8_excess(t, o), lo, hi)
                     elif op == VU_FMUL:
                         d = load_i8(mem, base + b_at) - zb
                         if not _mul_fits(x - za, d):
                             return _overflow(err, space, a_at, 1, e)
-                        t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out))
-                        out[e] = _clip(f32.cvt8(t), lo, hi)
+                        o = 128 * p[U8]
+                        t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out + o))
+                        out[e] = _clip(_cvt8_excess(t, o), lo, hi)
                     elif op == VU_FAFFINE:
                         sbits = load_i32(mem, base + b_at)
                         cbits = load_i32(mem, base + b_at + 4)

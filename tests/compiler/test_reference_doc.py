@@ -320,11 +320,12 @@ def test_add_and_mul_f32(shape, seed):
     za, zb = (int(v) for v in rng.integers(-128, 128, size=2))
     sa, sb, sy = scales(rng, 3, -6, 0)
     zp, lo, hi = clamp(rng)
-    kw = dict(za=za, zb=zb, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zp, lo=lo, hi=hi)
-    same(DOC["add_f32"](a, b, **kw), sem.add_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi))
+    u8 = bool(rng.integers(0, 2))            # onnxruntime's uint8 kernels, on the int8 views
+    kw = dict(za=za, zb=zb, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zp, lo=lo, hi=hi, uint8=u8)
+    same(DOC["add_f32"](a, b, **kw), sem.add_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi, u8))
     sy = F32(sy * 64)
     kw["scale_out"] = sy
-    same(DOC["mul_f32"](a, b, **kw), sem.mul_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi))
+    same(DOC["mul_f32"](a, b, **kw), sem.mul_f32(a, b, za, zb, sa, sb, sy, zp, lo, hi, u8))
 
 
 @settings(max_examples=80, deadline=None)
@@ -337,9 +338,10 @@ def test_pooling_f32(case, count_include_pad, whole_plane):
     x = rand8(rng, shape)
     x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
     sx, sy = scales(rng, 2, -6, 0)
+    u8 = bool(rng.integers(0, 2)) and not whole_plane
     got = DOC["avg_pool2d_f32"](x, k, stride, pad, count_include_pad, x_zp=x_zp, scale_x=sx, scale_out=sy,
-                                zp_out=zp)
-    same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp))
+                                zp_out=zp, uint8=u8)
+    same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp, u8))
     same(DOC["global_avg_pool2d_f32"](x, x_zp=x_zp, scale_x=sx, scale_out=sy, zp_out=zp),
          sem.global_avg_pool2d_f32(x, x_zp, sx, sy, zp))
 
@@ -413,9 +415,9 @@ def test_a_changed_formula_is_caught(original, changed):
 @pytest.mark.parametrize("original, changed", [
     ("return np.clip(np.rint(v).astype(np.int64) + zp_out, lo, hi)",
      "return np.clip(np.floor(v + 0.5).astype(np.int64) + zp_out, lo, hi)"),        # ties rounded up
-    ("return np.clip(cvt(fma(f32(a), ra, fma(f32(b), rb, c))), lo, hi)",
-     "return np.clip(cvt(c + f32(a) * ra + f32(b) * rb), lo, hi)"),                  # the SSE2 kernel
-    ("cvt(f32(p) * r + np.float32(zp_out))", "cvt(f32(p) * r) + zp_out"),              # zp after rounding
+    ("return np.clip(cvt(fma(f32(a), ra, fma(f32(b), rb, c)), uint8), lo, hi)",
+     "return np.clip(cvt(c + f32(a) * ra + f32(b) * rb, uint8), lo, hi)"),           # the SSE2 kernel
+    ("cvt(f32(p) * r + zy, uint8)", "cvt(f32(p) * r, uint8) + zy"),                  # zp after rounding
 ])
 def test_a_changed_float_formula_is_caught(original, changed):
     text = PAGE.read_text()

@@ -24,6 +24,7 @@ from compiler import ops
 from compiler import reference as sem
 from compiler.build import build
 from compiler.quant import ort_scale
+from compiler.onnx.state import as_int8
 from tests.onnx_helpers import F32, qlinear_binary, qlinear_conv, qlinear_pool, run_ort
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -322,6 +323,107 @@ def test_pools_spread_over_int8():
     y = qlinear_pool("QLinearGlobalAveragePool", x, 0.05, 3, 0.004, -4, channels_last=0)
     same(y, sem.global_avg_pool2d_f32(x, 3, F32(0.05), F32(0.004), -4))
     spread(y, 5)
+
+
+# ---------------------------------------------------------------- uint8: onnxruntime's uint8 kernels
+
+U8_RAW = (np.repeat(np.arange(256), 256).astype(np.uint8).reshape(256, 256),
+          np.tile(np.arange(256), 256).astype(np.uint8).reshape(256, 256))     # every uint8 pair
+U8_PAIRS = tuple(as_int8(v) for v in U8_RAW)                                  # as the importer holds them: q - 128
+# Scale and uint8 zero-point sets on which the int8 view's arithmetic (zero points - 128, no uint8=True)
+# differs from onnxruntime's uint8 kernel in at least one of the 65536 pairs: QLinearAdd adds the uint8
+# values and QLinearMul the uint8 zero point in float32 before rounding.
+U8_ADD_SETS = [(0.43928102, 0.57594436, 0.026692126, 199, 119, 175), (0.25705948, 0.036229186, 0.6636923, 254, 55, 156),
+               (0.2840401, 0.064075828, 0.016761132, 78, 40, 1), (0.9137091, 0.7824313, 0.06444075, 239, 111, 198)]
+U8_MUL_SETS = [(0.58614725, 0.085294165, 0.038911477, 248, 203, 208), (0.029173005, 0.034306638, 0.016091913, 74, 99, 18)]
+
+
+@pytest.mark.skipif(not cpu_has("avx2", "fma"), reason="onnxruntime's QLinearAdd uses its AVX2 + FMA kernel "
+                    "only on such CPUs (docs/semantics.md, CPU dependence)")
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zy", U8_ADD_SETS)
+def test_qlinearadd_every_uint8_pair(sa, sb, sy, za, zb, zy):
+    """uint8 QLinearAdd: add_f32(uint8=True), the op's reference and the compiled kernel (vu.mode) on the int8
+    views give onnxruntime's uint8 results less 128, where the int8 view's own arithmetic does not."""
+    a, b = U8_PAIRS
+    want = as_int8(qlinear_binary("QLinearAdd", *U8_RAW, sa, za, sb, zb, sy, zy, dtype=np.uint8))
+    args = (a, b, za - 128, zb - 128, F32(sa), F32(sb), F32(sy), zy - 128, -128, 127)
+    assert not np.array_equal(sem.add_f32(*args), want)
+    op = ops.add(a.shape, za=za - 128, zb=zb - 128, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zy - 128, uint8=True)
+    same(want, sem.add_f32(*args, uint8=True), op.reference(a, b), kernel_output(op, a, b))
+    spread(want, 40)
+
+
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zy", U8_MUL_SETS)
+def test_qlinearmul_every_uint8_pair(sa, sb, sy, za, zb, zy):
+    a, b = U8_PAIRS
+    sy = float(F32(sa * sb * 300 * (1 + sy)))
+    want = as_int8(qlinear_binary("QLinearMul", *U8_RAW, sa, za, sb, zb, sy, zy, dtype=np.uint8))
+    args = (a, b, za - 128, zb - 128, F32(sa), F32(sb), F32(sy), zy - 128, -128, 127)
+    assert not np.array_equal(sem.mul_f32(*args), want)
+    op = ops.mul(a.shape, za=za - 128, zb=zb - 128, scale_a=sa, scale_b=sb, scale_out=sy, zp_out=zy - 128, uint8=True)
+    same(want, sem.mul_f32(*args, uint8=True), op.reference(a, b), kernel_output(op, a, b))
+    spread(want, 40)
+
+
+def _uint8_avg_pool(x_u8, k, stride, pad, cip, sx, zx, sy, zy):
+    """(onnxruntime's uint8 QLinearAveragePool as int8 views, the op with uint8=True, its int8-view input)."""
+    want = as_int8(qlinear_pool("QLinearAveragePool", x_u8, sx, zx, sy, zy, dtype=np.uint8, kernel_shape=list(k),
+                                strides=list(stride), pads=list(pad), count_include_pad=int(cip)))
+    op = ops.avg_pool2d(x_u8.shape, k, stride, pad, cip, zx - 128, scale_x=sx, scale_out=sy, zp_out=zy - 128,
+                        uint8=True)
+    return want, op, as_int8(x_u8)
+
+
+def test_qlinearaveragepool_uint8_adds_the_uint8_zero_point():
+    """A case where adding the int8 view's zero point in float32 rounds 6 elements one step off (seed found by
+    search); the uint8 form (vu.mode on vu.pool.favg, and on vu.slide.favg) gives onnxruntime's."""
+    rng = np.random.default_rng(1093)
+    x = rng.integers(0, 256, (1, 8, 32, 32)).astype(np.uint8)
+    zx, zy = 63, 128
+    sx, sy = F32(0.04007455334067345), F32(1.0820008516311646)
+    want, op, xv = _uint8_avg_pool(x, (2, 2), (1, 1), (0, 0, 0, 0), True, sx, zx, sy, zy)
+    assert (sem.avg_pool2d_f32(xv, (2, 2), (1, 1), (0, 0, 0, 0), True, zx - 128, sx, sy, zy - 128) != want).sum() == 6
+    same(want, op.reference(xv), kernel_output(op, xv))
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(pool_cases(), st.booleans())
+def test_qlinearaveragepool_uint8(case, count_include_pad):
+    shape, k, stride, pad, seed = case
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    zx, zy = (int(v) for v in rng.integers(0, 256, size=2))
+    sx, sy = (F32(s) for s in 2.0 ** rng.uniform(-6, 0, size=2))
+    want, op, xv = _uint8_avg_pool(x, k, stride, pad, count_include_pad, sx, zx, sy, zy)
+    same(want, op.reference(xv), kernel_output(op, xv))
+
+
+# ---------------------------------------------------------------- int32 accumulators that wrap
+
+def test_qgemm_and_qlinearconv_accumulators_wrap_as_in_onnxruntime():
+    """A bias near 2**31 (a quantiser clips it there at tiny scales: GoogLeNet's classifier) and positive
+    products: onnxruntime's int32 accumulators wrap, and so do the float form's (reference.wrap32, the NU)."""
+    rng = np.random.default_rng(25)
+    k, n = 70, 37
+    a = rand8(rng, (3, k))
+    w = rng.integers(0, 128, (n, k)).astype(np.int8)         # [O, K], transB = 1
+    bias = (2**31 - 1 - rng.integers(0, 1_200_000, n)).astype(np.int32)
+    sa, sw, sy = F32(0.01), (2.0 ** rng.uniform(-9, -7, size=n)).astype(F32), F32(2.0**-8)
+    acc = (a.astype(np.int64) + 128) @ w.T.astype(np.int64) + bias
+    assert 0 < (acc >= 2**31).sum() < acc.size              # some wrap, some do not
+    consts = {"sa": sa, "za": np.int8(-128), "b": w, "sb": sw, "zb": np.zeros(n, np.int8), "bias": bias, "sy": sy,
+              "zy": np.int8(3)}
+    want = run_ort("QGemm", {"a": a}, consts, ["a", "sa", "za", "b", "sb", "zb", "bias", "sy", "zy"],
+                   domain="com.microsoft", transB=1)
+    op = ops.dense(a.shape, w.T, bias, x_zp=-128, scale=ort_scale(sa, sw, sy), zp_out=3)
+    same(want, sem.dense_f32(a, w.T, bias, -128, ort_scale(sa, sw, sy), 3, -128, 127), op.reference(a),
+         kernel_output(op, a))
+    assert not np.array_equal(want, sem.requant_f32(acc, ort_scale(sa, sw, sy), 3))    # the exact sums differ
+    x = rand8(rng, (1, k, 5, 6))
+    w4 = w.reshape(n, k, 1, 1)
+    want = qlinear_conv(x, w4, bias, sa, -128, sw, sy, 3, stride=(1, 1), pad=(0, 0, 0, 0), dil=(1, 1), groups=1)
+    op = ops.conv2d(x.shape, w4, bias, x_zp=-128, scale=ort_scale(sa, sw, sy), zp_out=3)
+    same(want, op.reference(x), kernel_output(op, x))
 
 
 # ---------------------------------------------------------------- QuantizeLinear, DequantizeLinear (host side)

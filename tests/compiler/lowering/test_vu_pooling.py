@@ -298,7 +298,7 @@ MEAN_MACHINES = {"default": {}, "two VUs": dict(vu_count=2), "small VBUF": dict(
 @given(seeds, st.integers(1, 2), st.integers(1, 300), st.integers(1, 30), st.integers(1, 30),
        st.sampled_from(sorted(MEAN_MACHINES)))
 def test_reduce_mean_on_fmean_is_its_model_and_priced_exactly(seed, n, c, h, w, machine):
-    """Every tile's vu.phase follows its first plane (tiles of any channel count, dealt over two VUs, or many
+    """Every tile's vu.mode follows its first plane (tiles of any channel count, dealt over two VUs, or many
     on a small VBUF): the output is the op's numpy model (onnxruntime's order, tests/compiler/ops/test_pool.py)
     on every element, and the cost model predicts the simulated cycles exactly."""
     from nnpsim.config import Config

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import nnpasm
-from compiler import ops
+from compiler import Graph, GraphModule, build, ops
 from compiler.errors import CompileError
 from compiler.ir import Buffer, Dma, KernelIR, Ref, Vu
 from compiler.lowering.conv_plan import buffer_needs
@@ -245,3 +245,26 @@ def test_bias_blocks_refuse_what_they_cannot_hold():
     from compiler.lowering.layout import bias_blocks
     assert bias_blocks(np.array([2**30]), 0, 1, 32, 32) is None
     assert bias_blocks(np.array([5]), 0, 1, 2, 32) is None
+
+
+def test_vu_u8_is_set_for_a_uint8_float_op_and_back_for_an_int8_one():
+    """vu.mode persists like every parameter: a uint8 QLinearAdd (vu.mode = 1) then an int8 one in one program, and
+    the emitter sets it back to 0 for the second, whose result would otherwise be the uint8 arithmetic's."""
+    rng = np.random.default_rng(3)
+    shape = (1, 8, 5, 7)
+    g = Graph("u8_then_int8")
+    a, b = g.input("a", shape), g.input("b", shape)
+    f = dict(scale_a=0.43928102, scale_b=0.57594436, scale_out=0.026692126)
+    y1 = g.add(ops.add(shape, za=71, zb=-9, zp_out=47, uint8=True, **f), a, b, name="add_u8")
+    y2 = g.add(ops.add(shape, za=47, zb=-9, zp_out=-20, **f), y1, b, name="add_i8")
+    g.output(y2)
+    g.validate()
+    lib = build(g)
+    sets = [line.split()[-1] for line in lib.asm.splitlines() if "setpi" in line and "vu.mode" in line]
+    assert sets == ["1", "0"], sets
+    xa, xb = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
+    m = GraphModule(lib)
+    m.set_input(0, xa)
+    m.set_input(1, xb)
+    m.run(check_races=True)
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), g.reference(xa, xb)[0])

@@ -159,7 +159,10 @@ def vu_commands(draw):
         "vu.zp_out": draw(st.integers(-2**31, 2**31 - 1) if rare else small),
     })
     named.update(_float_params(draw, mnemonic, sdt))
-    named["vu.phase"] = draw(st.one_of(st.integers(0, 3), st.sampled_from([-1, 4, 2**31 - 1])))   # fmean's lane
+    if mnemonic == "vu.pool.fmean":     # vu.mode is fmean's lane, the others' uint8 switch
+        named["vu.mode"] = draw(st.one_of(st.integers(0, 3), st.sampled_from([-1, 4, 2**31 - 1])))
+    else:                               # 2 is refused where it is read
+        named["vu.mode"] = draw(st.sampled_from([0, 1, 1, 2] if rare else [0, 1]))
     lo, hi = -128, 127
     if draw(st.booleans()):
         lo = draw(st.integers(-128, 127))
@@ -772,7 +775,7 @@ def test_vu_pool_fmean_matches_semantics(h, w, phase):
     for sx, sy, zx, zp in [(0.05, 0.07, 3, -11), (0.0173, F32(0.0173 * 2 / (h * w)), 50, 0), (0.25, 0.5, -20, 100)]:
         named = {"vu.n0": cc, "vu.a_stride0": h * w, "vu.d_stride0": 1, "vu.win_h": h, "vu.win_w": w,
                  "vu.win_stride_h": w, "vu.win_stride_w": 1, "vu.za": zx, "vu.zp_out": zp, "vu.fscale": bits(sx),
-                 "vu.fscale_b": bits(sy), "vu.phase": phase}
+                 "vu.fscale_b": bits(sy), "vu.mode": phase}
         out = _run_vu("vu.pool.fmean", named, mem, out_at, 0)
         sums = mean_sum_f32(dequantize_f32(x, sx, zx), (phase + np.arange(cc) * h * w) % MEAN_LANES)
         want = quantize_f32(sums / F32(h * w), sy, zp)
@@ -781,7 +784,7 @@ def test_vu_pool_fmean_matches_semantics(h, w, phase):
 
 @pytest.mark.parametrize("mnemonic, named, fields", [
     ("vu.requant.f", {"vu.fscale": 0}, {4: 92, 5: 0}),
-    ("vu.pool.fmean", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.phase": 4}, {4: 95, 5: 4, 6: 3}),
+    ("vu.pool.fmean", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.mode": 4}, {4: 95, 5: 4, 6: 3}),
     ("vu.requant.f", {"vu.fscale": bits(-0.5)}, {4: 92}),
     ("vu.fmul", {"vu.fscale": bits(float("inf"))}, {4: 92}),
     ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(float("nan"))}, {4: 93}),
@@ -790,6 +793,8 @@ def test_vu_pool_fmean_matches_semantics(h, w, phase):
     ("vu.requant.f", {"vu.fscale": bits(1.0), "vu.zp_out": 128}, {4: 89, 5: 128}),
     ("vu.requant.fpc", {"vu.zp_out": -129}, {4: 89, 5: -129}),
     ("vu.fadd", {"vu.lo": 3, "vu.hi": 2}, {4: 90, 5: 3, 6: 2}),
+    ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.mode": 2}, {4: 95, 5: 2}),
+    ("vu.fmul", {"vu.fscale": bits(1.0), "vu.mode": -1}, {4: 95, 5: -1}),
     ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": 0}, {4: 94}),
     ("vu.faffine", {"vu.fscale": bits(1.0), "vu.fbias": bits(-2.0)}, {4: 94}),
     ("vu.faffine", {"vu.fscale": bits(float("nan")), "vu.fbias": bits(1.0)}, {4: 92}),
