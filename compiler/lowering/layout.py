@@ -32,6 +32,7 @@ from isa_spec.layout import LayoutError, stored_shape, to_stored
 from ..errors import CompileError
 from ..ir import Dma
 from ..ops import Conv2d, Dense
+from ..ops.checks import accumulator_may_wrap
 
 LAYOUTS = ("nchw", "nhwc")
 """DDR layouts of an activation every configuration has: logical NCHW, or channel innermost (NHWC).
@@ -287,6 +288,11 @@ class ConvView:
     def table_entry(self) -> int:
         """Bytes per output channel of the requantiser's table: a float32 scale, or an (M, S) pair."""
         return 4 if self.scale is not None else 8
+
+    @property
+    def may_wrap(self) -> bool:
+        """Can an int32 accumulator wrap (the float form, whose overflow is not refused: ops.nu)?"""
+        return accumulator_may_wrap(np.abs(self.weight.astype(np.int64)).sum(axis=(1, 2, 3)), self.bias, self.x_zp)
 
     @property
     def x_shape_bytes(self) -> int:

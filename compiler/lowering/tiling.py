@@ -73,7 +73,10 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
             if t.th >= k and tile_count(p, t) < min_tiles]
     if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW and not p.depthwise:
-        modes = ["requant"] + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else [])
+        # the VU adds a bias to the accumulator in its own wide arithmetic, which does not wrap: an
+        # accumulator that may wrap (as onnxruntime's does) takes its bias on the NU
+        modes = (([] if p.view.may_wrap else ["requant"])
+                 + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else []))
         out += [c for t in out if t.drain == "vu" for mode in modes for c in [replace(t, bias=mode)]
                 if fits(buffer_needs(p, c, residual), caps)]
     # one chunk on the NU's output stage (nu.conv.rq): no drain, no VU pass, beside the fill tiling

@@ -157,11 +157,20 @@ def x_zp_range(x_zp: int) -> int:
     return max(127 - x_zp, x_zp + 128)
 
 
+def accumulator_bound(wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> np.ndarray:
+    """The largest |acc| each output channel's int32 accumulator can reach: |bias| + max|x - x_zp| * sum|w|."""
+    bound = x_zp_range(x_zp) * np.asarray(wabs_sum, np.int64)
+    return bound + np.abs(np.asarray(bias, np.int64)) if bias is not None else bound
+
+
+def accumulator_may_wrap(wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> bool:
+    """Can some int32 accumulator leave [-2**31, 2**31) (and wrap, as the NU's and onnxruntime's do)?"""
+    return int(accumulator_bound(wabs_sum, bias, x_zp).max()) >= ACC_LIMIT
+
+
 def check_accumulator(what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> None:
     """Prove every int32 accumulator stays in range: |bias| + max|x - x_zp| * sum|w| < 2**31."""
-    bound = x_zp_range(x_zp) * wabs_sum
-    if bias is not None:
-        bound = bound + np.abs(bias)
+    bound = accumulator_bound(wabs_sum, bias, x_zp)
     worst = int(bound.max())
     if worst >= ACC_LIMIT:
         o = int(bound.argmax())
