@@ -39,7 +39,7 @@ from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
 from .passes import loops
 from .passes.sync import SyncReport
-from .pipeline import check_ops, lowered, schedule
+from .pipeline import check_ops, fold_channels, lowered, schedule
 from .roofline import bound_cycles
 from .schedule import BIAS_INTRINSICS, Block, Schedule
 from .sizes import check_tiles
@@ -338,8 +338,8 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
     nu = vu = n = 0
     for obs, _, oh0, ow0, j, load_w, _ in low.tiles():
         n += 1
-        if n > driver.ESTIMATE_TILES:
-            continue
+        if n > driver.ESTIMATE_TILES:       # the rest are only counted (n_tiles), not walked
+            break
         count = n_chunks[j][1]
         th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
         if streamed and load_w:
@@ -359,7 +359,7 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
             else:
                 vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
                                       cfg.vu_latency)
-    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), n
+    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), low.n_tiles()
 
 
 @lru_cache(maxsize=1 << 12)
@@ -522,7 +522,12 @@ def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
     for k in order:
         try:
             kir = lowered(found[k], cfg)
-            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False), k))
+            if _loses(kir, priced_all, cfg):
+                continue
+            # a chain's pipelining pass priced the body it chose: the same body, allocated and synchronised
+            # again, would replay to the same cycles
+            known = kir.pipelining.cycles if kir.pipelining is not None else None
+            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False, cycles=known), k))
         except CompileError as exc:
             why = str(exc)
     if not priced_all:
@@ -534,6 +539,25 @@ def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
     fastest = min(p[2][0] for p in priced_all)
     near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
     return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
+
+
+def _loses(kir: KernelIR, priced_all: list, cfg: Config) -> bool:
+    """Can a lowered finalist of one kernel be left unpriced: its cycles' lower bound (cost.floor_cycles)
+    is over NEAR above a finalist priced already that it could not displace (one that keeps every
+    intermediate on chip, or any when it spills too), or it spills where one priced does not?  The
+    choice below is then the same with or without it.  A chain's finalist was priced by its pipelining
+    pass (compiler.interleave) already, its rings too: none is skipped."""
+    if kir.pipelining is not None or not priced_all:
+        return False
+    fold_channels(kir, cfg)         # the channels the body will run on (schedule folds them too)
+    on_chip = [p[2][0] for p in priced_all if not interleave.scratch(p[1])]
+    if interleave.scratch(kir):
+        if on_chip:
+            return True
+        rivals = [p[2][0] for p in priced_all]
+    else:
+        rivals = on_chip
+    return bool(rivals) and not cost.floor_cycles(kir.body, cfg) <= min(rivals) * (1 + NEAR)
 
 
 def _finalists(ops: tuple[Op, ...], cfg: Config) -> int:

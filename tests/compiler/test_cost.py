@@ -126,3 +126,35 @@ def test_a_schedule_that_deadlocks_is_an_internal_error():
         cost.schedule_cycles([load], Config())
     with pytest.raises(ValueError, match="deadlocks"):
         cost.schedule_cycles([CuWait(2)], Config())
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["ddr>dm", "dm>ddr", "ddr>ddr", "dm>dm"]),
+                          st.integers(1, 6000), st.integers(-1, 7)), min_size=1, max_size=8),
+       st.sampled_from([1, 2, 16]), st.sampled_from([1, 2, 8, 32]))
+def test_the_floor_never_exceeds_the_replay_on_transfers(transfers, depth, ddr_rate):
+    # floor_cycles bounds the replay from below whatever the waits: transfers sharing ports, one
+    # waiting for another, a DDR port narrower than the channels (then its bytes bound nothing)
+    cfg = Config(queue_depth=depth, ddr_bytes_per_cycle=ddr_rate)
+    body = []
+    for k, (chan, route, n, after) in enumerate(transfers):
+        src, dst = route.split(">")
+        a = Buffer(f"s{k}", src, n, dtype="int8", shape=(n,), addr=None if src == "ddr" else 16384 * k)
+        b = Buffer(f"d{k}", dst, n, dtype="int8", shape=(n,), addr=None if dst == "ddr" else 16384 * k + 8192)
+        body.append(Dma(chan, Ref(b), Ref(a), (n,), (1,), (1,)))
+        if 0 <= after < k and body[after].signal is None:
+            body[after].signal = body[k].wait = after
+    assert 0 < cost.floor_cycles(body, cfg) <= cost.schedule_cycles(body, cfg)
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(seeds, st.sampled_from(["conv", "depthwise", "pool", "add", "dense", "chain"]), st.integers(1, 2),
+       st.sampled_from([1, 4]))
+def test_the_floor_never_exceeds_the_predicted_cycles_of_a_kernel(seed, kind, nus, channels):
+    # on whole kernels (NU, VU and DMA queues, several units) the bound stays under the replay, and
+    # is not vacuous: a kernel's busiest unit or port takes a good part of its cycles
+    rng = np.random.default_rng(seed)
+    cfg = Config(nu_count=nus, vu_count=nus, dma_channels=channels)
+    kernel = build(*_chain(kind, rng), config=cfg)
+    floor = cost.floor_cycles(kernel.ir.body, cfg)
+    assert kernel.predicted_cycles / 20 < floor <= kernel.predicted_cycles
