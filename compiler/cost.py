@@ -24,7 +24,7 @@ from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.semantics import SEMANTICS, element_bytes
 
-from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, LoopRef, NuConv, Ref, Vu
+from .ir import DTYPE_BYTES, Command, CuWait, Dma, Loop, LoopRef, NuConv, Ref, Vu, flat_body
 from .passes.emit import Emitter
 
 SPACE_ID = {"ddr": 0, "dm": 1, "ibuf": 8, "wbuf": 16, "abuf": 24, "vbuf": 32}
@@ -264,6 +264,33 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     A Loop's body is replayed once per iteration.
     """
     return _Engine(cfg).run(_cu_stream(body, cfg))
+
+
+def floor_cycles(body: list, cfg: Config) -> int:
+    """A lower bound on schedule_cycles(body, cfg) whatever its waits and signals, priced without the replay.
+
+    The engine runs an agent's commands one at a time: an NU or VU command for its cycles, a DMA for
+    its latency and then its streamed bytes at no more than its slowest port's bandwidth.  A port's
+    transfers share its bandwidth and never exceed it while at most its bandwidth in bytes transfers
+    stream at once (timing.port_share gives each at least one byte a cycle): then its bytes over its
+    bandwidth bound the cycles too.  The search skips replaying a finalist whose bound already loses.
+    """
+    engine = _Engine(cfg)
+    busy = [0] * len(engine.agent)
+    streamed: dict[str, list[int]] = {}         # port -> [bytes through it, its bytes per cycle]
+    for c in flat_body(body):
+        if not isinstance(c, Command):
+            continue
+        w = engine.work(c)
+        if not w.ports:
+            busy[w.agent] += w.cycles
+            continue
+        rate = min(bw for _, bw in w.ports)
+        busy[w.agent] += w.latency + -(-w.nbytes // rate)
+        for p, bw in w.ports:
+            streamed.setdefault(p, [0, bw])[0] += w.nbytes
+    ports = [n // bw for n, bw in streamed.values() if cfg.dma_channels <= bw]
+    return max(busy + ports, default=0)
 
 
 def _cu_stream(body: list, cfg: Config):

@@ -191,11 +191,12 @@ def check_order(steps: list[list[Step]], body: list[Stmt]) -> None:
                                            f"({s.comment})")
 
 
-def body(steps: list[list[Step]], lag: int | None) -> list[Stmt]:
-    """The body of a variant: the kernels one after another (lag None) or interleaved."""
+def body(steps: list[list[Step]], lag: int | None, merged: list[Step] | None = None) -> list[Stmt]:
+    """The body of a variant: the kernels one after another (lag None) or interleaved (merged: the
+    Steps interleave(steps, lag) gives, if the caller has them)."""
     if lag is None or len(steps) < 2:       # each kernel double-buffered, one after the other
         return [stmt for kernel in steps for stmt in pipeline(kernel)]
-    out = pipeline(interleave(steps, lag))
+    out = pipeline(interleave(steps, lag) if merged is None else merged)
     check_order(steps, out)
     return out
 
@@ -227,13 +228,15 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     priced: dict[str, int | None] = {}
     best = None
     seen = {_order([st for kernel in steps for st in kernel])}
+    merged: dict[int, list[Step]] = {}      # each lag's interleaved Steps, made once
     for lag in (None,) + LAGS:
         if lag is not None:
-            order = _order(interleave(steps, lag))
+            merged[lag] = interleave(steps, lag)
+            order = _order(merged[lag])
             if order in seen:         # no consumer tile moves ahead (or as another lag): nothing new to price
                 continue
             seen.add(order)
-        kir.body = body(steps, lag)
+        kir.body = body(steps, lag, merged.get(lag))
         try:
             cycles = int(price(kir, cfg))
         except CompileError:
@@ -256,7 +259,7 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
         kir.buffers, kir.notes = rk.kir.buffers, list(rk.kir.notes)
         kir.inputs, kir.output = rk.kir.inputs, rk.kir.output
         return out, Choice(None, cycles, priced, (depth, ahead), why)
-    return body(steps, kept.lag), kept
+    return body(steps, kept.lag, merged.get(kept.lag)), kept
 
 
 def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:

@@ -65,13 +65,15 @@ def price(kir: KernelIR, cfg: Config) -> int:
     return schedule(kir, cfg, reroll=False)[0]
 
 
-def schedule(kir: KernelIR, cfg: Config, reroll: bool = True) -> tuple[int, dict[str, int], SyncReport]:
+def schedule(kir: KernelIR, cfg: Config, reroll: bool = True,
+             cycles: int | None = None) -> tuple[int, dict[str, int], SyncReport]:
     """Fold channels, allocate, synchronise and (unless reroll is False) roll kir's repeated tiles
-    into loops, in place; (predicted cycles, usage, sync report)."""
+    into loops, in place; (predicted cycles, usage, sync report).  `cycles`: the body's price when
+    the caller replayed this very body before (it is not replayed again)."""
     fold_channels(kir, cfg)
     usage = alloc.allocate(kir, cfg)
     kir.body, report = synchronise(kir, cfg, reroll)
-    return cost.schedule_cycles(kir.body, cfg), usage, report
+    return (cost.schedule_cycles(kir.body, cfg) if cycles is None else cycles), usage, report
 
 
 def emit_kernel(ops: tuple[Op, ...], kir: KernelIR, usage: dict[str, int], report: SyncReport, predicted: int,

@@ -39,7 +39,7 @@ from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
 from .passes import loops
 from .passes.sync import SyncReport
-from .pipeline import check_ops, lowered, schedule
+from .pipeline import check_ops, fold_channels, lowered, schedule
 from .roofline import bound_cycles
 from .schedule import BIAS_INTRINSICS, Block, Schedule
 from .sizes import check_tiles
@@ -301,36 +301,41 @@ def estimate_floor(low, cfg: Config) -> float:
 
     driver.estimate charges each tile its busiest resource; an NU lowering's tiles keep one NU
     and one VU busy with at least their nu.conv and requantising commands (nu.lowering's
-    _convs and _epilogue), whatever else the tile does.
+    _convs and _epilogue), whatever else the tile does, and DDR with their weights and stores;
+    every command costs a cycle more.
     """
     parts = getattr(low, "parts", [low])
     if not all(isinstance(part, NuLowering) for part in parts):
         return 0.0
-    busy, weights, stores, priced, tiles = [], [], 0, [], []
+    busy, weights, stores, priced, tiles, cmds = [], [], 0, [], [], 0
     for part in parts:
-        b, w, st, n_priced, n_tiles = _busy_floor(part, cfg)
+        b, w, st, n_priced, n_tiles, n_cmds = _busy_floor(part, cfg)
         busy.append(b)
         weights.append(w)
         stores += st
         priced.append(n_priced)
         tiles.append(n_tiles)
+        cmds += n_cmds
     # every part's DMAs share DDR's one port; the parts' NUs and VUs are their own.  Parts split by
     # spatial tiles load the same weights, and a load two parts make in one step crosses DDR once
     # (units.share_loads): only the largest part's weights are sure to cross it.  The margin covers
-    # the estimate's port time summed transfer by transfer in floating point.
+    # the estimate's port time summed transfer by transfer in floating point.  On top of its busiest
+    # resource the estimate charges every command a cycle of the CU's issue (cost.pipeline_cycles).
     shared = getattr(parts[0], "part", None) is not None and parts[0].part.by == "spatial"
     ddr = stores + (max(weights) if shared else sum(weights))
-    floor = max(max(busy), ddr / timing.memory_port(cfg, SPACE_ID["ddr"])[0])
+    floor = max(max(busy), ddr / timing.memory_port(cfg, SPACE_ID["ddr"])[0]) + cmds
     return floor * max(tiles) / max(1, max(priced)) * (1 - 1e-9)
 
 
-def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
-    """(the larger of NU and VU busy cycles, the DDR bytes of the streamed weights, those of the
-    output stores, over the tiles driver.estimate prices; those tiles; all tiles)."""
+def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int, int]:
+    """(the larger of NU and VU busy cycles, the DDR bytes of the weights (streamed, or resident: loaded
+    with the first tiles), those of the output stores, over the tiles driver.estimate prices; those
+    tiles; all tiles; the commands those tiles issue at least)."""
     p, t, v = low.p, low.t, low.p.view
     streamed = not t.resident and not p.depthwise
     stores = low.y.space == "ddr"
-    w_bytes = ddr = 0
+    ddr = cmds = 0
+    w_bytes = sum(d.nbytes for d in low._resident_loads()) if t.resident else 0
     cols, n_chunks, channels = p.cols, chunks(p, t.cbt), v.y_shape[1]
     per_channel = low._bias_mode("requant")
     requant = (("vu.requant.f" if v.scale is not None else "vu.requant") if per_channel
@@ -338,13 +343,16 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
     nu = vu = n = 0
     for obs, _, oh0, ow0, j, load_w, _ in low.tiles():
         n += 1
-        if n > driver.ESTIMATE_TILES:
-            continue
+        if n > driver.ESTIMATE_TILES:       # the rest are only counted (n_tiles), not walked
+            break
         count = n_chunks[j][1]
         th, tw = min(t.th, p.oh - oh0), min(t.tw, p.ow - ow0)
+        last = j == len(n_chunks) - 1
+        # its nu.conv, its weights' DMA, the store of its output (nu._finish) and its drain (nu._epilogue)
+        cmds += 1 + (streamed and load_w) + last + (last and t.drain == "vu")
         if streamed and load_w:
             w_bytes += count * p.w.block_bytes * len(obs)
-        if stores and j == len(n_chunks) - 1:
+        if stores and last:
             ddr += sum(max(0, min(cols, channels - ob * cols)) for ob in obs) * th * tw
         if p.depthwise:
             nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
@@ -355,11 +363,14 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int]:
             pix = th * tw
             if per_channel:
                 cycles = cost._vu_cycles(requant, "i32", "i8", pix, 1, cfg.vu_bytes_per_cycle, cfg.vu_latency)
-                vu += cycles * sum(max(0, min(cols, channels - ob * cols)) for ob in obs)
+                real = sum(max(0, min(cols, channels - ob * cols)) for ob in obs)
+                vu += cycles * real
+                cmds += real
             else:
                 vu += cost._vu_cycles(requant, "i32", "i8", cols * pix * len(obs), 1, cfg.vu_bytes_per_cycle,
                                       cfg.vu_latency)
-    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), n
+                cmds += 1
+    return max(nu, vu), w_bytes, ddr, min(n, driver.ESTIMATE_TILES), low.n_tiles(), cmds
 
 
 @lru_cache(maxsize=1 << 12)
@@ -522,7 +533,12 @@ def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
     for k in order:
         try:
             kir = lowered(found[k], cfg)
-            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False), k))
+            if _loses(kir, priced_all, cfg):
+                continue
+            # a chain's pipelining pass priced the body it chose: the same body, allocated and synchronised
+            # again, would replay to the same cycles
+            known = kir.pipelining.cycles if kir.pipelining is not None else None
+            priced_all.append((found[k], kir, schedule(kir, cfg, reroll=False, cycles=known), k))
         except CompileError as exc:
             why = str(exc)
     if not priced_all:
@@ -534,6 +550,25 @@ def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
     fastest = min(p[2][0] for p in priced_all)
     near = [p for p in priced_all if p[2][0] <= fastest * (1 + NEAR)]
     return min(near, key=lambda p: (cost.instructions(p[1].body), p[2][0])) if len(near) > 1 else near[0]
+
+
+def _loses(kir: KernelIR, priced_all: list, cfg: Config) -> bool:
+    """Can a lowered finalist of one kernel be left unpriced: its cycles' lower bound (cost.floor_cycles)
+    is over NEAR above a finalist priced already that it could not displace (one that keeps every
+    intermediate on chip, or any when it spills too), or it spills where one priced does not?  The
+    choice below is then the same with or without it.  A chain's finalist was priced by its pipelining
+    pass (compiler.interleave) already, its rings too: none is skipped."""
+    if kir.pipelining is not None or not priced_all:
+        return False
+    fold_channels(kir, cfg)         # the channels the body will run on (schedule folds them too)
+    on_chip = [p[2][0] for p in priced_all if not interleave.scratch(p[1])]
+    if interleave.scratch(kir):
+        if on_chip:
+            return True
+        rivals = [p[2][0] for p in priced_all]
+    else:
+        rivals = on_chip
+    return bool(rivals) and not cost.floor_cycles(kir.body, cfg) <= min(rivals) * (1 + NEAR)
 
 
 def _finalists(ops: tuple[Op, ...], cfg: Config) -> int:

@@ -125,6 +125,12 @@ def dependencies(cmds: list[Command]) -> list[dict[str, int]]:
     return deps
 
 
+def _later(a: list[int], b: list[int]) -> list[int]:
+    """The elementwise maximum of two vector clocks (lists: a kernel has few queues, and numpy's
+    per-call cost on a handful of elements is several times a list's)."""
+    return [x if x >= y else y for x, y in zip(a, b)]
+
+
 class _Clocks:
     """Compile-time vector clocks: per queue, how many of its commands are known complete."""
 
@@ -141,10 +147,10 @@ class _Clocks:
             counts[q] += 1
         self.done = [None] * len(cmds)
 
-    def zero(self) -> np.ndarray:
-        return np.zeros(len(self.queues), dtype=np.int64)
+    def zero(self) -> list[int]:
+        return [0] * len(self.queues)
 
-    def knows(self, vc: np.ndarray, cmds: list[Command], j: int) -> bool:
+    def knows(self, vc: list[int], cmds: list[Command], j: int) -> bool:
         return vc[self.qj[j]] > self.seq[j]
 
 
@@ -181,35 +187,35 @@ def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets
             out.append(stmt)
             continue
         i, q = index[id(stmt)], stmt.queue
-        vc = cu_vc.copy() if q not in last else np.maximum(cu_vc, clocks.done[last[q]])
+        vc = list(cu_vc) if q not in last else _later(cu_vc, clocks.done[last[q]])
         unsat = _frontier([p for p in deps[i].values() if not clocks.knows(vc, cmds, p)], cmds, clocks)
         if targets is None:
             for p in unsat[:-1]:
                 plan[p].add(CU)
-                cu_vc = np.maximum(cu_vc, clocks.done[p])
+                cu_vc = _later(cu_vc, clocks.done[p])
             if unsat:
                 p, key = unsat[-1], (cmds[unsat[-1]].queue, q)
                 if direct is not None and key not in pairs and len(pairs) >= direct:
                     plan[p].add(CU)
-                    cu_vc = np.maximum(cu_vc, clocks.done[p])
+                    cu_vc = _later(cu_vc, clocks.done[p])
                 else:
                     plan[p].add(q)
                     pairs.add(key)
-                vc = np.maximum(np.maximum(vc, cu_vc), clocks.done[p])
+                vc = _later(_later(vc, cu_vc), clocks.done[p])
         else:
             for p in unsat:
                 if targets[p] == CU and not clocks.knows(cu_vc, cmds, p):
                     out.append(CuWait(sem(p, CU), f"cu waits for {cmds[p].queue}: {cmds[p].comment}"))
                     cu_waits += 1
-                    cu_vc = np.maximum(cu_vc, clocks.done[p])
-            vc = np.maximum(vc, cu_vc)
+                    cu_vc = _later(cu_vc, clocks.done[p])
+            vc = _later(vc, cu_vc)
             rest = [p for p in unsat if not clocks.knows(vc, cmds, p)]
             if len(rest) > 1 or (rest and targets[rest[0]] != q):
                 raise CompileError(f"internal: sync plan inconsistent at {stmt.comment!r}")
             if rest:
                 stmt.wait = sem(rest[0], q)
                 waits += 1
-                vc = np.maximum(vc, clocks.done[rest[0]])
+                vc = _later(vc, clocks.done[rest[0]])
         vc[clocks.qi[q]] = clocks.seq[i] + 1
         clocks.done[i] = vc
         last[q] = i

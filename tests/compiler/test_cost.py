@@ -85,15 +85,23 @@ def _simulated(buffers: list[Buffer], body: list, cfg: Config) -> int:
     return sim.run().cycles
 
 
+TRANSFERS = st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["ddr>dm", "dm>ddr", "ddr>ddr", "dm>dm"]),
+                               st.integers(1, 6000), st.integers(-1, 7)), min_size=1, max_size=8)
+
+
 @settings(max_examples=40, **SETTINGS)
-@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["ddr>dm", "dm>ddr", "ddr>ddr", "dm>dm"]),
-                          st.integers(1, 6000), st.integers(-1, 7)), min_size=1, max_size=8),
-       st.sampled_from([1, 2, 16]))
+@given(TRANSFERS, st.sampled_from([1, 2, 16]))
 def test_transfers_sharing_ports_take_the_simulators_cycles(transfers, depth):
     # DMA transfers on four channels, some waiting for an earlier one's end: they stream together
     # through DDR's one port or DM's read and write ports, or begin streaming after others have
     # ended, each at its share of its busiest port; the replay must end each where the engine does
     cfg = Config(queue_depth=depth)
+    buffers, body = _transfers(transfers)
+    assert cost.schedule_cycles(body, cfg) == _simulated(buffers, body, cfg)
+
+
+def _transfers(transfers: list) -> tuple[list[Buffer], list]:
+    """(buffers, body) of DMA transfers (channel, "src>dst", bytes, the earlier one it waits for or -1)."""
     buffers, body = [], []
     for k, (chan, route, n, after) in enumerate(transfers):
         src, dst = route.split(">")
@@ -103,7 +111,7 @@ def test_transfers_sharing_ports_take_the_simulators_cycles(transfers, depth):
         body.append(Dma(chan, Ref(b), Ref(a), (n,), (1,), (1,)))
         if 0 <= after < k and body[after].signal is None:
             body[after].signal = body[k].wait = after
-    assert cost.schedule_cycles(body, cfg) == _simulated(buffers, body, cfg)
+    return buffers, body
 
 
 @pytest.mark.parametrize("step", [24, 56, 64])
@@ -129,3 +137,26 @@ def test_a_schedule_that_deadlocks_is_an_internal_error():
         cost.schedule_cycles([load], Config())
     with pytest.raises(ValueError, match="deadlocks"):
         cost.schedule_cycles([CuWait(2)], Config())
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(TRANSFERS, st.sampled_from([1, 2, 16]), st.sampled_from([1, 2, 8, 32]))
+def test_the_floor_never_exceeds_the_replay_on_transfers(transfers, depth, ddr_rate):
+    # floor_cycles bounds the replay from below whatever the waits: transfers sharing ports, one
+    # waiting for another, a DDR port narrower than the channels (then its bytes bound nothing)
+    cfg = Config(queue_depth=depth, ddr_bytes_per_cycle=ddr_rate)
+    _, body = _transfers(transfers)
+    assert 0 < cost.floor_cycles(body, cfg) <= cost.schedule_cycles(body, cfg)
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(seeds, st.sampled_from(["conv", "depthwise", "pool", "add", "dense", "chain"]), st.integers(1, 2),
+       st.sampled_from([1, 4]))
+def test_the_floor_never_exceeds_the_predicted_cycles_of_a_kernel(seed, kind, nus, channels):
+    # on whole kernels (NU, VU and DMA queues, several units) the bound stays under the replay, and
+    # is not vacuous: a kernel's busiest unit or port takes a good part of its cycles
+    rng = np.random.default_rng(seed)
+    cfg = Config(nu_count=nus, vu_count=nus, dma_channels=channels)
+    kernel = build(*_chain(kind, rng), config=cfg)
+    floor = cost.floor_cycles(kernel.ir.body, cfg)
+    assert kernel.predicted_cycles / 20 < floor <= kernel.predicted_cycles
