@@ -306,6 +306,26 @@ def run_at(pat: np.ndarray, r: int) -> tuple[int, int]:
     return addr, length
 
 
+@njit(cache=True, inline="always")
+def walked_dims(pat: np.ndarray, n_out: np.ndarray, s_out: np.ndarray) -> tuple[int, int, int]:
+    """The dims run_at steps through, fastest first (their counts and strides into n_out, s_out; dims
+    of one element left out), with run 0's first byte and every run's length: (dims, first, length).
+    Walking them as an odometer visits the runs in run_at's order without its divisions."""
+    addr = pat[BASE]
+    length = pat[WIDTH]
+    d = run_dim(pat)
+    if d >= 0:
+        length = pat[N + d] * pat[WIDTH]
+        if pat[S + d] < 0:
+            addr += (pat[N + d] - 1) * pat[S + d]
+    nw = 0
+    for k in range(DIMS):
+        if _walked(pat, k, d) and pat[N + k] > 1:
+            n_out[nw], s_out[nw] = pat[N + k], pat[S + k]
+            nw += 1
+    return nw, addr, length
+
+
 @njit(cache=True)
 def pattern_bytes(pat: np.ndarray, size: int) -> np.ndarray:
     """Sorted distinct byte addresses of `pat` inside [0, size)."""
