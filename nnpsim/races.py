@@ -192,6 +192,12 @@ def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.nda
             if run_count(pat) == 0 or sp < 0 or sp >= size.shape[0]:
                 continue
             nw, addr, length = walked_dims(pat, dim_n, dim_s)
+            fold = 0        # the fastest dims whose runs continue or overlap the one before: one run, no steps
+            while fold < nw and 0 < dim_s[fold] <= length:
+                length += (dim_n[fold] - 1) * dim_s[fold]
+                fold += 1
+            nw -= fold
+            dim_n[:nw], dim_s[:nw] = dim_n[fold:fold + nw].copy(), dim_s[fold:fold + nw].copy()
             idx[:nw] = 0
             start = n
             while True:
