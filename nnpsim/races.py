@@ -17,7 +17,11 @@ a byte's history is kept once per granule: the largest power of two that
 divides every offset where an access to the page starts or ends, so every
 access covers whole granules and their bytes share one history (a page of
 whole 64-byte rows costs 64 entries, not 4096), with the same verdict and
-the same first byte as a byte-by-byte check.
+the same first byte as a byte-by-byte check.  A pattern is walked as runs of bytes (a run that
+starts inside or at the end of the one before it is merged into it: a byte one pattern touches again
+cannot race anew, since only the command's own accesses came between), and each shadow page keeps
+the latest write and read clock of every agent: when all of them happen before the command, no
+granule can race and the page's granules are filled without being checked one by one.
 
 A run stopped by a command that read a bad value (a zero divisor, a bad
 per-channel multiplier) is checked a little further: the read may have come
