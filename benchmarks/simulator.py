@@ -20,6 +20,14 @@
     numpy's accumulators, requantised, with the same.  Race checking is off
     in the ratio (Kernel's default); Q more passes measure it on.
 
+(e) whole networks (`--only networks`): ResNet-18, ResNet-50 and MobileNetV2 from compiler.models and
+    the zoo networks of ZOO_NETWORKS found in $NNP_ZOO_CACHE (benchmarks/zoo.py's cache), each imported
+    and compiled (not timed), then run by GraphModule unchecked, race-checked and by onnxruntime on one
+    thread, the three interleaved R times on one input; the best CPU seconds of each give the ratios
+    checked / unchecked (target <= 2) and unchecked / onnxruntime (target <= 1.5 for ResNet-50 and
+    MobileNetV2, <= 2 for the zoo networks).  Every run's output equals the first one's, and the
+    simulator's is compared with onnxruntime's.
+
 numpy's BLAS gets one thread (set below, before numpy is imported): the
 simulator runs on one core, and a multi-threaded BLAS on a shared machine
 makes the baseline swing with the other jobs' load.  Both sides are also
@@ -50,7 +58,11 @@ from nnpasm import assemble  # noqa: E402
 from nnpsim import Config, Simulator  # noqa: E402
 from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
-PARTS = ("engine", "conv", "startup", "resnet50")
+PARTS = ("engine", "conv", "startup", "resnet50", "networks")
+BUILT_IN = ("resnet18", "resnet50", "mobilenetv2")
+ZOO_NETWORKS = ("squeezenet1_1-224-qoperator-int8-pc", "mobilenet_v3_large-224-qoperator-int8-pc",
+                "efficientnet_b0-224-qoperator-int8-pc")
+ORT_TARGETS = {"resnet50": 1.5, "mobilenetv2": 1.5}     # unchecked / onnxruntime; the others 2
 
 SCALAR = """
         li      r1, {n}
@@ -229,6 +241,67 @@ def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
     return sw, nw
 
 
+def _network(name: str):
+    """(model, GraphModule with its input set, the input) of a built-in or zoo network; None if not cached."""
+    import onnx
+
+    import compiler
+    from compiler import models
+
+    if name in BUILT_IN:
+        model = models.build(name, "qoperator")
+    else:
+        path = Path(os.environ.get("NNP_ZOO_CACHE") or Path.home() / ".cache" / "nnp" / "zoo") / f"{name}.onnx"
+        if not path.exists():
+            print(f"{name}: not in the zoo cache ({path}); skipped")
+            return None
+        model = onnx.load(path)
+    lib = compiler.build(compiler.from_onnx(model))
+    m = compiler.GraphModule(lib)
+    x = np.random.default_rng(1).standard_normal(tuple(lib.meta["inputs"][0]["shape"])).astype(np.float32)
+    m.set_input(0, x)
+    return model, m, x
+
+
+def network_row(name: str, repeats: int) -> list[str] | None:
+    """(e): one network's best CPU seconds unchecked, checked and on onnxruntime, interleaved; a table row."""
+    from compiler.agreement import agreement, onnxruntime_session
+
+    built = _network(name)
+    if built is None:
+        return None
+    model, m, x = built
+    sess = onnxruntime_session(model, threads=1)
+    feeds = {sess.get_inputs()[0].name: x}
+    (theirs,) = sess.run(None, feeds)
+    m.run(check_races=True)          # first runs: tables decoded, the checker's code loaded
+    y = m.get_output(0, quantized=True)
+    runs = {"unchecked": lambda: m.run(), "checked": lambda: m.run(check_races=True),
+            "onnxruntime": lambda: sess.run(None, feeds)}
+    best = dict.fromkeys(runs, (float("inf"), float("inf")))
+    for _ in range(repeats):
+        for what, fn in runs.items():
+            wall, cpu, _ = _timed(fn)
+            best[what] = min(best[what], (cpu, wall))
+            if what != "onnxruntime" and not np.array_equal(m.get_output(0, quantized=True), y):
+                raise SystemExit(f"{name}: the simulator gave two different outputs for the same input")
+    exact = agreement(m.get_output(0), theirs, m.meta["outputs"][0]["scale"]).equal
+    (uc, uw), (cc, cw), (oc, ow) = best["unchecked"], best["checked"], best["onnxruntime"]
+    goal = ORT_TARGETS.get(name, 2)
+    print(f"{name}: {m.stats.commands:,} commands, {m.stats.cycles:,} cycles; best of {repeats} CPU (wall): "
+          f"unchecked {uc * 1e3:.0f} ms ({uw * 1e3:.0f}), checked {cc * 1e3:.0f} ms ({cw * 1e3:.0f}), "
+          f"onnxruntime {oc * 1e3:.0f} ms ({ow * 1e3:.0f}); checked / unchecked {cc / uc:.2f}, "
+          f"unchecked / onnxruntime {uc / oc:.2f}; bit-exact with onnxruntime: {exact}", flush=True)
+    return [name, f"{m.stats.commands:,}", f"{uc * 1e3:.0f}", f"{cc * 1e3:.0f}", f"{oc * 1e3:.0f}",
+            f"{cc / uc:.2f} (goal 2)", f"{uc / oc:.2f} (goal {goal:g})", "yes" if exact else "no"]
+
+
+def networks(repeats: int) -> list[list[str]]:
+    """(e): the rows of every network that could be built."""
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    return [r for r in (network_row(name, repeats) for name in BUILT_IN + ZOO_NETWORKS) if r is not None]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=5_000_000)
@@ -265,6 +338,16 @@ def main() -> None:
         sw, nw = resnet50_vs_numpy(args.repeats, args.race_repeats)
         rows.append(["53 convs simulated / numpy im2col + float64 matmul, best passes, wall",
                      f"{sw / nw:.2f} ({sw:.3f} s against {nw:.3f} s)", "<= 3"])
+    if "networks" in parts:
+        net_rows = networks(args.repeats)
+        if args.write_docs and parts == {"networks"}:
+            write_table("simulator-networks", ["network", "commands", "unchecked, CPU ms", "checked, CPU ms",
+                                               "onnxruntime 1 thread, CPU ms", "checked / unchecked",
+                                               "unchecked / onnxruntime", "bit-exact with onnxruntime"], net_rows,
+                        "race-checked runs at most 2x unchecked ones on every network; unchecked runs at most "
+                        "1.5x onnxruntime's one-thread CPU time on ResNet-50 and MobileNetV2, 2x on the zoo "
+                        "networks.")
+            return
     if args.write_docs:
         if parts == {"resnet50"}:
             write_table("simulator-resnet50", ["figure", "measured", "goal"], rows,

@@ -288,8 +288,8 @@ def run_count(pat: np.ndarray) -> int:
 
 
 @njit(cache=True, inline="always")
-def run_at(pat: np.ndarray, r: int) -> tuple[int, int]:
-    """(first byte, length) of run number r of `pat` (0 <= r < run_count(pat))."""
+def _run_zero(pat: np.ndarray) -> tuple[int, int, int]:
+    """(the run dim or -1, run 0's first byte, every run's length)."""
     addr = pat[BASE]
     length = pat[WIDTH]
     d = run_dim(pat)
@@ -297,12 +297,33 @@ def run_at(pat: np.ndarray, r: int) -> tuple[int, int]:
         length = pat[N + d] * pat[WIDTH]
         if pat[S + d] < 0:
             addr += (pat[N + d] - 1) * pat[S + d]
+    return d, addr, length
+
+
+@njit(cache=True, inline="always")
+def run_at(pat: np.ndarray, r: int) -> tuple[int, int]:
+    """(first byte, length) of run number r of `pat` (0 <= r < run_count(pat))."""
+    d, addr, length = _run_zero(pat)
     for k in range(DIMS):
         if _walked(pat, k, d):
             n = pat[N + k]
             addr += (r % n) * pat[S + k]
             r //= n
     return addr, length
+
+
+@njit(cache=True, inline="always")
+def walked_dims(pat: np.ndarray, n_out: np.ndarray, s_out: np.ndarray) -> tuple[int, int, int]:
+    """The dims run_at steps through, fastest first (their counts and strides into n_out, s_out; dims
+    of one element left out), with run 0's first byte and every run's length: (dims, first, length).
+    Walking them as an odometer visits the runs in run_at's order without its divisions."""
+    d, addr, length = _run_zero(pat)
+    nw = 0
+    for k in range(DIMS):
+        if _walked(pat, k, d) and pat[N + k] > 1:
+            n_out[nw], s_out[nw] = pat[N + k], pat[S + k]
+            nw += 1
+    return nw, addr, length
 
 
 @njit(cache=True)

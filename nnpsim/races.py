@@ -17,7 +17,11 @@ a byte's history is kept once per granule: the largest power of two that
 divides every offset where an access to the page starts or ends, so every
 access covers whole granules and their bytes share one history (a page of
 whole 64-byte rows costs 64 entries, not 4096), with the same verdict and
-the same first byte as a byte-by-byte check.
+the same first byte as a byte-by-byte check.  A pattern is walked as runs of bytes (a run that
+starts inside or at the end of the one before it is merged into it: a byte one pattern touches again
+cannot race anew, since only the command's own accesses came between), and each shadow page keeps
+the latest write and read clock of every agent: when all of them happen before the command, no
+granule can race and the page's granules are filled without being checked one by one.
 
 A run stopped by a command that read a bad value (a zero divisor, a bad
 per-channel multiplier) is checked a little further: the read may have come
@@ -39,7 +43,7 @@ from . import errors
 from .config import Config
 from .errors import SimError
 from .footprint import (BASE, DIMS, DMA_AGENT, NU_AGENT, N, S, SPACE, VU_AGENT, WIDTH, WRITE, agent_units,
-                        build_patterns, footprint_rules, pattern_bytes, run_at, run_count, space_name, space_sizes)
+                        build_patterns, footprint_rules, pattern_bytes, run_count, space_name, space_sizes, walked_dims)
 from .runlog import BARRIER, ISSUE, LOAD, SIGNAL, START, TAKE
 from .state import SPACE_DDR
 
@@ -138,16 +142,6 @@ def _command_clocks(kind: np.ndarray, agent: np.ndarray, sem: np.ndarray, cmd: n
     return clocks, LOG_OK, -1
 
 
-@njit(cache=True, inline="always")
-def _clipped_run(pat: np.ndarray, r: int, size: np.ndarray) -> tuple[int, int]:
-    """Bytes [lo, hi) of run r of pat clipped to its memory (empty for a space that does not exist)."""
-    sp = pat[SPACE]
-    if sp < 0 or sp >= size.shape[0]:
-        return 0, 0
-    a, length = run_at(pat, r)
-    return max(a, 0), min(a + length, size[sp])
-
-
 @njit(cache=True)
 def _hit(found: np.ndarray, c: int, writes: int, other: int, other_clock: int, other_writes: int,
          space: int, byte: int) -> np.ndarray:
@@ -167,33 +161,72 @@ def _low_bit(off: int) -> int:
     return b
 
 
+@njit(cache=True, inline="always")
+def _grown(a: np.ndarray, used: int) -> np.ndarray:
+    """`a`, doubled when it is full."""
+    if used < a.shape[0]:
+        return a
+    bigger = np.empty(2 * a.shape[0], a.dtype)
+    bigger[:used] = a[:used]
+    return bigger
+
+
 @njit(cache=True)
 def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every pattern's runs clipped to their memory, once: (first run of pattern [i, j] of the i-th command in
-    start order, flattened with one more entry at the end; each run's lo; its hi), empty runs dropped."""
+    start order, flattened with one more entry at the end; each run's lo; its hi), empty runs dropped.
+
+    Runs are visited in run_at's order (an odometer over walked_dims), and a run that starts inside or at
+    the end of the one before it is merged into it: the bytes first seen in the same order, so the same
+    first race (module doc), in fewer runs (a box of whole rows is one run, not one per row; a row of
+    overlapping pooling windows one, not one per window)."""
     n_pat = pats.shape[1]
     first = np.zeros(order.shape[0] * n_pat + 1, np.int64)
-    total = 0
-    for i in range(order.shape[0]):
-        for j in range(n_pat):
-            first[i * n_pat + j] = total
-            total += run_count(pats[order[i], j])
-    first[-1] = total
-    lo = np.empty(total, np.int64)
-    hi = np.empty(total, np.int64)
+    lo = np.empty(1024, np.int64)
+    hi = np.empty(1024, np.int64)
+    dim_n = np.empty(DIMS, np.int64)
+    dim_s = np.empty(DIMS, np.int64)
+    idx = np.zeros(DIMS, np.int64)
     n = 0
     for i in range(order.shape[0]):
         for j in range(n_pat):
             pat = pats[order[i], j]
+            first[i * n_pat + j] = n
+            sp = pat[SPACE]
+            if run_count(pat) == 0 or sp < 0 or sp >= size.shape[0]:
+                continue
+            nw, addr, length = walked_dims(pat, dim_n, dim_s)
+            fold = 0        # the fastest dims whose runs continue or overlap the one before: one run, no steps
+            while fold < nw and 0 < dim_s[fold] <= length:
+                length += (dim_n[fold] - 1) * dim_s[fold]
+                fold += 1
+            nw -= fold
+            dim_n[:nw], dim_s[:nw] = dim_n[fold:fold + nw].copy(), dim_s[fold:fold + nw].copy()
+            idx[:nw] = 0
             start = n
-            for r in range(run_count(pat)):
-                a, b = _clipped_run(pat, r, size)
+            while True:
+                a, b = max(addr, 0), min(addr + length, size[sp])
                 if b > a:
-                    lo[n], hi[n] = a, b
-                    n += 1
-            first[i * n_pat + j] = start
+                    if n > start and lo[n - 1] <= a <= hi[n - 1]:
+                        hi[n - 1] = max(hi[n - 1], b)   # bytes seen again: nothing new (module doc)
+                    else:
+                        lo = _grown(lo, n)
+                        hi = _grown(hi, n)
+                        lo[n], hi[n] = a, b
+                        n += 1
+                w = 0
+                while w < nw:           # the odometer: dim w steps, the faster ones wrap
+                    idx[w] += 1
+                    addr += dim_s[w]
+                    if idx[w] < dim_n[w]:
+                        break
+                    addr -= dim_n[w] * dim_s[w]
+                    idx[w] = 0
+                    w += 1
+                if w == nw:
+                    break
     first[-1] = n
-    return first, lo, hi
+    return first, lo[:n], hi[:n]
 
 
 @njit(cache=True)
@@ -263,6 +296,16 @@ def _shadow_blocks(writers: np.ndarray, readers: np.ndarray,
     return wblk, nw, read_page, rblk, nr
 
 
+@njit(cache=True, inline="always")
+def _page_ordered(w_max: np.ndarray, r_max: np.ndarray, vc: np.ndarray, me: int, is_write: int) -> bool:
+    """Every other agent's latest write to the page (and, for a write, latest read) happens before vc: then
+    no granule of the page holds a clock past vc, and the granule-by-granule check would find nothing."""
+    for a in range(vc.shape[0]):
+        if a != me and (w_max[a] > vc[a] or (is_write and r_max[a] > vc[a])):
+            return False
+    return True
+
+
 @njit(cache=True)
 def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_clock: np.ndarray,
                clocks: np.ndarray, size: np.ndarray, n_agents: int) -> np.ndarray:
@@ -278,6 +321,8 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
     w_agent = np.zeros((nw, PAGE), np.int16)
     w_clock = np.zeros((nw, PAGE), np.int32)
     r_clock = np.zeros((nr, PAGE), np.int32)
+    w_max = np.zeros((nw, n_agents), np.int32)     # per shadow page and agent, its latest write's clock
+    r_max = np.zeros((nw, n_agents), np.int32)     # ... and its latest read's
     readers = np.empty(n_agents, np.int64)
     reader_blk = np.empty(n_agents, np.int64)
     n_pat = pats.shape[1]
@@ -298,27 +343,40 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
                         addr += off1 - off0
                         continue
                     rp = read_page[g]
-                    n_readers = 0
-                    if is_write and rp >= 0:
-                        for o in range(n_agents):
-                            if o != me and rblk[rp, o] >= 0:
-                                readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
-                                n_readers += 1
                     rb = rblk[rp, me] if rp >= 0 else -1
                     sh = gran[g]
-                    for k in range(off0 >> sh, off1 >> sh):     # one shadow entry per granule
-                        wa, wc = w_agent[wb, k], w_clock[wb, k]
-                        if wc > 0 and wa != me and wc > vc[wa]:
-                            return _hit(found, c, is_write, wa, wc, 1, sp, addr + (k << sh) - off0)
+                    k0, k1 = off0 >> sh, off1 >> sh
+                    if _page_ordered(w_max[wb], r_max[wb], vc, me, is_write):
+                        # every access the page has seen is ordered before this one: no granule can race
                         if is_write:
-                            for i in range(n_readers):
-                                o = readers[i]
-                                if r_clock[reader_blk[i], k] > vc[o]:
-                                    return _hit(found, c, 1, o, r_clock[reader_blk[i], k], 0, sp,
-                                                addr + (k << sh) - off0)
-                            w_agent[wb, k], w_clock[wb, k] = me, clock
+                            w_agent[wb, k0:k1] = me
+                            w_clock[wb, k0:k1] = clock
                         else:
-                            r_clock[rb, k] = clock
+                            r_clock[rb, k0:k1] = clock
+                    else:
+                        n_readers = 0
+                        if is_write and rp >= 0:
+                            for o in range(n_agents):
+                                if o != me and rblk[rp, o] >= 0:
+                                    readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
+                                    n_readers += 1
+                        for k in range(k0, k1):     # one shadow entry per granule
+                            wa, wc = w_agent[wb, k], w_clock[wb, k]
+                            if wc > 0 and wa != me and wc > vc[wa]:
+                                return _hit(found, c, is_write, wa, wc, 1, sp, addr + (k << sh) - off0)
+                            if is_write:
+                                for i in range(n_readers):
+                                    o = readers[i]
+                                    if r_clock[reader_blk[i], k] > vc[o]:
+                                        return _hit(found, c, 1, o, r_clock[reader_blk[i], k], 0, sp,
+                                                    addr + (k << sh) - off0)
+                                w_agent[wb, k], w_clock[wb, k] = me, clock
+                            else:
+                                r_clock[rb, k] = clock
+                    if is_write:
+                        w_max[wb, me] = max(w_max[wb, me], clock)
+                    else:
+                        r_max[wb, me] = max(r_max[wb, me], clock)
                     addr += off1 - off0
     return found
 

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from nnpsim import errors
 from nnpsim.config import Config
 from nnpsim.errors import SimError
-from nnpsim.footprint import (SPACE, WIDTH, WRITE, agent_units, build_patterns, footprint_rules, pattern_bytes,
-                              space_sizes, window_dims)
-from nnpsim.races import check
+from nnpsim.footprint import (BASE, DIMS, PATTERN_COLS, SPACE, WIDTH, WRITE, N, S, agent_units, build_patterns,
+                              footprint_rules, pattern_bytes, run_at, run_count, space_sizes, window_dims)
+from nnpsim.races import _runs, check
 from nnpsim.runlog import BARRIER, END, ISSUE, SIGNAL, START, TAKE, RunLog
 from tests.helpers.races import (DT, GROUP_BASE, ISA, PARAMS, SMALL, SPACES, VU_OP_CODE, Barrier, Cmd, CuSignal,
                                  CuWait, conv, conv_inputs, dma, mask_bit, row, run_conv, schedule, vu)
@@ -420,6 +420,90 @@ def test_first_race_is_the_earliest():
     with pytest.raises(SimError) as ei:
         check(log, None, SMALL)
     assert "dm bytes 0x0..0x7" in str(ei.value) and ei.value.cycle == log.cmd_start[1]
+
+
+# --------------------------------------------------------------------------- merged runs and page summaries
+
+def _first_seen(byte_lists) -> list[int]:
+    """The bytes of the lists in order, each at its first appearance."""
+    seen, out = set(), []
+    for b in itertools.chain.from_iterable(byte_lists):
+        if b not in seen:
+            seen.add(b)
+            out.append(b)
+    return out
+
+
+@st.composite
+def patterns(draw) -> np.ndarray:
+    """One pattern of up to four dims: strides that continue, overlap, repeat (0), step back or leave holes."""
+    pat = np.zeros((1, 1, PATTERN_COLS), np.int64)
+    pat[0, 0, SPACE] = 0
+    pat[0, 0, BASE] = draw(st.integers(-8, 300))
+    pat[0, 0, WIDTH] = draw(st.integers(1, 5))
+    pat[0, 0, N:N + DIMS] = 1
+    for k in range(draw(st.integers(0, 4))):
+        pat[0, 0, N + k] = draw(st.integers(1, 5))
+        pat[0, 0, S + k] = draw(st.integers(-12, 40))
+    return pat
+
+
+@settings(max_examples=150, deadline=None)
+@given(patterns(), st.integers(64, 400))
+def test_merged_runs_see_bytes_first_in_run_at_order(pats, size):
+    """_runs folds and merges a pattern's runs; the bytes it walks, each at its first appearance, are run_at's
+    clipped to the memory in the same order, so the first conflicting byte, and the race found, are the same."""
+    first, lo, hi = _runs(pats, np.zeros(1, np.int64), np.array([size], np.int64))
+    pat = pats[0, 0]
+    plain = [range(max(a, 0), min(a + n, size)) for a, n in (run_at(pat, r) for r in range(run_count(pat)))]
+    merged = [range(a, b) for a, b in zip(lo[first[0]:first[1]], hi[first[0]:first[1]])]
+    assert all(b > a for a, b in zip(lo, hi)) and len(merged) <= len(plain)
+    assert _first_seen(merged) == _first_seen(plain)
+
+
+def test_accesses_meeting_at_a_page_edge():
+    """Accesses that cross the DDR page edge at 0x1000 or end on it: only a shared byte races, and it is named."""
+    across = row(0, ("ddr", 0xffc), ("dm", 0), 8)                   # bytes 0xffc..0x1003
+    assert "ddr byte 0x1003:" in race_message([across, row(1, ("dm", 64), ("ddr", 0x1003), 1)])
+    assert race_message([across, row(1, ("dm", 64), ("ddr", 0x1004), 4)]) is None
+    assert race_message([across, row(1, ("dm", 64), ("ddr", 0xff8), 4)]) is None
+    assert "ddr byte 0xffc:" in race_message([across, row(1, ("dm", 64), ("ddr", 0xffa), 3)])
+    assert "ddr bytes 0xffe..0x1001" in race_message([across, row(1, ("ddr", 0xffe), ("dm", 64), 4)])
+
+
+def test_overlapping_pooling_windows_merged_into_rows():
+    """Windows of three bytes every two bytes merge into one read of each window row; a write to a byte of a
+    row races, one to the bytes between the two window rows does not."""
+    pool = vu(0, "vu.pool.max", 512, 0, n0=4, a_stride0=2, d_stride0=1, win_h=2, win_w=3,
+              win_stride_h=16, win_stride_w=1)                      # rows 0..8 and 16..24
+    for byte, racy in ((7, True), (8, True), (9, False), (15, False), (16, True), (24, True), (25, False)):
+        msg = race_message([pool, row(0, ("vbuf0", byte), ("ddr", 0), 1)])
+        assert (msg is not None) == racy, (byte, msg)
+        assert not racy or f"vbuf0 byte {byte:#x}:" in msg
+
+
+def test_an_ordered_access_does_not_hide_a_later_unordered_one():
+    """dma1's read of the page is ordered after dma0's write (the page summary takes the fast path), dma2's
+    write is ordered after dma0's but not after dma1's read: that pair races; a token from dma1 orders it."""
+    write = row(0, ("ddr", 0x4000), ("dm", 0), 64, signal=0)
+    read = row(1, ("dm", 128), ("ddr", 0x4000), 64, signal=1)
+    again = row(2, ("ddr", 0x4020), ("dm", 256), 8)
+    msg = race_message([write, CuWait(0), read, again])
+    assert msg is not None and "ddr bytes 0x4020..0x4027" in msg and "dma1" in msg and "dma2" in msg
+    assert race_message([write, CuWait(0), read, CuWait(1), again]) is None
+    assert race_message([write, CuWait(0), read, row(2, ("ddr", 0x4020), ("dm", 256), 8, wait=1)]) is None
+
+
+def test_one_queue_rewriting_its_bytes_and_a_reader_ordered_by_a_token():
+    """Program order in one queue and a semaphore token are orders: two writes of the same bytes by dma0 and a
+    read by vu0 that waits for the second's token are no race; the read without the wait is."""
+    first = row(0, ("vbuf0", 0), ("ddr", 0), 48)
+    second = row(0, ("vbuf0", 16), ("ddr", 64), 48, signal=3)
+    reader = vu(0, "vu.mov", 256, 8, n0=40, d_stride0=1, a_stride0=1, wait=3)
+    assert race_message([first, second, reader]) is None
+    unordered = vu(0, "vu.mov", 256, 8, n0=40, d_stride0=1, a_stride0=1)     # starts before the second write
+    msg = race_message([first, second, unordered])
+    assert "vbuf0 bytes 0x8..0x2f" in msg and "dma0 `dma` at pc 0x0 writes" in msg
 
 
 # --------------------------------------------------------------------------- random programs vs oracle
