@@ -12,14 +12,15 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 
 The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
 pool (the pools), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
-(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest Resize), softmax
+(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest and linear Resize), softmax
 (QLinearSoftmax over the last axis: the numpy model only, not lowered yet).
 """
 from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LIMIT, Op, Tensor, check_inputs
 from .checks import check_accumulator
 from .elementwise import FLOAT_BINARY, Elementwise, add, clip, mul, qdq_binary, relu, requantize
 from .layout import Concat, Reshape, at_values, check_dtype
-from .movement import MOVEMENT_OPS, Pad, Resize, Slice, Transpose, nearest_map, resize_nearest, slice_op
+from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, ResizeLinear, Slice, Transpose, linear_axis,
+                       nearest_map, resize_linear, resize_nearest, slice_op)
 from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut
@@ -30,4 +31,4 @@ __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", 
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
-           "Softmax", "softmax"]
+           "Softmax", "softmax", "LINEAR_FORMS", "LinearAxis", "ResizeLinear", "linear_axis", "resize_linear"]
