@@ -30,12 +30,13 @@ from .. import cost
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from .. import reference as sem
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear
 from ..quant import f32_bits
 from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
 from .movement import MoveLowering, is_movement
+from .resize import LerpLowering
 from .conv_plan import ConvTiling, NuPlan
 from .nu import NuLowering, Residual
 from .units import SplitLowering, parts
@@ -245,7 +246,7 @@ def nu_note(site: Site, c: NuChoice) -> str:
             + (", residual add fused in VBUF before the store" if c.residual is not None else "") + spread)
 
 
-Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering | MoveLowering
+Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering | MoveLowering | LerpLowering
 """What lowers one kernel of a chain: one unit's lowering, or several units' side by side."""
 
 
@@ -276,7 +277,8 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering,
     if isinstance(c, NuChoice):
         return nu_lowering(site, c, cfg), nu_note(site, c)
     if is_movement(site.seg[0]):
-        low = MoveLowering(site.seg[0], site.ins, site.out, cfg, site.name)
+        kind = LerpLowering if isinstance(site.seg[0], ResizeLinear) else MoveLowering
+        low = kind(site.seg[0], site.ins, site.out, cfg, site.name)
         return low, low.note()
     return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows)
 

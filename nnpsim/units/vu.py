@@ -255,9 +255,9 @@ def _check_params(op: int, p: np.ndarray, err: np.ndarray) -> int:
     rc = check_counts(p, GROUP, N0, 4, MAX_ELEMENTS, err)
     if rc != errors.OK:
         return rc
-    if _is_window(op):
+    if _is_window(op):      # a pool reads its window at every output; vu.lerp picks four of its plane
         n_out = p[N0] * p[N0 + 1] * p[N0 + 2] * p[N0 + 3]
-        rc = check_counts(p, GROUP, WIN_H, 2, MAX_ELEMENTS // n_out, err)
+        rc = check_counts(p, GROUP, WIN_H, 2, MAX_ELEMENTS if op == VU_LERP else MAX_ELEMENTS // n_out, err)
         if rc != errors.OK:
             return rc
     return _check_scalars(op, p, err)
