@@ -247,7 +247,8 @@ def _layout(im: Importer, node: NodeProto) -> str:
             raise Problem(node, f"onnxruntime cannot optimise the model to tell how it runs this resize: "
                           f"{first}") from None
     if node.name not in im.resize_layouts:
-        raise Problem(node, "onnxruntime's optimised graph has no Resize of this name: its arithmetic is unknown")
+        raise Problem(node, f"onnxruntime's optimised graph has no Resize named {node.name!r} of one layout "
+                      "(unnamed or same-named Resizes in different layouts): its arithmetic is unknown")
     return im.resize_layouts[node.name]
 
 

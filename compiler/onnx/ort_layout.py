@@ -32,20 +32,24 @@ def resize_layouts(onnx, model) -> dict[str, str]:
     before = _resize_targets(onnx, model)
     after = _resize_targets(onnx, optimised)
     producers = {o: n for n in optimised.graph.node for o in n.output}
-    out = {}
+    found: dict[str, set] = {}
     for n in optimised.graph.node:
         if n.op_type != "Resize" or n.name not in before:
             continue
         old, new = before[n.name], after.get(n.name)
         if new is not None and old is not None and len(old) == 4 and not np.array_equal(old, new):
-            out[n.name] = "nhwc" if np.array_equal(old[list(NCHW_TO_NHWC)], new) else "nchw"
+            layout = "nhwc" if np.array_equal(old[list(NCHW_TO_NHWC)], new) else "nchw"
         else:       # the same values both ways (or not constants): the layout of what feeds it
-            out[n.name] = "nhwc" if _channels_last(onnx, producers.get(n.input[0])) else "nchw"
-    return out
+            layout = "nhwc" if _channels_last(onnx, producers.get(n.input[0])) else "nchw"
+        found.setdefault(n.name, set()).add(layout)
+    # nodes are told apart by name (onnxruntime renames the tensors around a moved Resize): Resizes that
+    # share a name (unnamed ones) are known only where they all run in one layout
+    return {name: layouts.pop() for name, layouts in found.items() if len(layouts) == 1}
 
 
 def _resize_targets(onnx, model) -> dict[str, np.ndarray | None]:
-    """Each Resize node's constant sizes (or scales), None where they are not initializers."""
+    """Each Resize node's constant sizes (or scales), None where they are not initializers (by node name: a
+    later one of the same name wins, and resize_layouts then compares those)."""
     inits = {t.name: t for t in model.graph.initializer}
     out = {}
     for n in model.graph.node:
