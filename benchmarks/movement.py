@@ -1,10 +1,11 @@
-"""Data-movement kernels against their DDR bound: Transpose, Slice, Split, Pad, Concat and nearest Resize,
-compiled alone and simulated.
+"""Data-movement kernels against their DDR bound: Transpose, Slice, Split, Pad, Concat, nearest and linear
+Resize, compiled alone and simulated.
 
     python benchmarks/movement.py [--config HW.toml]
 
 For each case, at a shape of the networks that use it (ShuffleNetV2's channel shuffle and its
-split, YOLO / FPN necks' upsampling and concats, a crop, a layout change): a random int8 input,
+split, YOLO / FPN necks' upsampling and concats, a crop, a layout change, the segmenters' bilinear
+upsampling in onnxruntime's three arithmetics): a random int8 input,
 the compiled kernel on the simulator, its output compared with the op's numpy reference, then
 cycles, the roofline bound (compiler.roofline: the least DDR bytes it reads and writes over DDR
 bytes per cycle), their ratio and the cost model's prediction.  Target: every case bit-exact,
@@ -50,7 +51,22 @@ def cases() -> list[tuple[str, object]]:
         ("resize x2 nearest 64x40x40 (YOLO / FPN)", ops.resize_nearest((1, 64, 40, 40), (1, 64, 80, 80),
                                                                   (1, 1, 2, 2), **up)),
         ("resize /2 nearest 32x80x80", ops.resize_nearest((1, 32, 80, 80), (1, 32, 40, 40), (1, 1, .5, .5), **up)),
+        ("resize x8 linear 21x32x32 (LRASPP / DeepLabV3 head)", _linear((1, 21, 32, 32), (256, 256))),
+        ("resize x2 linear 128x16x16, NHWC fixed point (LRASPP)", _linear((1, 128, 16, 16), (32, 32), "nhwc")),
+        ("resize 1x1 -> 32x32 linear 256 (DeepLabV3 ASPP pool)", _linear((1, 256, 1, 1), (32, 32))),
+        ("resize 37x23 -> 64x50 linear QDQ, align_corners", _linear((1, 32, 37, 23), (64, 50), quantized=True,
+                                                                  coordinate_mode="align_corners")),
     ]
+
+
+def _linear(shape: tuple[int, ...], out_hw: tuple[int, int], layout: str = "nchw", quantized: bool = False,
+            coordinate_mode: str = "half_pixel") -> object:
+    """A linear Resize of `shape` to out_hw, as onnxruntime computes it in `layout` (QDQ: its float form)."""
+    f = np.float32
+    scales = (1, 1, f(out_hw[0]) / f(shape[2]), f(out_hw[1]) / f(shape[3]))
+    q = dict(za=-2, zp_out=3, scale_in=0.05, scale_out=0.06) if quantized else {}
+    return ops.resize_linear(shape, (*shape[:2], *out_hw), scales, coordinate_mode, layout=layout,
+                             quantized=quantized, **q)
 
 
 def main() -> int:

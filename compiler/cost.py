@@ -120,7 +120,8 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
     """Cycles of a VU command by its instruction's timing formula (vu_cycles: its widest operand by its
     row of nnpsim.semantics; vu_pool_cycles: the window at a's width, d and b once an output; vu_lut_cycles:
     its table once, then a byte an output; vu_softmax_cycles: its table once, then its rows' stages;
-    vu_affine_cycles: a byte an output, its pair once a row or an output)."""
+    vu_affine_cycles: a byte an output, its pair once a row or an output; vu_lerp_cycles: two reads an
+    output, its table once)."""
     n = cmd.n
     if SEMANTICS[cmd.mnemonic].timing == "vu_slide_cycles":
         return vu_slide_cycles(cmd, cfg)
@@ -129,6 +130,9 @@ def vu_cycles(cmd: Vu, cfg: Config) -> int:
     if SEMANTICS[cmd.mnemonic].timing == "vu_affine_cycles":
         return int(timing.vu_affine_cycles(n[0] * n[1] * n[2] * n[3], n[0], cmd.b_stride[0] == 0,
                                            cfg.vu_bytes_per_cycle, cfg.vu_latency))
+    if SEMANTICS[cmd.mnemonic].timing == "vu_lerp_cycles":
+        return int(timing.vu_lerp_cycles(n[0] * n[1] * n[2] * n[3], n[0], n[1], cfg.vu_bytes_per_cycle,
+                                         cfg.vu_latency))
     return _vu_cycles(cmd.mnemonic, cmd.a_type, cmd.d_type, n[0] * n[1] * n[2] * n[3], cmd.win[0] * cmd.win[1],
                       cfg.vu_bytes_per_cycle, cfg.vu_latency)
 

@@ -63,6 +63,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.divr": _VU_DEST,
     "vu.mov": _VU_DEST,
     "vu.lut": _VU_DEST,
+    "vu.lerp": _VU_DEST + _VU_WINDOW,
     "vu.requant.f": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "vu.requant.fpc": _VU_DEST,
     "vu.fadd": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST),

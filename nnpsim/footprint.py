@@ -12,7 +12,8 @@ reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
 reads it for nu.conv.acc; nu.conv.rq writes VBUF instead and reads its table in WBUF, and
 nu.conv.acc.rq also reads its partial sums in ABUF; nu.dwconv reads only the first cols bytes of each IBUF pixel and
 one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
-op has one; vu.lut's whole 256-byte table, vu.softmax's whole 1024-byte one) and writes d.  Which rule an instruction follows, and its VU
+op has one; vu.lut's whole 256-byte table, vu.softmax's whole 1024-byte one; vu.lerp's n0 + n1 table
+entries, and for a the whole win_h x win_w plane at each output its table may pick from) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .config import Config
 from .isa_layout import ABUF, IBUF, VBUF, WBUF, offset, space_name  # noqa: F401  (space_name: re-exported)
 from .state import space_sizes  # noqa: F401  (re-exported for the race checker)
 from .semantics import FOOTPRINTS, SEMANTICS
+from .timing import LERP_ENTRY
 from .units.vu import N_CODES, operand_bytes
 
 MAX_PATTERNS = 5
@@ -37,9 +39,9 @@ PATTERN_COLS = 4 + 2 * DIMS
 
 # Footprint rules, numbered in the order of semantics.FOOTPRINTS.
 (RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW, RULE_NU_DW,
- RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ, RULE_VU_LUT) = range(len(FOOTPRINTS))
+ RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ, RULE_VU_LUT, RULE_VU_LERP) = range(len(FOOTPRINTS))
 assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
-                      "vu_lut")
+                      "vu_lut", "vu_lerp")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
@@ -219,6 +221,14 @@ def _vu_lut(pats: np.ndarray, unit: int, regs: np.ndarray, fields: np.ndarray, p
 
 
 @njit(cache=True)
+def _vu_lerp(pats: np.ndarray, unit: int, regs: np.ndarray, fields: np.ndarray, p: np.ndarray) -> None:
+    """vu.lerp: d element by element, a the window its table entries index, b its n0 + n1 entries, read once."""
+    _vu(pats, True, unit, regs, fields, p)
+    _clear(pats[2])
+    pats[2, SPACE], pats[2, BASE], pats[2, WIDTH] = VBUF + unit, regs[2], LERP_ENTRY * (p[VU_N0] + p[VU_N0 + 1])
+
+
+@njit(cache=True)
 def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
                    cmd_regs: np.ndarray, cmd_fields: np.ndarray, cmd_params: np.ndarray,
                    rows: int, cols: int) -> np.ndarray:
@@ -244,6 +254,8 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
             _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
         elif rule == RULE_VU_LUT and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu_lut(pats[c], cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
+        elif rule == RULE_VU_LERP:
+            _vu_lerp(pats[c], cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
     return pats
 
 

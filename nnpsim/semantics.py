@@ -24,13 +24,14 @@ DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
 FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
-              "vu_lut")
+              "vu_lut", "vu_lerp")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
 ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
 depthwise conv (one weight lane per column), reading ABUF too when it accumulates; an NU conv with
 its requantising output stage (int8 into VBUF, reading its (bias, M, S) table in WBUF), and reading
 partial sums from ABUF too when it accumulates; a VU table lookup (d and a element by element, b one
-table of its row's b width: vu.lut's 256 bytes, vu.softmax's 1024)."""
+table of its row's b width: vu.lut's 256 bytes, vu.softmax's 1024); vu.lerp (d element by element, a a window of win_h x win_w per output, b its table of
+n0 + n1 entries)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ _ROWS = (
     Semantics("vu.softmax", "VU", "softmax", "vu_lut", (1, 1, 1024), "vu_softmax_cycles"),
     _vu("vu.pool.fmean", "pool_fmean", (1, 1, 0), window=True, timing="vu_pool_cycles"),
     _vu("vu.faffine", "faffine", (1, 1, 8), timing="vu_affine_cycles"),
+    Semantics("vu.lerp", "VU", "lerp", "vu_lerp", (1, 1, 16), "vu_lerp_cycles"),
 )
 
 SEMANTICS: dict[str, Semantics] = {row.mnemonic: row for row in _ROWS}

@@ -92,6 +92,17 @@ def vu_affine_cycles(n_out: int, n0: int, per_row: bool, bytes_per_cycle: int, l
     return latency + (n_out + AFFINE_PAIR_BYTES * reads + bytes_per_cycle - 1) // bytes_per_cycle
 
 
+LERP_ENTRY = 16
+"""Bytes of a vu.lerp table entry: two int32 indices and two 32-bit weights."""
+
+
+@njit(cache=True)
+def vu_lerp_cycles(n_out: int, n0: int, n1: int, bytes_per_cycle: int, latency: int) -> int:
+    """Cycles of vu.lerp: latency, then each output's two neighbour pairs (a read each) and the table's
+    n0 + n1 entries into the lanes' table RAM, over the datapath width."""
+    return latency + (2 * n_out + LERP_ENTRY * (n0 + n1) + bytes_per_cycle - 1) // bytes_per_cycle
+
+
 @njit(cache=True)
 def slide_span(n: int, step: int, win: int) -> int:
     """Input rows (or columns) n windows of `win` at `step` apart cover: gaps between windows are never read."""

@@ -303,8 +303,11 @@ def nu_dwconv(mems: dict, unit: int, racc: int, rin: int, rw: int, named: dict, 
 VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "vu.pool.max",
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
-                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean", "vu.faffine")
+                "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean", "vu.faffine",
+                "vu.lerp")
 LUT_ENTRIES = 256
+LERP_ENTRY = 16
+"""vu.lerp's table entry: two int32 indices, two 32-bit weights (docs/isa.md)."""
 """vu.lut's table: one int8 entry per int8 input, entry a + 128 for input a."""
 FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
@@ -391,6 +394,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
             "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8),
+            "vu.lerp": (1, 1, LERP_ENTRY),
             **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
@@ -463,6 +467,9 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
         raise Fault("illegal")
     if mnemonic == "vu.mov" and ddt not in (0, 2):
         raise Fault("illegal")
+    if mnemonic == "vu.lerp":
+        _vu_lerp(mems, unit, rd, ra, rb, q)
+        return
     _vu_check_params(mnemonic, q)
     space = VBUF0 + unit
     mem = _need_memory(mems, space)
@@ -501,6 +508,88 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
         if d_bytes == 1:
             v = _clip(v, -128, 127)
         _put(mem, d, d_bytes, v)
+
+
+def _vu_lerp_params(q: dict) -> None:
+    """vu.lerp's parameters, in the order the architecture checks them."""
+    for n in ("n0", "n1", "n2", "n3", "win_h", "win_w"):
+        if q[n] < 1:
+            raise Fault("param", param=_pnum("vu", n))
+    form = q["ma"]
+    checks = [("ma", 0 <= form <= 2), ("lo", -128 <= q["lo"] <= 127), ("hi", q["lo"] <= q["hi"] <= 127),
+              ("zp_out", (-128 if form == 2 else -256) <= q["zp_out"] <= (127 if form == 2 else 255)),
+              ("za", -256 <= q["za"] <= 255), ("shift", form != 1 or 0 <= q["shift"] <= 62)]
+    if form == 2:
+        checks += [(f, _positive_finite(f32_bits(q[f]))) for f in ("fscale", "fscale_b")]
+    for name, ok in checks:
+        if not ok:
+            raise Fault("param", param=_pnum("vu", name))
+
+
+def _vu_lerp_entry(mem: np.ndarray, space: int, at: int, size: int, form: int) -> tuple:
+    """(i1, i2, w1, w2) of a table entry, the weights exact (Fractions or ints); Fault for a bad one."""
+    out = []
+    for k in range(2):
+        i = _int(mem, at + 4 * k, 4)
+        if not 0 <= i < size:
+            raise Fault("param", space=space, first=at + 4 * k, last=at + 4 * k + 3)
+        out.append(i)
+    for k in range(2):
+        raw = _int(mem, at + 8 + 4 * k, 4)
+        w = raw if form == 1 else f32_bits(raw)
+        if not (0 <= w <= 1 << 16 if form == 1 else 0 <= w <= 1):     # nan and infinities fail too
+            raise Fault("param", space=space, first=at + 8 + 4 * k, last=at + 11 + 4 * k)
+        out.append(w if form == 1 else Fraction(w))
+    return tuple(out)
+
+
+def _vu_lerp(mems: dict, unit: int, rd: int, ra: int, rb: int, q: dict) -> None:
+    """vu.lerp: each output from its column entry (b + 16 i0) and row entry (b + 16 (n0 + i1)), exactly."""
+    _vu_lerp_params(q)
+    space = VBUF0 + unit
+    mem = _need_memory(mems, space)
+    if rb % 4:
+        raise Fault("align", space=space)
+    sizes = [q[f"n{k}"] for k in range(4)]
+    outs = [(i, rd + sum(i[k] * q[f"d_stride{k}"] for k in range(4)), ra + sum(i[k] * q[f"a_stride{k}"]
+                                                                            for k in range(4))) for i in _box(sizes)]
+    window = [wh * q["win_stride_h"] + ww * q["win_stride_w"] for wh in range(q["win_h"]) for ww in range(q["win_w"])]
+    _check_inside(mem, space, [d for _, d, _ in outs], 1)
+    _check_inside(mem, space, [a + w for _, _, a in outs for w in window], 1)
+    _check_inside(mem, space, [rb], LERP_ENTRY * (sizes[0] + sizes[1]))
+    form, results = q["ma"], []
+    for i, d, a in outs:
+        if i[0] == 0:
+            row = _vu_lerp_entry(mem, space, rb + LERP_ENTRY * (sizes[0] + i[1]), q["win_h"], form)
+        col = _vu_lerp_entry(mem, space, rb + LERP_ENTRY * i[0], q["win_w"], form)
+        taps = [_int(mem, a + y * q["win_stride_h"] + x * q["win_stride_w"], 1) - q["za"]
+                for y in row[:2] for x in col[:2]]
+        weights = [col[3] * row[3], col[2] * row[3], col[3] * row[2], col[2] * row[2]]
+        results.append((d, _clip(_lerp_value(taps, weights, q), q["lo"], q["hi"])))
+    for d, v in results:
+        _put(mem, d, 1, v)
+
+
+def _lerp_value(taps: list[int], weights: list, q: dict) -> int:
+    """One vu.lerp output before the clip: integer (vu.ma = 1) or float32 rounded after every operation."""
+    form, zp = q["ma"], q["zp_out"]
+    if form == 1:
+        total = sum(w * t for w, t in zip(weights, taps))
+        mag = abs(total) >> q["shift"]
+        return (mag if total >= 0 else -mag) + zp
+    s = Fraction(f32_bits(q["fscale"])) if form == 2 else 1
+    v = None
+    for w, t in zip(weights, taps):
+        p = round_f32(round_f32(w) * round_f32(t * s))
+        v = p if v is None else round_f32(v + p) if not (isinstance(v, float) or isinstance(p, float)) \
+            else float(v) + float(p)
+    if form == 0:
+        return (int(v) if v == v and abs(v) < 2 ** 31 else -2 ** 31) + zp      # toward zero; else INT_MIN
+    t = v if isinstance(v, float) else round_f32(v / Fraction(f32_bits(q["fscale_b"])))
+    if isinstance(t, float) and t == t:
+        t = float(t)
+    t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)
+    return _clip(_round_half_even(t) + zp, q["lo"], q["hi"])
 
 
 def _vu_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int, a_bytes: int,

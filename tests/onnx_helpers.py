@@ -275,3 +275,54 @@ def qlinear_pool(op_type: str, x, sx, zx, sy, zy, dtype=np.int8, **attrs) -> np.
     consts = {"sx": F32(sx), "zx": dtype(zx), "sy": F32(sy), "zy": dtype(zy)}
     return run_ort(op_type, {"x": x}, consts, ["x", "sx", "zx", "sy", "zy"],
                    out_type=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), domain="com.microsoft", **attrs)
+
+
+def linear_resize_model(x_shape, out_shape, mode: str, form: str, *, scales=None, sx=0.05, zx=-3, sy=0.07, zy=5,
+                        dtype: int = I8) -> onnx.ModelProto:
+    """x -> Resize(linear, mode) -> y, by `sizes` (or by `scales` when given), the input `dtype`, in one of
+    three forms: "int8" (the Resize on the int8 tensor), "qdq" (DequantizeLinear(sx, zx) -> Resize ->
+    QuantizeLinear(sy, zy)), "conv" (an identity 1x1 QLinearConv first: onnxruntime's layout pass then runs the
+    int8 Resize in NHWC, in fixed point)."""
+    npdt = helper.tensor_dtype_to_np_dtype(dtype).type
+    inits = [helper.make_tensor("roi", TensorProto.FLOAT, [0], [])]
+    if scales is None:
+        inits.append(numpy_helper.from_array(np.asarray(out_shape, np.int64), "sizes"))
+        resize_in = ["", "sizes"]
+    else:
+        inits.append(numpy_helper.from_array(np.asarray(scales, F32), "scales"))
+        resize_in = ["scales"]
+    src, nodes = "x", []
+    if form == "qdq":
+        inits += [numpy_helper.from_array(F32(sx), "sx"), numpy_helper.from_array(npdt(zx), "zx"),
+                  numpy_helper.from_array(F32(sy), "sy"), numpy_helper.from_array(npdt(zy), "zy")]
+        nodes.append(helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xd"]))
+        src = "xd"
+    elif form == "conv":
+        c = x_shape[1]
+        inits += [numpy_helper.from_array(F32(1), "s1"), numpy_helper.from_array(npdt(0), "z0"),
+                  numpy_helper.from_array(np.eye(c, dtype=np.int8).reshape(c, c, 1, 1), "w"),
+                  numpy_helper.from_array(np.int8(0), "wz")]
+        nodes.append(helper.make_node("QLinearConv", ["x", "s1", "z0", "w", "s1", "wz", "s1", "z0"], ["xc"]))
+        src = "xc"
+    out = "yf" if form == "qdq" else "y"
+    nodes.append(helper.make_node("Resize", [src, "roi"] + resize_in, [out], mode="linear",
+                                  coordinate_transformation_mode=mode))
+    if form == "qdq":
+        nodes.append(helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["y"]))
+    graph = helper.make_graph(nodes, "resize_linear", [helper.make_tensor_value_info("x", dtype, list(x_shape))],
+                              [helper.make_tensor_value_info("y", dtype, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    return model
+
+
+def ort_levels(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The model's outputs from onnxruntime at ORT_ENABLE_ALL and at ORT_DISABLE_ALL (one thread each)."""
+    out = []
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        out.append(sess.run(None, feeds))
+    return out[0], out[1]

@@ -30,12 +30,13 @@ from .. import cost
 from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from .. import reference as sem
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, Softmax
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear, Softmax
 from ..quant import f32_bits
 from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
 from .movement import MoveLowering, is_movement
+from .resize import LerpLowering
 from .softmax import SoftmaxLowering
 from .conv_plan import ConvTiling, NuPlan
 from .nu import NuLowering, Residual
@@ -246,7 +247,8 @@ def nu_note(site: Site, c: NuChoice) -> str:
             + (", residual add fused in VBUF before the store" if c.residual is not None else "") + spread)
 
 
-Lowering = NuLowering | ElementwiseLowering | PoolLowering | SplitLowering | MoveLowering | SoftmaxLowering
+Lowering = (NuLowering | ElementwiseLowering | PoolLowering | SplitLowering | MoveLowering | SoftmaxLowering
+            | LerpLowering)
 """What lowers one kernel of a chain: one unit's lowering, or several units' side by side."""
 
 
@@ -277,7 +279,8 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering,
     if isinstance(c, NuChoice):
         return nu_lowering(site, c, cfg), nu_note(site, c)
     if is_movement(site.seg[0]) or isinstance(site.seg[0], Softmax):
-        own = MoveLowering if is_movement(site.seg[0]) else SoftmaxLowering
+        own = (SoftmaxLowering if isinstance(site.seg[0], Softmax) else
+               LerpLowering if isinstance(site.seg[0], ResizeLinear) else MoveLowering)
         low = own(site.seg[0], site.ins, site.out, cfg, site.name)
         return low, low.note()
     return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows)

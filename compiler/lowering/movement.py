@@ -31,7 +31,7 @@ from nnpsim.timing import burst_bytes
 
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref
-from ..ops import Concat, Op, Pad, Resize, Slice, Transpose
+from ..ops import Concat, Op, Pad, Resize, ResizeLinear, Slice, Transpose
 from .double_buffer import Slots, Step
 from .layout import ddr_order
 
@@ -169,8 +169,9 @@ def move_plan(op: Op) -> MovePlan:
 
 
 def is_movement(op: Op) -> bool:
-    """Does the op lower onto DMA boxes alone (this module)?"""
-    return isinstance(op, (Transpose, Slice, Pad, Resize, Concat))
+    """Is the op a kernel of its own with no choices: DMA boxes alone (this module), or a linear Resize
+    (lowering.resize: DMA boxes and one vu.lerp a tile)?"""
+    return isinstance(op, (Transpose, Slice, Pad, Resize, Concat, ResizeLinear))
 
 
 def tile_shape(plan: MovePlan, budget: int) -> tuple[int, ...]:

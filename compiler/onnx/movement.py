@@ -1,4 +1,4 @@
-"""The data-movement ops: Transpose, Slice, Split, Pad (constant) and nearest Resize.
+"""The data-movement ops: Transpose, Slice, Split, Pad (constant), nearest and linear Resize.
 
 Each moves elements without arithmetic, so it commutes with per-tensor dequantisation: on an int8
 tensor (QOperator) or on a dequantised one (QDQ: DQ -> op -> Q) it becomes the same op on the int8
@@ -6,6 +6,11 @@ Value, keeping its quantisation.  A constant input is folded.  Pad's constant is
 the input's parameters and must come back exactly (0.0 is the zero point); Resize takes onnxruntime's
 index maps (compiler.ops.nearest_map), so the int8 result is what onnxruntime computes on int8 and,
 nearest picking values rather than mixing them, on the dequantised floats.
+
+A linear Resize mixes values, so it is onnxruntime's arithmetic (compiler.ops.resize_linear): on an int8
+(or uint8) tensor its float kernel, or its fixed-point one where its layout pass runs the Resize in NHWC
+(ort_layout asks onnxruntime which, at its default level); between DequantizeLinear and QuantizeLinear
+the float kernel on the dequantised values, pending until the QuantizeLinear gives the output scale.
 """
 from __future__ import annotations
 
@@ -14,8 +19,10 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from ..errors import CompileError
-from ..ops import Op, Pad, Transpose, resize_nearest, slice_op
-from .state import DQ, Attr, Const, Importer, Problem, Q, describe
+from ..graph import QuantParams
+from ..ops import Op, Pad, Transpose, resize_linear, resize_nearest, slice_op
+from .ort_layout import resize_layouts
+from .state import DQ, Attr, Const, Importer, Pending, Problem, Q, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -161,18 +168,29 @@ def _pad_value(node: NodeProto, s, value: np.ndarray) -> int:
 
 
 def resize(im: Importer, node: NodeProto) -> None:
-    """Resize(X, roi, scales, sizes), mode nearest, opset 11 on: onnxruntime's index maps."""
+    """Resize(X, roi, scales, sizes), mode nearest (onnxruntime's index maps) or linear (its arithmetic),
+    opset 11 on."""
     at = im.attrs(node, {"mode": Attr("string", "nearest"),
                          "coordinate_transformation_mode": Attr("string", "half_pixel"),
                          "nearest_mode": Attr("string", "round_prefer_floor"),
                          "cubic_coeff_a": Attr("float", -0.75), "exclude_outside": Attr("int", 0),
                          "extrapolation_value": Attr("float", 0.0), "antialias": Attr("int", 0),
                          "keep_aspect_ratio_policy": Attr("string", "stretch"), "axes": Attr("ints")})
-    if at["mode"] != "nearest":
-        raise Problem(node, f"mode {at['mode']!r}: only nearest is supported")
+    if at["mode"] not in ("nearest", "linear"):
+        raise Problem(node, f"mode {at['mode']!r}: only nearest and linear are supported")
     if at["keep_aspect_ratio_policy"] != "stretch" or at["axes"] is not None:
         raise Problem(node, "keep_aspect_ratio_policy and axes are not supported")
     s, shape, _ = _source(im, node)
+    out, f = _resize_size(im, node, shape)
+    mode = at["coordinate_transformation_mode"]
+    if at["mode"] == "linear":
+        _linear(im, node, s, shape, out, f, mode, at)
+        return
+    _moved(im, node, lambda shape, dt: resize_nearest(shape, out, f, mode, at["nearest_mode"], dt))
+
+
+def _resize_size(im: Importer, node: NodeProto, shape: tuple[int, ...]) -> tuple[tuple[int, ...], list]:
+    """(output shape, float32 scales) from the scales or sizes input, as onnxruntime derives each from the other."""
     scales = im.const(node, 2, "scales", optional=True) if len(node.input) > 2 and node.input[2] else None
     sizes = _ints(im, node, 3, "sizes", True) if len(node.input) > 3 and node.input[3] else None
     if (scales is None or scales.size == 0) == (sizes is None):
@@ -180,12 +198,74 @@ def resize(im: Importer, node: NodeProto) -> None:
     if sizes is not None:
         if len(sizes) != len(shape):
             raise Problem(node, f"sizes {list(sizes)} for an input of {len(shape)} dimensions")
-        out = tuple(sizes)
-        f = [np.float32(o) / np.float32(i) for o, i in zip(out, shape)]
-    else:
-        f = [np.float32(v) for v in scales.reshape(-1)]
-        if len(f) != len(shape) or min(f) <= 0:
-            raise Problem(node, f"scales {[float(v) for v in f]} for an input of {len(shape)} dimensions")
-        out = tuple(int(np.float32(v) * np.float32(d)) for v, d in zip(f, shape))
-    mode = at["coordinate_transformation_mode"]
-    _moved(im, node, lambda shape, dt: resize_nearest(shape, out, f, mode, at["nearest_mode"], dt))
+        return tuple(sizes), [np.float32(o) / np.float32(i) for o, i in zip(sizes, shape)]
+    f = [np.float32(v) for v in scales.reshape(-1)]
+    if len(f) != len(shape) or min(f) <= 0:
+        raise Problem(node, f"scales {[float(v) for v in f]} for an input of {len(shape)} dimensions")
+    return tuple(int(np.float32(v) * np.float32(d)) for v, d in zip(f, shape)), f
+
+
+def _linear(im: Importer, node: NodeProto, s, shape, out, f, mode: str, at: dict) -> None:
+    """A linear Resize: on the int8 tensor now, or pending its QuantizeLinear on a dequantised one."""
+    if at["antialias"] or at["exclude_outside"]:
+        raise Problem(node, "antialias and exclude_outside are not supported for a linear resize")
+    if isinstance(s, Const):
+        raise Problem(node, "a linear resize of a constant is not supported")
+    if isinstance(s, Q) and im.g.values[s.value].dtype != "int8":
+        raise Problem(node, f"a linear resize of an {im.g.values[s.value].dtype} tensor is not supported")
+    if isinstance(s, DQ) and s.q.per_channel:
+        raise Problem(node, "a linear resize of a per-channel dequantised tensor is not supported")
+    layout = _layout(im, node)
+
+    def make(yq: QuantParams | None, lo: int, hi: int, name_out: str, name: str) -> str:
+        if yq is None:          # on the int8 tensor: onnxruntime's int8 (uint8) kernel
+            off = -128 if _uint8_tensor(im, node.input[0]) else 0
+            kw = dict(za=off, zp_out=off)
+        else:
+            kw = dict(quantized=True, za=int(s.q.zero_point), zp_out=int(yq.zero_point), scale_in=s.q.scale,
+                      scale_out=yq.scale, lo=lo, hi=hi)
+        try:
+            op = resize_linear(shape, out, f, mode, layout=layout, **kw)
+        except CompileError as exc:
+            raise Problem(node, str(exc)) from None
+        q = yq if yq is not None else im.g.values[s.value].quant
+        return im.emit(name, [(op.kind, op, q)], (s.value,), name_out, {"op_type": node.op_type},
+                       int8_in_onnx=yq is None)
+    if isinstance(s, DQ):
+        im.set(node, Pending(node, make))
+        return
+    im.set(node, Q(make(None, -128, 127, node.output[0], im.name(node))))
+
+
+def _layout(im: Importer, node: NodeProto) -> str:
+    """The layout onnxruntime runs this Resize in at its default level (asked once per model)."""
+    if im.resize_layouts is None:
+        try:
+            im.resize_layouts = resize_layouts(im.onnx, im.model)
+        except Exception as exc:       # onnxruntime's own error types: the model's fault
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise Problem(node, f"onnxruntime cannot optimise the model to tell how it runs this resize: "
+                          f"{first}") from None
+    if node.name not in im.resize_layouts:
+        raise Problem(node, f"onnxruntime's optimised graph has no Resize named {node.name!r} of one layout "
+                      "(unnamed or same-named Resizes in different layouts): its arithmetic is unknown")
+    return im.resize_layouts[node.name]
+
+
+QUANTISED_OUTPUT = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QGemm": 8, "QLinearAdd": 7,
+                    "QLinearMul": 7, "QLinearConcat": 1, "QLinearAveragePool": 4, "QLinearGlobalAveragePool": 4,
+                    "QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
+"""The input holding the output's zero point of each op writing a quantised tensor (others keep their input's)."""
+
+
+def _uint8_tensor(im: Importer, name: str) -> bool:
+    """Is the quantised ONNX tensor uint8 (its writer's output zero point, back through the ops that keep
+    their input's type)?"""
+    writers = {o: n for n in im.model.graph.node for o in n.output}
+    while name in writers and name not in im.uint8:
+        node = writers[name]
+        k = QUANTISED_OUTPUT.get(node.op_type)
+        if k is not None:
+            return im.is_uint8(node, k, "uint8")
+        name = node.input[0]
+    return name in im.uint8

@@ -119,7 +119,11 @@ OPS: dict[str, Op] = {
     "Pad": Op(movement.pad, "pad, constant mode (QDQ: the constant quantised exactly, 0.0 is the zero "
               "point; DMA padding)", 4),
     "Resize": Op(movement.resize, "resize, nearest: onnxruntime's index maps for every coordinate and nearest "
-                 "mode; integer upsampling or a stride per axis (DMA, repeats on chip)", 4),
+                 "mode; integer upsampling or a stride per axis (DMA, repeats on chip); resize_linear, linear: "
+                 "onnxruntime's bilinear arithmetic (float on int8, fixed point where it runs NHWC, float "
+                 "between DequantizeLinear and QuantizeLinear) on vu.lerp", 4,
+                 constraints="linear: 4-D, scales [1, 1, h, w]; half_pixel, pytorch_half_pixel, align_corners or "
+                 "asymmetric; no antialias; per-tensor quantisation"),
     "BatchNormalization": Op(norm.batch_normalization, "batch_norm: onnxruntime's float32 BatchNormalization "
                              "between DequantizeLinear and QuantizeLinear (a Relu or Clip between them in its "
                              "clamp), one vu.faffine", 5,

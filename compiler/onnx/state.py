@@ -162,6 +162,7 @@ class Importer:
     uint8: set = field(default_factory=set)           # ONNX tensors whose quantised values are uint8
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
     writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
+    resize_layouts: dict | None = None                # Resize node -> the layout onnxruntime runs it in (ort_layout)
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""

@@ -12,7 +12,7 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 
 The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
 pool (the pools, and reduce_mean: ReduceMean over the plane), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
-(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest Resize), softmax
+(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest and linear Resize), softmax
 (QLinearSoftmax over one axis, on vu.softmax), norm (batch_norm: BatchNormalization as a per-channel float32
 affine).
 """
@@ -20,7 +20,8 @@ from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LI
 from .checks import check_accumulator
 from .elementwise import FLOAT_BINARY, Elementwise, add, clip, mul, qdq_binary, relu, requantize
 from .layout import Concat, Reshape, at_values, check_dtype
-from .movement import MOVEMENT_OPS, Pad, Resize, Slice, Transpose, nearest_map, resize_nearest, slice_op
+from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, ResizeLinear, Slice, Transpose, linear_axis,
+                       nearest_map, resize_linear, resize_nearest, slice_op)
 from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut
@@ -32,4 +33,5 @@ __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", 
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
-           "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm"]
+           "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm", "LINEAR_FORMS", "LinearAxis",
+           "ResizeLinear", "linear_axis", "resize_linear"]

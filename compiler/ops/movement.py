@@ -1,8 +1,9 @@
-"""The data-movement ops: Transpose, Slice (Split is several), Pad with a constant, nearest Resize.
+"""The data-movement ops: Transpose, Slice (Split is several), Pad with a constant, nearest and linear Resize.
 
-Each moves elements without arithmetic: its reference is numpy indexing, and the lowering
-(compiler/lowering/movement.py) is DMA boxes staged through VBUF.  Concat (ops/layout.py) is
-lowered the same way when its inputs cannot share the output's bytes.
+Each but linear Resize moves elements without arithmetic: its reference is numpy indexing, and the
+lowering (compiler/lowering/movement.py) is DMA boxes staged through VBUF.  Concat (ops/layout.py) is
+lowered the same way when its inputs cannot share the output's bytes.  Linear Resize (ResizeLinear)
+mixes four neighbours as onnxruntime's bilinear kernels do, and runs on the VU (vu.lerp).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CompileError
+from ..reference import quantize_f32
 from .base import INT8, INT32, Op, Tensor
 from .checks import int_arg, shape_arg
 from .layout import check_dtype
@@ -299,6 +301,152 @@ def resize_nearest(in_shape, out_shape, scales, coordinate_mode: str = "half_pix
         raise CompileError(f"scales has {len(scales)} entries, the input {len(in_shape)} axes")
     maps = tuple(nearest_map(a, b, s, coordinate_mode, nearest_mode) for a, b, s in zip(in_shape, out_shape, scales))
     return Resize(in_shape, maps, dtype)
+
+
+LINEAR_FORMS = ("float", "fixed", "qdq")
+"""How onnxruntime computes a linear Resize: on the int8 values in float32, the result truncated (its NCHW
+kernel, UpsampleBilinear); on them in fixed point, weights in 1/1024, the sum truncated (NhwcUpsampleBilinearInteger,
+an int8 Resize its layout pass moved to NHWC); in float32 on the dequantised values, then QuantizeLinear (QDQ)."""
+ONE_10 = 1 << 10             # the fixed-point weights' unit
+
+
+@dataclass(frozen=True)
+class LinearAxis:
+    """One interpolated axis: output index o mixes input indices i1[o] and i2[o] with weights w2[o] and w1[o]
+    (float32, or ints in 1/1024 for the fixed form), as onnxruntime's SetupUpsampleBilinear(Integer) makes them."""
+
+    i1: np.ndarray
+    i2: np.ndarray
+    w1: np.ndarray           # the weight of i2 (onnxruntime's d1 = |in - i1|)
+    w2: np.ndarray           # the weight of i1 (d2 = |in - i2|)
+
+
+def linear_axis(n_in: int, n_out: int, scale: float, coordinate_mode: str, fixed: bool = False) -> LinearAxis:
+    """onnxruntime's bilinear indices and weights along one axis (float32; fixed: in 1/1024, truncated)."""
+    if coordinate_mode not in COORDINATE_MODES or coordinate_mode == "tf_half_pixel_for_nn":
+        modes = ", ".join(m for m in COORDINATE_MODES if m != "tf_half_pixel_for_nn")
+        raise CompileError(f"coordinate_transformation_mode {coordinate_mode!r} for a linear resize: expected one "
+                           f"of {modes}")
+    s, f = np.float32(scale), np.float32
+    i1, i2, w1, w2 = (np.zeros(n_out, np.int64) for _ in range(4))
+    fw1, fw2 = np.zeros(n_out, f), np.zeros(n_out, f)
+    for o in range(n_out):
+        v = f(o) if s == 1 else _original(coordinate_mode, o, s, n_out, n_in)
+        v = max(f(0), min(v, f(n_in - 1)))
+        a = min(int(v), n_in - 1)
+        b = min(a + 1, n_in - 1)
+        i1[o], i2[o] = a, b
+        v10 = int(f(v * f(ONE_10)))          # static_cast<int32_t>(in * (1 << 10)), truncated
+        w1[o], w2[o] = (abs(v10 - a * ONE_10), abs(v10 - b * ONE_10)) if a != b else (ONE_10 // 2, ONE_10 // 2)
+        fw1[o], fw2[o] = (abs(v - f(a)), abs(v - f(b))) if a != b else (f(0.5), f(0.5))
+    return LinearAxis(i1, i2, w1, w2) if fixed else LinearAxis(i1, i2, fw1, fw2)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ResizeLinear(Op):
+    """Linear Resize of a 4-D tensor along two axes (ay outer, ax inner), the others kept, as onnxruntime computes:
+
+    y = w11 * X11 + w21 * X21 + w12 * X12 + w22 * X22 (X21 the ax neighbour, X12 the ay one), w11 = wx2 * wy2 ...;
+    float: in float32, summed in that order, of f32(x - za), truncated, + zp_out; fixed: in integers, the sum
+    divided by 2**20 toward zero, + zp_out; qdq: in float32 of f32(x - za) * scale_in, QuantizeLinear(scale_out,
+    zp_out).  Then clipped to [lo, hi].  `resize_linear` makes one from onnxruntime's scales and layout.
+    """
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    axes: tuple[int, int]
+    scales: tuple[float, float]
+    coordinate_mode: str = "half_pixel"
+    form: str = "float"
+    za: int = 0
+    zp_out: int = 0
+    scale_in: float = 1.0
+    scale_out: float = 1.0
+    lo: int = -128
+    hi: int = 127
+    kind: str = field(init=False, default="resize_linear")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape, 4))
+        object.__setattr__(self, "out_shape", shape_arg("out_shape", self.out_shape, 4))
+        if self.form not in LINEAR_FORMS:
+            raise CompileError(f"form {self.form!r}: expected one of {', '.join(LINEAR_FORMS)}")
+        ay, ax = (int_arg("axes", a, 0, 3) for a in _seq("axes", self.axes))
+        if ay == ax:
+            raise CompileError(f"axes {[ay, ax]}: two different axes")
+        object.__setattr__(self, "axes", (ay, ax))
+        for k, (a, b) in enumerate(zip(self.in_shape, self.out_shape)):
+            if k not in (ay, ax) and a != b:
+                raise CompileError(f"resize axis {k}: {a} -> {b}, but only axes {ay} and {ax} are interpolated")
+        for name in ("za", "zp_out"):
+            object.__setattr__(self, name, int_arg(name, getattr(self, name), -256, 255))
+        object.__setattr__(self, "lo", int_arg("lo", self.lo, *INT8))
+        object.__setattr__(self, "hi", int_arg("hi", self.hi, self.lo, INT8[1]))
+        for name in ("scale_in", "scale_out"):
+            v = np.float32(getattr(self, name))
+            if not (np.isfinite(v) and v > 0):
+                raise CompileError(f"{name} = {getattr(self, name)!r} must be a positive finite float32")
+            object.__setattr__(self, name, v)
+        self.tables()           # checks the coordinate mode
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, "int8"),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.out_shape, "int8")
+
+    def tables(self) -> tuple[LinearAxis, LinearAxis]:
+        """(the ay axis's, the ax axis's) indices and weights."""
+        return tuple(linear_axis(self.in_shape[a], self.out_shape[a], s, self.coordinate_mode, self.form == "fixed")
+                     for a, s in zip(self.axes, self.scales))
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        ty, tx = self.tables()
+        v = np.moveaxis(x.astype(np.int64) - self.za, self.axes, (2, 3))
+        taps = [v[:, :, iy][:, :, :, ix] for iy in (ty.i1, ty.i2) for ix in (tx.i1, tx.i2)]   # 11, 21, 12, 22
+        wy = (ty.w2[:, None], ty.w1[:, None])
+        wx = (tx.w2[None, :], tx.w1[None, :])
+        weights = [wy[j] * wx[i] for j in (0, 1) for i in (0, 1)]
+        if self.form == "fixed":
+            total = sum(w * t for w, t in zip(weights, taps))
+            y = np.sign(total) * (np.abs(total) >> 20) + self.zp_out       # C's division: toward zero
+        else:
+            f = np.float32
+            data = [t.astype(f) * (self.scale_in if self.form == "qdq" else f(1)) for t in taps]
+            r = f(0)
+            for k, (w, t) in enumerate(zip(weights, data)):
+                p = (w.astype(f) * t).astype(f)
+                r = p if k == 0 else (r + p).astype(f)
+            if self.form == "qdq":
+                y = quantize_f32(r, self.scale_out, self.zp_out).astype(np.int64)
+            else:
+                y = np.trunc(r).astype(np.int64) + self.zp_out
+        return np.ascontiguousarray(np.moveaxis(np.clip(y, self.lo, self.hi).astype(np.int8), (2, 3), self.axes))
+
+
+def resize_linear(in_shape, out_shape, scales, coordinate_mode: str = "half_pixel", *, layout: str = "nchw",
+                  quantized: bool = False, **kw) -> ResizeLinear:
+    """onnxruntime's linear Resize of an NCHW tensor with per-axis float32 `scales`, run in `layout`.
+
+    An int8 Resize in NCHW is its float kernel; one its layout pass moved to NHWC the fixed-point kernel,
+    unless the height's scale is 1: then the kernel takes (N, H, W, C) for (N, C, H, W) and interpolates W and C
+    (C by a scale of 1) in float.  quantized: the QDQ float form (DQ -> Resize -> Q), same axes.
+    """
+    in_shape, out_shape = shape_arg("in_shape", in_shape, 4), shape_arg("out_shape", out_shape, 4)
+    s = tuple(np.float32(v) for v in _seq("scales", scales))
+    if len(s) != 4 or s[0] != 1 or s[1] != 1:
+        raise CompileError(f"scales {[float(v) for v in s]}: a linear resize takes [1, 1, scale_h, scale_w]")
+    if layout not in ("nchw", "nhwc"):
+        raise CompileError(f"layout {layout!r}: expected nchw or nhwc")
+    form = "qdq" if quantized else "float"
+    axes, pair = (2, 3), (s[2], s[3])
+    if layout == "nhwc" and s[2] == 1:
+        axes, pair = (3, 1), (s[3], np.float32(1))
+    elif layout == "nhwc" and not quantized:
+        form = "fixed"
+    return ResizeLinear(in_shape, out_shape, axes, pair, coordinate_mode, form, **kw)
 
 
 MOVEMENT_OPS = (Transpose, Slice, Pad, Resize)

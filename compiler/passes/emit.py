@@ -391,7 +391,7 @@ class Emitter:
                 self.setp(a_stride, c.a_stride[k])
                 if c.b is not None:
                     self.setp(b_stride, c.b_stride[k])
-        if SEMANTICS[c.mnemonic].footprint == "vu_window":
+        if SEMANTICS[c.mnemonic].footprint in ("vu_window", "vu_lerp"):
             self.setp("vu.win_h", c.win[0])
             self.setp("vu.win_w", c.win[1])
             self.setp("vu.win_stride_h", c.win_stride[0])

@@ -24,8 +24,9 @@ from .. import errors
 from . import f32
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
-from ..timing import (AFFINE_PAIR_BYTES, LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_affine_cycles, vu_cycles,
-                      vu_elem_bytes, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles, vu_softmax_cycles)
+from ..timing import (AFFINE_PAIR_BYTES, LERP_ENTRY, LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_affine_cycles,
+                      vu_cycles, vu_elem_bytes, vu_lerp_cycles, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles,
+                      vu_softmax_cycles)
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
@@ -33,13 +34,13 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
        "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax",
-       "pool_fmean", "faffine")
+       "pool_fmean", "faffine", "lerp")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
  VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN,
- VU_SOFTMAX, VU_POOL_FMEAN, VU_FAFFINE) = (_CODE[op] for op in OPS)
+ VU_SOFTMAX, VU_POOL_FMEAN, VU_FAFFINE, VU_LERP) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -53,7 +54,7 @@ WIDTHS = np.zeros((N_CODES, 3), np.int64)
 one run by the sliding-window engine (timing.vu_slide_cycles), element bytes of d, a, b."""
 for _row in (r for r in rows_of("VU") if r.op in OPS):
     _c = _CODE[_row.op]
-    IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint == "vu_window", _row.widths
+    IS_OP[_c], IS_WINDOW[_c], WIDTHS[_c] = True, _row.footprint in ("vu_window", "vu_lerp"), _row.widths
     IS_POOL_TIMED[_c] = _row.timing == "vu_pool_cycles"
     IS_SLIDE[_c] = _row.timing == "vu_slide_cycles"
 
@@ -63,6 +64,12 @@ if WIDTHS[VU_SOFTMAX, 2] != SOFTMAX_TABLE_BYTES:
     raise ImportError("nnpsim.semantics: vu.softmax's b width must be timing.SOFTMAX_TABLE_BYTES, its table's bytes")
 if WIDTHS[VU_FAFFINE, 2] != AFFINE_PAIR_BYTES:
     raise ImportError("nnpsim.semantics: vu.faffine's b width must be timing.AFFINE_PAIR_BYTES, its pair's bytes")
+if WIDTHS[VU_LERP, 2] != LERP_ENTRY:
+    raise ImportError("nnpsim.semantics: vu.lerp's b width must be timing.LERP_ENTRY, one table entry")
+LERP_FLOAT, LERP_FIXED, LERP_QUANT = 0, 1, 2
+"""vu.lerp's arithmetic, chosen by vu.ma: float32 truncated, fixed point, float32 then QuantizeLinear."""
+LERP_MAX_WEIGHT = 1 << 16       # a fixed-point weight's bound: the products and their sum stay far inside int64
+TWO31 = float(1 << 31)
 GROUP = GROUP_BASE["VU"]
 N0 = offsets("vu.n0", "vu.n1", "vu.n2", "vu.n3")[0]
 D_STRIDE, A_STRIDE, B_STRIDE = (offsets(*(f"vu.{x}_stride{k}" for k in range(4)))[0] for x in "dab")
@@ -248,6 +255,33 @@ def _check_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
             return rc
     if IS_SLIDE[op]:
         return _check_slide(p, err)
+    if op == VU_LERP:
+        return _check_lerp(p, err)
+    return errors.OK
+
+
+@njit(cache=True)
+def _check_lerp(p: np.ndarray, err: np.ndarray) -> int:
+    """vu.lerp: its form (vu.ma 0, 1 or 2), lo <= hi in int8, zp_out in [-256, 255] (a uint8 tensor's int8
+    view adds -128 after the truncation), the fixed form's shift, the quantising form's scales."""
+    form, lo, hi, zp = p[MA], p[LO], p[HI], p[ZP_OUT]
+    if form < LERP_FLOAT or form > LERP_QUANT:
+        return bad_param(err, GROUP + MA, form, 0)
+    if lo < -128 or lo > 127:
+        return bad_param(err, GROUP + LO, lo, 0)
+    if hi < lo or hi > 127:
+        return bad_param(err, GROUP + HI, hi, lo)
+    if zp < -256 or zp > 255 or (form == LERP_QUANT and (zp < -128 or zp > 127)):
+        return bad_param(err, GROUP + ZP_OUT, zp, 0)
+    if p[ZA] < -256 or p[ZA] > 255:
+        return bad_param(err, GROUP + ZA, p[ZA], 0)
+    if form == LERP_FIXED and (p[SHIFT] < 0 or p[SHIFT] > 62):
+        return bad_param(err, GROUP + SHIFT, p[SHIFT], 0)
+    if form == LERP_QUANT:
+        if not f32.positive_finite(p[FSCALE]):
+            return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
+        if not f32.positive_finite(p[FSCALE_B]):
+            return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
     return errors.OK
 
 
@@ -259,9 +293,9 @@ def _check_params(op: int, p: np.ndarray, err: np.ndarray) -> int:
     rc = check_counts(p, GROUP, N0, 4, MAX_ELEMENTS, err)
     if rc != errors.OK:
         return rc
-    if _is_window(op):
+    if _is_window(op):      # a pool reads its window at every output; vu.lerp picks four of its plane
         n_out = p[N0] * p[N0 + 1] * p[N0 + 2] * p[N0 + 3]
-        rc = check_counts(p, GROUP, WIN_H, 2, MAX_ELEMENTS // n_out, err)
+        rc = check_counts(p, GROUP, WIN_H, 2, MAX_ELEMENTS if op == VU_LERP else MAX_ELEMENTS // n_out, err)
         if rc != errors.OK:
             return rc
     return _check_scalars(op, p, err)
@@ -276,7 +310,9 @@ def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: in
     strides = np.zeros((3, 6), dtype=np.int64)
     addrs = (rd, ra, rb)
     nbytes = (d_bytes, a_bytes, b_bytes)
-    for x in range(2 if _is_table(op) else 3):    # a table's b: b_bytes at b, not walked (aligned: base only)
+    if op == VU_LERP:       # vu.lerp's b: its n0 column then n1 row entries, one range
+        nbytes = (d_bytes, a_bytes, LERP_ENTRY * (p[N0] + p[N0 + 1]))
+    for x in range(2 if _is_table(op) or op == VU_LERP else 3):    # a table's b: b_bytes at b, not walked
         counts[x, :4] = p[N0:N0 + 4]
         strides[x, :4] = p[D_STRIDE + 4 * x:D_STRIDE + 4 * x + 4]
     if _is_window(op):
@@ -286,11 +322,15 @@ def _check_operands(space_size: np.ndarray, space: int, op: int, rd: int, ra: in
         strides[1, 5] = p[WIN_STRIDE_W]
     n_operands = 3 if b_bytes > 0 else 2
     for x in range(n_operands):
-        if nbytes[x] >= 4 and not (op == VU_LUT and x == 2):
+        if nbytes[x] >= 4 and not (op == VU_LUT and x == 2) and not (op == VU_LERP and x == 2):
             rc = check_aligned(space, addrs[x], counts[x, :4], strides[x, :4],
                                GROUP + D_STRIDE + 4 * x, 4, err)
             if rc != errors.OK:
                 return rc
+    if op == VU_LERP:
+        rc = check_aligned(space, rb, counts[2, :4], strides[2, :4], GROUP + B_STRIDE, 4, err)
+        if rc != errors.OK:
+            return rc
     for x in range(n_operands):
         first, last = footprint(addrs[x], counts[x], strides[x], nbytes[x])
         rc = check_bounds(space_size, space, first, last, err)
@@ -545,6 +585,94 @@ def _softmax(mem: np.ndarray, base: int, space: int, ra: int, rb: int, p: np.nda
 
 
 @njit(cache=True)
+def _lerp_entry(mem: np.ndarray, base: int, space: int, at: int, size: int, form: int, e: int,
+                err: np.ndarray) -> int:
+    """A vu.lerp table entry's check: both indices in [0, size), both weights float32 bits of a value in
+    [0, 1] (the float forms) or integers in [0, LERP_MAX_WEIGHT] (fixed)."""
+    for k in range(2):
+        i = load_i32(mem, base + at + 4 * k)
+        if i < 0 or i >= size:
+            return fail(err, errors.BAD_PARAM, space, at + 4 * k, at + 4 * k + 3, -1, i, e, k)
+    for k in range(2):
+        w = load_i32(mem, base + at + 8 + 4 * k)
+        if form == LERP_FIXED:
+            bad = w < 0 or w > LERP_MAX_WEIGHT
+        else:
+            bad = not f32.finite(w) or not 0.0 <= f32.value(w) <= 1.0
+        if bad:
+            return fail(err, errors.BAD_PARAM, space, at + 8 + 4 * k, at + 11 + 4 * k, -1, w, e, 2 + k)
+    return errors.OK
+
+
+@njit(cache=True)
+def _weight(mem: np.ndarray, at: int, form: int) -> float:
+    """A vu.lerp weight: its float32 value, or (fixed) its integer."""
+    w = load_i32(mem, at)
+    return float(w) if form == LERP_FIXED else f32.value(w)
+
+
+@njit(cache=True)
+def _lerp_value(taps: np.ndarray, w: np.ndarray, form: int, p: np.ndarray) -> int:
+    """One vu.lerp output from its four neighbours (a - za) and weights (11, 21, 12, 22), before the clip."""
+    if form == LERP_FIXED:
+        total = 0
+        for k in range(4):
+            total += np.int64(w[k]) * taps[k]
+        q = (total if total >= 0 else -total) >> p[SHIFT]
+        return (q if total >= 0 else -q) + p[ZP_OUT]
+    fs = f32.value(p[FSCALE]) if form == LERP_QUANT else 1.0
+    v = 0.0
+    for k in range(4):
+        t = f32.r32(w[k] * f32.r32(f32.i2f(taps[k]) * fs))
+        v = t if k == 0 else f32.r32(v + t)
+    if form == LERP_FLOAT:      # C's cast toward zero (cvttss2si: out of range or nan is INT_MIN)
+        return (np.int64(math.trunc(v)) if abs(v) < TWO31 else -(1 << 31)) + p[ZP_OUT]
+    t = f32.r32(v / f32.value(p[FSCALE_B])) if not math.isnan(v) else v
+    t = float(-128 - p[ZP_OUT]) if math.isnan(t) else max(t, float(-128 - p[ZP_OUT]))   # maxps: nan is low
+    t = min(t, float(127 - p[ZP_OUT]))
+    return f32.rne(t) + p[ZP_OUT]
+
+
+@njit(cache=True)
+def _lerp(mem: np.ndarray, base: int, space: int, ra: int, rb: int, p: np.ndarray, out: np.ndarray,
+          err: np.ndarray) -> int:
+    """vu.lerp: each output from its column entry (b + 16 i0) and row entry (b + 16 (n0 + i1)), in element order."""
+    form, za, lo, hi = p[MA], p[ZA], p[LO], p[HI]
+    n0 = p[N0]
+    taps = np.zeros(4, np.int64)
+    w = np.zeros(4, np.float64)
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                row = rb + LERP_ENTRY * (n0 + i1)
+                rc = _lerp_entry(mem, base, space, row, p[WIN_H], form, e, err)
+                if rc != errors.OK:
+                    return rc
+                y1, y2 = load_i32(mem, base + row), load_i32(mem, base + row + 4)
+                wy1, wy2 = _weight(mem, base + row + 8, form), _weight(mem, base + row + 12, form)
+                a_row = ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                for i0 in range(n0):
+                    col = rb + LERP_ENTRY * i0
+                    rc = _lerp_entry(mem, base, space, col, p[WIN_W], form, e, err)
+                    if rc != errors.OK:
+                        return rc
+                    x1, x2 = load_i32(mem, base + col), load_i32(mem, base + col + 4)
+                    wx1, wx2 = _weight(mem, base + col + 8, form), _weight(mem, base + col + 12, form)
+                    at = base + a_row + i0 * p[A_STRIDE]
+                    k = 0
+                    for y in (y1, y2):
+                        for x in (x1, x2):
+                            taps[k] = load_i8(mem, at + y * p[WIN_STRIDE_H] + x * p[WIN_STRIDE_W]) - za
+                            k += 1
+                    for k, (a, b) in enumerate(((wx2, wy2), (wx1, wy2), (wx2, wy1), (wx1, wy1))):
+                        w[k] = a * b if form == LERP_FIXED else f32.r32(a * b)
+                    out[e] = _clip(_lerp_value(taps, w, form, p), lo, hi)
+                    e += 1
+    return errors.OK
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
@@ -555,6 +683,8 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
         return errors.OK
     if op == VU_SOFTMAX:
         return _softmax(mem, base, space, ra, rb, p, out, err)
+    if op == VU_LERP:
+        return _lerp(mem, base, space, ra, rb, p, out, err)
     op = _pool_form(op)     # the sliding-window engine computes the same values; only its timing differs
     za, zb, ma, mb, shift = p[ZA], p[ZB], p[MA], p[MB], p[SHIFT]
     zp_out, lo, hi = p[ZP_OUT], p[LO], p[HI]
@@ -740,6 +870,8 @@ def vu_work(op: int, p: np.ndarray, sdt: int, ddt: int) -> tuple[int, int, int]:
     d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
     if op == VU_LUT or op == VU_FAFFINE:   # one int8 lane an output; the table's or the pairs' bytes are
         return n_out, window, 1            # timing.vu_lut_cycles' and vu_affine_cycles' own terms
+    if op == VU_LERP:       # one int8 lane an output, one window read; its table is its timing's term
+        return n_out, 1, 1
     if op == VU_SOFTMAX:    # float32 lanes; the table and the row stages are timing.vu_softmax_cycles' terms
         return n_out, window, 4
     return n_out, window, vu_elem_bytes(d_bytes, a_bytes, b_bytes)
@@ -756,6 +888,8 @@ def vu_duration(op: int, p: np.ndarray, sdt: int, ddt: int, bytes_per_cycle: int
         return vu_softmax_cycles(n_out // p[N0], p[N0], bytes_per_cycle, latency)
     if elem > 0 and op == VU_FAFFINE:
         return vu_affine_cycles(n_out, p[N0], p[B_STRIDE] == 0, bytes_per_cycle, latency)
+    if elem > 0 and op == VU_LERP:
+        return vu_lerp_cycles(n_out, p[N0], p[N0 + 1], bytes_per_cycle, latency)
     if elem > 0 and IS_SLIDE[op]:
         d_bytes, a_bytes, b_bytes = operand_bytes(op, sdt, ddt)
         step_w, step_h = p[WIN_W], p[WIN_H]      # an off-grid command fails; charge it no reuse

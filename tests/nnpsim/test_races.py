@@ -87,8 +87,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
                       "vu.slide.favg": (1, 1, 4), "vu.lut": (1, 1, 0), "vu.fsub": (1, 1, 1),
                       "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
-                      "vu.softmax": (1, 1, 0), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8)}[mn]
-        win = mn.startswith(("vu.pool", "vu.slide"))
+                      "vu.softmax": (1, 1, 0), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, 0)}[mn]
+        win = mn.startswith(("vu.pool", "vu.slide")) or mn == "vu.lerp"     # vu.lerp: the plane it picks from
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]
             off = lambda x: sum(i[k] * p[f"vu.{x}_stride{k}"] for k in range(4))  # noqa: E731
@@ -102,6 +102,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
             reads |= {(sp, r2 + j) for j in range(256)}
         if mn == "vu.softmax":      # its whole float32[256] table, whatever the inputs
             reads |= {(sp, r2 + j) for j in range(1024)}
+        if mn == "vu.lerp":         # its n0 column and n1 row entries of 16 bytes
+            reads |= {(sp, r2 + j) for j in range(16 * (p["vu.n0"] + p["vu.n1"]))}
     return reads, writes
 
 

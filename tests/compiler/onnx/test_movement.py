@@ -189,3 +189,68 @@ def test_irregular_resize_is_refused_clearly():
     model = _model(nodes, (1, 2, 4, 4), ["y"], {"sc": np.array([1, 1, 1.5, 1.5], np.float32)}, False)
     with pytest.raises(CompileError, match="resize axis 2: the nearest index map"):
         compiler.build(from_onnx(model))
+
+
+@st.composite
+def linear_resizes(draw):
+    """A Resize(linear) graph: sizes (or scales) up and down, integer or not, the height kept now and then;
+    every coordinate mode; on int8, between DQ and Q, or after a QLinearConv (onnxruntime: NHWC, fixed point)."""
+    c, h, w = draw(st.integers(1, 4)), draw(st.integers(1, 17)), draw(st.integers(2, 17))
+    oh = draw(st.one_of(st.just(h), st.integers(1, 37)))
+    ow = draw(st.integers(1, 37))
+    scales = None
+    if draw(st.booleans()):
+        f = np.float32
+        sh, sw = (f(draw(st.sampled_from([1.0, 2.0, 0.5, 1.5, 2.4, 0.75]))) for _ in range(2))
+        oh, ow = int(sh * f(h)), int(sw * f(w))
+        if oh < 1 or ow < 1:
+            sh = sw = f(2)
+            oh, ow = 2 * h, 2 * w
+        scales = (f(1), f(1), sh, sw)
+    mode = draw(st.sampled_from(["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"]))
+    return (1, c, h, w), (1, c, oh, ow), mode, scales, draw(st.sampled_from(["int8", "qdq", "conv"]))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(linear_resizes(), st.integers(0, 2 ** 32 - 1))
+def test_random_linear_resizes(case, seed):
+    """Compiled and run: every output element onnxruntime's at its default level, and at ORT_DISABLE_ALL where
+    the two levels compute alike (an int8 or QDQ Resize; after a QLinearConv the default level runs it in NHWC
+    fixed point, ORT_DISABLE_ALL in NCHW float, and the program follows the default)."""
+    from tests.onnx_helpers import linear_resize_model, ort_levels
+
+    x_shape, out_shape, mode, scales, form = case
+    model = linear_resize_model(x_shape, out_shape, mode, form, scales=scales, sx=SCALE, zx=ZP, sy=0.07, zy=4)
+    x = np.random.default_rng(seed).integers(-128, 128, x_shape, dtype=np.int8)
+    m = GraphModule(compiler.build(from_onnx(model)))
+    m.set_input(0, x)
+    m.run(check_races=True)
+    enable, disable = ort_levels(model, {"x": x})
+    np.testing.assert_array_equal(m.get_output(0, quantized=True), enable[0])
+    if form != "conv":
+        np.testing.assert_array_equal(m.get_output(0, quantized=True), disable[0])
+
+
+def test_linear_resize_of_uint8():
+    """A uint8 tensor (held as q - 128): onnxruntime's uint8 kernel, its truncation on the uint8 values."""
+    from tests.onnx_helpers import linear_resize_model, ort_levels
+
+    for form in ("int8", "conv"):
+        model = linear_resize_model((1, 2, 5, 6), (1, 2, 11, 9), "half_pixel", form, dtype=TensorProto.UINT8)
+        x = np.random.default_rng(4).integers(0, 256, (1, 2, 5, 6), dtype=np.uint8)
+        m = GraphModule(compiler.build(from_onnx(model)))
+        m.set_input(0, x)
+        m.run(check_races=True)
+        np.testing.assert_array_equal(m.get_output(0, quantized=True), ort_levels(model, {"x": x})[0][0])
+
+
+def test_linear_resize_refusals():
+    from tests.onnx_helpers import linear_resize_model
+
+    model = linear_resize_model((1, 2, 4, 4), (1, 2, 8, 8), "tf_half_pixel_for_nn", "int8")
+    with pytest.raises(CompileError, match="'tf_half_pixel_for_nn' for a linear resize"):
+        from_onnx(model)
+    model = linear_resize_model((1, 2, 4, 4), (1, 2, 8, 8), "half_pixel", "int8")
+    model.graph.node[-1].attribute.append(helper.make_attribute("antialias", 1))
+    with pytest.raises(CompileError, match="antialias and exclude_outside are not supported"):
+        from_onnx(model)

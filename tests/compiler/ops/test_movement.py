@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from compiler import CompileError, build, ops
@@ -196,3 +196,68 @@ def test_bad_arguments_are_refused_clearly():
         ops.nearest_map(4, 8, 2.0, "half_pixel", "nearest")
     with pytest.raises(CompileError, match="resize axis 1: the index map must"):
         ops.Resize((2, 3), ((0, 1), (0, 3)))
+
+
+MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+@st.composite
+def linear_cases(draw):
+    """A linear resize: input and output sizes (up and down, integer and not, some axes kept), a coordinate
+    mode, sizes or scales, and the form onnxruntime computes it in."""
+    c, h, w = (draw(st.integers(1, n)) for n in (4, 19, 19))
+    oh, ow = (draw(st.one_of(st.just(d), st.integers(1, 40))) for d in (h, w))
+    by_scales = draw(st.booleans())
+    if by_scales:                # scales like a model's (an integer factor or a float32 one), sizes follow
+        sh, sw = (np.float32(draw(st.sampled_from([1.0, 2.0, 0.5, 1.7, 2.25, 0.8, 3.0]))) for _ in range(2))
+        oh, ow = int(sh * np.float32(h)), int(sw * np.float32(w))
+        assume(oh > 0 and ow > 0)        # onnxruntime's empty output: no tensor to compare
+        scales = (np.float32(1), np.float32(1), sh, sw)
+    else:
+        scales = None
+    return (1, c, h, w), (1, c, oh, ow), draw(st.sampled_from(MODES)), scales, draw(st.sampled_from(
+        ["int8", "qdq", "conv"]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(linear_cases(), st.integers(0, 2 ** 32 - 1))
+def test_linear_resize_is_onnxruntimes(case, seed):
+    """The numpy model of every form against onnxruntime at both levels: an int8 Resize (NCHW float, truncated),
+    a QDQ one (float, quantised), one after a QLinearConv (ORT_ENABLE_ALL: NHWC, fixed point; ORT_DISABLE_ALL:
+    NCHW float)."""
+    from tests.onnx_helpers import linear_resize_model, ort_levels
+
+    x_shape, out_shape, mode, scales, form = case
+    x = np.random.default_rng(seed).integers(-128, 128, x_shape, dtype=np.int8)
+    model = linear_resize_model(x_shape, out_shape, mode, form, scales=scales)
+    enable, disable = ort_levels(model, {"x": x})
+    f32 = np.float32
+    s = scales if scales is not None else (1, 1, f32(out_shape[2]) / f32(x_shape[2]), f32(out_shape[3]) / f32(x_shape[3]))
+    q = dict(za=-3, zp_out=5, scale_in=0.05, scale_out=0.07) if form == "qdq" else {}
+    nchw = ops.resize_linear(x_shape, out_shape, s, mode, quantized=form == "qdq", **q)
+    np.testing.assert_array_equal(nchw.reference(x), disable[0])
+    layout = "nhwc" if form == "conv" else "nchw"
+    np.testing.assert_array_equal(ops.resize_linear(x_shape, out_shape, s, mode, layout=layout,
+                                                    quantized=form == "qdq", **q).reference(x), enable[0])
+
+
+def test_linear_resize_forms_differ():
+    """The forms are not one computation rounded alike: on one case each pair disagrees somewhere (so the
+    tests above tell them apart)."""
+    x = np.random.default_rng(3).integers(-128, 128, (1, 3, 7, 9), dtype=np.int8)
+    s = (1, 1, np.float32(13) / np.float32(7), np.float32(20) / np.float32(9))
+    ys = [ops.resize_linear(x.shape, (1, 3, 13, 20), s, layout=lay).reference(x) for lay in ("nchw", "nhwc")]
+    assert (ys[0] != ys[1]).any()
+    flat = ops.resize_linear((1, 3, 7, 9), (1, 3, 7, 20), (1, 1, 1, s[3]), layout="nhwc")
+    assert flat.axes == (3, 1) and flat.form == "float"     # the height kept: W and C in float
+
+
+def test_linear_resize_refuses_bad_arguments():
+    with pytest.raises(CompileError, match="'tf_half_pixel_for_nn' for a linear resize"):
+        ops.resize_linear((1, 1, 4, 4), (1, 1, 8, 8), (1, 1, 2, 2), "tf_half_pixel_for_nn")
+    with pytest.raises(CompileError, match=r"a linear resize takes \[1, 1, scale_h, scale_w\]"):
+        ops.resize_linear((1, 2, 4, 4), (1, 4, 8, 8), (1, 2, 2, 2))
+    with pytest.raises(CompileError, match="resize axis 1: 2 -> 4"):
+        ops.ResizeLinear((1, 2, 4, 4), (1, 4, 8, 8), (2, 3), (2, 2))
+    with pytest.raises(CompileError, match="layout 'nwhc'"):
+        ops.resize_linear((1, 1, 4, 4), (1, 1, 8, 8), (1, 1, 2, 2), layout="nwhc")

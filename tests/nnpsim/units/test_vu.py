@@ -45,7 +45,7 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
              "vu.lut": (1, 1, ref.LUT_ENTRIES), "vu.softmax": (1, 1, 4 * ref.SOFTMAX_ENTRIES),
              "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
-             "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8)}
+             "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, ref.LERP_ENTRY)}
     return table[mnemonic]
 
 
@@ -115,7 +115,7 @@ def vu_commands(draw):
     nbytes = _layout(mnemonic, sdt, ddt)
     counts = [draw(st.integers(1, 4)) for _ in range(4)]
     named = {f"vu.n{k}": counts[k] for k in range(4)}
-    pool = mnemonic in ref.POOL_OPS
+    pool = mnemonic in ref.POOL_OPS or mnemonic == "vu.lerp"     # vu.lerp picks from a window of a
     window = ([draw(st.integers(1, 3)), draw(st.integers(1, 3))] if pool else [1, 1])
     win_strides = [draw(st.integers(-8, 16)), draw(st.integers(-8, 16))] if pool else [0, 0]
     named.update({"vu.win_h": window[0], "vu.win_w": window[1],
@@ -141,6 +141,8 @@ def vu_commands(draw):
             c, s = counts + window, strides + win_strides
         if x == "b" and mnemonic in ("vu.lut", "vu.softmax"):      # one table, not walked by the b strides
             c, s = [1] * 4, [0] * 4
+        if x == "b" and mnemonic == "vu.lerp":     # n0 column then n1 row entries, one range
+            c, s, nb, step = [1] * 4, [0] * 4, ref.LERP_ENTRY * (counts[0] + counts[1]), 4
         lo, hi = _extent(c, s, nb)
         room = vbuf - (hi - lo + 1)
         if room >= 0 and draw(st.integers(0, 19)) > 0:
@@ -163,6 +165,10 @@ def vu_commands(draw):
         named["vu.mode"] = draw(st.one_of(st.integers(0, 3), st.sampled_from([-1, 4, 2**31 - 1])))
     else:                               # 2 is refused where it is read
         named["vu.mode"] = draw(st.sampled_from([0, 1, 1, 2] if rare else [0, 1]))
+    if mnemonic == "vu.lerp":       # its form in vu.ma (now and then an illegal one), the fixed form's shift
+        named.update({"vu.ma": draw(st.sampled_from([0, 1, 2, 0, 1, 2, 3, -1])),
+                      "vu.shift": draw(st.sampled_from([20, 20, 10, 0, 63])),
+                      "vu.zp_out": draw(st.integers(-256, 255)), "vu.za": draw(st.integers(-256, 255))})
     lo, hi = -128, 127
     if draw(st.booleans()):
         lo = draw(st.integers(-128, 127))
@@ -179,6 +185,9 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
     mnemonic = ref.SLIDE_AS_POOL.get(mnemonic, mnemonic)
     if mnemonic == "vu.softmax":
         _fill_softmax_table(mem, rng, rb, bad_entry)
+        return
+    if mnemonic == "vu.lerp":
+        _fill_lerp_table(mem, rng, rb, named, bad_entry)
         return
     if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg",
                         "vu.faffine"):
@@ -234,6 +243,32 @@ def _fill_softmax_table(mem: np.ndarray, rng: np.random.Generator, rb: int, bad_
     mem[rb:rb + 4 * ref.SOFTMAX_ENTRIES] = table.astype("<f4").view(np.uint8)
 
 
+def _fill_lerp_table(mem: np.ndarray, rng: np.random.Generator, rb: int, named: dict, bad_entry: bool) -> None:
+    """vu.lerp's entries: indices inside the window, weights in [0, 1] (float32, some exact halves and ends) or
+    integers in [0, 1024] (one illegal field if bad_entry)."""
+    n0, n1, form = named["vu.n0"], named["vu.n1"], named["vu.ma"]
+    spans = [named["vu.win_w"]] * n0 + [named["vu.win_h"]] * n1
+    starts = [rb + ref.LERP_ENTRY * k for k in range(n0 + n1) if 0 <= rb + ref.LERP_ENTRY * k
+              and rb + ref.LERP_ENTRY * (k + 1) <= mem.size]
+    for at in starts:
+        span = spans[(at - rb) // ref.LERP_ENTRY]
+        i1 = int(rng.integers(0, span))
+        idx = np.array([i1, min(i1 + 1, span - 1)], "<i4")
+        if form == 1:
+            w1 = int(rng.choice([rng.integers(0, 1025), 512, 0, 1024]))
+            w = np.array([w1, 1024 - w1], "<i4")
+        else:
+            w1 = np.float32(rng.choice([rng.random(), 0.5, 0.0, 1.0]))
+            w = np.array([w1, np.float32(1) - w1], "<f4").view("<i4")
+        mem[at:at + 16] = np.concatenate([idx, w]).view(np.uint8)
+    if bad_entry and starts:
+        field = int(rng.integers(0, 4))
+        at = starts[int(rng.integers(0, len(starts)))] + 4 * field
+        bad = [2**32 - 1, 1 << 20] if field < 2 else ([2**32 - 1, 70000] if form == 1 else
+                                                      [0xBF800000, 0x7FC00000, 0x40000000])
+        mem[at:at + 4] = np.array([rng.choice(bad)], "<u4").view(np.uint8)
+
+
 @settings(max_examples=700, deadline=None)
 @given(vu_commands())
 def test_vu_matches_reference(cmd):
@@ -263,7 +298,7 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
               "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4, "vu.pool.fmean": 1,
-              "vu.faffine": 1}
+              "vu.faffine": 1, "vu.lerp": 1}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
