@@ -109,6 +109,18 @@ def test_schema_names_the_path_and_value():
         check_schema(bad, GRAPH_SCHEMA)
 
 
+def test_a_pipelining_variant_that_failed_to_lower_is_null():
+    """interleave.choose records a variant whose lowering failed as None: a saved MobileNetV2 has one, and
+    compiler.load refused the file that Library.save had just written."""
+    doc = graph_of(Program.from_bytes(seeds()["static"]))
+    doc["layers"][0]["pipelining"] = {"chosen": "one after another", "cycles": 12, "why": "cheapest",
+                                      "priced": {"one after another": 12, "interleaved lag 1": None}}
+    check_schema(doc, GRAPH_SCHEMA)
+    doc["layers"][0]["pipelining"]["priced"]["interleaved lag 1"] = "none"
+    with pytest.raises(CompileError, match=r"priced\.interleaved lag 1 = 'none'"):
+        check_schema(doc, GRAPH_SCHEMA)
+
+
 def test_not_json_and_truncated_files_are_one_line(tmp_path):
     prog = Program.from_bytes(seeds()["static"])
     refused(write(tmp_path, with_graph(prog, "{" * 100000)))              # deep nesting: no RecursionError
