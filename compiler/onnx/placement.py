@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import CompileError
 from ..graph import Graph
-from ..host import ONNX_DTYPES, HostedGraph, HostPart
+from ..host import DTYPES, ONNX_DTYPES, HostedGraph, HostPart, run_part
 from . import fold
 from .importer import import_graph
 from .load import check_model
@@ -251,9 +251,8 @@ def hosted_graph(onnx: ModuleType, proto: ModelProto, arithmetic: str, dims: dic
             out.append(_host_part(m, nodes, feeds, outs, f"host{len([s for s in out if isinstance(s, HostPart)])}"))
             got = {t["name"]: t for t in out[-1].outputs}
         to_npu = set().union(*(ins[j] for j in range(k + 1, len(stages)) if stages[j][0] == "npu"))
-        for t in got.values():
-            if side == "host" and t["name"] in to_npu:
-                _static(t)
+        if side == "host":
+            _npu_shapes(out[-1], to_npu)
         known.update(got)
     return HostedGraph(m.proto.graph.name or "onnx", out, [known[t] for t in m.inputs],
                        [known[t] for t in m.outputs], known,
@@ -301,11 +300,32 @@ def _desc(vi) -> dict:
     return {"name": vi.name, "dtype": ONNX_DTYPES.get(tt.elem_type, str(tt.elem_type)), "shape": shape}
 
 
-def _static(t: dict) -> None:
-    """CompileError unless the tensor the host hands to the NPU has a static shape."""
-    if t["shape"] is None or not all(isinstance(d, int) and d > 0 for d in t["shape"]):
-        raise CompileError(f"host fallback: tensor {t['name']!r} goes from a host part to the NPU, but its shape "
-                           f"{t['shape']} is not static (the NPU's programs are built for one shape)")
+def _static(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
+
+
+def _npu_shapes(part: HostPart, to_npu: set[str]) -> None:
+    """CompileError unless every output of the host part the NPU reads has a static shape (the NPU's programs
+    are built for one shape)."""
+    for t in part.outputs:
+        if t["name"] in to_npu and not _static(t["shape"]):
+            raise CompileError(f"host fallback: tensor {t['name']!r} goes from host part {part.name} to the NPU, "
+                               f"but its shape {t['shape']} is not static (the NPU's programs are built for one shape)")
+
+
+def _probe(m: Model, sub: ModelProto, feeds: list[dict]) -> dict[str, list]:
+    """The shape of every tensor of a host part whose inputs have static shapes, from onnxruntime's run of it on
+    zeros with every tensor an output: what ONNX's inference cannot say past an op of com.microsoft."""
+    if not all(_static(t["shape"]) for t in feeds):
+        return {}
+    probe = m.onnx.ModelProto()
+    probe.CopyFrom(sub)
+    have = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(m.onnx.helper.make_empty_tensor_value_info(o) for n in probe.graph.node
+                              for o in n.output if o and o not in have)
+    part = HostPart("probe", probe.SerializeToString(), feeds, [{"name": o.name} for o in probe.graph.output], [])
+    got = run_part(part, part.session(), {t["name"]: np.zeros(t["shape"], DTYPES[t["dtype"]]) for t in feeds})
+    return {name: list(a.shape) for name, a in got.items()}
 
 
 def _sub_model(m: Model, nodes: list[int], feeds: list[dict], outs: list[str], name: str) -> ModelProto:
@@ -367,6 +387,9 @@ def _host_part(m: Model, nodes: list[int], feeds: list[dict], outs: list[str], n
         shapes = {}
     used = {t for n in sub.graph.node for t in n.input}
     inputs = [t for t in feeds if t["name"] in used]
+    if not all(_static(shapes.get(o)) or (shapes.get(o) and None not in shapes[o]) for n in sub.graph.node
+               for o in n.output if o):
+        shapes = {**_probe(m, sub, inputs), **{k: v for k, v in shapes.items() if v and None not in v}}
     outputs = [{"name": o, "dtype": m.types.get(o) or "float32", "shape": shapes.get(o)} for o in outs]
     staged = [i for i in nodes if i in m.host]
     macs = sum(_macs(m.nodes[i], shapes) for i in staged)
