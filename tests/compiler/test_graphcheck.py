@@ -4,10 +4,13 @@ program and the machine.  Each corruption gets one CompileError line naming the 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
+import zipfile
 
 import numpy as np
+import onnx
 import pytest
 
 import compiler
@@ -17,6 +20,7 @@ from isa_spec.program import Program
 from nnpsim.config import Config
 
 from tests.helpers.compiled import graph_of, seeds, with_graph
+from tests.helpers.hosted import compiled
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -137,9 +141,6 @@ def test_a_non_path_or_non_library_is_one_clear_error():
 
 def _hosted_files(tmp_path) -> tuple[dict, dict[str, bytes]]:
     """The index and the files of a saved network with host parts (conv -> LayerNorm -> conv)."""
-    import zipfile
-
-    from tests.helpers.hosted import compiled
     path = tmp_path / "ok.nnp"
     compiled("layernorm")[2].save(path)
     with zipfile.ZipFile(path) as z:
@@ -148,7 +149,6 @@ def _hosted_files(tmp_path) -> tuple[dict, dict[str, bytes]]:
 
 
 def _write_hosted(tmp_path, index: dict, files: dict[str, bytes], name: str = "bad.nnp") -> str:
-    import zipfile
     path = tmp_path / name
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("nnp_hosted.json", json.dumps(index))
@@ -158,7 +158,6 @@ def _write_hosted(tmp_path, index: dict, files: dict[str, bytes], name: str = "b
 
 
 def _host_model_with_renamed_input(data: bytes) -> bytes:
-    import onnx
     m = onnx.ModelProto()
     m.ParseFromString(data)
     old = m.graph.input[0].name
@@ -186,7 +185,7 @@ def test_a_saved_network_with_host_parts_loads_back(tmp_path):
     (lambda ix, f: ix["outputs"][0].update(name="nowhere"), r"field outputs\[0\] = 'nowhere': expected a tensor"),
     (lambda ix, f: ix["stages"].reverse(), r"field stages\[0\].inputs\[0\]"),
     (lambda ix, f: (f.update({"host0.onnx": _host_model_with_renamed_input(f["host0.onnx"])}),
-                    ix["stages"][1].update(sha256=__import__("hashlib").sha256(f["host0.onnx"]).hexdigest())),
+                    ix["stages"][1].update(sha256=hashlib.sha256(f["host0.onnx"]).hexdigest())),
      r"host part host0's model has the inputs \[\('.*_x', 'int8'\)\], the index says"),
     (lambda ix, f: f.update({"stage2.nnp": f["stage2.nnp"][:100]}), r"NPU stage 2 \(stage2.nnp\): "),
     (lambda ix, f: f.update({"stage0.nnp": f["stage2.nnp"]}), r"field stages\[0\].inputs = "),
