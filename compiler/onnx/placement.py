@@ -83,26 +83,39 @@ class Model:
         self.shapes = {vi.name: s for vi in vis if (s := _desc(vi)["shape"]) is not None}
         types.update({t.name: ONNX_DTYPES.get(t.data_type, "") for t in proto.graph.initializer})
         for n in self.nodes:
-            if not n.output or types.get(n.output[0]):
-                continue
-            ins = list(n.input)
-            if n.op_type == "DequantizeLinear":
-                t = "float32"
-            elif n.op_type == "QuantizeLinear":
-                t = types.get(ins[2], "uint8") if len(ins) > 2 and ins[2] else "uint8"
-            elif n.op_type.startswith("QLinear") or n.op_type == "QGemm":
-                zp = {"QLinearConcat": 1, "QGemm": 7, "QLinearConv": 7, "QLinearMatMul": 7}.get(n.op_type, 2)
-                t = types.get(ins[zp], "") if zp < len(ins) and ins[zp] else "float32"
-            else:
-                t = types.get(ins[0], "") if ins else ""
-            types[n.output[0]] = t
+            t = _output_type(n, types)
+            for o in n.output:
+                if o and not types.get(o):
+                    types[o] = t
         return types
 
     def quantised(self, t: str) -> bool:
+        """Whether the tensor is int8 or uint8: what may cross between the NPU and the host."""
         return self.types.get(t, "") in QUANTISED
 
     def name(self, i: int) -> str:
         return self.nodes[i].name
+
+
+OUTPUT_ZERO_POINT = {"QLinearConcat": 1, "QGemm": 8, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
+                     "QLinearMul": 7, "QLinearAveragePool": 4, "QLinearGlobalAveragePool": 4, "QLinearSoftmax": 4,
+                     "QLinearSigmoid": 4, "QLinearLeakyRelu": 4}
+"""The input that holds a QLinear op's output zero point, whose type the output has (onnxruntime's contrib
+schemas); QGemm without a y scale (input 7) gives float."""
+
+
+def _output_type(n, types: dict[str, str]) -> str:
+    """The element type a node's outputs have by its op, where ONNX's inference leaves them open."""
+    ins = list(n.input) + [""] * 9
+    if n.op_type == "DequantizeLinear":
+        return "float32"
+    if n.op_type == "QuantizeLinear":
+        return types.get(ins[2], "uint8") if ins[2] else "uint8"
+    if n.op_type == "QGemm" and not ins[7]:
+        return "float32"
+    if n.op_type in OUTPUT_ZERO_POINT:
+        return types.get(ins[OUTPUT_ZERO_POINT[n.op_type]], "uint8") or "uint8"
+    return types.get(ins[0], "") if ins[0] else ""
 
 
 def host_nodes(m: Model) -> dict[int, str]:
