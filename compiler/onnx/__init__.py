@@ -48,7 +48,7 @@ from .arithmetic import ARITHMETIC
 from .dynamic import dynamic_graph, split_ranges
 from .importer import import_graph
 from .load import check_model, import_onnx, load, source_name
-from .placement import hosted_graph
+from .placement import any_host, hosted_graph
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import ModelProto
@@ -90,7 +90,7 @@ def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str 
 def _hosted(onnx, proto: ModelProto, arithmetic: str, dims: dict, where: str) -> HostedGraph | None:
     """The model cut into NPU stages and host parts, or None if every node runs on the NPU (the whole model
     checked as onnxruntime checks it first, so that each stage is cut from a valid model)."""
-    if not any(True for _ in proto.graph.node):
+    if not any_host(onnx, proto):
         return None
     try:
         check_model(onnx, proto, where)

@@ -44,7 +44,7 @@ class Model:
     """The facts placement needs about a model: its nodes, who writes and reads each tensor, the constants,
     each tensor's element type, the graph's inputs and outputs."""
 
-    def __init__(self, onnx: ModuleType, proto: ModelProto):
+    def __init__(self, onnx: ModuleType, proto: ModelProto, typed: bool = True):
         self.onnx, self.proto = onnx, proto
         self.nodes = list(proto.graph.node)
         self.init = {t.name for t in proto.graph.initializer}
@@ -56,7 +56,7 @@ class Model:
             for t in dict.fromkeys(x for x in n.input if x):
                 self.consumers.setdefault(t, []).append(i)
         self.consts = self._constants()
-        self.types = self._types()
+        self.types, self.shapes = self._types() if typed else ({}, {})
 
     def _constants(self) -> set[str]:
         """Tensors known at import: initializers, Constant, Shape and Size outputs, folds of constants, the
@@ -80,14 +80,14 @@ class Model:
             vis = [*proto.graph.value_info, *proto.graph.input, *proto.graph.output]
         types = {vi.name: ONNX_DTYPES.get(vi.type.tensor_type.elem_type, "") for vi in vis
                  if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
-        self.shapes = {vi.name: s for vi in vis if (s := _desc(vi)["shape"]) is not None}
+        shapes = {vi.name: s for vi in vis if (s := _desc(vi)["shape"]) is not None}
         types.update({t.name: ONNX_DTYPES.get(t.data_type, "") for t in proto.graph.initializer})
         for n in self.nodes:
             t = _output_type(n, types)
             for o in n.output:
                 if o and not types.get(o):
                     types[o] = t
-        return types
+        return types, shapes
 
     def quantised(self, t: str) -> bool:
         """Whether the tensor is int8 or uint8: what may cross between the NPU and the host."""
@@ -116,6 +116,17 @@ def _output_type(n, types: dict[str, str]) -> str:
     if n.op_type in OUTPUT_ZERO_POINT:
         return types.get(ins[OUTPUT_ZERO_POINT[n.op_type]], "uint8") or "uint8"
     return types.get(ins[0], "") if ins[0] else ""
+
+
+def any_host(onnx: ModuleType, proto: ModelProto) -> bool:
+    """Whether any node of the model may run on the host, without the cost of types: a node the registry sends
+    there, or a graph output declared neither int8 nor uint8 that no DequantizeLinear gives (a float tail)."""
+    m = Model(onnx, proto, typed=False)
+    if any(host_reason(n, m.consts.__contains__) for n in m.nodes):
+        return True
+    declared = {vi.name: ONNX_DTYPES.get(vi.type.tensor_type.elem_type, "") for vi in proto.graph.output}
+    return any(m.producer.get(t) is not None and m.nodes[m.producer[t]].op_type != "DequantizeLinear"
+               and declared.get(t) not in QUANTISED for t in m.outputs)
 
 
 def host_nodes(m: Model) -> dict[int, str]:
