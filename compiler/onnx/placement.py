@@ -119,14 +119,10 @@ def _output_type(n, types: dict[str, str]) -> str:
 
 
 def any_host(onnx: ModuleType, proto: ModelProto) -> bool:
-    """Whether any node of the model may run on the host, without the cost of types: a node the registry sends
-    there, or a graph output declared neither int8 nor uint8 that no DequantizeLinear gives (a float tail)."""
+    """Whether any node of the model runs on the host by the registry (host_reason), without the cost of types:
+    a model without one imports as it always has (the NPU's, or refused as ever)."""
     m = Model(onnx, proto, typed=False)
-    if any(host_reason(n, m.consts.__contains__) for n in m.nodes):
-        return True
-    declared = {vi.name: ONNX_DTYPES.get(vi.type.tensor_type.elem_type, "") for vi in proto.graph.output}
-    return any(m.producer.get(t) is not None and m.nodes[m.producer[t]].op_type != "DequantizeLinear"
-               and declared.get(t) not in QUANTISED for t in m.outputs)
+    return any(host_reason(n, m.consts.__contains__) for n in m.nodes)
 
 
 def host_nodes(m: Model) -> dict[int, str]:
