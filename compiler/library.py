@@ -116,12 +116,7 @@ class Library:
         """Run on the simulator (compiler.runtime.GraphModule): the inputs in the order of the graph's (float:
         quantised as the model says; int8: as it is); the output (a list of them if several), dequantised
         like the model's."""
-        m = GraphModule(self)
-        for k, a in enumerate(inputs):
-            m.set_input(k, a)
-        self.stats = m.run(check_races=check_races)
-        outs = [m.get_output(k) for k in range(m.num_outputs)]
-        return outs[0] if len(outs) == 1 else outs
+        return run_network(self, inputs, check_races)
 
     def layer_table(self) -> str:
         """One line per layer: ops, shapes, predicted cycles and roofline bound."""
@@ -147,6 +142,17 @@ class Library:
         peak = self.meta.get("onchip_peak", {})
         rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
         return "\n".join(rows)
+
+
+def run_network(lib, inputs: tuple[np.ndarray, ...], check_races: bool) -> np.ndarray | list[np.ndarray]:
+    """Run a compiled network (GraphModule) on inputs in the graph's order, keep its stats on lib; its output (a
+    list of them if several), as the model gives it."""
+    m = GraphModule(lib)
+    for k, a in enumerate(inputs):
+        m.set_input(k, a)
+    lib.stats = m.run(check_races=check_races)
+    outs = [m.get_output(k) for k in range(m.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs
 
 
 def pipelining_lines(layers: list[dict]) -> list[str]:
@@ -301,12 +307,7 @@ class HostedLibrary:
 
     def run(self, *inputs: np.ndarray, check_races: bool = False) -> np.ndarray | list[np.ndarray]:
         """Run every stage in order (compiler.runtime.GraphModule); the output (a list of them if several)."""
-        m = GraphModule(self)
-        for k, a in enumerate(inputs):
-            m.set_input(k, a)
-        self.stats = m.run(check_races=check_races)
-        outs = [m.get_output(k) for k in range(m.num_outputs)]
-        return outs[0] if len(outs) == 1 else outs
+        return run_network(self, inputs, check_races)
 
     def layer_table(self) -> str:
         """Each NPU stage's layer table, a line per host part between them, and where the MACs ran."""
