@@ -19,7 +19,7 @@ modules import each other, directly or round about).
    8  schedule, interleave, assembler         the scheduling language, tile interleaving, nnpasm
    9  pipeline                                lowering through pricing, shared by the layers above
   10  search                                  candidates, ranking, floors, finalists
-  11  kernel, runtime, dynamic.kernel         the Kernel build, running a network, dynamic kernels
+  11  kernel, runtime, dynamic.kernel, host   the Kernel build, running a network, dynamic kernels, host parts
   12  library, graphcheck, schedule_doc       what a network binary carries and its checks, the schedule doc
   13  network, dynamic.network                whole networks, static and dynamic
   14  build, onnx, models, report             the front door, ONNX import, the model zoo, the layer table
@@ -50,7 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("schedule", "interleave", "assembler"),
     ("pipeline",),
     ("search",),
-    ("kernel", "runtime", "dynamic.kernel"),
+    ("kernel", "runtime", "dynamic.kernel", "host"),
     ("library", "graphcheck", "schedule_doc"),
     ("network", "dynamic.network"),
     ("build", "onnx", "models", "report"),

@@ -1,7 +1,7 @@
 """`nnpc compile` and `nnpc run`: whole networks from ONNX on the command line.
 
     nnpc compile model.onnx -o model.nnp [--config hw.toml] [--arithmetic onnxruntime|fixed]
-                 [--report] [--table layers.csv|layers.json] [--no-fuse]
+                 [--report] [--table layers.csv|layers.json] [--no-fuse] [--npu-only]
     nnpc run model.onnx|model.nnp --input x.npy [--output y.npy] [--trace t.json]
              [--table layers.csv|layers.json] [--plot roofline.png] [--check-races] [--compare-onnxruntime]
 
@@ -27,7 +27,7 @@ from nnpsim.simulator import check_machine
 from . import compile_cache
 from .build import build
 from .errors import CompileError
-from .library import Library, load
+from .library import HostedLibrary, Library, load
 from .onnx import from_onnx
 from .report import TABLE_SUFFIXES, check_output_path, layer_rows, plot_roofline, write_table
 from .runtime import GraphModule, dequantize
@@ -77,6 +77,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="requantisation: float32 exactly as onnxruntime, or integer (M, S) (default: onnxruntime)")
     p.add_argument("--no-fuse", action="store_true",
                    help="one kernel per graph node (no fusion): the baseline fusion is measured against")
+    p.add_argument("--npu-only", action="store_true",
+                   help="refuse a model with nodes the NPU cannot run, listing them by op type, instead of running "
+                        "them on the host through onnxruntime (host fallback)")
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the compile cache (as NNP_CACHE=0; docs/compiler.md)")
 
@@ -88,18 +91,21 @@ def config_of(path: str | None) -> Config:
     return load_config(path)
 
 
-def _library(path: str, args, config: Config) -> Library:
-    """A Library: an ONNX model imported and compiled, or a program read back (checked against the machine)."""
+def _library(path: str, args, config: Config) -> Library | HostedLibrary:
+    """A Library (a HostedLibrary with host parts): an ONNX model imported and compiled, or a program read back
+    (checked against the machine)."""
     check_input(path, "model")
     if Path(path).suffix.lower() == ".onnx":
         with compile_cache.off() if args.no_cache else contextlib.nullcontext():
-            lib = build(from_onnx(path, arithmetic=args.arithmetic), config=config, fuse=not args.no_fuse)
+            lib = build(from_onnx(path, arithmetic=args.arithmetic, host_fallback=not args.npu_only),
+                        config=config, fuse=not args.no_fuse)
     else:
         lib = load(path, config)
-    try:
-        check_machine(lib.program, config)
-    except SimError as exc:
-        raise CompileError(f"model {path}: cannot run on this machine: {exc}") from None
+    for stage in lib.npu_stages if isinstance(lib, HostedLibrary) else [lib]:
+        try:
+            check_machine(stage.program, config)
+        except SimError as exc:
+            raise CompileError(f"model {path}: cannot run on this machine: {exc}") from None
     return lib
 
 
@@ -171,6 +177,9 @@ def run_command(args) -> int:
         raise CliFileError(f"--trace {args.trace}: cannot write: {exc.strerror or exc}") from None
     _print_layers(m)
     print(f"cycles {stats.cycles:,} ({stats.time_us:,.1f} us); predicted {lib.predicted_cycles:,}")
+    if isinstance(lib, HostedLibrary):
+        print(f"host: {'; '.join(f'{p}: {len(ns)} nodes' for p, ns in stats.host_nodes.items())} (onnxruntime); "
+              f"NPU: {100 * stats.npu_mac_share:.2f}% of the MACs")
     if args.table or args.plot:
         rows = layer_rows(lib, m.layer_stats())
         if args.table:
@@ -202,7 +211,11 @@ def _stage(what: str):
 
 def _print_layers(m) -> None:
     print(f"{'layer':<28} {'ops':<30} {'cycles':>10} {'bound':>9} {'ratio':>6} {'MAC %':>6} {'DDR bytes':>11}")
+    host = {p.name for p in getattr(m.lib, "host_parts", [])}
     for s in m.layer_stats():
+        if s.name in host:
+            print(f"{s.name[:28]:<28} {s.ops[:30]:<30} {'on the host (onnxruntime)':>46}")
+            continue
         ratio = f"{s.cycles / s.bound_cycles:.2f}" if s.bound_cycles else "-"
         print(f"{s.name[:28]:<28} {s.ops[:30]:<30} {s.cycles:>10,} {s.bound_cycles:>9,} {ratio:>6} "
               f"{s.mac_utilization_pct:>6.1f} {s.ddr_bytes:>11,}")

@@ -9,6 +9,7 @@ field that breaks it, by its path (inputs[0].shape[2]), with the value.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 
@@ -19,6 +20,7 @@ from nnpsim.errors import SimError
 
 from .dims import MAX_STRIDE, axis_rule
 from .errors import CompileError
+from .host import DTYPES, ONNX_DTYPES, HostPart
 from .sizes import MAX_COUNT, MAX_DIM, capacities
 
 GRAPH_FORMAT = "nnp-graph/1"
@@ -58,6 +60,19 @@ GRAPH_SCHEMA = {
 }
 """The nnp_graph JSON (GRAPH_FORMAT) of a network binary; docs/runtime.md describes each field."""
 
+HOSTED_FORMAT = "nnp-hosted/1"
+HOSTED_INDEX = "nnp_hosted.json"
+HOST_TENSOR = {"name": "str", "dtype": ("enum", *DTYPES),
+               "shape": ("null", ("list", ("null", ("or", ("int", 0, MAX_DIM), "str")), 0, MAX_NDIM))}
+STAGE = {"kind": ("enum", "npu", "host"), "file": "str", "inputs": ("list", HOST_TENSOR, 0, MAX_LIST),
+         "outputs": ("list", HOST_TENSOR, 1, MAX_LIST), "name?": "name", "sha256?": "str",
+         "nodes?": ("list", ("pair", "str", "str", "str"), 1, MAX_LIST), "macs?": "count"}
+HOSTED_SCHEMA = {"format": ("enum", HOSTED_FORMAT), "name": "str", "inputs": ("list", HOST_TENSOR, 1, MAX_LIST),
+                 "outputs": ("list", HOST_TENSOR, 1, MAX_LIST), "stages": ("list", STAGE, 1, MAX_LIST)}
+"""The index (HOSTED_INDEX, JSON) of a network file with host parts: its stages in run order, each an NPU
+program or a host part's ONNX model, and the tensors between them (docs/runtime.md, "Host fallback")."""
+_HOST_ONLY = ("name", "sha256", "nodes", "macs")
+
 _BASIC = {"str": lambda v: isinstance(v, str) and len(v) <= MAX_LIST,
           "name": lambda v: isinstance(v, str) and _IDENT.match(v) is not None,
           "bool": lambda v: isinstance(v, bool),
@@ -73,11 +88,11 @@ def _int(v, lo: int, hi: int) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
-def _bad(path: str, value, what: str) -> CompileError:
+def _bad(path: str, value, what: str, where: str = GRAPH_BUFFER) -> CompileError:
     shown = repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     path = path if len(path) <= 120 else path[:117] + "..."
-    return CompileError(f"bad compiled file: {GRAPH_BUFFER} field {path or '(top)'} = {shown}: expected {what}")
+    return CompileError(f"bad compiled file: {where} field {path or '(top)'} = {shown}: expected {what}")
 
 
 def check_schema(value, schema, path: str = "") -> None:
@@ -234,3 +249,81 @@ def _check_arena(arena: dict, program: Program, sig) -> None:
     elif arena["bytes"] != (buf.nbytes if buf is not None else 0) or arena["naive_bytes"] < arena["bytes"]:
         raise _bad("arena.bytes", arena["bytes"], f"the size of the program's {ARENA} buffer "
                    f"({buf.nbytes if buf is not None else 0}), at most naive_bytes")
+
+
+# ----------------------------------------------------------------------------- a network with host parts
+
+def check_hosted(index: dict, files: dict[str, bytes]) -> None:
+    """CompileError (one line, naming the field or the file) unless the index of a file with host parts is
+    well formed and its stages agree: every file there, each stage's inputs given before it in the same dtype,
+    every output made once, every host part's bytes those its SHA-256 names."""
+    try:
+        check_schema(index, HOSTED_SCHEMA)
+    except CompileError as exc:
+        raise CompileError(str(exc).replace(GRAPH_BUFFER, HOSTED_INDEX, 1)) from None
+    have = {t["name"]: t["dtype"] for t in index["inputs"]}
+    for k, st in enumerate(index["stages"]):
+        path = f"stages[{k}]"
+        extra = [key for key in _HOST_ONLY if (key in st) != (st["kind"] == "host")]
+        if extra:
+            raise _bad(f"{path}.{extra[0]}", st.get(extra[0]), f"{', '.join(_HOST_ONLY)} exactly on a host stage",
+                       HOSTED_INDEX)
+        if st["file"] not in files:
+            raise _bad(f"{path}.file", st["file"], "a file of the compiled network", HOSTED_INDEX)
+        if st["kind"] == "host" and hashlib.sha256(files[st["file"]]).hexdigest() != st["sha256"]:
+            raise CompileError(f"bad compiled file: host part {st['name']} ({st['file']}) is not the model its "
+                               f"SHA-256 {st['sha256'][:16]}... names: it was changed or corrupted")
+        for j, t in enumerate(st["inputs"]):
+            if have.get(t["name"]) != t["dtype"]:
+                raise _bad(f"{path}.inputs[{j}]", t["name"], "a tensor of that dtype given by the inputs or a "
+                           "stage before", HOSTED_INDEX)
+        for j, t in enumerate(st["outputs"]):
+            if t["name"] in have:
+                raise _bad(f"{path}.outputs[{j}]", t["name"], "a tensor no input or stage before gives", HOSTED_INDEX)
+            have[t["name"]] = t["dtype"]
+    for j, t in enumerate(index["outputs"]):
+        if have.get(t["name"]) != t["dtype"]:
+            raise _bad(f"outputs[{j}]", t["name"], "a tensor of that dtype a stage gives", HOSTED_INDEX)
+
+
+def check_npu_stage(stage: dict, meta: dict, k: int) -> None:
+    """CompileError unless an NPU stage's program takes and gives the tensors the index says, in dtypes it can
+    take and give them in (float32 only where it quantises them on the host)."""
+    for which in ("inputs", "outputs"):
+        got, want = meta[which], stage[which]
+        if [t["name"] for t in got] != [t["name"] for t in want] or not all(map(_takes, got, want)):
+            raise _bad(f"stages[{k}].{which}", [f"{t['name']} {t['dtype']}" for t in want],
+                       f"the tensors of its program's {which} "
+                       f"({', '.join(t['name'] + ' ' + (t.get('host_dtype') or t['dtype']) for t in got)})",
+                       HOSTED_INDEX)
+
+
+def _takes(program: dict, t: dict) -> bool:
+    """Whether a program's input or output can stand for tensor t: uint8 as its uint8, int8 as its int8, float32
+    where it has a quantisation."""
+    if t["dtype"] == "float32":
+        return "scale" in program
+    return (program.get("host_dtype") or program["dtype"]) == t["dtype"]
+
+
+def check_host_part(part: HostPart) -> None:
+    """CompileError unless a host part's bytes are an ONNX model whose inputs and outputs are those the index
+    names, in the same element types (onnx, an optional extra, reads it)."""
+    try:
+        import onnx
+    except ImportError:
+        raise CompileError("this network has host parts, which run on onnxruntime: "
+                           "pip install 'nnp-toolchain[onnx]'") from None
+    try:
+        model = onnx.ModelProto()
+        model.ParseFromString(part.model)
+        graph = model.graph
+    except Exception as exc:        # protobuf's DecodeError
+        raise CompileError(f"bad compiled file: host part {part.name} is not an ONNX model: {exc}") from None
+    init = {t.name for t in graph.initializer}
+    for which, vis in (("inputs", [vi for vi in graph.input if vi.name not in init]), ("outputs", graph.output)):
+        got = [(vi.name, ONNX_DTYPES.get(vi.type.tensor_type.elem_type, "?")) for vi in vis]
+        want = [(t["name"], t["dtype"]) for t in getattr(part, which)]
+        if got != want:
+            raise CompileError(f"bad compiled file: host part {part.name}'s model has the {which} {got}, the index "
+                               f"says {want}")

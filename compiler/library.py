@@ -8,8 +8,10 @@ compiler.runtime.GraphModule and `nnpsim run` read it.
 """
 from __future__ import annotations
 
+import io
 import json
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +22,9 @@ from nnpsim.config import Config
 from nnpsim.stats import Stats
 
 from .errors import CompileError
-from .graphcheck import ARENA, GRAPH_BUFFER, GRAPH_FORMAT, check_graph, check_machine
+from .graphcheck import (ARENA, GRAPH_BUFFER, GRAPH_FORMAT, HOSTED_FORMAT, HOSTED_INDEX, check_graph,
+                         check_host_part, check_hosted, check_machine, check_npu_stage)
+from .host import HostPart
 from .interleave import prices_text
 from .ir import Buffer
 from .runtime import GraphModule
@@ -112,12 +116,7 @@ class Library:
         """Run on the simulator (compiler.runtime.GraphModule): the inputs in the order of the graph's (float:
         quantised as the model says; int8: as it is); the output (a list of them if several), dequantised
         like the model's."""
-        m = GraphModule(self)
-        for k, a in enumerate(inputs):
-            m.set_input(k, a)
-        self.stats = m.run(check_races=check_races)
-        outs = [m.get_output(k) for k in range(m.num_outputs)]
-        return outs[0] if len(outs) == 1 else outs
+        return run_network(self, inputs, check_races)
 
     def layer_table(self) -> str:
         """One line per layer: ops, shapes, predicted cycles and roofline bound."""
@@ -143,6 +142,17 @@ class Library:
         peak = self.meta.get("onchip_peak", {})
         rows.append("on-chip high-water (bytes): " + ", ".join(f"{m} {n:,}" for m, n in sorted(peak.items())))
         return "\n".join(rows)
+
+
+def run_network(lib, inputs: tuple[np.ndarray, ...], check_races: bool) -> np.ndarray | list[np.ndarray]:
+    """Run a compiled network (GraphModule) on inputs in the graph's order, keep its stats on lib; its output (a
+    list of them if several), as the model gives it."""
+    m = GraphModule(lib)
+    for k, a in enumerate(inputs):
+        m.set_input(k, a)
+    lib.stats = m.run(check_races=check_races)
+    outs = [m.get_output(k) for k in range(m.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs
 
 
 def pipelining_lines(layers: list[dict]) -> list[str]:
@@ -183,12 +193,179 @@ def load(path: str | Path, config: Config | None = None) -> Library:
                            f"{path!r:.60}")
     cfg = (config or Config()).validate()
     try:
+        with open(path, "rb") as f:
+            hosted = f.read(4) == ZIP_MAGIC
+    except OSError as exc:
+        raise CompileError(f"cannot load {path}: {exc.strerror or exc}") from None
+    if hosted:
+        return load_hosted(path, cfg)
+    try:
         program = Program.load(path)
     except (OSError, BinaryError) as exc:
         raise CompileError(f"cannot load {path}: {exc}") from None
-    check_machine(program, cfg, str(path))
+    return _npu_library(program, cfg, str(path))
+
+
+def _npu_library(program: Program, cfg: Config, where: str) -> Library:
+    """The Library of a program read back, checked against the machine and its graph description."""
+    check_machine(program, cfg, where)
     try:
         meta = read_meta(program, cfg)
     except CompileError as exc:
-        raise CompileError(f"{path}: {exc}") from None
+        raise CompileError(f"{where}: {exc}") from None
     return Library(program, meta, cfg, predicted_cycles=meta.get("predicted_cycles", 0))
+
+
+# ----------------------------------------------------------------------------- host parts
+
+ZIP_MAGIC = b"PK\x03\x04"
+"""A network with host parts is saved as a zip archive: its index (HOSTED_INDEX), each NPU stage's program
+and each host part's ONNX model, one file each."""
+
+
+@dataclass
+class HostedLibrary:
+    """A compiled network with host parts: its stages in run order, NPU programs (Library) and host parts
+    (compiler.host.HostPart), and the tensors the network takes and gives."""
+
+    name: str
+    stages: list[Library | HostPart]
+    inputs: list[dict]
+    outputs: list[dict]
+    config: Config
+    tensors: list[tuple[list[dict], list[dict]]] = field(default_factory=list)   # each stage's, described
+    stats: object = None                # of the last run()
+
+    @property
+    def meta(self) -> dict:
+        """The index the file carries (HOSTED_INDEX; compiler.graphcheck.HOSTED_SCHEMA)."""
+        stages = []
+        for k, st in enumerate(self.stages):
+            if isinstance(st, HostPart):
+                stages.append({"kind": "host", "file": f"{st.name}.onnx", "inputs": st.inputs,
+                               "outputs": st.outputs, "name": st.name, "sha256": st.sha256, "nodes": st.nodes,
+                               "macs": st.macs})
+            else:
+                stages.append({"kind": "npu", "file": f"stage{k}.nnp", "inputs": self.tensors[k][0],
+                               "outputs": self.tensors[k][1]})
+        return {"format": HOSTED_FORMAT, "name": self.name, "inputs": self.inputs, "outputs": self.outputs,
+                "stages": stages}
+
+    @property
+    def host_parts(self) -> list[HostPart]:
+        return [s for s in self.stages if isinstance(s, HostPart)]
+
+    @property
+    def npu_stages(self) -> list[Library]:
+        return [s for s in self.stages if not isinstance(s, HostPart)]
+
+    @property
+    def layers(self) -> list[dict]:
+        """Every layer in run order: each NPU stage's (ran_on "npu"), and a row per host part (ran_on "host")."""
+        out = []
+        for st in self.stages:
+            if isinstance(st, HostPart):
+                out.append({"name": st.name, "label": "", "ops": st.ops, "ran_on": "host", "in_shapes": [],
+                            "out_shape": (st.outputs[0]["shape"] or []) if len(st.outputs) == 1 else [],
+                            "macs": st.macs, "predicted_cycles": 0, "bound_cycles": 0,
+                            "nodes": [n[0] for n in st.nodes], "onchip": {}})
+            else:
+                out += [{**layer, "ran_on": "npu"} for layer in st.layers]
+        return out
+
+    @property
+    def predicted_cycles(self) -> int:
+        return sum(s.predicted_cycles for s in self.npu_stages)
+
+    @property
+    def asm(self) -> str:
+        return "\n".join(f"; ---- NPU stage {k}\n{s.asm}" for k, s in enumerate(self.npu_stages))
+
+    @property
+    def npu_macs(self) -> int:
+        return sum(int(layer.get("macs", 0)) for s in self.npu_stages for layer in s.layers)
+
+    @property
+    def host_macs(self) -> int:
+        return sum(p.macs for p in self.host_parts)
+
+    @property
+    def npu_mac_share(self) -> float:
+        """The fraction of the network's MACs that run on the NPU (1.0 for a network without any)."""
+        total = self.npu_macs + self.host_macs
+        return self.npu_macs / total if total else 1.0
+
+    def save(self, path: str | Path) -> None:
+        """Write the network as one file (a zip archive of the index, the programs and the host models)."""
+        meta = self.meta
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(HOSTED_INDEX, json.dumps(meta, indent=1, sort_keys=True))
+            for st, entry in zip(self.stages, meta["stages"]):
+                z.writestr(entry["file"], st.model if isinstance(st, HostPart) else st.program.to_bytes())
+        Path(path).write_bytes(buf.getvalue())
+
+    def run(self, *inputs: np.ndarray, check_races: bool = False) -> np.ndarray | list[np.ndarray]:
+        """Run every stage in order (compiler.runtime.GraphModule); the output (a list of them if several)."""
+        return run_network(self, inputs, check_races)
+
+    def layer_table(self) -> str:
+        """Each NPU stage's layer table, a line per host part between them, and where the MACs ran."""
+        rows = []
+        for k, st in enumerate(self.stages):
+            if isinstance(st, HostPart):
+                rows.append(f"{st.name} (host, onnxruntime): {len(st.nodes)} nodes: {st.ops}; {st.macs:,} MACs")
+            else:
+                rows += [f"NPU stage {k}:", st.layer_table()]
+        rows.append(self.placement_line())
+        return "\n".join(rows)
+
+    def placement_line(self) -> str:
+        """Where the MACs ran: the NPU's share, and how many nodes ran on the host."""
+        nodes = sum(len(p.nodes) for p in self.host_parts)
+        return (f"NPU: {100 * self.npu_mac_share:.2f}% of {self.npu_macs + self.host_macs:,} MACs; host: {nodes} "
+                f"nodes in {len(self.host_parts)} parts ({self.host_macs:,} MACs)")
+
+    def fusion_report(self) -> str:
+        """Each NPU stage's fusion report, and every host node with why it runs on the host."""
+        rows = []
+        for k, st in enumerate(self.stages):
+            if isinstance(st, HostPart):
+                rows.append(f"{st.name}: on the host (onnxruntime), {len(st.nodes)} nodes:")
+                rows += [f"  {name} ({op}): {why}" for name, op, why in st.nodes]
+            else:
+                rows += [f"NPU stage {k}:", st.fusion_report()]
+        rows.append(self.placement_line())
+        return "\n".join(rows)
+
+
+def load_hosted(path: str | Path, cfg: Config) -> HostedLibrary:
+    """Read a network file with host parts, every part checked before any is used (compiler.graphcheck)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            files = {name: z.read(name) for name in z.namelist()}
+        index = json.loads(files.pop(HOSTED_INDEX).decode())
+    except KeyError:
+        raise CompileError(f"{path}: bad compiled file: it has no {HOSTED_INDEX}") from None
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, UnicodeDecodeError, json.JSONDecodeError,
+            RecursionError, ValueError, EOFError) as exc:
+        raise CompileError(f"{path}: bad compiled file: {exc}") from None
+    try:
+        check_hosted(index, files)
+        stages = []
+        for k, st in enumerate(index["stages"]):
+            if st["kind"] == "host":
+                part = HostPart(st["name"], files[st["file"]], st["inputs"], st["outputs"], st["nodes"], st["macs"])
+                check_host_part(part)
+                stages.append(part)
+            else:
+                try:
+                    program = Program.from_bytes(files[st["file"]])
+                except BinaryError as exc:
+                    raise CompileError(f"bad compiled file: NPU stage {k} ({st['file']}): {exc}") from None
+                stages.append(_npu_library(program, cfg, f"NPU stage {k} ({st['file']})"))
+                check_npu_stage(st, stages[-1].meta, k)
+    except CompileError as exc:
+        raise CompileError(f"{path}: {exc}") from None
+    return HostedLibrary(index["name"], stages, index["inputs"], index["outputs"], cfg,
+                         [(st["inputs"], st["outputs"]) for st in index["stages"]])

@@ -18,7 +18,7 @@ from nnpsim.config import Config
 
 from .errors import CompileError
 from .ir import ON_CHIP
-from .library import Library
+from .library import HostedLibrary, Library
 from .runtime import LayerStats
 
 MEMORIES = ON_CHIP
@@ -32,15 +32,19 @@ FIELDS = ("layer", "ops", "ran_on", "out_shape", "macs", "cycles", "measured", "
 TABLE_SUFFIXES = (".csv", ".json")
 
 
-def layer_rows(lib: Library, stats: Sequence[LayerStats] | None = None) -> list[dict]:
-    """One row per layer: from the compile's prediction, or from a run's statistics when given."""
-    layers = lib.meta["layers"]
+def layer_rows(lib: Library | HostedLibrary, stats: Sequence[LayerStats] | None = None) -> list[dict]:
+    """One row per layer: from the compile's prediction, or from a run's statistics when given (a host part's
+    row: ran_on "host", its MACs, and no cycles: it does not run on the simulator)."""
+    layers = lib.layers
     if stats is not None and len(stats) != len(layers):
         raise CompileError(f"{len(stats)} layer statistics for {len(layers)} layers")
     peak = lib.config.peak_macs_per_cycle
     rows = []
     for k, layer in enumerate(layers):
         s = stats[k] if stats is not None else None
+        if layer.get("ran_on") == "host":
+            rows.append(_host_row(layer, s is not None))
+            continue
         cycles = s.cycles if s is not None else int(layer["predicted_cycles"])
         bound = int(layer["bound_cycles"])
         macs = int(layer.get("macs", 0))
@@ -56,6 +60,13 @@ def layer_rows(lib: Library, stats: Sequence[LayerStats] | None = None) -> list[
             "start": s.start if s is not None else None, "end": s.end if s is not None else None,
             **{f"peak_{m}_bytes": peaks[m] for m in MEMORIES}})
     return rows
+
+
+def _host_row(layer: dict, measured: bool) -> dict:
+    """A host part's row: its name, ops and MACs; empty cycle and memory columns."""
+    return {**dict.fromkeys(FIELDS), "layer": layer["name"], "ops": layer["ops"], "ran_on": "host",
+            "out_shape": "x".join(str(d) for d in layer["out_shape"]), "macs": int(layer["macs"]),
+            "measured": measured}
 
 
 def space_peaks(onchip: dict[str, int]) -> dict[str, int]:

@@ -31,6 +31,7 @@ from nnpsim.trace import trace_json
 from . import reference as sem
 from .dynamic.graph import check_input
 from .errors import CompileError
+from .host import HostPart, check_array, run_part
 
 LAYER_TRACK = 10_000      # tid of the layer track in the trace, above every unit track
 
@@ -95,7 +96,11 @@ class Binary(Protocol):
 
 
 class GraphModule:
-    """A compiled network on a simulator: set inputs, run, read outputs and per-layer statistics."""
+    """A compiled network on a simulator: set inputs, run, read outputs and per-layer statistics (a network
+    with host parts, a compiler.library.HostedLibrary, runs as a HostedModule)."""
+
+    def __new__(cls, lib=None, config: Config | None = None):
+        return super().__new__(HostedModule if cls is GraphModule and hasattr(lib, "stages") else cls)
 
     def __init__(self, lib: Binary, config: Config | None = None):
         if not all(hasattr(lib, a) for a in ("program", "meta", "config")):
@@ -117,7 +122,7 @@ class GraphModule:
                 raise CompileError(f"{which[:-1]} index {key} is out of range: the model has {len(table)}")
             return table[int(key)]
         for t in table:
-            if key in (t["name"], t["buffer"]):
+            if key in (t["name"], t.get("buffer")):
                 return t
         known = ", ".join(t["name"] for t in table)
         raise CompileError(f"no {which[:-1]} named {key!r} (the model's {which}: {known})")
@@ -241,3 +246,86 @@ def with_layer_track(doc: dict, layers: list[LayerStats]) -> dict:
                            "args": {"ops": layer.ops, "macs": layer.macs, "ddr_bytes": layer.ddr_bytes,
                                     "bound_cycles": layer.bound_cycles}})
     return doc
+
+
+@dataclass
+class HostedStats:
+    """A run of a network with host parts: the NPU stages' cycles one after another, and where the MACs ran."""
+
+    cycles: int
+    time_us: float
+    stages: list[Stats]                 # each NPU stage's run, in order
+    npu_macs: int
+    host_macs: int
+    host_nodes: dict[str, list[str]]    # host part: the nodes it ran
+
+    @property
+    def npu_mac_share(self) -> float:
+        """The fraction of the network's MACs that ran on the NPU."""
+        total = self.npu_macs + self.host_macs
+        return self.npu_macs / total if total else 1.0
+
+
+class HostedModule(GraphModule):
+    """A network with host parts: each NPU stage on a simulator of its own, each host part in one onnxruntime
+    session made here, run in stage order; tensors pass between them as the ONNX model has them."""
+
+    def __init__(self, lib, config: Config | None = None):
+        self.lib = lib
+        self.meta = lib.meta
+        self.parts = [st.session() if isinstance(st, HostPart) else GraphModule(st, config) for st in lib.stages]
+        self.stats = None
+        self._env: dict[str, np.ndarray] = {}
+        self._made_by = {t["name"]: k for k, (_, outs) in enumerate(lib.tensors) for t in outs}
+
+    def set_input(self, key, array) -> None:
+        """Set input `key` (index or name), in the model's dtype and shape (float32 for a float input)."""
+        t = self._tensor(key, "inputs")
+        self._env[t["name"]] = check_array(t, array, "input")
+
+    def run(self, check_races: bool = False, trace=None) -> HostedStats:
+        """Run every stage in order: NPU stages on the simulator, host parts in their sessions."""
+        missing = [t["name"] for t in self.meta["inputs"] if t["name"] not in self._env]
+        if missing:
+            raise CompileError(f"set every input before run(): missing {', '.join(missing)}")
+        if trace is not None:
+            raise CompileError("a trace covers one program; this network has a program per NPU stage")
+        runs = []
+        for st, part, (ins, outs) in zip(self.lib.stages, self.parts, self.lib.tensors):
+            if isinstance(st, HostPart):
+                self._env.update(run_part(st, part, self._env))
+                continue
+            for t in ins:
+                part.set_input(t["name"], self._env[t["name"]])
+            runs.append(part.run(check_races=check_races))
+            for t in outs:
+                self._env[t["name"]] = part.get_output(t["name"], quantized=t["dtype"] != "float32")
+        self.stats = HostedStats(sum(r.cycles for r in runs), sum(r.time_us for r in runs), runs,
+                                 self.lib.npu_macs, self.lib.host_macs,
+                                 {p.name: [n[0] for n in p.nodes] for p in self.lib.host_parts})
+        return self.stats
+
+    def get_output(self, key=0, *, quantized: bool = False) -> np.ndarray:
+        """Output `key` (index or name) as the model gives it (quantized=True: an NPU stage's int8 or uint8)."""
+        if self.stats is None:
+            raise CompileError("no output yet: call run() first")
+        t = self._tensor(key, "outputs")
+        part = self.parts[self._made_by[t["name"]]]
+        if quantized and isinstance(part, GraphModule):
+            return part.get_output(t["name"], quantized=True)
+        return self._env[t["name"]]
+
+    def layer_stats(self) -> list[LayerStats]:
+        """Per layer of the last run, NPU stages' layers on one time line and a row (no cycles) per host part."""
+        if self.stats is None:
+            raise CompileError("no run yet: call run() first")
+        out, start = [], 0
+        for st, part in zip(self.lib.stages, self.parts):
+            if isinstance(st, HostPart):
+                out.append(LayerStats(st.name, st.ops, start, start, 0, 0, st.macs, 0.0, 0, 0))
+                continue
+            for s in part.layer_stats():
+                out.append(LayerStats(s.name, s.ops, s.start + start, s.end + start, s.cycles, s.commands, s.macs,
+                                      s.mac_utilization_pct, s.ddr_bytes, s.bound_cycles))
+            start += part.stats.cycles
+        return out

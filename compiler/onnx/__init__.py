@@ -30,6 +30,7 @@ reference evaluator in fold):
   fold         Shape, Size and every node of constants folded at import (onnx's reference evaluator)
   registry     the handler table: op type -> handler, what it becomes, inputs, domain, its docs row
   importer     one import: initializers, graph inputs, node order, the handlers, graph outputs
+  placement    host fallback: which nodes run on the host, the model cut into NPU stages and host parts
   dynamic      symbolic dimensions given as ranges: a DynamicGraph
   opdoc        docs/operators.md from the handler table (not imported by the package)
   __init__     from_onnx
@@ -42,10 +43,12 @@ from typing import TYPE_CHECKING, Mapping
 from ..dynamic.graph import DynamicGraph
 from ..errors import CompileError
 from ..graph import Graph
+from ..host import HostedGraph
 from .arithmetic import ARITHMETIC
 from .dynamic import dynamic_graph, split_ranges
 from .importer import import_graph
 from .load import check_model, import_onnx, load, source_name
+from .placement import any_host, hosted_graph
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import ModelProto
@@ -54,8 +57,12 @@ __all__ = ["from_onnx"]
 
 
 def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str = "onnxruntime",
-              dims: Mapping[str, int | tuple[int, ...]] | None = None) -> Graph | DynamicGraph:
+              dims: Mapping[str, int | tuple[int, ...]] | None = None,
+              host_fallback: bool = True) -> Graph | DynamicGraph | HostedGraph:
     """A validated Graph from an int8 ONNX model (path, bytes or onnx.ModelProto).
+
+    A model with nodes the NPU does not run (compiler.onnx.placement) gives a compiler.host.HostedGraph: NPU
+    stages and host parts run by onnxruntime; host_fallback=False refuses it instead, listing those nodes.
 
     `dims` fixes symbolic dimensions: {"batch": 1} by dim_param name, or {"x": (1, 3, 224, 224)}
     by input name.  A range {"height": (32, 512)} (or a compiler.Dim) for a dim_param gives a
@@ -74,6 +81,19 @@ def from_onnx(model: str | os.PathLike | bytes | ModelProto, *, arithmetic: str 
     if ranges:
         graph = dynamic_graph(onnx, proto, arithmetic, fixed, ranges)
     else:
-        graph = import_graph(onnx, proto, arithmetic, dict(dims or {}))
+        graph = host_fallback and _hosted(onnx, proto, arithmetic, dict(dims or {}), source_name(model))
+        graph = graph or import_graph(onnx, proto, arithmetic, dict(dims or {}))
     check_model(onnx, proto, source_name(model))    # what onnxruntime would refuse, refused too
     return graph
+
+
+def _hosted(onnx, proto: ModelProto, arithmetic: str, dims: dict, where: str) -> HostedGraph | None:
+    """The model cut into NPU stages and host parts, or None if every node runs on the NPU (the whole model
+    checked as onnxruntime checks it first, so that each stage is cut from a valid model)."""
+    if not any_host(onnx, proto):
+        return None
+    try:
+        check_model(onnx, proto, where)
+    except CompileError:
+        return None                 # the import names every problem first, then the checker's
+    return hosted_graph(onnx, proto, arithmetic, dims)

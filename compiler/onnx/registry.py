@@ -39,6 +39,7 @@ class Op:
     forms: tuple[str, ...] = ()           # of FORMS: QOperator, QDQ, int8 (on the quantised tensor itself)
     constraints: str = ""                 # what the importer requires of it, beyond the activation rules
     runs: str = "NPU"                     # of RUNS
+    weight: int | None = None             # the input the NPU needs constant; a node with an activation there runs on the host
 
 
 def _float_binary(kind: str, what: str) -> Op:
@@ -65,13 +66,14 @@ OPS: dict[str, Op] = {
                            forms=("QOperator", "QDQ"), constraints="int8 or uint8 activations; int8 or uint8 "
                            "weights, int32 biases; no block_size"),
     "QLinearConv": Op(conv.qlinear_conv, "conv2d", 9, constraints="2-D (NCHW); groups, depthwise, stride, "
-                      "dilation, padding, auto_pad; " + _WEIGHTS),
+                      "dilation, padding, auto_pad; " + _WEIGHTS, weight=3),
     "Conv": Op(conv.conv, "conv2d", 3, constraints="2-D (NCHW); groups, depthwise, stride, dilation, padding, "
-               "auto_pad; " + _WEIGHTS + "; bias int32 or float"),
-    "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS),
-    "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS),
-    "QGemm": _ms(conv.qgemm, "dense", 9, constraints="transA 0, alpha 1; " + _WEIGHTS),
-    "Gemm": Op(conv.gemm, "dense", 3, constraints="transA 0, alpha and beta 1; " + _WEIGHTS),
+               "auto_pad; " + _WEIGHTS + "; bias int32 or float", weight=1),
+    "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS,
+                        weight=3),
+    "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS, weight=1),
+    "QGemm": _ms(conv.qgemm, "dense", 9, constraints="transA 0, alpha 1; " + _WEIGHTS, weight=3),
+    "Gemm": Op(conv.gemm, "dense", 3, constraints="transA 0, alpha and beta 1; " + _WEIGHTS, weight=1),
     "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add", 8,
                       constraints="B broadcasts per image and / or channel, or per plane, or is an int8 initializer"),
     "Add": Op(elementwise.binary("add"), "add", 2, constraints="B broadcasts per image and / or channel, or per "
@@ -173,3 +175,20 @@ def check_arity(node: NodeProto) -> None:
         raise Problem(node, "has no output")
     if len(node.output) > op.outputs:
         raise Problem(node, f"has {len(node.output)} outputs, {node.op_type} has one")
+
+
+def host_reason(node: NodeProto, constant: Callable[[str], bool]) -> str:
+    """Why the node runs on the host ("" if it runs on the NPU or is absorbed at import): its op type has no
+    NPU lowering, or only on constants (the folded ops), or its form has none (an activation as a matmul's or
+    a conv's weights).  The one place host fallback is decided per node (compiler.onnx.placement asks it)."""
+    op = OPS.get(node.op_type)
+    if op is None or node.domain not in op.domains:
+        if fold.folds(node) and all(constant(i) for i in node.input if i):
+            return ""
+        domain = f" in domain {node.domain!r}" if node.domain else ""
+        if fold.folds(node):
+            return f"op type {node.op_type!r} runs on the NPU only as a constant folded at import"
+        return f"op type {node.op_type!r}{domain} has no NPU lowering"
+    if op.weight is not None and op.weight < len(node.input) and not constant(node.input[op.weight]):
+        return f"{node.op_type} of two activations (input {op.weight} is not a constant) has no NPU lowering"
+    return ""

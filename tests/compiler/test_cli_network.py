@@ -14,6 +14,7 @@ import pytest
 import compiler
 from compiler import models
 from compiler.cli import main as nnpc_main
+from tests.helpers.hosted import compiled, inputs
 from tests.helpers.cli_files import INPUT_KINDS, OUTPUT_KINDS, bad_input, bad_output, files_under, one_error_line
 
 
@@ -215,3 +216,29 @@ def test_help_lists_every_verb_and_each_verb_has_help(capsys):
                        ("conv2d", "--x-shape")]:
         code, out, err = nnpc(capsys, verb, "--help")
         assert code == 0 and word in out, (verb, out)
+
+
+def test_a_model_with_host_parts_compiles_reports_and_runs(tmp_path, capsys):
+    """nnpc compile --report names every host node and the NPU's share of the MACs; --npu-only refuses with the
+    listing; nnpc run of the file runs the host parts too and says where the MACs ran."""
+    onnx_model, _, lib = compiled("attention")
+    onnx.save(onnx_model, str(tmp_path / "attn.onnx"))
+    np.save(tmp_path / "x.npy", inputs(0))
+    assert nnpc_main(["compile", str(tmp_path / "attn.onnx"), "-o", str(tmp_path / "attn.nnp"), "--report",
+                      "--table", str(tmp_path / "t.csv")]) == 0
+    out = capsys.readouterr().out
+    share = f"NPU: {100 * lib.npu_mac_share:.2f}% of {lib.npu_macs + lib.host_macs:,} MACs"
+    assert share in out and "host0 (host, onnxruntime): 3 nodes: QLinearMatMul, QLinearSoftmax" in out
+    for node in ("scores_quant", "softmax_quant", "mix_quant"):
+        assert f"  {node} (" in out
+    rows = (tmp_path / "t.csv").read_text().splitlines()
+    assert sum(",host," in r for r in rows) == 1 and sum(",npu," in r for r in rows) == len(rows) - 2
+    assert nnpc_main(["compile", str(tmp_path / "attn.onnx"), "-o", str(tmp_path / "no.nnp"), "--npu-only"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("nnpc: error: cannot import the ONNX model: ") and "QLinearSoftmax" in err[0]
+    assert not (tmp_path / "no.nnp").exists()
+    assert nnpc_main(["run", str(tmp_path / "attn.nnp"), "--input", str(tmp_path / "x.npy"),
+                      "--output", str(tmp_path / "y.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "host: host0: 3 nodes (onnxruntime); NPU: " in out and "on the host (onnxruntime)" in out
+    assert (np.load(tmp_path / "y.npy") == lib.run(inputs(0))).all()

@@ -4,9 +4,13 @@ program and the machine.  Each corruption gets one CompileError line naming the 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
+import zipfile
 
 import numpy as np
+import onnx
 import pytest
 
 import compiler
@@ -16,6 +20,7 @@ from isa_spec.program import Program
 from nnpsim.config import Config
 
 from tests.helpers.compiled import graph_of, seeds, with_graph
+from tests.helpers.hosted import compiled
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 
@@ -142,3 +147,70 @@ def test_a_non_path_or_non_library_is_one_clear_error():
         compiler.load(None)
     with pytest.raises(CompileError, match="GraphModule takes a compiled network .*got str 'path'"):
         compiler.GraphModule("path")
+
+
+# ----------------------------------------------------------------------------- a network with host parts
+
+def _hosted_files(tmp_path) -> tuple[dict, dict[str, bytes]]:
+    """The index and the files of a saved network with host parts (conv -> LayerNorm -> conv)."""
+    path = tmp_path / "ok.nnp"
+    compiled("layernorm")[2].save(path)
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    return json.loads(files.pop("nnp_hosted.json")), files
+
+
+def _write_hosted(tmp_path, index: dict, files: dict[str, bytes], name: str = "bad.nnp") -> str:
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("nnp_hosted.json", json.dumps(index))
+        for n, data in files.items():
+            z.writestr(n, data)
+    return str(path)
+
+
+def _host_model_with_renamed_input(data: bytes) -> bytes:
+    m = onnx.ModelProto()
+    m.ParseFromString(data)
+    old = m.graph.input[0].name
+    m.graph.input[0].name = old + "_x"
+    for n in m.graph.node:
+        n.input[:] = [old + "_x" if i == old else i for i in n.input]
+    return m.SerializeToString()
+
+
+def test_a_saved_network_with_host_parts_loads_back(tmp_path):
+    index, files = _hosted_files(tmp_path)
+    lib = compiler.load(_write_hosted(tmp_path, index, files, "same.nnp"))
+    assert [type(s).__name__ for s in lib.stages] == ["Library", "HostPart", "Library"]
+    assert lib.meta == index
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda ix, f: f.update({"host0.onnx": f["host0.onnx"][:-7] + b"garbage"}),
+     r"host part host0 \(host0.onnx\) is not the model its SHA-256 [0-9a-f]{16}\.\.\. names"),
+    (lambda ix, f: f.pop("host0.onnx"), r"nnp_hosted.json field stages\[1\].file = 'host0.onnx': expected a file"),
+    (lambda ix, f: ix["stages"][1].update(kind="gpu"), r"field stages\[1\].kind = 'gpu': expected one of"),
+    (lambda ix, f: ix["stages"][1].pop("sha256"), r"field stages\[1\].sha256 = None: expected name, sha256"),
+    (lambda ix, f: ix["stages"][2]["inputs"][0].update(dtype="float32"),
+     r"field stages\[2\].inputs\[0\] = '.*': expected a tensor of that dtype given by the inputs or a stage"),
+    (lambda ix, f: ix["outputs"][0].update(name="nowhere"), r"field outputs\[0\] = 'nowhere': expected a tensor"),
+    (lambda ix, f: ix["stages"].reverse(), r"field stages\[0\].inputs\[0\]"),
+    (lambda ix, f: (f.update({"host0.onnx": _host_model_with_renamed_input(f["host0.onnx"])}),
+                    ix["stages"][1].update(sha256=hashlib.sha256(f["host0.onnx"]).hexdigest())),
+     r"host part host0's model has the inputs \[\('.*_x', 'int8'\)\], the index says"),
+    (lambda ix, f: f.update({"stage2.nnp": f["stage2.nnp"][:100]}), r"NPU stage 2 \(stage2.nnp\): "),
+    (lambda ix, f: f.update({"stage0.nnp": f["stage2.nnp"]}), r"field stages\[0\].inputs = "),
+])
+def test_a_corrupted_part_is_refused_in_one_line(tmp_path, corrupt, message):
+    index, files = _hosted_files(tmp_path)
+    corrupt(index, files)
+    line = refused(_write_hosted(tmp_path, index, files))
+    assert re.search(message, line), line
+
+
+def test_a_torn_archive_is_one_line(tmp_path):
+    index, files = _hosted_files(tmp_path)
+    data = (tmp_path / "ok.nnp").read_bytes()
+    (tmp_path / "torn.nnp").write_bytes(data[:len(data) // 2])
+    assert "bad compiled file" in refused(str(tmp_path / "torn.nnp"))

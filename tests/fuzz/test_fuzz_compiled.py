@@ -9,18 +9,24 @@ truncates the ELF file.  A child process loads every mutant (compiler.load) and 
 Property, for every mutant: one clean one-line error (CompileError or SimError), or a run whose host writes
 stay inside the buffers they name (DDR outside every buffer is unchanged after the inputs are written, and
 after the run when the code is the seed's), and whose output equals the seed's when the mutation changed
-nothing the run uses.  FUZZ=long raises the number of mutants (tests/fuzz/conftest.py).
+nothing the run uses.  A network with host parts (conv -> LayerNorm -> conv) is mutated too: its index, its
+host model behind or with a new SHA-256, the archive's bytes.  FUZZ=long raises the number of mutants
+(tests/fuzz/conftest.py).
 """
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import json
+import zipfile
 
 import numpy as np
 
 from isa_spec.program import BinaryError, Buffer, Program, Symbol
 
 from tests.helpers.compiled import graph_of, seeds, with_graph
+from tests.helpers.hosted import compiled, inputs
 
 from .strategies import budget, run_python
 
@@ -270,3 +276,91 @@ def test_compiled_file_mutations(tmp_path):
     tally = judge(items, verdicts[len(plain):], seed_runs)
     assert tally["refused"] and tally["ran"], tally
     print(f"compiled-file mutants: {len(items)}: {tally}")
+
+
+# ------------------------------------------------------------------ networks with host parts
+
+HOSTED_BATCH = r"""
+import json, sys
+import numpy as np
+import compiler
+from compiler import CompileError
+from nnpsim.errors import SimError
+jobs = json.loads(sys.stdin.read())
+x = np.load(jobs.pop(0))
+out = []
+for path in jobs:
+    try:
+        m = compiler.GraphModule(compiler.load(path))
+        m.set_input(0, x)
+        m.run(check_races=True)
+        out.append(["ran", [m.get_output(k).tolist() for k in range(m.num_outputs)]])
+    except (CompileError, SimError) as exc:
+        out.append(["refused", str(exc)])
+    except BaseException as exc:
+        import traceback
+        out.append(["crash", "%s: %s\n%s" % (type(exc).__name__, exc, traceback.format_exc()[-1500:])])
+print(json.dumps(out))
+"""
+
+
+def hosted_mutants(files: dict[str, bytes], count: int, seed: int) -> list[tuple[int, str, bytes]]:
+    """(kind, what, zip bytes): the index mutated (0), the host model's bytes flipped or cut with its SHA-256
+    recomputed (1) or not (2), the archive's own bytes flipped or cut (3)."""
+    rng = np.random.default_rng(seed)
+    index = json.loads(files["nnp_hosted.json"])
+    host = next(n for n in files if n.endswith(".onnx"))
+    k = next(i for i, st in enumerate(index["stages"]) if st["kind"] == "host")
+    out = []
+    while len(out) < count:
+        kind = len(out) % 4
+        doc, parts = copy.deepcopy(index), dict(files)
+        if kind == 0:
+            doc, what = mutate_json(index, rng)
+        elif kind in (1, 2):
+            parts[host], what = mutate_bytes(files[host], rng)
+            if kind == 1:
+                doc["stages"][k]["sha256"] = hashlib.sha256(parts[host]).hexdigest()
+        parts["nnp_hosted.json"] = json.dumps(doc).encode()
+        data = _zip(parts)
+        if kind == 3:
+            data, what = mutate_bytes(data, rng)
+        out.append((kind, what, data))
+    return out
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_hosted_file_mutations(tmp_path):
+    """Every mutant of a saved network with host parts: one clean line, or a run; a host model changed behind its
+    SHA-256 is always refused, and an index that still loads and runs gives the seed's outputs."""
+    lib = compiled("layernorm")[2]
+    lib.save(tmp_path / "seed.nnp")
+    with zipfile.ZipFile(tmp_path / "seed.nnp") as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    np.save(tmp_path / "x.npy", inputs(3))
+    items = [(-1, "seed", (tmp_path / "seed.nnp").read_bytes())] + hosted_mutants(files, budget(12).max_examples, 25)
+    for j, (_, _, data) in enumerate(items):
+        (tmp_path / f"h{j}.nnp").write_bytes(data)
+    proc = run_python(HOSTED_BATCH, stdin=json.dumps([str(tmp_path / "x.npy")] + [str(tmp_path / f"h{j}.nnp")
+                                                                                   for j in range(len(items))]),
+                      timeout=1200, memory_bytes=6 << 30)
+    assert proc.returncode == 0, f"batch died (status {proc.returncode}):\n{proc.stderr[-3000:]}"
+    verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert verdicts[0][0] == "ran", verdicts[0]
+    tally = {"refused": 0, "ran": 0}
+    for (kind, what, _), v in zip(items[1:], verdicts[1:]):
+        assert v[0] in ("refused", "ran"), f"{what}: {v[0]}: {v[1]}"
+        tally[v[0]] += 1
+        if v[0] == "refused":
+            assert v[1].strip() and "\n" not in v[1].strip(), f"{what}: not one line: {v[1]!r}"
+        assert kind != 2 or v[0] == "refused", f"{what}: a host model changed behind its SHA-256 ran"
+        assert kind != 0 or v[0] == "refused" or v[1] == verdicts[0][1], f"{what}: the index changed the output"
+    assert tally["refused"], tally
+    print(f"hosted-file mutants: {len(items) - 1}: {tally}")

@@ -3,7 +3,8 @@ names mutated, nodes dropped or duplicated, and their bytes truncated or flipped
 
 Property: `compiler.from_onnx` either returns a graph that validates (and runs its numpy reference
 when small) or raises CompileError, never another exception (nor its "internal error" safety net),
-within a time guard.  Budgets follow tests/fuzz/conftest.py (FUZZ=long for long runs).
+within a time guard.  A model with nodes the NPU cannot run gives a HostedGraph instead: its NPU stages
+validate, and the same model is refused with host_fallback=False.  Budgets follow tests/fuzz/conftest.py (FUZZ=long for long runs).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from compiler import CompileError, Graph, from_onnx, models
+from compiler.host import HostedGraph
 from compiler.models import Net
 
 from .strategies import budget, time_limit
@@ -55,6 +57,8 @@ def check(model) -> Graph | None:
             msg = str(exc)
             assert msg.strip() and "internal error" not in msg and "Traceback" not in msg, msg
             return None
+        if isinstance(g, HostedGraph):
+            return _hosted(model, g)
         assert isinstance(g, Graph) and g.validate() is g
         if sum(int(np.prod(g.values[i].shape)) for i in g.inputs) <= MAX_REFERENCE_ELEMENTS:
             rng = np.random.default_rng(0)
@@ -62,6 +66,20 @@ def check(model) -> Graph | None:
             for y, name in zip(g.reference(*inputs), g.outputs):
                 assert y.shape == g.values[name].shape
         return g
+
+
+def _hosted(model, g: HostedGraph) -> HostedGraph:
+    """A model with host parts: NPU stages that validate, host parts that hold nodes, and a refusal without them."""
+    assert g.host_parts and all(p.nodes and p.model for p in g.host_parts)
+    for stage in g.stages:
+        assert not isinstance(stage, Graph) or stage.validate() is stage
+    try:
+        from_onnx(model, arithmetic="fixed", host_fallback=False)
+    except CompileError as exc:
+        assert "internal error" not in str(exc) and "Traceback" not in str(exc), str(exc)
+    else:
+        raise AssertionError("a model with host parts imported for the NPU alone")
+    return g
 
 
 def model_of(name: str) -> onnx.ModelProto:

@@ -8,6 +8,7 @@
   networks  small graphs (ResNet bottlenecks, inverted residuals, a stem, random topologies)
             and the fused chains of the pipelining tests
   mutation  semaphore-wait mutants of compiled and dynamic programs, judged by the race checker
+  hosted    models with nodes the NPU does not run (LayerNorm, attention, a detector tail), for host fallback
 
 tests/reference.py, tests/isa_reference.py, tests/onnx_helpers.py and tests/fuzz/strategies.py
 are helper modules too; fixtures live in tests/conftest.py.

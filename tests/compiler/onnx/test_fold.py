@@ -116,7 +116,7 @@ def test_gather_of_an_activation_is_refused_as_fold_only():
     conv.input[0] = "picked"
     with pytest.raises(CompileError, match=r"node 'pick' \(Gather\): op type 'Gather' is folded at import only, "
                                            r"on constant inputs and shapes: input 0 is the dequantised tensor"):
-        from_onnx(model)
+        from_onnx(model, host_fallback=False)
 
 
 def test_a_fold_too_large_is_refused():

@@ -42,7 +42,7 @@ def _model(chain: list[str], branches: int) -> object:
 def test_every_unsupported_node_is_listed_by_op_type():
     model = _model(["Hardmax", "Relu", "LpNormalization", "Hardmax", "Hardmax", "LpNormalization"], branches=3)
     with pytest.raises(CompileError) as e:
-        from_onnx(model)
+        from_onnx(model, host_fallback=False)
     lines = str(e.value).splitlines()
     assert lines[0] == ("cannot import the ONNX model: 8 nodes of 2 op types cannot run (Hardmax 6, "
                         "LpNormalization 2)")
@@ -56,7 +56,7 @@ def test_every_unsupported_node_is_listed_by_op_type():
 
 def test_one_node_is_named_as_before():
     with pytest.raises(CompileError) as e:
-        from_onnx(_model(["LpNormalization"], branches=0))
+        from_onnx(_model(["LpNormalization"], branches=0), host_fallback=False)
     assert str(e.value).splitlines()[:2] == [
         "cannot import the ONNX model: 1 node of 1 op type cannot run (LpNormalization 1)",
         "  node 'lpnormalization0' (LpNormalization): op type 'LpNormalization' is not supported"]
@@ -78,7 +78,7 @@ def test_an_op_type_that_is_not_utf8_is_listed_not_a_crash():
     raw = _model(["Hardmax", "LpNormalization"], branches=1).SerializeToString()
     assert raw.count(b"Hardmax") >= 1
     with pytest.raises(CompileError) as e:
-        from_onnx(raw.replace(b"Hardmax", b"Hard\xffax"))
+        from_onnx(raw.replace(b"Hardmax", b"Hard\xffax"), host_fallback=False)
     first = str(e.value).splitlines()[0]
     assert "internal error" not in str(e.value) and first.startswith("cannot import the ONNX model: ")
     assert "Hard\ufffdax" in str(e.value)
