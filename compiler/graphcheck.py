@@ -37,7 +37,8 @@ AXES = ("list", ("or", ("int", 0, MAX_DIM), "name"), 0, MAX_NDIM)
 TENSOR = {"name": "str", "buffer": "name", "shape": AXES, "dtype": ("enum", "int8", "int32"),
           "scale?": ("list", "scale", 1, MAX_DIM), "zero_point?": ("list", ("int", -128, 127), 1, MAX_DIM),
           "axis?": ("null", ("int", 0, MAX_NDIM - 1)), "host_dtype?": ("enum", "uint8")}
-PIPELINING = {"chosen": "str", "cycles": "count", "priced": ("map", ("null", "count")), "why": "str"}   # null: failed to lower
+# a priced variant is null when it failed to lower (interleave.choose)
+PIPELINING = {"chosen": "str", "cycles": "count", "priced": ("map", ("null", "count")), "why": "str"}
 LAYER = {"name": "str", "label": "name", "ops": "str", "in_shapes": ("list", SHAPE, 0, MAX_LIST),
          "out_shape": SHAPE, "macs": "count", "predicted_cycles": "count", "bound_cycles": "count",
          "nodes": ("list", "str", 0, MAX_LIST), "onchip": ("map", "count"), "pipelining?": ("null", PIPELINING)}
