@@ -262,6 +262,8 @@ def check_hosted(index: dict, files: dict[str, bytes]) -> None:
         check_schema(index, HOSTED_SCHEMA)
     except CompileError as exc:
         raise CompileError(str(exc).replace(GRAPH_BUFFER, HOSTED_INDEX, 1)) from None
+    for part in ("inputs", "outputs"):      # a graph names each of its inputs and outputs once (ONNX's rule)
+        _check_unique([t["name"] for t in index[part]], part)
     have = {t["name"]: t["dtype"] for t in index["inputs"]}
     for k, st in enumerate(index["stages"]):
         path = f"stages[{k}]"
@@ -285,6 +287,13 @@ def check_hosted(index: dict, files: dict[str, bytes]) -> None:
     for j, t in enumerate(index["outputs"]):
         if have.get(t["name"]) != t["dtype"]:
             raise _bad(f"outputs[{j}]", t["name"], "a tensor of that dtype a stage gives", HOSTED_INDEX)
+
+
+def _check_unique(names: list[str], path: str) -> None:
+    """CompileError naming the second place a name is listed again in the index's `path` list."""
+    for j, name in enumerate(names):
+        if name in names[:j]:
+            raise _bad(f"{path}[{j}]", name, f"a name not listed before in {path}", HOSTED_INDEX)
 
 
 def check_npu_stage(stage: dict, meta: dict, k: int) -> None:

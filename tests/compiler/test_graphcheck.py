@@ -196,6 +196,9 @@ def test_a_saved_network_with_host_parts_loads_back(tmp_path):
      r"field stages\[2\].inputs\[0\] = '.*': expected a tensor of that dtype given by the inputs or a stage"),
     (lambda ix, f: ix["outputs"][0].update(name="nowhere"), r"field outputs\[0\] = 'nowhere': expected a tensor"),
     (lambda ix, f: ix["stages"].reverse(), r"field stages\[0\].inputs\[0\]"),
+    (lambda ix, f: ix["outputs"].append(ix["outputs"][0]),        # found by test_hosted_file_mutations
+     r"field outputs\[1\] = '.*': expected a name not listed before in outputs"),
+    (lambda ix, f: ix["inputs"].append(ix["inputs"][0]), r"field inputs\[1\] = '.*': expected a name not listed"),
     (lambda ix, f: (f.update({"host0.onnx": _host_model_with_renamed_input(f["host0.onnx"])}),
                     ix["stages"][1].update(sha256=hashlib.sha256(f["host0.onnx"]).hexdigest())),
      r"host part host0's model has the inputs \[\('.*_x', 'int8'\)\], the index says"),
