@@ -28,7 +28,7 @@ def layer_ops(p: dict) -> tuple[ops.Op, ...]:
         zp_out = p.get("zp_out", 0)
         if kind == "conv2d":
             groups = p.get("groups", 1)
-            kh, kw = _pair(p["kernel"], "kernel")
+            kh, kw = (_count(k, "kernel") for k in _pair(p["kernel"], "kernel"))   # 0 would give fan_in 0
             if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or shape[1] % groups:
                 raise CompileError(f"groups = {groups!r} must divide the {shape[1]} input channels")
             o = _count(p["out_channels"], "out_channels")

@@ -201,6 +201,8 @@ BAD = [
     ("[sweep]\n" + LAYER + "[area]\nmac = 'big'\n", "area.mac", "must be a finite number >= 0, got 'big'"),
     ("[sweep]\n" + LAYER.replace("out_channels = 4", "out_channels = 0"), "sweep.layer[0]",
      "out_channels must be an integer in [1, 1073741824], got 0"),
+    ("[sweep]\n" + LAYER.replace("kernel = 3", "kernel = [3, 0]"), "sweep.layer[0]",       # found by FUZZ=long
+     "kernel must be an integer in [1, 1073741824], got 0"),
     ("[sweep]\n" + LAYER.replace("[1, 4, 6, 6]", "[1, 4, 6]"), "sweep.layer[0]", "x_shape must have 4 dimensions"),
     ("[sweep]\n" + LAYER.replace("[1, 4, 6, 6]", "[1, 0, 6, 6]"), "sweep.layer[0]", "x_shape[1] = 0 is out of range"),
     ("[sweep]\n" + LAYER.replace("out_channels = 4", "out_channels = 100000000"), "sweep.layer[0]",
