@@ -24,7 +24,7 @@ from nnpsim.stats import Stats
 from .errors import CompileError
 from .graphcheck import (ARENA, GRAPH_BUFFER, GRAPH_FORMAT, HOSTED_FORMAT, HOSTED_INDEX, check_graph,
                          check_host_part, check_hosted, check_machine, check_npu_stage)
-from .host import HostPart
+from .host import HostPart, nodes_text
 from .interleave import prices_text
 from .ir import Buffer
 from .runtime import GraphModule
@@ -314,7 +314,7 @@ class HostedLibrary:
         rows = []
         for k, st in enumerate(self.stages):
             if isinstance(st, HostPart):
-                rows.append(f"{st.name} (host, onnxruntime): {len(st.nodes)} nodes: {st.ops}; {st.macs:,} MACs")
+                rows.append(f"{st.name} (host, onnxruntime): {nodes_text(len(st.nodes))}: {st.ops}; {st.macs:,} MACs")
             else:
                 rows += [f"NPU stage {k}:", st.layer_table()]
         rows.append(self.placement_line())
@@ -331,7 +331,7 @@ class HostedLibrary:
         rows = []
         for k, st in enumerate(self.stages):
             if isinstance(st, HostPart):
-                rows.append(f"{st.name}: on the host (onnxruntime), {len(st.nodes)} nodes:")
+                rows.append(f"{st.name}: on the host (onnxruntime), {nodes_text(len(st.nodes))}:")
                 rows += [f"  {name} ({op}): {why}" for name, op, why in st.nodes]
             else:
                 rows += [f"NPU stage {k}:", st.fusion_report()]
