@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from isa_spec.program import BinaryError, Program
+from isa_spec.program import ZIP_MAGIC, BinaryError, Program
 from nnpsim.config import Config
 from nnpsim.stats import Stats
 
@@ -217,11 +217,6 @@ def _npu_library(program: Program, cfg: Config, where: str) -> Library:
 
 
 # ----------------------------------------------------------------------------- host parts
-
-ZIP_MAGIC = b"PK\x03\x04"
-"""A network with host parts is saved as a zip archive: its index (HOSTED_INDEX), each NPU stage's program
-and each host part's ONNX model, one file each."""
-
 
 @dataclass
 class HostedLibrary:
