@@ -1,6 +1,6 @@
 """Conv2d.live: a conv lowered as the conv of only the taps that can read a real input pixel.
 
-A dilated window larger than its input (DeepLabV3's ASPP: dilation 36 on a 32 x 32 map) has taps whose
+A dilated window larger than its input (DeepLabV3's ASPP: dilation 36 on a 16 x 16 map) has taps whose
 every read is padding; the NU runs the conv without them.  Compiled kernels on the simulator (race
 checking on) against tests/reference.py's per-tap model, bit for bit, on random shapes whose dilation
 exceeds the height or the width; the float form and a small QOperator graph against onnxruntime at both
