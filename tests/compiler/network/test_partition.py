@@ -56,3 +56,4 @@ def test_the_rule_needs_the_conv_output_read_by_the_lut_and_the_mul_alone():
     mod, want = run_both(m, lib, x)
     for w in want:
         np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, w))
+
