@@ -30,7 +30,8 @@ def self_product_model(shape, out_ch: int, act: str, rng: np.random.Generator, a
                        ) -> onnx.ModelProto:
     """x -> Q -> QLinearConv 3x3 pad 1 -> c; c * act(c) by QLinearMul (act_first: act(c) as its first operand)."""
     c = shape[1]
-    f = {"sx": 0.05, "sw": 0.02, "sc": float(rng.uniform(0.02, 0.08)), "ss": 1 / 256, "sy": float(rng.uniform(0.02, 0.1))}
+    f = {"sx": 0.05, "sw": 0.02, "sc": float(rng.uniform(0.02, 0.08)), "ss": 1 / 256,
+         "sy": float(rng.uniform(0.02, 0.1))}
     z = {"zx": int(rng.integers(-10, 10)), "zw": 0, "zc": int(rng.integers(-20, 20)), "zs": -128,
          "zy": int(rng.integers(-40, 0))}
     inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in f.items()]
