@@ -487,7 +487,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     ops = check_ops(ops)
     for op in ops:              # bounded: a layer past compiler.sizes.MAX_TILES is refused before any candidate
         check_tiles(op.kind, op.output.shape, cfg)
-    key = compile_cache.key("search", ops, cfg, choice, segments)
+    key = compile_cache.key("search", ops, cfg, choice, segments) if compile_cache.wanted("search") else None
     hit = _hit(key)
     if hit is not None:
         return _search(ops, cfg, hit[0], segments)
@@ -503,7 +503,8 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
 def cached_choice(ops: tuple[Op, ...], cfg: Config, choice: int | None = None) -> tuple[int, int] | None:
     """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing
     (CompileError if it holds the search's refusal)."""
-    return _hit(compile_cache.key("search", check_ops(ops), cfg, choice, None))
+    ops = check_ops(ops)
+    return _hit(compile_cache.key("search", ops, cfg, choice, None) if compile_cache.wanted("search") else None)
 
 
 def _hit(key: str | None) -> tuple[int, int] | None:
