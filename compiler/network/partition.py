@@ -46,7 +46,7 @@ def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
     operands stay where they are (the add then runs as a kernel of its own, as a broadcasting one does).
     """
-    if add.b_shape is not None:          # a broadcast b is no residual: the add runs as a kernel of its own
+    if add.b_shape is not None or add.reverse:   # a broadcast b, or b in the A role: no residual, a kernel of its own
         return None
     if position == 0:
         return add

@@ -96,6 +96,10 @@ OPS: dict[str, Op] = {
                   constraints="2-D (NCHW); no dilation; no Indices output"),
     "Flatten": Op(shape.flatten, "reshape", 1, forms=("QDQ", "int8")),
     "Reshape": Op(shape.reshape, "reshape", 2, forms=("QDQ", "int8"), constraints="a constant shape"),
+    "Squeeze": Op(shape.squeeze, "reshape", 2, forms=("QDQ", "int8"), constraints="constant axes (an input from "
+                  "opset 13, an attribute before)"),
+    "Unsqueeze": Op(shape.unsqueeze, "reshape", 2, forms=("QDQ", "int8"), constraints="constant axes (an input "
+                    "from opset 13, an attribute before)"),
     "Concat": Op(shape.concat, "concat (inputs requantised to the output scale where they differ)", None,
                  forms=("QDQ", "int8")),
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (inputs requantised to the output scale where they differ)",
