@@ -1,7 +1,8 @@
 """The elementwise ops: Add, Mul, Sub, Div, Max and Min (QDQ), QLinearAdd and QLinearMul, Relu and Clip.
 
-B may broadcast (one value per image and / or channel, or one plane), and either input may be a constant
-(an int8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
+Either input may broadcast to the other (any numpy broadcast lowering.vu.broadcast_view merges into three
+axes; QLinearAdd's roles as onnxruntime gives them: arithmetic.add_roles_swapped), and either may be a constant
+(an int8 or uint8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
 float ops between DequantizeLinear and QuantizeLinear (ops.qdq_binary).  A Relu or Clip after a pending op
 narrows that op's output range; on a dequantised or int8 tensor it is a clip.
 """

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from .. import reference as sem
 from ..ops import Concat, Reshape
 from .arithmetic import INT8, rescale_op
 from .load import to_array
@@ -185,16 +186,19 @@ def qlinear_concat(im: Importer, node: NodeProto) -> None:
 def _emit_concat(im: Importer, node, ins, yq, axis: int, out: str, name: str, lo: int = -128,
                  hi: int = 127) -> str:
     """Requantise each input whose scale differs from the output's (or when clipping), then Concat; ins are
-    (Value, quant, None) or (None, quant, constant): a constant is requantised here, by the same op."""
+    (Value, quant, None) or (None, quant, constant).  A constant is requantised here as onnxruntime does it
+    (QLinearConcat's table, and the float Concat between DequantizeLinear and QuantizeLinear alike: a
+    DequantizeLinear then a QuantizeLinear, float32)."""
     values, shapes, consts = [], [], []
     for k, (v, q, const) in enumerate(ins):
         shape = im.shape(v) if const is None else tuple(const.shape)
         if q is not None and yq is not None and (not q.same_as(yq) or (lo, hi) != INT8):
-            op = rescale_op(im.arithmetic, shape, "int8", int(q.zero_point), float(q.scale),
-                            float(yq.scale), int(yq.zero_point), lo, hi)
             if const is not None:
-                const = op.reference(const)
+                f = sem.dequantize_f32(const, np.float32(q.scale), int(q.zero_point))
+                const = np.clip(sem.quantize_f32(f, np.float32(yq.scale), int(yq.zero_point)), lo, hi).astype(np.int8)
             else:
+                op = rescale_op(im.arithmetic, shape, "int8", int(q.zero_point), float(q.scale),
+                                float(yq.scale), int(yq.zero_point), lo, hi)
                 v = im.emit(f"{name}/requant{k}", [(f"requant{k}", op, yq)], (v,), f"{out}/in{k}",
                             {"op_type": node.op_type}, int8_in_onnx=False)
         shapes.append(shape)

@@ -20,12 +20,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
-from onnx import TensorProto, helper
+from onnx import helper
 
 import compiler
 from compiler import CompileError
 from compiler.lowering.vu import broadcast_view
-from tests.helpers.qdq import LEVELS, SCALES, F, dims, feeds_for, initializer
+from tests.helpers.qdq import LEVELS, SCALES, ZP_TYPES, F, dims, feeds_for, initializer, ort_float
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 QDQ_OPS = {"sub": "Sub", "div": "Div", "max": "Max", "min": "Min", "add": "Add", "mul": "Mul"}
@@ -181,7 +181,6 @@ def test_refusals_name_the_node_and_the_reason():
 
 # ------------------------------------------------------------------ general broadcasting, either side, int8 and uint8
 
-ZP_TYPES = {"int8": (TensorProto.INT8, np.int8, -128), "uint8": (TensorProto.UINT8, np.uint8, 0)}
 BSCALES = {"x": (0.043, 5), "b": (0.031, -9), "y": (0.057, 3)}
 """(scale, zero point as int8; uint8 adds 128) of x, b and y in the broadcast models."""
 
@@ -213,19 +212,12 @@ def bcast_model(kind: str, form: str, dtype: str, x_shape: tuple, b_shape: tuple
         nodes += [helper.make_node(kind.capitalize(), [name + "f" for name, _ in pair], ["r"]),
                   helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"])]
     nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"]))
-    g = helper.make_graph(nodes, "bcast", inputs, [helper.make_tensor_value_info("out", F, out_shape)], initializer=inits)
+    g = helper.make_graph(nodes, "bcast", inputs, [helper.make_tensor_value_info("out", F, out_shape)],
+                          initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
     onnx.checker.check_model(m)
     return m
-
-
-def ort_float(model: onnx.ModelProto, feeds: dict, level) -> np.ndarray:
-    """onnxruntime's (dequantised) output at one optimisation level."""
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = level
-    opts.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
 
 
 @st.composite
