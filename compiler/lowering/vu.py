@@ -117,13 +117,13 @@ def broadcast_problem(op) -> str:
 
 def broadcast_view(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[tuple, tuple] | None:
     """(the op's shape, b's shape at its rank) under which the lowering broadcasts a b of b_shape to shape: the
-    shapes themselves (b padded on the left) when broadcast_problem has nothing against them, else the same
-    bytes seen with size-1 axes dropped and adjacent axes merged where b is alike (all a's, or all 1), as
-    (image, channel, positions); None when that leaves more than three axes (b alternates too often)."""
+    shapes themselves (b padded on the left) when b has a's shape or broadcast_problem has nothing against them,
+    else the same bytes seen with size-1 axes dropped and adjacent axes merged where b is alike (all a's, or all
+    1), as (image, channel, positions); None when that leaves more than three axes (b alternates too often)."""
     if len(b_shape) > len(shape):
         return None
     full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
-    if not broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
+    if full == tuple(shape) or not broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
         return tuple(shape), full
     runs: list[list] = []                 # [size, b varies] of merged axes, outer first
     for d, bd in zip(shape, full):

@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import compiler
 from compiler import CompileError, Graph, ops
+from compiler.lowering.vu import broadcast_problem, broadcast_view
 
 from tests.onnx_helpers import session
 from tests.helpers.mutation import kill_all
@@ -242,3 +243,21 @@ def test_onnx_broadcasts_the_old_rule_refused_now_import_and_are_bit_exact():
         g = compiler.from_onnx(model)
         assert [n.op.reverse for n in g.nodes if n.op.kind == "add"] == [reverse]
         run_and_compare(model, compiler.build(g), g, np.random.default_rng(4), 6, 9, 11, b_shape, (1,))
+
+
+def test_broadcast_view_keeps_lowered_shapes_and_merges_the_rest():
+    """Shapes the VU lowers as they stand (and a same-shape b) keep their view, so programs built before stay the
+    same; the rest merge into (image, channel, positions) with the same bytes; four alternations are refused."""
+    assert broadcast_view((1, 8, 5, 7), (1, 8, 5, 7)) == ((1, 8, 5, 7), (1, 8, 5, 7))
+    assert broadcast_view((1, 8, 5, 7), (8, 1, 1)) == ((1, 8, 5, 7), (1, 8, 1, 1))
+    assert broadcast_view((1, 56, 56, 96), (1, 1, 1, 96)) == ((1, 3136, 96), (1, 1, 96))
+    assert broadcast_view((2, 3, 4, 5), (2, 1, 1, 5)) == ((2, 12, 5), (2, 1, 5))
+    assert broadcast_view((2, 3, 4, 5), (4, 1)) == ((6, 4, 5), (1, 4, 1))
+    assert broadcast_view((2, 3, 4, 5), (2, 1, 4, 1)) is None
+    assert broadcast_view((4, 5), (1, 2, 1)) is None                               # more axes than the output
+    for shape, b in (((3, 1, 37, 5), (3, 1, 1, 5)), ((7, 9), (7, 1)), ((6, 4, 5), (1, 4, 1))):
+        view, bv = broadcast_view(shape, b)
+        assert not broadcast_problem(type("Op", (), {"shape": view, "b_shape": bv})())
+        a = np.arange(int(np.prod(shape))).reshape(shape)
+        bb = np.arange(int(np.prod(b))).reshape(b) * 1000
+        np.testing.assert_array_equal((a + bb).ravel(), (a.reshape(view) + bb.reshape(bv)).ravel())
