@@ -98,11 +98,12 @@ def fused_table(act, op: Elementwise):
 
 def _epilogue_op(op: Op, has_lut: bool, adds: int) -> bool:
     """Does an NU kernel take op after what it took so far: relu / clip, a lut, or its one residual add
-    (same-shape b, before any lut)?"""
+    (same-shape b an input, in B's role, before any lut)?"""
     if isinstance(op, Lut):
         return True
     return isinstance(op, Elementwise) and (op.mode == "clip" or (
-        op.mode == "add" and op.b_shape is None and not op.reverse and adds == 0 and not has_lut))
+        op.mode == "add" and op.b_shape is None and op.b_const is None and not op.reverse and adds == 0
+        and not has_lut))
 
 
 def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:

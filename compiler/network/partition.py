@@ -89,7 +89,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
                     ops.append(nxt.op)
                     added |= _is_lut(nxt.op)
                 elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
-                      and nxt.inputs[0] != nxt.inputs[1]
+                      and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
                       and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
                     pos = nxt.inputs.index(cur)
                     members.append(nxt)

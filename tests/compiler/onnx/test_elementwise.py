@@ -305,3 +305,37 @@ def _qlinear_add_const_a(a, aq, b_shape, bq, yq, np_t) -> onnx.ModelProto:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
     return m
+
+
+@pytest.mark.parametrize("const_side", ["A", "B"])
+def test_a_constant_operand_after_a_conv_is_a_kernel_of_its_own(const_side):
+    """QLinearAdd of a same-shape constant and a QLinearConv's output: on A's side the constant takes A's role
+    (reverse), which the conv's fused residual epilogue (the conv's output in A's role) cannot compute; on B's it
+    is no second input to fuse.  Either way the add is a kernel of its own, equal to onnxruntime at both levels."""
+    rng = np.random.default_rng(5)
+    shape = (1, 7, 9, 11)
+    inits = [initializer("w", rng.integers(-20, 20, (7, 3, 3, 3)), np.int8), initializer("bias", rng.integers(
+        -300, 300, 7), np.int32), initializer("c", rng.integers(-128, 128, shape), np.int8)]
+    for k, (s, z) in {"x": (0.04, 2), "w": (0.01, 0), "y": (0.05, -3), "c": (0.03, 6), "o": (0.06, 1)}.items():
+        inits += [initializer(f"s{k}", s, np.float32), initializer(f"z{k}", z, np.int8)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("QLinearConv", ["xq", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"], ["yq"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearAdd", (["c", "sc", "zc", "yq", "sy", "zy"] if const_side == "A" else
+                                             ["yq", "sy", "zy", "c", "sc", "zc"]) + ["so", "zo"], ["oq"],
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["oq", "so", "zo"], ["out"])]
+    g = helper.make_graph(nodes, "conv_add", [helper.make_tensor_value_info("x", F, [1, 3, 9, 11])],
+                          [helper.make_tensor_value_info("out", F, list(shape))], initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    graph = compiler.from_onnx(model)
+    assert [n.op.reverse for n in graph.nodes if n.op.kind == "add"] == [const_side == "A"]
+    lib = compiler.build(graph)
+    assert len(lib.layers) == 2                       # the conv, then the add: no fused residual
+    mod = compiler.GraphModule(lib)
+    feeds = feeds_for(model, 5)
+    mod.set_input("x", feeds["x"])
+    mod.run(check_races=True)
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(mod.get_output(0), ort_float(model, feeds, level))
