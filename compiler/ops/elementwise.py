@@ -89,7 +89,7 @@ class Elementwise(Op):
         return sem.requantize(arrays[0], self.za, self.ma, self.shift, self.zp_out, self.lo, self.hi)
 
 
-    def roles(self, pair: tuple):
+    def roles(self, pair: tuple) -> tuple:
         """A pair given as (a, b) in the order of QLinearAdd's (A, B) roles: reversed, (b, a)."""
         return tuple(pair[::-1]) if self.reverse else tuple(pair)
 
