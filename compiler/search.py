@@ -233,8 +233,10 @@ def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:
         folds = _folds(s, k) if fold else [s]
         trials = [_auto_nu(f, t, by, u, k) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
         site = found[k]
+        # len(trials): two chains the rest of the key confuses may differ in their tilings (yolov8's mul -> conv
+        # took a pick past its own trials); a pick is a position in this list
         key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
-               cfg, fold)
+               cfg, fold, len(trials))
         # graph fusion prices many chains that share segments
         s = trials[memo(_CHAIN_PICKS, key, lambda: ranked(trials, cfg, 1, k, found)[0])]
     return s
