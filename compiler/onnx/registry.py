@@ -55,6 +55,7 @@ def _ms(handler: Callable, becomes: str, max_inputs: int | None, **kw) -> Op:
 
 _WEIGHTS = "weights int8 or uint8, symmetric (zero point 0, or 128 for uint8), per tensor or per output channel"
 _ANY_FORM = ("QOperator", "QDQ", "int8")
+_PATCHES = "; a patch embedding (kernel = stride, 64 taps or more, no padding) becomes transpose + dense"
 _BROADCAST = ("either operand broadcast (any numpy broadcast that merges into at most three axes of (image, "
               "channel, positions): lowering.vu.broadcast_view) or a constant, the other an activation of the "
               "output's shape")
@@ -69,9 +70,9 @@ OPS: dict[str, Op] = {
                            forms=("QOperator", "QDQ"), constraints="int8 or uint8 activations; int8 or uint8 "
                            "weights, int32 biases; no block_size"),
     "QLinearConv": Op(conv.qlinear_conv, "conv2d", 9, constraints="2-D (NCHW); groups, depthwise, stride, "
-                      "dilation, padding, auto_pad; " + _WEIGHTS, weight=3),
+                      "dilation, padding, auto_pad; " + _WEIGHTS + _PATCHES, weight=3),
     "Conv": Op(conv.conv, "conv2d", 3, constraints="2-D (NCHW); groups, depthwise, stride, dilation, padding, "
-               "auto_pad; " + _WEIGHTS + "; bias int32 or float", weight=1),
+               "auto_pad; " + _WEIGHTS + "; bias int32 or float" + _PATCHES, weight=1),
     "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS,
                         weight=3),
     "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS, weight=1),
