@@ -239,8 +239,10 @@ def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> tuple[Schedu
         folds = _folds(s, k) if fold else [s]
         options = [(f, t, by, u) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
         site = found[k]
+        # len(options): two chains the rest of the key confuses may differ in their tilings (yolov8's mul -> conv
+        # took a pick past its own trials); a pick is a position in this list
         key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
-               cfg, fold)
+               cfg, fold, len(options))
         # graph fusion prices many chains that share segments: a pick found builds only its own trial
         pick, guess, rows = memo(_CHAIN_PICKS, key, lambda: (*ranked_estimates(
             [_auto_nu(*o, k) for o in options], cfg, 1, k, found)[0], (site.in_rows, site.out_rows)))

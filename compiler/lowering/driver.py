@@ -32,7 +32,6 @@ from ..ir import Buffer, KernelIR
 from .. import reference as sem
 from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear, Softmax
 from ..quant import f32_bits
-from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
 from .movement import MoveLowering, is_movement
@@ -100,18 +99,19 @@ def fused_table(act, op: Elementwise):
 
 def _epilogue_op(op: Op, has_lut: bool, adds: int) -> bool:
     """Does an NU kernel take op after what it took so far: relu / clip, a lut, or its one residual add
-    (same-shape b, before any lut)?"""
+    (same-shape b an input, in B's role, before any lut)?"""
     if isinstance(op, Lut):
         return True
     return isinstance(op, Elementwise) and (op.mode == "clip" or (
-        op.mode == "add" and op.b_shape is None and adds == 0 and not has_lut))
+        op.mode == "add" and op.b_shape is None and op.b_const is None and not op.reverse and adds == 0
+        and not has_lut))
 
 
 def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
     """vu.fadd's (fscale, fscale_b, fbias) bits of a float-form add, else None."""
     if op.fscales is None:
         return None
-    return tuple(f32_bits(v) for v in add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8))
+    return tuple(f32_bits(v) for v in op.add_params()[:3])
 
 
 def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:

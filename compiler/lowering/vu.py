@@ -17,6 +17,7 @@ tile's arithmetic is the same.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu, u8_scalar
 from ..ops import FLOAT_BINARY, BatchNorm, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
-from ..reference import MEAN_LANES, add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from ..reference import MEAN_LANES, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
 from .layout import chan_runs, ddr_order, row_strides
 from .units import Part
@@ -112,6 +113,30 @@ def broadcast_problem(op) -> str:
     return (f"b of shape {tuple(b)} broadcast to {shape}: an add or mul broadcasts a b that is one value per "
             f"image and / or channel ([N, C, 1, 1], [1, C, 1, 1], [N, 1, 1, 1], a scalar) or one plane "
             f"([1, 1, H, W], [N, 1, H, W]), not one that repeats along the height or width only")
+
+
+def broadcast_view(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[tuple, tuple] | None:
+    """(the op's shape, b's shape at its rank) under which the lowering broadcasts a b of b_shape to shape: the
+    shapes themselves (b padded on the left) when b has a's shape or broadcast_problem has nothing against them,
+    else the same bytes seen with size-1 axes dropped and adjacent axes merged where b is alike (all a's, or all
+    1), as (image, channel, positions); None when that leaves more than three axes (b alternates too often)."""
+    if len(b_shape) > len(shape):
+        return None
+    full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    if full == tuple(shape) or not broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
+        return tuple(shape), full
+    runs: list[list] = []                 # [size, b varies] of merged axes, outer first
+    for d, bd in zip(shape, full):
+        if d == 1:
+            continue
+        if runs and runs[-1][1] == (bd == d):
+            runs[-1][0] *= d
+        else:
+            runs.append([d, bd == d])
+    if len(runs) > 3:
+        return None
+    runs = [[1, False]] * (3 - len(runs)) + runs
+    return tuple(r[0] for r in runs), tuple(r[0] if r[1] else 1 for r in runs)
 
 
 TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC side's run, a burst
@@ -431,18 +456,24 @@ def lut_vu(a: Ref, table: Ref, n: int, unit: int, comment: str) -> Vu:
 
 def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
                 name: str) -> Vu:
-    """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
+    """vu.fadd (QLinearAdd: zero points folded into fbias; reversed, b is the command's first source, in
+    QLinearAdd's A role) or vu.fmul (QLinearMul), in place at a."""
     d1 = (1, nr)
     b_ref, b_st = b
+    src = (a, d1, b_ref, b_st)
     if op.mode == "add":
-        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8)
+        ra, rb, c = op.add_params()[:3]
         sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
+        src = op.roles((src[:2], src[2:]))
+        src = src[0] + src[1]
     else:
         sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
               "lo": op.lo, "hi": op.hi}
     sc.update(u8_scalar(op.uint8))
-    return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
-              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
+    first, first_st, second, second_st = src
+    return Vu(f"vu.f{op.mode}", a, first, second, "i8", "i8", 1, (nr, nc), d1, first_st, second_st,
+              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode}{' (reversed)' if op.reverse else ''} "
+                                             "in place")
 
 
 def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,

@@ -50,7 +50,7 @@ def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
     operands stay where they are (the add then runs as a kernel of its own, as a broadcasting one does).
     """
-    if add.b_shape is not None:          # a broadcast b is no residual: the add runs as a kernel of its own
+    if add.b_shape is not None or add.reverse:   # a broadcast b, or b in the A role: no residual, a kernel of its own
         return None
     if position == 0:
         return add
@@ -113,7 +113,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
                     ops.append(nxt.op)
                     added |= _is_lut(nxt.op)
                 elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
-                      and nxt.inputs[0] != nxt.inputs[1]
+                      and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
                       and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
                     pos = nxt.inputs.index(cur)
                     members.append(nxt)
