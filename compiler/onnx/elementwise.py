@@ -47,7 +47,10 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
-        if kind == "add" and (a.q is None or b.q is None):
+        if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
+                and im.ort_runs_in_float(node):
+            op_kind, b = "sub", _negated_int8(im, node, b)     # onnxruntime's float add, as a - (-b): exact
+        elif kind == "add" and (a.q is None or b.q is None):
             op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
             a, b = (b, a) if a.q is None else (a, b)
             b = _negated(b)
@@ -95,6 +98,18 @@ def _qlinear_operand(im: Importer, node, i: int, q: QuantParams, what: str) -> O
 def _negated(o: Operand) -> Operand:
     """A float constant negated (exact), anything else as it is."""
     return o if o.q is not None else Operand(None, None, o.shape, -o.const)
+
+
+def _negated_int8(im: Importer, node, o: Operand) -> Operand:
+    """-B exactly: the int8 code -1 - b at zero point -1 - zb (its real value -(b - zb) * s, each code in range);
+    a constant is negated here, an activation by a table lookup."""
+    q = QuantParams(o.q.scale, np.int64(-1 - int(o.q.zero_point)))
+    if o.value is None:
+        return Operand(None, q, o.shape, (-1 - o.const.astype(np.int16)).astype(np.int8))
+    table = (127 - np.arange(256)).astype(np.int8)          # entry k: the code for input k - 128
+    v = im.emit(f"{im.name(node)}/negate", [("negate", ops.lut(o.shape, table), q)], (o.value,),
+                f"{node.output[0]}/negated_b", {"op_type": node.op_type, "onnx_node": node.name}, int8_in_onnx=False)
+    return Operand(v, q, o.shape)
 
 
 def _float_scalar(node, kind: str, o: Operand) -> Operand:

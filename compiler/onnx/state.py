@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CompileError
 from ..graph import Graph, QuantParams
 from .load import to_array
+from .ort_graph import float_nodes, optimised
 from .refusals import Refusal
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -163,6 +164,7 @@ class Importer:
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
     writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
     resize_layouts: dict | None = None                # Resize node -> the layout onnxruntime runs it in (ort_layout)
+    ort_float: dict | None = None                     # node name -> onnxruntime runs it in float (ort_graph)
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -187,6 +189,19 @@ class Importer:
         if self.writers is None:
             self.writers = {o: n.op_type for n in self.model.graph.node for o in n.output}
         return self.writers.get(tensor, "")
+
+    def ort_runs_in_float(self, node: NodeProto) -> bool:
+        """Does onnxruntime's default session run this QDQ node (an op type of ort_graph.FLOAT_KINDS) in float
+        rather than fused into its QLinear kernel?  Asked once per model (ort_graph); a node it cannot
+        tell apart (unnamed, or sharing its name) counts as fused."""
+        if self.ort_float is None:
+            try:
+                self.ort_float = float_nodes(self.model, optimised(self.onnx, self.model))
+            except Exception as exc:       # onnxruntime's own error types: the model's fault
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise Problem(node, f"onnxruntime cannot optimise the model to tell whether it fuses this node: "
+                              f"{first}") from None
+        return self.ort_float.get(node.name, False)
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
