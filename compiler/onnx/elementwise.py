@@ -48,7 +48,7 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
         if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
-                and im.ort_runs_in_float(node):
+                and im.ort_kernel(node) == "float":
             op_kind, b = "sub", _negated_int8(im, node, b)     # onnxruntime's float add, as a - (-b): exact
         elif kind == "add" and (a.q is None or b.q is None):
             op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
@@ -159,7 +159,7 @@ def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand, onnx_in
         elif b.value is not None:
             ins += (b.value,)
         common = dict(za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
-        uint8 = im.uint8_kernel(onnx_inputs + (out,))
+        uint8 = im.uint8_kernel(onnx_inputs + (out,), node if node.op_type in ("Add", "Mul") else None)
         if kind == "add":
             op = ops.add(shape, **common, **add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
                                                      int(yq.zero_point), uint8))

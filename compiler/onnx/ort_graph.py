@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-FLOAT_KINDS = ("Add",)
-"""The QDQ op types whose arithmetic the importer picks from this answer (QLinearAdd, or float32)."""
+KINDS = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
+"""The QDQ op types whose arithmetic the importer picks from this answer, and the kernel each fuses into."""
+ZERO_POINTS = (2, 5, 7)
+"""The zero-point inputs of a fused QLinearAdd / QLinearMul: uint8 ones mean its uint8 kernel."""
 
 
 def optimised(onnx, model):
@@ -30,15 +32,24 @@ def optimised(onnx, model):
         return onnx.load(path)
 
 
-def float_nodes(model, optimised_model) -> dict[str, bool]:
-    """Node name -> does onnxruntime run it in float (not fused), for the uniquely named nodes of FLOAT_KINDS.
+def kernels(model, optimised_model) -> dict[str, str]:
+    """Node name -> how onnxruntime runs it: "float" (not fused), "uint8" or "int8" (its fused QLinear kernel on
+    those types: the QDQS8ToU8 pass makes int8 groups uint8), for the uniquely named nodes of KINDS.
 
-    A node is unfused when the optimised graph holds a node of its name and op type in the default domain
-    (a fused group becomes a com.microsoft QLinear node); unnamed and same-named nodes are left out, their
-    fate being unknown."""
+    A node is unfused when the optimised graph holds a node of its name and op type in the default domain, and
+    fused when it holds the QLinear node of KINDS under that name; unnamed and same-named nodes, and any other
+    outcome, are left out, their arithmetic being unknown."""
     counts: dict[str, int] = {}
     for n in model.graph.node:
         counts[n.name] = counts.get(n.name, 0) + 1
-    kept = {n.name for n in optimised_model.graph.node if n.domain in ("", "ai.onnx") and n.op_type in FLOAT_KINDS}
-    return {n.name: n.name in kept for n in model.graph.node
-            if n.op_type in FLOAT_KINDS and n.domain in ("", "ai.onnx") and n.name and counts[n.name] == 1}
+    inits = {t.name: t.data_type for t in optimised_model.graph.initializer}
+    found: dict[str, str] = {}
+    for n in optimised_model.graph.node:
+        if n.op_type in KINDS and n.domain in ("", "ai.onnx"):
+            found[n.name] = "float"
+        elif n.op_type in KINDS.values() and n.domain == "com.microsoft":
+            zps = [inits.get(n.input[i]) for i in ZERO_POINTS if i < len(n.input)]
+            found[n.name] = "uint8" if zps and all(t == 2 for t in zps) else "int8"    # 2: TensorProto.UINT8
+    return {n.name: found[n.name] for n in model.graph.node
+            if n.op_type in KINDS and n.domain in ("", "ai.onnx") and n.name and counts[n.name] == 1
+            and n.name in found}
