@@ -19,25 +19,29 @@ from onnx import helper
 
 import compiler
 from compiler.onnx.ort_graph import kernels, optimised
-from compiler.reference import add_f32
+from compiler.reference import add_f32, mul_f32
 from tests.helpers.qdq import LEVELS, F, initializer
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TIE_SCALES = {"x": (0.08999801, 100), "b": (0.045158107, -122), "y": (0.061002694, -3)}
-"""Scales at which QLinearAdd's arithmetic and the float add differ on 2 of the 65536 code pairs."""
+"""Scales at which QLinearAdd's arithmetic and the float add differ on 2 of the 65536 code pairs (and its int8
+and uint8 kernels on one)."""
+MUL_SCALES = {"x": (0.08612045, 110), "b": (0.023138829, -54), "y": (0.3063033, 7)}
+"""Scales at which QLinearMul's int8 and uint8 kernels differ on 2 of the 65536 code pairs."""
 
 
-def add_model(x_shape, b_shape, scales, *, shared: bool, b_const: np.ndarray | None = None) -> onnx.ModelProto:
-    """Q(DQ(Q(x)) + DQ(b)), b a quantised input or an int8 constant; shared: Q(x) is also dequantised to a
-    second graph output (the Add then stays float in onnxruntime)."""
+def add_model(x_shape, b_shape, scales, *, shared: bool, b_const: np.ndarray | None = None,
+              op: str = "Add") -> onnx.ModelProto:
+    """Q(DQ(Q(x)) + DQ(b)) (op: or Mul), b a quantised input or an int8 constant; shared: Q(x) is also
+    dequantised to a second graph output (the Add then stays float in onnxruntime)."""
     inits = []
     for k, (s, z) in scales.items():
         inits += [initializer("s" + k, s, np.float32), initializer("z" + k, z, np.int8)]
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
              helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bf"]),
-             helper.make_node("Add", ["xf", "bf"], ["r"], name="add"),
+             helper.make_node(op, ["xf", "bf"], ["r"], name=op.lower()),
              helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
     inputs = [helper.make_tensor_value_info("x", F, list(x_shape))]
@@ -95,21 +99,36 @@ def test_unnamed_and_same_named_adds_are_left_out():
     assert kernels(m, optimised(onnx, m)) == {}
 
 
+def code_pairs(scales) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Every (x, b) pair of int8 codes as [256, 256] arrays, and the float feeds that quantise to them."""
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    feeds = {"x": codes_feed(a, *scales["x"])[None, None], "b": codes_feed(b, *scales["b"])[None, None]}
+    return a, b, feeds
+
+
 def test_every_code_pair_of_a_float_add_is_exact():
     """All 65536 (x, b) codes at scales where QLinearAdd's rounding differs from the float add on two of them:
-    the float Add (shared input) is exact at both levels; the fused one is exact at the default level, where
-    onnxruntime runs QLinearAdd's uint8 kernel on the int8 model (its int8 kernel differs on one pair)."""
-    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    the float Add (shared input) is exact at both levels."""
+    a, b, feeds = code_pairs(TIE_SCALES)
     (sa, za), (sb, zb), (sy, zy) = TIE_SCALES["x"], TIE_SCALES["b"], TIE_SCALES["y"]
-    fused = add_f32(a, b, za, zb, sa, sb, sy, zy, -128, 127)
-    feeds = {"x": codes_feed(a, sa, za)[None, None], "b": codes_feed(b, sb, zb)[None, None]}
     shape = (1, 1, 256, 256)
     g = check_both_levels(add_model(shape, shape, TIE_SCALES, shared=True), feeds)
-    assert (g.reference({k: g.values[k].quant.quantize(v) for k, v in feeds.items()})[0][0, 0] != fused).sum() == 2
-    g = check_both_levels(add_model(shape, shape, TIE_SCALES, shared=False), feeds, levels=("default",))
-    assert [n.op.uint8 for n in g.nodes if n.op.kind == "add"] == [True]
-    int8_kernel = add_f32(a, b, za, zb, sa, sb, sy, zy, -128, 127, uint8=False)
-    assert (int8_kernel != g.reference({k: g.values[k].quant.quantize(v) for k, v in feeds.items()})[0][0, 0]).sum() == 1
+    ours = g.reference({k: g.values[k].quant.quantize(v) for k, v in feeds.items()})[0][0, 0]
+    for uint8 in (False, True):         # either QLinearAdd kernel would differ somewhere
+        assert (add_f32(a, b, za, zb, sa, sb, sy, zy, -128, 127, uint8=uint8) != ours).any()
+
+
+@pytest.mark.parametrize("op, scales, kernel", [("Add", TIE_SCALES, add_f32), ("Mul", MUL_SCALES, mul_f32)])
+def test_every_code_pair_of_a_fused_add_or_mul_runs_the_uint8_kernel(op, scales, kernel):
+    """The int8 model's fused Add / Mul is exact at the default level, where onnxruntime runs the uint8 kernel
+    (its QDQS8ToU8 pass), on every code pair; the int8 kernel would differ on some."""
+    a, b, feeds = code_pairs(scales)
+    (sa, za), (sb, zb), (sy, zy) = scales["x"], scales["b"], scales["y"]
+    shape = (1, 1, 256, 256)
+    g = check_both_levels(add_model(shape, shape, scales, shared=False, op=op), feeds, levels=("default",))
+    assert [n.op.uint8 for n in g.nodes if n.op.kind == op.lower()] == [True]
+    int8_kernel = kernel(a, b, za, zb, sa, sb, sy, zy, -128, 127, uint8=False)
+    assert (int8_kernel != g.reference({k: g.values[k].quant.quantize(v) for k, v in feeds.items()})[0][0, 0]).any()
 
 
 B_FORMS = {"same": lambda c, h, w: (1, c, h, w), "channel": lambda c, h, w: (1, c, 1, 1),
