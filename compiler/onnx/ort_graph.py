@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import tempfile
 
-KINDS = {"Add": "QLinearAdd", "Mul": "QLinearMul"}
-"""The QDQ op types whose arithmetic the importer picks from this answer, and the kernel each fuses into."""
-ZERO_POINTS = (2, 5, 7)
-"""The zero-point inputs of a fused QLinearAdd / QLinearMul: uint8 ones mean its uint8 kernel."""
+KINDS = {"Add": "QLinearAdd", "Mul": "QLinearMul", "Conv": "QLinearConv", "Gemm": "QGemm", "MatMul": "QLinearMatMul"}
+"""The QDQ op types whose arithmetic the importer picks from this answer, and the QLinear op each fuses into."""
+ZERO_POINTS = {"QLinearAdd": (2, 5, 7), "QLinearMul": (2, 5, 7), "QLinearConv": (2, 7), "QGemm": (2, 8),
+               "QLinearMatMul": (2, 7)}
+"""The activations' zero-point inputs of each fused op: all uint8 means its uint8 kernel."""
 
 
 def optimised(onnx, model):
@@ -33,23 +34,30 @@ def optimised(onnx, model):
 
 
 def kernels(model, optimised_model) -> dict[str, str]:
-    """Node name -> how onnxruntime runs it: "float" (not fused), "uint8" or "int8" (its fused QLinear kernel on
-    those types: the QDQS8ToU8 pass makes int8 groups uint8), for the uniquely named nodes of KINDS.
+    """A node's first output -> how onnxruntime runs the node: "float" (not fused), "uint8" or "int8" (its fused QLinear kernel on
+    those types: the QDQS8ToU8 pass makes int8 groups uint8), for the nodes of KINDS it can tell.
 
-    A node is unfused when the optimised graph holds a node of its name and op type in the default domain, and
-    fused when it holds the QLinear node of KINDS under that name; unnamed and same-named nodes, and any other
-    outcome, are left out, their arithmetic being unknown."""
+    A node is unfused when the optimised graph holds a node of its op type (default domain) writing its output
+    (tensor names are unique, so unnamed nodes are told too); fused when it holds the QLinear op of KINDS under
+    the node's name, which must be unique in the model.  Any other outcome (onnxruntime's layout pass renames
+    the QLinearConvs it moves to NHWC) is left out."""
     counts: dict[str, int] = {}
     for n in model.graph.node:
         counts[n.name] = counts.get(n.name, 0) + 1
     inits = {t.name: t.data_type for t in optimised_model.graph.initializer}
-    found: dict[str, str] = {}
+    unfused = {(n.op_type, n.output[0]) for n in optimised_model.graph.node
+               if n.op_type in KINDS and n.domain in ("", "ai.onnx") and n.output}
+    fused: dict[str, str] = {}
     for n in optimised_model.graph.node:
-        if n.op_type in KINDS and n.domain in ("", "ai.onnx"):
-            found[n.name] = "float"
-        elif n.op_type in KINDS.values() and n.domain == "com.microsoft":
-            zps = [inits.get(n.input[i]) for i in ZERO_POINTS if i < len(n.input)]
-            found[n.name] = "uint8" if zps and all(t == 2 for t in zps) else "int8"    # 2: TensorProto.UINT8
-    return {n.name: found[n.name] for n in model.graph.node
-            if n.op_type in KINDS and n.domain in ("", "ai.onnx") and n.name and counts[n.name] == 1
-            and n.name in found}
+        if n.op_type in ZERO_POINTS:
+            zps = [inits.get(n.input[i]) for i in ZERO_POINTS[n.op_type] if i < len(n.input)]
+            fused[n.name] = "uint8" if zps and all(t == 2 for t in zps) else "int8"    # 2: TensorProto.UINT8
+    out: dict[str, str] = {}
+    for n in model.graph.node:
+        if n.op_type not in KINDS or n.domain not in ("", "ai.onnx") or not n.output:
+            continue
+        if (n.op_type, n.output[0]) in unfused:
+            out[n.output[0]] = "float"
+        elif n.name and counts[n.name] == 1 and n.name in fused:
+            out[n.output[0]] = fused[n.name]
+    return out

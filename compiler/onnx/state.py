@@ -164,7 +164,7 @@ class Importer:
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
     writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
     resize_layouts: dict | None = None                # Resize node -> the layout onnxruntime runs it in (ort_layout)
-    ort_kernels: dict | None = None                   # QDQ Add / Mul -> how onnxruntime runs it (ort_graph)
+    ort_kernels: dict | None = None                   # QDQ node's output -> how onnxruntime runs it (ort_graph)
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -191,8 +191,8 @@ class Importer:
         return self.writers.get(tensor, "")
 
     def ort_kernel(self, node: NodeProto) -> str | None:
-        """How onnxruntime's default session runs this QDQ Add or Mul: "float", or fused on its "uint8" or "int8"
-        kernel (ort_graph.kernels, asked once per model); None where it cannot tell (an unnamed node)."""
+        """How onnxruntime's default session runs this QDQ Add, Mul, Conv, Gemm or MatMul: "float", or fused on
+        its "uint8" or "int8" kernel (ort_graph.kernels, asked once per model); None where it cannot tell."""
         if self.ort_kernels is None:
             try:
                 self.ort_kernels = kernels(self.model, optimised(self.onnx, self.model))
@@ -200,7 +200,7 @@ class Importer:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise Problem(node, f"onnxruntime cannot optimise the model to tell how it runs this node: "
                               f"{first}") from None
-        return self.ort_kernels.get(node.name)
+        return self.ort_kernels.get(node.output[0]) if node.output else None
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""

@@ -90,13 +90,15 @@ def test_onnxruntime_is_asked_which_adds_it_fuses():
         m = add_model(shape, shape, TIE_SCALES, shared=shared)
         opt = optimised(onnx, m)
         assert ("QLinearAdd" in {n.op_type for n in opt.graph.node}) == (kernel != "float")
-        assert kernels(m, opt) == {"add": kernel}      # int8 in the model, uint8 after onnxruntime's QDQS8ToU8
+        assert kernels(m, opt) == {"r": kernel}      # int8 in the model, uint8 after onnxruntime's QDQS8ToU8
 
 
-def test_unnamed_and_same_named_adds_are_left_out():
-    m = add_model((1, 2, 3, 3), (1, 2, 3, 3), TIE_SCALES, shared=True)
-    m.graph.node[4].name = ""
-    assert kernels(m, optimised(onnx, m)) == {}
+def test_an_unnamed_float_add_is_told_by_its_output_a_fused_one_is_left_out():
+    for shared, want in ((True, {"r": "float"}), (False, {})):
+        m = add_model((1, 2, 3, 3), (1, 2, 3, 3), TIE_SCALES, shared=shared)
+        for n in m.graph.node:
+            n.name = ""
+        assert kernels(m, optimised(onnx, m)) == want
 
 
 def code_pairs(scales) -> tuple[np.ndarray, np.ndarray, dict]:
