@@ -88,7 +88,8 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                                "relu / clip and one residual add (then relu / clip), then luts, after it")
     # the segment stores what its last op writes, in that op's layout
     out = {"y_layout": ops[-1].y_layout} if isinstance(head, Conv2d) and len(ops) > 1 else {}
-    return replace(head, lo=lo, hi=hi, act=act, **out), residual, add_op
+    head = replace(head, lo=lo, hi=hi, act=act, **out)
+    return (head.live() if isinstance(head, Conv2d) else head), residual, add_op
 
 
 def fused_table(act, op: Elementwise):
