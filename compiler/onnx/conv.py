@@ -49,9 +49,11 @@ def qlinear_conv(im: Importer, node: NodeProto) -> None:
 
 
 def _runs_in_float(im: Importer, node) -> bool:
-    """Does onnxruntime run this QDQ Conv / Gemm / MatMul in float at its default level?  It fuses the group
-    into QLinearConv / QGemm / QLinearMatMul only when the activation comes straight from a DequantizeLinear."""
-    return im.writer_op(node.input[0]) != "DequantizeLinear"
+    """Does onnxruntime run this QDQ Conv / Gemm / MatMul in float at its default level?  Its optimised graph
+    says so (Importer.ort_kernel: in an int8 model, a group whose input its QDQS8ToU8 pass left int8), and it
+    fuses the group into QLinearConv / QGemm / QLinearMatMul only when the activation comes straight from a
+    DequantizeLinear."""
+    return im.writer_op(node.input[0]) != "DequantizeLinear" or im.ort_kernel(node) == "float"
 
 
 def _no_wrap(node, what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> None:
@@ -60,8 +62,7 @@ def _no_wrap(node, what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_z
     try:
         ops.check_accumulator(what, wabs_sum, bias, x_zp)
     except CompileError as exc:
-        raise Problem(node, f"{exc}; onnxruntime runs this node in float (its input does not come straight from a "
-                      "DequantizeLinear), where nothing wraps") from None
+        raise Problem(node, f"{exc}; onnxruntime runs this node in float, where nothing wraps") from None
 
 
 def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias, at,

@@ -47,7 +47,10 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
-        if kind == "add" and (a.q is None or b.q is None):
+        if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
+                and im.ort_kernel(node) == "float":
+            op_kind, b = "sub", _negated_int8(im, node, b)     # onnxruntime's float add, as a - (-b): exact
+        elif kind == "add" and (a.q is None or b.q is None):
             op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
             a, b = (b, a) if a.q is None else (a, b)
             b = _negated(b)
@@ -97,6 +100,18 @@ def _negated(o: Operand) -> Operand:
     return o if o.q is not None else Operand(None, None, o.shape, -o.const)
 
 
+def _negated_int8(im: Importer, node, o: Operand) -> Operand:
+    """-B exactly: the int8 code -1 - b at zero point -1 - zb (its real value -(b - zb) * s, each code in range);
+    a constant is negated here, an activation by a table lookup."""
+    q = QuantParams(o.q.scale, np.int64(-1 - int(o.q.zero_point)))
+    if o.value is None:
+        return Operand(None, q, o.shape, (-1 - o.const.astype(np.int16)).astype(np.int8))
+    table = (127 - np.arange(256)).astype(np.int8)          # entry k: the code for input k - 128
+    v = im.emit(f"{im.name(node)}/negate", [("negate", ops.lut(o.shape, table), q)], (o.value,),
+                f"{node.output[0]}/negated_b", {"op_type": node.op_type, "onnx_node": node.name}, int8_in_onnx=False)
+    return Operand(v, q, o.shape)
+
+
 def _float_scalar(node, kind: str, o: Operand) -> Operand:
     """A float scalar constant c as the int8 constant sign(c) with scale |c| (f32(+-1) * |c| is c exactly),
     for the float ops; other float constants are refused."""
@@ -143,7 +158,7 @@ def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand, onnx_in
         if b.value is not None:
             ins += (_viewed(im, b.value, b.q, b.shape, bcast or shape, f"{name}/b", f"{out}/b"),)
         common = dict(za=int(a.q.zero_point), zb=int(b.q.zero_point), lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
-        uint8 = im.uint8_kernel(onnx_inputs + (out,))
+        uint8 = im.uint8_kernel(onnx_inputs + (out,), node if node.op_type in ("Add", "Mul") else None)
         if kind == "add":
             args = add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale, int(yq.zero_point), uint8)
             op = ops.add(shape, **common, **args, **({"reverse": True} if reverse else {}))

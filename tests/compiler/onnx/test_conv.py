@@ -147,6 +147,23 @@ def test_qdq_gemm_that_onnxruntime_runs_in_float_may_not_wrap():
         compiler.from_onnx(model)
 
 
+def test_qdq_gemm_whose_input_is_read_twice_runs_in_float_and_may_not_wrap():
+    """Its input straight from a DequantizeLinear, but that tensor's QuantizeLinear also dequantised to a second
+    output: onnxruntime's QDQS8ToU8 pass leaves the int8 pair, so it does not fuse the Gemm (its optimised graph,
+    which the importer asks, says so) and runs it in float at both levels, where nothing wraps: refused."""
+    rng = np.random.default_rng(5)
+    k, o = 260, 33
+    model = gemm_qdq_model(k, o, _weights(rng, k, o))
+    model.graph.node.append(helper.make_node("DequantizeLinear", ["fq", "sx", "zx"], ["f_again"]))
+    model.graph.output.append(helper.make_tensor_value_info("f_again", F, [1, k]))
+    x = np.full((1, k, 1, 1), 7.6, np.float32)
+    default, plain = _ort(model, {"x": x}, LEVELS["default"]), _ort(model, {"x": x}, LEVELS["disable"])
+    np.testing.assert_array_equal(default, plain)             # float at both levels: no wrap
+    with pytest.raises(compiler.CompileError, match=r"node 'Gemm_\d+' \(Gemm\): dense: output channel \d+ can "
+                                                    r"reach \|acc\| = \d+ >= 2\*\*31.*onnxruntime runs this node in float"):
+        compiler.from_onnx(model)
+
+
 def patch_model(form: str, dtype: str, c: int, h: int, w: int, k: int, o: int, seed: int) -> onnx.ModelProto:
     """A patch embedding: x -> Q -> QLinearConv (qoperator) or DQ -> Conv -> Q (qdq), kernel = stride = k, no
     padding, per-channel int8 weights and an int32 bias, activations int8 or uint8; the output dequantised."""
