@@ -24,7 +24,8 @@ from .. import errors
 from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, VBUF, WBUF, offsets
 from . import f32
-from .vu import requant_f, requant_i
+from .vu import requant_i
+from .vu_rows import requant
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
@@ -319,7 +320,7 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
                     if psum:
                         s0 += part[pat + c]
                     if fl:
-                        mem[at + c] = requant_f(wrap32(s0), scale[e], zp_out, lo, hi) & 0xFF
+                        mem[at + c] = requant(wrap32(s0), scale[e], zp_out, lo, hi) & 0xFF
                         continue
                     # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
                     v = np.int64(wrap32(s0))
