@@ -668,6 +668,8 @@ def _compute_rows(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
     za, zb, zp_out, lo, hi, o = p[ZA], p[ZB], p[ZP_OUT], p[LO], p[HI], 128 * p[U8]
     if op == VU_FMUL and not (-M_LIMIT // 2 < za < M_LIMIT // 2 and -M_LIMIT // 2 < zb < M_LIMIT // 2):
         return False        # a product might leave 2**62: _mul_fits decides per element
+    if base % 4 != 0:
+        return False        # the word views need int32 operands at absolute multiples of 4
     fx = f32.value(p[FSCALE]) if op != VU_REQUANT_FPC else 0.0
     fy = f32.value(p[FSCALE_B]) if op == VU_FADD else 0.0
     fc = f32.value(p[FBIAS]) if op == VU_FADD else 0.0

@@ -5,7 +5,8 @@ vu.fsub / vu.fdiv / vu.fmax / vu.fmin it hands each row of n0 elements to one of
 every parameter as a scalar (a parameter array read inside the loop is reloaded at every element, since
 LLVM cannot prove the stores to `out` leave it alone), advances its addresses by their strides, and reads
 int32 and float32 operands through int32 and float32 views of the memory (`words`, `floats`: the same
-bytes; every such operand was checked 4-byte aligned, and every space starts 64-byte aligned).  The
+bytes; every such operand was checked 4-byte aligned in its space, and vu runs these loops only on a
+space whose base is a multiple of 4: the simulator's all are, at multiples of 64).  The
 arithmetic is vu.py's, operation for operation (units/f32.py's float32 rounding at every step).
 
 A loop has no early exit: it folds the checks of its elements into the flag it returns, and a command
@@ -28,8 +29,9 @@ if sys.byteorder != "little":
 
 @njit(cache=True)
 def views(mem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The memory's bytes as int32 words and as float32 values (its size is a multiple of 64)."""
-    return mem.view(np.int32), mem.view(np.float32)
+    """The memory's whole words as int32s and as float32s (word k: bytes 4k .. 4k + 3)."""
+    whole = mem[:mem.size - mem.size % 4]
+    return whole.view(np.int32), whole.view(np.float32)
 
 
 @njit(cache=True)
