@@ -675,6 +675,7 @@ def _compute_rows(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
     fc = f32.value(p[FBIAS]) if op == VU_FADD else 0.0
     n0, sa, sb = p[N0], p[A_STRIDE], p[B_STRIDE]
     words, floats = vu_rows.views(mem)
+    words_row = op == VU_REQUANT_FPC and a_bytes == 4 and (sa == 4 or n0 == 1) and (sb == 4 or n0 == 1)
     ok = True
     e = 0
     for i3 in range(p[N0 + 3]):
@@ -686,6 +687,8 @@ def _compute_rows(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
                     vu_rows.fmul(mem, a, sa, b, sb, n0, za, zb, fx, o, zp_out, lo, hi, out, e)
                 elif op == VU_FADD:
                     vu_rows.fadd(mem, a, sa, b, sb, n0, fx, fy, fc, o, lo, hi, out, e)
+                elif words_row:
+                    ok &= vu_rows.requant_fpc_words(words, floats, a >> 2, b >> 2, n0, za, zp_out, lo, hi, out, e)
                 else:
                     ok &= vu_rows.requant_f(mem, words, floats, a, sa, a_bytes == 4, b, sb, op == VU_REQUANT_FPC,
                                             n0, za, fx, zp_out, lo, hi, out, e)

@@ -72,6 +72,19 @@ def requant_f(mem: np.ndarray, words: np.ndarray, floats: np.ndarray, a: int, sa
 
 
 @njit(cache=True)
+def requant_fpc_words(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: int, za: int, zp_out: int, lo: int,
+                      hi: int, out: np.ndarray, e: int) -> bool:
+    """vu.requant.fpc on n consecutive int32 words from word a, scaled by the n float32s from word b (the conv
+    epilogue's usual row: indexed, not strided, so LLVM can vectorise it)."""
+    ok = True
+    for i in range(n):
+        ok &= f32.positive_finite(np.int64(words[np.uint64(b + i)]))
+        s = np.float64(floats[np.uint64(b + i)])
+        out[e + i] = requant(np.int64(words[np.uint64(a + i)]) - za, s, zp_out, lo, hi)
+    return ok
+
+
+@njit(cache=True)
 def fmul(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, za: int, zb: int, fx: float, o: int,
          zp_out: int, lo: int, hi: int, out: np.ndarray, e: int) -> None:
     """vu.fmul on n int8 pairs; the caller has checked |za|, |zb| < 2**30, so no product leaves 2**62."""
