@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import compiler
 from compiler import interleave, kernel, ops, search
 from compiler import pipeline as compile_pipeline
-from compiler.ir import Ref
+from compiler.ir import Note, Ref
 from compiler.passes.loops import flatten
 from compiler.errors import CompileError
 from compiler.lowering import driver, ring
@@ -61,7 +61,7 @@ def test_interleaved_chain_is_bit_exact_race_free_and_really_interleaved(case, l
 
 
 @settings(max_examples=8, deadline=None)
-@given(c=st.integers(3, 40), hw=st.integers(4, 15), lag=st.sampled_from([1, 2, 3]), seed=st.integers(0, 99),
+@given(c=st.integers(3, 40), hw=st.integers(4, 15), lag=st.sampled_from([1, 2, 3, 6, 10]), seed=st.integers(0, 99),
        dw=st.booleans())
 def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     rng = np.random.default_rng(seed)
@@ -120,6 +120,20 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
         if k >= 0:
             assert pos[id(cons[j])] - pos[id(prod[k])] >= interleave.GAP
             assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
+
+
+def test_a_producer_that_stores_late_keeps_its_consumer_one_place_further_back():
+    """gap(): a producer whose tiles store in their late stage (issued one tile after the epilogue)
+    needs GAP + 1 places before the consumer tile that loads what it stored."""
+    plain = [Step(epilogue=[Note("store")]) for _ in range(6)]
+    late = [Step(late=[Note("store")]) for _ in range(6)]
+    assert interleave.gap(plain) == interleave.GAP and interleave.gap(late) == interleave.GAP + 1
+    need = [-1, 1, 3, 5]
+    for prod in (plain, late):
+        cons = [Step() for _ in range(4)]
+        out = interleave.merge(prod, list(range(6)), cons, need, 1, interleave.gap(prod))
+        pos = {id(s): i for i, s in enumerate(out)}
+        assert min(pos[id(cons[j])] - pos[id(prod[k])] for j, k in enumerate(need) if k >= 0) == interleave.gap(prod)
 
 
 # ------------------------------------------------------------------ halo recomputed (lowering.ring)

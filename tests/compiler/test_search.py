@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import compiler
 from compiler import ops, search
+from compiler.lowering import driver
+from compiler.lowering.conv_plan import buffer_needs
+from compiler.schedule import Schedule
+from compiler.sizes import capacities
 from nnpsim.config import Config
 from tests.helpers.kernels import rand8
+from tests.helpers.networks import SMALL_NU, inverted
 
 
 def _conv(rng: np.random.Generator):
@@ -42,3 +49,49 @@ def test_the_bound_skips_finalists_and_keeps_every_choice(monkeypatch):
         assert (k1, p1, u1, str(s1)) == (k2, p2, u2, str(s2))
         assert search.cost.instructions(kir1.body) == search.cost.instructions(kir2.body)
     assert any(skipped)
+
+
+# ---------------------------------------------------------------------- fitted: tilings chosen together
+
+def _fit_case(seed: int, hw: int, stride: int, cfg: Config):
+    rng = np.random.default_rng(seed)
+    chain = inverted(rng, int(rng.integers(3, 40)), hw, stride)
+    return rng, chain, Schedule(*chain, config=cfg)
+
+
+@pytest.mark.parametrize("seed, hw, stride, small", [(1, 13, 1, False), (2, 23, 2, True), (3, 17, 1, True)])
+def test_fitted_tiles_every_conv_row_by_row_in_memories_shared(seed, hw, stride, small):
+    """An inverted residual at sizes no tile divides: every block's tiling is row-major, the blocks'
+    buffers fit the local memories side by side, the search offers the schedule (unless another
+    candidate has the same tilings), and its kernel equals numpy's reference, race-free, in the
+    cycles predicted."""
+    cfg = Config(**SMALL_NU) if small else Config()
+    rng, chain, base = _fit_case(seed, hw, stride, cfg)
+    fit = search.fitted(base, cfg, driver.sites(tuple(chain), cfg)[0])
+    assert fit is not None
+    need = {m: 0 for m in ("ibuf", "wbuf", "abuf", "vbuf")}
+    for b in fit.blocks:
+        p, t = b.ctx["plan"], b.tiling()
+        assert search.row_major(p, t), t
+        for m, v in buffer_needs(p, t, b.ctx["residual"] is not None).items():
+            if m in need:
+                need[m] += v
+    caps = capacities(cfg)
+    assert all(need[m] <= caps[m] for m in need), need
+    offered = [str(s) for s in search.all_candidates(tuple(chain), cfg)]
+    assert str(fit) in offered
+    k = compiler.build(*chain, config=cfg, schedule=fit)
+    x = rand8(rng, chain[0].x_shape)
+    want = x
+    for op in chain:
+        want = op.reference(want)
+    np.testing.assert_array_equal(k(x, check_races=True), want)
+    assert k.stats.cycles == k.predicted_cycles
+
+
+def test_fitted_needs_a_chain_of_convs():
+    cfg = Config()
+    rng, chain, _ = _fit_case(4, 9, 1, cfg)
+    pool = ops.max_pool2d(chain[0].output.shape, 2)
+    for ops_ in ((chain[0],), (chain[0], pool)):
+        assert search.fitted(Schedule(*ops_, config=cfg), cfg, driver.sites(ops_, cfg)[0]) is None
