@@ -46,7 +46,7 @@ cost, and kir.pipelining holds the Choice (a network's report prints it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nnpsim.config import Config
 
@@ -231,7 +231,7 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     kept intermediate fits DM); when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
-        return body(steps, None), Choice(None, 0, {})
+        return single(kir, steps, cfg, price), Choice(None, 0, {})
     priced: dict[str, int | None] = {}
     best = None
     seen = {_order([st for kernel in steps for st in kernel])}
@@ -267,6 +267,20 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
         kir.inputs, kir.output = rk.kir.inputs, rk.kir.output
         return out, Choice(None, cycles, priced, (depth, ahead), why)
     return body(steps, kept.lag, merged.get(kept.lag)), kept
+
+
+def single(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> list[Stmt]:
+    """The body of one kernel: with its late stages (lowering.double_buffer) or, when it has some and the
+    cost model prices it lower, with each folded back into its epilogue (a kernel whose VU keeps up with
+    its drains may lose a tile's overlap at each end to the longer pipeline)."""
+    out = body(steps, None)
+    if not any(st.late for kernel in steps for st in kernel):
+        return out
+    folded = body([[replace(st, epilogue=st.epilogue + st.late, late=[]) for st in kernel] for kernel in steps], None)
+    kir.body = out
+    late = price(kir, cfg)
+    kir.body = folded
+    return out if late <= price(kir, cfg) else folded
 
 
 def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:

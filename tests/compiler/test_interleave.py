@@ -407,3 +407,26 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_drained_kernel_takes_its_late_stage_or_not_whichever_is_cheaper(seed):
+    """single(): a kernel with late stages gets the body with them or with each folded into its epilogue,
+    whichever the cost model prices lower; it equals numpy's reference either way, race-free."""
+    rng = np.random.default_rng(seed)
+    _, dw, _ = inverted(rng, 8 + 8 * seed, 15 + seed)
+    cfg = Config()
+    kir, steps = driver.lower(search.candidates((dw,), cfg)[0], cfg)
+    assert any(st.late for st in steps[0])
+    folded = [[replace(st, epilogue=st.epilogue + st.late, late=[]) for st in steps[0]]]
+    prices = []
+    for variant_steps in (steps, folded):
+        kir.body = interleave.body(variant_steps, None)
+        prices.append(compile_pipeline.price(kir, cfg))
+    kir.body = interleave.single(kir, steps, cfg, compile_pipeline.price)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg, reroll=False)
+    assert predicted == min(prices)
+    k = kernel.finish((dw,), kir, cfg, predicted, usage, report)
+    x = _int8(rng, dw.x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), dw.reference(x))
+    assert k.stats.cycles == predicted
