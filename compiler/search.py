@@ -518,9 +518,10 @@ def fit_options(base: Schedule, cfg: Config, k: int, found: list) -> list[tuple[
 
 
 def vu_rows(s: Schedule) -> set[int]:
-    """The VU blocks of a chain that read a conv's intermediate row by row (they walk rows outermost)."""
+    """The VU blocks of a chain that read a conv's intermediate row by row, or write one a conv reads so (they
+    walk rows outermost)."""
     found = driver.sites(s.ops, s.config)[0]
-    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and site.in_rows}
+    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and (site.in_rows or site.out_rows)}
 
 
 # ---------------------------------------------------------------------- the search

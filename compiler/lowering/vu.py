@@ -186,12 +186,14 @@ class ElementwiseLowering:
     def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
                  budget: int | None = None, part: Part | None = None,
                  shared: "ElementwiseLowering | None" = None, roles: dict[str, str] | None = None,
-                 depths: dict[str, int] | None = None, rows: bool = False):
+                 depths: dict[str, int] | None = None, rows: bool = False, out_rows: bool = False):
         self.op, self.ins, self.y, self.part = op, list(ins), y, part
         self.rows = rows       # ins[0] is kept row by row in DM: walk rows outermost
+        self.out_rows = out_rows    # y is an intermediate kept row by row in DM (a conv reads it): likewise
+        self.walk_rows = rows or out_rows
         if op.b_const is not None:      # a constant b: a DDR buffer of its own (NCHW), shared by the parts
             self.ins.append(shared.ins[1] if shared is not None else const_b_buffer(op, name))
-        if rows and len(op.shape) != 4:
+        if self.walk_rows and len(op.shape) != 4:
             raise CompileError(f"{op.kind}: a rows-outermost walk needs an NCHW tensor, not {op.shape}")
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
@@ -234,7 +236,7 @@ class ElementwiseLowering:
 
     def tiles(self) -> list[tuple[int, int, int, int, int]]:
         """(n, c0, c1, r0, r1) of this lowering's tiles (its part's share)."""
-        tiles = (elementwise_row_tiles if self.rows else elementwise_tiles)(self.op, self.budget)
+        tiles = (elementwise_row_tiles if self.walk_rows else elementwise_tiles)(self.op, self.budget)
         return tiles if self.part is None else tiles[self.part.index::self.part.count]
 
     def n_tiles(self) -> int:
@@ -269,6 +271,8 @@ class ElementwiseLowering:
         esz = 4 if op.in_dtype == "int32" else 1
         if self.rows:      # x is the producer's intermediate, kept row by row in DM; b and y in DDR
             lx, lb, ly = "rows", op.x_layout, op.y_layout
+        elif self.out_rows:     # x (and b) in DDR, y the intermediate a conv reads row by row in DM
+            lx, lb, ly = op.x_layout, (op.x_layout if op.b_const is None else "nchw"), "rows"
         else:              # VBUF holds a tile as [channel][position] whatever the DDR layouts: only their strides change
             lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
             lb = lx if op.b_const is None else "nchw"
@@ -299,7 +303,7 @@ class ElementwiseLowering:
         layout's full blocks, then the rest).  Walking rows, a tile is whole rows or part of one."""
         ni, c0, c1, r0, r1 = box
         nr = r1 - r0
-        shape = self.op.shape if self.rows else _ncr(self.op.shape)
+        shape = self.op.shape if self.walk_rows else _ncr(self.op.shape)
         out = []
         for ca, k, nblk, off, bs, (sn, sc, *pos) in _runs(shape, layout, c0, c1):
             if len(pos) == 1:

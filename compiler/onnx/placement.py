@@ -96,6 +96,10 @@ class Model:
     def name(self, i: int) -> str:
         return self.nodes[i].name
 
+    def readers(self, t: str) -> list:
+        """The nodes that read tensor t."""
+        return [self.nodes[i] for i in self.consumers.get(t, [])]
+
 
 OUTPUT_ZERO_POINT = {"QLinearConcat": 1, "QGemm": 8, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
                      "QLinearMul": 7, "QLinearAveragePool": 4, "QLinearGlobalAveragePool": 4, "QLinearSoftmax": 4,
@@ -122,13 +126,13 @@ def any_host(onnx: ModuleType, proto: ModelProto) -> bool:
     """Whether any node of the model runs on the host by the registry (host_reason), without the cost of types:
     a model without one imports as it always has (the NPU's, or refused as ever)."""
     m = Model(onnx, proto, typed=False)
-    return any(host_reason(n, m.consts.__contains__) for n in m.nodes)
+    return any(host_reason(n, m.consts.__contains__, m.readers) for n in m.nodes)
 
 
 def host_nodes(m: Model) -> dict[int, str]:
     """The nodes that run on the host (index: why): the registry's, and the nodes a non-quantised tensor ties
     to them (the module docstring)."""
-    host = {i: why for i, n in enumerate(m.nodes) if (why := host_reason(n, m.consts.__contains__))}
+    host = {i: why for i, n in enumerate(m.nodes) if (why := host_reason(n, m.consts.__contains__, m.readers))}
     changed = bool(host)
     while changed:
         changed = False

@@ -40,6 +40,7 @@ class Op:
     constraints: str = ""                 # what the importer requires of it, beyond the activation rules
     runs: str = "NPU"                     # of RUNS
     weight: int | None = None             # the input the NPU needs constant; a node with an activation there runs on the host
+    quantised: bool = False               # the NPU needs its result quantised: one that stays float runs on the host
 
 
 def _float_binary(kind: str, what: str) -> Op:
@@ -131,7 +132,7 @@ OPS: dict[str, Op] = {
                              "clamp), one vu.faffine", 5,
                              constraints="inference (training_mode 0, one output, spatial 1); per-tensor X; "
                              "scale, B, mean, var float32 or dequantised constants; QDQ and QOperator models "
-                             "alike (quantize_static leaves it in float)"),
+                             "alike (quantize_static leaves it in float)", quantised=True),
 }
 
 OPS["Softmax"] = Op(softmax.softmax, "softmax on vu.softmax: onnxruntime's QLinearSoftmax arithmetic (what "
@@ -177,10 +178,12 @@ def check_arity(node: NodeProto) -> None:
         raise Problem(node, f"has {len(node.output)} outputs, {node.op_type} has one")
 
 
-def host_reason(node: NodeProto, constant: Callable[[str], bool]) -> str:
+def host_reason(node: NodeProto, constant: Callable[[str], bool],
+                readers: Callable[[str], list[NodeProto]] = lambda t: []) -> str:
     """Why the node runs on the host ("" if it runs on the NPU or is absorbed at import): its op type has no
     NPU lowering, or only on constants (the folded ops), or its form has none (an activation as a matmul's or
-    a conv's weights).  The one place host fallback is decided per node (compiler.onnx.placement asks it)."""
+    a conv's weights; a result that stays float where the NPU needs it quantised: `readers` gives the nodes
+    reading a tensor).  The one place host fallback is decided per node (compiler.onnx.placement asks it)."""
     op = OPS.get(node.op_type)
     if op is None or node.domain not in op.domains:
         if fold.folds(node) and all(constant(i) for i in node.input if i):
@@ -191,4 +194,20 @@ def host_reason(node: NodeProto, constant: Callable[[str], bool]) -> str:
         return f"op type {node.op_type!r}{domain} has no NPU lowering"
     if op.weight is not None and op.weight < len(node.input) and not constant(node.input[op.weight]):
         return f"{node.op_type} of two activations (input {op.weight} is not a constant) has no NPU lowering"
+    if op.quantised and _stays_float(node.output[0], readers):
+        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu or "
+                "Clip at most) has no NPU lowering")
     return ""
+
+
+def _stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
+    """Does tensor t reach a node other than a QuantizeLinear, through Relu and Clip (the clamp the NPU op
+    absorbs before its QuantizeLinear)?  DenseNet's last BatchNormalization feeds a float GlobalAveragePool."""
+    todo = [t]
+    while todo:
+        for r in readers(todo.pop()):
+            if r.op_type in ("Relu", "Clip"):
+                todo.append(r.output[0])
+            elif r.op_type != "QuantizeLinear":
+                return True
+    return False

@@ -61,5 +61,15 @@ def test_the_registry_decides_per_node_and_form():
     assert host_reason(helper.make_node("Conv", ["a", "w"], ["y"]), consts) == ""
 
 
+def test_a_batch_norm_runs_on_the_host_when_its_result_stays_float():
+    """On the NPU a BatchNormalization ends at a QuantizeLinear (through a Relu or Clip): else the host."""
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["u"])
+    consts = {"s", "b", "m", "v"}.__contains__
+    readers = {"u": [helper.make_node("Relu", ["u"], ["r"])], "r": [helper.make_node("QuantizeLinear", ["r"], ["q"])]}
+    assert host_reason(bn, consts, lambda t: readers.get(t, [])) == ""
+    readers["r"].append(helper.make_node("GlobalAveragePool", ["r"], ["g"]))
+    assert "result stays float" in host_reason(bn, consts, lambda t: readers.get(t, []))
+
+
 def test_a_model_the_npu_runs_whole_has_no_host_nodes():
     assert not any_host(onnx, models.tiny("qdq", size=8, samples=1))
