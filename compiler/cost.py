@@ -247,7 +247,7 @@ def pipeline_cycles(steps, cfg: Config) -> int:
         ncmds += len(cmds)
         total += load_of(cmds, cfg).bound
     first = load_of([c for c in steps[0].loads if isinstance(c, Command)], cfg)
-    last = load_of([c for c in steps[-1].epilogue if isinstance(c, Command)], cfg)
+    last = load_of([c for c in steps[-1].epilogue + steps[-1].late if isinstance(c, Command)], cfg)
     return int(total + first.bound + first.latency + last.bound + last.latency + ncmds)
 
 

@@ -48,7 +48,7 @@ cost, and kir.pipelining holds the Choice (a network's report prints it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nnpsim.config import Config
 
@@ -58,7 +58,7 @@ from .ir import Buffer, Command, Dma, KernelIR, Stmt, flat_body
 from .lowering.double_buffer import Step, pipeline
 
 GAP = 3             # places between a producer tile and the consumer tile that loads what it stored
-LAGS = (1, 3)       # producer tiles a consumer tile trails by, beyond the ones it needs (priced)
+LAGS = (1, 3, 6, 10)    # producer tiles a consumer tile trails by, beyond the ones it needs (priced)
 
 
 @dataclass
@@ -137,9 +137,16 @@ def needs(producer: list[Step], consumer: list[Step]) -> list[int]:
     return out
 
 
-def merge(first: list[Step], owner: list[int], consumer: list[Step], need: list[int], lag: int) -> list[Step]:
+def gap(producer: list[Step]) -> int:
+    """Places between a producer tile and the consumer tile that loads what it stored: GAP, one more
+    when the producer stores in its late stage (issued one tile after its epilogue)."""
+    return GAP + any(st.late for st in producer)
+
+
+def merge(first: list[Step], owner: list[int], consumer: list[Step], need: list[int], lag: int,
+          places: int = GAP) -> list[Step]:
     """first (owner[i]: the producer's Step index of first[i], or -1) and consumer merged: consumer
-    Step j once producer Step min(need[j] + lag, last) is placed and need[j] at least GAP places back."""
+    Step j once producer Step min(need[j] + lag, last) is placed and need[j] at least `places` back."""
     last = max(owner, default=-1)
     where: dict[int, int] = {}
     out: list[Step] = []
@@ -147,7 +154,7 @@ def merge(first: list[Step], owner: list[int], consumer: list[Step], need: list[
     while j < len(consumer):
         k = need[j]
         gate = min(k + lag, last) if k >= 0 else -1
-        if gate < 0 or (gate in where and (k < 0 or len(out) - where[k] >= GAP)):
+        if gate < 0 or (gate in where and (k < 0 or len(out) - where[k] >= places)):
             out.append(consumer[j])
             j += 1
             continue
@@ -168,7 +175,7 @@ def interleave(steps: list[list[Step]], lag: int) -> list[Step]:
     for prev, cur in zip(steps, steps[1:]):
         need = needs(prev, cur)
         mine = {id(s): k for k, s in enumerate(cur)}
-        merged = merge(merged, owner, cur, need, lag)
+        merged = merge(merged, owner, cur, need, lag, gap(prev))
         owner = [mine.get(id(s), -1) for s in merged]
     return merged
 
@@ -226,7 +233,7 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     kept intermediate fits DM); when one wins, kir takes its buffers and notes.
     """
     if len(steps) < 2:
-        return body(steps, None), Choice(None, 0, {})
+        return single(kir, steps, cfg, price), Choice(None, 0, {})
     priced: dict[str, int | None] = {}
     best = None
     seen = {_order([st for kernel in steps for st in kernel])}
@@ -264,6 +271,20 @@ def choose(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=Non
     return body(steps, kept.lag, merged.get(kept.lag)), kept
 
 
+def single(kir: KernelIR, steps: list[list[Step]], cfg: Config, price) -> list[Stmt]:
+    """The body of one kernel: with its late stages (lowering.double_buffer) or, when it has some and the
+    cost model prices it lower, with each folded back into its epilogue (a kernel whose VU keeps up with
+    its drains may lose a tile's overlap at each end to the longer pipeline)."""
+    out = body(steps, None)
+    if not any(st.late for kernel in steps for st in kernel):
+        return out
+    folded = body([[replace(st, epilogue=st.epilogue + st.late, late=[]) for st in kernel] for kernel in steps], None)
+    kir.body = out
+    late = price(kir, cfg)
+    kir.body = folded
+    return out if late <= price(kir, cfg) else folded
+
+
 def pipelined(kir: KernelIR, steps: list[list[Step]], cfg: Config, price, rings=None) -> list[Stmt]:
     """The chosen body (choose); a chain's kernel notes say how its kernels were put together, and
     kir.pipelining holds the Choice (None for one kernel)."""
@@ -296,6 +317,7 @@ def ring_order(rk, ahead: int) -> list[Step]:
     GAP places after kernel k - 1's band i (empty Steps fill in)."""
     out = list(rk.constants)
     n, m = len(rk.banded), len(rk.banded[0])
+    places = [gap([st for band in kernel for st in band]) for kernel in rk.banded]
     last: dict[tuple[int, int], int] = {}
     for r in range(m + (n - 1) * ahead):
         for k in range(n):
@@ -303,7 +325,7 @@ def ring_order(rk, ahead: int) -> list[Step]:
             if not 0 <= i < m:
                 continue
             if k > 0:
-                out += [Step() for _ in range(GAP - (len(out) - last[k - 1, i]))]
+                out += [Step() for _ in range(places[k - 1] - (len(out) - last[k - 1, i]))]
             out += rk.banded[k][i]
             last[k, i] = len(out) - 1
     return out

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from itertools import product
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from .errors import CompileError
 from .ir import KernelIR
 from .lowering import driver, vu
 from .lowering.layout import conv_view, fold_taps
-from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, chunks, psum_on_nu
+from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, psum_on_nu
 from .lowering.nu import NuLowering
 from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
 from .lowering.units import shared_capacity
@@ -42,7 +43,7 @@ from .passes.sync import SyncReport
 from .pipeline import check_ops, fold_channels, lowered, schedule
 from .roofline import bound_cycles
 from .schedule import BIAS_INTRINSICS, Block, Schedule
-from .sizes import check_tiles
+from .sizes import capacities, check_tiles
 from .structure import tiling_key
 
 FINALISTS = 6   # tilings the quick per-tile model ranks best, then priced by replaying their schedule
@@ -196,11 +197,21 @@ def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = Non
     # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     plain = [_chain(base, cfg, found, False)] if gathers else []
-    rows = _row_by_row(base, cfg, sum(s_quick))
-    made = [(s, s_quick)] + plain + ([rows] if rows is not None else [])
+    made = [(s, s_quick)] + plain + interleavable(base, cfg, s, s_quick, found)
     if quick is not None and s_quick:
         quick += [q[0] for _, q in made]
     return [c for c, _ in made]
+
+
+def interleavable(base: Schedule, cfg: Config, than: Schedule, than_quick: list[float],
+                  found: list) -> list[tuple[Schedule, list[float]]]:
+    """A chain's candidates tiled for interleaving, each with its conv blocks' quick estimates: row_by_row's
+    (equal shares; None past SLACK times `than`'s estimates) and fitted's (tilings chosen together), whichever
+    exist."""
+    rows, fit = _row_by_row(base, cfg, sum(than_quick)), _fitted(base, cfg, found)
+    if fit is not None and str(fit[0]) in {str(than), str(rows[0] if rows else None)}:   # nothing new to price
+        fit = None
+    return [c for c in (rows, fit) if c is not None]
 
 
 def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
@@ -225,7 +236,8 @@ def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = 
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     if gathers and k == 1:
         return _chain(base, cfg, found, False)[0]
-    return row_by_row(base, cfg, sum(s_quick)) if k == 1 + gathers else None
+    more = interleavable(base, cfg, s, s_quick, found) if k >= 1 + gathers else []
+    return more[k - 1 - gathers][0] if k - 1 - gathers < len(more) else None
 
 
 def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> tuple[Schedule, list[float]]:
@@ -463,6 +475,74 @@ def _row_by_row(base: Schedule, cfg: Config, than: float | None) -> tuple[Schedu
     if than is not None and sum(guesses) > SLACK * than:
         return None
     return s, guesses
+
+
+FIT_TOP = 4     # row-major tilings per conv block and share of the memories that fitted() combines
+
+_FIT_OPTIONS: dict[tuple, list] = {}
+"""A conv block's row-major tilings for fitted(): (tiling, quick estimate, buffer needs), by what they
+depend on (the block's structure, where it reads and writes, the chain's length); at most PICKS_KEPT."""
+
+
+def fitted(base: Schedule, cfg: Config, found: list) -> Schedule | None:
+    """The chain with every conv block tiled row by row, the tilings chosen together: of the
+    combinations of each block's best few (fit_options), the one with the least summed quick estimate
+    whose buffers fit the local memories side by side (None: a chain of fewer than two blocks, not
+    all convs, of a batch over 1, or no combination fits).  row_by_row gives every block an equal
+    share instead, which a block that needs little of a memory wastes (an expand conv on the NU's
+    output stage takes no ABUF, a depthwise one little IBUF and WBUF), so its tiles come out smaller
+    than they need be and pay the NU's latency more often."""
+    made = _fitted(base, cfg, found)
+    return None if made is None else made[0]
+
+
+def _fitted(base: Schedule, cfg: Config, found: list) -> tuple[Schedule, list[float]] | None:
+    """fitted(base, cfg, found) and the quick estimate of each of its conv blocks, in order."""
+    blocks = base.blocks
+    if len(blocks) < 2 or any(b.kind != "nu" or b.ctx["plan"].view.x_shape[0] != 1 for b in blocks):
+        return None
+    options = []
+    for k in range(len(blocks)):
+        site = found[k]
+        key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
+               site.in_rows, site.out_rows, len(blocks), cfg)
+        opts = memo(_FIT_OPTIONS, key, lambda: fit_options(base, cfg, k, found))
+        if not opts:
+            return None
+        options.append(opts)
+    caps = capacities(cfg)
+    best, least = None, None
+    for combo in product(*options):
+        if all(sum(o[2].get(m, 0) for o in combo) <= caps[m] for m in ("ibuf", "wbuf", "abuf", "vbuf")):
+            total = sum(o[1] for o in combo)
+            if least is None or total < least:
+                best, least = combo, total
+    if best is None:
+        return None
+    s = base.fork()
+    for k, (t, _, _) in enumerate(best):
+        s = _auto_nu(s, t, None, 1, k)
+    return s, [guess for _, guess, _ in best]
+
+
+def fit_options(base: Schedule, cfg: Config, k: int, found: list) -> list[tuple[ConvTiling, float, dict]]:
+    """Conv block k's row-major tilings that fitted() combines: the FIT_TOP best by the quick estimate
+    in all of each local memory, and in a half, a third ... (one share per block of the chain), each
+    with its estimate and buffer needs."""
+    b = base.blocks[k]
+    p, residual = b.ctx["plan"], b.ctx["residual"] is not None
+    out: dict[ConvTiling, tuple[ConvTiling, float, dict]] = {}
+    for n in range(1, len(base.blocks) + 1):
+        try:
+            tilings = [t for t in conv_candidates(p, shared(cfg, n), residual) if row_major(p, t) and t not in out]
+        except CompileError:          # no tile fits this share
+            continue
+        if not tilings:
+            continue
+        picks = ranked_estimates([_auto_nu(base, t, None, 1, k) for t in tilings], cfg, FIT_TOP, k, found)
+        for i, guess in picks:
+            out[tilings[i]] = (tilings[i], guess, buffer_needs(p, tilings[i], residual))
+    return list(out.values())
 
 
 def vu_rows(s: Schedule) -> set[int]:

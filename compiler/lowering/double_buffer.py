@@ -22,10 +22,11 @@ class Step:
     compute: list[Stmt] = field(default_factory=list)
     epilogue: list[Stmt] = field(default_factory=list)
     early: list[Stmt] = field(default_factory=list)    # compute issued before the next tile's loads
+    late: list[Stmt] = field(default_factory=list)     # epilogue work issued one tile after the epilogue
 
     def statements(self) -> list[Stmt]:
         """Every statement of the tile, stage by stage."""
-        return self.loads + self.early + self.compute + self.epilogue
+        return self.loads + self.early + self.compute + self.epilogue + self.late
 
 
 class Slots:
@@ -81,4 +82,8 @@ def pipeline(steps: list[Step]) -> list[Stmt]:
         out += step.compute
         if k > 0:
             out += steps[k - 1].epilogue
-    return out + steps[-1].epilogue
+        if k > 1:
+            out += steps[k - 2].late
+    if len(steps) > 1:
+        out += steps[-2].late
+    return out + steps[-1].epilogue + steps[-1].late

@@ -41,6 +41,11 @@ BY_BLOCK_PIXELS = 64
 """The last tile runs block by block when a block has more pixels than this: its store (cols bytes a
 pixel at DDR's 32 a cycle) then outlasts the 64 cycles of NU latency an extra command costs (7x7
 blocks lost 16 to 47 cycles on MobileNetV2, 14x14 ones gained up to 130)."""
+LATE_REQUANT = True
+"""A drained tile's requantisation and store are issued one tile after its drain (Step.late): the CU,
+which learns of the drain before issuing the requantisation (the NU that reuses the accumulators
+needs the drain too), then finds it long done instead of stalling every other unit's issue while
+it streams."""
 RESIDENT_DMA_BYTES = 4096
 """Resident weights load in DMAs of at least this many bytes (whole output-block groups): DDR's
 latency (100 cycles) then costs at most about as much as the transfer's 128 cycles at 32 bytes a cycle."""
@@ -565,6 +570,7 @@ class NuLowering:
         vacc = self.slots.next(self.role["vacc"])
         step.epilogue.append(Dma(self.ch + CH_DRAIN, Ref(vacc), Ref(acc), (nob * pix * cols,), (4,), (4,), elem=4,
                                  comment=f"{self.name}: drain {acc.name} -> {vacc.name}"))
+        drained = len(step.epilogue)
         clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
         if self._bias_mode("requant"):
             out = self.slots.next(f"{self.name}_out")
@@ -586,6 +592,9 @@ class NuLowering:
                 scalars={"za": 0, **clamp}, unit=self.vu,
                 comment=f"{self.name}: requantise in place in {vacc.name}"))
         self._finish(step, out, obs, n, oh0, ow0, th, tw)
+        if LATE_REQUANT:
+            step.late[:0] = step.epilogue[drained:]
+            del step.epilogue[drained:]
 
     def _channel_requants(self) -> list[tuple[str, dict, str]]:
         """Each output channel's (mnemonic, scalars, comment) of its bias-and-requantise command, made

@@ -116,6 +116,7 @@ class SplitLowering:
                     merged.early += step.early
                     merged.compute += step.compute
                     merged.epilogue += step.epilogue
+                    merged.late += step.late
             merged.loads = share_loads(merged.loads)
             out.append(merged)
         return out

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 import compiler
 from compiler import interleave, kernel, ops, search
 from compiler import pipeline as compile_pipeline
-from compiler.ir import Ref
+from compiler.ir import Note, Ref
 from compiler.passes.loops import flatten
 from compiler.errors import CompileError
 from compiler.lowering import driver, ring
@@ -61,7 +61,7 @@ def test_interleaved_chain_is_bit_exact_race_free_and_really_interleaved(case, l
 
 
 @settings(max_examples=8, deadline=None)
-@given(c=st.integers(3, 40), hw=st.integers(4, 15), lag=st.sampled_from([1, 2, 3]), seed=st.integers(0, 99),
+@given(c=st.integers(3, 40), hw=st.integers(4, 15), lag=st.sampled_from([1, 2, 3, 6, 10]), seed=st.integers(0, 99),
        dw=st.booleans())
 def test_random_interleaved_chains_match_numpy(c, hw, lag, seed, dw):
     rng = np.random.default_rng(seed)
@@ -120,6 +120,20 @@ def test_merge_keeps_each_kernels_order_and_the_gap():
         if k >= 0:
             assert pos[id(cons[j])] - pos[id(prod[k])] >= interleave.GAP
             assert pos[id(cons[j])] > pos[id(prod[min(k + 1, 5)])]
+
+
+def test_a_producer_that_stores_late_keeps_its_consumer_one_place_further_back():
+    """gap(): a producer whose tiles store in their late stage (issued one tile after the epilogue)
+    needs GAP + 1 places before the consumer tile that loads what it stored."""
+    plain = [Step(epilogue=[Note("store")]) for _ in range(6)]
+    late = [Step(late=[Note("store")]) for _ in range(6)]
+    assert interleave.gap(plain) == interleave.GAP and interleave.gap(late) == interleave.GAP + 1
+    need = [-1, 1, 3, 5]
+    for prod in (plain, late):
+        cons = [Step() for _ in range(4)]
+        out = interleave.merge(prod, list(range(6)), cons, need, 1, interleave.gap(prod))
+        pos = {id(s): i for i, s in enumerate(out)}
+        assert min(pos[id(cons[j])] - pos[id(prod[k])] for j, k in enumerate(need) if k >= 0) == interleave.gap(prod)
 
 
 # ------------------------------------------------------------------ halo recomputed (lowering.ring)
@@ -393,6 +407,29 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_drained_kernel_takes_its_late_stage_or_not_whichever_is_cheaper(seed):
+    """single(): a kernel with late stages gets the body with them or with each folded into its epilogue,
+    whichever the cost model prices lower; it equals numpy's reference either way, race-free."""
+    rng = np.random.default_rng(seed)
+    _, dw, _ = inverted(rng, 8 + 8 * seed, 15 + seed)
+    cfg = Config()
+    kir, steps = driver.lower(search.candidates((dw,), cfg)[0], cfg)
+    assert any(st.late for st in steps[0])
+    folded = [[replace(st, epilogue=st.epilogue + st.late, late=[]) for st in steps[0]]]
+    prices = []
+    for variant_steps in (steps, folded):
+        kir.body = interleave.body(variant_steps, None)
+        prices.append(compile_pipeline.price(kir, cfg))
+    kir.body = interleave.single(kir, steps, cfg, compile_pipeline.price)
+    predicted, usage, report = compile_pipeline.schedule(kir, cfg, reroll=False)
+    assert predicted == min(prices)
+    k = kernel.finish((dw,), kir, cfg, predicted, usage, report)
+    x = _int8(rng, dw.x_shape)
+    np.testing.assert_array_equal(k(x, check_races=True), dw.reference(x))
+    assert k.stats.cycles == predicted
 
 
 def gate_mul_conv(rng, c, h, w, out, fmt):

@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+import compiler
 from compiler import ops, search
+from compiler.lowering import driver
+from compiler.lowering.conv_plan import buffer_needs
+from compiler.schedule import Schedule
+from compiler.sizes import capacities
 from nnpsim.config import Config
 from tests.helpers.kernels import rand8
+from tests.helpers.networks import SMALL_NU, conv_conv, conv_pool, inverted
 
 
 def _conv(rng: np.random.Generator):
@@ -48,10 +55,6 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
     # all_candidates hands the search each chain candidate's quick estimate of its first conv block, from
     # the picks that chose its tilings; ranking by them must be what estimating each candidate again gives,
     # and the row-by-row candidate's SLACK test must see quick() of the chain's own schedule
-    from compiler.lowering import driver
-    from compiler.schedule import Schedule
-    from tests.helpers.networks import conv_conv, conv_pool, inverted
-
     rng = np.random.default_rng(11)
     chains = [conv_conv(rng, 8, 11), conv_conv(rng, 24, 17, out=40), inverted(rng, 8, 13), inverted(rng, 16, 9, 2),
               conv_pool(rng, 16, 19, 21)]
@@ -60,6 +63,7 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
         cfg = Config(nu_count=1 + n % 2, vu_count=1 + n % 2)
         search._CHAIN_PICKS.clear()
         search._ROW_PICKS.clear()
+        search._FIT_OPTIONS.clear()
         for _ in range(2):                  # the second time from the memos of picks
             quick: list[float] = []
             found = search.all_candidates(tuple(chain), cfg, None, quick)
@@ -72,3 +76,49 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
             assert [str(s) for s in found] == [str(s) for s in search.all_candidates(tuple(chain), cfg)]
         ranked += len(found) > 1
     assert ranked >= 2, "too few chains with several candidates to rank"
+
+
+# ---------------------------------------------------------------------- fitted: tilings chosen together
+
+def _fit_case(seed: int, hw: int, stride: int, cfg: Config):
+    rng = np.random.default_rng(seed)
+    chain = inverted(rng, int(rng.integers(3, 40)), hw, stride)
+    return rng, chain, Schedule(*chain, config=cfg)
+
+
+@pytest.mark.parametrize("seed, hw, stride, small", [(1, 13, 1, False), (2, 23, 2, True), (3, 17, 1, True)])
+def test_fitted_tiles_every_conv_row_by_row_in_memories_shared(seed, hw, stride, small):
+    """An inverted residual at sizes no tile divides: every block's tiling is row-major, the blocks'
+    buffers fit the local memories side by side, the search offers the schedule (unless another
+    candidate has the same tilings), and its kernel equals numpy's reference, race-free, in the
+    cycles predicted."""
+    cfg = Config(**SMALL_NU) if small else Config()
+    rng, chain, base = _fit_case(seed, hw, stride, cfg)
+    fit = search.fitted(base, cfg, driver.sites(tuple(chain), cfg)[0])
+    assert fit is not None
+    need = {m: 0 for m in ("ibuf", "wbuf", "abuf", "vbuf")}
+    for b in fit.blocks:
+        p, t = b.ctx["plan"], b.tiling()
+        assert search.row_major(p, t), t
+        for m, v in buffer_needs(p, t, b.ctx["residual"] is not None).items():
+            if m in need:
+                need[m] += v
+    caps = capacities(cfg)
+    assert all(need[m] <= caps[m] for m in need), need
+    offered = [str(s) for s in search.all_candidates(tuple(chain), cfg)]
+    assert str(fit) in offered
+    k = compiler.build(*chain, config=cfg, schedule=fit)
+    x = rand8(rng, chain[0].x_shape)
+    want = x
+    for op in chain:
+        want = op.reference(want)
+    np.testing.assert_array_equal(k(x, check_races=True), want)
+    assert k.stats.cycles == k.predicted_cycles
+
+
+def test_fitted_needs_a_chain_of_convs():
+    cfg = Config()
+    rng, chain, _ = _fit_case(4, 9, 1, cfg)
+    pool = ops.max_pool2d(chain[0].output.shape, 2)
+    for ops_ in ((chain[0],), (chain[0], pool)):
+        assert search.fitted(Schedule(*ops_, config=cfg), cfg, driver.sites(ops_, cfg)[0]) is None

@@ -180,7 +180,7 @@ def _conflict(a, b) -> bool:
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.sampled_from(["conv", "dense", "pool", "add", "rq"]))
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["conv", "dw", "dense", "pool", "add", "rq"]))
 def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     from compiler.ir import Command
     from compiler.lowering.double_buffer import pipeline
@@ -191,6 +191,10 @@ def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
         c, o = int(rng.integers(1, 70)), int(rng.integers(1, 70))
         op = ops.conv2d((2, c, int(rng.integers(1, 20)), 9), rng.integers(-9, 9, (o, c, 1, 3)).astype(np.int8),
                         np.zeros(o, np.int32), padding=(0, 1), multiplier=1, shift=0)
+    elif kind == "dw":          # drained through the VU: its requantisation and store in the late stage
+        c = int(rng.integers(1, 70))
+        op = ops.conv2d((1, c, int(rng.integers(1, 20)), 9), rng.integers(-9, 9, (c, 1, 3, 3)).astype(np.int8),
+                        np.zeros(c, np.int32), padding=1, groups=c, multiplier=1, shift=0)
     elif kind == "dense":
         op = ops.dense((int(rng.integers(1, 50)), 40), np.ones((40, 33), np.int8), multiplier=1, shift=0)
     elif kind == "pool":
@@ -202,7 +206,8 @@ def test_pipeline_keeps_the_order_of_every_conflicting_pair(seed, kind):
     cfg = Config(vbuf_bytes=4096 if kind in ("add", "pool") else 256 * 1024)
     for s in candidates((op,), cfg):
         _, (steps,) = lower(s, cfg)
-        natural = [s for st_ in steps for s in st_.loads + st_.compute + st_.epilogue if isinstance(s, Command)]
+        natural = [s for st_ in steps for s in st_.loads + st_.compute + st_.epilogue + st_.late
+                   if isinstance(s, Command)]
         issued = [s for s in pipeline(steps) if isinstance(s, Command)]
         pos = {id(c): i for i, c in enumerate(issued)}
         for i, a in enumerate(natural):
