@@ -10,9 +10,11 @@ shape; each tile goes through a VBUF slot:
            order (dims sorted by the input's strides, layout.ddr_order), the slot side scatters
            into the tile's output order, so a permutation costs nothing but on-chip addressing;
            Pad's constant is the same DMA's padding; a repeated dim is loaded once (index 0); where
-           the runs would be short, a dense range of the input into a staging slot (dense_range)
+           the runs would be short, a dense range of the input into a staging slot (dense_range),
+           in DM when it has room
   gather   (repeats, a staged range) one DMA slot -> slot on chip, reading index 0 of every
-           repeated dim with stride 0, or the staged range by the input's strides
+           repeated dim with stride 0, or the staged range by the input's strides (from DM: on
+           the store's channel, so that the loads' channels stream loads alone)
   store    one DMA, slot -> DDR, runs along the output's inner dims
 
 Tiles are sized so that both the input's innermost dim and the output's have long runs (whole
