@@ -10,9 +10,11 @@ shape; each tile goes through a VBUF slot:
            order (dims sorted by the input's strides, layout.ddr_order), the slot side scatters
            into the tile's output order, so a permutation costs nothing but on-chip addressing;
            Pad's constant is the same DMA's padding; a repeated dim is loaded once (index 0); where
-           the runs would be short, a dense range of the input into a staging slot (dense_range)
+           the runs would be short, a dense range of the input into a staging slot (dense_range),
+           in DM when it has room
   gather   (repeats, a staged range) one DMA slot -> slot on chip, reading index 0 of every
-           repeated dim with stride 0, or the staged range by the input's strides
+           repeated dim with stride 0, or the staged range by the input's strides (from DM: on
+           the store's channel, so that the loads' channels stream loads alone)
   store    one DMA, slot -> DDR, runs along the output's inner dims
 
 Tiles are sized so that both the input's innermost dim and the output's have long runs (whole
@@ -40,6 +42,12 @@ MIN_TILE_BYTES = 2048       # below this a tile's DMA latency outweighs overlapp
 MIN_TILES = 2
 """Tiles a tensor is cut into at least, so that loads and stores overlap: in benchmarks/movement.py four
 or eight tiles ran slower (each DMA pays DDR's latency on its channel's in-order queue)."""
+STAGED_TILES = 4
+"""Tiles at least when the loads stage dense ranges in DM: in benchmarks/movement.py two tiles left the
+gathers and stores after the loads, unoverlapped, and eight or sixteen paid DDR's latency more often."""
+STAGING_DEPTH = 3
+"""Staged ranges in DM in flight: a load reuses the range whose gather was issued three tiles before,
+not two (with two, each pair of loads waited for the gathers of the pair before)."""
 RUN = 128                   # elements of a tile along the input's and the output's innermost dims, at least
 CH_LOAD, CH_STORE = (0, 1), (2, 3)
 """Channels taken in turn: a tile's DMA pays DDR's latency while the one before it on the other channel
@@ -213,23 +221,41 @@ class MoveLowering:
         self.plan = p = move_plan(op)
         e = p.elem
         self.repeats = any(v == 0 and n > 1 for v, n in zip(p.pieces[0].strides, p.shape))
-        total = math.prod(p.shape) * e
-        slot = min(SLOT_BYTES, cfg.vbuf_bytes // 4, max(MIN_TILE_BYTES, -(-total // MIN_TILES)))
-        self.tile = tile_shape(p, max(1, slot // e))
-        self.slots = Slots()
-        self.role = f"{name}_t"
-        self.slots.declare(self.role, "vbuf", math.prod(self.tile) * e, depth=3)
+        self.burst, self.cap = cfg.ddr_burst_bytes, min(2 * SLOT_BYTES, cfg.vbuf_bytes // 4)
+        self.tile = self._tile_for(cfg, MIN_TILES)
         # a one-piece plan whose DDR runs are short (a stepped or backward innermost dim, a crop of
         # short rows) reads a dense range of the input into a staging slot instead, when that
         # touches fewer bursts; the gather then picks the elements on chip
-        self.burst, self.cap = cfg.ddr_burst_bytes, min(2 * SLOT_BYTES, cfg.vbuf_bytes // 4)
-        self.staging = False
-        if len(p.pieces) == 1 and p.fill is None:
-            box = tuple(1 if st == 0 else t for st, t in zip(p.pieces[0].strides, self.tile))
-            if dense_range(p.pieces[0].strides, box, e, self.burst, self.cap) is not None:
-                self.staging = True
-                self.slots.declare(self.role + "in", "vbuf", self.cap, depth=2)
+        self.staging = self._staged(self.tile)
+        # staged ranges land in DM when it has room: the gathers (DM -> VBUF) then share no port
+        # with the loads, and run on the stores' channels so that the loads stream back to back
+        self.in_dm = self.staging and STAGING_DEPTH * self.cap <= cfg.dm_bytes // 2
+        if self.in_dm and self._staged(tile := self._tile_for(cfg, STAGED_TILES)):
+            self.tile = tile
+        self.slots = Slots()
+        self.role = f"{name}_t"
+        # two slots when the gather and the store of a tile share a channel: a slot's next gather
+        # then queues behind its store on that channel, no semaphore between them
+        self.slots.declare(self.role, "vbuf", math.prod(self.tile) * e, depth=2 if self.in_dm else 3)
+        if self.staging:
+            self.slots.declare(self.role + "in", "dm" if self.in_dm else "vbuf", self.cap,
+                               depth=STAGING_DEPTH if self.in_dm else 2)
         self._range: tuple = ()
+
+    def _tile_for(self, cfg: Config, least: int) -> tuple[int, ...]:
+        """The tile shape when the output is cut into `least` tiles at least."""
+        e = self.plan.elem
+        total = math.prod(self.plan.shape) * e
+        slot = min(SLOT_BYTES, cfg.vbuf_bytes // 4, max(MIN_TILE_BYTES, -(-total // least)))
+        return tile_shape(self.plan, max(1, slot // e))
+
+    def _staged(self, tile: tuple[int, ...]) -> bool:
+        """Does a tile of this shape load a dense range (dense_range) rather than its elements?"""
+        p = self.plan
+        if len(p.pieces) != 1 or p.fill is not None:
+            return False
+        box = tuple(1 if st == 0 else t for st, t in zip(p.pieces[0].strides, tile))
+        return dense_range(p.pieces[0].strides, box, p.elem, self.burst, self.cap) is not None
 
     def tiles(self) -> list[tuple[int, ...]]:
         """Each tile's first output index (per plan dim), row-major over the tile grid."""
@@ -285,7 +311,7 @@ class MoveLowering:
                                  ((0,) * len(size), size), p.fill, where + ": padding alone")
         if self._range or self.repeats:
             s.compute.append(Note(where + ": gather on chip"))
-            s.compute += self._gather(ch, slot, size, dense, where)
+            s.compute += self._gather(CH_STORE[k % 2] if self.in_dm else ch, slot, size, dense, where)
         out_st = _strides(p.shape)
         y_off = sum(x * st for x, st in zip(lo, out_st))
         s.epilogue += dma_boxes(CH_STORE[k % 2], Ref(self.y), y_off, out_st, Ref(slot), 0, dense, size, e, None,

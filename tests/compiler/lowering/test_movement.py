@@ -1,0 +1,97 @@
+"""The movement lowering's staged loads (compiler/lowering/movement.py): strided slices and nearest
+downsamplings whose DDR runs are short read dense ranges into DM and pick on chip; random shapes
+(odd sizes, steps 2 and 3, starts not 0, backwards) bit-exact with numpy and priced exactly, on the
+default machine and on one whose DM is too small to stage in."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compiler import build, ops
+from compiler.ir import Buffer, Dma
+from compiler.lowering.movement import CH_STORE, STAGED_TILES, MoveLowering
+from nnpsim.config import Config
+
+SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SMALL_DM = Config(dm_bytes=64 * 1024)
+
+
+def _run(op, x, cfg=None):
+    k = build(op, config=cfg)
+    y = k(x, check_races=True)
+    np.testing.assert_array_equal(y, op.reference(x))
+    assert k.predicted_cycles == k.stats.cycles          # the cost model prices the staged schedule exactly
+    return k
+
+
+def _lowering(op, cfg=None) -> MoveLowering:
+    x = Buffer("x", "ddr", op.inputs[0].nbytes)
+    y = Buffer("y", "ddr", op.output.nbytes)
+    return MoveLowering(op, [x], y, cfg or Config(), "L0")
+
+
+@st.composite
+def strided_slices(draw):
+    """A 4-D slice stepping by 2, 3 or -2 along rows and columns, from a start not 0 where room allows."""
+    c, h, w = draw(st.integers(1, 16)), draw(st.integers(3, 45)), draw(st.integers(3, 99))
+    starts, steps, counts = [0, 0], [1, 1], [1, c]
+    for d in (h, w):
+        step = draw(st.sampled_from([2, 3, -2]))
+        s = draw(st.integers(0, d - 1))
+        room = (d - 1 - s) // step + 1 if step > 0 else s // -step + 1
+        starts.append(s), steps.append(step), counts.append(draw(st.integers(1, room)))
+    return (1, c, h, w), tuple(starts), tuple(steps), tuple(counts)
+
+
+@SETTINGS
+@given(strided_slices(), st.booleans(), st.integers(0, 2 ** 31))
+def test_random_strided_slices(case, small_dm, seed):
+    shape, starts, steps, counts = case
+    x = np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+    _run(ops.Slice(shape, starts, steps, counts), x, SMALL_DM if small_dm else None)
+
+
+@SETTINGS
+@given(st.integers(1, 12), st.integers(2, 30), st.integers(2, 60), st.sampled_from([2, 3]), st.integers(0, 2 ** 31))
+def test_random_nearest_downsamplings(c, oh, ow, s, seed):
+    shape = (1, c, oh * s + s - 1, ow * s)           # rows that do not divide by the factor too
+    op = ops.resize_nearest(shape, (1, c, oh, ow), (1, 1, 1 / s, 1 / s), "asymmetric", "floor")
+    _run(op, np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8))
+
+
+@pytest.mark.parametrize("cfg", [None, SMALL_DM], ids=["dm", "small-dm"])
+@pytest.mark.parametrize("op", [ops.Slice((1, 24, 61, 97), (0, 0, 1, 96), (1, 1, 3, -2), (1, 24, 20, 48)),
+                                ops.Slice((1, 40, 45, 99), (0, 1, 2, 1), (1, 1, 2, 3), (1, 39, 22, 33))],
+                         ids=["step3-backwards", "odd-starts"])
+def test_staged_tiles_reuse_their_slots(op, cfg):
+    """Enough tiles that every staged range and output slot is reused (odd sizes, steps 3 and -2)."""
+    low = _lowering(op, cfg)
+    assert low.staging and low.in_dm == (cfg is None)
+    assert low.n_tiles() >= (STAGED_TILES if low.in_dm else 2)
+    _run(op, np.random.default_rng(5).integers(-128, 128, op.inputs[0].shape, dtype=np.int8), cfg)
+
+
+def test_every_other_row_and_column_stages_in_dm():
+    """The stride-2 pick of 32x80x80 reads every other row whole into DM, in four tiles at least, its
+    gathers on the stores' channels; bit-exact, priced exactly, within 1.5x its DDR bound."""
+    op = ops.slice_op((1, 32, 80, 80), [0, 0], [80, 80], [2, 3], [2, 2])
+    low = _lowering(op)
+    assert low.staging and low.in_dm and low.n_tiles() >= STAGED_TILES
+    assert {b.space for b in low.buffers()} == {"dm", "vbuf"}
+    for k, step in enumerate(low.steps()):
+        gathers = [s for s in step.compute if isinstance(s, Dma)]
+        assert gathers and all(g.chan == CH_STORE[k % 2] and g.src.buf.space == "dm" for g in gathers)
+    k = _run(op, np.random.default_rng(3).integers(-128, 128, op.inputs[0].shape, dtype=np.int8))
+    assert k.stats.cycles <= 1.5 * k.roofline_cycles
+
+
+def test_small_dm_stages_in_vbuf():
+    """Where DM cannot hold three staged ranges beside what it keeps, they stay in VBUF, gathered on the
+    loads' channels, still exact."""
+    op = ops.slice_op((1, 8, 40, 40), [1, 1], [40, 40], [2, 3], [2, 2])
+    low = _lowering(op, SMALL_DM)
+    assert low.staging and not low.in_dm
+    assert {b.space for b in low.buffers()} == {"vbuf"}
+    _run(op, np.random.default_rng(4).integers(-128, 128, op.inputs[0].shape, dtype=np.int8), SMALL_DM)
