@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import zoo_results as zr  # noqa: E402  benchmarks/zoo_results.py (benchmarks/ is on sys.path)
 from measuring import compile_twice, run_side_by_side  # noqa: E402  benchmarks/measuring.py
-from tables import FLAG, commit, markdown, write_table  # noqa: E402  benchmarks/tables.py
+from tables import commit, markdown, write_table  # noqa: E402  benchmarks/tables.py
 
 from compiler.models import quiet  # noqa: E402
 
@@ -439,20 +439,22 @@ def table_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def write_docs(results: list[zr.Result], missing: list[str], variants: list[str], argv: list[str]) -> None:
-    """Both tables into docs/performance.md, the pairs with no result named under them."""
+def write_docs(results: list[zr.Result], missing: list[str], variants: list[str], argv: list[str],
+               doc: Path | None = None) -> None:
+    """Both tables into docs/performance.md (or `doc`), the pairs with no result named under them."""
     at = zr.commits(results)
     note = f"; no result for {', '.join(missing)}" if missing else ""
-    write_table("zoo", zr.HEADER, [zr.row(r) for r in results], zr.GOAL + note, argv=table_argv(argv), at=at)
+    write_table("zoo", zr.HEADER, [zr.row(r) for r in results], zr.GOAL + note, argv=table_argv(argv), at=at,
+                doc=doc)
     perf = [r for r in results if r.variant == zr.PERFORMANCE_VARIANT]
     if zr.PERFORMANCE_VARIANT in variants:
         write_table("zoo-performance", zr.PERFORMANCE_HEADER,
                     [zr.performance_row(r) for r in perf] + [zr.performance_summary(perf)],
-                    zr.PERFORMANCE_GOAL + note, argv=table_argv(argv), at=at)
+                    zr.PERFORMANCE_GOAL + note, argv=table_argv(argv), at=at, doc=doc)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="zoo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(ZOO), help="comma-separated names (--list shows them)")
     ap.add_argument("--variants", default=",".join(zr.VARIANTS),
                     help=f"comma-separated, of {', '.join(zr.ALL_VARIANTS)}")
@@ -464,7 +466,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     how.add_argument("--recorded", action="store_true", help="measure nothing: the tables from --rows alone")
     how.add_argument("--no-run", action="store_true", help="only export and quantise (fill the cache)")
     ap.add_argument("--list", action="store_true", help="list the networks and stop")
-    ap.add_argument(FLAG, action="store_true", help="write the tables into docs/performance.md")
+    ap.add_argument("--write-docs", action="store_true", help="write the tables into docs/performance.md")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error(f"--repeats must be at least 1, got {args.repeats}")
