@@ -256,8 +256,8 @@ def quantised(name: str, variant: str, cache: Path) -> Path:
 
 
 def onnx_macs(path: Path) -> int:
-    """Multiply-accumulates of a model's Conv, ConvTranspose, Gemm and MatMul nodes (float or QDQ/QOperator),
-    from onnx's own shape inference: the whole network's work, wherever it runs."""
+    """Multiply-accumulates of a float model's Conv, ConvTranspose, Gemm and MatMul nodes, from onnx's own shape
+    inference: the whole network's work, wherever it runs."""
     import onnx
 
     model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
@@ -267,15 +267,11 @@ def onnx_macs(path: Path) -> int:
     shapes.update({t.name: list(t.dims) for t in g.initializer})
     total = 0
     for n in g.node:
-        kind = n.op_type.removeprefix("QLinear")
-        w = n.input[3] if n.op_type in ("QLinearConv", "QLinearMatMul") else n.input[1] if len(n.input) > 1 else ""
-        out, wshape = shapes.get(n.output[0]), shapes.get(w)
-        if not out or not wshape or 0 in out or 0 in wshape:
-            continue
-        if kind in ("Conv", "ConvTranspose"):
-            total += int(np.prod(out)) * int(np.prod(wshape[1:]))
-        elif kind in ("MatMul", "Gemm", "QGemm"):
-            total += int(np.prod(out)) * int(wshape[0] if kind != "MatMul" else wshape[-2])
+        if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and len(n.input) > 1:
+            trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0)
+            shape = [shapes.get(n.input[0]), shapes.get(n.input[1]), shapes.get(n.output[0])]
+            if all(shape) and all(0 not in x for x in shape):
+                total += zr.node_macs(n.op_type, *shape, trans_b=bool(trans_b))
     return total
 
 

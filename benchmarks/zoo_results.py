@@ -56,6 +56,22 @@ def split_variant(variant: str) -> tuple[str, str, str]:
 
 # ----------------------------------------------------------------------------- the roofline
 
+def node_macs(op_type: str, x: list[int], w: list[int], y: list[int], trans_b: bool = False) -> int:
+    """Multiply-accumulates of one float ONNX node from its input, weight and output shapes: a Conv's output
+    elements times its weights per output channel, a ConvTranspose's input elements times its weights per
+    input channel, a MatMul's or Gemm's output elements times the inner dimension (Gemm's B is [N, K]
+    with transB, as torch exports a Linear)."""
+    if op_type == "Conv":
+        return math.prod(y) * math.prod(w[1:])
+    if op_type == "ConvTranspose":
+        return math.prod(x) * math.prod(w[1:])
+    if op_type == "Gemm":
+        return math.prod(y) * (w[1] if trans_b else w[0])
+    if op_type == "MatMul":
+        return math.prod(y) * x[-1]
+    raise ValueError(f"no MACs for op type {op_type!r}")
+
+
 @dataclass(frozen=True)
 class Kernel:
     """What the roofline needs of one NPU kernel: its MACs, its constants' DDR bytes, its own bound."""

@@ -146,3 +146,15 @@ def test_a_file_that_is_not_a_rows_file_is_refused_in_one_line(tmp_path):
         with pytest.raises(zr.UsageError) as e:
             zr.load_rows(path)
         assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_macs_of_convolutions_and_of_linear_layers_as_torch_exports_them():
+    assert zr.node_macs("Conv", [1, 16, 8, 8], [32, 16, 3, 3], [1, 32, 8, 8]) == 32 * 64 * 16 * 9
+    assert zr.node_macs("Conv", [1, 16, 8, 8], [16, 1, 3, 3], [1, 16, 8, 8]) == 16 * 64 * 9       # depthwise
+    assert zr.node_macs("ConvTranspose", [1, 8, 4, 4], [8, 4, 2, 2], [1, 4, 8, 8]) == 8 * 16 * 4 * 4
+    # torch's Linear(1280, 1000): Gemm with B [1000, 1280] and transB=1; K is 1280, not 1000
+    assert zr.node_macs("Gemm", [1, 1280], [1000, 1280], [1, 1000], trans_b=True) == 1000 * 1280
+    assert zr.node_macs("Gemm", [1, 1280], [1280, 1000], [1, 1000]) == 1000 * 1280
+    assert zr.node_macs("MatMul", [1, 197, 192], [192, 576], [1, 197, 576]) == 197 * 576 * 192
+    with pytest.raises(ValueError, match="'Relu'"):
+        zr.node_macs("Relu", [1], [1], [1])
