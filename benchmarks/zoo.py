@@ -392,6 +392,16 @@ def _prepared(name: str, variant: str, cache: Path, macs: dict) -> tuple[Path | 
         return None, 0, zr.Result(name, variant, why, ZOO[name].library, commit())
 
 
+def _evaluated(name: str, variant: str, path: Path, macs: int, repeats: int) -> zr.Result:
+    """evaluate(), a crash of the toolchain (anything but its one-line refusals) recorded as the row's import
+    column ("crashed: ...") so that one network's bug does not end a run of hours."""
+    try:
+        return evaluate(name, variant, path, macs, repeats)
+    except Exception as exc:  # noqa: BLE001 -- a traceback is a bug to report in the table, not the run's end
+        why = f"crashed: {type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return zr.Result(name, variant, why, ZOO[name].library, commit())
+
+
 def fill(names: list[str], variants: list[str], cache: Path) -> int:
     """--no-run: export and quantise every pair into the cache; the exit status (1 if one failed)."""
     macs: dict[str, int | str] = {}
@@ -411,7 +421,7 @@ def measure(names: list[str], variants: list[str], cache: Path, rows: Path, repe
     for v in sorted(variants, key=lambda v: v != zr.PERFORMANCE_VARIANT):
         for name in (n for n in names if (n, v) not in done):
             path, total, res = _prepared(name, v, cache, macs)
-            res = res or evaluate(name, v, path, total, repeats)
+            res = res or _evaluated(name, v, path, total, repeats)
             results = zr.merged(results, res)
             zr.save_rows(rows, results)
             print(" | ".join(map(str, zr.row(res))), flush=True)
