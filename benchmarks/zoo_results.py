@@ -185,9 +185,18 @@ def _ratio(x: float | None) -> str:
     return f"{x:.2f}" if x is not None else "-"
 
 
+NOT_REFUSALS = ("crashed: ", "export failed: ", "quantisation failed: ")
+"""How a result that is no refusal of the compiler's says why it did not run."""
+
+
+def outcome(r: Result) -> str:
+    """The import column: ok, the compiler's refusal, or what else stopped it (NOT_REFUSALS)."""
+    return "ok" if r.ran else r.imported if r.imported.startswith(NOT_REFUSALS) else f"refused: {r.imported}"
+
+
 def row(r: Result) -> list[object]:
     """A row of the `zoo` table."""
-    return [r.name, r.library, r.variant, "ok" if r.ran else f"refused: {r.imported}",
+    return [r.name, r.library, r.variant, outcome(r),
             f"{100 * r.npu_share:.1f}%" if r.npu_share is not None else "-", r.agreement,
             _ratio(r.cycles / r.bound_sum if r.ran and r.bound_sum else None),
             _ratio(r.cycles / r.mac_bound if r.ran and r.mac_bound else None),
@@ -213,7 +222,7 @@ def _judged(x: float | None, goal: float) -> str:
 def performance_row(r: Result) -> list[object]:
     """A row of the `zoo-performance` table: every figure as a ratio, '(over)' where it misses its goal."""
     bound = r.bound_sum if r.streaming else r.network_bound
-    return [r.name, f"{r.cycles:,}" if r.ran else f"refused: {r.imported}",
+    return [r.name, f"{r.cycles:,}" if r.ran else outcome(r),
             f"{bound:,} ({'Σ kernels' if r.streaming else 'network'})" if r.ran else "-",
             _judged(r.roofline_ratio, ROOFLINE_GOAL),
             _judged(r.compile_s, FIRST_COMPILE_GOAL) if r.ran else "-",

@@ -87,3 +87,12 @@ def test_a_rows_file_that_is_not_one_is_refused_in_one_line(tmp_path):
     with pytest.raises(SystemExit) as e:
         zoo.main(["--recorded", "--rows", str(rows)])
     assert str(e.value).startswith("zoo.py: error:") and str(rows) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_crash_on_one_network_becomes_its_row(monkeypatch):
+    def crash(*args):
+        raise KeyError("/GatherND_178_output_0")
+    monkeypatch.setattr(zoo, "evaluate", crash)
+    r = zoo._evaluated("ssdlite320", "qoperator-int8-pc", Path("x.onnx"), 1, 1)
+    assert r.imported == "crashed: KeyError: '/GatherND_178_output_0'" and not r.ran and not r.ok
+    assert zr.row(r)[3] == zr.performance_row(r)[1] == "crashed: KeyError: '/GatherND_178_output_0'"
