@@ -449,7 +449,8 @@ def write_docs(results: list[zr.Result], missing: list[str], variants: list[str]
                doc: Path | None = None) -> None:
     """Both tables into docs/performance.md (or `doc`), the pairs with no result named under them."""
     at = zr.commits(results)
-    note = f"; no result for {', '.join(missing)}" if missing else ""
+    names = list(dict.fromkeys([r.name for r in results] + [m.rsplit(" ", 1)[0] for m in missing]))
+    note = f". No result (the run did not reach them) for {zr.missing_text(missing, names)}" if missing else ""
     write_table("zoo", zr.HEADER, [zr.row(r) for r in results], zr.GOAL + note, argv=table_argv(argv), at=at,
                 doc=doc)
     perf = [r for r in results if r.variant == zr.PERFORMANCE_VARIANT]

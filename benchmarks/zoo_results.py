@@ -313,6 +313,15 @@ def in_order(results: list[Result], names: list[str], variants: list[str]) -> tu
     return [got[p] for p in pairs if p in got], [f"{n} {v}" for n, v in pairs if (n, v) not in got]
 
 
+def missing_text(missing: list[str], names: list[str]) -> str:
+    """The pairs with no result ("network variant"), grouped by variant: "qdq-int8-pc: every network; ..."."""
+    by: dict[str, list[str]] = {}
+    for pair in missing:
+        name, variant = pair.rsplit(" ", 1)
+        by.setdefault(variant, []).append(name)
+    return "; ".join(f"{v}: {'every network' if len(ns) == len(names) else ', '.join(ns)}" for v, ns in by.items())
+
+
 def commits(results: list[Result]) -> str:
     """The commits the results were measured on, as a table names them."""
     return ", ".join(dict.fromkeys(r.commit or "unknown" for r in results)) or "unknown"

@@ -158,3 +158,8 @@ def test_macs_of_convolutions_and_of_linear_layers_as_torch_exports_them():
     assert zr.node_macs("MatMul", [1, 197, 192], [192, 576], [1, 197, 576]) == 197 * 576 * 192
     with pytest.raises(ValueError, match="'Relu'"):
         zr.node_macs("Relu", [1], [1], [1])
+
+
+def test_the_missing_pairs_are_said_by_variant():
+    missing = ["a qdq-int8-pc", "b qdq-int8-pc", "b qdq-uint8-pt"]
+    assert zr.missing_text(missing, ["a", "b"]) == "qdq-int8-pc: every network; qdq-uint8-pt: b"
