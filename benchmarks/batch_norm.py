@@ -11,7 +11,6 @@ benchmarks/binary.py measures them.  Target: every case bit-exact, priced exactl
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from binary import run  # noqa: E402  benchmarks/binary.py (benchmarks/ is on sys.path)
+from tables import parser  # noqa: E402  benchmarks/tables.py
 from compiler import ops  # noqa: E402
 
 SHAPES = {"DenseNet-121 block 1, layer 4: 160x56x56": (1, 160, 56, 56),
@@ -43,9 +43,7 @@ def cases() -> list[tuple[str, object]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
+    ap = parser(__doc__)
     return run("batch-norm", ap.parse_args(), cases)
 
 

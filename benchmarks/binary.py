@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compiler import ops  # noqa: E402
 from compiler.build import build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 TARGET = 1.5
 S = dict(za=3, zb=-5, scale_a=np.float32(0.05), scale_b=np.float32(0.03), zp_out=-2)
@@ -79,9 +79,7 @@ def run(table: str, args: argparse.Namespace, make_cases) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
+    ap = parser(__doc__)
     return run("binary", ap.parse_args(), cases)
 
 

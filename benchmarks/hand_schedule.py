@@ -9,7 +9,6 @@ cycles and program sizes, then both schedules' traces.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compiler import Schedule, build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
 from resnet50 import make_op, resnet50_convs  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 
 def hand_schedule(op, config) -> Schedule:
@@ -39,9 +38,7 @@ def hand_schedule(op, config) -> Schedule:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
+    ap = parser(__doc__)
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(50)

@@ -36,7 +36,6 @@ onnxruntime runs part of a QDQ graph in float).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -51,7 +50,7 @@ import compiler  # noqa: E402
 from compiler import models  # noqa: E402
 from compiler.agreement import Agreement, agreement, onnxruntime_session  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 COMPILE_TARGET_S = 30.0   # ResNet-50 on one NU (issue 14, part 7)
 FUSION_TARGETS = {"mobilenetv2": (0.40, 0.10), "resnet50": (0.25, 0.05)}   # fewer DDR bytes, fewer cycles
@@ -415,7 +414,7 @@ def _names(text: str, known: tuple[str, ...], what: str) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--models", default=",".join(models.names()), help="comma-separated networks")
     ap.add_argument("--size", type=int, default=224, help="input height and width")
     ap.add_argument("--fmt", default="qoperator", help="comma-separated formats every model runs in")
@@ -423,7 +422,6 @@ def main() -> int:
                     help="networks (of --models) also run in the QDQ form; '' for none")
     ap.add_argument("--repeats", type=int, default=10, help="timed onnxruntime runs per model")
     ap.add_argument("--sim-repeats", type=int, default=3, help="timed simulator runs after the first")
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
     ap.add_argument("--layers", action="store_true",
                     help="also print every layer's cycles / bound, in the network and compiled alone, and the "
                          "geometric means (all, depthwise, pooling)")
@@ -431,7 +429,6 @@ def main() -> int:
                     help="compile fused, with fuse=False (one kernel per node), or both side by side")
     ap.add_argument("--check-groups", action="store_true",
                     help="simulate every fused kernel and its parts alone (QOperator models; slow)")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
     args = ap.parse_args()
     names = _names(args.models, models.names(), "--models")
     fmts = _names(args.fmt, models.FORMATS, "--fmt")

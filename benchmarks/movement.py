@@ -13,7 +13,6 @@ predicted exactly and within 1.5x its bound (the exit status is 1 if one is miss
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compiler import ops  # noqa: E402
 from compiler.build import build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 TARGET = 1.5
 WIDTH = 54
@@ -70,9 +69,7 @@ def _linear(shape: tuple[int, ...], out_hw: tuple[int, int], layout: str = "nchw
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
+    ap = parser(__doc__)
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(1)

@@ -16,7 +16,6 @@ compare machines.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -31,7 +30,7 @@ from compiler.build import build  # noqa: E402
 from compiler.quant import quantize_multipliers  # noqa: E402
 from compiler.roofline import bound_cycles  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 
 def resnet50_convs() -> list[tuple[str, int, int, int, int, int, int]]:
@@ -62,11 +61,9 @@ def make_op(c: int, o: int, hw: int, k: int, stride: int, pad: int, rng: np.rand
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--layers", type=int, default=None, help="only the first N layers")
     ap.add_argument("--no-check", action="store_true", help="skip the numpy comparison")
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(50)

@@ -13,7 +13,6 @@ prediction is not exact.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from compiler import ops  # noqa: E402
 from compiler.build import build  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 TARGET = 1.5
 WIDTH = 48
@@ -38,9 +37,7 @@ CASES = [("DFL, yolov8n at 320", (1, 16, 4, 2100), 1, True),
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured table into docs/performance.md")
+    ap = parser(__doc__)
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(1)

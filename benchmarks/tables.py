@@ -15,6 +15,7 @@ tests/test_docs_tables.py.
 """
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 import subprocess
@@ -26,6 +27,15 @@ DOC = ROOT / "docs" / "performance.md"
 FLAG = "--write-docs"
 MARKER = re.compile(r"^<!-- table: (?P<name>[\w.-]+) \((?P<command>benchmarks/(?P<script>[\w.]+\.py)[^)]*)\) -->\n"
                     r"(?P<body>.*?)^<!-- end table -->$", re.S | re.M)
+
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring's first line, `--config HW.toml` and `--write-docs`."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
+    ap.add_argument(FLAG, action="store_true", help="write the measured tables into docs/performance.md")
+    return ap
 
 
 def markers(text: str) -> list[dict[str, str]]:

@@ -12,7 +12,6 @@ bound (smaller ones are bound by DDR's latency: reported, not targeted), every f
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from compiler import ops  # noqa: E402
 from compiler.build import build  # noqa: E402
 from compiler.quant import quantize_multipliers  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
-from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
+from tables import parser, write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 TARGET = 1.5
 FUSED_TARGET = 1.1
@@ -89,9 +88,7 @@ def fused(cfg, rng) -> tuple[list[list[str]], list[str]]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="machine configuration (TOML); default: the built-in reference machine")
-    ap.add_argument("--write-docs", action="store_true", help="write the measured tables into docs/performance.md")
+    ap = parser(__doc__)
     args = ap.parse_args()
     cfg = load_config(args.config)
     rng = np.random.default_rng(1)

@@ -26,7 +26,7 @@ from .dynamic.network import build_dynamic_network
 from .errors import CompileError
 from .graph import Graph
 from .graphcheck import check_machine
-from .host import HostedGraph, HostPart
+from .host import HostedGraph, HostPart, nodes_text
 from .kernel import compile_kernel
 from .library import HostedLibrary, Library
 from .network.build import build_network
@@ -95,7 +95,7 @@ def build_hosted(hosted: HostedGraph, cfg: Config, fuse: bool, host_fallback: bo
     (onnxruntime is needed here already); with host_fallback=False, the refusal of the model for the NPU alone."""
     if not host_fallback:
         hosted.npu_only()            # raises the importer's CompileError listing every node the NPU cannot run
-        raise CompileError(f"{hosted.name}: {sum(len(p.nodes) for p in hosted.host_parts)} nodes run only on the "
+        raise CompileError(f"{hosted.name}: {nodes_text(sum(len(p.nodes) for p in hosted.host_parts))} run only on the "
                            "host, and host_fallback=False")
     stages: list[Library | HostPart] = []
     tensors = []

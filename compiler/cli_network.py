@@ -27,6 +27,7 @@ from nnpsim.simulator import check_machine
 from . import compile_cache
 from .build import build
 from .errors import CompileError
+from .host import nodes_text
 from .library import HostedLibrary, Library, load
 from .onnx import from_onnx
 from .report import TABLE_SUFFIXES, check_output_path, layer_rows, plot_roofline, write_table
@@ -178,7 +179,7 @@ def run_command(args) -> int:
     _print_layers(m)
     print(f"cycles {stats.cycles:,} ({stats.time_us:,.1f} us); predicted {lib.predicted_cycles:,}")
     if isinstance(lib, HostedLibrary):
-        print(f"host: {'; '.join(f'{p}: {len(ns)} nodes' for p, ns in stats.host_nodes.items())} (onnxruntime); "
+        print(f"host: {'; '.join(f'{p}: {nodes_text(len(ns))}' for p, ns in stats.host_nodes.items())} (onnxruntime); "
               f"NPU: {100 * stats.npu_mac_share:.2f}% of the MACs")
     if args.table or args.plot:
         rows = layer_rows(lib, m.layer_stats())

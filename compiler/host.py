@@ -36,6 +36,11 @@ ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: 
 """ONNX's TensorProto element types by number, as DTYPES names them."""
 
 
+def nodes_text(n: int) -> str:
+    """`1 node` or `n nodes`, for the stage lines of reports and messages."""
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
 def import_ort() -> ModuleType:
     """The onnxruntime module, or CompileError (one line) saying which extra to install."""
     try:
@@ -138,7 +143,7 @@ class HostedGraph:
         rows = [f"{self.name}: {len(self.stages)} stages"]
         for s in self.stages:
             if isinstance(s, HostPart):
-                rows.append(f"  {s.name} (host): {len(s.nodes)} nodes: {s.ops}")
+                rows.append(f"  {s.name} (host): {nodes_text(len(s.nodes))}: {s.ops}")
             else:
-                rows.append(f"  {s.name} (npu): {len(s.nodes)} nodes")
+                rows.append(f"  {s.name} (npu): {nodes_text(len(s.nodes))}")
         return "\n".join(rows)

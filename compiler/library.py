@@ -17,14 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from isa_spec.program import BinaryError, Program
+from isa_spec.program import ZIP_MAGIC, BinaryError, Program
 from nnpsim.config import Config
 from nnpsim.stats import Stats
 
 from .errors import CompileError
 from .graphcheck import (ARENA, GRAPH_BUFFER, GRAPH_FORMAT, HOSTED_FORMAT, HOSTED_INDEX, check_graph,
                          check_host_part, check_hosted, check_machine, check_npu_stage)
-from .host import HostPart
+from .host import HostPart, nodes_text
 from .interleave import prices_text
 from .ir import Buffer
 from .runtime import GraphModule
@@ -218,11 +218,6 @@ def _npu_library(program: Program, cfg: Config, where: str) -> Library:
 
 # ----------------------------------------------------------------------------- host parts
 
-ZIP_MAGIC = b"PK\x03\x04"
-"""A network with host parts is saved as a zip archive: its index (HOSTED_INDEX), each NPU stage's program
-and each host part's ONNX model, one file each."""
-
-
 @dataclass
 class HostedLibrary:
     """A compiled network with host parts: its stages in run order, NPU programs (Library) and host parts
@@ -314,7 +309,7 @@ class HostedLibrary:
         rows = []
         for k, st in enumerate(self.stages):
             if isinstance(st, HostPart):
-                rows.append(f"{st.name} (host, onnxruntime): {len(st.nodes)} nodes: {st.ops}; {st.macs:,} MACs")
+                rows.append(f"{st.name} (host, onnxruntime): {nodes_text(len(st.nodes))}: {st.ops}; {st.macs:,} MACs")
             else:
                 rows += [f"NPU stage {k}:", st.layer_table()]
         rows.append(self.placement_line())
@@ -331,7 +326,7 @@ class HostedLibrary:
         rows = []
         for k, st in enumerate(self.stages):
             if isinstance(st, HostPart):
-                rows.append(f"{st.name}: on the host (onnxruntime), {len(st.nodes)} nodes:")
+                rows.append(f"{st.name}: on the host (onnxruntime), {nodes_text(len(st.nodes))}:")
                 rows += [f"  {name} ({op}): {why}" for name, op, why in st.nodes]
             else:
                 rows += [f"NPU stage {k}:", st.fusion_report()]

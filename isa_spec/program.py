@@ -38,6 +38,9 @@ DTYPES = {"int8": 1, "int32": 4}
 SECTIONS = ("text", "data", "abs")
 MAX_LINE = 2**32 - 1        # line numbers in the line table are 32-bit
 NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.$]*\Z")  # the assembler's NAME token
+ZIP_MAGIC = b"PK\x03\x04"
+"""A network with host parts is saved as a zip archive (compiler.library): its index, each NPU stage's program
+and each host part's ONNX model, one file each; a binary starting so is refused by name, not as a bad ELF."""
 
 __all__ = ["BinaryError", "Buffer", "Symbol", "Program"]
 
@@ -97,6 +100,9 @@ class Program:
         """Parse and validate a binary; BinaryError says what is wrong and where."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise BinaryError(f"a binary is bytes, not {type(data).__name__}")
+        if bytes(data[:4]) == ZIP_MAGIC:
+            raise BinaryError("a zip archive, not an NNP binary: a network with host parts is saved as a zip of "
+                              "NPU stages and onnxruntime parts, and runs with `nnpc run`")
         isa = load_isa()
         img = read_elf(bytes(data), isa.elf_machine)
         if img.flags != isa.version:

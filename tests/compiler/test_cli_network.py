@@ -229,8 +229,8 @@ def test_a_model_with_host_parts_compiles_reports_and_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     share = f"NPU: {100 * lib.npu_mac_share:.2f}% of {lib.npu_macs + lib.host_macs:,} MACs"
     # the two matmuls of activations run on the host, the softmax between them on the NPU
-    assert share in out and "host0 (host, onnxruntime): 1 nodes: QLinearMatMul" in out
-    assert "host1 (host, onnxruntime): 1 nodes: QLinearMatMul" in out
+    assert share in out and "host0 (host, onnxruntime): 1 node: QLinearMatMul" in out
+    assert "host1 (host, onnxruntime): 1 node: QLinearMatMul" in out
     for node in ("scores_quant", "mix_quant"):
         assert f"  {node} (" in out
     rows = (tmp_path / "t.csv").read_text().splitlines()
@@ -242,5 +242,5 @@ def test_a_model_with_host_parts_compiles_reports_and_runs(tmp_path, capsys):
     assert nnpc_main(["run", str(tmp_path / "attn.nnp"), "--input", str(tmp_path / "x.npy"),
                       "--output", str(tmp_path / "y.npy")]) == 0
     out = capsys.readouterr().out
-    assert "host: host0: 1 nodes; host1: 1 nodes (onnxruntime); NPU: " in out and "on the host (onnxruntime)" in out
+    assert "host: host0: 1 node; host1: 1 node (onnxruntime); NPU: " in out and "on the host (onnxruntime)" in out
     assert (np.load(tmp_path / "y.npy") == lib.run(inputs(0))).all()

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,17 @@ def test_run_with_config_file(tmp_path, capsys):
     assert json.loads(stats.read_text())["cycles"] < slow
 
 
+def _hosted_zip(t) -> str:
+    """A file shaped like a network with host parts (a zip), which only nnpc runs."""
+    path = t / "net.nnp"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("nnp_hosted.json", "{}")
+    return str(path)
+
+
 @pytest.mark.parametrize("make_args, status, words", [
     (lambda f, t: ["run", str(t / "missing.bin")], 1, ["missing.bin", "cannot read"]),
+    (lambda f, t: ["run", _hosted_zip(t)], 1, ["net.nnp", "a zip archive", "nnpc run"]),
     (lambda f, t: ["run", f["x"]], 1, ["x.npy"]),
     (lambda f, t: ["run", f["bin"], "--input", f"x={t / 'none.npy'}"], 1, ["none.npy", "no such file"]),
     (lambda f, t: ["run", f["bin"], "--input", f"x={f['bin']}"], 1, ["conv.bin", "not a .npy file"]),
