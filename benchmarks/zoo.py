@@ -228,6 +228,17 @@ def exported(name: str, cache: Path) -> Path:
     return _atomic(path, write)
 
 
+def preprocessed(name: str, cache: Path) -> Path:
+    """The float model after onnxruntime's quant_pre_process (optimised, every shape inferred), made once."""
+    pre = cache / f"{name}-{ZOO[name].size}-pre.onnx"
+    if pre.exists():
+        return pre
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src = exported(name, cache)
+    return _atomic(pre, lambda tmp: _in_scratch(quant_pre_process, str(src), tmp, skip_symbolic_shape=False))
+
+
 def quantised(name: str, variant: str, cache: Path) -> Path:
     """The quantised model of a variant, `fmt-act-weights`: quant_pre_process, then quantize_static."""
     fmt, act, weights = zr.split_variant(variant)
@@ -235,16 +246,12 @@ def quantised(name: str, variant: str, cache: Path) -> Path:
     if path.exists():
         return path
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     import onnx
 
     from compiler.models import RandomReader
 
-    src = exported(name, cache)
-    pre = cache / f"{name}-{ZOO[name].size}-pre.onnx"
-    if not pre.exists():
-        _atomic(pre, lambda tmp: _in_scratch(quant_pre_process, str(src), tmp, skip_symbolic_shape=False))
+    pre = preprocessed(name, cache)
     reader = RandomReader(onnx.load(str(pre)), samples=4, seed=0)
 
     def write(tmp: str) -> None:
@@ -256,8 +263,10 @@ def quantised(name: str, variant: str, cache: Path) -> Path:
 
 
 def onnx_macs(path: Path) -> int:
-    """Multiply-accumulates of a float model's Conv, ConvTranspose, Gemm and MatMul nodes, from onnx's own shape
-    inference: the whole network's work, wherever it runs."""
+    """Multiply-accumulates of a float model's Conv, ConvTranspose, Gemm and MatMul nodes, from the shapes its
+    value_info and onnx's shape inference give: the whole network's work, wherever it runs.  Take the
+    pre-processed model (preprocessed()): onnx alone leaves the shapes after a computed Reshape unknown
+    (ShuffleNet's channel shuffle), and the convolutions after it uncounted."""
     import onnx
 
     model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
@@ -374,9 +383,9 @@ def _model_macs(name: str, cache: Path, macs: dict) -> int | str:
     """The float model's MACs (cached in `macs`), or the first line of why it could not be exported."""
     if name not in macs:
         try:
-            macs[name] = onnx_macs(exported(name, cache))
+            macs[name] = onnx_macs(preprocessed(name, cache))
         except Exception as exc:  # noqa: BLE001 -- a library's export failure is a row, not the end of the run
-            macs[name] = f"export failed: {type(exc).__name__}: {exc}".splitlines()[0]
+            macs[name] = f"export or pre-process failed: {type(exc).__name__}: {exc}".splitlines()[0]
     return macs[name]
 
 

@@ -185,7 +185,7 @@ def _ratio(x: float | None) -> str:
     return f"{x:.2f}" if x is not None else "-"
 
 
-NOT_REFUSALS = ("crashed: ", "export failed: ", "quantisation failed: ")
+NOT_REFUSALS = ("crashed: ", "export or pre-process failed: ", "quantisation failed: ")
 """How a result that is no refusal of the compiler's says why it did not run."""
 
 

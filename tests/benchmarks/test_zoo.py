@@ -9,6 +9,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,3 +97,29 @@ def test_a_crash_on_one_network_becomes_its_row(monkeypatch):
     r = zoo._evaluated("ssdlite320", "qoperator-int8-pc", Path("x.onnx"), 1, 1)
     assert r.imported == "crashed: KeyError: '/GatherND_178_output_0'" and not r.ran and not r.ok
     assert zr.row(r)[3] == zr.performance_row(r)[1] == "crashed: KeyError: '/GatherND_178_output_0'"
+
+
+def _shuffle_then_conv(path: Path) -> None:
+    """x [1, 4, 8, 8] -> a Reshape to the shape Shape(x) gives (as ShuffleNet's channel shuffle computes it)
+    -> a 1x1 Conv to 8 channels: 8 * 64 * 4 MACs that onnx's shape inference alone cannot see."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((8, 4, 1, 1), np.float32), "w")
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_macs_are_counted_on_the_preprocessed_model_where_every_shape_is_known(tmp_path, monkeypatch):
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src, pre = tmp_path / "f.onnx", tmp_path / "pre.onnx"
+    _shuffle_then_conv(src)
+    monkeypatch.chdir(tmp_path)
+    assert zoo.onnx_macs(src) == 0                      # the Reshape's output shape is unknown to onnx alone
+    zoo._in_scratch(quant_pre_process, str(src), str(pre), skip_symbolic_shape=False)
+    assert zoo.onnx_macs(pre) == 8 * 64 * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.onnx", "pre.onnx"]     # nothing left beside them
