@@ -51,6 +51,12 @@ def enabled() -> bool:
     return not _OFF and os.environ.get("NNP_CACHE", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
+def wanted(kind: str) -> bool:
+    """Is a key of this kind worth making: the cache is on, or values of the kind are remembered?  With
+    neither, get finds nothing and put stores nothing, and the key's hash of every weight is wasted."""
+    return enabled() or any(k == kind for k, _ in _MEMORY)
+
+
 @contextmanager
 def off() -> Iterator[None]:
     """The body runs with the cache off (neither read nor written)."""

@@ -15,7 +15,9 @@ a row tile is one contiguous range) gate consumer tiles by rows; any other
 intermediate is written whole before it is read, as before.  A conv's consumer
 may be a conv, or a pool or elementwise op whose VU lowering then walks rows
 outermost (lowering.vu, rows=True: a pool tile reads its window's halo rows from
-the producer's rows in DM), gated the same way.
+the producer's rows in DM), gated the same way.  A squeeze-excite multiply into a
+conv walks rows outermost too and stores x * gate row by row (lowering.driver.gate_mul),
+so the conv's row tiles are gated on it the same way.
 
 The pipeline issues tile k's loads one iteration early and tile k's epilogue one
 late, so a consumer tile sits at least GAP places after the producer tile whose

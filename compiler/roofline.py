@@ -3,17 +3,24 @@ from __future__ import annotations
 
 from nnpsim.config import Config
 
-from .ops import Op
+from .ops import Conv2d, Op
+
+
+def needed(op: Op) -> Op:
+    """The op as the NPU computes it: a conv without the taps that read only padding (Conv2d.live)."""
+    return op.live() if isinstance(op, Conv2d) else op
 
 
 def macs(op: Op) -> int:
-    """Multiply-accumulates the op needs (0 for ops that run on the VU)."""
-    return int(getattr(op, "macs", 0))
+    """Multiply-accumulates the op needs (0 for ops that run on the VU; a conv's taps that read only
+    padding need none)."""
+    return int(getattr(needed(op), "macs", 0))
 
 
 def constant_bytes(op: Op) -> int:
-    """Bytes of the op's compile-time constants in DDR: int8 weights and int32 bias, a per-channel table
-    (batch_norm's float32 pairs), a softmax's float32 table."""
+    """Bytes of the op's compile-time constants in DDR: int8 weights (a conv's live taps') and int32 bias, a
+    per-channel table (batch_norm's float32 pairs), a softmax's float32 table."""
+    op = needed(op)
     weight, bias = getattr(op, "weight", None), getattr(op, "bias", None)
     table = int(getattr(op, "table_bytes", 0))
     return (weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0) + table

@@ -172,28 +172,35 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     return out
 
 
-_CHAIN_PICKS: dict[tuple, int] = {}
-"""A chain block's tiling chosen by the quick estimate, by the block's structure and placement (at most
-PICKS_KEPT of them)."""
+_CHAIN_PICKS: dict[tuple, tuple[int, float, tuple[bool, bool]]] = {}
+"""A chain block's tiling chosen by the quick estimate (its position among the block's tilings), that
+tiling's quick estimate and the (in_rows, out_rows) of the site it was estimated at, by the block's
+structure and placement (at most PICKS_KEPT of them)."""
 
 
-def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None) -> list[Schedule]:
+def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None,
+                   quick: list[float] | None = None) -> list[Schedule]:
     """The schedules the automatic search ranks, each made of primitives.
 
     A single conv2d / dense kernel: one per tiling (and split over NUs); a chain: one, each NU
     block taking its best tiling by the quick estimate and each VU block its lowering's tile,
-    and one with its convs row by row for interleaving (row_by_row).
+    and one with its convs row by row for interleaving (row_by_row).  Given a list `quick`, a
+    chain with conv blocks puts in it each candidate's quick estimate of its first conv block,
+    which the picks computed already (the search ranks a chain's candidates by it: _ranked).
     """
     base = Schedule(*ops, config=cfg, segments=segments)
     if len(base.blocks) == 1 and base.blocks[0].kind == "nu":
         return [_auto_nu(f, t, by, k) for f in _folds(base, 0) for t, by, k in nu_tilings(f.blocks[0], cfg)]
     found = driver.sites(ops, cfg)[0]
-    s = _chain(base, cfg, found, True)
+    s, s_quick = _chain(base, cfg, found, True)
     # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     plain = [_chain(base, cfg, found, False)] if gathers else []
-    rows = row_by_row(base, cfg, s)
-    return [s] + plain + ([rows] if rows is not None else [])
+    rows = _row_by_row(base, cfg, sum(s_quick))
+    made = [(s, s_quick)] + plain + ([rows] if rows is not None else [])
+    if quick is not None and s_quick:
+        quick += [q[0] for _, q in made]
+    return [c for c, _ in made]
 
 
 def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
@@ -212,32 +219,38 @@ def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = 
             n += len(tilings)
         return None
     found = driver.sites(ops, cfg)[0]
-    s = _chain(base, cfg, found, True)
+    s, s_quick = _chain(base, cfg, found, True)
     if k == 0:
         return s
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     if gathers and k == 1:
-        return _chain(base, cfg, found, False)
-    rows = row_by_row(base, cfg, s) if k == 1 + gathers else None
-    return rows
+        return _chain(base, cfg, found, False)[0]
+    return row_by_row(base, cfg, sum(s_quick)) if k == 1 + gathers else None
 
 
-def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> Schedule:
+def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> tuple[Schedule, list[float]]:
     """A chain's schedule: each NU block its best tiling by the quick estimate (fold: im2col allowed),
-    each VU block its lowering's tile."""
-    s = base.fork()
+    each VU block its lowering's tile; and the quick estimate of each NU block, in order."""
+    s, quick = base.fork(), []
     for k in range(len(s.blocks)):
         if s.blocks[k].kind != "nu":
             _vu_steps(s, s.blocks[k])
             continue
         folds = _folds(s, k) if fold else [s]
-        trials = [_auto_nu(f, t, by, u, k) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
+        options = [(f, t, by, u) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
         site = found[k]
+        # len(options): two chains the rest of the key confuses may differ in their tilings (yolov8's mul -> conv
+        # took a pick past its own trials); a pick is a position in this list
         key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
-               cfg, fold)
-        # graph fusion prices many chains that share segments
-        s = trials[memo(_CHAIN_PICKS, key, lambda: ranked(trials, cfg, 1, k, found)[0])]
-    return s
+               cfg, fold, len(options))
+        # graph fusion prices many chains that share segments: a pick found builds only its own trial
+        pick, guess, rows = memo(_CHAIN_PICKS, key, lambda: (*ranked_estimates(
+            [_auto_nu(*o, k) for o in options], cfg, 1, k, found)[0], (site.in_rows, site.out_rows)))
+        s = _auto_nu(*options[pick], k)
+        # the estimate depends on whether the block's intermediates are kept row by row, which the key
+        # leaves out: made again where they differ from the site it was made at
+        quick.append(guess if rows == (site.in_rows, site.out_rows) else estimate(s, cfg, k, found))
+    return s, quick
 
 
 def _folds(s: Schedule, k: int) -> list[Schedule]:
@@ -407,18 +420,24 @@ def quick(s: Schedule, cfg: Config) -> float:
     return sum(estimate(s, cfg, k) for k, b in enumerate(s.blocks) if b.kind == "nu")
 
 
-def row_by_row(base: Schedule, cfg: Config, than: Schedule | None = None) -> Schedule | None:
+def row_by_row(base: Schedule, cfg: Config, than: float | None = None) -> Schedule | None:
     """The chain with every conv block tiled row by row in its share of the local memories (None: a block
     has no such tiling, the chain has fewer than two conv blocks, or its tiles are so small that its
-    blocks one after another are estimated over SLACK times schedule `than`'s: interleaving could not win
-    that back, and pricing it would only cost compile time)."""
+    blocks one after another are estimated over SLACK times `than`, the other schedule's quick(): interleaving
+    could not win that back, and pricing it would only cost compile time)."""
+    made = _row_by_row(base, cfg, than)
+    return None if made is None else made[0]
+
+
+def _row_by_row(base: Schedule, cfg: Config, than: float | None) -> tuple[Schedule, list[float]] | None:
+    """row_by_row(base, cfg, than) and the quick estimate of each of its conv blocks, in order."""
     nu = [k for k, b in enumerate(base.blocks) if b.kind == "nu"]
     rows = vu_rows(base)
     if (len(nu) < 2 and not rows) or any(b.ctx["plan"].view.x_shape[0] != 1 for b in base.blocks if b.kind == "nu"):
         return None
     part = shared(cfg, len(base.blocks))
     found = driver.sites(base.ops, cfg)[0]
-    s, quick_s = base.fork(), 0.0
+    s, guesses = base.fork(), []
     for k, b in enumerate(s.blocks):
         if b.kind != "nu":
             try:
@@ -440,16 +459,17 @@ def row_by_row(base: Schedule, cfg: Config, than: Schedule | None = None) -> Sch
         pick, guess = memo(_ROW_PICKS, key, lambda: ranked_estimates(
             [_auto_nu(s, t, None, 1, k) for t in tilings], cfg, 1, k, found)[0])
         s = _auto_nu(s, tilings[pick], None, 1, k)
-        quick_s += guess                # what quick(s) would sum, block by block
-    if than is not None and quick_s > SLACK * quick(than, cfg):
+        guesses.append(guess)           # what quick(s) would sum, block by block
+    if than is not None and sum(guesses) > SLACK * than:
         return None
-    return s
+    return s, guesses
 
 
 def vu_rows(s: Schedule) -> set[int]:
-    """The VU blocks of a chain that read a conv's intermediate row by row (they walk rows outermost)."""
+    """The VU blocks of a chain that read a conv's intermediate row by row, or write one a conv reads so (they
+    walk rows outermost)."""
     found = driver.sites(s.ops, s.config)[0]
-    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and site.in_rows}
+    return {k for k, (b, site) in enumerate(zip(s.blocks, found)) if b.kind != "nu" and (site.in_rows or site.out_rows)}
 
 
 # ---------------------------------------------------------------------- the search
@@ -460,12 +480,14 @@ def candidates(ops: tuple[Op, ...], cfg: Config) -> list[Schedule]:
     return [found[k] for k in _ranked(found, cfg)]
 
 
-def _ranked(found: list[Schedule], cfg: Config, top: int | None = None) -> list[int]:
+def _ranked(found: list[Schedule], cfg: Config, top: int | None = None, quick: list[float] | None = None) -> list[int]:
     """Positions of the candidates (the `top` first), best first by the quick estimate of their first
-    conv block (none: in the order given)."""
+    conv block (none: in the order given); `quick`: those estimates, when all_candidates gave them."""
     nu = [k for k, b in enumerate(found[0].blocks) if b.kind == "nu"]
     if len(found) == 1 or not nu:
         return list(range(len(found)))[:top]
+    if quick is not None and len(quick) == len(found):      # what ranked() would sort them by
+        return sorted(range(len(found)), key=lambda i: (quick[i], i))[:top]
     # by the first conv block: a chain's candidates (its own schedule, row_by_row's) differ only in their conv blocks, and a VU block has no quick estimate
     return ranked(found, cfg, len(found) if top is None else top, nu[0])
 
@@ -487,7 +509,7 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
     ops = check_ops(ops)
     for op in ops:              # bounded: a layer past compiler.sizes.MAX_TILES is refused before any candidate
         check_tiles(op.kind, op.output.shape, cfg)
-    key = compile_cache.key("search", ops, cfg, choice, segments)
+    key = compile_cache.key("search", ops, cfg, choice, segments) if compile_cache.wanted("search") else None
     hit = _hit(key)
     if hit is not None:
         return _search(ops, cfg, hit[0], segments)
@@ -503,7 +525,8 @@ def search(ops: tuple[Op, ...], cfg: Config, choice: int | None = None,
 def cached_choice(ops: tuple[Op, ...], cfg: Config, choice: int | None = None) -> tuple[int, int] | None:
     """(k, predicted cycles) of search(ops, cfg, choice) if the compile cache holds it, building nothing
     (CompileError if it holds the search's refusal)."""
-    return _hit(compile_cache.key("search", check_ops(ops), cfg, choice, None))
+    ops = check_ops(ops)
+    return _hit(compile_cache.key("search", ops, cfg, choice, None) if compile_cache.wanted("search") else None)
 
 
 def _hit(key: str | None) -> tuple[int, int] | None:
@@ -527,8 +550,9 @@ def _search(ops: tuple[Op, ...], cfg: Config, choice: int | None,
     if chosen is not None:           # only that candidate is built: the others would go unused
         found, order = {choice: chosen}, [choice]
     else:
-        found = all_candidates(ops, cfg, segments)
-        order = _ranked(found, cfg, _finalists(ops, cfg))
+        quick: list[float] = []
+        found = all_candidates(ops, cfg, segments, quick)
+        order = _ranked(found, cfg, _finalists(ops, cfg), quick)
     why, priced_all = "", []
     for k in order:
         try:

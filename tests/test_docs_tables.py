@@ -28,12 +28,24 @@ MARKERS = tables.markers(RESULTS.read_text())
 
 
 def accepts_write_docs(script: Path) -> bool:
-    """Whether the script's argparse declares --write-docs (an add_argument call with that literal)."""
-    for node in ast.walk(ast.parse(script.read_text())):
+    """Whether the script's argparse declares --write-docs: an add_argument call with that literal, or its
+    parser made by tables.parser (which declares it: test_the_shared_parser_takes_the_flag)."""
+    tree = ast.parse(script.read_text())
+    shared = any(isinstance(n, ast.ImportFrom) and n.module == "tables" and "parser" in [a.name for a in n.names]
+                 for n in ast.walk(tree))
+    for node in ast.walk(tree):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"
                 and any(isinstance(a, ast.Constant) and a.value == tables.FLAG for a in node.args)):
             return True
+        if shared and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "parser":
+            return True
     return False
+
+
+def test_the_shared_parser_takes_the_flag():
+    args = tables.parser("A benchmark.\n\nMore.").parse_args([tables.FLAG, "--config", "hw.toml"])
+    assert args.write_docs and args.config == "hw.toml"
+    assert not tables.parser("A benchmark.").parse_args([]).write_docs
 
 
 def own_lines(page: Path) -> int:

@@ -151,11 +151,17 @@ def plan(dg: DynamicGraph) -> Plan:
         if isinstance(node.op, Reshape):          # the same bytes: its output is its input's buffer
             continue
         if isinstance(node.op, Concat):
+            if node.op.consts:
+                raise CompileError(f"node {node.name} (concat): constant pieces have a static lowering only (over a "
+                                   "range of shapes the constant's place moves)")
             ins = [sym[v] for v in node.inputs]
             make = _concat_maker(node.op, x, ins)
             first = {v: k for k, v in reversed(list(enumerate(node.inputs)))}   # one name per tensor
             names = tuple(f"x{first[v]}" for v in node.inputs)
         else:
+            if getattr(node.op, "reverse", False):
+                raise CompileError(f"node {node.name} ({node.op.kind}): b in the first operand's role (reverse) has a "
+                                   "static lowering only")
             make = (lambda op: lambda s: _retarget(op, s))(node.op)
             names = ("a", "b") if len(node.inputs) == 2 else ("x",)
         b = getattr(node.op, "b_shape", None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Dma, Ref
+from ..ops.nu import live_taps
 from .conv_plan import ConvTiling, NuPlan, buffer_needs, fits, powers_up_to
 from .layout import ConvView, NuWeights, ddr_order
 
@@ -70,7 +71,7 @@ def halo_prefilled(low) -> bool:
 def _reads_input(out: int, k: int, stride: int, dil: int, pad: int, size: int) -> bool:
     """Does some window read a real input pixel along this axis?  (A window of one tap with a stride
     of two and a pad of one reads only padding: its tile then depends on no load.)"""
-    return any(pad <= o * stride + j * dil < pad + size for o in range(out) for j in range(k))
+    return bool(live_taps(out, k, stride, dil, pad, size))
 
 
 def fill_halos(low, chan: int, step) -> None:

@@ -32,7 +32,6 @@ from ..ir import Buffer, KernelIR
 from .. import reference as sem
 from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear, Softmax
 from ..quant import f32_bits
-from ..reference import add_f32_params
 from .double_buffer import Step
 from .layout import row_strides
 from .movement import MoveLowering, is_movement
@@ -88,7 +87,8 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
                                "relu / clip and one residual add (then relu / clip), then luts, after it")
     # the segment stores what its last op writes, in that op's layout
     out = {"y_layout": ops[-1].y_layout} if isinstance(head, Conv2d) and len(ops) > 1 else {}
-    return replace(head, lo=lo, hi=hi, act=act, **out), residual, add_op
+    head = replace(head, lo=lo, hi=hi, act=act, **out)
+    return (head.live() if isinstance(head, Conv2d) else head), residual, add_op
 
 
 def fused_table(act, op: Elementwise):
@@ -99,18 +99,19 @@ def fused_table(act, op: Elementwise):
 
 def _epilogue_op(op: Op, has_lut: bool, adds: int) -> bool:
     """Does an NU kernel take op after what it took so far: relu / clip, a lut, or its one residual add
-    (same-shape b, before any lut)?"""
+    (same-shape b an input, in B's role, before any lut)?"""
     if isinstance(op, Lut):
         return True
     return isinstance(op, Elementwise) and (op.mode == "clip" or (
-        op.mode == "add" and op.b_shape is None and adds == 0 and not has_lut))
+        op.mode == "add" and op.b_shape is None and op.b_const is None and not op.reverse and adds == 0
+        and not has_lut))
 
 
 def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
     """vu.fadd's (fscale, fscale_b, fbias) bits of a float-form add, else None."""
     if op.fscales is None:
         return None
-    return tuple(f32_bits(v) for v in add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8))
+    return tuple(f32_bits(v) for v in op.add_params()[:3])
 
 
 def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
@@ -198,9 +199,19 @@ class Site:
 def _by_rows(seg: tuple[Op, ...], nxt: tuple[Op, ...], out: Buffer) -> bool:
     """Is the intermediate between two kernels kept row by row?  In DM, from a conv2d kernel with no
     residual add (that reads its DDR input with the output's strides) into a conv2d kernel or a VU
-    kernel that walks rows outermost (vu.row_walk: a pool, an elementwise op)."""
+    kernel that walks rows outermost (vu.row_walk: a pool, an elementwise op); or from a squeeze-excite
+    multiply (a mul by a per-channel b) walking rows outermost into a conv2d kernel, which then starts
+    on the first rows of x * gate (its prologue) instead of on the whole."""
+    if out.space == "dm" and isinstance(nxt[0], Conv2d) and gate_mul(seg[0]):
+        return True
     return (out.space == "dm" and isinstance(seg[0], Conv2d) and (isinstance(nxt[0], Conv2d) or row_walk(nxt[0]))
             and not any(isinstance(o, Elementwise) and o.mode == "add" for o in seg))
+
+
+def gate_mul(op: Op) -> bool:
+    """Is op a squeeze-excite multiply: a mul of an NCHW tensor of several rows by b of one value per channel?"""
+    return (isinstance(op, Elementwise) and op.mode == "mul" and row_walk(op) and op.b_shape is not None
+            and op.b_const is None and len(op.b_shape) == 4 and op.b_shape[2:] == (1, 1) and op.b_shape[1] > 1)
 
 
 def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], Buffer, list[Buffer]]:
@@ -231,7 +242,7 @@ def sites(ops: tuple[Op, ...], cfg: Config) -> tuple[list[Site], list[Buffer], B
         else:
             ins = [x] + ([names.inputs[1] if k == 0 else names.extra(seg[0].inputs[1])]
                          if len(seg[0].inputs) > 1 else [])      # a binary op's b, unless a constant
-            out_sites.append(Site(seg, f"L{k}", ins, out, None, where, in_rows))
+            out_sites.append(Site(seg, f"L{k}", ins, out, None, where, in_rows, out_rows))
         x, in_rows = out, out_rows
     return out_sites, names.inputs, y, mids
 
@@ -283,7 +294,7 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering,
                LerpLowering if isinstance(site.seg[0], ResizeLinear) else MoveLowering)
         low = own(site.seg[0], site.ins, site.out, cfg, site.name)
         return low, low.note()
-    return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows)
+    return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows, site.out_rows)
 
 
 def estimate(low, cfg: Config) -> float:
@@ -305,19 +316,19 @@ def fold_clamps(seg: tuple[Op, ...]) -> Op:
 
 
 def _vu_lowering(op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, c: VuChoice,
-                 rows: bool = False) -> tuple[Lowering, str]:
+                 rows: bool = False, out_rows: bool = False) -> tuple[Lowering, str]:
     """The lowering of a VU op, its tiles dealt round robin over c.units VUs, and its note (rows: its input
-    is kept row by row, walk rows outermost)."""
+    is kept row by row, walk rows outermost; out_rows: its output likewise)."""
     lowering = PoolLowering if isinstance(op, Pool2d) else ElementwiseLowering
     args = (ins[0],) if isinstance(op, Pool2d) else (ins,)
-    engine = {"engine": c.engine} if isinstance(op, Pool2d) else {}
+    engine = {"engine": c.engine} if isinstance(op, Pool2d) else {"out_rows": out_rows}
     lows = []
     for part in parts("tile", c.units, cfg) if c.units > 1 else [None]:
         lows.append(lowering(op, *args, y, cfg, name, c.tile, part=part, shared=lows[0] if lows else None,
                              roles=c.roles, depths=c.depths, rows=rows, **engine))
     low, split = lows[0], SplitLowering(lows)
     spread = f", tiles dealt over {len(split.parts)} VUs" if len(split.parts) > 1 else ""
-    spread += ", rows outermost" if rows else ""
+    spread += ", rows outermost" if rows or out_rows else ""
     if isinstance(op, Pool2d):
         note = f"{name} {op.kind}: tiling {low.cc} channels x {low.th} output rows per tile{spread}"
     else:

@@ -131,6 +131,12 @@ def _concat_plan(op: Concat, elem: int) -> MovePlan:
     return MovePlan(out, tuple(pieces), None, elem)
 
 
+def const_buffers(op: Op, name: str) -> dict[int, Buffer]:
+    """The DDR buffers holding a concat's constant pieces (the program's data), by piece."""
+    return {k: Buffer(f"{name}_c{k}", "ddr", a.nbytes, dtype=str(a.dtype), shape=a.shape,
+                      data=np.ascontiguousarray(a)) for k, a in getattr(op, "consts", ())}
+
+
 def axis_map(m: tuple[int, ...], n_in: int, axis: int) -> tuple[int, tuple[tuple[int, int], ...]]:
     """An index map as (first index, ((size, input step) per plan dim, outer first)): a progression
     a + o * d, or a repeat o // s (each input index s times); CompileError for any other map."""
@@ -200,7 +206,10 @@ class MoveLowering:
     """A movement op's tiles: each loaded into a VBUF slot, expanded (repeats), stored."""
 
     def __init__(self, op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
-        self.op, self.ins, self.y, self.name = op, ins, y, name
+        self.op, self.y, self.name = op, y, name
+        self.consts = const_buffers(op, name)
+        given = iter(ins)
+        self.ins = [self.consts[k] if k in self.consts else next(given) for k in range(len(ins) + len(self.consts))]
         self.plan = p = move_plan(op)
         e = p.elem
         self.repeats = any(v == 0 and n > 1 for v, n in zip(p.pieces[0].strides, p.shape))
@@ -232,8 +241,8 @@ class MoveLowering:
         return math.prod(-(-s // t) for s, t in zip(self.plan.shape, self.tile))
 
     def buffers(self) -> list[Buffer]:
-        """Every buffer the lowering uses (the slots)."""
-        return self.slots.all()
+        """Every buffer the lowering uses (a concat's constant pieces, the slots)."""
+        return list(self.consts.values()) + self.slots.all()
 
     def note(self) -> str:
         """The kernel header's line about the tiling."""

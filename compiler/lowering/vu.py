@@ -17,6 +17,7 @@ tile's arithmetic is the same.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref, Vu, u8_scalar
 from ..ops import FLOAT_BINARY, BatchNorm, Elementwise, Pool2d
 from ..quant import f32_bits, f32_table
-from ..reference import MEAN_LANES, add_f32_params, global_avg_pool_scale, mul_f32_ratio, real_counts
+from ..reference import MEAN_LANES, global_avg_pool_scale, mul_f32_ratio, real_counts
 from .double_buffer import Slots, Step
 from .layout import chan_runs, ddr_order, row_strides
 from .units import Part
@@ -114,6 +115,30 @@ def broadcast_problem(op) -> str:
             f"([1, 1, H, W], [N, 1, H, W]), not one that repeats along the height or width only")
 
 
+def broadcast_view(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[tuple, tuple] | None:
+    """(the op's shape, b's shape at its rank) under which the lowering broadcasts a b of b_shape to shape: the
+    shapes themselves (b padded on the left) when b has a's shape or broadcast_problem has nothing against them,
+    else the same bytes seen with size-1 axes dropped and adjacent axes merged where b is alike (all a's, or all
+    1), as (image, channel, positions); None when that leaves more than three axes (b alternates too often)."""
+    if len(b_shape) > len(shape):
+        return None
+    full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
+    if full == tuple(shape) or not broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
+        return tuple(shape), full
+    runs: list[list] = []                 # [size, b varies] of merged axes, outer first
+    for d, bd in zip(shape, full):
+        if d == 1:
+            continue
+        if runs and runs[-1][1] == (bd == d):
+            runs[-1][0] *= d
+        else:
+            runs.append([d, bd == d])
+    if len(runs) > 3:
+        return None
+    runs = [[1, False]] * (3 - len(runs)) + runs
+    return tuple(r[0] for r in runs), tuple(r[0] if r[1] else 1 for r in runs)
+
+
 TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC side's run, a burst
 
 
@@ -186,12 +211,14 @@ class ElementwiseLowering:
     def __init__(self, op: Elementwise, ins: list[Buffer], y: Buffer, cfg: Config, name: str,
                  budget: int | None = None, part: Part | None = None,
                  shared: "ElementwiseLowering | None" = None, roles: dict[str, str] | None = None,
-                 depths: dict[str, int] | None = None, rows: bool = False):
+                 depths: dict[str, int] | None = None, rows: bool = False, out_rows: bool = False):
         self.op, self.ins, self.y, self.part = op, list(ins), y, part
         self.rows = rows       # ins[0] is kept row by row in DM: walk rows outermost
+        self.out_rows = out_rows    # y is an intermediate kept row by row in DM (a conv reads it): likewise
+        self.walk_rows = rows or out_rows
         if op.b_const is not None:      # a constant b: a DDR buffer of its own (NCHW), shared by the parts
             self.ins.append(shared.ins[1] if shared is not None else const_b_buffer(op, name))
-        if rows and len(op.shape) != 4:
+        if self.walk_rows and len(op.shape) != 4:
             raise CompileError(f"{op.kind}: a rows-outermost walk needs an NCHW tensor, not {op.shape}")
         self.name = name if part is None else name + part.suffix
         self.vu, self.ch = (0, 0) if part is None else (part.vu, part.ch)
@@ -234,7 +261,7 @@ class ElementwiseLowering:
 
     def tiles(self) -> list[tuple[int, int, int, int, int]]:
         """(n, c0, c1, r0, r1) of this lowering's tiles (its part's share)."""
-        tiles = (elementwise_row_tiles if self.rows else elementwise_tiles)(self.op, self.budget)
+        tiles = (elementwise_row_tiles if self.walk_rows else elementwise_tiles)(self.op, self.budget)
         return tiles if self.part is None else tiles[self.part.index::self.part.count]
 
     def n_tiles(self) -> int:
@@ -269,6 +296,8 @@ class ElementwiseLowering:
         esz = 4 if op.in_dtype == "int32" else 1
         if self.rows:      # x is the producer's intermediate, kept row by row in DM; b and y in DDR
             lx, lb, ly = "rows", op.x_layout, op.y_layout
+        elif self.out_rows:     # x (and b) in DDR, y the intermediate a conv reads row by row in DM
+            lx, lb, ly = op.x_layout, (op.x_layout if op.b_const is None else "nchw"), "rows"
         else:              # VBUF holds a tile as [channel][position] whatever the DDR layouts: only their strides change
             lx, ly = (op.x_layout, op.y_layout) if strided(op) else ("nchw", "nchw")
             lb = lx if op.b_const is None else "nchw"
@@ -299,7 +328,7 @@ class ElementwiseLowering:
         layout's full blocks, then the rest).  Walking rows, a tile is whole rows or part of one."""
         ni, c0, c1, r0, r1 = box
         nr = r1 - r0
-        shape = self.op.shape if self.rows else _ncr(self.op.shape)
+        shape = self.op.shape if self.walk_rows else _ncr(self.op.shape)
         out = []
         for ca, k, nblk, off, bs, (sn, sc, *pos) in _runs(shape, layout, c0, c1):
             if len(pos) == 1:
@@ -427,18 +456,24 @@ def lut_vu(a: Ref, table: Ref, n: int, unit: int, comment: str) -> Vu:
 
 def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
                 name: str) -> Vu:
-    """vu.fadd (QLinearAdd: zero points folded into fbias) or vu.fmul (QLinearMul), in place."""
+    """vu.fadd (QLinearAdd: zero points folded into fbias; reversed, b is the command's first source, in
+    QLinearAdd's A role) or vu.fmul (QLinearMul), in place at a."""
     d1 = (1, nr)
     b_ref, b_st = b
+    src = (a, d1, b_ref, b_st)
     if op.mode == "add":
-        ra, rb, c = add_f32_params(*op.fscales, op.za, op.zb, op.zp_out, op.uint8)
+        ra, rb, c = op.add_params()[:3]
         sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
+        src = op.roles((src[:2], src[2:]))
+        src = src[0] + src[1]
     else:
         sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
               "lo": op.lo, "hi": op.hi}
     sc.update(u8_scalar(op.uint8))
-    return Vu(f"vu.f{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
-              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode} in place")
+    first, first_st, second, second_st = src
+    return Vu(f"vu.f{op.mode}", a, first, second, "i8", "i8", 1, (nr, nc), d1, first_st, second_st,
+              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode}{' (reversed)' if op.reverse else ''} "
+                                             "in place")
 
 
 def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,

@@ -1,12 +1,16 @@
 """A graph's nodes grouped into kernels: each conv2d / dense takes the relu / clip after it and one
 residual add (then relu / clip), then luts (and relu / clip), as build() fuses a chain; a lut takes the
-luts and relu / clip after it; or one kernel per node (fuse=False)."""
+luts and relu / clip after it; or one kernel per node (fuse=False).
+
+A lut L of the kernel's output x whose only reader is a mul of x by L(x) (SiLU as x * sigmoid(x),
+HardSwish as x * hardsigmoid(x): the two readers of x) is taken with that mul as one lut
+(ops.times_self): the product is a function of the int8 x alone, so neither x nor L(x) goes to DDR."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip, times_self
 
 LAYOUT_KINDS = ("reshape", "concat")
 
@@ -46,13 +50,26 @@ def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
     operands stay where they are (the add then runs as a kernel of its own, as a broadcasting one does).
     """
-    if add.b_shape is not None:          # a broadcast b is no residual: the add runs as a kernel of its own
+    if add.b_shape is not None or add.reverse:   # a broadcast b, or b in the A role: no residual, a kernel of its own
         return None
     if position == 0:
         return add
     if add.is_float:
         return None
     return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
+
+
+def _self_product(users: list, users_of: dict, cur: str, outputs: set, taken: set) -> tuple | None:
+    """(lut node, mul node, the two as one lut) when cur's two readers are a lut L of cur and a same-shape
+    mul of cur by L(cur) that alone reads L(cur); else None."""
+    if len(users) != 2 or any(id(u) in taken for u in users):
+        return None
+    act, mul = users if _is_lut(users[0].op) else users[::-1]
+    if not (_is_lut(act.op) and act.inputs == (cur,) and act.output not in outputs
+            and users_of[act.output] == [mul] and isinstance(mul.op, Elementwise) and mul.op.mode == "mul"
+            and mul.op.b_shape is None and mul.op.b_const is None and set(mul.inputs) == {cur, act.output}):
+        return None
+    return act, mul, times_self(act.op, mul.op, act_first=mul.inputs[0] == act.output)
 
 
 def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
@@ -81,6 +98,13 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
             while True:
                 cur = members[-1].output
                 users = users_of[cur]
+                both = None if cur in outputs or not (head_nu or _is_lut(node.op)) else _self_product(
+                    users, users_of, cur, outputs, taken)
+                if both is not None:            # x * lut(x): one lut, which ends the residual part too
+                    members += both[:2]
+                    ops.append(both[2])
+                    added = True
+                    continue
                 if cur in outputs or len(users) != 1 or id(users[0]) in taken:
                     break
                 nxt = users[0]
@@ -89,7 +113,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
                     ops.append(nxt.op)
                     added |= _is_lut(nxt.op)
                 elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
-                      and nxt.inputs[0] != nxt.inputs[1]
+                      and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
                       and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
                     pos = nxt.inputs.index(cur)
                     members.append(nxt)

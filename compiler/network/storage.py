@@ -53,7 +53,8 @@ def alias(graph) -> tuple[Aliases, frozenset[str]]:
 
     A reshape that would make two graph inputs/outputs share bytes copies instead, and a concat
     whose inputs are not whole slices of its output (an axis after one of size > 1) moves them
-    by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes:
+    by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes
+    or one with constant pieces (the kernel writes them at every run):
     their names are in the returned set.
     """
     al = Aliases(graph.values)
@@ -70,8 +71,8 @@ def alias(graph) -> tuple[Aliases, frozenset[str]]:
             shape = graph.values[node.output].shape
             roots = {al.find(v)[0] for v in (*node.inputs, node.output)}
             joined = sum(any(al.find(v)[0] == r for v in named) for r in roots)
-            if int(np.prod(shape[:node.op.axis])) != 1 or joined > 1:
-                copies.add(node.name)      # not a run of whole slices, or two graph tensors: moved by DMA
+            if int(np.prod(shape[:node.op.axis])) != 1 or joined > 1 or node.op.consts:
+                copies.add(node.name)      # not a run of whole slices, two graph tensors, constants: moved by DMA
                 continue
             off = 0
             for v in node.inputs:

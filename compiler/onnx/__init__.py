@@ -19,6 +19,7 @@ The modules, each importing only those above it (onnx itself, an optional extra,
 reference evaluator in fold):
 
   load         the onnx package, the model from a path, bytes or a ModelProto, its tensors
+  ort_graph    onnxruntime's optimised graph of the model: how it runs each QDQ Add, Mul, Conv, Gemm, MatMul
   arithmetic   the arithmetic forms: ONNX scales to the keywords of the compiler's ops
   refusals     what an import refuses, and the one message listing it by op type
   state        what each ONNX tensor is; the Importer: inputs, attributes, quant params, the graph built

@@ -67,6 +67,21 @@ def add_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale:
     return {"ma": ma, "mb": mb, "shift": shift, "zp_out": int(zp_out)}
 
 
+def add_roles_swapped(a_shape: tuple[int, ...], b_shape: tuple[int, ...]) -> bool:
+    """Does onnxruntime's QLinearAdd (and the QDQ Add it fuses into one) compute with B in A's role?
+
+    Its broadcast loop walks the output in spans along the innermost axis of size > 1; where A is one
+    value along that axis (a scalar per span), it calls MLAS's kernel with B as the vector and A as the
+    scalar, which is its arithmetic with A and B exchanged (fma(b, rb, fma(a, ra, c)), the zero points
+    folded in that order too).  Otherwise (B a scalar per span, or both vectors, A broadcast along an outer
+    axis or a constant) A keeps its role.
+    """
+    out = tuple(int(v) for v in np.broadcast_shapes(tuple(a_shape), tuple(b_shape)))
+    a = (1,) * (len(out) - len(a_shape)) + tuple(a_shape)
+    inner = [d for d in range(len(out)) if out[d] > 1]
+    return not inner or a[inner[-1]] == 1
+
+
 def mul_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale: ArrayLike, zp_out: int,
              uint8: bool = False) -> dict:
     """mul keywords: the three float32 scales (onnxruntime; uint8: its uint8 kernel), or one multiplier for

@@ -49,9 +49,11 @@ def qlinear_conv(im: Importer, node: NodeProto) -> None:
 
 
 def _runs_in_float(im: Importer, node) -> bool:
-    """Does onnxruntime run this QDQ Conv / Gemm / MatMul in float at its default level?  It fuses the group
-    into QLinearConv / QGemm / QLinearMatMul only when the activation comes straight from a DequantizeLinear."""
-    return im.writer_op(node.input[0]) != "DequantizeLinear"
+    """Does onnxruntime run this QDQ Conv / Gemm / MatMul in float at its default level?  Its optimised graph
+    says so (Importer.ort_kernel: in an int8 model, a group whose input its QDQS8ToU8 pass left int8), and it
+    fuses the group into QLinearConv / QGemm / QLinearMatMul only when the activation comes straight from a
+    DequantizeLinear."""
+    return im.writer_op(node.input[0]) != "DequantizeLinear" or im.ort_kernel(node) == "float"
 
 
 def _no_wrap(node, what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_zp: int) -> None:
@@ -60,8 +62,7 @@ def _no_wrap(node, what: str, wabs_sum: np.ndarray, bias: np.ndarray | None, x_z
     try:
         ops.check_accumulator(what, wabs_sum, bias, x_zp)
     except CompileError as exc:
-        raise Problem(node, f"{exc}; onnxruntime runs this node in float (its input does not come straight from a "
-                      "DequantizeLinear), where nothing wraps") from None
+        raise Problem(node, f"{exc}; onnxruntime runs this node in float, where nothing wraps") from None
 
 
 def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: QuantParams, bias, at,
@@ -81,11 +82,44 @@ def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: 
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
         args = requant_args(im.arithmetic, xq.scale, _per_out(wq, o), yq.scale, int(yq.zero_point))
+        info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [xq], "w_quant": wq}
+        if patchify(x_shape, w.shape, stride, pads, dil, at["group"]):
+            return im.emit(name, _patch_steps(x_shape, w, b, xq, yq, lo, hi, args), (x,), out, info)
         op = ops.conv2d(x_shape, w, b, stride=stride, padding=pads, dilation=dil, groups=at["group"],
                         x_zp=int(xq.zero_point), lo=lo, hi=hi, **args)
-        info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [xq], "w_quant": wq}
         return im.emit(name, [("conv", op, yq)], (x,), out, info)
     return make
+
+
+PATCH_TAPS = 64
+"""Taps from which a patchify conv is imported as a dense over its patches (patchify)."""
+
+
+def patchify(x_shape, w_shape, stride, pads, dil, groups: int) -> bool:
+    """Is the conv a patch embedding the importer runs as a dense: windows that tile the input exactly (kernel
+    = stride, no padding or dilation, one group, the plane a whole number of windows) of PATCH_TAPS taps or
+    more?  The NU's conv plan keeps every tap of a weight block on chip (ViT's 16 x 16 patches from 3 channels
+    need 512 KiB of WBUF), where a dense chunks its depth; the integer sums and their requantisation per
+    output channel are the same (QLinearConv's and QGemm's), so the result is too."""
+    kh, kw = w_shape[2:]
+    return (groups == 1 and tuple(stride) == (kh, kw) and not any(pads) and tuple(dil) == (1, 1)
+            and kh * kw >= PATCH_TAPS and x_shape[2] % kh == 0 and x_shape[3] % kw == 0)
+
+
+def _patch_steps(x_shape, w: np.ndarray, b, xq: QuantParams, yq: QuantParams, lo: int, hi: int, args) -> list:
+    """The patchify conv as (suffix, op, quant) steps: the patches as rows (Reshapes moving no data around one
+    Transpose), a dense over them, the output back to NCHW."""
+    n, c, h, wd = x_shape
+    o, _, kh, kw = w.shape
+    gh, gw = h // kh, wd // kw
+    dense = ops.dense((n * gh * gw, c * kh * kw), np.ascontiguousarray(w.reshape(o, -1).T), b,
+                      x_zp=int(xq.zero_point), lo=lo, hi=hi, **args)
+    return [("patches", ops.Reshape(x_shape, (n, c, gh, kh, gw, kw)), xq),
+            ("patch_rows", ops.Transpose((n, c, gh, kh, gw, kw), (0, 2, 4, 1, 3, 5)), xq),
+            ("patch_matrix", ops.Reshape((n, gh, gw, c, kh, kw), (n * gh * gw, c * kh * kw)), xq),
+            ("dense", dense, yq),
+            ("grid", ops.Reshape((n * gh * gw, o), (n, gh, gw, o)), yq),
+            ("conv", ops.Transpose((n, gh, gw, o), (0, 3, 1, 2)), yq)]
 
 
 def _weight(im: Importer, node, i: int, what: str, ndim: int, axis: int) -> ConstDQ:

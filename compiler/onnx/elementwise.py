@@ -1,7 +1,8 @@
 """The elementwise ops: Add, Mul, Sub, Div, Max and Min (QDQ), QLinearAdd and QLinearMul, Relu and Clip.
 
-B may broadcast (one value per image and / or channel, or one plane), and either input may be a constant
-(an int8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
+Either input may broadcast to the other (any numpy broadcast lowering.vu.broadcast_view merges into three
+axes; QLinearAdd's roles as onnxruntime gives them: arithmetic.add_roles_swapped), and either may be a constant
+(an int8 or uint8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
 float ops between DequantizeLinear and QuantizeLinear (ops.qdq_binary).  A Relu or Clip after a pending op
 narrows that op's output range; on a dequantised or int8 tensor it is a clip.
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -17,8 +17,8 @@ import numpy as np
 from .. import ops
 from ..graph import QuantParams
 from ..ops import FLOAT_BINARY, Reshape
-from ..lowering.vu import broadcast_problem
-from .arithmetic import INT8, add_args, int8_bounds, mul_args
+from ..lowering.vu import broadcast_view
+from .arithmetic import INT8, add_args, add_roles_swapped, int8_bounds, mul_args
 from .state import DQ, Attr, Const, ConstDQ, Importer, Pending, Problem, Q, as_int8, brief, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -47,7 +47,10 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
-        if kind == "add" and (a.q is None or b.q is None):
+        if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
+                and im.ort_kernel(node) == "float":
+            op_kind, b = "sub", _negated_int8(im, node, b)     # onnxruntime's float add, as a - (-b): exact
+        elif kind == "add" and (a.q is None or b.q is None):
             op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
             a, b = (b, a) if a.q is None else (a, b)
             b = _negated(b)
@@ -84,10 +87,10 @@ def _qdq_operand(im: Importer, node, i: int, what: str) -> Operand:
 
 
 def _qlinear_operand(im: Importer, node, i: int, q: QuantParams, what: str) -> Operand:
-    """An int8 Value, or an int8 initializer, with its QuantParams."""
+    """An int8 Value, or an int8 or uint8 initializer (held as int8: state.as_int8), with its QuantParams."""
     s = im.input(node, i)
-    if isinstance(s, Const) and s.array.dtype == np.int8:
-        return Operand(None, q, tuple(s.array.shape), s.array)
+    if isinstance(s, Const) and s.array.dtype in (np.int8, np.uint8):
+        return Operand(None, q, tuple(s.array.shape), as_int8(s.array) if s.array.dtype == np.uint8 else s.array)
     v = im.int8(node, i, what)
     return Operand(v, q, im.shape(v))
 
@@ -95,6 +98,18 @@ def _qlinear_operand(im: Importer, node, i: int, q: QuantParams, what: str) -> O
 def _negated(o: Operand) -> Operand:
     """A float constant negated (exact), anything else as it is."""
     return o if o.q is not None else Operand(None, None, o.shape, -o.const)
+
+
+def _negated_int8(im: Importer, node, o: Operand) -> Operand:
+    """-B exactly: the int8 code -1 - b at zero point -1 - zb (its real value -(b - zb) * s, each code in range);
+    a constant is negated here, an activation by a table lookup."""
+    q = QuantParams(o.q.scale, np.int64(-1 - int(o.q.zero_point)))
+    if o.value is None:
+        return Operand(None, q, o.shape, (-1 - o.const.astype(np.int16)).astype(np.int8))
+    table = (127 - np.arange(256)).astype(np.int8)          # entry k: the code for input k - 128
+    v = im.emit(f"{im.name(node)}/negate", [("negate", ops.lut(o.shape, table), q)], (o.value,),
+                f"{node.output[0]}/negated_b", {"op_type": node.op_type, "onnx_node": node.name}, int8_in_onnx=False)
+    return Operand(v, q, o.shape)
 
 
 def _float_scalar(node, kind: str, o: Operand) -> Operand:
@@ -112,42 +127,41 @@ def _float_scalar(node, kind: str, o: Operand) -> Operand:
 
 
 def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand, onnx_inputs: tuple[str, ...]):
-    """make(yq, lo, hi, out, name) of the op; onnx_inputs: A and B as ONNX names them (Importer.uint8_kernel)."""
+    """make(yq, lo, hi, out, name) of the op; onnx_inputs: A and B as ONNX names them (Importer.uint8_kernel).
+
+    The activation of the output's shape is the op's a, the other operand its b (broadcast or constant);
+    b's broadcast is seen through lowering.vu.broadcast_view (Reshapes around the op where it merges axes).
+    """
     if a.value is None and b.value is None:
         raise Problem(node, "both inputs are constants: nothing to run")
     out_shape = _out_shape(node, a.shape, b.shape)
-    reverse = False
-    if a.value is None or a.shape != out_shape:       # the Value of the output's shape goes first
-        if kind == "add" and im.arithmetic == "onnxruntime":
-            raise Problem(node, f"A of shape {list(a.shape)} broadcasts to B's {list(b.shape)} (or is a constant): "
-                          "onnxruntime's add rounds A and B differently, so only B may broadcast or be constant")
-        a, b, reverse = b, a, kind not in COMMUTATIVE
+    onnx_shapes = (a.shape, b.shape)
+    swapped = a.value is None or a.shape != out_shape
+    if swapped:                                       # the Value of the output's shape goes first
+        a, b = b, a
     if a.value is None or a.shape != out_shape:
-        raise Problem(node, f"inputs have shapes {list(a.shape)} and {list(b.shape)}: one activation must have "
-                      "the output's shape")
-    shape = out_shape
-    bcast = None
-    if b.shape != shape:
-        bcast = _onnx_broadcast(shape, b.shape)
-        if bcast is None:
-            raise Problem(node, f"inputs have shapes {list(shape)} and {list(b.shape)}: broadcasting is supported "
-                          "for a B of one value per image and / or channel ([N, C, 1, 1], [C, 1, 1], a scalar) or "
-                          "one plane ([1, 1, H, W], [H, W]), not one that repeats along the height or width only")
+        raise Problem(node, f"inputs have shapes {list(b.shape)} and {list(a.shape)}: one activation must have "
+                      "the output's shape (neither broadcasts to the other)")
+    reverse = swapped and kind not in COMMUTATIVE
+    if kind == "add" and im.arithmetic == "onnxruntime":
+        reverse = add_roles_swapped(*onnx_shapes) != swapped     # QLinearAdd's A role on the op's b
+    view = broadcast_view(out_shape, b.shape)
+    if view is None:
+        raise Problem(node, f"inputs have shapes {list(out_shape)} and {list(b.shape)}: the broadcast alternates "
+                      "between repeated and varying axes more than three times (after merging adjacent axes)")
+    shape, bcast = view
+    bcast = None if bcast == shape else bcast
     b_const = None if b.const is None else b.const.reshape(bcast or shape)
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
-        za, zb = int(a.q.zero_point), int(b.q.zero_point)
-        ins = (a.value,)
-        if b.value is not None and bcast is not None and bcast != b.shape:   # lower rank: A's rank, same bytes
-            ins += (im.emit(f"{name}/b", [("b", Reshape(b.shape, bcast), b.q)], (b.value,), f"{out}/b",
-                            {"op_type": "Reshape"}, int8_in_onnx=False),)
-        elif b.value is not None:
-            ins += (b.value,)
-        common = dict(za=za, zb=zb, lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
-        uint8 = im.uint8_kernel(onnx_inputs + (out,))
+        ins = (_viewed(im, a.value, a.q, out_shape, shape, f"{name}/a", f"{out}/a"),)
+        if b.value is not None:
+            ins += (_viewed(im, b.value, b.q, b.shape, bcast or shape, f"{name}/b", f"{out}/b"),)
+        common = dict(za=int(a.q.zero_point), zb=int(b.q.zero_point), lo=lo, hi=hi, b_shape=bcast, b_const=b_const)
+        uint8 = im.uint8_kernel(onnx_inputs + (out,), node if node.op_type in ("Add", "Mul") else None)
         if kind == "add":
-            op = ops.add(shape, **common, **add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
-                                                     int(yq.zero_point), uint8))
+            args = add_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale, int(yq.zero_point), uint8)
+            op = ops.add(shape, **common, **args, **({"reverse": True} if reverse else {}))
         elif kind == "mul":
             op = ops.mul(shape, **common, **mul_args(im.arithmetic, a.q.scale, b.q.scale, yq.scale,
                                                      int(yq.zero_point), uint8))
@@ -155,8 +169,17 @@ def _binary_maker(im: Importer, node, kind: str, a: Operand, b: Operand, onnx_in
             op = ops.qdq_binary(kind, shape, **common, scale_a=a.q.scale, scale_b=b.q.scale, scale_out=yq.scale,
                                 zp_out=int(yq.zero_point), reverse=reverse)
         info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [a.q, b.q]}
-        return im.emit(name, [(kind, op, yq)], ins, out, info)
+        back = [] if shape == out_shape else [("view", Reshape(shape, out_shape), yq)]
+        return im.emit(name, [(kind, op, yq)] + back, ins, out, info)
     return make
+
+
+def _viewed(im: Importer, value: str, q: QuantParams, shape: tuple, view: tuple, name: str, out: str) -> str:
+    """The int8 Value seen at the shape `view` (a Reshape, moving no data), or itself when shapes agree."""
+    if tuple(shape) == tuple(view):
+        return value
+    return im.emit(name, [("view", Reshape(shape, view), q)], (value,), out, {"op_type": "Reshape"},
+                   int8_in_onnx=False)
 
 
 def _out_shape(node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -165,17 +188,6 @@ def _out_shape(node, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(int(v) for v in np.broadcast_shapes(a, b))
     except ValueError:
         raise Problem(node, f"inputs of shapes {list(a)} and {list(b)} do not broadcast") from None
-
-
-def _onnx_broadcast(shape: tuple[int, ...], b_shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """B's shape at A's rank (ONNX aligns shapes from the right) when the add and mul lowerings broadcast it
-    (lowering.vu.broadcast_problem: one value per image and / or channel, or one plane); None otherwise."""
-    if len(b_shape) > len(shape):
-        return None
-    full = (1,) * (len(shape) - len(b_shape)) + tuple(b_shape)
-    if broadcast_problem(SimpleNamespace(shape=tuple(shape), b_shape=full)):
-        return None
-    return full
 
 
 def relu_clip(im: Importer, node: NodeProto) -> None:

@@ -33,7 +33,9 @@ cannot run by op type, followed by one line per op type.
 - **runs on**: *NPU* (a kernel of the compiled program), *host*
   (the host CPU), or *import* (absorbed or folded while importing: no code of its own); *host
   when input k is an activation*: a node whose weights are not a constant (attention's
-  `q @ k^T`) runs on the host (`registry.host_reason`).
+  `q @ k^T`) runs on the host (`registry.host_reason`); *host when its result stays float*: a node
+  whose result reaches anything but a QuantizeLinear (DenseNet's last BatchNormalization, into a
+  float GlobalAveragePool) runs on the host, with the float nodes after it.
 - **folded**: the op is evaluated at import when all its inputs are constants (initializers,
   Constant nodes, shapes, earlier folds), exactly as onnxruntime computes it.
 - Activations are int8 or uint8, one scale per tensor.  A uint8 tensor `q` with zero point `z`
@@ -51,8 +53,10 @@ def _domain(op) -> str:
 
 
 def _runs(op) -> str:
-    """Where the op runs: its row's, and the host for a node whose weight input is an activation."""
-    return op.runs + (f"; host when input {op.weight} is an activation" if op.weight is not None else "")
+    """Where the op runs: its row's, and the host for a node whose weight input is an activation or whose
+    result stays float."""
+    return (op.runs + (f"; host when input {op.weight} is an activation" if op.weight is not None else "")
+            + ("; host when its result stays float (not quantised)" if op.quantised else ""))
 
 
 def text() -> str:

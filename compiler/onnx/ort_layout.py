@@ -2,38 +2,26 @@
 
 Its layout pass moves an int8 Resize next to NHWC QLinearConvs into NHWC by pushing Transposes through it
 (the sizes or scales permuted to [N, H, W, C]), and its NHWC kernel computes a linear Resize in fixed
-point rather than float; whether it does depends on the whole graph, so the importer asks onnxruntime: it
-optimises the model once (ORT_ENABLE_ALL, into a temporary directory removed after) and reads the Resize
-nodes of the optimised graph.
+point rather than float; whether it does depends on the whole graph, so the importer asks onnxruntime
+(ort_graph.optimised) and reads the Resize nodes of the optimised graph.
 """
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
+
+from .ort_graph import optimised
 
 NCHW_TO_NHWC = (0, 2, 3, 1)
 
 
 def resize_layouts(onnx, model) -> dict[str, str]:
     """Resize node name -> "nhwc" or "nchw" as onnxruntime runs it by default; raises onnxruntime's error."""
-    import onnxruntime as ort      # optional extra, required by from_onnx
-
-    with tempfile.TemporaryDirectory(prefix="nnp-ort-") as tmp:
-        path = os.path.join(tmp, "optimised.onnx")
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        opts.optimized_model_filepath = path
-        ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        optimised = onnx.load(path)
+    optimised_model = optimised(onnx, model)
     before = _resize_targets(onnx, model)
-    after = _resize_targets(onnx, optimised)
-    producers = {o: n for n in optimised.graph.node for o in n.output}
+    after = _resize_targets(onnx, optimised_model)
+    producers = {o: n for n in optimised_model.graph.node for o in n.output}
     found: dict[str, set] = {}
-    for n in optimised.graph.node:
+    for n in optimised_model.graph.node:
         if n.op_type != "Resize" or n.name not in before:
             continue
         old, new = before[n.name], after.get(n.name)

@@ -96,6 +96,10 @@ class Model:
     def name(self, i: int) -> str:
         return self.nodes[i].name
 
+    def readers(self, t: str) -> list:
+        """The nodes that read tensor t."""
+        return [self.nodes[i] for i in self.consumers.get(t, [])]
+
 
 OUTPUT_ZERO_POINT = {"QLinearConcat": 1, "QGemm": 8, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7,
                      "QLinearMul": 7, "QLinearAveragePool": 4, "QLinearGlobalAveragePool": 4, "QLinearSoftmax": 4,
@@ -122,13 +126,14 @@ def any_host(onnx: ModuleType, proto: ModelProto) -> bool:
     """Whether any node of the model runs on the host by the registry (host_reason), without the cost of types:
     a model without one imports as it always has (the NPU's, or refused as ever)."""
     m = Model(onnx, proto, typed=False)
-    return any(host_reason(n, m.consts.__contains__) for n in m.nodes)
+    return any(host_reason(n, m.consts.__contains__, m.readers) or _unrounded(m, n) for n in m.nodes)
 
 
 def host_nodes(m: Model) -> dict[int, str]:
     """The nodes that run on the host (index: why): the registry's, and the nodes a non-quantised tensor ties
     to them (the module docstring)."""
-    host = {i: why for i, n in enumerate(m.nodes) if (why := host_reason(n, m.consts.__contains__))}
+    host = {i: why for i, n in enumerate(m.nodes)
+            if (why := host_reason(n, m.consts.__contains__, m.readers) or _unrounded(m, n))}
     changed = bool(host)
     while changed:
         changed = False
@@ -144,6 +149,26 @@ def host_nodes(m: Model) -> dict[int, str]:
                     if c not in host:
                         host[c], changed = f"reads the float tensor {t!r} of the host part", True
     return host
+
+
+FLOAT_BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+"""The float binary ops of QDQ form, whose operands the NPU takes only dequantised (or constant)."""
+
+
+def _unrounded(m: Model, node) -> str:
+    """Why a float binary op runs on the host because it reads another one's float result unrounded while a
+    QuantizeLinear also rounds it ("" if not): the NPU keeps only the rounded tensor (yolov8's box decoding,
+    Sub -> Sub with the first Sub's output also quantised)."""
+    if node.op_type not in FLOAT_BINARY_OPS or node.domain not in ("", "ai.onnx"):
+        return ""
+    for t in node.input:
+        p = m.producer.get(t)
+        if p is None or t in m.consts or m.nodes[p].op_type not in FLOAT_BINARY_OPS:
+            continue
+        if any(m.nodes[c].op_type == "QuantizeLinear" for c in m.consumers.get(t, [])):
+            return (f"reads {m.nodes[p].op_type} {m.nodes[p].name!r}'s float result {t!r} unrounded, which a "
+                    "QuantizeLinear also rounds: the NPU keeps only the rounded tensor")
+    return ""
 
 
 def _tied(m: Model, t: str, p: int, users: list[int], host: dict[int, str]) -> str:

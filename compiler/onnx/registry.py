@@ -40,6 +40,7 @@ class Op:
     constraints: str = ""                 # what the importer requires of it, beyond the activation rules
     runs: str = "NPU"                     # of RUNS
     weight: int | None = None             # the input the NPU needs constant; a node with an activation there runs on the host
+    quantised: bool = False               # the NPU needs its result quantised: one that stays float runs on the host
 
 
 def _float_binary(kind: str, what: str) -> Op:
@@ -55,6 +56,10 @@ def _ms(handler: Callable, becomes: str, max_inputs: int | None, **kw) -> Op:
 
 _WEIGHTS = "weights int8 or uint8, symmetric (zero point 0, or 128 for uint8), per tensor or per output channel"
 _ANY_FORM = ("QOperator", "QDQ", "int8")
+_PATCHES = "; a patch embedding (kernel = stride, 64 taps or more, no padding) becomes transpose + dense"
+_BROADCAST = ("either operand broadcast (any numpy broadcast that merges into at most three axes of (image, "
+              "channel, positions): lowering.vu.broadcast_view) or a constant, the other an activation of the "
+              "output's shape")
 
 OPS: dict[str, Op] = {
     "QuantizeLinear": Op(quant.quantize_linear,
@@ -66,22 +71,21 @@ OPS: dict[str, Op] = {
                            forms=("QOperator", "QDQ"), constraints="int8 or uint8 activations; int8 or uint8 "
                            "weights, int32 biases; no block_size"),
     "QLinearConv": Op(conv.qlinear_conv, "conv2d", 9, constraints="2-D (NCHW); groups, depthwise, stride, "
-                      "dilation, padding, auto_pad; " + _WEIGHTS, weight=3),
+                      "dilation, padding, auto_pad; " + _WEIGHTS + _PATCHES, weight=3),
     "Conv": Op(conv.conv, "conv2d", 3, constraints="2-D (NCHW); groups, depthwise, stride, dilation, padding, "
-               "auto_pad; " + _WEIGHTS + "; bias int32 or float", weight=1),
+               "auto_pad; " + _WEIGHTS + "; bias int32 or float" + _PATCHES, weight=1),
     "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS,
                         weight=3),
     "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS, weight=1),
     "QGemm": _ms(conv.qgemm, "dense", 9, constraints="transA 0, alpha 1; " + _WEIGHTS, weight=3),
     "Gemm": Op(conv.gemm, "dense", 3, constraints="transA 0, alpha and beta 1; " + _WEIGHTS, weight=1),
     "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add", 8,
-                      constraints="B broadcasts per image and / or channel, or per plane, or is an int8 initializer"),
-    "Add": Op(elementwise.binary("add"), "add", 2, constraints="B broadcasts per image and / or channel, or per "
-              "plane, or is a dequantised constant; a float scalar constant: sub of its negation, in float32"),
+                      constraints=_BROADCAST + "; onnxruntime's roles of A and B kept (add_roles_swapped)"),
+    "Add": Op(elementwise.binary("add"), "add", 2, constraints=_BROADCAST + " (dequantised); QLinearAdd's roles "
+              "of A and B kept; a float scalar constant: sub of its negation, in float32"),
     "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul", 8,
-                      constraints="either operand broadcast or an int8 initializer; two activations (x * sigmoid(x))"),
-    "Mul": Op(elementwise.binary("mul"), "mul", 2, constraints="either operand broadcast per image and / or "
-              "channel or per plane, or a dequantised constant"),
+                      constraints=_BROADCAST + "; two activations (x * sigmoid(x))"),
+    "Mul": Op(elementwise.binary("mul"), "mul", 2, constraints=_BROADCAST + " (dequantised)"),
     "Relu": Op(elementwise.relu_clip, "relu, or the output range of the op before it", 1, forms=_ANY_FORM),
     "Clip": Op(elementwise.relu_clip, "clip, or the output range of the op before it", 3, forms=_ANY_FORM,
                constraints="min and max constants"),
@@ -96,10 +100,16 @@ OPS: dict[str, Op] = {
                   constraints="2-D (NCHW); no dilation; no Indices output"),
     "Flatten": Op(shape.flatten, "reshape", 1, forms=("QDQ", "int8")),
     "Reshape": Op(shape.reshape, "reshape", 2, forms=("QDQ", "int8"), constraints="a constant shape"),
+    "Squeeze": Op(shape.squeeze, "reshape", 2, forms=("QDQ", "int8"), constraints="constant axes (an input from "
+                  "opset 13, an attribute before)"),
+    "Unsqueeze": Op(shape.unsqueeze, "reshape", 2, forms=("QDQ", "int8"), constraints="constant axes (an input "
+                    "from opset 13, an attribute before)"),
     "Concat": Op(shape.concat, "concat (inputs requantised to the output scale where they differ)", None,
-                 forms=("QDQ", "int8")),
+                 forms=("QDQ", "int8"), constraints="an input may be a per-tensor dequantised int8 constant "
+                 "(requantised at import; the concat then copies by DMA)"),
     "QLinearConcat": _ms(shape.qlinear_concat, "concat (inputs requantised to the output scale where they differ)",
-                         None),
+                         None, constraints="an input may be an int8 or uint8 initializer (requantised at import; the "
+                         "concat then copies by DMA)"),
     "Identity": Op(shape.identity, "nothing", 1, forms=_ANY_FORM, runs="import"),
     "Constant": Op(shape.constant, "a constant", 0, forms=_ANY_FORM, runs="import"),
     "Shape": Op(fold.shape, "a constant (shapes are static)", 1, forms=_ANY_FORM, runs="import"),
@@ -131,7 +141,7 @@ OPS: dict[str, Op] = {
                              "clamp), one vu.faffine", 5,
                              constraints="inference (training_mode 0, one output, spatial 1); per-tensor X; "
                              "scale, B, mean, var float32 or dequantised constants; QDQ and QOperator models "
-                             "alike (quantize_static leaves it in float)"),
+                             "alike (quantize_static leaves it in float)", quantised=True),
 }
 
 OPS["Softmax"] = Op(softmax.softmax, "softmax on vu.softmax: onnxruntime's QLinearSoftmax arithmetic (what "
@@ -177,10 +187,12 @@ def check_arity(node: NodeProto) -> None:
         raise Problem(node, f"has {len(node.output)} outputs, {node.op_type} has one")
 
 
-def host_reason(node: NodeProto, constant: Callable[[str], bool]) -> str:
+def host_reason(node: NodeProto, constant: Callable[[str], bool],
+                readers: Callable[[str], list[NodeProto]] = lambda t: []) -> str:
     """Why the node runs on the host ("" if it runs on the NPU or is absorbed at import): its op type has no
     NPU lowering, or only on constants (the folded ops), or its form has none (an activation as a matmul's or
-    a conv's weights).  The one place host fallback is decided per node (compiler.onnx.placement asks it)."""
+    a conv's weights; a result that stays float where the NPU needs it quantised: `readers` gives the nodes
+    reading a tensor).  The one place host fallback is decided per node (compiler.onnx.placement asks it)."""
     op = OPS.get(node.op_type)
     if op is None or node.domain not in op.domains:
         if fold.folds(node) and all(constant(i) for i in node.input if i):
@@ -191,4 +203,20 @@ def host_reason(node: NodeProto, constant: Callable[[str], bool]) -> str:
         return f"op type {node.op_type!r}{domain} has no NPU lowering"
     if op.weight is not None and op.weight < len(node.input) and not constant(node.input[op.weight]):
         return f"{node.op_type} of two activations (input {op.weight} is not a constant) has no NPU lowering"
+    if op.quantised and _stays_float(node.output[0], readers):
+        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu or "
+                "Clip at most) has no NPU lowering")
     return ""
+
+
+def _stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
+    """Does tensor t reach a node other than a QuantizeLinear, through Relu and Clip (the clamp the NPU op
+    absorbs before its QuantizeLinear)?  DenseNet's last BatchNormalization feeds a float GlobalAveragePool."""
+    todo = [t]
+    while todo:
+        for r in readers(todo.pop()):
+            if r.op_type in ("Relu", "Clip"):
+                todo.append(r.output[0])
+            elif r.op_type != "QuantizeLinear":
+                return True
+    return False

@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CompileError
 from ..graph import Graph, QuantParams
 from .load import to_array
+from .ort_graph import kernels, optimised
 from .refusals import Refusal
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -163,6 +164,7 @@ class Importer:
     readers: dict | None = None                       # ONNX tensor -> op types of the nodes reading it
     writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
     resize_layouts: dict | None = None                # Resize node -> the layout onnxruntime runs it in (ort_layout)
+    ort_kernels: dict | None = None                   # QDQ node's output -> how onnxruntime runs it (ort_graph)
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""
@@ -187,6 +189,18 @@ class Importer:
         if self.writers is None:
             self.writers = {o: n.op_type for n in self.model.graph.node for o in n.output}
         return self.writers.get(tensor, "")
+
+    def ort_kernel(self, node: NodeProto) -> str | None:
+        """How onnxruntime's default session runs this QDQ Add, Mul, Conv, Gemm or MatMul: "float", or fused on
+        its "uint8" or "int8" kernel (ort_graph.kernels, asked once per model); None where it cannot tell."""
+        if self.ort_kernels is None:
+            try:
+                self.ort_kernels = kernels(self.model, optimised(self.onnx, self.model))
+            except Exception as exc:       # onnxruntime's own error types: the model's fault
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise Problem(node, f"onnxruntime cannot optimise the model to tell how it runs this node: "
+                              f"{first}") from None
+        return self.ort_kernels.get(node.output[0]) if node.output else None
 
     def where(self, node: NodeProto) -> str:
         """A node as a message names it: its unique name and its op type."""
@@ -303,11 +317,15 @@ class Importer:
         except CompileError as exc:
             raise Problem(node, f"{what}: {exc}") from None
 
-    def uint8_kernel(self, tensors: tuple[str, ...]) -> bool:
+    def uint8_kernel(self, tensors: tuple[str, ...], node: NodeProto | None = None) -> bool:
         """Does onnxruntime run the op reading and writing these quantised ONNX tensors on its uint8 kernel
-        (all of them uint8)?  The float forms that add a zero point before rounding (QLinearAdd, QLinearMul,
-        QLinearAveragePool) round differently there than on the int8 view (as_int8), so they are imported
-        with uint8=True (compiler.reference.excess); every other op computes the same on both."""
+        (all of them uint8, or for a QDQ Add or Mul `node`, onnxruntime's optimised graph says so: its
+        QDQS8ToU8 pass makes int8 groups uint8)?  The float forms that add a zero point before rounding
+        (QLinearAdd, QLinearMul, QLinearAveragePool) round differently there than on the int8 view (as_int8),
+        so they are imported with uint8=True (compiler.reference.excess); every other op computes the same on
+        both."""
+        if node is not None and self.arithmetic == "onnxruntime" and self.ort_kernel(node) in ("uint8", "int8"):
+            return self.ort_kernel(node) == "uint8"
         return all(t in self.uint8 for t in tensors)
 
     def note_uint8(self, node: NodeProto, tensors: tuple[tuple[str, int], ...]) -> None:

@@ -24,14 +24,14 @@ from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, Resi
                        nearest_map, resize_linear, resize_nearest, slice_op)
 from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
-from .unary import LUT_ENTRIES, Lut, lut
+from .unary import LUT_ENTRIES, Lut, lut, times_self
 from .softmax import Softmax, softmax
 from .norm import BatchNorm, batch_norm
 
 __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat",
            "Conv2d", "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
-           "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut",
+           "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut", "times_self",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
            "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm", "LINEAR_FORMS", "LinearAxis",
            "ResizeLinear", "linear_axis", "resize_linear"]

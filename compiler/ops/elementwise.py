@@ -35,7 +35,7 @@ class Elementwise(Op):
     y_layout: str = "nchw"
     b_shape: tuple | None = None    # binary: b's shape when it broadcasts to `shape` (1 or the size per axis)
     b_const: np.ndarray | None = None   # binary: b as an int8 constant of b_shape (or shape), not an input
-    reverse: bool = False       # a FLOAT_BINARY op computes b op a (Sub or Div whose first operand broadcasts)
+    reverse: bool = False       # b op a (a FLOAT_BINARY op); add's float form: b takes QLinearAdd's A role
     uint8: bool = False         # add / mul's float form on uint8 tensors held as int8 (reference.excess)
     kind: str = field(init=False, default="elementwise")
 
@@ -72,9 +72,11 @@ class Elementwise(Op):
             if self.reverse:
                 a, b, za, zb, sa, sb = b, a, zb, za, sb, sa
             return sem.qdq_binary_f32(self.mode, a, b, za, zb, sa, sb, sy, self.zp_out, self.lo, self.hi)
+        if self.fscales is not None and self.mode == "add":
+            return sem.add_f32(*self.roles(arrays), *self.add_params()[3:], self.zp_out, self.lo, self.hi,
+                               self.uint8)
         if self.fscales is not None:
-            f = sem.add_f32 if self.mode == "add" else sem.mul_f32
-            return f(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi, self.uint8)
+            return sem.mul_f32(*arrays, self.za, self.zb, *self.fscales, self.zp_out, self.lo, self.hi, self.uint8)
         if self.scale is not None:
             return sem.requantize_f32(arrays[0], self.za, self.scale, self.zp_out, self.lo, self.hi)
         if self.mode == "add":
@@ -85,6 +87,19 @@ class Elementwise(Op):
         if self.mode == "clip":
             return sem.clip(arrays[0], self.lo, self.hi)
         return sem.requantize(arrays[0], self.za, self.ma, self.shift, self.zp_out, self.lo, self.hi)
+
+
+    def roles(self, pair: tuple) -> tuple:
+        """A pair given as (a, b) in the order of QLinearAdd's (A, B) roles: reversed, (b, a)."""
+        return tuple(pair[::-1]) if self.reverse else tuple(pair)
+
+    def add_params(self) -> tuple:
+        """A float-form add's (ra, rb, c) and its (za, zb, scale_a, scale_b, scale_out) in QLinearAdd's roles
+        (reverse: b is A): sem.add_f32_params of them, the factors vu.fadd takes."""
+        za, zb = self.roles((self.za, self.zb))
+        sa, sb = self.roles(self.fscales[:2])
+        ra, rb, c = sem.add_f32_params(sa, sb, self.fscales[2], za, zb, self.zp_out, self.uint8)
+        return ra, rb, c, za, zb, sa, sb, self.fscales[2]
 
 
 FLOAT_BINARY = sem.QDQ_BINARY
@@ -136,6 +151,19 @@ def _uint8_arg(kind: str, uint8, shape, scale) -> bool:
     return bool(uint8)
 
 
+def _reverse_arg(reverse, shape, scale) -> bool:
+    """add's reverse as a bool: only the float form has roles to exchange, and only a static one."""
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise CompileError(f"add: reverse must be True or False, got {reverse!r}")
+    if reverse and scale is None:
+        raise CompileError("add: reverse=True needs the float form (scale_a=, scale_b=, scale_out=): the integer "
+                           "form is symmetric in a and b")
+    if reverse and has_dims(shape):
+        raise CompileError(f"add: reverse=True with a Dim in shape {tuple(shape)}: the reversed float form has a "
+                           "static lowering only")
+    return bool(reverse)
+
+
 def _binary_floats(what: str, scale_a, scale_b, scale_out) -> tuple:
     """The three float32 tensor scales of a QLinearAdd / QLinearMul."""
     return (f32_scale_arg("scale_a", scale_a), f32_scale_arg("scale_b", scale_b), f32_scale_arg("scale_out", scale_out))
@@ -165,15 +193,18 @@ def _dynamic_binary(kind: str, make, shape, b_shape) -> DynamicOp:
 
 
 def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_b=None, scale_out=None,
-        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None, uint8=False) -> Elementwise | DynamicOp:
+        zp_out=0, lo=-128, hi=127, b_shape=None, b_const=None, uint8=False, reverse=False) -> Elementwise | DynamicOp:
     """Quantised a + b: clip(rshift_round((a - za) * ma + (b - zb) * mb, shift) + zp_out, lo, hi).
 
     With scale_a=, scale_b=, scale_out= (the tensors' float32 scales) instead: QLinearAdd's arithmetic.
     b_shape: b's shape when it broadcasts to `shape` (each axis 1 or the same size: a per-channel or scalar b).
     b_const: b as an int8 constant (of b_shape, or shape) instead of an input.
     uint8: the float form of uint8 tensors held as their int8 view q - 128 (QLinearAdd's uint8 kernel).
+    reverse: the float form with b in QLinearAdd's A role and a in its B role (its arithmetic is not
+    symmetric: a broadcast or constant A), computing add_f32(b, a, zb, za, scale_b, scale_a, ...).
     """
     uint8 = _uint8_arg("add", uint8, shape, scale_a)
+    reverse = _reverse_arg(reverse, shape, scale_a)
     if has_dims(shape) and b_const is None:
         return _dynamic_binary("add", lambda s, bs: add(s, za=za, zb=zb, ma=ma, mb=mb, shift=shift, scale_a=scale_a,
                                                         scale_b=scale_b, scale_out=scale_out, zp_out=zp_out, lo=lo,
@@ -184,14 +215,16 @@ def add(shape, *, za=0, zb=0, ma=None, mb=None, shift=None, scale_a=None, scale_
     floats = {"scale_a": scale_a, "scale_b": scale_b, "scale_out": scale_out}
     if float_form("add", {"ma": ma, "mb": mb, "shift": shift}, floats):
         fs = _binary_floats("add", scale_a, scale_b, scale_out)
+        op = Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
+                         b_const=_b_const(b_const, b_shape, shape), uint8=uint8, reverse=reverse)
         with np.errstate(all="ignore"):      # an overflow is reported below, naming the factor
-            ra, rb, c = sem.add_f32_params(*fs, za, zb, clamp[0], uint8)
-        derived_scale("scale_a / scale_out", ra, "the scales")
-        derived_scale("scale_b / scale_out", rb, "the scales")
+            ra, rb, c = op.add_params()[:3]
+        first, second = op.roles(("scale_a", "scale_b"))
+        derived_scale(f"{first} / scale_out", ra, "the scales")
+        derived_scale(f"{second} / scale_out", rb, "the scales")
         if not np.isfinite(c):
             raise CompileError(f"add: the folded zero points give the non-finite offset {c}")
-        return Elementwise("add", shape, "int8", za, zb, 0, 0, 0, *clamp, fscales=fs, b_shape=b_shape,
-                           b_const=_b_const(b_const, b_shape, shape), uint8=uint8)
+        return op
     return Elementwise("add", shape, "int8", za, zb, int_arg("ma", ma, 0, (1 << 31) - 1),
                        int_arg("mb", mb, 0, (1 << 31) - 1), int_arg("shift", shift, 0, 62), *clamp, b_shape=b_shape,
                        b_const=_b_const(b_const, b_shape, shape))

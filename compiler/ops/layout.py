@@ -48,11 +48,16 @@ class Reshape(Op):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Concat(Op):
-    """Inputs joined along `axis`; every other dimension must agree."""
+    """Inputs joined along `axis`; every other dimension must agree.
+
+    `consts` holds the pieces that are constants, as (position among `shapes`, array) pairs: they are the op's
+    own (its inputs are the other pieces), moved into place by DMA from the program's data.
+    """
 
     shapes: tuple[tuple[int, ...], ...]
     axis: int = 1
     dtype: str = "int8"
+    consts: tuple = ()
     kind: str = field(init=False, default="concat")
 
     def __post_init__(self):
@@ -63,6 +68,9 @@ class Concat(Op):
         if not shapes:
             raise CompileError("concat needs at least one input")
         object.__setattr__(self, "shapes", shapes)
+        if self.consts and any(has_dims(sh) for sh in shapes):
+            raise CompileError("concat: constant pieces with Dims in the shapes: a concat with constants has "
+                               "static shapes")
         if _symbolic(self, ("shapes",)):
             object.__setattr__(self, "shapes", tuple(tuple(s) for s in shapes))
             axis = at_values(self, _ends(self, ("shapes",))[1]).axis
@@ -82,10 +90,30 @@ class Concat(Op):
                                    f"{shapes[0]}: all dimensions but the axis must agree")
         object.__setattr__(self, "shapes", shapes)
         object.__setattr__(self, "axis", axis)
+        object.__setattr__(self, "consts", self._const_pieces())
+
+    def _const_pieces(self) -> tuple:
+        """consts checked: distinct positions, each array of its piece's shape and the op's dtype, read-only,
+        and at least one piece an input."""
+        out = {}
+        for k, arr in self.consts:
+            k, a = int(k), np.array(arr)
+            if not 0 <= k < len(self.shapes) or k in out:
+                raise CompileError(f"concat: constant piece {k} is not one of the {len(self.shapes)} pieces, or is "
+                                   "given twice")
+            if a.dtype != np.dtype(self.dtype) or a.shape != self.shapes[k]:
+                raise CompileError(f"concat: constant piece {k} must be {self.dtype} of shape {self.shapes[k]}, got "
+                                   f"{a.dtype} {a.shape}")
+            a.flags.writeable = False
+            out[k] = a
+        if len(out) == len(self.shapes):
+            raise CompileError("concat: every piece is a constant: nothing to run")
+        return tuple(sorted(out.items(), key=lambda kv: kv[0]))
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:
-        return tuple(Tensor(f"x{i}", s, self.dtype) for i, s in enumerate(self.shapes))
+        own = dict(self.consts)
+        return tuple(Tensor(f"x{i}", s, self.dtype) for i, s in enumerate(self.shapes) if i not in own)
 
     @property
     def output(self) -> Tensor:
@@ -94,7 +122,8 @@ class Concat(Op):
         return Tensor("y", tuple(s), self.dtype)
 
     def _compute(self, *xs: np.ndarray) -> np.ndarray:
-        return np.concatenate(xs, axis=self.axis)
+        own, given = dict(self.consts), iter(xs)
+        return np.concatenate([own[i] if i in own else next(given) for i in range(len(self.shapes))], axis=self.axis)
 
 
 def _axes_of(op, fields: tuple[str, ...]) -> dict[str, tuple]:

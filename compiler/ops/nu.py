@@ -1,7 +1,7 @@
 """The NU ops: grouped 2-D convolution and dense layers."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -64,6 +64,26 @@ class Conv2d(Op):
         _, o, oh, ow = self.output.shape
         return self.x_shape[0] * o * oh * ow * int(np.prod(self.weight.shape[1:]))
 
+    def live(self) -> Conv2d:
+        """The same conv without the kernel rows and columns whose every read is padding (live_taps).
+
+        Exact: a padded tap reads x_zp and adds (x_zp - x_zp) * w = 0.  The padding shrinks by the dropped
+        taps' extent, so the output is the same; it may turn negative (the first window then starts inside
+        the input: a crop), and a single kept tap has dilation 1.  A conv whose dilated window exceeds its
+        input (DeepLabV3's ASPP) then reads only what it can reach.  Itself when every tap can read a
+        pixel.  What the NU lowers and the roofline prices; its reference() takes no negative padding.
+        """
+        (_, _, h, w), (kh, kw), (oh, ow) = self.x_shape, self.kernel, self.out_hw
+        (t, l, b, r), (dh, dw) = self.padding, self.dilation
+        rows = live_taps(oh, kh, self.stride[0], dh, t, h) or range(1)
+        cols = live_taps(ow, kw, self.stride[1], dw, l, w) or range(1)
+        if len(rows) == kh and len(cols) == kw:
+            return self
+        return replace(self, weight=np.ascontiguousarray(self.weight[:, :, rows.start:rows.stop, cols.start:cols.stop]),
+                       padding=(t - rows.start * dh, l - cols.start * dw, b - (kh - rows.stop) * dh,
+                                r - (kw - cols.stop) * dw),
+                       dilation=(dh if len(rows) > 1 else 1, dw if len(cols) > 1 else 1))
+
     def _compute(self, x: np.ndarray) -> np.ndarray:
         if self.scale is not None:
             return _act(self.act, sem.conv2d_f32(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
@@ -108,6 +128,15 @@ class Dense(Op):
                                                 self.lo, self.hi))
         return _act(self.act, sem.dense(x, self.weight, self.bias, self.x_zp, self.multiplier, self.shift,
                                         self.zp_out, self.lo, self.hi))
+
+
+def live_taps(out: int, k: int, stride: int, dil: int, pad: int, size: int) -> range:
+    """The kernel taps along one axis that read a real input pixel for some output, first to last (a tap
+    between them may read only padding too); empty when every window reads only padding.  Output o's tap j
+    reads input o * stride + j * dil - pad."""
+    live = [j for j in range(k)
+            if max(0, -((j * dil - pad) // stride)) <= min(out - 1, (size - 1 + pad - j * dil) // stride)]
+    return range(live[0], live[-1] + 1) if live else range(0)
 
 
 def _act(table: np.ndarray | None, y: np.ndarray) -> np.ndarray:

@@ -61,3 +61,18 @@ def lut(shape, table) -> Lut:
     if has_dims(shape):
         raise CompileError("lut: a table lookup has no dynamic lowering yet; give the tensor's shape as integers")
     return Lut("lut", shape_arg("shape", shape), table=table_arg("table", table))
+
+
+def times_self(act: Lut, mul: Elementwise, act_first: bool) -> Lut:
+    """x * act(x) (SiLU as x * sigmoid(x), HardSwish as x * hardsigmoid(x)) as one table: the mul's own arithmetic
+    (its reference, QLinearMul's or the integer form) on every code and its image under act, then the mul's layout.
+
+    act_first: act(x) is the mul's first operand.  Exact because the product is a function of the int8 x alone.
+    """
+    if mul.mode != "mul" or mul.b_shape is not None or mul.b_const is not None or tuple(mul.shape) != tuple(act.shape):
+        raise CompileError(f"times_self: {mul.kind} of shape {tuple(mul.shape)} is no same-shape mul of the "
+                           f"lut's {tuple(act.shape)}")
+    codes, image = np.arange(-128, 128, dtype=np.int8), act.entries()
+    flat = replace(mul, shape=(LUT_ENTRIES,))         # the same arithmetic over the 256 codes
+    table = flat.reference(image, codes) if act_first else flat.reference(codes, image)
+    return replace(act, table=table_arg("table", table), lo=-128, hi=127, y_layout=mul.y_layout)

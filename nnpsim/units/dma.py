@@ -161,6 +161,27 @@ def _copy_run(mem: np.ndarray, d: int, ds: int, s: int, ss: int, n: int, elem: i
 
 
 @njit(cache=True)
+def _copy_plane(mem: np.ndarray, d: int, ds0: int, ds1: int, s: int, ss0: int, ss1: int, n0: int, n1: int,
+                elem: int) -> None:
+    """Copy n1 rows of n0 elements (dims 0 and 1 of an unpadded box), in order; source and destination apart.
+
+    Contiguous rows go through _copy_run's views; strided ones walk uint64 positions advanced by their
+    strides (no multiply per element: a transposing DMA moves most of a network's bytes this way).
+    """
+    if (ds0 == elem and ss0 == elem) or elem != 1:
+        for i1 in range(n1):
+            _copy_run(mem, d + i1 * ds1, ds0, s + i1 * ss1, ss0, n0, elem)
+        return
+    dsu, ssu = np.uint64(ds0), np.uint64(ss0)
+    for i1 in range(n1):
+        du, su = np.uint64(d + i1 * ds1), np.uint64(s + i1 * ss1)
+        for _ in range(n0):
+            mem[du] = mem[su]
+            du += dsu
+            su += ssu
+
+
+@njit(cache=True)
 def _fill_run(mem: np.ndarray, d: int, ds: int, n: int, elem: int, pad: np.ndarray) -> None:
     """Write the pad element n times from d (stride ds)."""
     du, dsu = np.uint64(d), np.uint64(ds)
@@ -200,6 +221,13 @@ def _copy_apart(mem: np.ndarray, sbase: int, dbase: int, sizes: np.ndarray, pad_
     contiguous or strided runs after _merge_dims.
     """
     _merge_dims(sizes, pad_lo, pad_hi, src_strides, dst_strides)
+    if pad_lo.max() == 0 and pad_hi.max() == 0:
+        for i3 in range(sizes[3]):
+            for i2 in range(sizes[2]):
+                _copy_plane(mem, dbase + i3 * dst_strides[3] + i2 * dst_strides[2], dst_strides[0], dst_strides[1],
+                            sbase + i3 * src_strides[3] + i2 * src_strides[2], src_strides[0], src_strides[1],
+                            sizes[0], sizes[1], elem)
+        return
     lo0 = pad_lo[0]
     hi0 = sizes[0] - pad_hi[0]
     for i3 in range(sizes[3]):

@@ -74,11 +74,7 @@ def fma32(a: float, b: float, c: float) -> float:
 @njit(cache=True)
 def rne(t: float) -> int:
     """t rounded half to even, |t| < 2**31."""
-    f = math.floor(t)
-    d = t - f
-    if d > 0.5 or (d == 0.5 and f % 2.0 != 0.0):
-        f += 1.0
-    return np.int64(f)
+    return np.int64(np.rint(t))      # roundsd in the default rounding mode, nearest-even
 
 
 @njit(cache=True)
@@ -87,4 +83,14 @@ def cvt8(t: float) -> int:
     if not abs(t) < TWO31:
         return -128
     r = rne(t)
+    return -128 if r < -128 else (127 if r > 127 else r)
+
+
+@njit(cache=True)
+def cvt8_excess(t: float, o: int) -> int:
+    """cvt8 of a result computed on values o above the int8 view (o = 128: uint8, saturated to [0, 255] by
+    packus, then less 128); cvtps2dq's INT_MIN (nan, |t| >= 2**31) saturates to 0, so -128, as for int8."""
+    if not abs(t) < TWO31:
+        return -128
+    r = rne(t) - o
     return -128 if r < -128 else (127 if r > 127 else r)

@@ -24,7 +24,8 @@ from .. import errors
 from ..cu import wrap32
 from ..isa_layout import ABUF, GROUP_BASE, IBUF, MAX_UNITS, VBUF, WBUF, offsets
 from . import f32
-from .vu import requant_f, requant_i
+from .vu import requant_i
+from .vu_rows import requant
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
@@ -308,23 +309,35 @@ def nu_conv_rq(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
         n = min(chunk, pixels - p0)
         x = np.empty((n, k), dtype=np.int16)
         _im2col(mem, ib, p, rows, p0, x)
-        y = _matmul(x, w)
-        for ob in range(out_cb):
-            for q in range(n):
-                at = ab + (ob * pixels + p0 + q) * cols
-                pat = (ob * pixels + p0 + q) * cols
-                for c in range(cols):
-                    e = ob * cols + c
-                    s0 = np.int64(y[q, e]) + bias[e]
-                    if psum:
-                        s0 += part[pat + c]
-                    if fl:
-                        mem[at + c] = requant_f(wrap32(s0), scale[e], zp_out, lo, hi) & 0xFF
-                        continue
-                    # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
-                    v = np.int64(wrap32(s0))
-                    mem[at + c] = requant_i(v, m[e], s[e], zp_out, lo, hi) & 0xFF
+        _out_stage(mem, ab, _matmul(x, w), p0, pixels, cols, bias, part, psum, fl, scale, m, s, zp_out, lo, hi)
     return errors.OK
+
+
+@njit(cache=True)
+def _out_stage(mem: np.ndarray, ab: int, y: np.ndarray, p0: int, pixels: int, cols: int, bias: np.ndarray,
+               part: np.ndarray, psum: bool, fl: bool, scale: np.ndarray, m: np.ndarray, s: np.ndarray,
+               zp_out: int, lo: int, hi: int) -> None:
+    """The output stage of pixels p0 .. p0 + len(y) - 1: each sum (y) plus its column's bias (plus the partial
+    sum in part), wrapped to int32, requantised and stored as int8 [block][pixel][cols] from ab; each step one
+    loop over a pixel's columns, so that none branches per element."""
+    v = np.empty(cols, np.int64)
+    for ob in range(y.shape[1] // cols):
+        for q in range(y.shape[0]):
+            pat = (ob * pixels + p0 + q) * cols
+            at = ab + pat
+            e0 = ob * cols
+            for c in range(cols):
+                v[c] = np.int64(y[q, e0 + c]) + bias[e0 + c]
+            if psum:
+                for c in range(cols):
+                    v[c] += part[pat + c]
+            if fl:
+                for c in range(cols):
+                    mem[np.uint64(at + c)] = requant(wrap32(v[c]), scale[e0 + c], zp_out, lo, hi) & 0xFF
+                continue
+            for c in range(cols):
+                # |v| <= 2**31 and M < 2**31: the product fits int64 with room for the rounding term
+                mem[np.uint64(at + c)] = requant_i(wrap32(v[c]), m[e0 + c], s[e0 + c], zp_out, lo, hi) & 0xFF
 
 
 @njit(cache=True)
@@ -370,9 +383,12 @@ def nu_dwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, u
     zp = p[X_ZP]
     taps = k_h * k_w
     block = (4 + taps) * cols
-    w = np.empty((taps, cols), dtype=np.int64)
-    bias = np.empty(cols, dtype=np.int64)
-    acc = np.empty(cols, dtype=np.int64)
+    # The sums are kept modulo 2**32 in int32 lanes (twice as many to a vector as int64): the accumulator
+    # keeps the low 32 bits of the exact sum, and these are the low 32 bits of every partial sum's.
+    w = np.empty((taps, cols), dtype=np.int32)
+    bias = np.empty(cols, dtype=np.int32)
+    acc = np.empty(cols, dtype=np.int32)
+    stride_h, stride_w, dil_h, dil_w = p[STRIDE_H], p[STRIDE_W], p[DIL_H], p[DIL_W]
     for cb in range(in_cb):
         for c in range(cols):
             bias[c] = load_i32(mem, wb + cb * block + 4 * c)
@@ -383,13 +399,13 @@ def nu_dwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, u
             for ow in range(out_w):
                 acc[:] = bias
                 for kh in range(k_h):
-                    ih = oh * p[STRIDE_H] + kh * p[DIL_H]
+                    ih = oh * stride_h + kh * dil_h
                     for kw in range(k_w):
-                        iw = ow * p[STRIDE_W] + kw * p[DIL_W]
-                        src = ib + ((cb * in_h + ih) * in_w + iw) * rows
+                        iw = ow * stride_w + kw * dil_w
+                        src = np.uint64(ib + ((cb * in_h + ih) * in_w + iw) * rows)
                         j = kh * k_w + kw
-                        for c in range(cols):      # |terms| < 2**15, taps < 2**40, |bias| < 2**31: no int64 overflow
-                            acc[c] += (load_i8(mem, src + c) - zp) * w[j, c]
+                        for c in range(cols):
+                            acc[c] += np.int32((np.int32(mem[src + np.uint64(c)] ^ 0x80) - 0x80 - zp) * w[j, c])
                 at = ab + ((cb * out_h + oh) * out_w + ow) * cols * 4
                 for c in range(cols):
                     v = acc[c]

@@ -21,12 +21,13 @@ import numpy as np
 from numba import njit
 
 from .. import errors
-from . import f32
+from . import f32, vu_rows
 from ..isa_layout import GROUP_BASE, MAX_UNITS, VBUF, offset, offsets
 from ..semantics import DDT, SDT, rows_of, unit_op_codes
 from ..timing import (AFFINE_PAIR_BYTES, LERP_ENTRY, LUT_BYTES, SOFTMAX_TABLE_BYTES, slide_span, vu_affine_cycles,
                       vu_cycles, vu_elem_bytes, vu_lerp_cycles, vu_lut_cycles, vu_pool_cycles, vu_slide_cycles,
                       vu_softmax_cycles)
+from .vu_rows import requant
 from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check_counts,
                      check_param_range, check_space, fail, footprint, load_i32, load_i8,
                      store_i32)
@@ -156,16 +157,6 @@ def _is_table(op: int) -> bool:
 def _reads_u8(op: int) -> bool:
     """The float forms that add a zero point before rounding, which vu.mode switches to uint8 operands."""
     return op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG
-
-
-@njit(cache=True)
-def _cvt8_excess(t: float, o: int) -> int:
-    """cvt8 of a result computed on values o above the int8 view (o = 128: uint8, saturated to [0, 255] by
-    packus, then less 128); cvtps2dq's INT_MIN (nan, |t| >= 2**31) saturates to 0, so -128, as for int8."""
-    if not abs(t) < f32.TWO31:
-        return -128
-    r = f32.rne(t) - o
-    return -128 if r < -128 else (127 if r > 127 else r)
 
 
 @njit(cache=True)
@@ -382,15 +373,6 @@ def requant_i(v: int, m: int, s: int, zp_out: int, lo: int, hi: int) -> int:
 
 
 @njit(cache=True)
-def requant_f(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
-    """clip(rne(clamp(f32(v) * s, -128 - zp_out, 127 - zp_out)) + zp_out, lo, hi) (MlasRequantizeOutput)."""
-    t = f32.r32(f32.i2f(v) * s)
-    t = max(t, float(-128 - zp_out))
-    t = min(t, float(127 - zp_out))
-    return _clip(f32.rne(t) + zp_out, lo, hi)
-
-
-@njit(cache=True)
 def _fop(fa: float, fb: float, op: int) -> float:
     """The float32 operation of vu.fsub / vu.fdiv / vu.fmax / vu.fmin, rounded once (nan for 0 / 0)."""
     if op == VU_FSUB:
@@ -439,7 +421,7 @@ def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float,
             total = f32.r32(total + f32.r32(sx * f32.i2f(x - p[ZA])))
     o = 128 * p[U8]
     t = f32.r32(f32.r32(f32.r32(total / f32.i2f(n)) / sy) + float(p[ZP_OUT] + o))
-    return _clip(_cvt8_excess(t, o), lo, hi)
+    return _clip(f32.cvt8_excess(t, o), lo, hi)
 
 
 @njit(cache=True)
@@ -673,10 +655,54 @@ def _lerp(mem: np.ndarray, base: int, space: int, ra: int, rb: int, p: np.ndarra
 
 
 @njit(cache=True)
+def _has_rows(op: int) -> bool:
+    """An op that units/vu_rows runs a row at a time."""
+    return op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL
+
+
+@njit(cache=True)
+def _compute_rows(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes: int, p: np.ndarray,
+                  out: np.ndarray) -> bool:
+    """out by vu_rows' loops, one row of n0 elements at a time; False (out unusable) if the op has no such
+    loop or an element might fail a check (then _compute's general loop reports the first failure)."""
+    za, zb, zp_out, lo, hi, o = p[ZA], p[ZB], p[ZP_OUT], p[LO], p[HI], 128 * p[U8]
+    if op == VU_FMUL and not (-M_LIMIT // 2 < za < M_LIMIT // 2 and -M_LIMIT // 2 < zb < M_LIMIT // 2):
+        return False        # a product might leave 2**62: _mul_fits decides per element
+    if base % 4 != 0:
+        return False        # the word views need int32 operands at absolute multiples of 4
+    fx = f32.value(p[FSCALE]) if op != VU_REQUANT_FPC else 0.0
+    fy = f32.value(p[FSCALE_B]) if op == VU_FADD else 0.0
+    fc = f32.value(p[FBIAS]) if op == VU_FADD else 0.0
+    n0, sa, sb = p[N0], p[A_STRIDE], p[B_STRIDE]
+    words, floats = vu_rows.views(mem)
+    words_row = op == VU_REQUANT_FPC and a_bytes == 4 and (sa == 4 or n0 == 1) and (sb == 4 or n0 == 1)
+    ok = True
+    e = 0
+    for i3 in range(p[N0 + 3]):
+        for i2 in range(p[N0 + 2]):
+            for i1 in range(p[N0 + 1]):
+                a = base + ra + i3 * p[A_STRIDE + 3] + i2 * p[A_STRIDE + 2] + i1 * p[A_STRIDE + 1]
+                b = base + rb + i3 * p[B_STRIDE + 3] + i2 * p[B_STRIDE + 2] + i1 * p[B_STRIDE + 1]
+                if op == VU_FMUL:
+                    vu_rows.fmul(mem, a, sa, b, sb, n0, za, zb, fx, o, zp_out, lo, hi, out, e)
+                elif op == VU_FADD:
+                    vu_rows.fadd(mem, a, sa, b, sb, n0, fx, fy, fc, o, lo, hi, out, e)
+                elif words_row:
+                    ok &= vu_rows.requant_fpc_words(words, floats, a >> 2, b >> 2, n0, za, zp_out, lo, hi, out, e)
+                else:
+                    ok &= vu_rows.requant_f(mem, words, floats, a, sa, a_bytes == 4, b, sb, op == VU_REQUANT_FPC,
+                                            n0, za, fx, zp_out, lo, hi, out, e)
+                e += n0
+    return ok
+
+
+@njit(cache=True)
 def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, a_bytes: int,
              p: np.ndarray, out: np.ndarray, err: np.ndarray) -> int:
     """out[e] = result of element e (n0 fastest); per-element checks first-failure in e order."""
     if (op == VU_REQUANT or op == VU_REQUANT_PC) and _requant_fast(mem, base, op, ra, rb, a_bytes, p, out):
+        return errors.OK
+    if _has_rows(op) and _compute_rows(mem, base, op, ra, rb, a_bytes, p, out):
         return errors.OK
     if op == VU_LUT:
         _lut(mem, base, ra, rb, p, out)
@@ -741,18 +767,18 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                             if not f32.positive_finite(bits):
                                 return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, bits, e, 0)
                             s = f32.value(bits)
-                        out[e] = requant_f(x - za, s, zp_out, lo, hi)
+                        out[e] = requant(x - za, s, zp_out, lo, hi)
                     elif op == VU_FADD:
                         o = 128 * p[U8]
                         t = f32.fma32(float(x + o), fx, f32.fma32(float(load_i8(mem, base + b_at) + o), fy, fc))
-                        out[e] = _clip(_cvt8_excess(t, o), lo, hi)
+                        out[e] = _clip(f32.cvt8_excess(t, o), lo, hi)
                     elif op == VU_FMUL:
                         d = load_i8(mem, base + b_at) - zb
                         if not _mul_fits(x - za, d):
                             return _overflow(err, space, a_at, 1, e)
                         o = 128 * p[U8]
                         t = f32.r32(f32.r32(f32.i2f((x - za) * d) * fx) + float(zp_out + o))
-                        out[e] = _clip(_cvt8_excess(t, o), lo, hi)
+                        out[e] = _clip(f32.cvt8_excess(t, o), lo, hi)
                     elif op == VU_FAFFINE:
                         sbits = load_i32(mem, base + b_at)
                         cbits = load_i32(mem, base + b_at + 4)
@@ -811,18 +837,27 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
 def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
            out: np.ndarray) -> None:
     """Write out (n0 fastest) to d: int8 saturated, or int32."""
+    n0, sd = p[N0], p[D_STRIDE]
     e = 0
     for i3 in range(p[N0 + 3]):
         for i2 in range(p[N0 + 2]):
             for i1 in range(p[N0 + 1]):
-                row = base + rd + i3 * p[D_STRIDE + 3] + i2 * p[D_STRIDE + 2] + i1 * p[D_STRIDE + 1]
-                for i0 in range(p[N0]):
-                    at = row + i0 * p[D_STRIDE]
-                    if d_bytes == 1:
-                        mem[np.uint64(at)] = _clip(out[e], -128, 127) & 0xFF
-                    else:
-                        store_i32(mem, at, out[e])
-                    e += 1
+                at = base + rd + i3 * p[D_STRIDE + 3] + i2 * p[D_STRIDE + 2] + i1 * p[D_STRIDE + 1]
+                if d_bytes == 1:
+                    _store_i8_row(mem, at, sd, n0, out, e)
+                else:
+                    for i0 in range(n0):
+                        store_i32(mem, at + i0 * sd, out[e + i0])
+                e += n0
+
+
+@njit(cache=True)
+def _store_i8_row(mem: np.ndarray, at: int, sd: int, n: int, out: np.ndarray, e: int) -> None:
+    """n results from out[e] to int8 bytes at at, at + sd, ... (saturated)."""
+    for i in range(n):
+        v = out[e + i]
+        mem[np.uint64(at)] = (-128 if v < -128 else (127 if v > 127 else v)) & 0xFF
+        at += sd
 
 
 @njit(cache=True)

@@ -393,3 +393,48 @@ def test_a_consumer_that_gathers_its_windows_takes_no_ring():
     k = kernel.finish(tuple(chain), kir, cfg, predicted, usage, report)
     x = _int8(rng, chain[0].x_shape)
     np.testing.assert_array_equal(k(x, check_races=True), reference(chain, x))
+
+
+def gate_mul_conv(rng, c, h, w, out, fmt):
+    """A squeeze-excite multiply (x by a per-channel gate from DDR, integer or QLinearMul's float form) into a
+    1x1 or 3x3 conv: the mul walks rows outermost and keeps x * gate row by row in DM (lowering.driver)."""
+    kw = (dict(multiplier=1 << 22, shift=29) if fmt == "integer" else
+          dict(scale_a=0.05, scale_b=1 / 256, scale_out=0.03))
+    e = ops.mul((1, c, h, w), za=int(rng.integers(-3, 4)), zb=-128, zp_out=2, b_shape=(1, c, 1, 1), **kw)
+    return e, conv_op(rng, (1, c, h, w), out, k=int(rng.choice([1, 3])))
+
+
+@settings(max_examples=4, deadline=None)
+@given(c=st.integers(2, 24), h=st.integers(3, 19), w=st.integers(3, 21), out=st.integers(1, 26),
+       lag=st.sampled_from([1, 2, 3]), fmt=st.sampled_from(["integer", "float"]), seed=st.integers(0, 99))
+def test_a_gate_mul_into_a_conv_interleaves_row_by_row_and_matches_numpy(c, h, w, out, lag, fmt, seed):
+    """Bit-exact and race-free, the cost model's price the simulated cycles."""
+    rng = np.random.default_rng(seed)
+    chain = gate_mul_conv(rng, c, h, w, out, fmt)
+    k, steps = variant(chain, Config(**SMALL_VU), lag)
+    assert "row by row" in k.ir.notes[0] and any("rows outermost" in n for n in k.ir.notes), k.ir.notes
+    got, want = run_chain(k, chain, rng)
+    np.testing.assert_array_equal(got, want)
+    assert k.predicted_cycles == k.stats.cycles
+
+
+def test_a_gate_mul_s_consumer_starts_on_its_first_rows():
+    """The conv's first tiles are placed before the mul's last: they read the rows of x * gate it has stored."""
+    rng = np.random.default_rng(11)
+    chain = gate_mul_conv(rng, 24, 17, 13, 20, "float")
+    k, steps = variant(chain, Config(**SMALL_VU), 1)
+    assert _consumer_starts_early(steps, 1)
+    got, want = run_chain(k, chain, rng)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("c, h, w, out", [(11, 2, 1, 33), (5, 1, 7, 3)])
+def test_a_gate_mul_into_a_conv_on_one_column_or_one_row_builds_bit_exact(c, h, w, out):
+    """Shapes with no row-by-row candidate (one column) or no rows to walk (one row): the search's own
+    schedule, still bit-exact and priced exactly."""
+    rng = np.random.default_rng(c + h + w)
+    chain = gate_mul_conv(rng, c, h, w, out, "integer")
+    k = compiler.build(*chain)
+    got, want = run_chain(k, chain, rng)
+    np.testing.assert_array_equal(got, want)
+    assert k.predicted_cycles == k.stats.cycles

@@ -42,3 +42,33 @@ def test_the_bound_skips_finalists_and_keeps_every_choice(monkeypatch):
         assert (k1, p1, u1, str(s1)) == (k2, p2, u2, str(s2))
         assert search.cost.instructions(kir1.body) == search.cost.instructions(kir2.body)
     assert any(skipped)
+
+
+def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
+    # all_candidates hands the search each chain candidate's quick estimate of its first conv block, from
+    # the picks that chose its tilings; ranking by them must be what estimating each candidate again gives,
+    # and the row-by-row candidate's SLACK test must see quick() of the chain's own schedule
+    from compiler.lowering import driver
+    from compiler.schedule import Schedule
+    from tests.helpers.networks import conv_conv, conv_pool, inverted
+
+    rng = np.random.default_rng(11)
+    chains = [conv_conv(rng, 8, 11), conv_conv(rng, 24, 17, out=40), inverted(rng, 8, 13), inverted(rng, 16, 9, 2),
+              conv_pool(rng, 16, 19, 21)]
+    ranked = 0
+    for n, chain in enumerate(chains):
+        cfg = Config(nu_count=1 + n % 2, vu_count=1 + n % 2)
+        search._CHAIN_PICKS.clear()
+        search._ROW_PICKS.clear()
+        for _ in range(2):                  # the second time from the memos of picks
+            quick: list[float] = []
+            found = search.all_candidates(tuple(chain), cfg, None, quick)
+            first = next(k for k, b in enumerate(found[0].blocks) if b.kind == "nu")
+            sites = driver.sites(tuple(chain), cfg)[0]
+            assert quick == [search.estimate(s, cfg, first, sites) for s in found]
+            assert search._ranked(found, cfg, None, quick) == search._ranked(found, cfg)
+            own, own_quick = search._chain(Schedule(*chain, config=cfg), cfg, sites, True)
+            assert sum(own_quick) == search.quick(own, cfg)
+            assert [str(s) for s in found] == [str(s) for s in search.all_candidates(tuple(chain), cfg)]
+        ranked += len(found) > 1
+    assert ranked >= 2, "too few chains with several candidates to rank"

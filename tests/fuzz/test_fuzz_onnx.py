@@ -148,7 +148,8 @@ def _array_variants(data, a: np.ndarray) -> np.ndarray:
         flat[i] = data.draw(st.sampled_from(FLOATS + [127.0, -128.0, 300.0, 2.0 ** 31, -(2.0 ** 40)]))
         if a.dtype.kind in "iu":
             info = np.iinfo(a.dtype)
-            flat = np.nan_to_num(flat, nan=0, posinf=info.max, neginf=info.min).clip(info.min, info.max)
+            hi = float(info.max) if float(info.max) <= info.max else np.nextafter(float(info.max), 0)  # int64: 2**63
+            flat = np.nan_to_num(flat, nan=0, posinf=hi, neginf=info.min).clip(info.min, hi)
         return flat.astype(a.dtype).reshape(a.shape)
     if kind == "shape" and a.size:
         return a.ravel()[:max(1, a.size // 2)]

@@ -9,6 +9,8 @@
             and the fused chains of the pipelining tests
   mutation  semaphore-wait mutants of compiled and dynamic programs, judged by the race checker
   hosted    models with nodes the NPU does not run (LayerNorm, attention, a detector tail), for host fallback
+  activations  ONNX models of x * act(x) after a conv (SiLU, HardSwish) and of a squeeze-excite block,
+            run against onnxruntime at both levels
 
 tests/reference.py, tests/isa_reference.py, tests/onnx_helpers.py and tests/fuzz/strategies.py
 are helper modules too; fixtures live in tests/conftest.py.

@@ -5,7 +5,8 @@ Hypothesis draws shapes that do not divide the hardware's sizes; every output is
 element with the op's numpy model and with the unbroadcast op on b repeated to a's shape, race-checked.
 ONNX models with a broadcasting QLinearAdd / QLinearMul (QOperator) or Add / Mul (QDQ) are compared with
 onnxruntime, statically and over a range of input sizes.  Each wait of a broadcasting kernel is removed in
-turn and the run must stop on a race or a deadlock.  Broadcasts that are not lowered are refused naming them.
+turn and the run must stop on a race or a deadlock.  Broadcasts that are not lowered are refused naming them;
+broadcasts the importer reshapes into a lowered view (lowering.vu.broadcast_view) run bit-exact.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import compiler
 from compiler import CompileError, Graph, ops
+from compiler.lowering.vu import broadcast_problem, broadcast_view
 
 from tests.onnx_helpers import session
 from tests.helpers.mutation import kill_all
@@ -227,14 +229,35 @@ def test_an_onnx_broadcasting_model_with_symbolic_sizes_is_bit_exact(fmt, seed, 
     run_and_compare(model, lib, dg.make({"h": h, "w": w}), np.random.default_rng(seed), 5, h, w, (1, 5, 1, 1), (1,))
 
 
-def test_onnx_broadcasts_that_are_not_lowered_are_refused_naming_the_node():
+def test_onnx_broadcasts_the_old_rule_refused_now_import_and_are_bit_exact():
+    """A b repeating along the height only (merged by broadcast_view into [1, C*H, W] against [1, 1, W]) and a
+    broadcast A of QLinearAdd (onnxruntime's roles: add_roles_swapped) import, and agree with onnxruntime."""
     model = broadcast_model("qoperator", 6, (1, 1, 1, 11), (1,), hw=(9, 11))
-    with pytest.raises(CompileError, match=r"QLinearAdd.*inputs have shapes \[1, 6, 9, 11\] and \[1, 1, 1, 11\]: "
-                                           r"broadcasting is supported for a B of one value per image and / or channel"):
-        compiler.from_onnx(model)
-    # onnxruntime's float add rounds A and B differently: A may not be the broadcast one
-    model = broadcast_model("qoperator", 6, (1, 6, 1, 1), (1,), hw=(9, 11))
-    add = model.graph.node[3]
-    add.input[:] = ["bq", "sb", "zb", "xq", "sx", "zx", "sy", "zy"]
-    with pytest.raises(CompileError, match=r"A of shape \[1, 6, 1, 1\] broadcasts to B's \[1, 6, 9, 11\]"):
-        compiler.from_onnx(model)
+    g = compiler.from_onnx(model)
+    assert any(n.op.kind == "add" and n.op.shape == (1, 54, 11) for n in g.nodes)
+    run_and_compare(model, compiler.build(g), g, np.random.default_rng(3), 6, 9, 11, (1, 1, 1, 11), (1,))
+    for b_shape, reverse in (((1, 6, 1, 1), False), ((1, 1, 1, 11), True)):     # A a scalar per span, or not
+        model = broadcast_model("qoperator", 6, b_shape, (1,), hw=(9, 11))
+        add = model.graph.node[3]
+        add.input[:] = ["bq", "sb", "zb", "xq", "sx", "zx", "sy", "zy"]
+        g = compiler.from_onnx(model)
+        assert [n.op.reverse for n in g.nodes if n.op.kind == "add"] == [reverse]
+        run_and_compare(model, compiler.build(g), g, np.random.default_rng(4), 6, 9, 11, b_shape, (1,))
+
+
+def test_broadcast_view_keeps_lowered_shapes_and_merges_the_rest():
+    """Shapes the VU lowers as they stand (and a same-shape b) keep their view, so programs built before stay the
+    same; the rest merge into (image, channel, positions) with the same bytes; four alternations are refused."""
+    assert broadcast_view((1, 8, 5, 7), (1, 8, 5, 7)) == ((1, 8, 5, 7), (1, 8, 5, 7))
+    assert broadcast_view((1, 8, 5, 7), (8, 1, 1)) == ((1, 8, 5, 7), (1, 8, 1, 1))
+    assert broadcast_view((1, 56, 56, 96), (1, 1, 1, 96)) == ((1, 3136, 96), (1, 1, 96))
+    assert broadcast_view((2, 3, 4, 5), (2, 1, 1, 5)) == ((2, 12, 5), (2, 1, 5))
+    assert broadcast_view((2, 3, 4, 5), (4, 1)) == ((6, 4, 5), (1, 4, 1))
+    assert broadcast_view((2, 3, 4, 5), (2, 1, 4, 1)) is None
+    assert broadcast_view((4, 5), (1, 2, 1)) is None                               # more axes than the output
+    for shape, b in (((3, 1, 37, 5), (3, 1, 1, 5)), ((7, 9), (7, 1)), ((6, 4, 5), (1, 4, 1))):
+        view, bv = broadcast_view(shape, b)
+        assert not broadcast_problem(type("Op", (), {"shape": view, "b_shape": bv})())
+        a = np.arange(int(np.prod(shape))).reshape(shape)
+        bb = np.arange(int(np.prod(b))).reshape(b) * 1000
+        np.testing.assert_array_equal((a + bb).ravel(), (a.reshape(view) + bb.reshape(bv)).ravel())

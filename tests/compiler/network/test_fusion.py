@@ -14,6 +14,7 @@ from compiler.network.storage import alias
 from compiler.runtime import GraphModule
 from nnpsim.config import Config
 from tests.onnx_helpers import nnpc_compile_tiny
+from tests.helpers.activations import ACTS, LEVELS, run_both, se_block
 from tests.helpers.networks import bottleneck, int8_data, inverted_residual, stem
 
 
@@ -174,3 +175,26 @@ def test_a_kernel_that_does_not_extend_may_hand_its_last_part_over():
     assert [k for k in kernels if "b0_conv1" in k or "b0_conv2" in k] == [["b0_conv1"], ["b0_conv2", "b0_conv3"]]
     handed = [d for d in made if "handed over" in d.why]
     assert handed and handed[0].fused and (handed[0].apart_cycles, handed[0].fused_cycles) == (15 + 10, 10 + 8)
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("act", ACTS)
+def test_a_squeeze_excite_block_runs_its_new_ops_fused_and_bit_exact(fmt, act):
+    """Depthwise conv -> x * act(x) -> squeeze-excite -> 1x1 projection (13x11 map, 24 channels): the
+    activation is in the depthwise conv's epilogue, the gate's act in its 1x1 conv's, and the SE multiply
+    by the per-channel gate in the projection conv's kernel (its input x * gate in DM, never in DDR) when the
+    cost model prices that cheaper, as its decision records; every element equals onnxruntime's."""
+    m = se_block(fmt, act)
+    g = compiler.from_onnx(m)
+    lib = compiler.build(g)
+    ops = [layer["ops"] for layer in lib.layers]
+    assert ops[0] == "conv2d + lut" and any(o.endswith("conv2d + lut") for o in ops[1:]) and "lut" not in ops, ops
+    se = [d for d in lib.meta["fusion"] if d["ops"] == "mul -> conv2d"]
+    assert len(se) == 1 and se[0]["fused"] == (se[0]["fused_cycles"] < se[0]["apart_cycles"])
+    assert ("mul + conv2d" in ops) == se[0]["fused"] == ("mul" not in ops), ops
+    x = np.random.default_rng(2).standard_normal(g.values[g.inputs[0]].shape).astype(np.float32)
+    mod, want = run_both(m, lib, x)
+    for level, w in zip(LEVELS, want):
+        want_q = g.values[g.outputs[0]].quant.quantize(w)
+        np.testing.assert_array_equal(mod.get_output(0, quantized=True), want_q, err_msg=level)
+    assert lib.predicted_cycles == mod.stats.cycles

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 import compiler
 
-from tests.helpers.qdq import LEVELS, initializer
+from tests.helpers.qdq import LEVELS, ZP_TYPES, feeds_for, initializer, ort_float
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 I8, F = TensorProto.INT8, TensorProto.FLOAT
@@ -145,3 +145,74 @@ def test_qdq_gemm_that_onnxruntime_runs_in_float_may_not_wrap():
     with pytest.raises(compiler.CompileError, match=r"node 'Gemm_5' \(Gemm\): dense: output channel \d+ can reach "
                                                     r"\|acc\| = \d+ >= 2\*\*31.*onnxruntime runs this node in float"):
         compiler.from_onnx(model)
+
+
+def test_qdq_gemm_whose_input_is_read_twice_runs_in_float_and_may_not_wrap():
+    """Its input straight from a DequantizeLinear, but that tensor's QuantizeLinear also dequantised to a second
+    output: onnxruntime's QDQS8ToU8 pass leaves the int8 pair, so it does not fuse the Gemm (its optimised graph,
+    which the importer asks, says so) and runs it in float at both levels, where nothing wraps: refused."""
+    rng = np.random.default_rng(5)
+    k, o = 260, 33
+    model = gemm_qdq_model(k, o, _weights(rng, k, o))
+    model.graph.node.append(helper.make_node("DequantizeLinear", ["fq", "sx", "zx"], ["f_again"]))
+    model.graph.output.append(helper.make_tensor_value_info("f_again", F, [1, k]))
+    x = np.full((1, k, 1, 1), 7.6, np.float32)
+    default, plain = _ort(model, {"x": x}, LEVELS["default"]), _ort(model, {"x": x}, LEVELS["disable"])
+    np.testing.assert_array_equal(default, plain)             # float at both levels: no wrap
+    with pytest.raises(compiler.CompileError, match=r"node 'Gemm_\d+' \(Gemm\): dense: output channel \d+ can "
+                                                    r"reach \|acc\| = \d+ >= 2\*\*31.*onnxruntime runs this node in float"):
+        compiler.from_onnx(model)
+
+
+def patch_model(form: str, dtype: str, c: int, h: int, w: int, k: int, o: int, seed: int) -> onnx.ModelProto:
+    """A patch embedding: x -> Q -> QLinearConv (qoperator) or DQ -> Conv -> Q (qdq), kernel = stride = k, no
+    padding, per-channel int8 weights and an int32 bias, activations int8 or uint8; the output dequantised."""
+    _, np_t, lo = ZP_TYPES[dtype]
+    rng = np.random.default_rng(seed)
+    inits = [initializer("sx", 0.05, np.float32), initializer("zx", lo + 131, np_t),
+             initializer("w", rng.integers(-30, 30, (o, c, k, k)), np.int8),
+             initializer("sw", rng.uniform(0.002, 0.004, o), np.float32), initializer("zw", np.zeros(o), np.int8),
+             initializer("bias", rng.integers(-2000, 2000, o), np.int32),
+             initializer("sb", np.float32(0.05) * rng.uniform(0.002, 0.004, o).astype(np.float32), np.float32),
+             initializer("zb", np.zeros(o), np.int32),
+             initializer("sy", 0.09, np.float32), initializer("zy", lo + 121, np_t)]
+    geo = dict(kernel_shape=[k, k], strides=[k, k])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"])]
+    if form == "qoperator":
+        nodes.append(helper.make_node("QLinearConv", ["xq", "sx", "zx", "w", "sw", "zw", "sy", "zy", "bias"], ["yq"],
+                                      **geo))
+    else:
+        nodes += [helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+                  helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+                  helper.make_node("DequantizeLinear", ["bias", "sb", "zb"], ["bf"], axis=0),
+                  helper.make_node("Conv", ["xf", "wf", "bf"], ["yf"], **geo),
+                  helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["yq"])]
+    nodes.append(helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"]))
+    g = helper.make_graph(nodes, "patches", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
+                          [helper.make_tensor_value_info("out", F, [1, o, h // k, w // k])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("form, dtype, c, h, w, k, o", [("qoperator", "int8", 3, 32, 48, 16, 40),
+                                                       ("qdq", "uint8", 5, 24, 16, 8, 37)])
+def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w, k, o):
+    """ViT's 16 x 16 patch embedding (its NU conv plan keeps every tap of a weight block on chip: no tile fits)
+    imports as Transpose + dense (patchify), bit-exact with onnxruntime at both levels (QDQ: ORT_ENABLE_ALL's
+    QLinearConv; ORT_DISABLE_ALL's float conv within a step)."""
+    model = patch_model(form, dtype, c, h, w, k, o, 3)
+    g = compiler.from_onnx(model)
+    assert "dense" in [n.op.kind for n in g.nodes] and "conv2d" not in [n.op.kind for n in g.nodes]
+    mod = compiler.GraphModule(compiler.build(g))
+    feeds = feeds_for(model, 3)
+    mod.set_input("x", feeds["x"])
+    mod.run(check_races=True)
+    y = mod.get_output(0)
+    np.testing.assert_array_equal(y, ort_float(model, feeds, LEVELS["default"]))
+    plain = ort_float(model, feeds, LEVELS["disable"])
+    if form == "qoperator":
+        np.testing.assert_array_equal(y, plain)
+    else:
+        assert np.abs(y - plain).max() <= 0.09 * 1.01
+    assert len(np.unique(y)) > 10

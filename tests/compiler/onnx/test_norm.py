@@ -163,11 +163,28 @@ def test_refusals_name_the_node_and_the_reason():
         compiler.from_onnx(m)
 
 
-def test_a_batch_norm_whose_result_stays_float_is_refused_where_it_is_read():
-    """DenseNet's last BN (QOperator): Relu then a float GlobalAveragePool, no QuantizeLinear after the BN."""
+def test_a_batch_norm_whose_result_stays_float_runs_on_the_host_with_its_float_tail():
+    """DenseNet's last BN (QOperator): Relu then a float GlobalAveragePool, no QuantizeLinear after the BN.
+    onnxruntime runs DequantizeLinear -> BN -> Relu -> GlobalAveragePool -> Flatten -> QuantizeLinear in
+    float; that part runs on the host, the convs and the QGemm on the NPU, bit-exact at both levels; with
+    host fallback off it is refused where the BN's float result is read."""
     n = Net("tail", (1, 6, 5, 5), 3)
     y = n.batch_norm(n.concat([n.conv(n.input, 8, 3, 1), n.conv(n.input, 5, 1, 1)]), act="relu")
     n.output(n.gemm(n.flatten(n.global_avg_pool(y)), 4))
     model = models.quantize(n.model(), "qoperator", seed=1, samples=2)
+    hosted = compiler.from_onnx(model)
+    (part,) = hosted.host_parts
+    assert [op for _, op, _ in part.nodes] == ["DequantizeLinear", "BatchNormalization", "Relu", "GlobalAveragePool",
+                                              "Flatten", "QuantizeLinear"]
+    assert "BatchNormalization whose result stays float" in part.nodes[1][2]
+    lib = compiler.build(hosted)
+    assert lib.host_macs == 0 and lib.npu_macs > 0
+    mod = compiler.GraphModule(lib)
+    for seed in range(3):
+        x = {"input": np.random.default_rng(seed).standard_normal((1, 6, 5, 5)).astype(np.float32)}
+        mod.set_input("input", x["input"])
+        mod.run(check_races=True)
+        for level in LEVELS.values():
+            np.testing.assert_array_equal(mod.get_output(0), onnxruntime(model, x, level))
     with pytest.raises(CompileError, match=r"GlobalAveragePool.*BatchNormalization.*not followed by QuantizeLinear"):
-        compiler.from_onnx(model)
+        compiler.build(hosted, host_fallback=False)

@@ -16,7 +16,8 @@ def test_every_op_is_on_the_page_with_its_row():
     page = opdoc.DOC.read_text()
     for name, op in registry.OPS.items():
         row = next(line for line in page.splitlines() if line.startswith(f"| {name} |"))
-        runs = op.runs + (f"; host when input {op.weight} is an activation" if op.weight is not None else "")
+        runs = (op.runs + (f"; host when input {op.weight} is an activation" if op.weight is not None else "")
+                + ("; host when its result stays float (not quantised)" if op.quantised else ""))
         assert f"| {', '.join(registry.forms_of(name, op))} | {runs} |" in row, row
         assert op.runs in registry.RUNS and set(registry.forms_of(name, op)) <= set(registry.FORMS), name
     for name in FOLDABLE - set(registry.OPS):

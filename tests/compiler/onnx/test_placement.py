@@ -1,11 +1,14 @@
 """Which nodes run on the host and the stages (compiler/onnx/placement.py): the registry's host nodes, the nodes a
-float tensor ties to them, DequantizeLinear copied where both sides read it, stages in run order."""
+float tensor ties to them (and a float op reading another one's unrounded result), DequantizeLinear copied where
+both sides read it, stages in run order."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+import compiler
 from compiler import models
 from compiler.onnx.placement import Model, any_host, plan
 from compiler.onnx.registry import host_reason
@@ -61,5 +64,56 @@ def test_the_registry_decides_per_node_and_form():
     assert host_reason(helper.make_node("Conv", ["a", "w"], ["y"]), consts) == ""
 
 
+def test_a_batch_norm_runs_on_the_host_when_its_result_stays_float():
+    """On the NPU a BatchNormalization ends at a QuantizeLinear (through a Relu or Clip): else the host."""
+    bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["u"])
+    consts = {"s", "b", "m", "v"}.__contains__
+    readers = {"u": [helper.make_node("Relu", ["u"], ["r"])], "r": [helper.make_node("QuantizeLinear", ["r"], ["q"])]}
+    assert host_reason(bn, consts, lambda t: readers.get(t, [])) == ""
+    readers["r"].append(helper.make_node("GlobalAveragePool", ["r"], ["g"]))
+    assert "result stays float" in host_reason(bn, consts, lambda t: readers.get(t, []))
+
+
 def test_a_model_the_npu_runs_whole_has_no_host_nodes():
     assert not any_host(onnx, models.tiny("qdq", size=8, samples=1))
+
+
+def test_a_float_op_reading_another_ones_unrounded_result_runs_on_the_host_with_it():
+    """yolov8's box decoding: s = c - x is quantised and also read in float by x2 - s.  The NPU keeps only the
+    rounded s, so both Subs (and the Slice feeding the first) run on the host; the model then agrees with
+    onnxruntime at both levels."""
+    f = TensorProto.FLOAT
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(3), "z"),
+             numpy_helper.from_array(np.arange(-12, 12, dtype=np.int8).reshape(1, 2, 12), "c"),
+             numpy_helper.from_array(np.array([0], np.int64), "st"),
+             numpy_helper.from_array(np.array([2], np.int64), "en"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("DequantizeLinear", ["c", "s", "z"], ["cd"], name="dqc"),
+             helper.make_node("Slice", ["xd", "st", "en", "ax"], ["xs"], name="slice"),
+             helper.make_node("Sub", ["cd", "xs"], ["d"], name="sub"),
+             helper.make_node("QuantizeLinear", ["d", "s", "z"], ["dq8"], name="qd"),
+             helper.make_node("Sub", ["cd", "d"], ["e"], name="sub2"),
+             helper.make_node("QuantizeLinear", ["e", "s", "z"], ["eq8"], name="qe"),
+             helper.make_node("QLinearAdd", ["dq8", "s", "z", "eq8", "s", "z", "s", "z"], ["yq"], name="add",
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["y"], name="dqy")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [1, 4, 12])],
+                              [helper.make_tensor_value_info("y", f, [1, 2, 12])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    m = Model(onnx, proto)
+    plan(m)
+    assert {"sub", "sub2", "slice"} <= set(_names(m, m.host)) and "add" not in _names(m, m.host)
+    assert "unrounded" in m.host[next(i for i in m.host if m.nodes[i].name == "sub2")]
+    hosted = compiler.from_onnx(proto)
+    mod = compiler.GraphModule(compiler.build(hosted))
+    x = np.random.default_rng(2).standard_normal((1, 4, 12)).astype(np.float32) * 0.4
+    mod.set_input(0, x)
+    mod.run(check_races=True)
+    for level in (ort.GraphOptimizationLevel.ORT_ENABLE_ALL, ort.GraphOptimizationLevel.ORT_DISABLE_ALL):
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = level
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        np.testing.assert_array_equal(mod.get_output(0), sess.run(None, {"x": x})[0])

@@ -2,8 +2,8 @@
 
 The numpy model (compiler.reference.qdq_binary_f32) is held to tests/isa_reference.py's exact-rational
 float32 model; compiled kernels on random shapes that divide nothing (b same shape, per channel, per plane,
-scalar; an input or a constant; reversed) equal the model on every element, race-checked, at the cost
-model's predicted cycle; removing any wait of such a kernel is caught.
+scalar; an input or a constant; reversed, for add b in QLinearAdd's A role) equal the model on every element,
+race-checked, at the cost model's predicted cycle; removing any wait of such a kernel is caught.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, ops
-from compiler.reference import qdq_binary_f32
+from compiler.reference import add_f32, qdq_binary_f32
 from tests import isa_reference as ref
 from tests.helpers.mutation import kill_all
 
@@ -50,8 +50,10 @@ def _op(mode, shape, b_shape, const, reverse, rng):
               b_shape=None if b_shape == shape else b_shape)
     if const:
         kw["b_const"] = b
-    if mode in ("add", "mul"):
-        return (ops.add if mode == "add" else ops.mul)(shape, **kw), b
+    if mode == "add":
+        return ops.add(shape, reverse=reverse, **kw), b
+    if mode == "mul":
+        return ops.mul(shape, **kw), b
     return ops.qdq_binary(mode, shape, reverse=reverse, **kw), b
 
 
@@ -62,7 +64,7 @@ def _op(mode, shape, b_shape, const, reverse, rng):
 def test_compiled_binary_ops_equal_the_model_at_the_predicted_cycle(mode, form, const, reverse, seed, n, c, h, w):
     rng = np.random.default_rng(seed)
     shape = (n, c, h, w)
-    op, b = _op(mode, shape, B_FORMS[form](*shape), const, reverse and mode in ("sub", "div"), rng)
+    op, b = _op(mode, shape, B_FORMS[form](*shape), const, reverse and mode in ("sub", "div", "add"), rng)
     a = rng.integers(-128, 128, shape).astype(np.int8)
     ins = (a,) if const else (a, b)
     kern = compiler.build(op)
@@ -70,7 +72,11 @@ def test_compiled_binary_ops_equal_the_model_at_the_predicted_cycle(mode, form, 
     want = op.reference(*ins)
     np.testing.assert_array_equal(y, want)
     assert kern.predicted_cycles == kern.stats.cycles
-    if op.reverse:
+    if op.reverse and mode == "add":        # b in QLinearAdd's A role: add_f32 with the operands exchanged
+        ab = np.broadcast_to(op.b_const if const else b, shape)
+        np.testing.assert_array_equal(want, add_f32(ab, a, op.zb, op.za, op.fscales[1], op.fscales[0],
+                                                    op.fscales[2], op.zp_out, op.lo, op.hi))
+    elif op.reverse:
         assert not np.array_equal(want, ops.qdq_binary(mode, shape, za=op.za, zb=op.zb, scale_a=op.fscales[0],
                                                        scale_b=op.fscales[1], scale_out=op.fscales[2],
                                                        zp_out=op.zp_out, lo=op.lo, b_shape=op.b_shape,
@@ -97,6 +103,12 @@ def test_bad_arguments_are_refused_naming_them():
                        b_const=np.zeros(2, np.int8))
     with pytest.raises(CompileError, match="scale_out"):
         ops.qdq_binary("max", (1, 2, 3, 4), scale_a=0.1, scale_b=0.1, scale_out=0.0)
+    with pytest.raises(CompileError, match="add: reverse=True needs the float form"):
+        ops.add((1, 2, 3, 4), ma=1, mb=1, shift=0, reverse=True)
+    with pytest.raises(CompileError, match="add: reverse must be True or False, got 1"):
+        ops.add((1, 2, 3, 4), scale_a=0.1, scale_b=0.1, scale_out=0.1, reverse=1)
+    with pytest.raises(CompileError, match=r"scale_b / scale_out"):
+        ops.add((1, 2, 3, 4), scale_a=0.1, scale_b=1e-30, scale_out=1e30, reverse=True)
     with pytest.raises(CompileError, match=r"b_const must be an int8 array of shape \(1, 2, 3, 4\), got int32"):
         ops.add((1, 2, 3, 4), ma=1, mb=1, shift=0, b_const=np.zeros((1, 2, 3, 4), np.int32))
 

@@ -164,6 +164,32 @@ def test_random_concats(parts, shape, axis, seed):
     _run(ops.Concat(tuple(shapes), axis), *[_data(rng, s) for s in shapes])
 
 
+@SETTINGS
+@given(st.integers(2, 4), st.lists(st.integers(1, 37), min_size=3, max_size=3), st.integers(0, 2),
+       st.integers(0, 2 ** 31), st.data())
+def test_concats_with_constant_pieces(parts, shape, axis, seed, data):
+    """Constant pieces (`consts`) are the op's own: its inputs are the other pieces, every piece lands in place
+    (against numpy's concatenate of all of them), priced exactly."""
+    rng = np.random.default_rng(seed)
+    shapes = [tuple(int(rng.integers(1, 9)) if d == axis else v for d, v in enumerate(shape)) for _ in range(parts)]
+    const = sorted(data.draw(st.sets(st.integers(0, parts - 1), min_size=1, max_size=parts - 1)))
+    arrays = [_data(rng, s) for s in shapes]
+    op = ops.Concat(tuple(shapes), axis, consts=tuple((k, arrays[k]) for k in const))
+    xs = [a for k, a in enumerate(arrays) if k not in const]
+    assert [t.shape for t in op.inputs] == [s for k, s in enumerate(shapes) if k not in const]
+    _run(op, *xs)
+    np.testing.assert_array_equal(op.reference(*xs), np.concatenate(arrays, axis))
+
+
+def test_constant_pieces_are_checked():
+    with pytest.raises(CompileError, match=r"concat: constant piece 2 is not one of the 2 pieces"):
+        ops.Concat(((1, 2), (1, 3)), 1, consts=((2, np.zeros((1, 2), np.int8)),))
+    with pytest.raises(CompileError, match=r"constant piece 0 must be int8 of shape \(1, 2\), got int8 \(2,\)"):
+        ops.Concat(((1, 2), (1, 3)), 1, consts=((0, np.zeros(2, np.int8)),))
+    with pytest.raises(CompileError, match="every piece is a constant"):
+        ops.Concat(((1, 2),), 1, consts=((0, np.zeros((1, 2), np.int8)),))
+
+
 def test_shuffle_streams_near_its_bound():
     """The channel shuffle of a ShuffleNetV2 stage moves each byte once each way, in whole rows."""
     op = ops.Transpose((1, 2, 58, 28, 28), (0, 2, 1, 3, 4))

@@ -48,3 +48,27 @@ def test_lut_refuses_a_bad_shape_and_dynamic_shapes():
         ops.lut((0, 3), np.zeros(256, np.int8))
     with pytest.raises(CompileError, match="no dynamic lowering"):
         ops.lut((Dim("n", 1, 8), 3), np.zeros(256, np.int8))
+
+
+@pytest.mark.parametrize("act_first", [False, True])
+@pytest.mark.parametrize("form", ["integer", "float"])
+def test_times_self_is_the_mul_of_x_by_its_lut_image(form, act_first):
+    """ops.times_self: one table equal to the mul (its own arithmetic) of every x by lut(x), in either order."""
+    rng = np.random.default_rng(7)
+    shape = (2, 3, 5, 7)
+    act = ops.lut(shape, rng.integers(-128, 128, 256))
+    kw = (dict(multiplier=1518500250, shift=38) if form == "integer" else
+          dict(scale_a=0.031, scale_b=0.0042, scale_out=0.017))
+    mul = ops.mul(shape, za=-3, zb=-128, zp_out=-20, lo=-100, hi=120, **kw)
+    fused = ops.times_self(act, mul, act_first)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    a = act.reference(x)
+    want = mul.reference(a, x) if act_first else mul.reference(x, a)
+    np.testing.assert_array_equal(fused.reference(x), want)
+
+
+def test_times_self_refuses_a_broadcast_mul():
+    act = ops.lut((1, 4, 3, 3), np.arange(-128, 128))
+    mul = ops.mul((1, 4, 3, 3), multiplier=1 << 30, shift=31, b_shape=(1, 4, 1, 1))
+    with pytest.raises(CompileError, match="no same-shape mul"):
+        ops.times_self(act, mul, False)

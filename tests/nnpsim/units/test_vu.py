@@ -471,6 +471,19 @@ def test_vu_data_errors():
 
 
 
+
+def test_vu_fmul_far_zero_points_are_checked_per_element():
+    """Zero points beyond +-2**30 take the general loop, whose product check reports the overflow; just inside,
+    the row loop gives the reference's values."""
+    mem = np.zeros(64, np.uint8)
+    _expect("vu.fmul", {"vu.za": 2**32, "vu.zb": -2**32, "vu.fscale": bits(1.0)}, errors.ARITH_OVERFLOW,
+            {5: 0}, mem=mem, rd=8, ra=0, rb=1)
+    mem[:2] = [127, 129]            # a = 127, b = -127
+    for za in (2**30 - 1, 2**30):
+        named = {"vu.za": za, "vu.zb": 1, "vu.fscale": bits(2.0**-32), "vu.zp_out": 3, "vu.lo": -128, "vu.hi": 127}
+        t = np.float32(np.float32((127 - za) * -128) * np.float32(2.0**-32)) + np.float32(3)
+        assert _run_vu("vu.fmul", named, mem, 8, 0, 1)[8] == np.uint8(np.int8(np.rint(t))), za
+
 def test_vu_largest_pool_sum_fits_int32():
     """At most 2**24 window elements per command: -128 * 2**24 = -2**31 is the extreme sum, and fits."""
     mem = np.zeros(64, np.uint8)
