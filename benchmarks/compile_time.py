@@ -27,11 +27,9 @@ import argparse
 import cProfile
 import hashlib
 import os
-import resource
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -39,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import compiler  # noqa: E402
 from compiler import models  # noqa: E402
 from nnpsim.config import Config  # noqa: E402
+from measuring import compile_twice, cpu_seconds, environment  # noqa: E402  benchmarks/measuring.py
 from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 GOALS = {"resnet50": 4.0, "mobilenetv2": 4.0}   # first-compile CPU seconds; every other network:
@@ -46,56 +45,39 @@ OTHER_GOAL = 10.0
 SECOND_GOAL = 1.0                                # a second compile of the same network
 
 
-def cpu_seconds(children: bool = False) -> float:
-    """User + system CPU seconds of this process (and, with children, of its finished workers too)."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    c = resource.getrusage(resource.RUSAGE_CHILDREN) if children else None
-    return r.ru_utime + r.ru_stime + ((c.ru_utime + c.ru_stime) if c else 0.0)
-
-
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-@contextmanager
-def environment(**values: str):
-    """The body runs with these environment variables set (restored after)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def profiled(graph, cfg: Config, profile: str | None):
+    """A call of compiler.build(graph) on cfg whose first call is cProfiled into `profile` if one is given."""
+    calls = []
 
-
-def timed(graph, cfg: Config, children: bool = False, profile: str | None = None):
-    """(library, wall seconds, CPU seconds) of compiler.build(graph) on cfg."""
-    prof = cProfile.Profile() if profile else None
-    w, c = time.perf_counter(), cpu_seconds(children)
-    if prof:
-        prof.enable()
-    lib = compiler.build(graph, config=cfg)
-    if prof:
-        prof.disable()
-        prof.dump_stats(profile)
-    return lib, time.perf_counter() - w, cpu_seconds(children) - c
+    def build():
+        prof = cProfile.Profile() if profile and not calls else None
+        calls.append(1)
+        if prof:
+            prof.enable()
+        lib = compiler.build(graph, config=cfg)
+        if prof:
+            prof.disable()
+            prof.dump_stats(profile)
+        return lib
+    return build
 
 
 def measure(graph, cfg: Config, jobs: int, profile: str | None) -> dict:
     """The three compiles of one network: their seconds and binaries."""
-    with tempfile.TemporaryDirectory() as first_dir, tempfile.TemporaryDirectory() as pool_dir:
-        with environment(NNP_CACHE="1", NNP_CACHE_DIR=first_dir, NNP_JOBS="1"):
-            lib, wall1, cpu1 = timed(graph, cfg, profile=profile)
-            lib2, _, cpu2 = timed(graph, cfg)
+    two = compile_twice(graph, cfg, profiled(graph, cfg, profile))
+    with tempfile.TemporaryDirectory() as pool_dir:
         with environment(NNP_CACHE="1", NNP_CACHE_DIR=pool_dir, NNP_JOBS=str(jobs)):
-            lib3, wall3, cpu3 = timed(graph, cfg, children=True)
-    bins = [x.program.to_bytes() for x in (lib, lib2, lib3)]
-    return {"lib": lib, "wall1": wall1, "cpu1": cpu1, "cpu2": cpu2, "wall3": wall3, "cpu3": cpu3,
-            "same": len(set(bins)) == 1, "sha": sha(bins[0]), "binary": bins[0]}
+            w, c = time.perf_counter(), cpu_seconds(children=True)
+            lib3 = compiler.build(graph, config=cfg)
+            wall3, cpu3 = time.perf_counter() - w, cpu_seconds(children=True) - c
+    bins = [two.lib.program.to_bytes(), lib3.program.to_bytes()]
+    return {"lib": two.lib, "wall1": two.first_wall, "cpu1": two.first_cpu, "cpu2": two.second_cpu,
+            "wall3": wall3, "cpu3": cpu3, "same": two.same and len(set(bins)) == 1, "sha": sha(bins[0]),
+            "binary": bins[0]}
 
 
 def main(argv=None) -> int:

@@ -56,6 +56,7 @@ import numpy as np  # noqa: E402
 from conv_kernel import conv3x3_source  # noqa: E402
 from nnpasm import assemble  # noqa: E402
 from nnpsim import Config, Simulator  # noqa: E402
+from measuring import run_side_by_side, timed  # noqa: E402  benchmarks/measuring.py
 from tables import write_table  # benchmarks/tables.py (benchmarks/ is on sys.path)
 
 PARTS = ("engine", "conv", "startup", "resnet50", "networks")
@@ -181,13 +182,6 @@ def _requantised(op, acc: np.ndarray) -> np.ndarray:
     return sem.requant(v, op.multiplier.reshape(ch), op.shift.reshape(ch), op.zp_out, op.lo, op.hi)
 
 
-def _timed(fn) -> tuple[float, float, object]:
-    """(wall s, CPU s, result) of fn()."""
-    w0, c0 = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - w0, time.process_time() - c0, out
-
-
 def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
     """(d): the 53 ResNet-50 convs simulated at cycle level against numpy's im2col + float64 matmul."""
     from compiler.build import build
@@ -213,21 +207,21 @@ def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
             if not np.array_equal(y, ref):
                 raise SystemExit(f"resnet50: {what} differs from the compiler's numpy model on {op}")
 
-    first = _timed(simulate)
-    check(first[2], "the simulator")
+    first, first_wall, _ = timed(simulate)
+    check(first, "the simulator")
     check([_requantised(op, acc) for (op, _, _), acc in zip(layers, numpy_pass())], "numpy's im2col matmul")
     sims, nps = [], []
     for _ in range(repeats):
-        wall, cpu, out = _timed(simulate)
+        out, wall, cpu = timed(simulate)
         check(out, "the simulator")
         sims.append((wall, cpu))
-        nps.append(_timed(numpy_pass)[:2])
+        nps.append(timed(numpy_pass)[1:])
     cycles = sum(kernel.stats.cycles for _, kernel, _ in layers)
     (sw, sc), (nw, nc) = min(sims), min(nps)
     med = sorted(a[0] / b[0] for a, b in zip(sims, nps))[len(sims) // 2]
     print(f"resnet50: {len(layers)} convs, {cycles:,} cycles, compiled in {compile_s:.1f} s (not timed); "
           f"every output equals the compiler's numpy model")
-    print(f"  first pass (programs decoded, numba cache loaded): simulated in {first[0]:.2f} s")
+    print(f"  first pass (programs decoded, numba cache loaded): simulated in {first_wall:.2f} s")
     print(f"  best of {repeats} interleaved passes, race checking off: simulated {sw:.3f} s (CPU {sc:.3f} s), "
           f"numpy im2col + float64 matmul {nw:.3f} s (CPU {nc:.3f} s, {BLAS_THREADS} BLAS thread)")
     print(f"  ratio {sw / nw:.2f} (target <= 3); CPU {sc / nc:.2f}; median of the per-pass ratios {med:.2f}; "
@@ -235,7 +229,7 @@ def resnet50_vs_numpy(repeats: int, race_repeats: int) -> tuple[float, float]:
     if race_repeats > 0:
         smallest = min(layers, key=lambda layer: layer[2].size)
         smallest[1](smallest[2], check_races=True)   # the checker's numba code: compiled or loaded once
-        races = min(_timed(lambda: simulate(True))[:2] for _ in range(race_repeats))
+        races = min(timed(simulate, True)[1:] for _ in range(race_repeats))
         print(f"  race checking on (check_races=True), best of {race_repeats}: {races[0]:.2f} s "
               f"(CPU {races[1]:.2f} s), ratio {races[0] / nw:.1f}")
     return sw, nw
@@ -274,19 +268,9 @@ def network_row(name: str, repeats: int) -> list[str] | None:
     sess = onnxruntime_session(model, threads=1)
     feeds = {sess.get_inputs()[0].name: x}
     (theirs,) = sess.run(None, feeds)
-    m.run(check_races=True)          # first runs: tables decoded, the checker's code loaded
-    y = m.get_output(0, quantized=True)
-    runs = {"unchecked": lambda: m.run(), "checked": lambda: m.run(check_races=True),
-            "onnxruntime": lambda: sess.run(None, feeds)}
-    best = dict.fromkeys(runs, (float("inf"), float("inf")))
-    for _ in range(repeats):
-        for what, fn in runs.items():
-            wall, cpu, _ = _timed(fn)
-            best[what] = min(best[what], (cpu, wall))
-            if what != "onnxruntime" and not np.array_equal(m.get_output(0, quantized=True), y):
-                raise SystemExit(f"{name}: the simulator gave two different outputs for the same input")
+    runs = run_side_by_side(m, sess, feeds, repeats, name)
     exact = agreement(m.get_output(0), theirs, m.meta["outputs"][0]["scale"]).equal
-    (uc, uw), (cc, cw), (oc, ow) = best["unchecked"], best["checked"], best["onnxruntime"]
+    (uc, uw), (cc, cw), (oc, ow) = runs.unchecked, runs.checked, runs.onnxruntime
     goal = ORT_TARGETS.get(name, 2)
     print(f"{name}: {m.stats.commands:,} commands, {m.stats.cycles:,} cycles; best of {repeats} CPU (wall): "
           f"unchecked {uc * 1e3:.0f} ms ({uw * 1e3:.0f}), checked {cc * 1e3:.0f} ms ({cw * 1e3:.0f}), "

@@ -67,10 +67,11 @@ def body(header: list[str], rows: list[list[object]], goal: str, command: str, a
 
 
 def write_table(name: str, header: list[str], rows: list[list[object]], goal: str, *,
-                argv: list[str] | None = None, doc: Path | None = None) -> None:
+                argv: list[str] | None = None, doc: Path | None = None, at: str | None = None) -> None:
     """Replace the table `name` of the results page with these rows, the goal, its command and the commit.
 
-    `argv` (default `sys.argv[1:]`) must be the marker's arguments plus `--write-docs`, in any order."""
+    `argv` (default `sys.argv[1:]`) must be the marker's arguments plus `--write-docs`, in any order; `at`
+    (default `commit()`) names the commits of rows measured before this run (benchmarks/zoo.py --resume)."""
     doc = DOC if doc is None else doc
     text = doc.read_text()
     found = [m for m in MARKER.finditer(text) if m["name"] == name]
@@ -82,6 +83,6 @@ def write_table(name: str, header: list[str], rows: list[list[object]], goal: st
     if sorted(ran) != sorted(wanted):
         raise SystemExit(f"the table {name!r} is measured by `python {m['command']}`; this run's arguments "
                          f"were {shlex.join(ran) or '(none)'}: not written")
-    new = text[:m.start("body")] + body(header, rows, goal, m["command"], commit()) + text[m.end("body"):]
+    new = text[:m.start("body")] + body(header, rows, goal, m["command"], at or commit()) + text[m.end("body"):]
     doc.write_text(new)
     print(f"{doc.relative_to(ROOT) if doc.is_relative_to(ROOT) else doc}: table {name!r} written", file=sys.stderr)

@@ -1,7 +1,8 @@
 """The model zoo: vision networks from their libraries' own definitions, exported and quantised as a user would.
 
     python benchmarks/zoo.py [--models NAME,...] [--variants qoperator-int8-pc,qdq-uint8-pt,...]
-                             [--cache DIR] [--no-run] [--list] [--write-docs]
+                             [--cache DIR] [--repeats R] [--rows FILE [--resume | --recorded]]
+                             [--no-run] [--list] [--write-docs]
 
 Needs the `zoo` extra (`pip install -e '.[zoo]'`: torch, torchvision, timm, ultralytics); `make zoo` runs it.
 Each network is built by its library with random weights (torchvision and timm classifiers, torchvision's
@@ -11,19 +12,38 @@ with `torch.onnx.export`, pre-processed by onnxruntime's `quant_pre_process` and
 or uint8 activations, per-channel (`pc`) or per-tensor (`pt`) weights.  Every file is cached under
 --cache (default $NNP_ZOO_CACHE, else ~/.cache/nnp/zoo), written whole (a temporary file renamed).
 
-Then each variant is imported (compiler.from_onnx), compiled (compiler.build, its CPU time measured),
-run on the simulator on a seeded input, and compared with onnxruntime at its default optimisation level
-and at ORT_DISABLE_ALL:
+The detectors are exported as they are deployed on an accelerator: the network and its decoding of boxes
+and class scores per anchor, without the score threshold, top-k and non-maximum suppression the host runs
+on them (ultralytics' export of YOLO; for torchvision's SSDLite also without its resize-and-normalise
+transform, which prepares the input on the host).  torchvision's whole SSD module, exported as it stands,
+sizes every tensor after its transform and its post-processing by the data (NonZero, TopK, an If), which
+onnxruntime's quant_pre_process cannot infer ("Incomplete symbolic shape inference").
+
+Then each variant is imported (compiler.from_onnx), compiled (compiler.build, with an empty compile cache
+on one process, its CPU time measured, then again from the cache it filled), run on the simulator on a
+seeded input, and compared with onnxruntime at its default optimisation level and at ORT_DISABLE_ALL:
   * QOperator: every output bit-exact with onnxruntime;
   * QDQ: the same top-1 (detectors and segmenters: the same arg max per position), and no element further
     from onnxruntime's default run than onnxruntime's two levels are from each other.
-A refused network reports the first line of its refusal.  The table (docs/performance.md, `zoo`) has per
-network and variant: import, the share of the MACs on the NPU, agreement, cycles against the sum of the
-layers' bounds and against the MAC bound, and compile time.
+A refused network reports the first line of its refusal.  Two tables (docs/performance.md):
+  * `zoo`, per network and variant: import, the share of the MACs on the NPU, agreement, cycles against
+    the sum of the kernels' bounds and against the MAC bound, and the first compile's CPU seconds;
+  * `zoo-performance`, per network in qoperator-int8-pc, every figure as a ratio measured in the run:
+    cycles / the roofline (the network's max(MACs / 1024, least DDR bytes / 32); for a weight-streaming
+    network the sum of its kernels' bounds, zoo_results.weight_streaming), the first and second compile's
+    CPU seconds, race-checked / unchecked simulation and unchecked simulation / onnxruntime on one thread
+    (best CPU seconds of --repeats interleaved runs, benchmarks/measuring.py), with a geometric-mean row.
+
+A run records every result as it comes in --rows FILE (default: zoo-rows.json in the cache), written whole
+each time.  --resume keeps the results already there and measures only the others; --recorded measures
+nothing and writes the tables from the file alone, naming the pairs it has no result for.  Neither changes
+what a row measures, so a `--write-docs` run may add them to the table's command; the tables name the
+commits their rows were measured on.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -37,15 +57,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tables import FLAG, markdown, write_table  # noqa: E402  benchmarks/tables.py (benchmarks/ is on sys.path)
+import zoo_results as zr  # noqa: E402  benchmarks/zoo_results.py (benchmarks/ is on sys.path)
+from measuring import compile_twice, run_side_by_side  # noqa: E402  benchmarks/measuring.py
+from tables import commit, markdown, write_table  # noqa: E402  benchmarks/tables.py
 
 from compiler.models import quiet  # noqa: E402
 
 ZOO_EXTRA = "pip install -e '.[zoo]' (torch, torchvision, timm, ultralytics)"
-VARIANTS = ("qoperator-int8-pc", "qdq-int8-pc", "qoperator-uint8-pt", "qdq-uint8-pt")
-ALL_VARIANTS = tuple(f"{f}-{a}-{w}" for f in ("qoperator", "qdq") for a in ("int8", "uint8") for w in ("pc", "pt"))
-
-
 @dataclass(frozen=True)
 class Entry:
     """One network of the zoo: the library that defines it, what it is, its input size and its constructor."""
@@ -54,6 +72,7 @@ class Entry:
     kind: str                       # classifier, detector or segmenter
     size: int
     make: Callable[[], object]      # the torch module, random weights, in eval mode
+    outputs: tuple[str, ...] = ()   # the exported model's output names (default: torch's)
 
 
 def _tv(name: str, **kw) -> Callable[[], object]:
@@ -63,10 +82,30 @@ def _tv(name: str, **kw) -> Callable[[], object]:
     return make
 
 
-def _tv_detection(name: str) -> Callable[[], object]:
+def _tv_detector(name: str) -> Callable[[], object]:
     def make():
+        import torch
         import torchvision
-        return getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None)
+        from torchvision.models.detection.image_list import ImageList
+
+        class Decoded(torch.nn.Module):
+            """An SSD's boxes (decoded against its anchors) and class scores (softmax) per anchor, as deployed:
+            the input already resized and normalised, thresholds, top-k and NMS left to the host."""
+
+            def __init__(self, size: int = 320):
+                super().__init__()
+                self.net = getattr(torchvision.models.detection, name)(weights=None, weights_backbone=None).eval()
+                x = torch.zeros(1, 3, size, size)
+                with torch.no_grad():     # the anchors of a size x size image: constants of the exported model
+                    features = list(self.net.backbone(x).values())
+                    anchors = self.net.anchor_generator(ImageList(x, [(size, size)]), features)[0]
+                self.register_buffer("anchors", anchors)
+
+            def forward(self, x):
+                out = self.net.head(list(self.net.backbone(x).values()))
+                boxes = self.net.box_coder.decode_single(out["bbox_regression"][0], self.anchors)
+                return boxes[None], torch.softmax(out["cls_logits"], -1)
+        return Decoded()
     return make
 
 
@@ -133,7 +172,8 @@ ZOO: dict[str, Entry] = {
     "convnext_tiny": Entry("torchvision", "classifier", 224, _tv("convnext_tiny")),
     "vit_tiny": Entry("timm", "classifier", 224, _timm("vit_tiny_patch16_224")),
     "yolov8n": Entry("ultralytics", "detector", 320, _yolo("yolov8n.yaml")),
-    "ssdlite320": Entry("torchvision", "detector", 320, _tv_detection("ssdlite320_mobilenet_v3_large")),
+    "ssdlite320": Entry("torchvision", "detector", 320, _tv_detector("ssdlite320_mobilenet_v3_large"),
+                        ("boxes", "scores")),
     "lraspp_mobilenet_v3": Entry("torchvision", "segmenter", 256, _tv_segmentation("lraspp_mobilenet_v3_large")),
     "deeplabv3_mobilenet_v3": Entry("torchvision", "segmenter", 256,
                                     _tv_segmentation("deeplabv3_mobilenet_v3_large")),
@@ -142,7 +182,7 @@ ZOO: dict[str, Entry] = {
 
 def cache_dir(given: str | None) -> Path:
     """Where exported and quantised models are kept: --cache, $NNP_ZOO_CACHE or ~/.cache/nnp/zoo."""
-    d = Path(given or os.environ.get("NNP_ZOO_CACHE") or Path.home() / ".cache" / "nnp" / "zoo")
+    d = Path(given or os.environ.get("NNP_ZOO_CACHE") or Path.home() / ".cache" / "nnp" / "zoo").resolve()
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -162,6 +202,14 @@ def _atomic(path: Path, write: Callable[[str], None]) -> Path:
     return path
 
 
+def _in_scratch(fn: Callable, *args, **kwargs) -> object:
+    """fn(*args, **kwargs) in an empty temporary working directory: onnxruntime's symbolic shape inference
+    saves the model it failed on as ./sym_shape_infer_temp.onnx with its weights beside it, and a failed
+    pre-process must leave nothing behind where the script was started."""
+    with tempfile.TemporaryDirectory(prefix="zoo-pre.") as scratch, contextlib.chdir(scratch):
+        return fn(*args, **kwargs)
+
+
 def exported(name: str, cache: Path) -> Path:
     """The float ONNX model of a zoo network, exported once with torch.onnx.export."""
     path = cache / f"{name}-{ZOO[name].size}-float.onnx"
@@ -175,27 +223,35 @@ def exported(name: str, cache: Path) -> Path:
 
     def write(tmp: str) -> None:
         with torch.no_grad():
-            torch.onnx.export(model, (x,), tmp, opset_version=17, input_names=["input"], dynamo=False)
+            torch.onnx.export(model, (x,), tmp, opset_version=17, input_names=["input"],
+                              output_names=list(ZOO[name].outputs) or None, dynamo=False)
     return _atomic(path, write)
+
+
+def preprocessed(name: str, cache: Path) -> Path:
+    """The float model after onnxruntime's quant_pre_process (optimised, every shape inferred), made once."""
+    pre = cache / f"{name}-{ZOO[name].size}-pre.onnx"
+    if pre.exists():
+        return pre
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    src = exported(name, cache)
+    return _atomic(pre, lambda tmp: _in_scratch(quant_pre_process, str(src), tmp, skip_symbolic_shape=False))
 
 
 def quantised(name: str, variant: str, cache: Path) -> Path:
     """The quantised model of a variant, `fmt-act-weights`: quant_pre_process, then quantize_static."""
-    fmt, act, weights = variant.split("-")
+    fmt, act, weights = zr.split_variant(variant)
     path = cache / f"{name}-{ZOO[name].size}-{variant}.onnx"
     if path.exists():
         return path
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
     import onnx
 
     from compiler.models import RandomReader
 
-    src = exported(name, cache)
-    pre = cache / f"{name}-{ZOO[name].size}-pre.onnx"
-    if not pre.exists():
-        _atomic(pre, lambda tmp: quant_pre_process(str(src), tmp, skip_symbolic_shape=False))
+    pre = preprocessed(name, cache)
     reader = RandomReader(onnx.load(str(pre)), samples=4, seed=0)
 
     def write(tmp: str) -> None:
@@ -207,8 +263,10 @@ def quantised(name: str, variant: str, cache: Path) -> Path:
 
 
 def onnx_macs(path: Path) -> int:
-    """Multiply-accumulates of a model's Conv, ConvTranspose, Gemm and MatMul nodes (float or QDQ/QOperator),
-    from onnx's own shape inference: the whole network's work, wherever it runs."""
+    """Multiply-accumulates of a float model's Conv, ConvTranspose, Gemm and MatMul nodes, from the shapes its
+    value_info and onnx's shape inference give: the whole network's work, wherever it runs.  Take the
+    pre-processed model (preprocessed()): onnx alone leaves the shapes after a computed Reshape unknown
+    (ShuffleNet's channel shuffle), and the convolutions after it uncounted."""
     import onnx
 
     model = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
@@ -218,32 +276,12 @@ def onnx_macs(path: Path) -> int:
     shapes.update({t.name: list(t.dims) for t in g.initializer})
     total = 0
     for n in g.node:
-        kind = n.op_type.removeprefix("QLinear")
-        w = n.input[3] if n.op_type in ("QLinearConv", "QLinearMatMul") else n.input[1] if len(n.input) > 1 else ""
-        out, wshape = shapes.get(n.output[0]), shapes.get(w)
-        if not out or not wshape or 0 in out or 0 in wshape:
-            continue
-        if kind in ("Conv", "ConvTranspose"):
-            total += int(np.prod(out)) * int(np.prod(wshape[1:]))
-        elif kind in ("MatMul", "Gemm", "QGemm"):
-            total += int(np.prod(out)) * int(wshape[0] if kind != "MatMul" else wshape[-2])
+        if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul") and len(n.input) > 1:
+            trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0)
+            shape = [shapes.get(n.input[0]), shapes.get(n.input[1]), shapes.get(n.output[0])]
+            if all(shape) and all(0 not in x for x in shape):
+                total += zr.node_macs(n.op_type, *shape, trans_b=bool(trans_b))
     return total
-
-
-@dataclass
-class Result:
-    """One network in one variant."""
-
-    name: str
-    variant: str
-    imported: str                   # "ok", or the first line of the refusal
-    npu_share: float | None = None  # MACs on the NPU / the model's MACs
-    agreement: str = "-"
-    ok: bool = False                # the agreement the variant must reach
-    cycles: int = 0
-    bound_sum: int = 0              # the sum of the layers' roofline bounds
-    mac_bound: int = 0              # MACs / peak MACs per cycle
-    compile_s: float | None = None  # CPU seconds of from_onnx + build
 
 
 def _ort_outputs(path: Path, x: np.ndarray, level: str) -> list[np.ndarray]:
@@ -256,74 +294,78 @@ def _ort_outputs(path: Path, x: np.ndarray, level: str) -> list[np.ndarray]:
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
 
-def _positions(a: np.ndarray, kind: str) -> np.ndarray:
-    """The arg max the networks are judged by: per image (classifiers) or per position over axis 1."""
-    a = np.asarray(a)
-    return a.reshape(a.shape[0], -1).argmax(1) if kind == "classifier" or a.ndim < 3 else a.argmax(1)
+def npu_graphs(graph) -> list:
+    """The NPU's graphs of what from_onnx returned: the Graph itself, or a HostedGraph's NPU stages."""
+    from compiler import Graph
+
+    return [graph] if isinstance(graph, Graph) else [s for s in graph.stages if isinstance(s, Graph)]
 
 
-def judge(kind: str, fmt: str, ours: list[np.ndarray], default: list[np.ndarray],
-          plain: list[np.ndarray]) -> tuple[bool, str]:
-    """(the variant's target met, a short text): QOperator bit-exact; QDQ same arg max and within ORT's levels."""
-    if len(ours) != len(default):
-        return False, f"{len(ours)} outputs, onnxruntime {len(default)}"
-    texts, ok = [], True
-    for o, d, p in zip(ours, default, plain):
-        o, d, p = (np.asarray(v, np.float64) for v in (o, d, p))
-        if o.shape != d.shape:
-            return False, f"shape {o.shape}, onnxruntime {d.shape}"
-        if fmt == "qoperator":
-            same = int((o == d).sum())
-            ok &= same == o.size
-            texts.append("bit-exact" if same == o.size else f"{o.size - same}/{o.size} differ")
-            continue
-        outside = int(((o < np.minimum(d, p)) | (o > np.maximum(d, p))).sum())
-        top = bool(np.array_equal(_positions(o, kind), _positions(d, kind)))
-        ok &= top and outside == 0
-        texts.append(f"arg max {'same' if top else 'DIFFERS'}, {outside} outside ORT's levels")
-    return ok, "; ".join(texts)
+def kernels(graph, lib) -> tuple[list[zr.Kernel], int]:
+    """(every NPU kernel's MACs, constant bytes and bound, the bytes of the NPU stages' inputs and outputs)."""
+    from compiler.network.storage import nbytes
+    from compiler.roofline import constant_bytes
+
+    graphs = npu_graphs(graph)
+    ops = {n.name: n.op for g in graphs for n in g.nodes}
+    out = [zr.Kernel(int(layer["macs"]), sum(constant_bytes(ops[n]) for n in layer["nodes"] if n in ops),
+                     int(layer["bound_cycles"])) for layer in lib.layers if layer.get("ran_on", "npu") == "npu"]
+    io = sum(nbytes(g.values[v]) for g in graphs for v in [*g.inputs, *g.outputs])
+    return out, io
 
 
-def evaluate(name: str, variant: str, path: Path, macs: int) -> Result:
-    """Import, compile, run and compare one variant of a network."""
-    from compiler import CompileError, GraphModule, build, from_onnx
+def _compile(name: str, variant: str, path: Path) -> tuple[zr.Result, object, object, object]:
+    """(the result so far, the graph, the library, its compiles) of importing and compiling one variant; a
+    refusal gives a result with its first line and None for the rest."""
+    from compiler import CompileError, from_onnx
 
-    entry, fmt = ZOO[name], variant.split("-")[0]
+    res = zr.Result(name, variant, "ok", ZOO[name].library, commit())
     start = time.process_time()
     try:
-        lib = build(from_onnx(str(path)))
+        graph = from_onnx(str(path))
+        imported = time.process_time() - start
+        compiles = compile_twice(graph)
     except CompileError as exc:
-        return Result(name, variant, str(exc).splitlines()[0][:160])
-    res = Result(name, variant, "ok", compile_s=time.process_time() - start)
+        res.imported = str(exc).splitlines()[0][:160]
+        return res, None, None, None
+    res.compile_s, res.second_s = imported + compiles.first_cpu, compiles.second_cpu
+    if not compiles.same:
+        res.agreement = "the first and second compile gave different programs"
+    return res, graph, compiles.lib, compiles
+
+
+def evaluate(name: str, variant: str, path: Path, macs: int, repeats: int) -> zr.Result:
+    """Import, compile, run and compare one variant of a network; in the performance variant also the
+    simulator's race-checked and unchecked runs against onnxruntime's, side by side."""
+    from compiler import GraphModule
+    from compiler.agreement import onnxruntime_session
+
+    entry, fmt = ZOO[name], zr.split_variant(variant)[0]
+    res, graph, lib, compiles = _compile(name, variant, path)
+    if lib is None:
+        return res
     x = np.random.default_rng(1).standard_normal((1, 3, entry.size, entry.size)).astype(np.float32)
     m = GraphModule(lib)
     m.set_input(0, x)
     stats = m.run()
     ours = [m.get_output(k) for k in range(m.num_outputs)]
-    res.ok, res.agreement = judge(entry.kind, fmt, ours, _ort_outputs(path, x, "ORT_ENABLE_ALL"),
-                                  _ort_outputs(path, x, "ORT_DISABLE_ALL"))
-    npu_macs = sum(int(layer.get("macs", 0)) for layer in lib.layers if layer.get("ran_on", "npu") == "npu")
-    res.npu_share = npu_macs / macs if macs else None
-    res.cycles, res.bound_sum = stats.cycles, sum(int(layer["bound_cycles"]) for layer in lib.layers)
-    res.mac_bound = -(-macs // lib.config.peak_macs_per_cycle)
+    res.ok, text = zr.judge(entry.kind, fmt, ours, _ort_outputs(path, x, "ORT_ENABLE_ALL"),
+                            _ort_outputs(path, x, "ORT_DISABLE_ALL"))
+    res.ok &= compiles.same
+    res.agreement = text if compiles.same else f"{text}; {res.agreement}"
+    npu = sum(int(layer.get("macs", 0)) for layer in lib.layers if layer.get("ran_on", "npu") == "npu")
+    res.npu_share = npu / macs if macs else None
+    cfg = lib.config
+    ks, io = kernels(graph, lib)
+    bound = zr.roofline(ks, io, cfg.peak_macs_per_cycle, cfg.ddr_bytes_per_cycle)
+    res.cycles, res.bound_sum, res.network_bound, res.streaming = stats.cycles, bound.kernels, bound.network, \
+        bound.streaming
+    res.mac_bound = -(-macs // cfg.peak_macs_per_cycle)
+    if variant == zr.PERFORMANCE_VARIANT:
+        sess = onnxruntime_session(str(path), threads=1)
+        runs = run_side_by_side(m, sess, {sess.get_inputs()[0].name: x}, repeats, f"{name} {variant}")
+        res.checked_ratio, res.ort_ratio = runs.checked_ratio, runs.ort_ratio
     return res
-
-
-def row(r: Result) -> list[object]:
-    """A table row of a result."""
-    ran = r.imported == "ok"
-    return [r.name, ZOO[r.name].library, r.variant, "ok" if ran else f"refused: {r.imported}",
-            f"{100 * r.npu_share:.1f}%" if r.npu_share is not None else "-", r.agreement,
-            f"{r.cycles / r.bound_sum:.2f}" if ran and r.bound_sum else "-",
-            f"{r.cycles / r.mac_bound:.2f}" if ran and r.mac_bound else "-",
-            f"{r.compile_s:.1f}" if r.compile_s is not None else "-"]
-
-
-HEADER = ["network", "library", "variant", "import", "NPU MACs", "against onnxruntime", "cycles / Σ bounds",
-          "cycles / MAC bound", "compile CPU s"]
-GOAL = ("every network imports, compiles and runs in every variant; QOperator bit-exact, QDQ the same arg max "
-        "and within onnxruntime's default-vs-ORT_DISABLE_ALL difference; at least 99% of a convolutional "
-        "network's MACs on the NPU; compile at most 10 s")
 
 
 def _requirements() -> None:
@@ -337,52 +379,153 @@ def _absent(module: str) -> bool:
     return importlib.util.find_spec(module) is None
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Export, quantise, compile, run and compare every network asked for; print (and write) the table."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _model_macs(name: str, cache: Path, macs: dict) -> int | str:
+    """The float model's MACs (cached in `macs`), or the first line of why it could not be exported."""
+    if name not in macs:
+        try:
+            macs[name] = onnx_macs(preprocessed(name, cache))
+        except Exception as exc:  # noqa: BLE001 -- a library's export failure is a row, not the end of the run
+            macs[name] = f"export or pre-process failed: {type(exc).__name__}: {exc}".splitlines()[0]
+    return macs[name]
+
+
+def _prepared(name: str, variant: str, cache: Path, macs: dict) -> tuple[Path | None, int, zr.Result | None]:
+    """(the quantised model, the float model's MACs, None), or (None, 0, the result saying why there is none)."""
+    total = _model_macs(name, cache, macs)
+    if isinstance(total, str):
+        return None, 0, zr.Result(name, variant, total, ZOO[name].library, commit())
+    try:
+        return quantised(name, variant, cache), total, None
+    except Exception as exc:  # noqa: BLE001 -- onnxruntime's quantiser failing is a row too
+        why = f"quantisation failed: {type(exc).__name__}: {exc}".splitlines()[0]
+        return None, 0, zr.Result(name, variant, why, ZOO[name].library, commit())
+
+
+def _evaluated(name: str, variant: str, path: Path, macs: int, repeats: int) -> zr.Result:
+    """evaluate(), a crash of the toolchain (anything but its one-line refusals) recorded as the row's import
+    column ("crashed: ...") so that one network's bug does not end a run of hours."""
+    try:
+        return evaluate(name, variant, path, macs, repeats)
+    except Exception as exc:  # noqa: BLE001 -- a traceback is a bug to report in the table, not the run's end
+        why = f"crashed: {type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return zr.Result(name, variant, why, ZOO[name].library, commit())
+
+
+def fill(names: list[str], variants: list[str], cache: Path) -> int:
+    """--no-run: export and quantise every pair into the cache; the exit status (1 if one failed)."""
+    macs: dict[str, int | str] = {}
+    failed = [r for r in (_prepared(n, v, cache, macs)[2] for n in names for v in variants) if r is not None]
+    for r in failed:
+        print(f"zoo.py: {r.name} {r.variant}: {r.imported}")
+    print(f"zoo.py: {len(names)} networks in {len(variants)} variants in {cache}, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def measure(names: list[str], variants: list[str], cache: Path, rows: Path, repeats: int,
+            results: list[zr.Result]) -> list[zr.Result]:
+    """Every pair without a result measured, the performance variant's first (so that a run cut short has
+    that table), each result saved in `rows` as it comes."""
+    done = {(r.name, r.variant) for r in results}
+    macs: dict[str, int | str] = {}
+    for v in sorted(variants, key=lambda v: v != zr.PERFORMANCE_VARIANT):
+        for name in (n for n in names if (n, v) not in done):
+            path, total, res = _prepared(name, v, cache, macs)
+            res = res or _evaluated(name, v, path, total, repeats)
+            results = zr.merged(results, res)
+            zr.save_rows(rows, results)
+            print(" | ".join(map(str, zr.row(res))), flush=True)
+    return results
+
+
+HOW = ("--rows", "--resume", "--recorded")
+"""Arguments that change how the rows are obtained, not what they measure (left out of a table's command)."""
+
+
+def table_argv(argv: list[str]) -> list[str]:
+    """argv without HOW's arguments (and --rows's value): what a table's command must match."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--rows":
+            skip = True
+        elif not a.startswith(HOW):
+            out.append(a)
+    return out
+
+
+def write_docs(results: list[zr.Result], missing: list[str], variants: list[str], argv: list[str],
+               doc: Path | None = None) -> None:
+    """Both tables into docs/performance.md (or `doc`), the pairs with no result named under them."""
+    at = zr.commits(results)
+    names = list(dict.fromkeys([r.name for r in results] + [m.rsplit(" ", 1)[0] for m in missing]))
+    said = lambda pairs: f". No result (the run did not reach them) for {zr.missing_text(pairs, names)}" \
+        if pairs else ""  # noqa: E731
+    note = said(missing)
+    write_table("zoo", zr.HEADER, [zr.row(r) for r in results], zr.GOAL + note, argv=table_argv(argv), at=at,
+                doc=doc)
+    perf = [r for r in results if r.variant == zr.PERFORMANCE_VARIANT]
+    if zr.PERFORMANCE_VARIANT in variants:
+        write_table("zoo-performance", zr.PERFORMANCE_HEADER,
+                    [zr.performance_row(r) for r in perf] + [zr.performance_summary(perf)],
+                    zr.PERFORMANCE_GOAL + said([m for m in missing if m.endswith(f" {zr.PERFORMANCE_VARIANT}")]),
+                    argv=table_argv(argv), at=at, doc=doc)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="zoo.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(ZOO), help="comma-separated names (--list shows them)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(ALL_VARIANTS)}")
+    ap.add_argument("--variants", default=",".join(zr.VARIANTS),
+                    help=f"comma-separated, of {', '.join(zr.ALL_VARIANTS)}")
     ap.add_argument("--cache", help="the folder of exported and quantised models")
-    ap.add_argument("--no-run", action="store_true", help="only export and quantise (fill the cache)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved timed runs of the performance variant")
+    ap.add_argument("--rows", help="the results file (default: zoo-rows.json in the cache)")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--resume", action="store_true", help="keep the results already in --rows; measure the rest")
+    how.add_argument("--recorded", action="store_true", help="measure nothing: the tables from --rows alone")
+    how.add_argument("--no-run", action="store_true", help="only export and quantise (fill the cache)")
     ap.add_argument("--list", action="store_true", help="list the networks and stop")
-    ap.add_argument(FLAG, action="store_true", help="write the table into docs/performance.md")
+    ap.add_argument("--write-docs", action="store_true", help="write the tables into docs/performance.md")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1, got {args.repeats}")
+    try:
+        args.names, args.variant_list = zr.parse_names(args.models, ZOO, "--models"), zr.parse_variants(args.variants)
+    except zr.UsageError as exc:
+        ap.error(str(exc))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Export, quantise, compile, run and compare every network asked for; print (and write) the tables."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = _arguments(argv)
     if args.list:
         for name, e in ZOO.items():
             print(f"{name:<26} {e.library:<12} {e.kind:<11} {e.size}")
         return 0
-    names, variants = args.models.split(","), args.variants.split(",")
-    bad = [n for n in names if n not in ZOO] + [v for v in variants if v not in ALL_VARIANTS]
-    if bad:
-        sys.exit(f"zoo.py: error: unknown {', '.join(map(repr, bad))} (see --list and --help)")
-    _requirements()
+    if not args.recorded:
+        _requirements()
     cache = cache_dir(args.cache)
-    results = []
-    for name in names:
-        try:
-            macs = onnx_macs(exported(name, cache))
-        except Exception as exc:  # noqa: BLE001 -- a library's export failure is a row, not the end of the run
-            results += [Result(name, v, f"export failed: {type(exc).__name__}: {exc}".splitlines()[0])
-                        for v in variants]
-            continue
-        for v in variants:
-            try:
-                path = quantised(name, v, cache)
-            except Exception as exc:  # noqa: BLE001 -- onnxruntime's quantiser failing is a row too
-                results.append(Result(name, v, f"quantisation failed: {type(exc).__name__}: {exc}".splitlines()[0]))
-                continue
-            if not args.no_run:
-                results.append(evaluate(name, v, path, macs))
-                print(" | ".join(map(str, row(results[-1]))), flush=True)
     if args.no_run:
-        for r in results:
-            print(f"zoo.py: {r.name} {r.variant}: {r.imported}")
-        print(f"zoo.py: {len(names)} networks in {len(variants)} variants in {cache}, {len(results)} failed")
-        return 1 if results else 0
-    print(markdown(HEADER, [row(r) for r in results]))
+        return fill(args.names, args.variant_list, cache)
+    rows = Path(args.rows).resolve() if args.rows else cache / "zoo-rows.json"
+    try:
+        results = zr.load_rows(rows) if args.resume or args.recorded else []
+    except zr.UsageError as exc:
+        sys.exit(f"zoo.py: error: {exc}")
+    if not args.recorded:
+        results = measure(args.names, args.variant_list, cache, rows, args.repeats, results)
+    results, missing = zr.in_order(results, args.names, args.variant_list)
+    print(markdown(zr.HEADER, [zr.row(r) for r in results]))
+    perf = [r for r in results if r.variant == zr.PERFORMANCE_VARIANT]
+    if perf:
+        print(markdown(zr.PERFORMANCE_HEADER, [zr.performance_row(r) for r in perf] + [zr.performance_summary(perf)]))
+    for line in [f"no result: {m}" for m in missing] + [f"goal missed: {m}" for m in zr.missed(perf)]:
+        print(line)
     if args.write_docs:
-        write_table("zoo", HEADER, [row(r) for r in results], GOAL, argv=argv)
-    return 0 if all(r.ok for r in results) else 1
+        write_docs(results, missing, args.variant_list, argv)
+    return 0 if not missing and all(r.ok for r in results) and not zr.missed(perf) else 1
 
 
 if __name__ == "__main__":
