@@ -55,19 +55,25 @@ class Model:
         for i, n in enumerate(self.nodes):
             for t in dict.fromkeys(x for x in n.input if x):
                 self.consumers.setdefault(t, []).append(i)
-        self.consts = self._constants()
         self.types, self.shapes = self._types() if typed else ({}, {})
+        self.consts = self._constants(typed)
 
-    def _constants(self) -> set[str]:
-        """Tensors known at import: initializers, Constant, Shape and Size outputs, folds of constants, the
-        DequantizeLinear of a constant (a QDQ weight)."""
+    def _constants(self, typed: bool) -> set[str]:
+        """Tensors known at import: initializers, Constant nodes, Shape and Size outputs (typed: of a tensor whose
+        shape inference knows all of it, not one a NonZero sizes), folds of constants, the DequantizeLinear of a
+        constant (a QDQ weight)."""
         out = set(self.init)
         for n in self.nodes:
             ins = [i for i in n.input if i]
-            if n.op_type in ("Constant", "Shape", "Size") or (
+            known = n.op_type in ("Shape", "Size") and (not typed or (ins and self.static(ins[0])))
+            if n.op_type == "Constant" or known or (
                     ins and all(i in out for i in ins) and (fold.folds(n) or n.op_type == "DequantizeLinear")):
                 out.update(o for o in n.output if o)
         return out
+
+    def static(self, tensor: str) -> bool:
+        """Whether the tensor is an initializer or shape inference knows every dimension of it."""
+        return tensor in self.init or _static(self.shapes.get(tensor))
 
     def _types(self) -> dict[str, str]:
         """Each tensor's element type (of host.DTYPES), from ONNX's shape inference, and for what it leaves
@@ -392,11 +398,10 @@ def _sub_model(m: Model, nodes: list[int], feeds: list[dict], outs: list[str], n
 def _shape_const(m: Model, node):
     """A Shape or Size of a tensor whose shape the model's inference knows as a Constant node (the stage needs
     no input for it); any other node as it is."""
-    if node.op_type not in ("Shape", "Size") or not node.input or node.input[0] in m.init:
+    if node.op_type not in ("Shape", "Size") or not node.input or node.input[0] in m.init \
+            or not m.static(node.input[0]):
         return node
     shape = m.shapes.get(node.input[0])
-    if shape is None or not all(isinstance(d, int) and d > 0 for d in shape):
-        return node
     if node.op_type == "Size":
         value = [math.prod(shape)]
     else:

@@ -117,3 +117,15 @@ def test_a_float_op_reading_another_ones_unrounded_result_runs_on_the_host_with_
         opts.graph_optimization_level = level
         sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         np.testing.assert_array_equal(mod.get_output(0), sess.run(None, {"x": x})[0])
+
+
+def test_a_shape_of_a_tensor_nonzero_sizes_is_not_a_constant():
+    """Shape of x (static) is known at import; Shape of NonZero(x) is not, so no stage takes it for a constant
+    and reads NonZero's output before the host part that makes it (torchvision's whole SSD graph did)."""
+    nodes = [helper.make_node("Shape", ["x"], ["sx"]), helper.make_node("NonZero", ["x"], ["nz"]),
+             helper.make_node("Shape", ["nz"], ["snz"])]
+    g = helper.make_graph(nodes, "nz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info(o, TensorProto.INT64, None) for o in ("sx", "snz")])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m = Model(onnx, proto)
+    assert "sx" in m.consts and "snz" not in m.consts
