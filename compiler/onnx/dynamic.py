@@ -38,7 +38,7 @@ def split_ranges(proto: ModelProto, dims: dict) -> tuple[dict, dict[str, Dim]]:
 def dynamic_graph(onnx: ModuleType, proto: ModelProto, arithmetic: str, fixed: dict,
                   ranges: dict[str, Dim]) -> DynamicGraph:
     """The DynamicGraph of an ONNX model whose symbolic dimensions `ranges` vary."""
-    dg = DynamicGraph(lambda values: import_graph(onnx, proto, arithmetic, {**fixed, **values}),
+    dg = DynamicGraph(lambda values: import_graph(onnx, proto, arithmetic, {**fixed, **values}, dynamic=True),
                       tuple(ranges.values()))
     dg.at(dg.high)        # import errors now, at the largest shape
     return dg

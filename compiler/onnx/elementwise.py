@@ -47,9 +47,11 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
+        # onnxruntime's float add, as a - (-b): exact; a dynamic graph keeps QLinearAdd's arithmetic, since the
+        # float island (qdq_binary) and the table lookup have a static lowering only
         if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
-                and im.ort_kernel(node) == "float":
-            op_kind, b = "sub", _negated_int8(im, node, b)     # onnxruntime's float add, as a - (-b): exact
+                and not im.dynamic and im.ort_kernel(node) == "float":
+            op_kind, b = "sub", _negated_int8(im, node, b)
         elif kind == "add" and (a.q is None or b.q is None):
             op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
             a, b = (b, a) if a.q is None else (a, b)

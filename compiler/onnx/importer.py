@@ -23,10 +23,11 @@ if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in lo
     from onnx import ModelProto
 
 
-def import_graph(onnx: ModuleType, proto: ModelProto, arithmetic: str, dims: dict) -> Graph:
-    """The validated Graph of a ModelProto whose dims are all fixed; CompileError listing every problem."""
+def import_graph(onnx: ModuleType, proto: ModelProto, arithmetic: str, dims: dict, dynamic: bool = False) -> Graph:
+    """The validated Graph of a ModelProto whose dims are all fixed (dynamic: as one sample of a DynamicGraph);
+    CompileError listing every problem."""
     try:
-        return _run(Importer(onnx, proto, arithmetic, dims))
+        return _run(Importer(onnx, proto, arithmetic, dims, dynamic=dynamic))
     except CompileError:
         raise
     except Exception as exc:     # never a traceback for a bad model; the message says it is our bug

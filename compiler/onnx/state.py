@@ -165,6 +165,7 @@ class Importer:
     writers: dict | None = None                       # ONNX tensor -> op type of the node writing it
     resize_layouts: dict | None = None                # Resize node -> the layout onnxruntime runs it in (ort_layout)
     ort_kernels: dict | None = None                   # QDQ node's output -> how onnxruntime runs it (ort_graph)
+    dynamic: bool = False                             # one sample of a DynamicGraph (compiler.dynamic lowers it)
 
     def problem(self, where: str, why: str) -> None:
         """Record a problem that is not a node's: where it is (an initializer, a graph input or output) and why."""

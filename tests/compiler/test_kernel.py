@@ -175,7 +175,8 @@ def test_conv2d_with_kernel_columns_folded_into_rows(c, kw, sw, dw, pad, seed):
     op = ops.conv2d(xshape, w, None, **kw_)
     # the best schedule that folds the columns (not every tap: tests/compiler/lowering/test_layout_tap_fold.py)
     kernel = build(op, schedule=next(s for s in candidates((op,), Config()) if "im2col" not in str(s)))
-    assert "kernel column" in kernel.asm
+    # a window wider than the padded input keeps one live column (Conv2d.live): nothing left to fold
+    assert ("kernel column" in kernel.asm) == (op.live().kernel[1] > 1), op.live().kernel
     x = rand8(rng, xshape)
     np.testing.assert_array_equal(run(kernel, x), ref.conv2d(x, w, None, **kw_))
 
