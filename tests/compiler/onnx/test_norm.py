@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import TensorProto, helper
@@ -19,7 +18,7 @@ from onnx import TensorProto, helper
 import compiler
 from compiler import CompileError, models
 from compiler.models import Net
-from tests.helpers.qdq import LEVELS, SCALES, F, feeds_for, initializer
+from tests.helpers.qdq import LEVELS, SCALES, F, feeds_for, initializer, ort_float
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -73,13 +72,6 @@ def bn_model(shape: tuple, act: str, dq: bool, seed: int, epsilon: float = 1e-5)
     return m
 
 
-def onnxruntime(model: onnx.ModelProto, feeds: dict, level) -> np.ndarray:
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = level
-    opts.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-
-
 def ours(model: onnx.ModelProto, feeds: dict) -> tuple[np.ndarray, compiler.Graph]:
     """The network's float output on the simulator (race-checked), and its graph."""
     g = compiler.from_onnx(model)
@@ -104,7 +96,7 @@ def test_batch_norm_is_bit_exact_with_onnxruntime_at_both_levels(shape, act, dq,
     kinds = [n.op.kind for n in g.nodes]
     assert kinds == ["batch_norm"], kinds        # the Relu or Clip is the op's clamp
     for level in LEVELS.values():
-        np.testing.assert_array_equal(y, onnxruntime(model, feeds, level))
+        np.testing.assert_array_equal(y, ort_float(model, feeds, level))
 
 
 def dense_block(c1: int, c2: int, h: int, w: int, seed: int) -> onnx.ModelProto:
@@ -127,7 +119,7 @@ def test_quantize_static_dense_block_is_bit_exact_at_both_levels(fmt, activation
     assert [n.op.kind for n in g.nodes].count("batch_norm") == 1
     assert "clip" not in [n.op.kind for n in g.nodes]           # the Relu went into the batch_norm
     for level in LEVELS.values():
-        np.testing.assert_array_equal(y, onnxruntime(model, x, level))
+        np.testing.assert_array_equal(y, ort_float(model, x, level))
 
 
 def _edited(model: onnx.ModelProto, **attrs) -> onnx.ModelProto:
@@ -185,6 +177,6 @@ def test_a_batch_norm_whose_result_stays_float_runs_on_the_host_with_its_float_t
         mod.set_input("input", x["input"])
         mod.run(check_races=True)
         for level in LEVELS.values():
-            np.testing.assert_array_equal(mod.get_output(0), onnxruntime(model, x, level))
+            np.testing.assert_array_equal(mod.get_output(0), ort_float(model, x, level))
     with pytest.raises(CompileError, match=r"GlobalAveragePool.*BatchNormalization.*not followed by QuantizeLinear"):
         compiler.build(hosted, host_fallback=False)
