@@ -41,7 +41,7 @@ def test_qdq_must_keep_the_arg_max_and_stay_between_onnxruntimes_two_levels():
     d = np.array([[0.0, 1.0, 3.0, 2.0]])
     p = np.array([[0.5, 1.0, 2.5, 2.0]])
     ok, text = zr.judge("classifier", "qdq", [np.array([[0.25, 1.0, 2.75, 2.0]])], [d], [p])
-    assert ok and text == "arg max same, 0 outside ORT's levels"
+    assert ok and text == "arg max same, 0 outside ORT's levels (max distance 0.25, ORT's levels 0.5)"
     ok, text = zr.judge("classifier", "qdq", [np.array([[0.25, 1.0, 3.5, 2.0]])], [d], [p])
     assert not ok and "1 outside" in text
     ok, text = zr.judge("classifier", "qdq", [np.array([[0.5, 1.0, 2.5, 2.5]])], [d], [np.array([[0.5, 1, 2.5, 2.5]])])
@@ -52,6 +52,12 @@ def test_qdq_must_keep_the_arg_max_and_stay_between_onnxruntimes_two_levels():
     o2[0, 2, 1, 1] = 2                  # one position's class changes: a segmenter is judged per position
     ok, text = zr.judge("segmenter", "qdq", [o2], [d2], [o2])
     assert not ok and "DIFFERS" in text
+    scores = np.zeros((1, 5, 3))        # a detector's [image, anchor, class] scores: judged over the last axis
+    scores[0, :, 1] = 1
+    other = scores.copy()
+    other[0, 4] = [0, 0, 2]
+    assert zr.judge("detector", "qdq", [other], [scores], [other], axis=-1)[1].startswith("arg max DIFFERS")
+    assert zr.judge("detector", "qdq", [scores], [scores], [other], axis=-1)[0]
 
 
 def test_the_roofline_of_a_compute_bound_network_is_its_macs_over_the_peak():
