@@ -471,7 +471,7 @@ def write_docs(results: list[zr.Result], missing: list[str], variants: list[str]
         write_table("zoo-performance", zr.PERFORMANCE_HEADER,
                     [zr.performance_row(r) for r in perf] + [zr.performance_summary(perf)],
                     zr.PERFORMANCE_GOAL + said([m for m in missing if m.endswith(f" {zr.PERFORMANCE_VARIANT}")]),
-                    argv=table_argv(argv), at=at, doc=doc)
+                    argv=table_argv(argv), at=zr.commits(perf), doc=doc)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

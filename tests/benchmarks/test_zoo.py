@@ -77,6 +77,7 @@ def test_recorded_rows_make_both_tables_and_name_what_is_missing(tmp_path, capsy
     assert zoo_table.count("| resnet18 |") == 2 and zoo_table.count("| vgg11 |") == 1
     assert "No result (the run did not reach them) for qdq-int8-pc: vgg11\n" in zoo_table
     assert "at commit `abc1234, def5678`" in zoo_table
+    assert "at commit `abc1234`" in perf_table       # its rows alone: the qdq row was measured elsewhere
     assert "| geometric mean, 2 of 2 networks |" in perf_table and "| resnet18 | 1,100 | 1,000 (network) | 1.10 |" in perf_table
     with pytest.raises(SystemExit, match="not written"):      # a partial run does not overwrite a full one
         zoo.write_docs(got, missing, ["qoperator-int8-pc"], ["--write-docs", "--models", "vgg11"], doc=page)

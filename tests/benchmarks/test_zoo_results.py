@@ -57,7 +57,10 @@ def test_qdq_must_keep_the_arg_max_and_stay_between_onnxruntimes_two_levels():
     other = scores.copy()
     other[0, 4] = [0, 0, 2]
     assert zr.judge("detector", "qdq", [other], [scores], [other], axis=-1)[1].startswith("arg max DIFFERS")
-    assert zr.judge("detector", "qdq", [scores], [scores], [other], axis=-1)[0]
+    louder = scores.copy()
+    louder[0, 4, 1] = 2                 # the same class per anchor, another anchor loudest per class
+    assert zr.judge("detector", "qdq", [louder], [scores], [louder], axis=-1)[0]
+    assert not zr.judge("detector", "qdq", [louder], [scores], [louder], axis=1)[0]
 
 
 def test_the_roofline_of_a_compute_bound_network_is_its_macs_over_the_peak():
