@@ -45,7 +45,7 @@ LATE_REQUANT = True
 """A drained tile's requantisation and store are issued one tile after its drain (Step.late): the CU,
 which learns of the drain before issuing the requantisation (the NU that reuses the accumulators
 needs the drain too), then finds it long done instead of stalling every other unit's issue while
-it streams."""
+it streams. It needs two slots for the drained accumulators: the next tile's drain comes first."""
 RESIDENT_DMA_BYTES = 4096
 """Resident weights load in DMAs of at least this many bytes (whole output-block groups): DDR's
 latency (100 cycles) then costs at most about as much as the transfer's 128 cycles at 32 bytes a cycle."""
@@ -592,7 +592,8 @@ class NuLowering:
                 scalars={"za": 0, **clamp}, unit=self.vu,
                 comment=f"{self.name}: requantise in place in {vacc.name}"))
         self._finish(step, out, obs, n, oh0, ow0, th, tw)
-        if LATE_REQUANT:
+        # the late stage runs after the next tile's drain: with one slot, that drain overwrites this one
+        if LATE_REQUANT and len(self.slots.buffers[self.role["vacc"]]) > 1:
             step.late[:0] = step.epilogue[drained:]
             del step.epilogue[drained:]
 

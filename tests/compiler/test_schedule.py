@@ -571,6 +571,32 @@ def test_random_hand_written_schedules_are_exact(case, data):
     np.testing.assert_array_equal(kernel(x, check_races=True), want, err_msg=str(s))
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_one_output_slot_requantises_each_tile_before_the_next_drain(depth):
+    """With one VBUF slot for the drained accumulators, each tile's requantisation runs before the
+    next tile's drain overwrites that slot (the late stage needs a second slot); hypothesis found it."""
+    rng = np.random.default_rng(7)
+    xshape, o = (1, 1, 19, 3), 33
+    w = rand8(rng, (o, 1, 1, 1))
+    m, sh = requant_params(rng, o, 1)
+    kw = dict(stride=(1, 1), padding=(0, 0, 0, 0), groups=1, x_zp=85, multiplier=m, shift=sh, zp_out=-4)
+    op, x = ops.conv2d(xshape, w, None, **kw), rand8(rng, xshape)
+    cfg = Config(nu_count=2, vu_count=2)
+    s = Schedule(op, config=cfg)
+    s.split("oh", 9).split("ow", 2)
+    s.cache_read("x", "ibuf", "xin").double_buffer("xin", 2)
+    s.cache_read("w", "wbuf", "w").double_buffer("w", 2)
+    s.cache_write("y", "abuf", "acc").double_buffer("acc", 3)
+    s.cache_write("y", "vbuf", "yout")
+    if depth > 1:
+        s.double_buffer("yout", depth)
+    s.tensorize("conv", "nu.conv")
+    s.tensorize("requant", s.block("L0").stages()["requant"][0])
+    s.buffer_pad("w", 0, 64).buffer_split("w", 0, 32).buffer_split("w", 2, 32).buffer_reorder("w", 0, 2, 4, 5, 3, 1)
+    kernel = build(op, config=cfg, schedule=s)
+    np.testing.assert_array_equal(kernel(x, check_races=True), ref.conv2d(x, w, None, **kw))
+
+
 # ----------------------------------------------------------------------------- the search's ranking
 
 @settings(max_examples=8, **SETTINGS)
