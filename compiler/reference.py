@@ -387,6 +387,37 @@ def reduce_mean_f32(x, x_zp, scale_x, scale_out, zp_out) -> np.ndarray:
     return quantize_f32(total / F32(h * w), scale_out, zp_out).reshape(n, c, 1, 1)
 
 
+def global_sum_f32(v: np.ndarray) -> np.ndarray:
+    """Float32 sums of the rows of v [rows, n] as MLAS's global pool adds them (MlasPoolGlobalKernel): element
+    k in lane k mod 4 of a register that starts at zero, the lanes folded (l0 + l2) + (l1 + l3)
+    (MlasReduceAddFloat32x4), then the n mod 4 last elements one at a time."""
+    v = np.asarray(v, F32)
+    n = v.shape[1]
+    body = n // MEAN_LANES * MEAN_LANES
+    acc = np.zeros((v.shape[0], MEAN_LANES), F32)
+    for j in range(0, body, MEAN_LANES):
+        acc = acc + v[:, j:j + MEAN_LANES]
+    total = _lane_sum(acc)
+    for j in range(body, n):
+        total = total + v[:, j]
+    return total
+
+
+def batch_norm_global_avg_f32(x, za: int, scale_x, new_scale, new_bias, relu: bool, scale_out,
+                              zp_out: int) -> np.ndarray:
+    """DequantizeLinear, onnxruntime's BatchNormalization (x * new_scale + new_bias along axis 1, two roundings),
+    Relu if asked, GlobalAveragePool (MLAS's global sum, global_sum_f32, / f32(H * W)), QuantizeLinear:
+    [N, C, 1, 1] int8."""
+    x = np.asarray(x)
+    n, c, h, w = x.shape
+    with np.errstate(all="ignore"):
+        u = dequantize_f32(x, scale_x, za) * _f32_channel_view(new_scale, 4) + _f32_channel_view(new_bias, 4)
+        if relu:
+            u = np.maximum(u, F32(0))
+        total = global_sum_f32(u.reshape(n * c, h * w))
+        return quantize_f32(total / F32(h * w), scale_out, zp_out).reshape(n, c, 1, 1)
+
+
 def batch_norm_params(scale, bias, mean, var, epsilon) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime's BatchNormalization (batch_norm.h) folded per channel, each float32 op rounded once:
     inv_std = 1 / sqrt(var + epsilon), new_scale = inv_std * scale, new_bias = bias - mean * new_scale."""

@@ -79,6 +79,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.softmax": (Scalar("vu.fscale", _ZERO_SCALE), *_VU_DEST),
     "vu.pool.fmean": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST, *_VU_WINDOW),
     "vu.faffine": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fbias", _ZERO_SCALE), *_VU_DEST),
+    "vu.pool.faffavg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST,
+                        *_VU_WINDOW),
     "dma": _DMA_DEST,
 }
 

@@ -45,8 +45,8 @@ class Semantics:
     widths: tuple[int, int, int] = (0, 0, 0)
     """Bytes of one element of the destination, source a and source b (0: no such operand;
     SDT, DDT or ELEM: read from the command).  A vu.requant.pc b element is an (M, S) int32 pair,
-    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, a vu.faffine one a
-    float32 (scale, offset) pair, and vu.lut's b its whole 256-entry int8 table and vu.softmax's its whole
+    a vu.requant.fpc one a float32 scale, a vu.pool.favg (vu.slide.favg) one an int32 count, a vu.faffine (and vu.pool.faffavg)
+    one a float32 (scale, offset) pair, and vu.lut's b its whole 256-entry int8 table and vu.softmax's its whole
     float32[256] table (each read once, not walked by the b strides)."""
     timing: str = "cu_cycles"        # the function of nnpsim.timing that gives its cycles
     imm: bool = False                # CU: the second operand is the immediate, not rs2's value
@@ -109,6 +109,7 @@ _ROWS = (
     Semantics("vu.softmax", "VU", "softmax", "vu_lut", (1, 1, 1024), "vu_softmax_cycles"),
     _vu("vu.pool.fmean", "pool_fmean", (1, 1, 0), window=True, timing="vu_pool_cycles"),
     _vu("vu.faffine", "faffine", (1, 1, 8), timing="vu_affine_cycles"),
+    _vu("vu.pool.faffavg", "pool_faffavg", (1, 1, 8), window=True, timing="vu_pool_cycles"),
     Semantics("vu.lerp", "VU", "lerp", "vu_lerp", (1, 1, 16), "vu_lerp_cycles"),
 )
 

@@ -304,7 +304,7 @@ VU_MNEMONICS = ("vu.requant", "vu.requant.pc", "vu.add", "vu.mul", "vu.clip", "v
                 "vu.pool.sum", "vu.divr", "vu.mov", "vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul",
                 "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.slide.acc", "vu.slide.avg", "vu.slide.favg",
                 "vu.lut", "vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin", "vu.softmax", "vu.pool.fmean", "vu.faffine",
-                "vu.lerp")
+                "vu.lerp", "vu.pool.faffavg")
 LUT_ENTRIES = 256
 LERP_ENTRY = 16
 """vu.lerp's table entry: two int32 indices, two 32-bit weights (docs/isa.md)."""
@@ -312,12 +312,13 @@ LERP_ENTRY = 16
 FBIN_OPS = ("vu.fsub", "vu.fdiv", "vu.fmax", "vu.fmin")
 """DequantizeLinear a and b, one float32 op, QuantizeLinear by fbias (onnxruntime's QDQ float island)."""
 FLOAT_OPS = ("vu.requant.f", "vu.requant.fpc", "vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg",
-             "vu.pool.fmean", "vu.faffine") + FBIN_OPS
+             "vu.pool.fmean", "vu.faffine", "vu.pool.faffavg") + FBIN_OPS
 SOFTMAX_ENTRIES = 256
 """vu.softmax's table: float32 exponentials, entry x - max(row) + 255 for element x of a row."""
 SLIDE_OPS = ("vu.slide.acc", "vu.slide.avg", "vu.slide.favg")
 U8_OPS = ("vu.fadd", "vu.fmul", "vu.pool.favg", "vu.slide.favg")     # the ones vu.mode switches to uint8 operands
-POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.pool.fmean") + SLIDE_OPS
+POOL_OPS = ("vu.pool.max", "vu.pool.sum", "vu.pool.favg", "vu.pool.acc", "vu.pool.avg", "vu.pool.fmean",
+            "vu.pool.faffavg") + SLIDE_OPS
 MEAN_LANES = 4
 """vu.pool.fmean's SIMD lanes: a 4-lane float32 reduction (onnxruntime's Eigen SSE packet)."""
 SLIDE_AS_POOL = {"vu.slide.acc": "vu.pool.acc", "vu.slide.avg": "vu.pool.avg", "vu.slide.favg": "vu.pool.favg"}
@@ -394,7 +395,7 @@ def _vu_layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
             "vu.pool.favg": (1, 1, 4), "vu.pool.acc": (4, 1, 0), "vu.pool.avg": (1, 1, 4),
             "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
             "vu.lut": (1, 1, 1), "vu.softmax": (1, 1, 4), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8),
-            "vu.lerp": (1, 1, LERP_ENTRY),
+            "vu.pool.faffavg": (1, 1, 8), "vu.lerp": (1, 1, LERP_ENTRY),
             **{m: (1, 1, 1) for m in FBIN_OPS}}[mnemonic]
 
 
@@ -445,10 +446,12 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))
-    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean") + FBIN_OPS and \
+    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean", "vu.pool.faffavg") + FBIN_OPS and \
             not _positive_finite(f32_bits(q["fscale_b"])):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
     if mnemonic == "vu.pool.fmean" and not 0 <= q["mode"] < MEAN_LANES:
+        raise Fault("param", param=_pnum("vu", "mode"))
+    if mnemonic == "vu.pool.faffavg" and q["mode"] not in (0, 1):
         raise Fault("param", param=_pnum("vu", "mode"))
     fbias = f32_bits(q["fbias"])
     if mnemonic == "vu.fadd" and not abs(fbias) < float("inf"):
@@ -502,6 +505,8 @@ def vu(mems: dict, unit: int, mnemonic: str, rd: int, ra: int, rb: int, named: d
     elif mnemonic == "vu.pool.fmean":      # output e's window starts in lane phase + e * window (mod 4)
         results = [_fmean_element(mem, a, q, window, (q["mode"] + e * len(window)) % MEAN_LANES)
                    for e, (_, a, _) in enumerate(elems)]
+    elif mnemonic == "vu.pool.faffavg":
+        results = [_faffavg_element(mem, space, a, b, q, window) for _, a, b in elems]
     else:
         results = [_vu_element(mem, space, mnemonic, a, b, a_bytes, q, window) for _, a, b in elems]
     for d, v in zip(d_addrs, results):
@@ -745,6 +750,34 @@ def _fmean_element(mem: np.ndarray, a: int, q: dict, window: list, lane0: int) -
     s = Fraction(f32_bits(q["fscale"]))
     values = [round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - q["za"])) for dh, dw in window]
     mean = round_f32(_simd_sum(values, lane0) / round_f32(len(values)))
+    zp = q["zp_out"]
+    t = mean if mean != mean else round_f32(mean / Fraction(f32_bits(q["fscale_b"])))   # nan: inf - inf
+    t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)
+    return _clip(_round_half_even(t) + zp, q["lo"], q["hi"])
+
+
+def _faffavg_element(mem: np.ndarray, space: int, a: int, b: int, q: dict, window: list) -> int:
+    """vu.pool.faffavg: each window element's f32(f32(fa * s) + c) with the finite pair (s, c) at b (max(v, 0)
+    for vu.mode 1), summed in four lanes (element k in lane k mod 4, each from 0), the lanes folded
+    (l0 + l2) + (l1 + l3), the n mod 4 last elements added in order, / f32(n), then QuantizeLinear."""
+    s, c = f32_bits(_int(mem, b, 4)), f32_bits(_int(mem, b + 4, 4))
+    for k, v in enumerate((s, c)):
+        if not abs(v) < float("inf"):
+            raise Fault("param", space=space, first=b + 4 * k, last=b + 4 * k + 3)
+    sx = Fraction(f32_bits(q["fscale"]))
+    values = []
+    for dh, dw in window:
+        fa = round_f32(sx * round_f32(_int(mem, a + dh + dw, 1) - q["za"]))
+        u = round_f32(round_f32(fa * Fraction(s)) + Fraction(c))
+        values.append(max(u, Fraction(0)) if q["mode"] == 1 else u)
+    body = len(values) // MEAN_LANES * MEAN_LANES
+    lanes = [Fraction(0)] * MEAN_LANES
+    for k, v in enumerate(values[:body]):
+        lanes[k % MEAN_LANES] = round_f32(lanes[k % MEAN_LANES] + v)
+    total = round_f32(round_f32(lanes[0] + lanes[2]) + round_f32(lanes[1] + lanes[3]))
+    for v in values[body:]:
+        total = round_f32(total + v)
+    mean = round_f32(total / len(values))
     zp = q["zp_out"]
     t = mean if mean != mean else round_f32(mean / Fraction(f32_bits(q["fscale_b"])))   # nan: inf - inf
     t = -128 - zp if t != t else min(max(t, -128 - zp), 127 - zp)

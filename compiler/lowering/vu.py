@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from nnpsim.config import Config
-from nnpsim.timing import LUT_BYTES, slide_span
+from nnpsim.timing import AFFINE_PAIR_BYTES as PAIR_BYTES, LUT_BYTES, slide_span
 from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..cost import slide_steps, vu_cycles
@@ -546,6 +546,8 @@ def pool_engines(op: Pool2d) -> tuple[str, ...]:
         return ("vu.pool.max",)
     if op.mode == "mean":
         return ("vu.pool.fmean",)
+    if op.mode == "bnavg":
+        return ("vu.pool.faffavg",)
     if op.is_float and not (op.mode == "avg" and op.is_global):
         acc = "vu.pool.favg"
     else:
@@ -564,7 +566,7 @@ def pool_fill(op: Pool2d) -> int:
     """What a pool's padding holds in its input tiles: -128 for max (never wins), 0 for sums, x_zp for an
     average that counts it (onnxruntime's count_include_pad=1 counts it as a real x_zp; the float form
     subtracts x_zp, so it adds 0), 0 for an integer average over the real elements only."""
-    return {"max": -128, "sum": 0, "mean": 0,
+    return {"max": -128, "sum": 0, "mean": 0, "bnavg": 0,
             "avg": op.x_zp if op.count_include_pad or op.is_float else 0}[op.mode]
 
 
@@ -620,6 +622,12 @@ class PoolLowering:
                         Buffer(f"{name}_div", "ddr", div.nbytes, dtype="int32", shape=div.shape, data=div))
             self.div_vbuf = Buffer(f"{self.name}_div_vbuf", "vbuf", div.nbytes, unit=self.vu)
             table = div.nbytes
+        # a BatchNormalization's (new_scale, new_bias) pairs come with each tile, one pair a channel
+        self.pairs = None
+        if op.mode == "bnavg":
+            pairs = op.table()
+            self.pairs = (shared.pairs if shared is not None else
+                          Buffer(f"{name}_pairs", "ddr", pairs.nbytes, dtype="int32", shape=pairs.shape, data=pairs))
         # a per-position count table larger than a quarter of VBUF comes in a tile's rows at a time
         self.tile_counts = self.div is not None and not op.count_include_pad and table > cfg.vbuf_bytes // 4
         if self.tile_counts:
@@ -635,6 +643,8 @@ class PoolLowering:
                            depth=depths["out"], unit=self.vu)
         if self.tile_counts:
             self.slots.declare(f"{self.name}_cnt", "vbuf", self.th * ow * 4, unit=self.vu)
+        if self.pairs is not None:
+            self.slots.declare(f"{self.name}_pairs", "vbuf", self.cc * PAIR_BYTES, depth=2, unit=self.vu)
         self.engine = self._engine(engine)
 
     def _engine(self, engine: str | None) -> str:
@@ -663,7 +673,8 @@ class PoolLowering:
     def tile_bytes(self, cc: int, th: int) -> int:
         """VBUF bytes of a tile of cc channels x th output rows, both slots."""
         per_row = cc * self.slot_bytes + (4 if self.tile_counts else 0)
-        return 2 * (cc * self.in_rows(th) * self.iw + th * self.op.out_hw[1] * per_row)
+        pairs = cc * PAIR_BYTES if self.op.mode == "bnavg" else 0
+        return 2 * (cc * self.in_rows(th) * self.iw + th * self.op.out_hw[1] * per_row + pairs)
 
     def _choose(self, cap: int) -> tuple[int, int]:
         c = self.op.x_shape[1]
@@ -691,7 +702,7 @@ class PoolLowering:
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses."""
-        extra = [self.div] if self.div is not None else []
+        extra = [b for b in (self.div, self.pairs) if b is not None]
         if self.div is not None and not self.tile_counts:
             extra.append(self.div_vbuf)
         return extra + self.slots.all()
@@ -742,10 +753,17 @@ class PoolLowering:
                            comment=f"{self.name}: counts of rows {oh0}..{oh0 + th - 1} -> {cnt.name}"))
         return Ref(cnt)
 
+    def _pairs(self, s: Step, c0: int, cc: int) -> Ref:
+        """b of a BatchNormalization's pool: the (new_scale, new_bias) pairs of the tile's channels, loaded with it."""
+        slot = self.slots.next(f"{self.name}_pairs")
+        s.loads.append(Dma(self.ch + CH_B, Ref(slot), Ref(self.pairs, c0 * PAIR_BYTES), (2 * cc,), (4,), (4,), elem=4,
+                           comment=f"{self.name}: pairs of channels {c0}..{c0 + cc - 1} -> {slot.name}"))
+        return Ref(slot)
+
     def _window(self, mnemonic: str, out: Ref, inp: Ref, counts: Ref | None, cc: int, th: int,
                 phase: int = 0) -> Vu:
         """The window command of a tile of cc channels x th output rows on `mnemonic` (counts: b of an
-        average; phase: vu.mode of a ReduceMean's first plane)."""
+        average, or the tile's (new_scale, new_bias) pairs; phase: vu.mode of a ReduceMean's first plane)."""
         op, iw = self.op, self.iw
         ow = op.out_hw[1]
         sh, sw = op.stride
@@ -759,6 +777,11 @@ class PoolLowering:
             return Vu(mnemonic, out, inp, None, "i8", "i8", 0, n3, (1, ow, th * ow), a_st, **win,
                       scalars={**favg_scalars(op), "mode": phase}, unit=self.vu,
                       comment=f"{self.name}: float32 mean in onnxruntime's order")
+        if mnemonic == "vu.pool.faffavg":
+            return Vu(mnemonic, out, inp, counts, "i8", "i8", PAIR_BYTES, n3, (1, ow, th * ow), a_st,
+                      (0, 0, PAIR_BYTES), **win, scalars={**favg_scalars(op), "mode": int(op.relu)}, unit=self.vu,
+                      comment=f"{self.name}: float32 BatchNormalization{', Relu' if op.relu else ''} and mean "
+                              "in onnxruntime's order")
         if mnemonic.endswith(".favg"):
             return Vu(mnemonic, out, inp, counts, "i8", "i8", 4, n3, (1, ow, th * ow), a_st, self._count_strides(),
                       **win, scalars=favg_scalars(op), unit=self.vu,
@@ -842,6 +865,8 @@ class PoolLowering:
         out = self.slots.next(self.role["out"])
         s.compute.append(Note(where + ": VU"))
         counts = self._counts(s, oh0, th) if self.div is not None else None      # an average's divisors
+        if self.pairs is not None:
+            counts = self._pairs(s, c0, cc)
         s.compute.extend(self._windows(Ref(out), Ref(inp), counts, cc, oh0, th, fmean_phase(op, ni, c0)))
         rb = self.slot_bytes
         if self.global_f32:

@@ -9,7 +9,7 @@ narrows that op's output range; on a dequantised or int8 tensor it is a clip.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -197,7 +197,7 @@ def relu_clip(im: Importer, node: NodeProto) -> None:
     lo, hi = _clip_range(im, node)
     s = im.input(node, 0)
     if isinstance(s, Pending):
-        im.set(node, Pending(s.node, s.make, max(s.lo, lo), min(s.hi, hi), s.uses))
+        im.set(node, replace(s, lo=max(s.lo, lo), hi=min(s.hi, hi)))     # keeps its kind (norm.BatchNormPending)
         return
     if isinstance(s, DQ):
         qlo, qhi = int8_bounds(s.q, lo, hi)

@@ -5,15 +5,24 @@ perhaps a Relu or Clip, QuantizeLinear.  It becomes a Pending float op (so the R
 the QuantizeLinear makes into one batch_norm, on vu.faffine.  Its parameters are float32 constants or
 dequantised constants (the quantizer writes B and mean as int32 biases, scale and var as weights), taken as
 onnxruntime's DequantizeLinear computes them.
+
+DenseNet's last one feeds a float GlobalAveragePool, perhaps through a Relu (DequantizeLinear,
+BatchNormalization, Relu, GlobalAveragePool, Flatten, QuantizeLinear in its QOperator form): the pool takes
+the pending BatchNormalization whole (BatchNormPending.pooled) and becomes one pending
+batch_norm_global_avg, on vu.pool.faffavg, so no float value leaves the VU.  Which such islands the NPU
+takes is decided in registry.host_reason.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .. import ops
 from ..graph import QuantParams
+from .arithmetic import INT8
 from .state import Attr, Const, ConstDQ, Importer, Pending, Problem, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -41,13 +50,43 @@ def batch_normalization(im: Importer, node: NodeProto) -> None:
         raise Problem(node, f"X has shape {list(shape)}: BatchNormalization needs a channel axis (axis 1)")
     scale, bias, mean, var = (_param(im, node, i, what, shape[1]) for i, what in PARAMS)
 
+    params = {"scale": scale, "bias": bias, "mean": mean, "var": var, "epsilon": at["epsilon"],
+              "za": int(x.q.zero_point), "scale_x": x.q.scale}
+    info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [x.q]}
+
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
-        op = ops.batch_norm(shape, scale=scale, bias=bias, mean=mean, var=var, epsilon=at["epsilon"],
-                            za=int(x.q.zero_point), scale_x=x.q.scale, scale_out=yq.scale,
-                            zp_out=int(yq.zero_point), lo=lo, hi=hi)
-        info = {"op_type": node.op_type, "onnx_node": node.name, "in_quant": [x.q]}
+        op = ops.batch_norm(shape, **params, scale_out=yq.scale, zp_out=int(yq.zero_point), lo=lo, hi=hi)
         return im.emit(name, [("batch_norm", op, yq)], (x.value,), out, info)
-    im.set(node, Pending(node, make))
+
+    def pool(gap, relu: bool) -> Callable:
+        """make() of QuantizeLinear(GlobalAveragePool(gap) of this op, through a Relu if relu)."""
+        if len(shape) != 4:
+            raise Problem(gap, f"pools a BatchNormalization of shape {list(shape)}: only NCHW is pooled")
+
+        def made(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
+            op = ops.batch_norm_global_avg(shape, **params, scale_out=yq.scale, zp_out=int(yq.zero_point),
+                                           relu=relu)
+            steps = [("bnavg", op, yq)]
+            if (lo, hi) != INT8:        # a Relu or Clip after the pool
+                steps.append(("clip", ops.clip(op.output.shape, lo, hi), yq))
+            return im.emit(name, steps, (x.value,), out, {**info, "op_type": "GlobalAveragePool",
+                                                          "onnx_node": gap.name})
+        return made
+    im.set(node, BatchNormPending(node, make, pool=pool))
+
+
+@dataclass
+class BatchNormPending(Pending):
+    """A pending BatchNormalization, which a float GlobalAveragePool after it may take whole (pooled)."""
+
+    pool: Callable | None = None     # (the pool's node, relu) -> make of the pooled op
+
+    def pooled(self, gap) -> Callable:
+        """make() of QuantizeLinear(GlobalAveragePool(this)), a Problem unless only a Relu lies between."""
+        if (self.lo, self.hi) not in ((-math.inf, math.inf), (0.0, math.inf)):
+            raise Problem(gap, f"pools a BatchNormalization clipped to [{self.lo}, {self.hi}]: only a Relu may lie "
+                          "between them")
+        return self.pool(gap, self.lo == 0.0)
 
 
 def _param(im: Importer, node, i: int, what: str, channels: int) -> np.ndarray:

@@ -34,8 +34,9 @@ cannot run by op type, followed by one line per op type.
   (the host CPU), or *import* (absorbed or folded while importing: no code of its own); *host
   when input k is an activation*: a node whose weights are not a constant (attention's
   `q @ k^T`) runs on the host (`registry.host_reason`); *host when its result stays float*: a node
-  whose result reaches anything but a QuantizeLinear (DenseNet's last BatchNormalization, into a
-  float GlobalAveragePool) runs on the host, with the float nodes after it.
+  whose result reaches anything but a QuantizeLinear (for a BatchNormalization: through Relu and Clip,
+  or, DenseNet's last one, through at most a Relu into a float GlobalAveragePool whose result reaches
+  one through Flatten, Reshape, Relu and Clip) runs on the host, with the float nodes after it.
 - **folded**: the op is evaluated at import when all its inputs are constants (initializers,
   Constant nodes, shapes, earlier folds), exactly as onnxruntime computes it.
 - Activations are int8 or uint8, one scale per tensor.  A uint8 tensor `q` with zero point `z`

@@ -11,6 +11,7 @@ from .. import ops
 from ..graph import QuantParams
 from .arithmetic import avg_pool_ops, global_pool_ops
 from .conv import geometry
+from .norm import BatchNormPending
 from .state import DQ, Attr, Importer, Pending, Problem, Q, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
@@ -88,8 +89,13 @@ def _avg_maker(im: Importer, node, x: str, xq: QuantParams, at: dict, x_onnx: st
 
 
 def global_average_pool(im: Importer, node: NodeProto) -> None:
-    """GlobalAveragePool in QDQ: pending global average pooling."""
+    """GlobalAveragePool in QDQ: pending global average pooling; of a pending BatchNormalization (DenseNet's
+    float tail): the pending pooled BatchNormalization."""
     im.attrs(node, {})
+    s = im.input(node, 0)
+    if isinstance(s, BatchNormPending):
+        im.set(node, Pending(node, s.pooled(node)))
+        return
     x = im.dequantised(node, 0, "X")
     im.set(node, Pending(node, _gap_maker(im, node, x.value, x.q)))
 

@@ -91,7 +91,8 @@ OPS: dict[str, Op] = {
                constraints="min and max constants"),
     "QLinearGlobalAveragePool": _ms(pool.qlinear_global_average_pool, "global average pooling", 5,
                                     constraints="NCHW (channels_last 0)"),
-    "GlobalAveragePool": Op(pool.global_average_pool, "global average pooling", 1, constraints="NCHW"),
+    "GlobalAveragePool": Op(pool.global_average_pool, "global average pooling; of a float BatchNormalization: "
+                            "batch_norm_global_avg (see BatchNormalization)", 1, constraints="NCHW"),
     "QLinearAveragePool": _ms(pool.qlinear_average_pool, "average pooling", 5,
                               constraints="2-D (NCHW); no dilation; ceil_mode only where it changes nothing"),
     "AveragePool": Op(pool.average_pool, "average pooling", 1,
@@ -138,7 +139,9 @@ OPS: dict[str, Op] = {
                  "asymmetric; no antialias; per-tensor quantisation"),
     "BatchNormalization": Op(norm.batch_normalization, "batch_norm: onnxruntime's float32 BatchNormalization "
                              "between DequantizeLinear and QuantizeLinear (a Relu or Clip between them in its "
-                             "clamp), one vu.faffine", 5,
+                             "clamp), one vu.faffine; read by a float GlobalAveragePool (through at most a Relu, "
+                             "then Flatten or Reshape to its QuantizeLinear): batch_norm_global_avg, onnxruntime's "
+                             "BatchNormalization, Relu and MLAS's float32 global mean as one vu.pool.faffavg", 5,
                              constraints="inference (training_mode 0, one output, spatial 1); per-tensor X; "
                              "scale, B, mean, var float32 or dequantised constants; QDQ and QOperator models "
                              "alike (quantize_static leaves it in float)", quantised=True),
@@ -210,13 +213,26 @@ def host_reason(node: NodeProto, constant: Callable[[str], bool],
 
 
 def _stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
-    """Does tensor t reach a node other than a QuantizeLinear, through Relu and Clip (the clamp the NPU op
-    absorbs before its QuantizeLinear)?  DenseNet's last BatchNormalization feeds a float GlobalAveragePool."""
-    todo = [t]
+    """Does tensor t (a BatchNormalization's float result) reach a node the NPU cannot bring it to?  The NPU
+    takes it to a QuantizeLinear through Relu and Clip (the clamp its op absorbs), and, DenseNet's tail, to a
+    float GlobalAveragePool through at most a Relu (norm.BatchNormPending.pooled) whose result reaches a
+    QuantizeLinear through Flatten, Reshape, Relu and Clip (ops.batch_norm_global_avg)."""
+    todo = [(t, "bn")]
     while todo:
-        for r in readers(todo.pop()):
-            if r.op_type in ("Relu", "Clip"):
-                todo.append(r.output[0])
-            elif r.op_type != "QuantizeLinear":
+        tensor, stage = todo.pop()
+        for r in readers(tensor):
+            nxt = _FLOAT_TAIL.get((stage, r.op_type))
+            if nxt is None:
                 return True
+            if nxt != "q":
+                todo.append((r.output[0], nxt))
     return False
+
+
+_FLOAT_TAIL = {**{(stage, "QuantizeLinear"): "q" for stage in ("bn", "relu", "clip", "pooled")},
+               ("bn", "Relu"): "relu", ("relu", "Relu"): "relu", ("bn", "Clip"): "clip", ("relu", "Clip"): "clip",
+               ("clip", "Relu"): "clip", ("clip", "Clip"): "clip",
+               ("bn", "GlobalAveragePool"): "pooled", ("relu", "GlobalAveragePool"): "pooled",
+               **{("pooled", op): "pooled" for op in ("Flatten", "Reshape", "Relu", "Clip")}}
+"""The walk _stays_float takes from a BatchNormalization's result: (where it is, the next reader's op) -> where
+it is then ("q": quantised, the NPU's); a reader not listed keeps it float."""

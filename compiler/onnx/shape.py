@@ -124,8 +124,11 @@ def _reshape_to(im: Importer, node, new_shape: Callable) -> None:
             raise Problem(node, f"cannot reshape a constant of shape {list(s.array.shape)} to {list(shape)}")
         im.set(node, Const(s.array.reshape(shape)))
         return
+    if isinstance(s, Pending):         # a float op's result (DenseNet's pooled tail): reshaped once it is made
+        im.set(node, Pending(node, _reshaped_maker(im, node, s, new_shape), s.lo, s.hi))
+        return
     if not isinstance(s, (DQ, Q)):
-        raise Problem(node, f"input is {describe(s)}: expected int8 or a dequantised tensor")
+        raise Problem(node, f"input is {describe(s)}: expected int8, a dequantised tensor or a float op's result")
     x_shape = im.shape(s.value)
     out_shape = new_shape(x_shape)
     dtype = im.g.values[s.value].dtype
@@ -134,6 +137,17 @@ def _reshape_to(im: Importer, node, new_shape: Callable) -> None:
     v = im.emit(im.name(node), [("reshape", op, q)], (s.value,), node.output[0], {"op_type": node.op_type},
                 int8_in_onnx=isinstance(s, Q))
     im.set(node, DQ(v, s.q) if isinstance(s, DQ) else Q(v))
+
+
+def _reshaped_maker(im: Importer, node, s: Pending, new_shape: Callable) -> Callable:
+    """make() of the pending s, then a Reshape (quantising commutes with it): s is made under the tensor name
+    the reshape reads."""
+    def make(yq, lo, hi, out, name):
+        v = s.make(yq, lo, hi, node.input[0], name)
+        x_shape = im.shape(v)
+        op = Reshape(x_shape, new_shape(x_shape), im.g.values[v].dtype)
+        return im.emit(im.name(node), [("reshape", op, yq)], (v,), out, {"op_type": node.op_type})
+    return make
 
 
 def concat(im: Importer, node: NodeProto) -> None:

@@ -14,7 +14,7 @@ The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv
 pool (the pools, and reduce_mean: ReduceMean over the plane), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
 (lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest and linear Resize), softmax
 (QLinearSoftmax over one axis, on vu.softmax), norm (batch_norm: BatchNormalization as a per-channel float32
-affine).
+affine; batch_norm_global_avg: it, a Relu and the float GlobalAveragePool after it as one pool).
 """
 from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LIMIT, Op, Tensor, check_inputs
 from .checks import check_accumulator
@@ -26,12 +26,12 @@ from .nu import Conv2d, Dense, conv2d, dense
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut, times_self
 from .softmax import Softmax, softmax
-from .norm import BatchNorm, batch_norm
+from .norm import BatchNorm, BatchNormPool, batch_norm, batch_norm_global_avg
 
 __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat",
            "Conv2d", "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut", "times_self",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
-           "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm", "LINEAR_FORMS", "LinearAxis",
+           "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm", "BatchNormPool", "batch_norm_global_avg", "LINEAR_FORMS", "LinearAxis",
            "ResizeLinear", "linear_axis", "resize_linear"]

@@ -35,13 +35,13 @@ from .checks import (MAX_ELEMENTS, bad_param, check_aligned, check_bounds, check
 OPS = ("requant", "requant_pc", "add", "mul", "clip", "pool_max", "pool_sum", "divr", "mov",
        "requant_f", "requant_fpc", "fadd", "fmul", "pool_favg", "pool_acc", "pool_avg",
        "slide_acc", "slide_avg", "slide_favg", "lut", "fsub", "fdiv", "fmax", "fmin", "softmax",
-       "pool_fmean", "faffine", "lerp")
+       "pool_fmean", "faffine", "lerp", "pool_faffavg")
 """The ops this kernel implements (a semantics row's `op`); import nnpsim checks every VU row names one."""
 _CODE = {op: code for op, code in unit_op_codes("VU").items() if op in OPS}
 (VU_REQUANT, VU_REQUANT_PC, VU_ADD, VU_MUL, VU_CLIP, VU_POOL_MAX, VU_POOL_SUM, VU_DIVR, VU_MOV,
  VU_REQUANT_F, VU_REQUANT_FPC, VU_FADD, VU_FMUL, VU_POOL_FAVG, VU_POOL_ACC, VU_POOL_AVG,
  VU_SLIDE_ACC, VU_SLIDE_AVG, VU_SLIDE_FAVG, VU_LUT, VU_FSUB, VU_FDIV, VU_FMAX, VU_FMIN,
- VU_SOFTMAX, VU_POOL_FMEAN, VU_FAFFINE, VU_LERP) = (_CODE[op] for op in OPS)
+ VU_SOFTMAX, VU_POOL_FMEAN, VU_FAFFINE, VU_LERP, VU_POOL_FAFFAVG) = (_CODE[op] for op in OPS)
 VU_OPS: dict[str, int] = {r.mnemonic: _CODE[r.op] for r in rows_of("VU") if r.op in OPS}
 """Op code of each VU mnemonic (the engine's decoder puts it in the command)."""
 
@@ -63,7 +63,7 @@ if WIDTHS[VU_LUT, 2] != LUT_BYTES:
     raise ImportError("nnpsim.semantics: vu.lut's b width must be timing.LUT_BYTES, its table's entries")
 if WIDTHS[VU_SOFTMAX, 2] != SOFTMAX_TABLE_BYTES:
     raise ImportError("nnpsim.semantics: vu.softmax's b width must be timing.SOFTMAX_TABLE_BYTES, its table's bytes")
-if WIDTHS[VU_FAFFINE, 2] != AFFINE_PAIR_BYTES:
+if WIDTHS[VU_FAFFINE, 2] != AFFINE_PAIR_BYTES or WIDTHS[VU_POOL_FAFFAVG, 2] != AFFINE_PAIR_BYTES:
     raise ImportError("nnpsim.semantics: vu.faffine's b width must be timing.AFFINE_PAIR_BYTES, its pair's bytes")
 if WIDTHS[VU_LERP, 2] != LERP_ENTRY:
     raise ImportError("nnpsim.semantics: vu.lerp's b width must be timing.LERP_ENTRY, one table entry")
@@ -82,6 +82,7 @@ ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI = (offset(f"vu.{n}") for n in ("za", "zb",
                                                                       "zp_out", "lo", "hi"))
 FSCALE, FSCALE_B, FBIAS = offsets("vu.fscale", "vu.fscale_b", "vu.fbias")
 PHASE = offset("vu.mode")     # vu.pool.fmean's lane phase
+RELU = offset("vu.mode")      # vu.pool.faffavg's ReLU switch
 U8 = offset("vu.mode")        # the uint8 switch of vu.fadd, vu.fmul, vu.pool.favg and vu.slide.favg
 LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI,
            FSCALE, FSCALE_B, FBIAS, PHASE)
@@ -144,7 +145,7 @@ def _is_fbin(op: int) -> bool:
 def _is_float(op: int) -> bool:
     return (op == VU_REQUANT_F or op == VU_REQUANT_FPC or op == VU_FADD or op == VU_FMUL or op == VU_POOL_FAVG
             or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_SOFTMAX
-            or op == VU_POOL_FMEAN or op == VU_FAFFINE)
+            or op == VU_POOL_FMEAN or op == VU_FAFFINE or op == VU_POOL_FAFFAVG)
 
 
 @njit(cache=True)
@@ -207,11 +208,13 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
-    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_POOL_FMEAN) and \
-            not f32.positive_finite(p[FSCALE_B]):
+    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_POOL_FMEAN
+            or op == VU_POOL_FAFFAVG) and not f32.positive_finite(p[FSCALE_B]):
         return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
     if op == VU_POOL_FMEAN and (p[PHASE] < 0 or p[PHASE] >= MEAN_LANES):
         return bad_param(err, GROUP + PHASE, p[PHASE], MEAN_LANES - 1)
+    if op == VU_POOL_FAFFAVG and p[RELU] != 0 and p[RELU] != 1:
+        return bad_param(err, GROUP + RELU, p[RELU], 1)
     if op == VU_FADD and not f32.finite(p[FBIAS]):
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     if (_is_fbin(op) or op == VU_FAFFINE) and not f32.positive_finite(p[FBIAS]):       # the output scale
@@ -478,6 +481,31 @@ def _fmean(mem: np.ndarray, at: int, p: np.ndarray, e: int, sx: float, sy: float
 
 
 @njit(cache=True)
+def _faffavg(mem: np.ndarray, at: int, p: np.ndarray, sx: float, s: float, c: float, sy: float, lo: int,
+             hi: int) -> int:
+    """vu.pool.faffavg's output: each window element dequantised, f32(f32(fa * s) + c) (BatchNormalization),
+    max(v, 0) when vu.mode is 1 (Relu), summed as MLAS's global pool (element k in lane k mod 4, each lane from
+    0.0, folded (l0 + l2) + (l1 + l3), then the n mod 4 last elements in order), / f32(n), QuantizeLinear."""
+    n = p[WIN_H] * p[WIN_W]
+    lanes = np.zeros(MEAN_LANES)
+    total = 0.0
+    body = n // MEAN_LANES * MEAN_LANES
+    for j in range(n):
+        v = f32.r32(f32.r32(_win_f32(mem, at, p, j, sx) * s) + c)
+        if p[RELU] == 1 and not v > 0.0:       # max(v, 0): a negative v (or -0.0) is 0.0
+            v = 0.0
+        if j < body:
+            lanes[j % MEAN_LANES] = f32.r32(lanes[j % MEAN_LANES] + v)
+        else:
+            if j == body:
+                total = f32.r32(f32.r32(lanes[0] + lanes[2]) + f32.r32(lanes[1] + lanes[3]))
+            total = f32.r32(total + v)
+    if body == n:
+        total = f32.r32(f32.r32(lanes[0] + lanes[2]) + f32.r32(lanes[1] + lanes[3]))
+    return quantize_out(f32.r32(total / f32.i2f(n)), sy, p[ZP_OUT], lo, hi)
+
+
+@njit(cache=True)
 def _div_round(x: int, n: int) -> int:
     """saturate8(sign(x) * ((|x| + n // 2) // n)), n > 0: the quotient rounded half away from zero."""
     q = ((x if x >= 0 else -x) + n // 2) // n
@@ -728,6 +756,15 @@ def _compute(mem: np.ndarray, base: int, space: int, op: int, ra: int, rb: int, 
                     b_at = b_row + i0 * p[B_STRIDE]
                     if op == VU_POOL_FMEAN:
                         out[e] = _fmean(mem, base + a_at, p, e, fx, fy, lo, hi)
+                        e += 1
+                        continue
+                    if op == VU_POOL_FAFFAVG:
+                        sbits, cbits = load_i32(mem, base + b_at), load_i32(mem, base + b_at + 4)
+                        if not f32.finite(sbits):
+                            return fail(err, errors.BAD_PARAM, space, b_at, b_at + 3, -1, sbits, e, 0)
+                        if not f32.finite(cbits):
+                            return fail(err, errors.BAD_PARAM, space, b_at + 4, b_at + 7, -1, cbits, e, 1)
+                        out[e] = _faffavg(mem, base + a_at, p, fx, f32.value(sbits), f32.value(cbits), fy, lo, hi)
                         e += 1
                         continue
                     if op == VU_POOL_FAVG:

@@ -87,7 +87,8 @@ def footprint_sets(log: RunLog, c: int, cfg: Config) -> tuple[set, set]:
                       "vu.pool.avg": (1, 1, 4), "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4),
                       "vu.slide.favg": (1, 1, 4), "vu.lut": (1, 1, 0), "vu.fsub": (1, 1, 1),
                       "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
-                      "vu.softmax": (1, 1, 0), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, 0)}[mn]
+                      "vu.softmax": (1, 1, 0), "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, 0),
+                      "vu.pool.faffavg": (1, 1, 8)}[mn]
         win = mn.startswith(("vu.pool", "vu.slide")) or mn == "vu.lerp"     # vu.lerp: the plane it picks from
         for idx in np.ndindex(*[p[f"vu.n{k}"] for k in (3, 2, 1, 0)]):
             i = idx[::-1]

@@ -5,7 +5,9 @@ QuantizeLinear over random ranks, shapes and channel counts that divide nothing,
 constants or dequantised ones (int8 per channel for scale and var, int32 for B and mean, as quantize_static
 writes them).  Made by quantize_static (compiler.models.quantize): Conv -> Concat -> BatchNormalization ->
 Relu -> Conv, where no conv can absorb the BN, in QOperator and QDQ form, int8 and uint8.  Each is imported,
-compiled, run on the simulator (race-checked) and compared element for element with both levels.
+compiled, run on the simulator (race-checked) and compared element for element with both levels.  DenseNet's
+float tail (DequantizeLinear -> BatchNormalization -> Relu -> GlobalAveragePool -> Flatten -> QuantizeLinear)
+likewise, written with onnx.helper and made by quantize_static.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from onnx import TensorProto, helper
 import compiler
 from compiler import CompileError, models
 from compiler.models import Net
+from tests.helpers.bn_tail import cancelling_planes, large_pairs
 from tests.helpers.qdq import LEVELS, SCALES, F, feeds_for, initializer, ort_float
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
@@ -155,28 +158,116 @@ def test_refusals_name_the_node_and_the_reason():
         compiler.from_onnx(m)
 
 
-def test_a_batch_norm_whose_result_stays_float_runs_on_the_host_with_its_float_tail():
-    """DenseNet's last BN (QOperator): Relu then a float GlobalAveragePool, no QuantizeLinear after the BN.
-    onnxruntime runs DequantizeLinear -> BN -> Relu -> GlobalAveragePool -> Flatten -> QuantizeLinear in
-    float; that part runs on the host, the convs and the QGemm on the NPU, bit-exact at both levels; with
-    host fallback off it is refused where the BN's float result is read."""
+def tail_model(shape: tuple, relu: bool, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray,
+               epsilon: float) -> onnx.ModelProto:
+    """DenseNet's QOperator tail: x quantised, DequantizeLinear -> BatchNormalization -> (Relu) ->
+    GlobalAveragePool -> Flatten -> QuantizeLinear, dequantised to the float [N, C] output."""
+    n, c = shape[:2]
+    inits = [initializer(name, value, np.float32) for name, value in zip(("scale", "B", "mean", "var"),
+                                                                         (scale, bias, mean, var))]
+    for k, (sc, z) in SCALES.items():
+        inits += [initializer("s" + k, sc, np.float32), initializer("z" + k, z, np.int8)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+             helper.make_node("BatchNormalization", ["xf", "scale", "B", "mean", "var"], ["u"], epsilon=epsilon)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["u"], ["r"]))
+    nodes += [helper.make_node("GlobalAveragePool", ["r" if relu else "u"], ["g"]),
+              helper.make_node("Flatten", ["g"], ["f"], axis=1),
+              helper.make_node("QuantizeLinear", ["f", "sy", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
+    g = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", F, list(shape))],
+                          [helper.make_tensor_value_info("out", F, [n, c])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _tail_stats(rng, c: int) -> list[np.ndarray]:
+    """BatchNormalization parameters: scales of either sign, some variances tiny (new_scale up to ~300)."""
+    scale = rng.normal(0, 1.2, c)
+    var = np.where(rng.random(c) < 0.3, rng.uniform(1e-9, 1e-6, c), rng.uniform(0.05, 3, c))
+    return [scale, rng.normal(0, 0.5, c), rng.normal(0, 1, c), var]
+
+
+def _assert_tail_on_the_npu(model: onnx.ModelProto, feeds: dict) -> None:
+    """The whole tail is one batch_norm_global_avg on the NPU (the Flatten a reshape), bit-exact with
+    onnxruntime at both levels."""
+    y, g = ours(model, feeds)
+    kinds = [n.op.kind for n in g.nodes]
+    assert kinds == ["bnavg_pool2d", "reshape"], kinds
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(y, ort_float(model, feeds, level))
+
+
+TAIL_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 70).filter(lambda c: c % 32), st.integers(1, 9),
+                        st.integers(1, 11))
+
+
+@SETTINGS
+@given(shape=TAIL_SHAPES, relu=st.booleans(), epsilon=st.sampled_from([1e-5, 1e-3]), seed=st.integers(0, 2**32 - 1))
+def test_densenet_float_tail_runs_on_the_npu_bit_exact_at_both_levels(shape, relu, epsilon, seed):
+    """Random shapes and parameters (negative scales, tiny variances) on random inputs."""
+    rng = np.random.default_rng(seed)
+    model = tail_model(shape, relu, *_tail_stats(rng, shape[1]), epsilon)
+    _assert_tail_on_the_npu(model, feeds_for(model, seed))
+
+
+@pytest.mark.parametrize("shape, relu", [((1, 37, 7, 7), True), ((2, 19, 5, 3), False), ((1, 45, 4, 4), True)])
+def test_densenet_float_tail_sums_in_onnxruntimes_order(shape, relu):
+    """Planes of as many codes k as -k under scales of 1e6: every order of the float32 sum rounds differently
+    (tests.helpers.bn_tail), and the NPU still agrees with onnxruntime on every element."""
+    rng = np.random.default_rng(shape[1])
+    new_scale, bias = large_pairs(rng, shape[1])
+    sx, zx = SCALES["x"]
+    model = tail_model(shape, relu, new_scale, bias, np.zeros(shape[1]), np.full(shape[1], 1 - 1e-5), 1e-5)
+    codes = cancelling_planes(rng, *shape, code=60)
+    _assert_tail_on_the_npu(model, {"x": ((codes.astype(np.float32) - zx) * np.float32(sx)).astype(np.float32)})
+
+
+def test_quantize_static_densenet_tail_runs_on_the_npu_bit_exact_at_both_levels():
+    """DenseNet's last BN (QOperator, int8 and uint8): Relu then a float GlobalAveragePool, no QuantizeLinear
+    after the BN.  onnxruntime runs DequantizeLinear -> BN -> Relu -> GlobalAveragePool -> Flatten ->
+    QuantizeLinear in float; the NPU runs it as one vu.pool.faffavg pool, no host part left, bit-exact at both
+    levels, and it builds with host fallback off."""
+    for activations in ("int8", "uint8"):
+        n = Net("tail", (1, 6, 5, 5), 3)
+        y = n.batch_norm(n.concat([n.conv(n.input, 8, 3, 1), n.conv(n.input, 5, 1, 1)]), act="relu")
+        n.output(n.gemm(n.flatten(n.global_avg_pool(y)), 4))
+        model = models.quantize(n.model(), "qoperator", seed=1, samples=2, activations=activations)
+        assert "BatchNormalization" in [n.op_type for n in model.graph.node]
+        g = compiler.from_onnx(model)
+        assert isinstance(g, compiler.Graph)            # no host part
+        assert "bnavg_pool2d" in [n.op.kind for n in g.nodes]
+        lib = compiler.build(g, host_fallback=False)
+        assert "vu.pool.faffavg" in lib.asm
+        mod = compiler.GraphModule(lib)
+        for seed in range(3):
+            x = {"input": np.random.default_rng(seed).standard_normal((1, 6, 5, 5)).astype(np.float32)}
+            mod.set_input("input", x["input"])
+            mod.run(check_races=True)
+            for level in LEVELS.values():
+                np.testing.assert_array_equal(mod.get_output(0), ort_float(model, x, level))
+
+
+def test_a_batch_norm_clipped_before_its_float_pool_runs_on_the_host():
+    """A Clip between the BN and the GlobalAveragePool is not a Relu: vu.pool.faffavg has no float clamp, so the
+    island stays on the host (still bit-exact), and with host fallback off the pool is refused, saying why."""
     n = Net("tail", (1, 6, 5, 5), 3)
-    y = n.batch_norm(n.concat([n.conv(n.input, 8, 3, 1), n.conv(n.input, 5, 1, 1)]), act="relu")
+    y = n.batch_norm(n.concat([n.conv(n.input, 8, 3, 1), n.conv(n.input, 5, 1, 1)]), act="relu6")
     n.output(n.gemm(n.flatten(n.global_avg_pool(y)), 4))
     model = models.quantize(n.model(), "qoperator", seed=1, samples=2)
     hosted = compiler.from_onnx(model)
     (part,) = hosted.host_parts
-    assert [op for _, op, _ in part.nodes] == ["DequantizeLinear", "BatchNormalization", "Relu", "GlobalAveragePool",
-                                              "Flatten", "QuantizeLinear"]
+    assert [op for _, op, _ in part.nodes][:3] == ["DequantizeLinear", "BatchNormalization", "Clip"]
     assert "BatchNormalization whose result stays float" in part.nodes[1][2]
-    lib = compiler.build(hosted)
-    assert lib.host_macs == 0 and lib.npu_macs > 0
-    mod = compiler.GraphModule(lib)
-    for seed in range(3):
-        x = {"input": np.random.default_rng(seed).standard_normal((1, 6, 5, 5)).astype(np.float32)}
-        mod.set_input("input", x["input"])
-        mod.run(check_races=True)
-        for level in LEVELS.values():
-            np.testing.assert_array_equal(mod.get_output(0), ort_float(model, x, level))
-    with pytest.raises(CompileError, match=r"GlobalAveragePool.*BatchNormalization.*not followed by QuantizeLinear"):
+    mod = compiler.GraphModule(compiler.build(hosted))
+    x = {"input": np.random.default_rng(0).standard_normal((1, 6, 5, 5)).astype(np.float32)}
+    mod.set_input("input", x["input"])
+    mod.run(check_races=True)
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(mod.get_output(0), ort_float(model, x, level))
+    with pytest.raises(CompileError, match=r"GlobalAveragePool.*pools a BatchNormalization clipped to \[0.0, 6.0\]: "
+                                           r"only a Relu may lie between them"):
         compiler.build(hosted, host_fallback=False)

@@ -65,12 +65,29 @@ def test_the_registry_decides_per_node_and_form():
 
 
 def test_a_batch_norm_runs_on_the_host_when_its_result_stays_float():
-    """On the NPU a BatchNormalization ends at a QuantizeLinear (through a Relu or Clip): else the host."""
+    """On the NPU a BatchNormalization ends at a QuantizeLinear (through a Relu or Clip), or at a float
+    GlobalAveragePool through a Relu at most whose result ends at one (through Flatten, Reshape, Relu, Clip):
+    DenseNet's tail.  Anything else keeps it float: the host."""
     bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["u"])
     consts = {"s", "b", "m", "v"}.__contains__
-    readers = {"u": [helper.make_node("Relu", ["u"], ["r"])], "r": [helper.make_node("QuantizeLinear", ["r"], ["q"])]}
-    assert host_reason(bn, consts, lambda t: readers.get(t, [])) == ""
-    readers["r"].append(helper.make_node("GlobalAveragePool", ["r"], ["g"]))
+
+    def reason(chain: list[str]) -> str:
+        """host_reason of bn whose result runs through the ops of chain, one after the other."""
+        readers = {}
+        for k, op in enumerate(chain):
+            readers[f"t{k}" if k else "u"] = [helper.make_node(op, [f"t{k}" if k else "u"], [f"t{k + 1}"])]
+        return host_reason(bn, consts, lambda t: readers.get(t, []))
+
+    for chain in (["QuantizeLinear"], ["Relu", "QuantizeLinear"], ["Clip", "Relu", "QuantizeLinear"],
+                  ["GlobalAveragePool", "QuantizeLinear"], ["Relu", "GlobalAveragePool", "Flatten", "QuantizeLinear"],
+                  ["Relu", "GlobalAveragePool", "Reshape", "Relu", "QuantizeLinear"]):
+        assert reason(chain) == "", chain
+    for chain in (["GlobalAveragePool", "Softmax"], ["Clip", "GlobalAveragePool", "QuantizeLinear"],
+                  ["Relu", "GlobalAveragePool", "Sigmoid", "QuantizeLinear"], ["Flatten", "QuantizeLinear"],
+                  ["Relu", "Add"], ["Relu", "GlobalAveragePool", "GlobalAveragePool", "QuantizeLinear"]):
+        assert "result stays float" in reason(chain), chain
+    readers = {"u": [helper.make_node("Relu", ["u"], ["r"])], "r": [helper.make_node("QuantizeLinear", ["r"], ["q"]),
+                                                                     helper.make_node("Sigmoid", ["r"], ["g"])]}
     assert "result stays float" in host_reason(bn, consts, lambda t: readers.get(t, []))
 
 

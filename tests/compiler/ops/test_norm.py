@@ -3,7 +3,9 @@
 The numpy model (compiler.reference.channel_affine_f32 after batch_norm_params) is held to an exact-rational
 float32 model written here with tests/isa_reference.py's rounding; compiled kernels on random shapes whose
 channels divide nothing (ranks 2 to 4, NCHW, NHWC and blocked DDR layouts, one VU or two) equal the model on
-every element, race-checked, at the cost model's predicted cycle; removing any wait is caught.
+every element, race-checked, at the cost model's predicted cycle; removing any wait is caught.  Likewise
+ops.batch_norm_global_avg (the BatchNormalization, a Relu and the float GlobalAveragePool as one
+vu.pool.faffavg pool), whose exact model writes MLAS's summation order out.
 onnxruntime itself is the judge of the model in tests/compiler/onnx/test_norm.py.
 """
 from __future__ import annotations
@@ -18,9 +20,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, Dim, ops
-from compiler.reference import batch_norm_params, channel_affine_f32
+from compiler.reference import batch_norm_global_avg_f32, batch_norm_params, channel_affine_f32, global_sum_f32
 from nnpsim.config import Config
 from tests import isa_reference as ref
+from tests.helpers.bn_tail import cancelling_planes, large_pairs
 from tests.helpers.mutation import kill_all
 from tests.helpers.semantics_doc import DOC
 
@@ -144,3 +147,109 @@ def test_bad_arguments_are_refused_naming_them():
         ops.batch_norm((1, 3, 4, 4), **p, scale_x=0.1, scale_out=-1.0)
     with pytest.raises(CompileError, match="scale must be numbers, got dtype <U1"):
         ops.batch_norm((1, 3, 4, 4), **dict(p, scale=["a", "b", "c"]), **q)
+
+
+# ------------------------------------------------------------ batch_norm_global_avg (vu.pool.faffavg)
+
+def _exact_pooled(x: np.ndarray, za: int, sx, ns, nb, relu: bool, sy, zp: int) -> np.ndarray:
+    """batch_norm_global_avg in exact rationals, each float32 operation rounded once (ref.round_f32), the sum in
+    MLAS's global order written out: four lanes from 0, folded (l0 + l2) + (l1 + l3), then the tail."""
+    n_img, c, h, w = x.shape
+    out = np.zeros((n_img, c), np.int64)
+    for i in range(n_img):
+        for k in range(c):
+            vals = []
+            for v in x[i, k].ravel():
+                fa = ref.round_f32((int(v) - za) * Fraction(float(sx)))
+                u = ref.round_f32(ref.round_f32(fa * Fraction(float(ns[k]))) + Fraction(float(nb[k])))
+                vals.append(max(u, Fraction(0)) if relu else u)
+            body = len(vals) // 4 * 4
+            lanes = [Fraction(0)] * 4
+            for j, v in enumerate(vals[:body]):
+                lanes[j % 4] = ref.round_f32(lanes[j % 4] + v)
+            total = ref.round_f32(ref.round_f32(lanes[0] + lanes[2]) + ref.round_f32(lanes[1] + lanes[3]))
+            for v in vals[body:]:
+                total = ref.round_f32(total + v)
+            t = ref.round_f32(ref.round_f32(total / (h * w)) / Fraction(float(sy)))
+            out[i, k] = round(min(max(t, -128 - zp), 127 - zp)) + zp
+    return out.reshape(n_img, c, 1, 1).astype(np.int8)
+
+
+def _pooled_op(rng, shape: tuple, relu: bool, **kw) -> ops.BatchNormPool:
+    za, zp = (int(v) for v in rng.integers(-128, 128, 2))
+    return ops.batch_norm_global_avg(shape, **_params(rng, shape[1]), epsilon=1e-5, za=za,
+                                     scale_x=F32(rng.uniform(0.01, 0.1)), scale_out=F32(rng.uniform(0.01, 0.1)),
+                                     zp_out=zp, relu=relu, **kw)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), relu=st.booleans(), hw=st.tuples(st.integers(1, 9), st.integers(1, 9)))
+def test_the_pooled_numpy_model_is_the_exact_float32_one(seed, relu, hw):
+    rng = np.random.default_rng(seed)
+    shape = (2, 5) + hw
+    op = _pooled_op(rng, shape, relu)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    want = _exact_pooled(x, op.x_zp, op.scale_x, op.new_scale, op.new_bias, relu, op.scale_out, op.zp_out)
+    np.testing.assert_array_equal(op.reference(x), want)
+
+
+def test_the_pooled_model_sums_in_mlas_order_not_another():
+    """On cancelling planes (tests.helpers.bn_tail) the exact model agrees with the numpy one, and a left-to-right
+    float32 sum would not: the test above can tell the order."""
+    rng = np.random.default_rng(5)
+    ns, nb = large_pairs(rng, 12)
+    x = cancelling_planes(rng, 1, 12, 7, 7, code=60)
+    got = batch_norm_global_avg_f32(x, 0, F32(0.05), ns, nb, False, F32(0.01), 0)
+    np.testing.assert_array_equal(got, _exact_pooled(x, 0, F32(0.05), ns, nb, False, F32(0.01), 0))
+    u = (x.reshape(12, 49).astype(F32) * F32(0.05)) * ns[:, None] + nb[:, None]
+    plain = np.add.accumulate(u, axis=1, dtype=F32)[:, -1]
+    assert (plain != global_sum_f32(u)).sum() >= 6
+
+
+def test_docs_semantics_pooled_batch_norm_is_the_ops_reference():
+    rng = np.random.default_rng(13)
+    for shape, relu in (((2, 9, 7, 7), True), ((1, 5, 3, 2), False), ((1, 33, 1, 5), True)):
+        p = _params(rng, shape[1])
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        q = dict(epsilon=1e-4, za=7, scale_x=F32(0.04), scale_out=F32(0.03), zp_out=-20, relu=relu)
+        np.testing.assert_array_equal(DOC["batch_norm_global_avg_f32"](x, **p, **q),
+                                      ops.batch_norm_global_avg(shape, **p, **q).reference(x))
+
+
+POOL_SHAPES = st.tuples(st.integers(1, 2), st.integers(1, 80).filter(lambda c: c % 32), st.integers(1, 9),
+                        st.integers(1, 11))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=POOL_SHAPES, seed=st.integers(0, 2**32 - 1), relu=st.booleans(), vus=st.sampled_from([1, 2]))
+def test_compiled_pooled_batch_norm_equals_the_model_at_the_predicted_cycle(shape, seed, relu, vus):
+    rng = np.random.default_rng(seed)
+    op = _pooled_op(rng, shape, relu)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = compiler.build(op, config=Config(vu_count=vus))
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    assert kern.predicted_cycles == kern.stats.cycles
+    assert "vu.pool.faffavg" in kern.asm
+
+
+def test_removing_any_wait_of_a_pooled_batch_norm_kernel_is_caught():
+    rng = np.random.default_rng(6)
+    shape = (1, 300, 7, 7)
+    op = _pooled_op(rng, shape, True)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = compiler.build(op)
+    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
+    kill_all(kern, [x], "bnavg_pool2d")
+
+
+def test_pooled_bad_arguments_are_refused_naming_them():
+    p = _params(np.random.default_rng(1), 3)
+    q = dict(scale_x=0.1, scale_out=0.1)
+    with pytest.raises(CompileError, match=r"batch_norm_global_avg: channel 1 folds to new_scale inf"):
+        ops.batch_norm_global_avg((1, 3, 4, 4), **dict(p, var=[1.0, -1e-5, 2.0]), **q)
+    with pytest.raises(CompileError, match=r"shape must have 4 dimensions"):
+        ops.batch_norm_global_avg((1, 3, 4), **p, **q)
+    with pytest.raises(CompileError, match=r"relu must be a bool"):
+        ops.batch_norm_global_avg((1, 3, 4, 4), **p, **q, relu=1)
+    with pytest.raises(CompileError, match=r"holds a Dim"):
+        ops.batch_norm_global_avg((Dim("n", 1, 4), 3, 4, 4), **p, **q)

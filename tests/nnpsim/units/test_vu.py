@@ -45,7 +45,8 @@ def _layout(mnemonic: str, sdt: int, ddt: int) -> tuple[int, int, int]:
              "vu.slide.acc": (4, 1, 0), "vu.slide.avg": (1, 1, 4), "vu.slide.favg": (1, 1, 4),
              "vu.lut": (1, 1, ref.LUT_ENTRIES), "vu.softmax": (1, 1, 4 * ref.SOFTMAX_ENTRIES),
              "vu.fsub": (1, 1, 1), "vu.fdiv": (1, 1, 1), "vu.fmax": (1, 1, 1), "vu.fmin": (1, 1, 1),
-             "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, ref.LERP_ENTRY)}
+             "vu.pool.fmean": (1, 1, 0), "vu.faffine": (1, 1, 8), "vu.lerp": (1, 1, ref.LERP_ENTRY),
+             "vu.pool.faffavg": (1, 1, 8)}
     return table[mnemonic]
 
 
@@ -95,6 +96,8 @@ def _float_params(draw, mnemonic: str, sdt: int) -> dict:
         return {"vu.fscale": _float_param(draw, -16, -6), "vu.fscale_b": 0, "vu.fbias": 0}
     if mnemonic == "vu.softmax":      # floor(1 / y_scale): quotients <= 1 times up to 512
         return {"vu.fscale": _float_param(draw, 0, 9), "vu.fscale_b": 0, "vu.fbias": 0}
+    if mnemonic == "vu.pool.faffavg":     # the input and output scales; the (s, c) pairs are in b (_fill_b)
+        return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": _float_param(draw, -7, -1), "vu.fbias": 0}
     if mnemonic == "vu.faffine":      # the input and output scales; the (s, c) pairs are in b (_fill_b)
         return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": 0, "vu.fbias": _float_param(draw, -7, -1)}
     if mnemonic in ref.FBIN_OPS:      # three tensor scales; a quotient's output scale near 1
@@ -190,7 +193,7 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         _fill_lerp_table(mem, rng, rb, named, bad_entry)
         return
     if mnemonic not in ("vu.requant.pc", "vu.divr", "vu.requant.fpc", "vu.pool.favg", "vu.pool.avg",
-                        "vu.faffine"):
+                        "vu.faffine", "vu.pool.faffavg"):
         return
     counts = [named[f"vu.n{k}"] for k in range(4)]
     addrs = [rb + sum(i[3 - k] * named[f"vu.b_stride{k}"] for k in range(4))
@@ -200,7 +203,7 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         if mnemonic == "vu.requant.fpc":
             s = float(2.0 ** rng.uniform(-30, 2)) if rng.random() < 0.7 else float(2.0 ** rng.integers(-8, 3))
             mem[a:a + 4] = np.array([s], "<f4").view(np.uint8)
-        elif mnemonic == "vu.faffine":      # a BatchNormalization's scale and offset, sometimes 0 or huge
+        elif mnemonic in ("vu.faffine", "vu.pool.faffavg"):    # a BatchNormalization's pair, sometimes 0 or huge
             pair = [rng.choice([rng.normal(0, 2), 0.0, -0.0, 3e38]), rng.choice([rng.normal(0, 2), 0.0, -3e38])]
             mem[a:a + 8] = np.array(pair, "<f4").view(np.uint8)
         elif mnemonic in ("vu.divr", "vu.pool.favg", "vu.pool.avg"):
@@ -217,7 +220,7 @@ def _fill_b(mem: np.ndarray, rng: np.random.Generator, mnemonic: str, rb: int, n
         if mnemonic == "vu.requant.fpc":
             mem[a:a + 4] = np.array([rng.choice(BAD_FLOATS)], "<f4").view(np.uint8)
             return
-        if mnemonic == "vu.faffine":        # only a non-finite s or c is illegal
+        if mnemonic in ("vu.faffine", "vu.pool.faffavg"):     # only a non-finite s or c is illegal
             off = int(rng.choice([0, 4]))
             mem[a + off:a + off + 4] = np.array([rng.choice(BAD_FLOATS[3:])], "<f4").view(np.uint8)
             return
@@ -298,7 +301,7 @@ ELEM_BYTES = {"vu.requant": None, "vu.requant.pc": 4, "vu.add": 1, "vu.mul": 1, 
               "vu.requant.fpc": 4, "vu.fadd": 1, "vu.fmul": 1, "vu.pool.favg": 4, "vu.pool.acc": 4,
               "vu.pool.avg": 4, "vu.slide.acc": 4, "vu.slide.avg": 4, "vu.slide.favg": 4, "vu.lut": 1,
               "vu.fsub": 1, "vu.fdiv": 1, "vu.fmax": 1, "vu.fmin": 1, "vu.softmax": 4, "vu.pool.fmean": 1,
-              "vu.faffine": 1, "vu.lerp": 1}
+              "vu.faffine": 1, "vu.lerp": 1, "vu.pool.faffavg": 4}
 
 
 @pytest.mark.parametrize("mnemonic", sorted(ELEM_BYTES))
@@ -830,7 +833,39 @@ def test_vu_pool_fmean_matches_semantics(h, w, phase):
         np.testing.assert_array_equal(out[out_at:out_at + cc].view(np.int8), want)
 
 
+@pytest.mark.parametrize("h, w, relu", [(7, 7, 1), (7, 7, 0), (1, 1, 1), (2, 3, 0), (5, 13, 1), (3, 1, 1)])
+def test_vu_pool_faffavg_matches_semantics(h, w, relu):
+    """vu.pool.faffavg over planes of several channels, each with its (s, c) pair, equals
+    reference.batch_norm_global_avg_f32 (onnxruntime's BatchNormalization, Relu, GlobalAveragePool,
+    QuantizeLinear) on every output: random planes, and cancelling ones whose result depends on the sum's order."""
+    from compiler.reference import batch_norm_global_avg_f32, global_sum_f32
+    from tests.helpers.bn_tail import cancelling_planes, large_pairs
+    rng = np.random.default_rng(h * w + relu)
+    cc = 11
+    cases = [(rng.integers(-128, 128, (1, cc, h, w)).astype(np.int8), rng.normal(0, 2, cc).astype(F32),
+              rng.normal(0, 2, cc).astype(F32), 0.05, 0.04, 3, -7),
+             (cancelling_planes(rng, 1, cc, h, w), *large_pairs(rng, cc), 0.05, 0.01, 0, 0)]
+    for x, ns, nb, sx, sy, zx, zp in cases:
+        mem = np.zeros(x.size + 8 * cc + 64, np.uint8)
+        mem[:x.size] = x.ravel().view(np.uint8)
+        table = -(-x.size // 8) * 8
+        mem[table:table + 8 * cc] = np.stack([ns, nb], 1).astype("<f4").view(np.uint8).ravel()
+        out_at = table + 8 * cc
+        named = {"vu.n0": cc, "vu.a_stride0": h * w, "vu.d_stride0": 1, "vu.b_stride0": 8, "vu.win_h": h,
+                 "vu.win_w": w, "vu.win_stride_h": w, "vu.win_stride_w": 1, "vu.za": zx, "vu.zp_out": zp,
+                 "vu.fscale": bits(sx), "vu.fscale_b": bits(sy), "vu.mode": relu}
+        out = _run_vu("vu.pool.faffavg", named, mem, out_at, 0, table)
+        want = batch_norm_global_avg_f32(x, zx, sx, ns, nb, bool(relu), sy, zp)
+        np.testing.assert_array_equal(out[out_at:out_at + cc].view(np.int8), want.ravel())
+    if h * w >= 25:     # a large cancelling plane tells MLAS's order from a plain left-to-right sum
+        u = (x.reshape(cc, h * w).astype(F32) * F32(sx)) * ns[:, None] + nb[:, None]
+        plain = np.add.accumulate(u, axis=1, dtype=F32)[:, -1]
+        assert (plain != global_sum_f32(u)).sum() > cc // 2
+
+
 @pytest.mark.parametrize("mnemonic, named, fields", [
+    ("vu.pool.faffavg", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.mode": 2}, {4: 95, 5: 2, 6: 1}),
+    ("vu.pool.faffavg", {"vu.fscale": bits(1.0), "vu.fscale_b": 0}, {4: 93}),
     ("vu.requant.f", {"vu.fscale": 0}, {4: 92, 5: 0}),
     ("vu.pool.fmean", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.mode": 4}, {4: 95, 5: 4, 6: 3}),
     ("vu.requant.f", {"vu.fscale": bits(-0.5)}, {4: 92}),
