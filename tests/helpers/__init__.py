@@ -11,6 +11,7 @@
   hosted    models with nodes the NPU does not run (LayerNorm, attention, a detector tail), for host fallback
   activations  ONNX models of x * act(x) after a conv (SiLU, HardSwish) and of a squeeze-excite block,
             run against onnxruntime at both levels
+  mlas      onnxruntime's float32 Conv (MLAS's SGEMM order of additions) of a QDQ group it does not fuse
 
 tests/reference.py, tests/isa_reference.py, tests/onnx_helpers.py and tests/fuzz/strategies.py
 are helper modules too; fixtures live in tests/conftest.py.

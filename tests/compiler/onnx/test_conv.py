@@ -1,7 +1,9 @@
 """Gemm and QGemm (compiler/onnx/conv.py) as GoogLeNet's classifier has them: Flatten, transB = 1, per-channel
 weights and a bias the quantiser clipped near 2**31 at a tiny accumulator scale, so that the int32 accumulators
 can wrap.  onnxruntime's wrap (its QGemm, and the QGemm it fuses a QDQ Gemm into at ORT_ENABLE_ALL), and so do
-the compiled network's; ORT_DISABLE_ALL runs the QDQ Gemm in float, where nothing wraps."""
+the compiled network's; ORT_DISABLE_ALL runs the QDQ Gemm in float, where nothing wraps.  A QDQ Conv onnxruntime
+runs in float32 at both levels: MLAS's order of additions (tests/helpers/mlas.py), and the importer's integer conv
+a step off it only near rounding boundaries."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +14,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import TensorProto, helper
 
 import compiler
+from compiler.onnx.ort_graph import optimised
+from compiler.reference import quantize_f32
 
+from tests.helpers import mlas
 from tests.helpers.qdq import LEVELS, ZP_TYPES, feeds_for, initializer, ort_float
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
@@ -216,3 +221,103 @@ def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w
     else:
         assert np.abs(y - plain).max() <= 0.09 * 1.01
     assert len(np.unique(y)) > 10
+
+
+def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group: int, relu: bool,
+                     seed: int) -> tuple[onnx.ModelProto, dict]:
+    """x -> Q -> DQ -> Conv(DQ(w) per channel, DQ(bias)) [-> Relu] -> Q -> DQ, the input's Q also dequantised to a
+    second output: onnxruntime's QDQS8ToU8 pass leaves that int8 pair, so it runs the conv in float at both
+    levels.  The model and its parameters (as tests.helpers.mlas.qdq_conv takes them)."""
+    rng = np.random.default_rng(seed)
+    ws = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    p = {"xs": np.float32(0.05), "xz": 3, "w": rng.integers(-127, 128, (o, c // group, k, k)).astype(np.int8),
+         "ws": ws, "bias": rng.integers(-3000, 3000, o).astype(np.int32), "bias_scale": np.float32(0.05) * ws,
+         "ys": np.float32(0.004 * np.sqrt(c // group * k * k)), "yz": -4, "stride": (stride, stride),
+         "pads": (k // 2,) * 4, "group": group}
+    inits = [initializer("sx", p["xs"], np.float32), initializer("zx", p["xz"], np.int8),
+             initializer("w", p["w"], np.int8), initializer("sw", ws, np.float32),
+             initializer("zw", np.zeros(o), np.int8), initializer("bias", p["bias"], np.int32),
+             initializer("sb", p["bias_scale"], np.float32), initializer("zb", np.zeros(o), np.int32),
+             initializer("sy", p["ys"], np.float32), initializer("zy", p["yz"], np.int8)]
+    act = [helper.make_node("Relu", ["yc"], ["yf"])] if relu else []
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["x_again"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["bias", "sb", "zb"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["yc" if relu else "yf"], name="conv", group=group,
+                              kernel_shape=[k, k], strides=[stride, stride], pads=list(p["pads"])), *act,
+             helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
+    oh, ow = (h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1
+    g = helper.make_graph(nodes, "float_conv", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
+                          [helper.make_tensor_value_info("out", F, [1, o, oh, ow]),
+                           helper.make_tensor_value_info("x_again", F, [1, c, h, w])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m, p
+
+
+@pytest.mark.parametrize("c, h, w, o, k, stride, group, relu", [
+    (13, 11, 10, 9, 3, 1, 1, False),      # K = 117 < 128: one fused multiply-add chain
+    (300, 10, 20, 7, 1, 1, 1, False),     # K = 300, N = 200: slices of 128
+    (40, 5, 10, 6, 3, 1, 1, True),        # K = 360, N = 50 < K: slices of 256
+    (12, 17, 15, 12, 5, 1, 12, False),    # depthwise (M = 1): products summed in groups of 4
+    (24, 13, 13, 15, 3, 2, 3, True),      # three groups of five filters
+])
+def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu):
+    """onnxruntime runs this conv in float32 at both levels: tests.helpers.mlas models it on every element, and the
+    importer's integer conv (bit-exact with QLinearConv, docs/runtime.md) differs from it by one step at most,
+    and only where the exact value lies within the float32 sums' error of a rounding boundary."""
+    model, p = float_conv_model(c, h, w, o, k, stride, group, relu, seed=c + h + k)
+    ops = {n.op_type for n in optimised(onnx, model).graph.node}
+    assert "QLinearConv" not in ops and ops & {"Conv", "FusedConv"}       # FusedConv: MLAS's conv, then its Relu
+    feeds = feeds_for(model, c * h)
+    x = quantize_f32(feeds["x"], p["xs"], p["xz"])
+    theirs = {name: np.rint(ort_float(model, feeds, level) / p["ys"]).astype(np.int64) + p["yz"]
+              for name, level in LEVELS.items()}
+    lo = 0.0 if relu else -np.inf
+    model_codes = mlas.qdq_conv(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"], p["ys"], p["yz"],
+                                stride=p["stride"], pads=p["pads"], group=group, lo=lo)
+    for codes in theirs.values():
+        np.testing.assert_array_equal(model_codes, codes)
+    xf, wf, bf = mlas.dequantised(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"])
+    y = mlas.conv_f32(xf, wf, bf, stride=p["stride"], pads=p["pads"], group=group)
+    np.testing.assert_array_equal(y.view(np.int32), _ort_conv(xf, wf, bf, p).view(np.int32))   # every bit
+    ours = compiler.from_onnx(model).reference(x)[0].astype(np.int64)
+    t, margin = _exact_codes(x, p, lo, ours.shape)
+    assert np.abs(ours - theirs["default"]).max() <= 1
+    far = np.abs(t - np.floor(t) - 0.5) > margin
+    np.testing.assert_array_equal(ours[far], theirs["default"][far])
+    assert far.mean() > 0.8 and len(np.unique(ours)) > 40     # the worst-case bound (K roundings) leaves most to check
+
+
+def _ort_conv(xf: np.ndarray, wf: np.ndarray, bf: np.ndarray, p: dict) -> np.ndarray:
+    """onnxruntime's float Conv of the dequantised operands at ORT_DISABLE_ALL (the QDQ model's own float conv)."""
+    k = wf.shape[2]
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=p["group"], kernel_shape=[k, k],
+                            strides=list(p["stride"]), pads=list(p["pads"]))
+    g = helper.make_graph([conv], "conv", [helper.make_tensor_value_info("x", F, list(xf.shape))],
+                          [helper.make_tensor_value_info("y", F, None)],
+                          [initializer("w", wf, np.float32), initializer("b", bf, np.float32)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return ort_float(m, {"x": xf}, LEVELS["disable"])
+
+
+def _exact_codes(x: np.ndarray, p: dict, lo: float, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(the float conv's value over the output scale, from exact sums of the float32 dequantised products; the
+    distance within which float32 arithmetic, onnxruntime's K + 1 roundings or the importer's few, may move it)."""
+    o, cpg, kh, kw = p["w"].shape
+    xf, wf, bf = mlas.dequantised(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"])
+    wf, bf = wf.astype(np.float64).reshape(o, -1), bf.astype(np.float64)
+    opg, parts, sizes = o // p["group"], [], []
+    for gi in range(p["group"]):
+        cols = mlas.im2col(xf[0, gi * cpg:(gi + 1) * cpg], (kh, kw), p["stride"], p["pads"]).astype(np.float64)
+        parts.append(wf[gi * opg:(gi + 1) * opg] @ cols)
+        sizes.append(np.abs(wf[gi * opg:(gi + 1) * opg]) @ np.abs(cols))
+    exact = np.concatenate(parts) + bf[:, None]
+    size = np.concatenate(sizes) + np.abs(bf)[:, None]
+    t = np.maximum(exact, lo) / np.float64(p["ys"])
+    margin = (cpg * kh * kw + 8) * 2.0**-24 * size / np.float64(p["ys"])
+    return t.reshape(shape), margin.reshape(shape)
