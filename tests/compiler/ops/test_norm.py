@@ -122,14 +122,18 @@ def test_a_relu_after_it_is_its_clamp_and_layouts_change_on_the_way():
     assert kern.predicted_cycles == kern.stats.cycles
 
 
-def test_removing_any_wait_of_a_batch_norm_kernel_is_caught():
-    rng = np.random.default_rng(3)
-    shape = (1, 37, 9, 13)
-    op = ops.batch_norm(shape, **_params(rng, 37), za=5, scale_x=0.03, scale_out=0.05, zp_out=-128, lo=-128)
+@pytest.mark.parametrize("seed, shape, make, name", [
+    (3, (1, 37, 9, 13), lambda rng, shape: ops.batch_norm(shape, **_params(rng, 37), za=5, scale_x=0.03,
+                                                          scale_out=0.05, zp_out=-128, lo=-128), "batch_norm"),
+    (6, (1, 300, 7, 7), lambda rng, shape: _pooled_op(rng, shape, True), "bnavg_pool2d")])
+def test_removing_any_wait_of_a_batch_norm_kernel_is_caught(seed, shape, make, name):
+    """The plain and the pooled BatchNormalization kernels: each wait the sync pass placed is needed."""
+    rng = np.random.default_rng(seed)
+    op = make(rng, shape)
     x = rng.integers(-128, 128, shape).astype(np.int8)
     kern = compiler.build(op)
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    kill_all(kern, [x], "batch_norm")
+    kill_all(kern, [x], name)
 
 
 def test_bad_arguments_are_refused_naming_them():
@@ -230,16 +234,6 @@ def test_compiled_pooled_batch_norm_equals_the_model_at_the_predicted_cycle(shap
     np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
     assert kern.predicted_cycles == kern.stats.cycles
     assert "vu.pool.faffavg" in kern.asm
-
-
-def test_removing_any_wait_of_a_pooled_batch_norm_kernel_is_caught():
-    rng = np.random.default_rng(6)
-    shape = (1, 300, 7, 7)
-    op = _pooled_op(rng, shape, True)
-    x = rng.integers(-128, 128, shape).astype(np.int8)
-    kern = compiler.build(op)
-    np.testing.assert_array_equal(kern(x, check_races=True), op.reference(x))
-    kill_all(kern, [x], "bnavg_pool2d")
 
 
 def test_pooled_bad_arguments_are_refused_naming_them():
