@@ -203,19 +203,25 @@ def host_reason(node: NodeProto, constant: Callable[[str], bool],
         return f"op type {node.op_type!r}{domain} has no NPU lowering"
     if op.weight is not None and op.weight < len(node.input) and not constant(node.input[op.weight]):
         return f"{node.op_type} of two activations (input {op.weight} is not a constant) has no NPU lowering"
-    if op.quantised and _stays_float(node.output[0], readers):
-        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu or "
-                "Clip at most) has no NPU lowering")
+    if op.quantised and stays_float(node.output[0], readers):
+        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu, "
+                "a Clip or a view at most) has no NPU lowering")
     return ""
 
 
-def _stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
-    """Does tensor t reach a node other than a QuantizeLinear, through Relu and Clip (the clamp the NPU op
-    absorbs before its QuantizeLinear)?  DenseNet's last BatchNormalization feeds a float GlobalAveragePool."""
+VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+"""The pure views: they move no element, so a float result seen through them is rounded once by the
+QuantizeLinear after them, on the NPU as in onnxruntime (shape.py)."""
+
+
+def stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
+    """Does the float tensor t reach a node other than a QuantizeLinear, through Relu and Clip (the clamp the
+    NPU op absorbs before its QuantizeLinear) and views (VIEWS)?  DenseNet's last BatchNormalization feeds a
+    float GlobalAveragePool; SSD's box decoding Unsqueezes a float Sub before its QuantizeLinear."""
     todo = [t]
     while todo:
         for r in readers(todo.pop()):
-            if r.op_type in ("Relu", "Clip"):
+            if r.op_type in ("Relu", "Clip") + VIEWS and r.domain in ("", "ai.onnx"):
                 todo.append(r.output[0])
             elif r.op_type != "QuantizeLinear":
                 return True
