@@ -62,8 +62,10 @@ def test_the_registry_decides_per_node_and_form():
     consts = {"w", "shape"}.__contains__
     assert host_reason(helper.make_node("MatMul", ["a", "w"], ["y"]), consts) == ""
     assert "of two activations" in host_reason(helper.make_node("MatMul", ["a", "b"], ["y"]), consts)
-    assert host_reason(helper.make_node("Gather", ["shape", "w"], ["y"]), consts) == ""       # folded at import
-    assert "folded at import" in host_reason(helper.make_node("Gather", ["a", "w"], ["y"]), consts)
+    assert host_reason(helper.make_node("Expand", ["shape", "w"], ["y"]), consts) == ""       # folded at import
+    assert "folded at import" in host_reason(helper.make_node("Expand", ["a", "w"], ["y"]), consts)
+    assert host_reason(helper.make_node("Gather", ["a", "w"], ["y"]), consts) == ""           # a slice
+    assert "not a constant" in host_reason(helper.make_node("Gather", ["a", "b"], ["y"]), consts)
     assert "has no NPU lowering" in host_reason(helper.make_node("TopK", ["a", "w"], ["y", "i"]), consts)
     assert host_reason(helper.make_node("Conv", ["a", "w"], ["y"]), consts) == ""
 
