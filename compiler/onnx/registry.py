@@ -127,8 +127,9 @@ OPS: dict[str, Op] = {
                     "constant)", 1),
     "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),
     "Gather": Op(movement.gather, "slice (DMA through VBUF): a scalar index then a reshape dropping the axis, or "
-                 "evenly spaced indices", 2, forms=("QDQ", "int8"), constraints="constant indices one slice picks (a scalar, or a 1-D list "
-                 "of evenly spaced ones); indices of a tensor run on the host", weight=1),
+                 "evenly spaced indices", 2, forms=("QDQ", "int8"), weight=1,
+                 constraints="constant indices one slice picks (a scalar, or a 1-D list of evenly spaced ones); "
+                 "indices of a tensor run on the host"),
     "Split": Op(movement.split, "one slice per output (equal or explicit sizes, opset 13 and 18 forms)", 2,
                 outputs=1 << 16),
     "Pad": Op(movement.pad, "pad, constant mode (QDQ: the constant quantised exactly, 0.0 is the zero "

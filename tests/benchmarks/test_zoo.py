@@ -154,5 +154,6 @@ def test_a_kernels_macs_and_weights_are_its_live_taps_as_the_compiler_counts_the
     assert sorted(k.constant_bytes for k in ks) == sorted([constant_bytes(dead), constant_bytes(live)])
     assert constant_bytes(dead) == 20 * 12 + 4 * 20
     bound = zr.roofline(ks, io, lib.config.peak_macs_per_cycle, lib.config.ddr_bytes_per_cycle)
-    assert bound.network == max(-(-(macs(dead) + macs(live)) // lib.config.peak_macs_per_cycle),
-                                -(-(io + constant_bytes(dead) + constant_bytes(live)) // lib.config.ddr_bytes_per_cycle))
+    cfg = lib.config
+    assert bound.network == max(-(-(macs(dead) + macs(live)) // cfg.peak_macs_per_cycle),
+                                -(-(io + constant_bytes(dead) + constant_bytes(live)) // cfg.ddr_bytes_per_cycle))

@@ -137,7 +137,7 @@ def test_a_shape_of_a_tensor_nonzero_sizes_is_not_a_constant():
     assert "sx" in m.consts and "snz" not in m.consts
 
 
-VIEWS = {"Unsqueeze": lambda shape, rng: [int(rng.integers(0, len(shape) + 1))],
+VIEW_ARGS = {"Unsqueeze": lambda shape, rng: [int(rng.integers(0, len(shape) + 1))],
          "Squeeze": lambda shape, rng: [0],
          "Flatten": lambda shape, rng: int(rng.integers(0, len(shape) + 1)),
          "Reshape": lambda shape, rng: [shape[1] * shape[0], -1, *shape[3:]]}
@@ -149,7 +149,7 @@ def _decoding(view: str, reader: str, dtype: str, shape: tuple, seed: int) -> on
     "quantize"), after a Relu ("relu"), or after a float Concat of the view and a dequantised constant ("concat")."""
     _, np_t, lo = ZP_TYPES[dtype]
     rng = np.random.default_rng(seed)
-    arg = VIEWS[view](shape, rng)
+    arg = VIEW_ARGS[view](shape, rng)
     inits = [initializer("sa", 0.05, np.float32), initializer("za", lo + 131, np_t),
              initializer("sb", 0.03, np.float32), initializer("zb", lo + 120, np_t),
              initializer("sy", 0.07, np.float32), initializer("zy", lo + 125, np_t)]
@@ -198,7 +198,8 @@ def _agrees(proto: onnx.ModelProto, seed: int) -> np.ndarray:
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(view=st.sampled_from(sorted(VIEWS)), reader=st.sampled_from(["quantize", "relu"]), dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
+@given(view=st.sampled_from(sorted(VIEW_ARGS)), reader=st.sampled_from(["quantize", "relu"]),
+       dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
        shape=st.lists(st.integers(2, 23), min_size=2, max_size=3).map(lambda s: (1, *s)))
 def test_a_view_of_a_float_result_before_its_quantize_runs_on_the_npu(view, reader, dtype, seed, shape):
     """Sub -> view -> (Relu) -> QuantizeLinear: the NPU rounds the Sub to the QuantizeLinear's scale (and the
@@ -210,7 +211,7 @@ def test_a_view_of_a_float_result_before_its_quantize_runs_on_the_npu(view, read
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(view=st.sampled_from(sorted(VIEWS)), dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
+@given(view=st.sampled_from(sorted(VIEW_ARGS)), dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
        shape=st.lists(st.integers(2, 23), min_size=2, max_size=3).map(lambda s: (1, *s)))
 def test_a_view_of_a_float_result_read_unrounded_runs_on_the_host_with_its_producer(view, dtype, seed, shape):
     """Sub -> view -> Concat (float) -> QuantizeLinear: the Concat reads the Sub unrounded, which the NPU never
@@ -229,7 +230,8 @@ def test_a_view_of_a_dequantised_or_quantised_tensor_is_no_float_result():
     """DQ -> Slice -> Reshape -> Concat: the Reshape views a dequantised tensor (the NPU views its int8 Value), so
     neither it nor the Slice runs on the host; nor does a Reshape of an int8 tensor before a QLinearConcat."""
     consts = [initializer("s", 0.05, np.float32), initializer("z", 3, np.int8), initializer("st", [0], np.int64),
-              initializer("en", [3], np.int64), initializer("ax", [2], np.int64), initializer("to", [1, 4, 15], np.int64)]
+              initializer("en", [3], np.int64), initializer("ax", [2], np.int64),
+              initializer("to", [1, 4, 15], np.int64)]
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
              helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
              helper.make_node("Slice", ["xd", "st", "en", "ax"], ["xs"], name="slice"),
@@ -244,6 +246,7 @@ def test_a_view_of_a_dequantised_or_quantised_tensor_is_no_float_result():
                initializer("k", np.random.default_rng(4).integers(-128, 128, (1, 2, 60)), np.int8)]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 5])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 60])], consts)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
     assert not any_host(onnx, proto) and plan(Model(onnx, proto)) is None
     _agrees(proto, 5)
