@@ -30,7 +30,8 @@ A refused network reports the first line of its refusal.  Two tables (docs/perfo
   * `zoo`, per network and variant: import, the share of the MACs on the NPU, agreement, cycles against
     the sum of the kernels' bounds and against the MAC bound, and the first compile's CPU seconds;
   * `zoo-performance`, per network in qoperator-int8-pc, every figure as a ratio measured in the run:
-    cycles / the roofline (the network's max(MACs / 1024, least DDR bytes / 32); for a weight-streaming
+    cycles / the roofline (the network's max(live MACs / 1024, least DDR bytes / 32), a conv's taps that read
+    only padding counted as compiler.roofline does, not at all; for a weight-streaming
     network the sum of its kernels' bounds, zoo_results.weight_streaming), the first and second compile's
     CPU seconds, race-checked / unchecked simulation and unchecked simulation / onnxruntime on one thread
     (best CPU seconds of --repeats interleaved runs, benchmarks/measuring.py), with a geometric-mean row.
@@ -304,13 +305,16 @@ def npu_graphs(graph) -> list:
 
 
 def kernels(graph, lib) -> tuple[list[zr.Kernel], int]:
-    """(every NPU kernel's MACs, constant bytes and bound, the bytes of the NPU stages' inputs and outputs)."""
+    """(every NPU kernel's MACs, constant bytes and bound, the bytes of the NPU stages' inputs and outputs).  The
+    MACs and bytes are what the NPU needs, as compiler.roofline counts them: a conv's taps that read only padding
+    (DeepLabV3's dilated ASPP convs) need neither MACs nor weights."""
     from compiler.network.storage import nbytes
-    from compiler.roofline import constant_bytes
+    from compiler.roofline import constant_bytes, macs
 
     graphs = npu_graphs(graph)
     ops = {n.name: n.op for g in graphs for n in g.nodes}
-    out = [zr.Kernel(int(layer["macs"]), sum(constant_bytes(ops[n]) for n in layer["nodes"] if n in ops),
+    out = [zr.Kernel(sum(macs(ops[n]) for n in layer["nodes"] if n in ops),
+                     sum(constant_bytes(ops[n]) for n in layer["nodes"] if n in ops),
                      int(layer["bound_cycles"])) for layer in lib.layers if layer.get("ran_on", "npu") == "npu"]
     io = sum(nbytes(g.values[v]) for g in graphs for v in [*g.inputs, *g.outputs])
     return out, io

@@ -1,4 +1,5 @@
-"""The data-movement ops: Transpose, Slice, Split, Pad (constant), nearest and linear Resize.
+"""The data-movement ops: Transpose, Slice, Split, Gather (constant indices), Pad (constant), nearest and linear
+Resize.
 
 Each moves elements without arithmetic, so it commutes with per-tensor dequantisation: on an int8
 tensor (QOperator) or on a dequantised one (QDQ: DQ -> op -> Q) it becomes the same op on the int8
@@ -11,6 +12,9 @@ A linear Resize mixes values, so it is onnxruntime's arithmetic (compiler.ops.re
 (or uint8) tensor its float kernel, or its fixed-point one where its layout pass runs the Resize in NHWC
 (ort_layout asks onnxruntime which, at its default level); between DequantizeLinear and QuantizeLinear
 the float kernel on the dequantised values, pending until the QuantizeLinear gives the output scale.
+
+A Gather of a tensor with constant indices that one slice picks (a scalar index, then a reshape dropping the axis:
+SSD's boxes of its one image; or evenly spaced indices) is that slice; other indices are refused.
 """
 from __future__ import annotations
 
@@ -20,9 +24,9 @@ import numpy as np
 
 from ..errors import CompileError
 from ..graph import QuantParams
-from ..ops import Op, Pad, Transpose, resize_linear, resize_nearest, slice_op
+from ..ops import Op, Pad, Reshape, Transpose, resize_linear, resize_nearest, slice_op
 from .ort_layout import resize_layouts
-from .state import DQ, Attr, Const, Importer, Pending, Problem, Q, describe
+from .state import DQ, Attr, Const, Importer, Pending, Problem, Q, brief, describe
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import NodeProto
@@ -85,6 +89,38 @@ def slice_(im: Importer, node: NodeProto) -> None:
     starts, ends = _ints(im, node, 1, "starts"), _ints(im, node, 2, "ends")
     axes, steps = _ints(im, node, 3, "axes", True), _ints(im, node, 4, "steps", True)
     _moved(im, node, lambda shape, dt: slice_op(shape, starts, ends, axes, steps, dt))
+
+
+def gather(im: Importer, node: NodeProto) -> None:
+    """Gather(data, indices) along `axis` with constant indices one slice picks: a scalar (then a reshape dropping
+    the axis) or a 1-D run of evenly spaced indices (negative ones counting from the end)."""
+    at = im.attrs(node, {"axis": Attr("int", 0)})
+    idx = im.const(node, 1, "indices")
+    s, shape, dtype = _source(im, node)       # constant data with constant indices was folded (fold.py)
+    n = len(shape)
+    if not -n <= at["axis"] < n:
+        raise Problem(node, f"axis = {at['axis']} is outside the input's {n} dimensions")
+    axis, d = at["axis"] % n, shape[at["axis"] % n]
+    flat = [int(v) for v in np.ravel(idx)]
+    if idx.dtype not in (np.int32, np.int64) or idx.ndim > 1 or not flat or any(not -d <= v < d for v in flat):
+        raise Problem(node, f"indices {brief(idx)} ({idx.dtype} {list(idx.shape)}): expected int32 / int64 indices "
+                      f"in [-{d}, {d}) as a scalar or a 1-D list")
+    first, *rest = [v % d for v in flat]
+    step = rest[0] - first if rest else 1
+    if step == 0 or any(b - a != step for a, b in zip([first, *rest], rest)):
+        raise Problem(node, f"indices {brief(idx)}: the NPU gathers a scalar index or evenly spaced ones (one slice)")
+    last = first + step * len(rest)
+    end = last + 1 if step > 0 else (last - 1 if last > 0 else -d - 1)     # ONNX's end past the first element
+    try:
+        cut = slice_op(shape, (first,), (end,), (axis,), (step,), dtype)
+    except CompileError as exc:
+        raise Problem(node, str(exc)) from None
+    out_shape = shape[:axis] + tuple(idx.shape) + shape[axis + 1:]
+    steps = [("slice", cut)] + ([("view", Reshape(cut.output.shape, out_shape, dtype))] if idx.ndim == 0 else [])
+    q = s.q if isinstance(s, DQ) else im.g.values[s.value].quant
+    v = im.emit(im.name(node), [(k, op, q) for k, op in steps], (s.value,), node.output[0], {"op_type": node.op_type},
+                int8_in_onnx=isinstance(s, Q))
+    im.set(node, DQ(v, s.q) if isinstance(s, DQ) else Q(v))
 
 
 def split(im: Importer, node: NodeProto) -> None:

@@ -29,7 +29,7 @@ from ..host import DTYPES, ONNX_DTYPES, HostedGraph, HostPart, run_part
 from . import fold
 from .importer import import_graph
 from .load import check_model
-from .registry import host_reason
+from .registry import VIEWS, host_reason, stays_float
 
 if TYPE_CHECKING:        # onnx is an optional extra, imported at run time in load.py only
     from onnx import ModelProto
@@ -159,13 +159,26 @@ def host_nodes(m: Model) -> dict[int, str]:
 
 FLOAT_BINARY_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 """The float binary ops of QDQ form, whose operands the NPU takes only dequantised (or constant)."""
+SEEN_THROUGH = VIEWS + ("Relu", "Clip", "Identity", "Transpose", "Slice", "Split", "Pad", "MaxPool")
+"""Ops that give of a dequantised tensor a dequantised one (they move or pick elements), and of a float result
+at most a float result: what _float_result looks through for the node that computed a tensor."""
 
 
 def _unrounded(m: Model, node) -> str:
-    """Why a float binary op runs on the host because it reads another one's float result unrounded while a
-    QuantizeLinear also rounds it ("" if not): the NPU keeps only the rounded tensor (yolov8's box decoding,
-    Sub -> Sub with the first Sub's output also quantised)."""
-    if node.op_type not in FLOAT_BINARY_OPS or node.domain not in ("", "ai.onnx"):
+    """Why a node runs on the host because it reads a float op's result unrounded, where the NPU holds that result
+    only until the QuantizeLinear that rounds it ("" if not): a float binary op reading another one's result that a
+    QuantizeLinear also rounds (yolov8's box decoding, Sub -> Sub with the first Sub's output also quantised), or
+    a view (registry.VIEWS) of a float result read by other than a QuantizeLinear (through views, Relu, Clip).
+    A view of a float result that only QuantizeLinears read stays on the NPU: it views the rounded tensor
+    (SSD's box decoding, Sub -> Unsqueeze -> QuantizeLinear)."""
+    if node.domain not in ("", "ai.onnx"):
+        return ""
+    if node.op_type in VIEWS and node.input:
+        p = _float_result(m, node.input[0])
+        if p is not None and stays_float(node.output[0], m.readers):
+            return (f"views {m.nodes[p].op_type} {m.nodes[p].name!r}'s float result {node.input[0]!r} for a reader "
+                    "other than a QuantizeLinear: the NPU holds a float result only until its QuantizeLinear")
+    if node.op_type not in FLOAT_BINARY_OPS:
         return ""
     for t in node.input:
         p = m.producer.get(t)
@@ -175,6 +188,19 @@ def _unrounded(m: Model, node) -> str:
             return (f"reads {m.nodes[p].op_type} {m.nodes[p].name!r}'s float result {t!r} unrounded, which a "
                     "QuantizeLinear also rounds: the NPU keeps only the rounded tensor")
     return ""
+
+
+def _float_result(m: Model, t: str) -> int | None:
+    """The node whose float result the tensor t is, seen through SEEN_THROUGH (None if t is a constant, a graph
+    input, quantised, or dequantised: a DequantizeLinear's output, or one moved by SEEN_THROUGH)."""
+    while t not in m.consts and not m.quantised(t) and (p := m.producer.get(t)) is not None:
+        n = m.nodes[p]
+        if n.op_type == "DequantizeLinear" or _output_type(n, m.types) in QUANTISED:
+            return None
+        if n.op_type not in SEEN_THROUGH or not n.input:
+            return p
+        t = n.input[0]
+    return None
 
 
 def _tied(m: Model, t: str, p: int, users: list[int], host: dict[int, str]) -> str:

@@ -127,6 +127,10 @@ OPS: dict[str, Op] = {
     "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "
                     "constant)", 1),
     "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),
+    "Gather": Op(movement.gather, "slice (DMA through VBUF): a scalar index then a reshape dropping the axis, or "
+                 "evenly spaced indices", 2, forms=("QDQ", "int8"), weight=1,
+                 constraints="constant indices one slice picks (a scalar, or a 1-D list of evenly spaced ones); "
+                 "indices of a tensor run on the host"),
     "Split": Op(movement.split, "one slice per output (equal or explicit sizes, opset 13 and 18 forms)", 2,
                 outputs=1 << 16),
     "Pad": Op(movement.pad, "pad, constant mode (QDQ: the constant quantised exactly, 0.0 is the zero "
@@ -206,33 +210,40 @@ def host_reason(node: NodeProto, constant: Callable[[str], bool],
         return f"op type {node.op_type!r}{domain} has no NPU lowering"
     if op.weight is not None and op.weight < len(node.input) and not constant(node.input[op.weight]):
         return f"{node.op_type} of two activations (input {op.weight} is not a constant) has no NPU lowering"
-    if op.quantised and _stays_float(node.output[0], readers):
-        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu or "
-                "Clip at most) has no NPU lowering")
+    if op.quantised and stays_float(node.output[0], readers):
+        return (f"{node.op_type} whose result stays float (read by other than a QuantizeLinear, after a Relu, "
+                "a Clip or a view at most) has no NPU lowering")
     return ""
 
 
-def _stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
-    """Does tensor t (a BatchNormalization's float result) reach a node the NPU cannot bring it to?  The NPU
-    takes it to a QuantizeLinear through Relu and Clip (the clamp its op absorbs), and, DenseNet's tail, to a
-    float GlobalAveragePool through at most a Relu (norm.BatchNormPending.pooled) whose result reaches a
-    QuantizeLinear through Flatten, Reshape, Relu and Clip (ops.batch_norm_global_avg)."""
-    todo = [(t, "bn")]
+VIEWS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+"""The pure views: they move no element, so a float result seen through them is rounded once by the
+QuantizeLinear after them, on the NPU as in onnxruntime (shape.py)."""
+
+
+def stays_float(t: str, readers: Callable[[str], list[NodeProto]]) -> bool:
+    """Does the float tensor t reach a node the NPU cannot bring it to?  The NPU takes it to a QuantizeLinear
+    through Relu and Clip (the clamp its op absorbs) and views (VIEWS), and, DenseNet's tail, through a float
+    GlobalAveragePool after at most a Relu (norm.BatchNormPending.pooled; ops.batch_norm_global_avg).  SSD's
+    box decoding Unsqueezes a float Sub before its QuantizeLinear."""
+    todo = [(t, "float")]
     while todo:
         tensor, stage = todo.pop()
         for r in readers(tensor):
             nxt = _FLOAT_TAIL.get((stage, r.op_type))
-            if nxt is None:
+            if nxt is None or r.domain not in ("", "ai.onnx"):
                 return True
             if nxt != "q":
                 todo.append((r.output[0], nxt))
     return False
 
 
-_FLOAT_TAIL = {**{(stage, "QuantizeLinear"): "q" for stage in ("bn", "relu", "clip", "pooled")},
-               ("bn", "Relu"): "relu", ("relu", "Relu"): "relu", ("bn", "Clip"): "clip", ("relu", "Clip"): "clip",
+_FLOAT_TAIL = {**{(stage, "QuantizeLinear"): "q" for stage in ("float", "relu", "clip", "pooled")},
+               ("float", "Relu"): "relu", ("relu", "Relu"): "relu", ("float", "Clip"): "clip", ("relu", "Clip"): "clip",
                ("clip", "Relu"): "clip", ("clip", "Clip"): "clip",
-               ("bn", "GlobalAveragePool"): "pooled", ("relu", "GlobalAveragePool"): "pooled",
-               **{("pooled", op): "pooled" for op in ("Flatten", "Reshape", "Relu", "Clip")}}
-"""The walk _stays_float takes from a BatchNormalization's result: (where it is, the next reader's op) -> where
-it is then ("q": quantised, the NPU's); a reader not listed keeps it float."""
+               ("float", "GlobalAveragePool"): "pooled", ("relu", "GlobalAveragePool"): "pooled",
+               **{(stage, op): "clip" for stage in ("float", "relu", "clip") for op in VIEWS},
+               **{("pooled", op): "pooled" for op in ("Relu", "Clip") + VIEWS}}
+"""The walk stays_float takes from a float result: (where it is, the next reader's op) -> where it is then
+("q": quantised, the NPU's; "clip": past a clamp or a view, so no pool follows); a reader not listed keeps it
+float."""

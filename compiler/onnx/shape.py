@@ -1,7 +1,9 @@
 """The layout ops and constants: Flatten, Reshape, Squeeze, Unsqueeze, Concat, QLinearConcat, Identity and Constant.
 
 Flatten, Reshape, Squeeze and Unsqueeze commute with per-tensor dequantisation and act on the int8 Value (or fold a
-constant); Concat requantises each input whose scale differs from the output's.
+constant); on a float result (a pending op's, state.Pending) they act on the int8 Value the QuantizeLinear after
+them rounds it to, since rounding commutes with a view (a view read otherwise runs on the host with the op:
+compiler.onnx.placement).  Concat requantises each input whose scale differs from the output's.
 """
 from __future__ import annotations
 
@@ -124,11 +126,11 @@ def _reshape_to(im: Importer, node, new_shape: Callable) -> None:
             raise Problem(node, f"cannot reshape a constant of shape {list(s.array.shape)} to {list(shape)}")
         im.set(node, Const(s.array.reshape(shape)))
         return
-    if isinstance(s, Pending):         # a float op's result (DenseNet's pooled tail): reshaped once it is made
-        im.set(node, Pending(node, _reshaped_maker(im, node, s, new_shape), s.lo, s.hi))
+    if isinstance(s, Pending):
+        im.set(node, Pending(s.node, _viewed_maker(im, node, s, new_shape), s.lo, s.hi))
         return
     if not isinstance(s, (DQ, Q)):
-        raise Problem(node, f"input is {describe(s)}: expected int8, a dequantised tensor or a float op's result")
+        raise Problem(node, f"input is {describe(s)}: expected int8, a dequantised tensor or a float result")
     x_shape = im.shape(s.value)
     out_shape = new_shape(x_shape)
     dtype = im.g.values[s.value].dtype
@@ -139,14 +141,19 @@ def _reshape_to(im: Importer, node, new_shape: Callable) -> None:
     im.set(node, DQ(v, s.q) if isinstance(s, DQ) else Q(v))
 
 
-def _reshaped_maker(im: Importer, node, s: Pending, new_shape: Callable) -> Callable:
-    """make() of the pending s, then a Reshape (quantising commutes with it): s is made under the tensor name
-    the reshape reads."""
-    def make(yq, lo, hi, out, name):
-        v = s.make(yq, lo, hi, node.input[0], name)
-        x_shape = im.shape(v)
-        op = Reshape(x_shape, new_shape(x_shape), im.g.values[v].dtype)
-        return im.emit(im.name(node), [("reshape", op, yq)], (v,), out, {"op_type": node.op_type})
+def _viewed_maker(im: Importer, node, s: Pending, new_shape: Callable) -> Callable:
+    """Pending.make of a view of a float result: the result rounded by the QuantizeLinear after the view (its
+    scale, its range), then the view of that int8 Value.  Rounding commutes with a view, so this is what
+    onnxruntime computes; the view's ONNX output is the tensor the QuantizeLinear writes."""
+    def make(yq, lo: int, hi: int, out: str, name: str) -> str:
+        v = s.make(yq, lo, hi, out, name)          # named `out`: a float island finds its QuantizeLinear by it
+        unviewed = im.value_name(f"{out}/unviewed")
+        im.g.rename(v, unviewed)
+        im.g.producer(unviewed).info["onnx_outputs"] = []       # not the ONNX tensor: its shape is the view's
+        x_shape = im.shape(unviewed)
+        out_shape = new_shape(x_shape)
+        op = Reshape(x_shape, out_shape, im.g.values[unviewed].dtype)
+        return im.emit(im.name(node), [("reshape", op, yq)], (unviewed,), out, {"op_type": node.op_type})
     return make
 
 

@@ -124,3 +124,36 @@ def test_macs_are_counted_on_the_preprocessed_model_where_every_shape_is_known(t
     zoo._in_scratch(quant_pre_process, str(src), str(pre), skip_symbolic_shape=False)
     assert zoo.onnx_macs(pre) == 8 * 64 * 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.onnx", "pre.onnx"]     # nothing left beside them
+
+
+def test_a_kernels_macs_and_weights_are_its_live_taps_as_the_compiler_counts_them():
+    """A dilated conv whose outer taps read only padding (DeepLabV3's ASPP on a small plane) next to one whose taps
+    all read pixels: the roofline takes the first's MACs and weights from compiler.roofline (its centre tap alone),
+    the second's whole, so its bound is one the network can reach."""
+    from compiler import build, ops
+    from compiler.graph import Graph, QuantParams
+    from compiler.quant import quantize_multipliers
+    from compiler.roofline import constant_bytes, macs
+
+    rng = np.random.default_rng(3)
+    g = Graph("aspp")
+    x = g.input("x", (1, 12, 5, 7), quant=QuantParams(np.float32(0.05), np.int64(2)))
+    convs = []
+    for name, dil in (("dead", 7), ("live", 1)):
+        m, s = quantize_multipliers(rng.uniform(0.5, 2.0, 20) / 900)
+        op = ops.conv2d((1, 12, 5, 7), rng.integers(-20, 21, (20, 12, 3, 3)).astype(np.int8),
+                        rng.integers(-800, 800, 20).astype(np.int32), padding=dil, dilation=dil, x_zp=1,
+                        multiplier=m, shift=s, zp_out=-3)
+        convs.append(op)
+        g.output(g.add(op, x, name=name))
+    lib = build(g.validate())
+    ks, io = zoo.kernels(g, lib)
+    dead, live = convs
+    assert macs(dead) == dead.macs // 9 and macs(live) == live.macs          # the centre tap of 3 x 3
+    assert sorted(k.macs for k in ks) == sorted([macs(dead), macs(live)])
+    assert sorted(k.constant_bytes for k in ks) == sorted([constant_bytes(dead), constant_bytes(live)])
+    assert constant_bytes(dead) == 20 * 12 + 4 * 20
+    bound = zr.roofline(ks, io, lib.config.peak_macs_per_cycle, lib.config.ddr_bytes_per_cycle)
+    cfg = lib.config
+    assert bound.network == max(-(-(macs(dead) + macs(live)) // cfg.peak_macs_per_cycle),
+                                -(-(io + constant_bytes(dead) + constant_bytes(live)) // cfg.ddr_bytes_per_cycle))

@@ -103,18 +103,18 @@ def test_view_target_is_the_exported_shape():
     assert g.values[rs.output].shape == (1, 6 * 7 * 5)
 
 
-def test_gather_of_an_activation_is_refused_as_fold_only():
+def test_expand_of_an_activation_is_refused_as_fold_only():
     net = Net("g", (1, 3, 6, 6), 0)
     x = net.conv(net.input, 4, 3, 1)
     net.output(net.conv(x, 4, 1))
     model = models.quantize(net.model(), "qdq", samples=1)
     dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.output[0].startswith("relu"))
     conv = next(n for n in model.graph.node if n.op_type == "Conv" and dq.output[0] in n.input)
-    model.graph.initializer.append(numpy_helper.from_array(np.array([0, 1, 2, 3], np.int64), "idx"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1, 4, 6, 6], np.int64), "to"))
     model.graph.node.insert(list(model.graph.node).index(conv),
-                            helper.make_node("Gather", [dq.output[0], "idx"], ["picked"], name="pick", axis=1))
+                            helper.make_node("Expand", [dq.output[0], "to"], ["picked"], name="pick"))
     conv.input[0] = "picked"
-    with pytest.raises(CompileError, match=r"node 'pick' \(Gather\): op type 'Gather' is folded at import only, "
+    with pytest.raises(CompileError, match=r"node 'pick' \(Expand\): op type 'Expand' is folded at import only, "
                                            r"on constant inputs and shapes: input 0 is the dequantised tensor"):
         from_onnx(model, host_fallback=False)
 

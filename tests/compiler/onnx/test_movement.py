@@ -254,3 +254,38 @@ def test_linear_resize_refusals():
     model.graph.node[-1].attribute.append(helper.make_attribute("antialias", 1))
     with pytest.raises(CompileError, match="antialias and exclude_outside are not supported"):
         from_onnx(model)
+
+
+@st.composite
+def gathers(draw):
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 11), min_size=rank, max_size=rank)))
+    axis = draw(st.integers(-rank, rank - 1))
+    d = shape[axis % rank]
+    if rank > 1 and draw(st.booleans()):          # (a scalar index of a 1-D tensor gives a 0-D one: refused)
+        return shape, axis, np.array(draw(st.integers(-d, d - 1)), np.int64), draw(st.booleans())
+    step = draw(st.sampled_from([1, 2, -1, -3]))
+    first = draw(st.integers(0, d - 1))
+    picks = list(range(first, d if step > 0 else -1, step))[:draw(st.integers(1, d))]
+    signed = [p - d if draw(st.booleans()) else p for p in picks]        # negative indices count from the end
+    return shape, axis, np.array(signed, draw(st.sampled_from([np.int32, np.int64]))), draw(st.booleans())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gathers())
+def test_gather_of_constant_indices_is_a_slice(case):
+    """A scalar index (SSD's boxes of its one image: then the axis dropped) or evenly spaced indices, either sign."""
+    shape, axis, idx, qdq = case
+    nodes = [helper.make_node("Gather", [_src(qdq), "idx"], [_out("y", qdq)], axis=axis)]
+    model = _model(nodes, shape, ["y"], {"idx": idx}, qdq)
+    assert not [n for n in from_onnx(model).nodes if n.op.kind not in ("slice", "reshape")]
+    _check(model, shape, qdq)
+
+
+def test_gather_of_indices_no_slice_picks_is_refused_in_one_message():
+    nodes = [helper.make_node("Gather", ["x", "idx"], ["y"], axis=1)]
+    for idx, says in (([0, 2, 1], r"indices \[0, 2, 1\]: the NPU gathers a scalar index or evenly spaced"),
+                      ([[0, 1]], r"expected int32 / int64 indices in \[-5, 5\) as a scalar or a 1-D list"),
+                      ([7], r"expected int32 / int64 indices in \[-5, 5\)")):
+        with pytest.raises(CompileError, match=says):
+            from_onnx(_model(nodes, (2, 5), ["y"], {"idx": np.array(idx, np.int64)}, False))

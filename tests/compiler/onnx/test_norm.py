@@ -102,6 +102,21 @@ def test_batch_norm_is_bit_exact_with_onnxruntime_at_both_levels(shape, act, dq,
         np.testing.assert_array_equal(y, ort_float(model, feeds, level))
 
 
+@pytest.mark.parametrize("shape, act", [((1, 5, 3, 4), "relu"), ((2, 7, 6), "none"), ((1, 33, 5, 2), "clip")])
+def test_a_batch_norm_viewed_before_its_quantize_linear_runs_on_the_npu(shape, act):
+    """BatchNormalization -> (act) -> Flatten -> QuantizeLinear: the view is of the rounded result."""
+    model = bn_model(shape, act, True, 3)
+    q = next(n for n in model.graph.node if n.output[0] == "yq")
+    model.graph.node.insert(list(model.graph.node).index(q), helper.make_node("Flatten", [q.input[0]], ["flat"]))
+    q.input[0] = "flat"
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("out", F, [shape[0], int(np.prod(shape[1:]))]))
+    feeds = feeds_for(model, 1)
+    y, g = ours(model, feeds)
+    assert [n.op.kind for n in g.nodes] == ["batch_norm", "reshape"]
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(y, ort_float(model, feeds, level))
+
+
 def dense_block(c1: int, c2: int, h: int, w: int, seed: int) -> onnx.ModelProto:
     """Conv and Conv -> Concat -> BatchNormalization -> Relu -> Conv: DenseNet's pattern, in float."""
     n = Net("dense", (1, 6, h, w), seed)

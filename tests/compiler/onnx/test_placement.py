@@ -8,11 +8,15 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from hypothesis import HealthCheck, given, settings, strategies as st
+
 import compiler
 from compiler import models
+from compiler.host import HostedGraph
 from compiler.onnx.placement import Model, any_host, plan
 from compiler.onnx.registry import host_reason
 from tests.helpers.hosted import model
+from tests.helpers.qdq import LEVELS, ZP_TYPES, feeds_for, initializer, ort_float
 
 
 def _names(m: Model, nodes) -> list[str]:
@@ -58,16 +62,18 @@ def test_the_registry_decides_per_node_and_form():
     consts = {"w", "shape"}.__contains__
     assert host_reason(helper.make_node("MatMul", ["a", "w"], ["y"]), consts) == ""
     assert "of two activations" in host_reason(helper.make_node("MatMul", ["a", "b"], ["y"]), consts)
-    assert host_reason(helper.make_node("Gather", ["shape", "w"], ["y"]), consts) == ""       # folded at import
-    assert "folded at import" in host_reason(helper.make_node("Gather", ["a", "w"], ["y"]), consts)
+    assert host_reason(helper.make_node("Expand", ["shape", "w"], ["y"]), consts) == ""       # folded at import
+    assert "folded at import" in host_reason(helper.make_node("Expand", ["a", "w"], ["y"]), consts)
+    assert host_reason(helper.make_node("Gather", ["a", "w"], ["y"]), consts) == ""           # a slice
+    assert "not a constant" in host_reason(helper.make_node("Gather", ["a", "b"], ["y"]), consts)
     assert "has no NPU lowering" in host_reason(helper.make_node("TopK", ["a", "w"], ["y", "i"]), consts)
     assert host_reason(helper.make_node("Conv", ["a", "w"], ["y"]), consts) == ""
 
 
 def test_a_batch_norm_runs_on_the_host_when_its_result_stays_float():
-    """On the NPU a BatchNormalization ends at a QuantizeLinear (through a Relu or Clip), or at a float
-    GlobalAveragePool through a Relu at most whose result ends at one (through Flatten, Reshape, Relu, Clip):
-    DenseNet's tail.  Anything else keeps it float: the host."""
+    """On the NPU a BatchNormalization ends at a QuantizeLinear (through Relu, Clip and views), or at a float
+    GlobalAveragePool through a Relu at most whose result ends at one (through views, Relu, Clip): DenseNet's
+    tail.  Anything else keeps it float: the host."""
     bn = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["u"])
     consts = {"s", "b", "m", "v"}.__contains__
 
@@ -80,10 +86,11 @@ def test_a_batch_norm_runs_on_the_host_when_its_result_stays_float():
 
     for chain in (["QuantizeLinear"], ["Relu", "QuantizeLinear"], ["Clip", "Relu", "QuantizeLinear"],
                   ["GlobalAveragePool", "QuantizeLinear"], ["Relu", "GlobalAveragePool", "Flatten", "QuantizeLinear"],
-                  ["Relu", "GlobalAveragePool", "Reshape", "Relu", "QuantizeLinear"]):
+                  ["Relu", "GlobalAveragePool", "Reshape", "Relu", "QuantizeLinear"], ["Flatten", "QuantizeLinear"],
+                  ["Relu", "Unsqueeze", "Clip", "QuantizeLinear"]):
         assert reason(chain) == "", chain
     for chain in (["GlobalAveragePool", "Softmax"], ["Clip", "GlobalAveragePool", "QuantizeLinear"],
-                  ["Relu", "GlobalAveragePool", "Sigmoid", "QuantizeLinear"], ["Flatten", "QuantizeLinear"],
+                  ["Relu", "GlobalAveragePool", "Sigmoid", "QuantizeLinear"], ["Flatten", "GlobalAveragePool"],
                   ["Relu", "Add"], ["Relu", "GlobalAveragePool", "GlobalAveragePool", "QuantizeLinear"]):
         assert "result stays float" in reason(chain), chain
     readers = {"u": [helper.make_node("Relu", ["u"], ["r"])], "r": [helper.make_node("QuantizeLinear", ["r"], ["q"]),
@@ -146,3 +153,118 @@ def test_a_shape_of_a_tensor_nonzero_sizes_is_not_a_constant():
     proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m = Model(onnx, proto)
     assert "sx" in m.consts and "snz" not in m.consts
+
+
+VIEW_ARGS = {"Unsqueeze": lambda shape, rng: [int(rng.integers(0, len(shape) + 1))],
+         "Squeeze": lambda shape, rng: [0],
+         "Flatten": lambda shape, rng: int(rng.integers(0, len(shape) + 1)),
+         "Reshape": lambda shape, rng: [shape[1] * shape[0], -1, *shape[3:]]}
+"""Each view of the float difference d (of shape [1, ...]): its axes, axis or target shape, at random."""
+
+
+def _decoding(view: str, reader: str, dtype: str, shape: tuple, seed: int) -> onnx.ModelProto:
+    """SSD's box decoding in small: d = DQ(a) - DQ(b), then the view, then a QuantizeLinear: straight (reader
+    "quantize"), after a Relu ("relu"), or after a float Concat of the view and a dequantised constant ("concat")."""
+    _, np_t, lo = ZP_TYPES[dtype]
+    rng = np.random.default_rng(seed)
+    arg = VIEW_ARGS[view](shape, rng)
+    inits = [initializer("sa", 0.05, np.float32), initializer("za", lo + 131, np_t),
+             initializer("sb", 0.03, np.float32), initializer("zb", lo + 120, np_t),
+             initializer("sy", 0.07, np.float32), initializer("zy", lo + 125, np_t)]
+    nodes = [helper.make_node("QuantizeLinear", [x, f"s{x}", f"z{x}"], [f"{x}q"]) for x in "ab"]
+    nodes += [helper.make_node("DequantizeLinear", [f"{x}q", f"s{x}", f"z{x}"], [f"{x}f"]) for x in "ab"]
+    nodes.append(helper.make_node("Sub", ["af", "bf"], ["d"], name="sub"))
+    if view == "Flatten":
+        nodes.append(helper.make_node(view, ["d"], ["v"], name="view", axis=arg))
+    else:
+        inits.append(initializer("arg", arg, np.int64))
+        nodes.append(helper.make_node(view, ["d", "arg"], ["v"], name="view"))
+    viewed = np.empty(shape)
+    viewed = {"Unsqueeze": lambda: np.expand_dims(viewed, arg[0]), "Squeeze": lambda: viewed[0],
+              "Flatten": lambda: viewed.reshape(int(np.prod(shape[:arg])), -1),
+              "Reshape": lambda: viewed.reshape(arg)}[view]().shape
+    if reader == "concat":
+        c = rng.integers(lo, lo + 256, (*viewed[:-1], 5))
+        inits.append(initializer("c", c, np_t))
+        nodes += [helper.make_node("DequantizeLinear", ["c", "sy", "zy"], ["cf"]),
+                  helper.make_node("Concat", ["v", "cf"], ["cat"], name="concat", axis=-1)]
+        viewed = (*viewed[:-1], viewed[-1] + 5)
+    elif reader == "relu":
+        nodes.append(helper.make_node("Relu", ["v"], ["cat"], name="relu"))
+    nodes += [helper.make_node("QuantizeLinear", ["v" if reader == "quantize" else "cat", "sy", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    graph = helper.make_graph(nodes, "decode", [helper.make_tensor_value_info(x, TensorProto.FLOAT, list(shape))
+                                                 for x in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(viewed))], inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def _agrees(proto: onnx.ModelProto, seed: int) -> np.ndarray:
+    """Our output of the model (built, race-checked), asserted bit-exact with onnxruntime's at both levels."""
+    feeds = feeds_for(proto, seed)
+    mod = compiler.GraphModule(compiler.build(compiler.from_onnx(proto)))
+    for k, v in feeds.items():
+        mod.set_input(k, v)
+    mod.run(check_races=True)
+    y = mod.get_output(0)
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(y, ort_float(proto, feeds, level))
+    assert len(np.unique(y)) > 1
+    return y
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view=st.sampled_from(sorted(VIEW_ARGS)), reader=st.sampled_from(["quantize", "relu"]),
+       dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
+       shape=st.lists(st.integers(2, 23), min_size=2, max_size=3).map(lambda s: (1, *s)))
+def test_a_view_of_a_float_result_before_its_quantize_runs_on_the_npu(view, reader, dtype, seed, shape):
+    """Sub -> view -> (Relu) -> QuantizeLinear: the NPU rounds the Sub to the QuantizeLinear's scale (and the
+    Relu's range) and views the int8 result, which is onnxruntime's (rounding commutes with a view): no host part."""
+    proto = _decoding(view, reader, dtype, shape, seed)
+    assert not any_host(onnx, proto)
+    assert isinstance(compiler.from_onnx(proto), compiler.Graph)
+    _agrees(proto, seed)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(view=st.sampled_from(sorted(VIEW_ARGS)), dtype=st.sampled_from(sorted(ZP_TYPES)), seed=st.integers(0, 2**32 - 1),
+       shape=st.lists(st.integers(2, 23), min_size=2, max_size=3).map(lambda s: (1, *s)))
+def test_a_view_of_a_float_result_read_unrounded_runs_on_the_host_with_its_producer(view, dtype, seed, shape):
+    """Sub -> view -> Concat (float) -> QuantizeLinear: the Concat reads the Sub unrounded, which the NPU never
+    holds, so the Sub, the view and the Concat run on the host (the DequantizeLinears with them), and the model
+    agrees with onnxruntime at both levels."""
+    proto = _decoding(view, "concat", dtype, shape, seed)
+    m = Model(onnx, proto)
+    plan(m)
+    assert {"sub", "view", "concat"} <= set(_names(m, m.host))
+    assert "views Sub 'sub'" in m.host[next(i for i in m.host if m.nodes[i].name == "view")]
+    assert isinstance(compiler.from_onnx(proto), HostedGraph)
+    _agrees(proto, seed)
+
+
+def test_a_view_of_a_dequantised_or_quantised_tensor_is_no_float_result():
+    """DQ -> Slice -> Reshape -> Concat: the Reshape views a dequantised tensor (the NPU views its int8 Value), so
+    neither it nor the Slice runs on the host; nor does a Reshape of an int8 tensor before a QLinearConcat."""
+    consts = [initializer("s", 0.05, np.float32), initializer("z", 3, np.int8), initializer("st", [0], np.int64),
+              initializer("en", [3], np.int64), initializer("ax", [2], np.int64),
+              initializer("to", [1, 4, 15], np.int64)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+             helper.make_node("Slice", ["xd", "st", "en", "ax"], ["xs"], name="slice"),
+             helper.make_node("Reshape", ["xs", "to"], ["r"], name="view"),
+             helper.make_node("Concat", ["r", "r"], ["cat"], name="concat", axis=2),
+             helper.make_node("QuantizeLinear", ["cat", "s", "z"], ["cq"], name="qc"),
+             helper.make_node("Reshape", ["cq", "to2"], ["cr"], name="int8_view"),
+             helper.make_node("QLinearConcat", ["s", "z", "cr", "s", "z", "k", "s", "z"], ["yq"], name="qcat",
+                              axis=1, domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["y"], name="dqy")]
+    consts += [initializer("to2", [1, 2, 60], np.int64),
+               initializer("k", np.random.default_rng(4).integers(-128, 128, (1, 2, 60)), np.int8)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 60])], consts)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    assert not any_host(onnx, proto) and plan(Model(onnx, proto)) is None
+    _agrees(proto, 5)

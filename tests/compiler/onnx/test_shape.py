@@ -127,3 +127,24 @@ def test_concat_with_a_constant_piece_is_bit_exact_with_onnxruntime(shape, form,
     (cat,) = [n.op for n in g.nodes if n.op.kind == "concat"]
     assert [k for k, _ in cat.consts] == [0 if first else 1] and len(cat.inputs) == 1
     assert len(np.unique(y)) > 1
+
+
+@SETTINGS
+@given(shape=st.lists(st.integers(2, 29), min_size=1, max_size=3).map(lambda s: (1, *s)),
+       dtype=st.sampled_from(["int8", "uint8"]), seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_a_view_of_a_float_island_is_its_table_then_a_reshape(shape, dtype, seed, data):
+    """DQ -> Sigmoid -> Unsqueeze -> QuantizeLinear: the island's table is onnxruntime's for the QuantizeLinear
+    after the view, and the view a Reshape of the table's int8 result (which alone is the ONNX tensor)."""
+    _, np_t, lo = ZP_TYPES[dtype]
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    inits = [initializer("s", 0.05, np.float32), initializer("z", lo + 131, np_t),
+             initializer("sy", 0.004, np.float32), initializer("zy", lo, np_t), initializer("ax", [axis], np.int64)]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xf"]),
+             helper.make_node("Sigmoid", ["xf"], ["sg"]),
+             helper.make_node("Unsqueeze", ["sg", "ax"], ["u"]),
+             helper.make_node("QuantizeLinear", ["u", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
+    out = np.expand_dims(np.empty(shape), axis).shape
+    _, g = _run(_model(nodes, [helper.make_tensor_value_info("x", F, list(shape))], inits, 13, out), seed)
+    assert [(n.op.kind, n.info["onnx_outputs"]) for n in g.nodes] == [("lut", []), ("reshape", ["yq"])]
