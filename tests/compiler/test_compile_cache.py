@@ -104,6 +104,7 @@ def test_a_network_hit_gives_the_bytes_of_a_cold_compile(cache, monkeypatch):
     # the weights' .incbin files are read back from the program's data, not stored a second time
     entry = compile_cache.get("network", files(cache, "network")[0].name, network_build._whole_entry)
     assert entry[3] == dict.fromkeys(lib.files)
+    assert not network_build._whole_entry(entry[:3] + ({"absent.bin": None},) + entry[4:])   # not in the program
     shutil.rmtree(cache / "network")                # the choices alone: every kernel rebuilt from its choice
     no_search(monkeypatch)
     assert binary(compiler.build(g)) == want
