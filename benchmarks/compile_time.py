@@ -11,6 +11,7 @@ count (nu.count = vu.count = N), side by side in one run:
   second    the same build again, the cache now holding the network: CPU seconds
   parallel  the first compile again on NNP_JOBS=--jobs processes (default: every core) with another
             empty cache: wall seconds, and the CPU of this process and its workers together
+  load      the one-minute load average as the network's compiles begin (os.getloadavg)
 
 Each compile runs with $NNP_CACHE_DIR pointed at a fresh temporary directory, so the user's cache is
 neither read nor filled.  The three programs must be the same bytes (their SHA-256 is printed; a
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
                   f"{'' if m['same'] else '  PROGRAMS DIFFER'}", flush=True)
             table.append([name, nu, f"{m['cpu1']:.1f}", f"{goal:.0f}", f"{m['cpu1'] / goal:.2f}", f"{m['cpu2']:.2f}",
                           f"{SECOND_GOAL:.0f}", f"{m['cpu2'] / SECOND_GOAL:.2f}", f"{m['wall1']:.1f}",
-                          f"{m['wall3']:.1f}", f"{m['cpu3']:.1f}"])
+                          f"{m['wall3']:.1f}", f"{m['cpu3']:.1f}", f"{load:.1f}"])
             if not m["same"]:
                 missed.append(f"{name} on {nu} NU(s): the first, second and parallel programs differ")
             if m["cpu1"] > goal:
@@ -131,10 +132,13 @@ def main(argv=None) -> int:
         print("goal missed:", line)
     if args.write_docs:
         write_table("compile-time", ["network", "NUs", "first CPU s", "goal", "ratio", "second CPU s", "goal",
-                                     "ratio", "first wall s", f"{jobs} jobs: wall s", f"{jobs} jobs: CPU s"], table,
+                                     "ratio", "first wall s", f"{jobs} jobs: wall s", f"{jobs} jobs: CPU s",
+                                     "load"], table,
                     f"the first compile of ResNet-50 and MobileNetV2 at most {GOALS['resnet50']:.0f} s of CPU, of "
                     f"every other network at most {OTHER_GOAL:.0f} s; a second compile at most {SECOND_GOAL:.0f} s "
-                    "(ratio: measured / goal); the three programs byte-identical.")
+                    "(ratio: measured / goal); the three programs byte-identical.  load: the machine's one-minute "
+                    "load average as the network's compiles began (on a shared machine other processes slow even "
+                    "the CPU seconds of this one).")
     return 1 if missed else 0
 
 

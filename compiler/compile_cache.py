@@ -5,7 +5,8 @@ Two kinds of entry (compiler.search and compiler.network.build write them):
   search    a chain's chosen schedule: the position of the search's winner among its candidates
             and its predicted cycles (search.search rebuilds the program from that choice; a
             network's fusion and layout plans take the price without building anything)
-  network   a whole network's program: binary, graph description, assembly and weight files
+  network   a whole network's program: binary, graph description, assembly and weight files (those the
+            binary's data holds, by name only: network.build.stored_files)
 
 A key is the SHA-256 of the entry's kind, its inputs (every op parameter, the weight and bias
 bytes, shapes, the schedule hint or build options, the whole machine configuration: canonical_bytes)
@@ -107,7 +108,7 @@ def source_digest() -> str:
 
 def canonical_bytes(obj: object, h) -> None:
     """Feed an exact, type-tagged encoding of obj into the hash h: None, bools, ints, floats (bit
-    exact), strings, bytes, tuples, lists, dicts, sets, numpy arrays (dtype, shape and bytes) and
+    exact), strings, bytes, tuples, lists, dicts, sets, numpy arrays (order, dtype, shape and bytes) and
     scalars, dataclasses (their class and fields) and plain objects (their class and attributes).
     Anything else (a function, a generator) is Uncacheable."""
     if obj is None or isinstance(obj, (bool, int, str, bytes)):
@@ -117,8 +118,12 @@ def canonical_bytes(obj: object, h) -> None:
     elif isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             raise Uncacheable("a numpy array of objects")
-        h.update(b"a:%s:%s:" % (obj.dtype.str.encode(), repr(obj.shape).encode()))
-        h.update(np.ascontiguousarray(obj).tobytes())
+        # the bytes in C order, or a Fortran-ordered array's in its own order (tagged): hashed where they
+        # lie, for a network's weights (a transposed int64 matrix of a dense layer) copied are most of a
+        # second compile's key
+        fortran = not obj.flags.c_contiguous and obj.flags.f_contiguous
+        h.update(b"a:%s:%s:%s:" % (b"F" if fortran else b"C", obj.dtype.str.encode(), repr(obj.shape).encode()))
+        h.update(obj.T if fortran else np.ascontiguousarray(obj))
     elif isinstance(obj, np.generic):
         canonical_bytes(obj.item(), h)
         h.update(obj.dtype.str.encode())

@@ -34,7 +34,7 @@ from .lowering import driver, vu
 from .lowering.layout import conv_view, fold_taps
 from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, psum_on_nu
 from .lowering.nu import NuLowering
-from .lowering.tiling import MIN_TILES, conv_candidates, tile_count
+from .lowering.tiling import MIN_TILES, conv_candidates, tile_count, value_facts
 from .lowering.units import shared_capacity
 from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
@@ -70,6 +70,12 @@ def memo(table: dict, key: tuple, compute: Callable[[], object]) -> object:
             del table[next(iter(table))]
         table[key] = compute()
     return table[key]
+
+
+def forget() -> None:
+    """Empty every memo of picks: what follows chooses as a fresh process would."""
+    for table in (_CHAIN_PICKS, _ROW_PICKS, _FIT_OPTIONS):
+        table.clear()
 
 
 # ---------------------------------------------------------------------- the automatic schedules
@@ -173,10 +179,10 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     return out
 
 
-_CHAIN_PICKS: dict[tuple, tuple[int, float, tuple[bool, bool]]] = {}
-"""A chain block's tiling chosen by the quick estimate (its position among the block's tilings), that
-tiling's quick estimate and the (in_rows, out_rows) of the site it was estimated at, by the block's
-structure and placement (at most PICKS_KEPT of them)."""
+_CHAIN_PICKS: dict[tuple, tuple[int, float]] = {}
+"""A chain block's tiling chosen by the quick estimate (its position among the block's tilings) and that
+tiling's quick estimate, by the block's site_key, the configuration and the tilings themselves (at most
+PICKS_KEPT of them)."""
 
 
 def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = None,
@@ -250,19 +256,22 @@ def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> tuple[Schedu
             continue
         folds = _folds(s, k) if fold else [s]
         options = [(f, t, by, u) for f in folds for t, by, u in nu_tilings(f.blocks[k], cfg)]
-        site = found[k]
-        # len(options): two chains the rest of the key confuses may differ in their tilings (yolov8's mul -> conv
-        # took a pick past its own trials); a pick is a position in this list
-        key = (tiling_key(site.seg), tuple(b.space for b in site.ins), site.out.space, site.res_buf is not None,
-               cfg, fold, len(options))
+        # a pick is a position in this list: the list itself is in the key
+        key = (site_key(found[k], s.blocks[k]), cfg, tuple((f is not s, *o) for f, *o in options))
         # graph fusion prices many chains that share segments: a pick found builds only its own trial
-        pick, guess, rows = memo(_CHAIN_PICKS, key, lambda: (*ranked_estimates(
-            [_auto_nu(*o, k) for o in options], cfg, 1, k, found)[0], (site.in_rows, site.out_rows)))
+        pick, guess = memo(_CHAIN_PICKS, key, lambda: ranked_estimates(
+            [_auto_nu(*o, k) for o in options], cfg, 1, k, found)[0])
         s = _auto_nu(*options[pick], k)
-        # the estimate depends on whether the block's intermediates are kept row by row, which the key
-        # leaves out: made again where they differ from the site it was made at
-        quick.append(guess if rows == (site.in_rows, site.out_rows) else estimate(s, cfg, k, found))
+        quick.append(guess)
     return s, quick
+
+
+def site_key(site: driver.Site, b: Block) -> tuple:
+    """What an NU block's tilings and quick estimates depend on at a site of its chain, for the memos of
+    picks: its structure (tiling_key), the values its tilings depend on (tiling.value_facts), where
+    it reads and writes, and whether its input and output are kept row by row."""
+    return (tiling_key(site.seg), value_facts(b.ctx["plan"]), tuple(x.space for x in site.ins), site.out.space,
+            site.res_buf is not None, site.in_rows, site.out_rows)
 
 
 def _folds(s: Schedule, k: int) -> list[Schedule]:
@@ -423,8 +432,8 @@ SLACK = 1.2     # offered only when its blocks' quick estimates sum to at most t
 
 _ROW_PICKS: dict[tuple, tuple[int, float]] = {}
 """A conv block's row-major tiling (its position among them) and that tiling's quick estimate, by
-what the estimate depends on: the block's structure, where it reads and writes, and its share of
-the memories (graph fusion builds many chains that share blocks); at most PICKS_KEPT of them."""
+what the estimate depends on: the block's site_key, its share of the memories, the configuration and
+the tilings themselves (graph fusion builds many chains that share blocks); at most PICKS_KEPT of them."""
 
 
 def quick(s: Schedule, cfg: Config) -> float:
@@ -465,9 +474,7 @@ def _row_by_row(base: Schedule, cfg: Config, than: float | None) -> tuple[Schedu
             return None
         if not tilings:
             return None
-        site = found[k]
-        key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
-               site.in_rows, site.out_rows, part, cfg)
+        key = (site_key(found[k], b), part, cfg, tuple(tilings))
         pick, guess = memo(_ROW_PICKS, key, lambda: ranked_estimates(
             [_auto_nu(s, t, None, 1, k) for t in tilings], cfg, 1, k, found)[0])
         s = _auto_nu(s, tilings[pick], None, 1, k)
@@ -481,7 +488,7 @@ FIT_TOP = 4     # row-major tilings per conv block and share of the memories tha
 
 _FIT_OPTIONS: dict[tuple, list] = {}
 """A conv block's row-major tilings for fitted(): (tiling, quick estimate, buffer needs), by what they
-depend on (the block's structure, where it reads and writes, the chain's length); at most PICKS_KEPT."""
+depend on (the block's site_key, the chain's length, the configuration); at most PICKS_KEPT."""
 
 
 def fitted(base: Schedule, cfg: Config, found: list) -> Schedule | None:
@@ -503,9 +510,7 @@ def _fitted(base: Schedule, cfg: Config, found: list) -> tuple[Schedule, list[fl
         return None
     options = []
     for k in range(len(blocks)):
-        site = found[k]
-        key = (tiling_key(site.seg), tuple(x.space for x in site.ins), site.out.space, site.res_buf is not None,
-               site.in_rows, site.out_rows, len(blocks), cfg)
+        key = (site_key(found[k], blocks[k]), len(blocks), cfg)
         opts = memo(_FIT_OPTIONS, key, lambda: fit_options(base, cfg, k, found))
         if not opts:
             return None

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from nnpsim.config import Config
 
 from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu, u8_scalar
@@ -602,9 +604,11 @@ class NuLowering:
         once: a depthwise conv's tiles repeat them per channel and tile, which dominated compile time."""
         if self._rq_cache is None:
             v = self.p.view
-            # the search lowers thousands of tilings of one (frozen) view: made once for all of them
-            hit = _RQ_ROWS.get((id(v), self.name))
-            if hit is None or hit[0] is not v:
+            # the search lowers thousands of tilings of one view: made once for all of them, keyed by the
+            # values the rows are made of (an id would be reused by another view once this one is freed)
+            key = (self.name, v.zp_out, v.lo, v.hi, v.y_shape[1], *map(_exact, (v.scale, v.multiplier, v.shift, v.bias)))
+            hit = _RQ_ROWS.get(key)
+            if hit is None:
                 clamp = {"zp_out": v.zp_out, "lo": v.lo, "hi": v.hi}
                 rows = []
                 for o in range(v.y_shape[1]):
@@ -616,8 +620,8 @@ class NuLowering:
                                  f"{self.name}: add bias and requantise channel {o}"))
                 if len(_RQ_ROWS) >= 64:
                     _RQ_ROWS.clear()
-                hit = _RQ_ROWS[id(v), self.name] = (v, rows)     # the view held: its id is not reused
-            self._rq_cache = hit[1]
+                hit = _RQ_ROWS[key] = rows
+            self._rq_cache = hit
         return self._rq_cache
 
     def _finish(self, step, out, obs, n, oh0, ow0, th, tw) -> None:
@@ -663,8 +667,16 @@ class NuLowering:
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
 
 
-_RQ_ROWS: dict[tuple[int, str], tuple] = {}
-"""NuLowering._channel_requants' rows by (id of the view, kernel name), with the view itself."""
+_RQ_ROWS: dict[tuple, list] = {}
+"""NuLowering._channel_requants' rows by the kernel's name and every value they are made of."""
+
+
+def _exact(a: np.ndarray | None) -> tuple | None:
+    """An array as a key: its dtype, shape and bytes (None stays None)."""
+    if a is None:
+        return None
+    a = np.ascontiguousarray(a)
+    return a.dtype.str, a.shape, a.tobytes()
 
 def _halo(start: int, extent: int, size: int) -> tuple[int, int, int]:
     """(first real index, padding before, padding after) of a window [start, start + extent)."""

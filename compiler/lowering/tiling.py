@@ -46,6 +46,22 @@ def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
     return None
 
 
+def bias_modes(p: NuPlan) -> tuple[str, ...]:
+    """The bias modes beside "fill" that a shallow conv's tilings are also offered in, which its values decide."""
+    if p.view.bias is None or p.w.span * p.kh * p.kw > SHALLOW or p.depthwise:
+        return ()
+    # the VU adds a bias to the accumulator in its own wide arithmetic, which does not wrap: an
+    # accumulator that may wrap (as onnxruntime's does) takes its bias on the NU
+    return (() if p.view.may_wrap else ("requant",)) + (
+        ("nu",) if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else ())
+
+
+def value_facts(p: NuPlan) -> tuple:
+    """What conv_candidates reads of a plan's values rather than its shapes (structure.tiling_key leaves
+    values out): a memo of tilings keyed by the shapes must be keyed by these too."""
+    return bias_modes(p), requantises_on_nu(p)
+
+
 def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
                     min_tiles: int = MIN_TILES, output_stage: bool = True) -> list[ConvTiling]:
     """Tilings that fit the buffers: per (output blocks, chunk) pair the largest spatial tile
@@ -72,13 +88,9 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     # few tiles leave nothing to overlap: also offer the spatial tile split in 2 and 4 (by rows)
     out += [replace(t, th=-(-t.th // k)) for t in list(out) for k in (2, 4)
             if t.th >= k and tile_count(p, t) < min_tiles]
-    if p.view.bias is not None and p.w.span * p.kh * p.kw <= SHALLOW and not p.depthwise:
-        # the VU adds a bias to the accumulator in its own wide arithmetic, which does not wrap: an
-        # accumulator that may wrap (as onnxruntime's does) takes its bias on the NU
-        modes = (([] if p.view.may_wrap else ["requant"])
-                 + (["nu"] if bias_blocks(p.view.bias, p.view.x_zp, p.n_ob, p.rows, p.cols) else []))
-        out += [c for t in out if t.drain == "vu" for mode in modes for c in [replace(t, bias=mode)]
-                if fits(buffer_needs(p, c, residual), caps)]
+    modes = bias_modes(p)
+    out += [c for t in out if t.drain == "vu" for mode in modes for c in [replace(t, bias=mode)]
+            if fits(buffer_needs(p, c, residual), caps)]
     # one chunk on the NU's output stage (nu.conv.rq): no drain, no VU pass, beside the fill tiling
     out += [c for t in out if staged and t.bias == "fill" and t.drain == "vu" and t.cbt >= p.w.span
             for c in [replace(t, drain="nu")] if fits(buffer_needs(p, c, residual), caps)]

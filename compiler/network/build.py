@@ -39,6 +39,7 @@ from ..ir import Buffer, KernelIR
 from ..library import GRAPH_FORMAT, Library, graph_buffer, tensor_meta
 from ..lowering.layout import layout_block
 from ..passes import emit, loops, sync
+from ..passes.emit import incbin_name
 from ..pipeline import refuse_broadcast
 from ..roofline import bound_cycles
 from ..search import best_schedule, cached_choice
@@ -151,18 +152,48 @@ def build_network(graph, cfg: Config, fuse: bool = True, layouts: bool = True, b
     hit = compile_cache.get("network", key, _whole_entry)
     if hit is not None:
         program, meta, asm, files, predicted = hit
-        return Library(program, meta, cfg, asm, files, predicted)
+        return Library(program, meta, cfg, asm, read_back(program, files), predicted)
     with fewer_collections(), compile_cache.remembered("search", parallel.prefetch(graph, cfg, fuse, layouts)):
         lib = _build_network(graph, cfg, fuse, layouts, blocked)
-    compile_cache.put("network", key, (lib.program, lib.meta, lib.asm, lib.files, lib.predicted_cycles))
+    compile_cache.put("network", key, (lib.program, lib.meta, lib.asm, stored_files(lib.program, lib.files),
+                                       lib.predicted_cycles))
     compile_cache.prune()
     return lib
 
 
 def _whole_entry(v: object) -> bool:
-    """Is v a network entry as build_network writes it: (Program, meta, asm, files, predicted cycles)?"""
+    """Is v a network entry as build_network writes it: (Program, meta, asm, stored_files, predicted cycles),
+    every file the program does not hold given whole?"""
     return (isinstance(v, tuple) and len(v) == 5 and isinstance(v[0], Program) and isinstance(v[1], dict)
-            and isinstance(v[2], str) and isinstance(v[3], dict) and type(v[4]) is int)
+            and isinstance(v[2], str) and isinstance(v[3], dict) and type(v[4]) is int
+            and all(isinstance(f, bytes) or (f is None and _span(v[0], name) is not None) for name, f in v[3].items()))
+
+
+def stored_files(program: Program, files: dict[str, bytes]) -> dict[str, bytes | None]:
+    """A network entry's .incbin files: None for each the program's data holds as it is, at its buffer (a
+    network's weights, which would be stored twice and read twice on every hit), read_back gives it again."""
+    return {name: None if _held(program, name) == data else data for name, data in files.items()}
+
+
+def read_back(program: Program, stored: dict[str, bytes | None]) -> dict[str, bytes]:
+    """The .incbin files of a network entry (stored_files): each None read from the program's data."""
+    return {name: _held(program, name) if data is None else data for name, data in stored.items()}
+
+
+def _held(program: Program, name: str) -> bytes | None:
+    """The bytes of the program's buffer whose .incbin file is `name` (None: no such buffer, or data short of it)."""
+    span = _span(program, name)
+    return None if span is None else bytes(program.data[span[0]:span[1]])
+
+
+def _span(program: Program, name: str) -> tuple[int, int] | None:
+    """Where in the program's data its buffer whose .incbin file is `name` lies (None: nowhere)."""
+    buf = program.buffers.get(name.removesuffix(".bin")) if isinstance(name, str) else None
+    if buf is None or incbin_name(buf) != name:
+        return None
+    start = buf.addr - program.data_base
+    end = start + buf.nbytes
+    return (start, end) if 0 <= start and end <= len(program.data) else None
 
 
 def _build_network(graph, cfg: Config, fuse: bool, layouts: bool, blocked: bool) -> Library:

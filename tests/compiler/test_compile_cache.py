@@ -92,14 +92,19 @@ def conv(shape=(1, 16, 12, 12), seed=3):
 def test_a_network_hit_gives_the_bytes_of_a_cold_compile(cache, monkeypatch):
     g = residual_net(np.random.default_rng(0))
     with compile_cache.off():
-        want = binary(compiler.build(g))
+        lib = compiler.build(g)
+        want = binary(lib)
     assert not cache.exists()                       # off: nothing written
     assert binary(compiler.build(g)) == want        # cold, filling the cache
     assert files(cache, "network") and files(cache, "search")
     with monkeypatch.context() as m:
         no_network_build(m)
         hit = compiler.build(g)
-    assert binary(hit) == want and hit.asm == cold(g).asm
+    assert binary(hit) == want and hit.asm == lib.asm and hit.files == lib.files and lib.files
+    # the weights' .incbin files are read back from the program's data, not stored a second time
+    entry = compile_cache.get("network", files(cache, "network")[0].name, network_build._whole_entry)
+    assert entry[3] == dict.fromkeys(lib.files)
+    assert not network_build._whole_entry(entry[:3] + ({"absent.bin": None},) + entry[4:])   # not in the program
     shutil.rmtree(cache / "network")                # the choices alone: every kernel rebuilt from its choice
     no_search(monkeypatch)
     assert binary(compiler.build(g)) == want
@@ -193,6 +198,11 @@ def test_keys_are_exact_and_refuse_what_they_cannot_encode():
     a = np.arange(6, dtype=np.int8)
     assert k(a) != k(a.astype(np.int16)) and k(a) != k(a.reshape(2, 3)) and k(a) == k(a.copy())
     assert k({"a": 1, "b": 2}) != k({"b": 2, "a": 1}) and k((1, 2)) != k([1, 2])
+    # a transposed matrix is hashed in its own order, tagged: its memory holds what a C-ordered matrix of its
+    # shape would, but not the same values
+    m = np.arange(12, dtype=np.int64).reshape(3, 4)
+    assert k(m.T) == k(m.copy().T) and k(m.T) != k(m.reshape(4, 3)) and k(m.T) != k((m + (m == 5)).T)
+    assert k(m[:, ::2]) == k(np.ascontiguousarray(m[:, ::2])) and k(m[:, ::2]) != k(m[:, 1::2])
     assert k(lambda: 0) is None and k(np.array([object()])) is None
 
 

@@ -12,7 +12,7 @@ from compiler.schedule import Schedule
 from compiler.sizes import capacities
 from nnpsim.config import Config
 from tests.helpers.kernels import rand8
-from tests.helpers.networks import SMALL_NU, conv_conv, conv_pool, inverted
+from tests.helpers.networks import SMALL_NU, conv_conv, conv_op, conv_pool, inverted
 
 
 def _conv(rng: np.random.Generator):
@@ -61,9 +61,7 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
     ranked = 0
     for n, chain in enumerate(chains):
         cfg = Config(nu_count=1 + n % 2, vu_count=1 + n % 2)
-        search._CHAIN_PICKS.clear()
-        search._ROW_PICKS.clear()
-        search._FIT_OPTIONS.clear()
+        search.forget()
         for _ in range(2):                  # the second time from the memos of picks
             quick: list[float] = []
             found = search.all_candidates(tuple(chain), cfg, None, quick)
@@ -122,3 +120,37 @@ def test_fitted_needs_a_chain_of_convs():
     pool = ops.max_pool2d(chain[0].output.shape, 2)
     for ops_ in ((chain[0],), (chain[0], pool)):
         assert search.fitted(Schedule(*ops_, config=cfg), cfg, driver.sites(ops_, cfg)[0]) is None
+
+
+# ---------------------------------------------------------------------- the memos of picks
+
+def _shallow_pair(rng: np.random.Generator, bias: np.ndarray | None = None):
+    """A 1x1 conv + relu into a 1x1 conv, both shallow enough to be offered other bias modes."""
+    a = conv_op(rng, (1, 24, 9, 11), 40, k=1, relu=True)
+    if bias is not None:          # the same shapes, a bias too large to put on the NU (layout.bias_blocks)
+        a = ops.conv2d(a.x_shape, a.weight, bias, x_zp=a.x_zp, multiplier=a.multiplier, shift=a.shift,
+                       zp_out=a.zp_out, lo=a.lo)
+    return a, conv_op(rng, a.output.shape, 24, k=1)
+
+
+def test_a_memo_of_picks_made_for_one_chain_is_not_taken_by_another_of_its_shapes():
+    # two chains of the same shapes whose values offer different tilings (the first conv's bias fits the
+    # NU's bias rows in one, not in the other): compiled one after the other in one process, the second
+    # is given the candidates and the kernel a fresh process gives it, and agrees with numpy
+    rng = np.random.default_rng(5)
+    small = _shallow_pair(rng)
+    big = _shallow_pair(np.random.default_rng(5), rng.integers(600_000, 900_000, 40).astype(np.int32))
+    cfg = Config()
+    assert (search.conv_candidates(Schedule(*small, config=cfg).blocks[0].ctx["plan"], cfg)
+            != search.conv_candidates(Schedule(*big, config=cfg).blocks[0].ctx["plan"], cfg))
+    search.forget()
+    fresh = [str(s) for s in search.all_candidates(big, cfg)]
+    k_fresh = compiler.build(*big, config=cfg)
+    search.forget()
+    search.all_candidates(small, cfg)
+    assert [str(s) for s in search.all_candidates(big, cfg)] == fresh
+    compiler.build(*small, config=cfg)
+    k = compiler.build(*big, config=cfg)
+    assert k.program.to_bytes() == k_fresh.program.to_bytes()
+    x = rand8(rng, big[0].x_shape)
+    np.testing.assert_array_equal(k(x), big[1].reference(big[0].reference(x)))
