@@ -259,7 +259,7 @@ def schedule_cycles(body: list, cfg: Config) -> int:
     last of them, stalling while the command's queue is full or a `sem.wait` finds no
     token; it ends with `halt`.  Each cycle that something can change goes through
     the engine's phases in its order (docs/architecture.md, "One cycle, in order"):
-    commands end (signalling their semaphore), idle units in agent order start their
+    commands end (signalling their semaphores), idle units in agent order start their
     queue's head once it holds a token it waits for, DMA transfers share their ports,
     then the CU tries its next issue or wait.  An NU or VU command lasts its timing
     formula; a DMA transfer waits its latency, then streams its bytes (or its DDR
@@ -326,6 +326,7 @@ class _Work:
     agent: int
     wait: int | None
     signal: int | None
+    signal2: int | None
     cycles: int = 0
     latency: int = 0
     nbytes: int = 0
@@ -350,7 +351,7 @@ class _Units:
 
     def complete(self, t: int) -> None:
         """1. The transfers' progress since the last processed cycle; commands that end at t end,
-        signalling their semaphore."""
+        signalling their semaphores (signal and signal2)."""
         busy, rate, left, running, sems = self.busy, self.rate, self.left, self.running, self.sems
         for a in busy:
             if rate[a]:
@@ -360,11 +361,13 @@ class _Units:
         done = [a for a in busy if (stream_at[a] <= t and left[a] <= 0 if a >= dma0 else end[a] == t)]
         for a in done:
             busy.remove(a)
-            s = running[a].signal
+            w = running[a]
             running[a] = None
             rate[a] = 0
-            if s is not None:
-                sems[s] = sems.get(s, 0) + 1
+            if w.signal is not None:
+                sems[w.signal] = sems.get(w.signal, 0) + 1
+            if w.signal2 is not None:
+                sems[w.signal2] = sems.get(w.signal2, 0) + 1
 
     def start(self, t: int) -> None:
         """2. Idle agents, in agent order, start their queue's head once it holds a token it waits for."""
@@ -458,10 +461,11 @@ class _Engine:
                 ports = tuple((p, timing.memory_port(self.cfg, SPACE_ID[s])[0]) for p, s in spaces.items())
                 latency = int(timing.dma_latency(timing.memory_port(self.cfg, SPACE_ID[c.src.buf.space])[1],
                                                  timing.memory_port(self.cfg, SPACE_ID[c.dst.buf.space])[1]))
-                w = _Work(agent, c.wait, c.signal, latency=latency, nbytes=stream_bytes(c, self.cfg, v), ports=ports)
+                w = _Work(agent, c.wait, c.signal, c.signal2, latency=latency, nbytes=stream_bytes(c, self.cfg, v),
+                          ports=ports)
             else:
                 cycles = nu_cycles(c, self.cfg) if isinstance(c, NuConv) else vu_cycles(c, self.cfg)
-                w = _Work(agent, c.wait, c.signal, cycles=max(cycles, 1))
+                w = _Work(agent, c.wait, c.signal, c.signal2, cycles=max(cycles, 1))
             self.works[key] = w
         return w
 

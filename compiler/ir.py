@@ -152,11 +152,12 @@ def _access(ref: Ref, extent: tuple[int, int], write: bool) -> Access:
 
 @dataclass(eq=False)
 class Command:
-    """A command for one queue; wait/signal are semaphore numbers filled in by sync."""
+    """A command for one queue; wait/signal/signal2 are semaphore numbers filled in by sync."""
 
     comment: str = field(default="", kw_only=True)
     wait: int | None = field(default=None, kw_only=True)
     signal: int | None = field(default=None, kw_only=True)
+    signal2: int | None = field(default=None, kw_only=True)
 
     @property
     def queue(self) -> str:
@@ -464,8 +465,8 @@ def stmt_text(stmt) -> str:
         return f"cu.wait s{stmt.sem}"
     if isinstance(stmt, Loop):
         return f"loop {stmt.var} < {stmt.extent}: {len(stmt.body)} statements"
-    sync = (f" wait s{stmt.wait}" if stmt.wait is not None else "") + \
-        (f" signal s{stmt.signal}" if stmt.signal is not None else "")
+    sync = "".join(f" {k} s{v}" for k, v in (("wait", stmt.wait), ("signal", stmt.signal),
+                                              ("signal2", stmt.signal2)) if v is not None)
     if isinstance(stmt, Dma):
         used = max([k + 1 for k in range(4) if stmt.size[k] > 1] or [1])
         pad = ""

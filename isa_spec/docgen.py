@@ -22,7 +22,7 @@ _KIND_SYNTAX = {
     "pcrel": ("expression giving the target byte address (usually a label)",
               "stored as (target - pc) / {scale}, signed"),
     "sem": ("`s0` .. `s{n}`", "semaphore"),
-    "sem_opt": ("`wait=sN` / `signal=sN` after the operands, optional",
+    "sem_opt": ("`wait=sN` / `signal=sN` / `signal2=sN` after the operands, optional",
                 "stored as N + 1; 0 means none"),
     "enum": ("a name from the table below", "stored as the listed number"),
 }
@@ -83,7 +83,8 @@ def _overview(isa: Isa) -> list[str]:
         "- An optional semaphore field stores `N + 1` for `sN`, 0 for none.",
         "- Commands (unit DMA, NU, VU) are issued to the unit's queue and run asynchronously;",
         "  `wait=sN` makes a command take a token from `sN` before it starts, `signal=sN` adds",
-        "  a token to `sN` when it ends.",
+        "  a token to `sN` when it ends, and `signal2=sM` one more, to `sM`, at the same cycle",
+        "  (a result two queues consume; naming one semaphore in both adds two tokens).",
         f"- Binaries are ELF32 little-endian executables with `e_machine = {isa.elf_machine:#06x}`",
         "  (see `isa_spec/elf.py`).",
         "",

@@ -52,7 +52,8 @@ C_F1 = 10      # DMA sspace; VU sdt
 C_F2 = 11      # VU ddt
 C_ISA = 12     # index into isa.instructions (for logs and messages)
 C_BIMM = 13    # 1: an immediate-form ALU op (the second operand is C_IMM, not rs2's value)
-N_COLS = 14
+C_SIGNAL2 = 14  # second signal semaphore or -1
+N_COLS = 15
 
 MASK32 = 0xFFFFFFFF
 PARAM_REGS = 256
@@ -124,6 +125,7 @@ def _decode(words: np.ndarray, isa: Isa) -> np.ndarray:
     out[:, C_ISA] = dec[:, 0]
     out[:, C_WAIT] = -1
     out[:, C_SIGNAL] = -1
+    out[:, C_SIGNAL2] = -1
     for index, ins in enumerate(isa.instructions):
         rows = dec[:, 0] == index
         if not rows.any():
@@ -149,7 +151,7 @@ def _decode(words: np.ndarray, isa: Isa) -> np.ndarray:
 _COLUMN_OF = {
     "rd": C_RD, "rs1": C_RS1, "rs2": C_RS2, "imm": C_IMM, "off": C_IMM, "sem": C_IMM,
     "mask": C_IMM, "param": C_PARAM, "ch": C_UNIT, "unit": C_UNIT, "wait": C_WAIT,
-    "signal": C_SIGNAL, "rs": C_RS1, "dspace": C_F0, "sspace": C_F1, "racc": C_RD,
+    "signal": C_SIGNAL, "signal2": C_SIGNAL2, "rs": C_RS1, "dspace": C_F0, "sspace": C_F1, "racc": C_RD,
     "rin": C_RS1, "rw": C_RS2, "ra": C_RS1, "rb": C_RS2, "sdt": C_F1, "ddt": C_F2,
 }
 

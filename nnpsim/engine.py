@@ -24,11 +24,11 @@ import numpy as np
 from numba import njit
 
 from . import errors
-from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
+from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_SIGNAL2, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, OP_LD, exec_pure, load_word, unset_mask, wrap32)
 from .runlog import (BARRIER, CMD_COLS, CTR_COLS, CTR_DDR_BYTES, END, ISSUE, LOAD, M_AGENT, M_BYTES,
-                     M_DDR_BURST, M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_UNSET,
+                     M_DDR_BURST, M_END, M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_SIGNAL2, M_UNSET,
                      M_START, M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_COLS,
                      STALL_QUEUE_FULL, STALL_SEMAPHORE, START, SYNC_COLS, TAKE)
 from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DDR_BURST, K_DEPTH, K_DMA, K_DMA_BASE, K_MAX_CYCLES,
@@ -97,7 +97,7 @@ def _advance_streams(ag: np.ndarray, dma0: int, since: int, t: int) -> None:
 @njit(cache=True, inline="always")
 def _complete(t: int, ag: np.ndarray, dma0: int, cmd: np.ndarray, sems: np.ndarray,
               sync: np.ndarray, stall: np.ndarray, st: np.ndarray) -> None:
-    """Phase 1: end every command whose end is t, signalling its semaphore."""
+    """Phase 1: end every command whose end is t, signalling its semaphores (signal, then signal2)."""
     for a in range(1, ag.shape[0]):
         c = ag[a, A_RUN]
         if c < 0:
@@ -117,6 +117,10 @@ def _complete(t: int, ag: np.ndarray, dma0: int, cmd: np.ndarray, sems: np.ndarr
             stall[ag[a, A_BW_STALL], 3] = t
             ag[a, A_BW_STALL] = -1
         s = cmd[c, M_SIGNAL]
+        if s >= 0:
+            sems[s] += 1
+            _log(sync, st, ST_NSYNC, SIGNAL, t, a, s, c)
+        s = cmd[c, M_SIGNAL2]
         if s >= 0:
             sems[s] += 1
             _log(sync, st, ST_NSYNC, SIGNAL, t, a, s, c)
@@ -298,11 +302,12 @@ def _issue(t: int, i: int, op: int, prog: np.ndarray, regs: np.ndarray, params: 
         count, a, base = cfg[K_DMA], 1 + cfg[K_NU] + cfg[K_VU] + unit, cfg[K_DMA_BASE]
     w = prog[i, C_WAIT]
     sg = prog[i, C_SIGNAL]
+    sg2 = prog[i, C_SIGNAL2]
     if unit >= count:
         err[4] = unit
         return errors.ILLEGAL_INSTRUCTION, -1, 0
-    if w >= cfg[K_SEMS] or sg >= cfg[K_SEMS]:
-        err[4] = w if w >= cfg[K_SEMS] else sg
+    if w >= cfg[K_SEMS] or sg >= cfg[K_SEMS] or sg2 >= cfg[K_SEMS]:
+        err[4] = w if w >= cfg[K_SEMS] else (sg if sg >= cfg[K_SEMS] else sg2)
         return errors.BAD_SEMAPHORE, -1, 0
     if ag[a, A_QCOUNT] == queue.shape[1]:
         return 0, STALL_QUEUE_FULL, a
@@ -323,6 +328,7 @@ def _issue(t: int, i: int, op: int, prog: np.ndarray, regs: np.ndarray, params: 
     cmd[c, M_FIELDS + 3] = 0
     cmd[c, M_WAIT] = w
     cmd[c, M_SIGNAL] = sg
+    cmd[c, M_SIGNAL2] = sg2
     cmd[c, M_BYTES] = 0
     cmd[c, M_DDR_BURST] = 0
     cmd[c, M_MACS] = 0
@@ -467,9 +473,10 @@ def _build():
         since = 0
         code = 0
         while True:
-            # room for every row one cycle can add (at most 4 sync rows per agent, ...)
+            # room for every row one cycle can add (at most 5 sync rows per agent: end, two signals,
+            # take, start; ...)
             cmd = _reserve(cmd, st[ST_NCMD], 1)
-            sync = _reserve(sync, st[ST_NSYNC], 4 * n_ag + 1)
+            sync = _reserve(sync, st[ST_NSYNC], 5 * n_ag + 1)
             ctr = _reserve(ctr, st[ST_NCTR], n_ag + 3)
             stall = _reserve(stall, st[ST_NSTALL], 3 * n_ag + 1)
 

@@ -17,7 +17,8 @@ CTR_DDR_BYTES = 0
  M_WAIT, M_SIGNAL, M_BYTES, M_MACS, M_PARAMS) = range(18)
 M_UNSET = M_PARAMS + 32   # bit j: parameter group_base + j was never written before the issue
 M_DDR_BURST = M_UNSET + 1  # a DMA's DDR burst bytes, its DDR sides summed (timing.burst_bytes)
-CMD_COLS = M_DDR_BURST + 1
+M_SIGNAL2 = M_DDR_BURST + 1  # the second semaphore the command signals when it ends, or -1
+CMD_COLS = M_SIGNAL2 + 1
 SYNC_COLS, CTR_COLS, STALL_COLS = 5, 3, 4
 
 
@@ -61,6 +62,8 @@ class RunLog:
     """Per command, bit j set: its group's parameter j still held its reset value, never written."""
     cmd_ddr_burst_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """Per DMA command, the bytes of the DDR bursts its DDR side(s) touch (read and written summed)."""
+    cmd_signal2: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per command, the second semaphore it signals when it ends (-1: none)."""
 
     @property
     def n_commands(self) -> int:
@@ -74,8 +77,9 @@ class RunLog:
             return np.ascontiguousarray(cmd[:, j])
         unset = c(M_UNSET) if cmd.shape[1] > M_UNSET else np.zeros(len(cmd), np.int64)
         burst = c(M_DDR_BURST) if cmd.shape[1] > M_DDR_BURST else np.zeros(len(cmd), np.int64)
+        signal2 = c(M_SIGNAL2) if cmd.shape[1] > M_SIGNAL2 else np.full(len(cmd), -1, np.int64)
         return cls(
-            cmd_unset=unset, cmd_ddr_burst_bytes=burst,
+            cmd_unset=unset, cmd_ddr_burst_bytes=burst, cmd_signal2=signal2,
             cycles=int(cycles), instructions=int(instructions), agents=list(agents),
             cmd_agent=c(M_AGENT), cmd_op=c(M_OP), cmd_pc=c(M_PC), cmd_issue=c(M_ISSUE),
             cmd_start=c(M_START), cmd_end=c(M_END),

@@ -14,12 +14,12 @@ from isa_spec import load_isa
 
 from . import errors
 from .config import Config
-from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_UNIT,
+from .cu import (C_F0, C_F1, C_F2, C_IMM, C_ISA, C_OP, C_RD, C_RS1, C_RS2, C_SIGNAL, C_SIGNAL2, C_UNIT,
                  C_WAIT, MASK32, OP_BARRIER, OP_DMA, OP_HALT, OP_NU, OP_SEM_SIGNAL, OP_SEM_WAIT,
                  OP_SYNC, OP_VU, OP_LD, PARAM_REGS, exec_pure, load_word, new_param_file,
                  unset_mask, wrap32)
 from .runlog import (BARRIER, CMD_COLS, CTR_DDR_BYTES, END, ISSUE, LOAD, M_AGENT, M_BYTES, M_DDR_BURST, M_END,
-                     M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_START, M_UNSET,
+                     M_FIELDS, M_ISSUE, M_MACS, M_OP, M_PARAMS, M_PC, M_REGS, M_SIGNAL, M_SIGNAL2, M_START, M_UNSET,
                      M_WAIT, SIGNAL, STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL,
                      STALL_SEMAPHORE, START, TAKE, RunLog)
 from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P_K_W,
@@ -129,10 +129,10 @@ class Stepper:
             if self.bw_stall[a] >= 0:
                 self.stall[self.bw_stall[a]][3] = t
                 self.bw_stall[a] = -1
-            s = int(self.cmd[c][M_SIGNAL])
-            if s >= 0:
-                self.sems[s] += 1
-                self.sync.append((SIGNAL, t, a, s, c))
+            for s in (int(self.cmd[c][M_SIGNAL]), int(self.cmd[c][M_SIGNAL2])):
+                if s >= 0:
+                    self.sems[s] += 1
+                    self.sync.append((SIGNAL, t, a, s, c))
 
     def _starts(self) -> None:
         t, k, mem = self.t, self.k, self.memory
@@ -299,11 +299,11 @@ class Stepper:
         kind = {OP_NU: (self.nnu, 1, K_NU_BASE), OP_VU: (self.nvu, 1 + self.nnu, K_VU_BASE),
                 OP_DMA: (self.ndma, self.dma0, K_DMA_BASE)}
         count, first, base_slot = kind[op]
-        w, sg = int(row[C_WAIT]), int(row[C_SIGNAL])
+        w, sg, sg2 = int(row[C_WAIT]), int(row[C_SIGNAL]), int(row[C_SIGNAL2])
         if unit >= count:
             self._cu_error(errors.ILLEGAL_INSTRUCTION, unit)
-        if w >= nsem or sg >= nsem:
-            self._cu_error(errors.BAD_SEMAPHORE, w if w >= nsem else sg)
+        if max(w, sg, sg2) >= nsem:
+            self._cu_error(errors.BAD_SEMAPHORE, next(s for s in (w, sg, sg2) if s >= nsem))
         a = first + unit
         if len(self.queues[a]) == self.cfg.queue_depth:
             return STALL_QUEUE_FULL
@@ -318,7 +318,7 @@ class Stepper:
         new[M_FIELDS] = row[C_F0]
         new[M_FIELDS + 1] = 0 if op == OP_NU else row[C_F1]
         new[M_FIELDS + 2] = row[C_F2] if op == OP_VU else 0
-        new[M_WAIT], new[M_SIGNAL] = w, sg
+        new[M_WAIT], new[M_SIGNAL], new[M_SIGNAL2] = w, sg, sg2
         new[M_PARAMS:M_PARAMS + 32] = self.params[base:base + 32]
         new[M_UNSET] = unset_mask(self.params, base)
         self.cmd.append(new)

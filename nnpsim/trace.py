@@ -67,9 +67,10 @@ def _command_events(log: RunLog, program) -> list[dict]:
     _, unit_of = agent_units(log.agents)
     cols = [np.asarray(getattr(log, f)).tolist() for f in
             ("cmd_agent", "cmd_op", "cmd_pc", "cmd_issue", "cmd_start", "cmd_end", "cmd_regs", "cmd_fields",
-             "cmd_params", "cmd_wait", "cmd_signal", "cmd_bytes", "cmd_macs")]
+             "cmd_params", "cmd_wait", "cmd_signal", "cmd_signal2", "cmd_bytes", "cmd_macs")]
     events = []
-    for c, (a, op, pc, issue, start, end, regs, fields, params, wait, signal, nbytes, macs) in enumerate(zip(*cols)):
+    for c, (a, op, pc, issue, start, end, regs, fields, params, wait, signal, signal2, nbytes,
+            macs) in enumerate(zip(*cols)):
         if start < 0:
             continue
         instr = isa.instructions[op] if 0 <= op < len(isa.instructions) else None
@@ -81,7 +82,8 @@ def _command_events(log: RunLog, program) -> list[dict]:
         if instr is not None and instr.unit in GROUP_BASE:
             args["operands"] = _operands(instr, int(unit_of[a]), regs, fields)
             args["params"] = _group_params(instr.unit, params)
-        args.update({"bytes": nbytes, "macs": macs, "wait": _sem(wait), "signal": _sem(signal)})
+        args.update({"bytes": nbytes, "macs": macs, "wait": _sem(wait), "signal": _sem(signal),
+                     "signal2": _sem(signal2)})
         if end < 0:
             args["unfinished"] = True
             end = log.cycles

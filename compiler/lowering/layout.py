@@ -218,7 +218,7 @@ def ddr_order(cmd: Dma) -> Dma:
     pick = (lambda v: tuple(v[k] for k in order))
     return Dma(cmd.chan, cmd.dst, cmd.src, pick(cmd.size), pick(cmd.src_stride), pick(cmd.dst_stride),
                pick(cmd.pad_lo), pick(cmd.pad_hi), cmd.pad_value, cmd.elem, comment=cmd.comment, wait=cmd.wait,
-               signal=cmd.signal)
+               signal=cmd.signal, signal2=cmd.signal2)
 
 
 @lru_cache(maxsize=1 << 14)

@@ -355,7 +355,8 @@ class Emitter:
         if self.counting:
             self.lines.append("")
             return
-        sync = "".join(f", {k}=s{v}" for k, v in (("wait", c.wait), ("signal", c.signal)) if v is not None)
+        sync = "".join(f", {k}=s{v}" for k, v in (("wait", c.wait), ("signal", c.signal), ("signal2", c.signal2))
+                       if v is not None)
         line = f"        {text}{sync}"
         self.lines.append(f"{line:<60} ; {c.comment}" if c.comment else line)
 

@@ -72,7 +72,7 @@ def _key(stmt) -> tuple:
     else:                                   # a Label (or anything else) never repeats
         return ("unique", id(stmt))
     spaces = tuple(None if getattr(stmt, f) is None else _space(getattr(stmt, f)) for f in ref_fields(stmt))
-    return (type(stmt).__name__, rest, stmt.wait, stmt.signal, spaces)
+    return (type(stmt).__name__, rest, stmt.wait, stmt.signal, stmt.signal2, spaces)
 
 
 # ----------------------------------------------------------------------------- address patterns

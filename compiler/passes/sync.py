@@ -8,15 +8,19 @@ CU know has completed (vector clocks over per-queue sequence numbers, the same
 happens-before the simulator's race checker uses) and adds an edge only for a
 conflict that is not already ordered.
 
-Each command has one `wait` and one `signal`.  An edge P -> C uses semaphore
-(P, C): producers in P signal it in P's order, consumers in C wait on it in C's
-order, so the k-th wait is released by the k-th signal.  A producer needed by
-two queues (a tile's NU command is needed by the drain of its result and by
-the load that reuses its input buffer), or a consumer needing two producers,
-goes through the CU instead: the CU waits on (P, cu) before issuing the
-consumer, which orders everything issued after.  A first sweep plans which
-producers go through the CU; the second assigns semaphores, giving a producer
-its signal only when some wait actually takes it, so every token is consumed.
+Each command has one `wait` and two signals (`signal`, `signal2`).  An edge
+P -> C uses semaphore (P, C): producers in P signal it in P's order, consumers
+in C wait on it in C's order, so the k-th wait is released by the k-th signal.
+A producer needed by two queues (a tile's NU command is needed by the drain of
+its result and by the load that reuses its input buffer; a drain by the
+requantisation that reads it and by the NU command that reuses its
+accumulators) signals both queues' semaphores.  A producer needed by more than
+two, or the extra producers of a consumer needing several, go through the CU:
+the CU waits on (P, cu) before issuing the consumer, which orders everything
+issued after (the CU counts as one of a producer's two consumers).  A first
+sweep plans which queues each producer is needed by; the second assigns
+semaphores, giving a producer a signal only when some wait actually takes it,
+so every token is consumed.
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ from ..errors import CompileError
 from ..ir import Command, CuWait, Stmt
 
 CU = "cu"
+SIGNALS = 2
+"""Semaphores a command can signal when it ends (its `signal` and `signal2` fields)."""
 
 
 @dataclass
@@ -179,8 +185,14 @@ def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets
             if len(sems) >= limit:
                 raise CompileError(f"the schedule needs more than the {limit} semaphores of the configuration")
             sems[key] = len(sems)
-        cmds[p].signal = sems[key]
-        return sems[key]
+        s, c = sems[key], cmds[p]
+        if c.signal is None or c.signal == s:
+            c.signal = s
+        elif c.signal2 is None or c.signal2 == s:
+            c.signal2 = s
+        else:
+            raise CompileError(f"internal: {c.comment!r} would signal a third semaphore")
+        return s
 
     for stmt in body:
         if not isinstance(stmt, Command):
@@ -204,13 +216,13 @@ def _sweep(body: list[Stmt], cmds: list[Command], deps, clocks: _Clocks, targets
                 vc = _later(_later(vc, cu_vc), clocks.done[p])
         else:
             for p in unsat:
-                if targets[p] == CU and not clocks.knows(cu_vc, cmds, p):
+                if CU in targets[p] and not clocks.knows(cu_vc, cmds, p):
                     out.append(CuWait(sem(p, CU), f"cu waits for {cmds[p].queue}: {cmds[p].comment}"))
                     cu_waits += 1
                     cu_vc = _later(cu_vc, clocks.done[p])
             vc = _later(vc, cu_vc)
             rest = [p for p in unsat if not clocks.knows(vc, cmds, p)]
-            if len(rest) > 1 or (rest and targets[rest[0]] != q):
+            if len(rest) > 1 or (rest and q not in targets[rest[0]]):
                 raise CompileError(f"internal: sync plan inconsistent at {stmt.comment!r}")
             if rest:
                 stmt.wait = sem(rest[0], q)
@@ -228,7 +240,7 @@ def synchronise(body: list[Stmt], semaphores: int = 32) -> tuple[list[Stmt], Syn
     body = [s for s in body if not isinstance(s, CuWait)]
     cmds = [s for s in body if isinstance(s, Command)]
     for c in cmds:
-        c.wait = c.signal = None
+        c.wait = c.signal = c.signal2 = None
     deps = dependencies(cmds)
     try:
         return _assign(body, cmds, deps, semaphores)
@@ -239,14 +251,15 @@ def synchronise(body: list[Stmt], semaphores: int = 32) -> tuple[list[Stmt], Syn
         if "semaphores of the configuration" not in str(exc) or budget < 1:
             raise
         for c in cmds:
-            c.wait = c.signal = None
+            c.wait = c.signal = c.signal2 = None
         return _assign(body, cmds, deps, semaphores, budget)
 
 
 def _assign(body: list[Stmt], cmds: list[Command], deps, semaphores: int, direct: int | None = None):
-    """Plan which producers go through the CU, then assign semaphores: (body, report)."""
+    """Plan which queues need each producer, then assign semaphores: (body, report).  A producer
+    signals each of its consumers (the CU among them) when it has at most SIGNALS, else the CU's alone."""
     _, plan, _, _ = _sweep(body, cmds, deps, _Clocks(cmds), None, {}, semaphores, direct)
-    targets = {p: next(iter(cons)) if len(cons) == 1 else CU for p, cons in plan.items()}
+    targets = {p: cons if len(cons) <= SIGNALS else {CU} for p, cons in plan.items()}
     sems: dict[tuple[str, str], int] = {}
     out, _, waits, cu_waits = _sweep(body, cmds, deps, _Clocks(cmds), targets, sems, semaphores)
     return out, SyncReport(waits, cu_waits, dict(sems))

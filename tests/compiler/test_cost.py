@@ -101,7 +101,8 @@ def test_transfers_sharing_ports_take_the_simulators_cycles(transfers, depth):
 
 
 def _transfers(transfers: list) -> tuple[list[Buffer], list]:
-    """(buffers, body) of DMA transfers (channel, "src>dst", bytes, the earlier one it waits for or -1)."""
+    """(buffers, body) of DMA transfers (channel, "src>dst", bytes, the earlier one it waits for or -1): the
+    first to wait for a transfer takes its signal's token, the second its signal2's."""
     buffers, body = [], []
     for k, (chan, route, n, after) in enumerate(transfers):
         src, dst = route.split(">")
@@ -111,6 +112,8 @@ def _transfers(transfers: list) -> tuple[list[Buffer], list]:
         body.append(Dma(chan, Ref(b), Ref(a), (n,), (1,), (1,)))
         if 0 <= after < k and body[after].signal is None:
             body[after].signal = body[k].wait = after
+        elif 0 <= after < k and body[after].signal2 is None:
+            body[after].signal2 = body[k].wait = 8 + after
     return buffers, body
 
 

@@ -49,7 +49,8 @@ def random_memory(cfg, seed):
 def assert_same(log_e, mem_e, log_s, mem_s):
     assert log_e.cycles == log_s.cycles
     assert log_e.instructions == log_s.instructions
-    for name in ("cmd_agent", "cmd_issue", "cmd_start", "cmd_end", "cmd_regs", "cmd_params",
+    for name in ("cmd_agent", "cmd_issue", "cmd_start", "cmd_end", "cmd_regs", "cmd_params", "cmd_wait",
+                 "cmd_signal", "cmd_signal2",
                  "cmd_bytes", "cmd_ddr_burst_bytes", "cmd_macs", "sync_kind", "sync_cycle", "sync_agent", "sync_sem",
                  "sync_cmd", "ctr_cycle", "ctr_id", "ctr_value", "stall_agent", "stall_reason",
                  "stall_start", "stall_end", "registers", "params"):

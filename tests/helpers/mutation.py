@@ -93,8 +93,9 @@ def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
         sem = operands["sem"] if instr.mnemonic == "sem.wait" else operands.get("wait")
         if sem is not None:
             waits[sem].append(i)
-        if operands.get("signal") is not None:
-            signals[operands["signal"]].append(i)
+        for name in ("signal", "signal2"):          # (instruction, the field that names the semaphore)
+            if operands.get(name) is not None:
+                signals[operands[name]].append((i, name))
     out = []
     for sem, at in waits.items():
         assert len(signals[sem]) == len(at), f"s{sem}: {len(signals[sem])} signals for {len(at)} waits"
@@ -108,9 +109,9 @@ def wait_mutants(program, drop_signal: bool) -> list[tuple[str, object]]:
                 met = {signals[sem][k] for k, w in enumerate(at) if w == i}
                 if any(signals[sem][k] in met and w != i for k, w in enumerate(at)):
                     continue
-                for j in sorted(met):
-                    code[j] = _without(decoded[j], "signal", isa)
-                what += " and its signal at " + ", ".join(f"{j * 8:#x}" for j in sorted(met))
+                for j, name in sorted(met):
+                    code[j] = _without(decode(int(code[j]), isa), name, isa)
+                what += " and its signal at " + ", ".join(f"{j * 8:#x} ({name})" for j, name in sorted(met))
             out.append((what, dataclasses.replace(program, code=code)))
     return out
 

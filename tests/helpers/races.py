@@ -15,7 +15,7 @@ from isa_spec import load_isa
 from nnpsim.config import Config
 from nnpsim.units.nu import OPS as NU_OPS
 from nnpsim.units.vu import VU_OPS
-from nnpsim.runlog import BARRIER, CMD_COLS, END, ISSUE, M_PARAMS, SIGNAL, START, TAKE, RunLog
+from nnpsim.runlog import BARRIER, CMD_COLS, END, ISSUE, M_PARAMS, M_SIGNAL2, SIGNAL, START, TAKE, RunLog
 
 
 ISA = load_isa()
@@ -50,6 +50,7 @@ class Cmd:
     params: dict[str, int] = field(default_factory=dict)
     wait: int | None = None
     signal: int | None = None
+    signal2: int | None = None
     dur: int = 10
     macs: int = 0
     nbytes: int = 0
@@ -137,9 +138,10 @@ def schedule(prog: list, cfg: Config = SMALL, depth: int = 4, limit: int = 100_0
                 del running[a]
                 cmds[c]["end"] = t
                 ev(END, a, -1, c)
-                if cmds[c]["spec"].signal is not None:
-                    sems[cmds[c]["spec"].signal] += 1
-                    ev(SIGNAL, a, cmds[c]["spec"].signal, c)
+                for s in (cmds[c]["spec"].signal, cmds[c]["spec"].signal2):
+                    if s is not None:
+                        sems[s] += 1
+                        ev(SIGNAL, a, s, c)
         for a in sorted(queues):                           # 2. starts
             if a in running or not queues[a]:
                 continue
@@ -198,6 +200,7 @@ def _runlog(cycles, instructions, agents, cmds, sync, defaults) -> RunLog:
                          *spec.regs, *spec.fields,
                          -1 if spec.wait is None else spec.wait, -1 if spec.signal is None else spec.signal,
                          spec.nbytes, spec.macs]
+        table[i, M_SIGNAL2] = -1 if spec.signal2 is None else spec.signal2
     table[:, M_PARAMS:M_PARAMS + 32] = params
     sync_a = np.array(sync, np.int64).reshape(-1, 5)
     return RunLog.from_tables(cycles, instructions, agents, table, sync_a,

@@ -75,6 +75,24 @@ def test_reserved_bits_are_illegal():
     assert checked > 1000
 
 
+def test_every_command_has_a_second_signal_in_bits_59_to_54_that_old_words_leave_empty():
+    # signal2 sits in bits a command word never used, stored as N + 1: a word without it (every
+    # program assembled before the field existed) decodes with no second signal, as it ran then
+    commands = [i for i in ISA.instructions if i.is_command]
+    assert commands and all(i.fields["signal2"].mask == 0x3F << 54 and "signal2" in i.sync for i in commands)
+    assert not any("signal2" in i.fields for i in ISA.instructions if not i.is_command)
+    for instr in commands:
+        base = {n: f.value_range()[0] if f.kind.cls != "enum" else min(f.kind.names) for n, f in instr.fields.items()}
+        old = encode(instr, {**base, "signal": 5, "signal2": None})
+        assert old >> 54 == 0 and decode(old)[1]["signal2"] is None
+        word = encode(instr, {**base, "signal": 5, "signal2": 62})
+        assert word == old | 63 << 54 and decode(word)[1]["signal2"] == 62
+        with pytest.raises(DecodeError, match="reserved bits"):
+            decode(word | 1 << 60)          # bits 63:60 stay reserved
+    with pytest.raises(EncodeError, match="semaphore 63 out of range"):
+        encode("dma", {"ch": 0, "rd": 1, "rs": 2, "dspace": 0, "sspace": 0, "signal2": 63})
+
+
 def test_unknown_opcodes_and_bad_fields_are_illegal():
     for op in set(range(256)) - set(ISA.by_opcode):
         with pytest.raises(DecodeError, match="illegal opcode"):
@@ -159,7 +177,8 @@ def test_isa_doc_lists_everything():
     text = docgen.render()
     for i in ISA.instructions:
         assert f"| `{i.mnemonic}` | {i.opcode:#04x} | {i.unit} | `{docgen.operand_syntax(i)}` |" in text
-    assert "`dma ch, dspace[rd], sspace[rs] [, wait=sN] [, signal=sN]`" in text
+    assert "`dma ch, dspace[rd], sspace[rs] [, wait=sN] [, signal=sN] [, signal2=sN]`" in text
+    assert "| [59:54] | `signal2` | `sem_opt` | s0 .. s62 |" in text
     for name, number in ISA.params.items():
         assert f"| `{name}` | {number} | {ISA.param_defaults.get(name, 0)} |" in text
     for name, value in ISA.constants.items():

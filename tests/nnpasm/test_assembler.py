@@ -227,6 +227,22 @@ def test_dma_example_encoding():
     instr, v = decode(int(prog.code[0]))
     assert (instr.mnemonic, v["ch"], v["dspace"], v["rd"], v["sspace"], v["rs"], v["wait"], v["signal"]) == \
         ("dma", 1, 8, 3, 0, 4, 1, 2)
+    assert v["signal2"] is None
+
+
+def test_a_command_with_two_signals_assembles_and_disassembles_back():
+    # signal2= is an option like signal=, in any order after the operands; the disassembler writes
+    # it after signal=, and the text assembles to the same words
+    src = ("dma ch1, ibuf0[r3], ddr[r4], signal2=s7, wait=s1, signal=s2\n"
+           "nu.conv nu0, r1, r2, r3, signal2=s40\n"
+           "vu.mov vu1, i32, r1, i8, r2, signal=s3, signal2=s3\nhalt\n")
+    prog = assemble(src)
+    got = [decode(int(w))[1] for w in prog.code[:3]]
+    assert [(v["wait"], v["signal"], v["signal2"]) for v in got] == [(1, 2, 7), (None, None, 40), (None, 3, 3)]
+    from nnpasm import disassemble
+    text = disassemble(prog)
+    assert "ddr[r4], wait=s1, signal=s2, signal2=s7" in text and "r3, signal2=s40" in text
+    assert np.array_equal(assemble(text).code, prog.code)
 
 
 # ------------------------------------------------------------- the grammar

@@ -48,6 +48,10 @@ def one(src: str, **kw):
     ("dma ch1, ddr[r1], dm[r2], wait=s1, wait=s2", "'wait=' given twice", 1, 36),
     ("dma ch1, ddr[r1], dm[r2], wait=s63", "wait must be a semaphore s0..s62", 1, 32),
     ("sem.wait s1, signal=s2", "no option 'signal='", 1, 14),
+    ("sem.signal s1, signal2=s2", "no option 'signal2=' (allowed: none)", 1, 16),
+    ("dma ch1, ddr[r1], dm[r2], signal2=s1, signal2=s2", "'signal2=' given twice", 1, 39),
+    ("nu.conv nu0, r1, r2, r3, signal2=r4", "signal2 must be a semaphore s0..s62", 1, 34),
+    ("dma ch1, ddr[r1], dm[r2], signal3=s1", "allowed: wait=, signal=, signal2=", 1, 27),
     ("dma ch1, wait=s1, ddr[r1], dm[r2]", "come after the operands", 1, 10),
     # ranges
     ("slli r1, r2, 32", "immediate 32 out of range [0, 31]", 1, 14),

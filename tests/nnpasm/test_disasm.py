@@ -152,6 +152,8 @@ def test_format_instruction_examples():
     mov = ISA.by_mnemonic["vu.mov"]
     assert (format_instruction(mov, {"unit": 2, "rd": 1, "ra": 2, "ddt": 2, "sdt": 0, "wait": None, "signal": 9}, 0, {})
             == "vu.mov vu2, i32, r1, i8, r2, signal=s9")
+    assert (format_instruction(dma, {**vals, "wait": None, "signal2": 0}, 0, {})
+            == "dma ch1, ibuf[r3], ddr[r4], signal=s2, signal2=s0")
 
 
 def test_listing_layout():

@@ -329,6 +329,34 @@ def test_cycle_limit():
     assert e.log.instructions == -(-1000 // 3)
 
 
+def test_a_command_signals_its_second_semaphore_at_the_same_end():
+    # dma ch0 fills DM; a conv waits on its signal=s1 and a copy on ch1 on its signal2=s4: both
+    # take their token in the cycle the load ends, and the CU waits for neither
+    cfg = small_config()
+    words = (dma_words(0, 8, 0, 0, 0, 64, signal=1, signal2=4) + nu_words(wait=1, signal=2)
+             + dma_words(1, 1, 0, 1, 0, 64, wait=4, signal=5)
+             + [ins("sem.wait", sem=2), ins("sem.wait", sem=5), ins("halt")])
+    log = run(words, cfg).last_log
+    assert list(log.cmd_signal) == [1, 2, 5] and list(log.cmd_signal2) == [4, -1, -1]
+    assert log.cmd_start[1] == log.cmd_start[2] == log.cmd_end[0]
+    kinds = list(zip(log.sync_kind, log.sync_agent, log.sync_sem, log.sync_cmd))
+    i = kinds.index((END, 3, -1, 0))
+    assert kinds[i + 1:i + 3] == [(SIGNAL, 3, 1, 0), (SIGNAL, 3, 4, 0)]
+    assert sum(k == SIGNAL for k, *_ in kinds) == 4 and sum(k == TAKE for k, *_ in kinds) == 4
+
+
+def test_a_second_signal_to_the_same_semaphore_adds_a_second_token():
+    # signal=s3, signal2=s3: two tokens, so both the CU's waits on s3 complete
+    words = [setp_all({"vu.n0": 4})[0], ins("vu.clip", unit=0, rd=0, ra=0, signal=3, signal2=3),
+             ins("sem.wait", sem=3), ins("sem.wait", sem=3), ins("halt")]
+    log = run(words).last_log
+    assert [s for k, s in zip(log.sync_kind, log.sync_sem) if k == SIGNAL] == [3, 3]
+    assert log.cycles == log.cmd_end[0] + 3          # the two takes, then halt
+    e = run_error([ins("vu.clip", unit=0, rd=0, ra=0, signal=3), ins("sem.wait", sem=3), ins("sem.wait", sem=3),
+                   ins("halt")])
+    assert e.code == errors.DEADLOCK
+
+
 def test_unit_and_semaphore_beyond_config():
     e = run_error([ins("nu.conv", unit=1, racc=0, rin=0, rw=0), ins("halt")])
     assert e.code == errors.ILLEGAL_INSTRUCTION and "nu1 does not exist" in str(e) and "nu.conv at 0x0" in str(e)
@@ -338,6 +366,8 @@ def test_unit_and_semaphore_beyond_config():
     assert e.code == errors.BAD_SEMAPHORE and "s40" in str(e)
     e = run_error([ins("dma", ch=0, dspace=1, rd=0, sspace=0, rs=0, signal=33), ins("halt")])
     assert e.code == errors.BAD_SEMAPHORE
+    e = run_error([ins("dma", ch=0, dspace=1, rd=0, sspace=0, rs=0, signal=1, signal2=35), ins("halt")])
+    assert e.code == errors.BAD_SEMAPHORE and "s35" in str(e)
 
 
 def test_pc_leaves_program():

@@ -361,6 +361,19 @@ def test_token_from_the_wrong_producer():
     assert race_message([slow, consumer.__class__(**{**consumer.__dict__, "regs": (0x1000, 128, 0)})]) is None
 
 
+def test_a_second_signal_orders_a_second_consumer():
+    """One load's signal and signal2 each release a consumer on another channel: both reads of its
+    bytes are ordered after its write; without signal2, the second consumer's token comes from a
+    command that never wrote them."""
+    first = row(1, ("ddr", 0x1000), ("dm", 0), 64, wait=0)
+    second = row(2, ("ddr", 0x2000), ("dm", 0), 64, wait=1)
+    load = row(0, ("dm", 0), ("ddr", 0), 64, signal=0, signal2=1, dur=30)
+    assert race_message([load, first, second]) is None
+    other = row(3, ("dm", 256), ("ddr", 0x100), 64, signal=1, dur=1)
+    msg = race_message([row(0, ("dm", 0), ("ddr", 0), 64, signal=0, dur=30), other, first, second])
+    assert msg is not None and "dma0" in msg and "dma2" in msg and "dma1" not in msg
+
+
 def test_transitive_order_through_the_cu():
     """dma0 -> sem -> CU wait -> issue of vu0 orders dma0's write before the VU's read."""
     load = row(0, ("vbuf0", 0), ("ddr", 0), 64, signal=3)
@@ -559,8 +572,9 @@ def _command(draw, wait: int | None, signal: int | None) -> Cmd:
 @st.composite
 def programs(draw):
     """Random commands with random sync: loose tokens, chains (a command waits for the previous
-    one's token), CU waits on a command's token, CU signals and barriers."""
-    prog, sems, chained = [], 3, None
+    one's token), forks (a command's signal2 token taken by a later command than its signal's),
+    CU waits on a command's token, CU signals and barriers."""
+    prog, sems, chained, forked = [], 3, None, []
     sem = st.integers(0, sems - 1)
     for _ in range(draw(st.integers(3, 14))):
         what = draw(st.sampled_from(["cmd"] * 6 + ["signal", "wait", "barrier"]))
@@ -572,11 +586,16 @@ def programs(draw):
             prog.append(Barrier(draw(st.sampled_from([0x0001, 0x0002, 0x0010, 0x0020, 0x0100, 0x0300,
                                                       0x0F00, 0xFFFF]))))
         else:
+            if chained is None and forked and draw(st.booleans()):
+                chained = forked.pop(0)
             wait = chained if chained is not None else draw(st.one_of(st.none(), st.none(), sem))
-            link = draw(st.sampled_from(["none", "token", "chain", "chain", "cu"]))
+            link = draw(st.sampled_from(["none", "token", "chain", "chain", "cu", "fork"]))
             signal = None if link == "none" else draw(sem)
             prog.append(_command(draw, wait, signal))
-            chained = signal if link == "chain" else None
+            if link == "fork":
+                prog[-1].signal2 = draw(sem)
+                forked.append(prog[-1].signal2)
+            chained = signal if link in ("chain", "fork") else None
             if link == "cu":
                 prog.append(CuWait(signal))
     return prog

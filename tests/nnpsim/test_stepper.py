@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler import build, ops
-from isa_spec import load_isa
+from isa_spec import decode, encode, load_isa
 from nnpsim import Simulator, errors
 from nnpsim.cu import decode_for_engine
 from nnpsim.simulator import run_program
@@ -135,7 +135,14 @@ def command(draw, cfg, consumer, balance, sync):
     build = {"dma": lambda: dma_command(draw, cfg, unit, wait, signal),
              "nu": lambda: nu_command(draw, unit, wait, signal),
              "vu": lambda: vu_command(draw, unit, wait, signal)}[kind]
-    return build()
+    words = build()
+    if sync and draw(st.booleans()):
+        # a second signal (possibly the first one's semaphore again: two tokens)
+        signal2 = draw(st.integers(0, N_SEMS - 1))
+        balance[signal2] += 1
+        instr, operands = decode(int(words[-1]))
+        words[-1] = encode(instr, {**operands, "signal2": signal2})
+    return words
 
 
 def alu(draw):

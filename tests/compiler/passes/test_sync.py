@@ -42,9 +42,10 @@ def happens_before(body, drop=None):
     """
     cmds = [s for s in body if isinstance(s, Command)]
     signals: dict[int, list] = {}
-    for c in cmds:
-        if c.signal is not None:
-            signals.setdefault(c.signal, []).append(c)
+    for c in cmds:          # a semaphore's signallers share one queue: issue order is their order
+        for s in (c.signal, c.signal2):
+            if s is not None:
+                signals.setdefault(s, []).append(c)
     taken: dict[int, int] = {}
     bit = {}
     end_anc: dict[int, int] = {}           # id(cmd) -> ancestors of its end, itself included
@@ -104,7 +105,10 @@ def test_every_conflict_is_ordered_and_no_wait_is_spare(body):
         assert not happens_before(out, drop=w), f"wait at {w.comment} is not needed"
 
 
-def test_double_buffered_pipeline_uses_the_cu_for_fan_out():
+def test_double_buffered_pipeline_signals_both_consumers_of_a_conv():
+    # conv k is needed by its drain (dma1) and by the load that refills its input buffer (dma0):
+    # it signals both queues' semaphores, and neither waits through the CU; conv k + 2 needs two
+    # producers (its load, and the drain that frees its accumulators): one of them through the CU
     ibuf = [Buffer(f"i{k}", "vbuf", 64, addr=64 * k) for k in range(2)]
     acc = [Buffer(f"a{k}", "vbuf", 64, addr=128 + 64 * k) for k in range(2)]
     body = []
@@ -116,7 +120,27 @@ def test_double_buffered_pipeline_uses_the_cu_for_fan_out():
                          comment=f"drain{k}"))
     out, report = synchronise(body)
     assert happens_before(out)
-    assert report.cu_waits >= 1 and report.waits >= 4
+    convs = [s for s in out if getattr(s, "q", "") == "nu0"]
+    to = {v: k for k, v in report.semaphores.items()}
+    assert [(to[c.signal], to[c.signal2]) for c in convs[:2]] == [(("nu0", "dma1"), ("nu0", "dma0"))] * 2
+    loads = [s for s in out if getattr(s, "q", "") == "dma0"]
+    assert [to[s.wait] if s.wait is not None else None for s in loads] == [None, None] + [("nu0", "dma0")] * 2
+    assert report.cu_waits == 2 and all(to[s.sem] == ("dma1", "cu") for s in out if isinstance(s, CuWait))
+
+
+def test_a_producer_three_queues_need_goes_through_the_cu():
+    # a load read by the NU, the VU and another channel: more consumers than a command's two signals,
+    # so the CU takes its one token before issuing the first of them
+    load = Fake(q="dma0", ranges=((MEM, 0, 32, True),), comment="load")
+    readers = [Fake(q=q, ranges=((MEM, 0, 32, False), (MEM, 32 + 8 * k, 40 + 8 * k, True)), comment=q)
+               for k, q in enumerate(("nu0", "vu0", "dma1"))]
+    out, report = synchronise([load] + readers)
+    assert happens_before(out)
+    assert isinstance(out[1], CuWait) and report.cu_waits == 1 and report.waits == 0
+    assert load.signal == out[1].sem and load.signal2 is None
+    two, report = synchronise([load] + readers[:2])
+    assert happens_before(two) and report.cu_waits == 0 and report.waits == 2
+    assert {load.signal, load.signal2} == {readers[0].wait, readers[1].wait}
 
 
 def test_too_few_semaphores_is_a_compile_error():
