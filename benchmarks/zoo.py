@@ -23,8 +23,8 @@ Then each variant is imported (compiler.from_onnx), compiled (compiler.build, wi
 on one process, its CPU time measured, then again from the cache it filled), run on the simulator on a
 seeded input, and compared with onnxruntime at its default optimisation level and at ORT_DISABLE_ALL:
   * QOperator: every output bit-exact with onnxruntime;
-  * QDQ: the same top-1 (detectors and segmenters: the same arg max per position, over the class axis), and
-    no element outside the range of onnxruntime's two levels; the text also gives the largest distance of
+  * QDQ: the same top-1 (detectors and segmenters: the same arg max per position, over the class scores
+    alone: a YOLO head's box rows and an SSD's boxes output are judged by the range only), and no element outside the range of onnxruntime's two levels; the text also gives the largest distance of
     ours from the default run next to the largest distance of the two levels from each other.
 A refused network reports the first line of its refusal.  Two tables (docs/performance.md):
   * `zoo`, per network and variant: import, the share of the MACs on the NPU, agreement, cycles against
@@ -75,7 +75,7 @@ class Entry:
     size: int
     make: Callable[[], object]      # the torch module, random weights, in eval mode
     outputs: tuple[str, ...] = ()   # the exported model's output names (default: torch's)
-    class_axis: int = 1             # detectors and segmenters: the axis their arg max per position runs over
+    classes: zr.Classes = zr.Classes()   # detectors and segmenters: the class scores their arg max runs over
 
 
 def _tv(name: str, **kw) -> Callable[[], object]:
@@ -174,9 +174,9 @@ ZOO: dict[str, Entry] = {
     "alexnet": Entry("torchvision", "classifier", 224, _tv("alexnet")),
     "convnext_tiny": Entry("torchvision", "classifier", 224, _tv("convnext_tiny")),
     "vit_tiny": Entry("timm", "classifier", 224, _timm("vit_tiny_patch16_224")),
-    "yolov8n": Entry("ultralytics", "detector", 320, _yolo("yolov8n.yaml")),
+    "yolov8n": Entry("ultralytics", "detector", 320, _yolo("yolov8n.yaml"), classes=zr.Classes(axis=1, first=4)),
     "ssdlite320": Entry("torchvision", "detector", 320, _tv_detector("ssdlite320_mobilenet_v3_large"),
-                        ("boxes", "scores"), class_axis=-1),
+                        ("boxes", "scores"), zr.Classes(axis=-1, outputs=(1,))),
     "lraspp_mobilenet_v3": Entry("torchvision", "segmenter", 256, _tv_segmentation("lraspp_mobilenet_v3_large")),
     "deeplabv3_mobilenet_v3": Entry("torchvision", "segmenter", 256,
                                     _tv_segmentation("deeplabv3_mobilenet_v3_large")),
@@ -356,7 +356,7 @@ def evaluate(name: str, variant: str, path: Path, macs: int, repeats: int) -> zr
     stats = m.run()
     ours = [m.get_output(k) for k in range(m.num_outputs)]
     res.ok, text = zr.judge(entry.kind, fmt, ours, _ort_outputs(path, x, "ORT_ENABLE_ALL"),
-                            _ort_outputs(path, x, "ORT_DISABLE_ALL"), entry.class_axis)
+                            _ort_outputs(path, x, "ORT_DISABLE_ALL"), entry.classes)
     res.ok &= compiles.same
     res.agreement = text if compiles.same else f"{text}; {res.agreement}"
     npu = sum(int(layer.get("macs", 0)) for layer in lib.layers if layer.get("ran_on", "npu") == "npu")

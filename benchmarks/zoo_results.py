@@ -117,10 +117,24 @@ def roofline(kernels: list[Kernel], io_bytes: int, peak_macs: int, ddr_bytes_per
 
 # ----------------------------------------------------------------------------- agreement
 
-def _positions(a: np.ndarray, kind: str, axis: int) -> np.ndarray:
-    """The arg max the networks are judged by: per image (classifiers) or per position over the class axis."""
+@dataclass(frozen=True)
+class Classes:
+    """Where a detector's or segmenter's class scores lie, so its arg max per position runs over them alone:
+    the axis, the first class index on it (a YOLO head's rows 0-3 are its box, not classes) and the outputs
+    that hold scores (None: every output; an SSD's boxes output holds none)."""
+
+    axis: int = 1
+    first: int = 0
+    outputs: tuple[int, ...] | None = None
+
+
+def _positions(a: np.ndarray, kind: str, classes: Classes) -> np.ndarray:
+    """The arg max the networks are judged by: per image (classifiers) or per position over the class scores."""
     a = np.asarray(a)
-    return a.reshape(a.shape[0], -1).argmax(1) if kind == "classifier" or a.ndim < 3 else a.argmax(axis)
+    if kind == "classifier" or a.ndim < 3:
+        return a.reshape(a.shape[0], -1).argmax(1)
+    scores = np.moveaxis(a, classes.axis, -1)[..., classes.first:]
+    return scores.argmax(-1)
 
 
 def _deviation(a: np.ndarray, b: np.ndarray) -> float:
@@ -129,15 +143,15 @@ def _deviation(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def judge(kind: str, fmt: str, ours: list[np.ndarray], default: list[np.ndarray],
-          plain: list[np.ndarray], axis: int = 1) -> tuple[bool, str]:
+          plain: list[np.ndarray], classes: Classes = Classes()) -> tuple[bool, str]:
     """(the variant's target met, a short text): QOperator bit-exact with onnxruntime's default run; QDQ the same
-    arg max (over `axis` per position for detectors and segmenters) and no element outside the range of
+    arg max (per position over `classes` for detectors and segmenters) and no element outside the range of
     onnxruntime's two levels (default, ORT_DISABLE_ALL).  The QDQ text also gives the largest distance of ours
     from the default run next to the largest distance of the two levels from each other."""
     if not len(ours) == len(default) == len(plain):
         return False, f"{len(ours)} outputs, onnxruntime {len(default)}"
     texts, ok = [], True
-    for o, d, p in zip(ours, default, plain):
+    for index, (o, d, p) in enumerate(zip(ours, default, plain)):
         o, d, p = (np.asarray(v, np.float64) for v in (o, d, p))
         if o.shape != d.shape or d.shape != p.shape:
             return False, f"shape {o.shape}, onnxruntime {d.shape}"
@@ -147,7 +161,8 @@ def judge(kind: str, fmt: str, ours: list[np.ndarray], default: list[np.ndarray]
             texts.append("bit-exact" if same == o.size else f"{o.size - same}/{o.size} differ")
             continue
         outside = int(((o < np.minimum(d, p)) | (o > np.maximum(d, p))).sum())
-        top = bool(np.array_equal(_positions(o, kind, axis), _positions(d, kind, axis)))
+        scored = classes.outputs is None or index in classes.outputs
+        top = not scored or bool(np.array_equal(_positions(o, kind, classes), _positions(d, kind, classes)))
         ok &= top and outside == 0
         texts.append(f"arg max {'same' if top else 'DIFFERS'}, {outside} outside ORT's levels "
                      f"(max distance {_deviation(o, d):.4g}, ORT's levels {_deviation(p, d):.4g})")

@@ -56,11 +56,32 @@ def test_qdq_must_keep_the_arg_max_and_stay_between_onnxruntimes_two_levels():
     scores[0, :, 1] = 1
     other = scores.copy()
     other[0, 4] = [0, 0, 2]
-    assert zr.judge("detector", "qdq", [other], [scores], [other], axis=-1)[1].startswith("arg max DIFFERS")
+    last = zr.Classes(axis=-1)
+    assert zr.judge("detector", "qdq", [other], [scores], [other], last)[1].startswith("arg max DIFFERS")
     louder = scores.copy()
     louder[0, 4, 1] = 2                 # the same class per anchor, another anchor loudest per class
-    assert zr.judge("detector", "qdq", [louder], [scores], [louder], axis=-1)[0]
-    assert not zr.judge("detector", "qdq", [louder], [scores], [louder], axis=1)[0]
+    assert zr.judge("detector", "qdq", [louder], [scores], [louder], last)[0]
+    assert not zr.judge("detector", "qdq", [louder], [scores], [louder], zr.Classes(axis=1))[0]
+
+
+def test_a_detectors_arg_max_runs_over_its_class_scores_alone():
+    head = np.zeros((1, 4 + 3, 6))      # a YOLO head: [image, 4 box rows + 3 classes, anchor]
+    head[0, 5] = 1.0
+    head[0, :4] = 9.0                   # the box rows are larger than any score
+    moved = head.copy()
+    moved[0, 1, 2] = 12.0               # one box coordinate moves, within ORT's two levels: no class changes
+    rows = zr.Classes(axis=1, first=4)
+    assert zr.judge("detector", "qdq", [moved], [head], [moved], rows)[0]
+    assert not zr.judge("detector", "qdq", [moved], [head], [moved], zr.Classes(axis=1))[0]
+    changed = head.copy()
+    changed[0, 6, 3] = 2.0              # a class score changes an anchor's class
+    assert "DIFFERS" in zr.judge("detector", "qdq", [changed], [head], [changed], rows)[1]
+    boxes, scores = np.zeros((1, 5, 4)), np.zeros((1, 5, 3))
+    other_boxes = boxes.copy()
+    other_boxes[0, 1, 2] = 1.0          # an SSD's boxes output holds no scores: only its range is judged
+    ssd = zr.Classes(axis=-1, outputs=(1,))
+    assert zr.judge("detector", "qdq", [other_boxes, scores], [boxes, scores], [other_boxes, scores], ssd)[0]
+    assert not zr.judge("detector", "qdq", [other_boxes, scores], [boxes, scores], [boxes, scores], ssd)[0]
 
 
 def test_the_roofline_of_a_compute_bound_network_is_its_macs_over_the_peak():
