@@ -132,14 +132,20 @@ def _memory(log: RunLog) -> dict[str, MemoryTraffic]:
 
 
 def _stalls(log: RunLog) -> dict[str, dict[str, int]]:
+    """Stall cycles per agent (in agent order) and reason (by name), summed over the stall rows (vectorised:
+    a network has thousands)."""
     cycles = _durations(log.stall_start, log.stall_end, log.cycles)
+    agent = np.asarray(log.stall_agent, np.int64)
+    reason = np.asarray(log.stall_reason, np.int64)
     out: dict[str, dict[str, int]] = {}
-    for a, reason, c in zip(np.asarray(log.stall_agent).tolist(), np.asarray(log.stall_reason).tolist(),
-                            cycles.tolist()):
-        per = out.setdefault(log.agents[a], {})
-        name = STALL_NAMES.get(reason, f"reason{reason}")
-        per[name] = per.get(name, 0) + int(c)
-    return {a: dict(sorted(v.items())) for a, v in sorted(out.items(), key=lambda kv: log.agents.index(kv[0]))}
+    for a in np.unique(agent).tolist():
+        mine = agent == a
+        reasons, at = np.unique(reason[mine], return_inverse=True)
+        sums = np.zeros(reasons.size, np.int64)
+        np.add.at(sums, at, cycles[mine])
+        per = {STALL_NAMES.get(r, f"reason{r}"): int(c) for r, c in zip(reasons.tolist(), sums.tolist())}
+        out[log.agents[a]] = dict(sorted(per.items()))
+    return out
 
 
 def taken_semaphores(log: RunLog) -> dict[tuple[int, int], int]:
@@ -150,19 +156,41 @@ def taken_semaphores(log: RunLog) -> dict[tuple[int, int], int]:
                                          np.asarray(log.sync_sem)[take].tolist())}
 
 
+def _last_takes(log: RunLog, agent: int) -> tuple[np.ndarray, np.ndarray]:
+    """The cycles at which `agent` took a token, sorted and distinct, and the semaphore taken at each (the last
+    row's, as taken_semaphores keeps it)."""
+    take = (np.asarray(log.sync_kind) == TAKE) & (np.asarray(log.sync_agent) == agent)
+    cycle = np.asarray(log.sync_cycle, np.int64)[take][::-1]        # last first: np.unique keeps the first
+    sem = np.asarray(log.sync_sem, np.int64)[take][::-1]
+    cycles, first = np.unique(cycle, return_index=True)
+    return cycles, sem[first]
+
+
 def _semaphores(log: RunLog) -> dict[str, SemaphoreWaits]:
-    """Semaphore waits by semaphore (only waits that ended with a token taken)."""
-    sem_of = taken_semaphores(log)
-    out: dict[int, SemaphoreWaits] = {}
+    """Semaphore waits by semaphore (only waits that ended with a token taken: taken_semaphores' (agent, end)),
+    vectorised per agent."""
     waits = np.asarray(log.stall_reason) == STALL_SEMAPHORE
-    for a, start, end in zip(np.asarray(log.stall_agent)[waits].tolist(), np.asarray(log.stall_start)[waits].tolist(),
-                             np.asarray(log.stall_end)[waits].tolist()):
-        s = sem_of.get((a, end))
-        if s is not None:
-            w = out.setdefault(s, SemaphoreWaits(0, 0))
-            w.waits += 1
-            w.wait_cycles += end - start
-    return {f"s{s}": out[s] for s in sorted(out)}
+    agent = np.asarray(log.stall_agent, np.int64)[waits]
+    start = np.asarray(log.stall_start, np.int64)[waits]
+    end = np.asarray(log.stall_end, np.int64)[waits]
+    sems, spans = [], []
+    for a in np.unique(agent).tolist():
+        mine = agent == a
+        cycles, sem = _last_takes(log, a)
+        if cycles.size == 0:
+            continue
+        at = np.minimum(np.searchsorted(cycles, end[mine]), cycles.size - 1)
+        hit = cycles[at] == end[mine]
+        sems.append(sem[at][hit])
+        spans.append((end[mine] - start[mine])[hit])
+    if not sems:
+        return {}
+    sem_all, span_all = np.concatenate(sems), np.concatenate(spans)
+    ids, at = np.unique(sem_all, return_inverse=True)
+    total = np.zeros(ids.size, np.int64)
+    np.add.at(total, at, span_all)
+    count = np.bincount(at, minlength=ids.size)
+    return {f"s{s}": SemaphoreWaits(int(n), int(c)) for s, n, c in zip(ids.tolist(), count.tolist(), total.tolist())}
 
 
 def summarize(log: RunLog, program, config: Config, warnings: bool = True) -> Stats:

@@ -888,7 +888,7 @@ def _store(mem: np.ndarray, base: int, rd: int, p: np.ndarray, d_bytes: int,
                 e += n0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _store_i8_row(mem: np.ndarray, at: int, sd: int, n: int, out: np.ndarray, e: int) -> None:
     """n results from out[e] to int8 bytes at at, at + sd, ... (saturated)."""
     for i in range(n):

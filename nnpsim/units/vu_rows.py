@@ -53,7 +53,7 @@ def requant(v: int, s: float, zp_out: int, lo: int, hi: int) -> int:
     return _clip(f32.rne(t) + zp_out, lo, hi)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def requant_f(mem: np.ndarray, words: np.ndarray, floats: np.ndarray, a: int, sa: int, a4: bool, b: int,
               sb: int, per_channel: bool, n: int, za: int, s: float, zp_out: int, lo: int, hi: int,
               out: np.ndarray, e: int) -> bool:
@@ -71,7 +71,7 @@ def requant_f(mem: np.ndarray, words: np.ndarray, floats: np.ndarray, a: int, sa
     return ok
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def requant_fpc_words(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: int, za: int, zp_out: int, lo: int,
                       hi: int, out: np.ndarray, e: int) -> bool:
     """vu.requant.fpc on n consecutive int32 words from word a, scaled by the n float32s from word b (the conv
@@ -84,7 +84,7 @@ def requant_fpc_words(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: 
     return ok
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fmul(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, za: int, zb: int, fx: float, o: int,
          zp_out: int, lo: int, hi: int, out: np.ndarray, e: int) -> None:
     """vu.fmul on n int8 pairs; the caller has checked |za|, |zb| < 2**30, so no product leaves 2**62."""
@@ -97,7 +97,7 @@ def fmul(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, za: int, zb:
         b += sb
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fadd(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, fx: float, fy: float, fc: float, o: int,
          lo: int, hi: int, out: np.ndarray, e: int) -> None:
     """vu.fadd on n int8 pairs: fma32(a + o, fx, fma32(b + o, fy, fc)), cvt8 o above the int8 view, clip."""

@@ -9,7 +9,7 @@ import pytest
 
 from nnpsim.config import Config
 from nnpsim.runlog import STALL_BANDWIDTH, STALL_BARRIER, STALL_QUEUE_FULL, STALL_SEMAPHORE, TAKE
-from nnpsim.stats import Stats, format_summary, summarize
+from nnpsim.stats import STALL_NAMES, Stats, format_summary, summarize, taken_semaphores
 from tests.helpers.races import SMALL, Barrier, CuWait, conv, dma, row, run_conv, schedule, vu
 
 
@@ -171,3 +171,51 @@ def test_real_run_semaphore_breakdown_adds_up():
     assert s.semaphores and set(s.semaphores) <= {"s0", "s1", "s2"}
     assert sum(v.waits for v in s.semaphores.values()) == s.semaphore_waits
     assert sum(v.wait_cycles for v in s.semaphores.values()) == s.semaphore_wait_cycles
+
+
+def _stalls_row_by_row(log) -> dict[str, dict[str, int]]:
+    """The stall summary by its definition, one stall row at a time (what the vectorised one must equal)."""
+    out: dict[str, dict[str, int]] = {}
+    for a, reason, start, end in zip(log.stall_agent.tolist(), log.stall_reason.tolist(), log.stall_start.tolist(),
+                                     log.stall_end.tolist()):
+        c = 0 if start < 0 else max((log.cycles if end < 0 else end) - start, 0)
+        per = out.setdefault(log.agents[a], {})
+        name = STALL_NAMES.get(reason, f"reason{reason}")
+        per[name] = per.get(name, 0) + c
+    return {a: dict(sorted(v.items())) for a, v in sorted(out.items(), key=lambda kv: log.agents.index(kv[0]))}
+
+
+def _semaphores_row_by_row(log) -> dict[str, tuple[int, int]]:
+    """Semaphore waits by their definition: each wait whose (agent, end) is a taken token's, the last such take."""
+    sem_of = taken_semaphores(log)
+    out: dict[int, list[int]] = {}
+    for a, reason, start, end in zip(log.stall_agent.tolist(), log.stall_reason.tolist(), log.stall_start.tolist(),
+                                     log.stall_end.tolist()):
+        s = sem_of.get((a, end)) if reason == STALL_SEMAPHORE else None
+        if s is not None:
+            w = out.setdefault(s, [0, 0])
+            w[0] += 1
+            w[1] += end - start
+    return {f"s{s}": tuple(out[s]) for s in sorted(out)}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stall_and_semaphore_sums_equal_their_row_by_row_definitions(seed):
+    """Random stall and take rows (open waits, unknown reasons, several takes at one (agent, cycle), waits no take
+    ends): the vectorised sums equal the row-by-row ones."""
+    rng = np.random.default_rng(seed)
+    log = schedule(program())
+    n_agents, n = len(log.agents), int(rng.integers(0, 60))
+    log.stall_agent = rng.integers(0, n_agents, n)
+    log.stall_reason = rng.choice([STALL_QUEUE_FULL, STALL_SEMAPHORE, STALL_BARRIER, STALL_BANDWIDTH, 7], n)
+    log.stall_start = rng.integers(-1, log.cycles, n)
+    log.stall_end = np.where(rng.random(n) < 0.2, -1, log.stall_start + rng.integers(0, 9, n))
+    k = int(rng.integers(0, 40))
+    log.sync_kind = np.concatenate([log.sync_kind, np.full(k, TAKE)])
+    log.sync_agent = np.concatenate([log.sync_agent, rng.integers(0, n_agents, k)])
+    log.sync_cycle = np.concatenate([log.sync_cycle, rng.choice(log.stall_end, k) if n else rng.integers(0, 9, k)])
+    log.sync_sem = np.concatenate([log.sync_sem, rng.integers(0, 4, k)])
+    log.sync_cmd = np.concatenate([log.sync_cmd, np.full(k, -1)])
+    s = summarize(log, None, SMALL)
+    assert s.stalls == _stalls_row_by_row(log)
+    assert {k: (v.waits, v.wait_cycles) for k, v in s.semaphores.items()} == _semaphores_row_by_row(log)
