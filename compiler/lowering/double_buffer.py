@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Buffer, Stmt
+from ..errors import CompileError
+from ..ir import ON_CHIP, Buffer, Command, Stmt
 
 
 @dataclass
@@ -74,16 +75,46 @@ def pipeline(steps: list[Step]) -> list[Stmt]:
     """
     if not steps:
         return []
-    out = list(steps[0].loads)
+    order = [(0, steps[0].loads)]            # (tile, statements) in issue order
     for k, step in enumerate(steps):
-        out += step.early
+        order.append((k, step.early))
         if k + 1 < len(steps):
-            out += steps[k + 1].loads
-        out += step.compute
+            order.append((k + 1, steps[k + 1].loads))
+        order.append((k, step.compute))
         if k > 0:
-            out += steps[k - 1].epilogue
+            order.append((k - 1, steps[k - 1].epilogue))
         if k > 1:
-            out += steps[k - 2].late
+            order.append((k - 2, steps[k - 2].late))
     if len(steps) > 1:
-        out += steps[-2].late
-    return out + steps[-1].epilogue + steps[-1].late
+        order.append((len(steps) - 2, steps[-2].late))
+    order += [(len(steps) - 1, steps[-1].epilogue), (len(steps) - 1, steps[-1].late)]
+    check_tile_order(order)
+    return [stmt for _, stmts in order for stmt in stmts]
+
+
+LEAD = 3
+"""Tiles a statement may be issued ahead of one of an earlier tile (loads(k+1) come before late(k-2))."""
+
+
+def check_tile_order(order: list[tuple[int, list[Stmt]]]) -> None:
+    """CompileError unless every two accesses of different tiles to overlapping on-chip bytes, one a
+    write, are issued in tile order (order: (tile, statements) in issue order)."""
+    seen: dict[int, list[tuple[int, int, int, bool]]] = {}      # buffer id -> (tile, lo, hi, write)
+    newest = 0
+    for k, stmts in order:
+        newest = max(newest, k)
+        for stmt in stmts:
+            if not isinstance(stmt, Command):
+                continue
+            for a in stmt.accesses():
+                if a.buf.space not in ON_CHIP or a.hi <= a.lo:
+                    continue
+                log = seen.setdefault(id(a.buf), [])
+                for j, lo, hi, w in log:
+                    if j > k and (w or a.write) and lo < a.hi and a.lo < hi:
+                        raise CompileError(f"internal: tile {j} {'writes' if w else 'reads'} {a.buf.name} before "
+                                           f"tile {k} {'writes' if a.write else 'reads'} it, in issue order "
+                                           f"({stmt.comment})")
+                if log and log[0][0] < newest - LEAD:      # no later statement is that many tiles behind
+                    log[:] = [e for e in log if e[0] >= newest - LEAD]
+                log.append((k, a.lo, a.hi, a.write))

@@ -234,9 +234,12 @@ class MoveLowering:
             self.tile = tile
         self.slots = Slots()
         self.role = f"{name}_t"
-        # two slots when the gather and the store of a tile share a channel: a slot's next gather
-        # then queues behind its store on that channel, no semaphore between them
-        self.slots.declare(self.role, "vbuf", math.prod(self.tile) * e, depth=2 if self.in_dm else 3)
+        # two slots only when every tile writes its slot in the compute stage (a gather from DM on the
+        # store's channel: the slot's next gather queues behind its store there); a tile that loads into
+        # its slot (one whose range would not pay: often an edge tile) writes it in the loads stage,
+        # issued before the store of the tile two before, so it needs three (double_buffer.pipeline)
+        two = self.in_dm and all(self._staged(t) for t in self._tile_sizes())
+        self.slots.declare(self.role, "vbuf", math.prod(self.tile) * e, depth=2 if two else 3)
         if self.staging:
             self.slots.declare(self.role + "in", "dm" if self.in_dm else "vbuf", self.cap,
                                depth=STAGING_DEPTH if self.in_dm else 2)
@@ -256,6 +259,11 @@ class MoveLowering:
             return False
         box = tuple(1 if st == 0 else t for st, t in zip(p.pieces[0].strides, tile))
         return dense_range(p.pieces[0].strides, box, p.elem, self.burst, self.cap) is not None
+
+    def _tile_sizes(self) -> list[tuple[int, ...]]:
+        """The distinct sizes of the tiles (whole, and cut by the output's edge along each dim)."""
+        per_dim = [sorted({min(t, s), s % t or t}) for s, t in zip(self.plan.shape, self.tile)]
+        return list(itertools.product(*per_dim))
 
     def tiles(self) -> list[tuple[int, ...]]:
         """Each tile's first output index (per plan dim), row-major over the tile grid."""

@@ -1,16 +1,20 @@
 """The movement lowering's staged loads (compiler/lowering/movement.py): strided slices and nearest
 downsamplings whose DDR runs are short read dense ranges into DM and pick on chip; random shapes
 (odd sizes, steps 2 and 3, starts not 0, backwards) bit-exact with numpy and priced exactly, on the
-default machine and on one whose DM is too small to stage in."""
+default machine and on one whose DM is too small to stage in; the slots of a tile that loads into its
+slot directly beside staged ones (ConvNeXt's Transpose)."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler import build, ops
+from compiler import CompileError, build, ops
 from compiler.ir import Buffer, Dma
+from compiler.lowering.double_buffer import pipeline
 from compiler.lowering.movement import CH_STORE, STAGED_TILES, MoveLowering
 from nnpsim.config import Config
 
@@ -95,3 +99,30 @@ def test_small_dm_stages_in_vbuf():
     assert low.staging and not low.in_dm
     assert {b.space for b in low.buffers()} == {"vbuf"}
     _run(op, np.random.default_rng(4).integers(-128, 128, op.inputs[0].shape, dtype=np.int8), SMALL_DM)
+
+
+CONVNEXT_T = ops.Transpose((1, 384, 14, 14), (0, 2, 3, 1))
+"""ConvNeXt-Tiny's stage-3 NCHW -> NHWC before its LayerNorm: its tiles stage ranges in DM, but its edge
+tiles of 15 rows load directly (15-byte runs touch fewer bursts than the range)."""
+
+
+def test_edge_tiles_that_load_into_their_slot_get_three_slots():
+    """A tile loading into its slot writes it in the loads stage, before the store of the tile two before
+    is issued: with two slots that store read the later tile's data (5733 elements wrong), properly
+    synchronised, so no race; three slots make it exact, priced exactly."""
+    low = _lowering(CONVNEXT_T)
+    assert low.staging and low.in_dm
+    direct = [k for k, st in enumerate(low.steps())
+              if any(isinstance(s, Dma) and s.dst.buf.space == "vbuf" for s in st.loads)]
+    assert direct and min(direct) >= 2            # a direct load whose slot an earlier tile still stores
+    assert len([b for b in low.buffers() if b.name.startswith(low.role) and b.space == "vbuf"]) == 3
+    x = np.random.default_rng(7).integers(-128, 128, CONVNEXT_T.inputs[0].shape, dtype=np.int8)
+    _run(CONVNEXT_T, x)
+
+
+def test_two_slots_for_a_tile_that_loads_into_its_slot_are_refused():
+    """The schedule the lowering made before (two slots): the pipeline's tile order check refuses it."""
+    low = _lowering(CONVNEXT_T)
+    low.slots.declare(low.role, "vbuf", math.prod(low.tile) * low.plan.elem, depth=2)
+    with pytest.raises(CompileError, match=r"tile 3 writes L0_t1 before tile 1 reads it"):
+        pipeline(low.steps())
