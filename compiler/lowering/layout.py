@@ -31,6 +31,8 @@ from isa_spec.layout import LayoutError, stored_shape, to_stored
 
 from ..errors import CompileError
 from ..ir import Dma
+from ..quant import f32_bits
+from ..reference import mlas_step
 from ..ops import Conv2d, Dense
 from ..ops.checks import accumulator_may_wrap
 
@@ -321,6 +323,9 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
         return ConvView((1, k, 1, n), (0, 1, 0, k), (1, o, 1, n), (0, 1, 0, o),
                         op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
                         op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale, act=op.act)
+    if op.fmode is not None:
+        raise CompileError("a conv2d in the NU's float mode (nu.fconv) is not lowered yet: only its reference and "
+                           "its layout (block_diagonal, float_table, float_params) exist")
     y = op.output.shape
     view = ConvView(op.x_shape, act_strides(op.x_shape, op.x_layout), y, act_strides(y, op.y_layout),
                     op.weight, op.bias,
@@ -424,14 +429,25 @@ def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, col
     if spec is not None:
         raise CompileError(f"weight layout {spec!r}: a grouped conv (groups = {groups}) stores its weights "
                            "block-diagonally, which no layout spec expresses")
-    full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=np.int8)
+    return block_diagonal(weight, groups, in_channels, rows, cols, np.int8)
+
+
+def block_diagonal(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int,
+                   dtype) -> NuWeights:
+    """[O, C/groups, KH, KW] weights as NU blocks of `dtype`, zero outside each output block's group: output
+    block ob reads the `span` input blocks from cb_start[ob] (nu_weights' grouped layout; the float mode's for
+    every conv)."""
+    o, cg, kh, kw = weight.shape
+    og = o // groups
+    n_ob, n_cb = -(-o // cols), -(-in_channels // rows)
+    full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=dtype)
     for g in range(groups):
         full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = weight[g * og:(g + 1) * og]
     first = [(ob * cols // og) * cg // rows for ob in range(n_ob)]
     last = [(((min((ob + 1) * cols, o) - 1) // og + 1) * cg - 1) // rows for ob in range(n_ob)]
     span = max(b - a + 1 for a, b in zip(first, last))
     start = tuple(min(a, n_cb - span) for a in first)
-    blocks = np.zeros((n_ob, span, kh, kw, rows, cols), dtype=np.int8)
+    blocks = np.zeros((n_ob, span, kh, kw, rows, cols), dtype=dtype)
     for ob, s in enumerate(start):
         tile = full[ob * cols:(ob + 1) * cols, s * rows:(s + span) * rows]     # [cols, span*rows, kh, kw]
         blocks[ob] = tile.reshape(cols, span, rows, kh, kw).transpose(1, 3, 4, 2, 0)
@@ -481,6 +497,25 @@ def rq_table(bias: np.ndarray | None, multiplier: np.ndarray | None, shift: np.n
     ms = ms_table(multiplier, shift, scale, out_cb, cols).reshape(len(t), -1)
     t[:, 1:1 + ms.shape[1]] = ms
     return t
+
+
+def float_table(bias: np.ndarray, scale, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols, 3]: nu.fconv.rq's float32 (bias, output scale, 0) bits per channel; padding lanes
+    (0.0, scale), a scale the NU accepts."""
+    t = np.zeros((out_cb * cols, 3), dtype=np.float32)
+    t[:len(bias), 0] = bias
+    t[:, 1] = np.float32(scale)
+    return t.view(np.int32)
+
+
+def float_params(weight_shape: tuple[int, int, int, int], groups: int, pixels: int, x_scale, first_cb: int,
+                 first_ob: int, rows: int, cols: int) -> dict[str, int]:
+    """The nu.f_* parameters of a float-mode command whose IBUF starts at input block first_cb and whose columns
+    start at output block first_ob: where its lanes sit in MLAS's order, which depends on the whole conv (its
+    pixels = OH * OW and K = C / groups * KH * KW), never on the tile."""
+    o, cg, kh, kw = weight_shape
+    return {"fx_scale": f32_bits(x_scale), "f_step": mlas_step(pixels, cg * kh * kw, o // groups),
+            "f_c0": first_cb * rows, "f_cpg": cg, "f_o0": first_ob * cols, "f_opg": o // groups}
 
 
 def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int,
