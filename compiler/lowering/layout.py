@@ -33,7 +33,7 @@ from ..errors import CompileError
 from ..ir import Dma
 from ..quant import f32_bits
 from ..reference import mlas_step
-from ..ops import Conv2d, Dense
+from ..ops import Conv2d, Dense, FloatConv
 from ..ops.checks import accumulator_may_wrap
 
 LAYOUTS = ("nchw", "nhwc")
@@ -256,7 +256,7 @@ class NuWeights:
     @property
     def block_bytes(self) -> int:
         """Bytes of one (ob, cb) block over the whole window."""
-        return math.prod(self.blocks.shape[2:])
+        return math.prod(self.blocks.shape[2:]) * self.blocks.itemsize
 
 
 @dataclass(frozen=True)
@@ -285,6 +285,7 @@ class ConvView:
     x_block: int = 0                           # channels per DDR block of x and y (blocked layouts; else 0)
     y_block: int = 0
     act: np.ndarray | None = None              # int8[256]: a lut run on the int8 tile before its store
+    fmode: FloatConv | None = None             # the NU's float mode (nu.fconv): no fold, block-diagonal weights
 
     @property
     def table_entry(self) -> int:
@@ -323,15 +324,12 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
         return ConvView((1, k, 1, n), (0, 1, 0, k), (1, o, 1, n), (0, 1, 0, o),
                         op.weight.T[:, :, None, None], op.bias, (1, 1), (0, 0, 0, 0), (1, 1), 1,
                         op.x_zp, op.multiplier, op.shift, op.zp_out, op.lo, op.hi, scale=op.scale, act=op.act)
-    if op.fmode is not None:
-        raise CompileError("a conv2d in the NU's float mode (nu.fconv) is not lowered yet: only its reference and "
-                           "its layout (block_diagonal, float_table, float_params) exist")
     y = op.output.shape
     view = ConvView(op.x_shape, act_strides(op.x_shape, op.x_layout), y, act_strides(y, op.y_layout),
                     op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
                     op.zp_out, op.lo, op.hi, scale=op.scale, x_block=layout_block(op.x_layout),
-                    y_block=layout_block(op.y_layout), act=op.act)
+                    y_block=layout_block(op.y_layout), act=op.act, fmode=op.fmode)
     return fold_columns(view, rows) if rows else view
 
 
@@ -345,7 +343,7 @@ def fold_columns(view: ConvView, rows: int) -> ConvView:
     spends one pass per kernel row instead of one per tap.
     """
     o, c, kh, kw = view.weight.shape
-    if view.groups != 1 or kw == 1 or c * kw > rows:
+    if view.groups != 1 or kw == 1 or c * kw > rows or view.fmode is not None:     # folds reorder MLAS's K
         return view
     w = view.weight.transpose(0, 3, 1, 2).reshape(o, kw * c, kh)[..., None]
     return replace(view, weight=w, stride=(view.stride[0], 1), dilation=(view.dilation[0], 1),
@@ -378,7 +376,8 @@ def folds_taps(view: ConvView, rows: int) -> bool:
     """Can the conv's whole window fold into the array's `rows` input rows (fold_taps): groups = 1, not
     folded yet, a window of more than one tap, and C <= rows channels?"""
     _, c, kh, kw = view.weight.shape
-    return view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
+    return (view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
+            and view.fmode is None)
 
 
 def fold_taps(view: ConvView, rows: int) -> ConvView | None:

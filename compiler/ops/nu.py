@@ -208,15 +208,15 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
     return op
 
 
-def float_mode(op: Conv2d, x_scale, w_scale, bias_scale, y_scale) -> Conv2d:
-    """op run as onnxruntime runs its QDQ group in float32 (the NU's float mode): the float32 operands
-    DequantizeLinear gives, f32(w) * w_scale per output channel (or per tensor) and f32(bias) * bias_scale."""
+def float_mode(op: Conv2d, x_scale, w_scale, y_scale, bias=None) -> Conv2d:
+    """op run as onnxruntime runs its QDQ group in float32 (the NU's float mode): its int8 weights dequantised as
+    DequantizeLinear does, f32(w) * w_scale per output channel (or per tensor), and the float32 bias (its
+    DequantizeLinear's values; zeros without one)."""
     o = op.out_channels
     ws = np.broadcast_to(np.asarray(w_scale, np.float32).reshape(-1), (o,)).reshape(o, 1, 1, 1)
     wf = (op.weight.astype(np.float32) * ws).astype(np.float32)
-    bf = (np.zeros(o, np.float32) if op.bias is None else
-          (op.bias.astype(np.float32) * np.asarray(bias_scale, np.float32).reshape(-1)).astype(np.float32))
-    return replace(op, fmode=FloatConv(np.float32(x_scale), wf, np.broadcast_to(bf, (o,)).copy(), np.float32(y_scale)))
+    bf = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(o)
+    return replace(op, fmode=FloatConv(np.float32(x_scale), wf, bf.copy(), np.float32(y_scale)))
 
 
 def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,

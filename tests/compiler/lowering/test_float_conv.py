@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler import ops
-from compiler.errors import CompileError
-from compiler.lowering.layout import block_diagonal, conv_view, float_params, float_table
+from compiler.build import build
+from compiler.lowering.layout import block_diagonal, float_params, float_table
 from compiler.reference import mlas_step
 from nnpsim import errors
+from nnpsim.config import Config
 from nnpsim.units.nu_float import nu_fconv
 from tests import isa_reference as ref
 from tests.helpers import mlas
@@ -33,7 +34,7 @@ def _conv(rng, c: int, o: int, group: int, k: int, stride: int, pad: int, relu: 
     return q, lambda shape: ops.float_mode(
         ops.conv2d(shape, q["w"], q["bias"], stride=stride, padding=pad, groups=group, x_zp=q["xz"], scale=ws,
                    zp_out=q["yz"], lo=q["yz"] if relu else -128),
-        q["xs"], ws, q["bias_scale"], q["ys"])
+        q["xs"], ws, q["ys"], (q["bias"].astype(F32) * q["bias_scale"]).astype(F32))
 
 
 def _mlas(x, q, stride, pad, group, relu):
@@ -129,8 +130,32 @@ def test_the_compilers_layout_on_the_nu_is_the_reference(c, o, group, k, stride,
     assert len(np.unique(want)) > 20
 
 
-def test_a_float_mode_conv_is_not_lowered_yet():
-    """The lowering does not take the float mode yet: it says so rather than lowering the integer conv."""
-    _, make = _conv(np.random.default_rng(0), 8, 4, 1, 3, 1, 1, False)
-    with pytest.raises(CompileError, match="float mode .* not lowered yet"):
-        conv_view(make((1, 8, 6, 6)), 32)
+@pytest.mark.parametrize("c, o, group, k, stride, pad, hw, cfg", [
+    (13, 9, 1, 3, 1, 1, (11, 10), {}),                  # K = 117: one FMA chain
+    (40, 6, 1, 3, 1, 1, (5, 10), {"nu_rows": 8, "nu_cols": 8, "wbuf_bytes": 6144}),   # slices of 256, chunked
+    (24, 15, 3, 3, 2, 1, (13, 13), {}),                 # three groups of five filters
+    (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 8}),   # depthwise: M = 1 groups, block-diagonal
+])
+def test_a_float_mode_conv_compiles_to_nu_fconv_bit_exact(c, o, group, k, stride, pad, hw, cfg):
+    _compiled(c, o, group, k, stride, pad, hw, cfg)
+
+
+def test_a_float_mode_conv_whose_input_blocks_do_not_fit_runs_in_chunks():
+    """WBUF too small for a tile's input blocks: the tile runs nu.fconv over its first chunks (the state carried in
+    ABUF, f_mode = 1 after the first) and ends with nu.fconv.rq; still every element MLAS's."""
+    kernel = _compiled(40, 6, 1, 3, 1, 1, (5, 10), {"nu_rows": 8, "nu_cols": 8, "wbuf_bytes": 6144})
+    assert "nu.fconv " in kernel.asm and "nu.f_mode, 1" in kernel.asm
+
+
+def _compiled(c, o, group, k, stride, pad, hw, cfg):
+    """build() lowers a conv2d in float mode onto nu.fconv / nu.fconv.rq (no integer conv, no VU requantisation),
+    and the machine's outputs equal op.reference, MLAS's, on every element (the race checker on)."""
+    rng = np.random.default_rng(c * k)
+    q, make = _conv(rng, c, o, group, k, stride, pad, False)
+    x = rng.integers(-128, 128, (1, c, *hw)).astype(np.int8)
+    op = make(x.shape)
+    kernel = build(op, config=Config(**cfg)) if cfg else build(op)
+    assert "nu.fconv.rq" in kernel.asm and "nu.conv" not in kernel.asm and "vu.requant" not in kernel.asm
+    np.testing.assert_array_equal(kernel(x, check_races=True), _mlas(x, q, stride, pad, group, False))
+    assert kernel.predicted_cycles == kernel.stats.cycles          # the cost model prices nu.fconv exactly
+    return kernel
