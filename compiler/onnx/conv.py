@@ -87,7 +87,8 @@ def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: 
             return im.emit(name, _patch_steps(x_shape, w, b, xq, yq, lo, hi, args), (x,), out, info)
         op = ops.conv2d(x_shape, w, b, stride=stride, padding=pads, dilation=dil, groups=at["group"],
                         x_zp=int(xq.zero_point), lo=lo, hi=hi, **args)
-        if in_float:        # onnxruntime's float Conv, on the NU's float mode (docs/architecture.md)
+        if in_float and not im.dynamic:     # onnxruntime's float Conv on the NU's float mode (docs/architecture.md);
+            # MLAS's order depends on the output's size, which a dynamic graph's program does not fix
             op = ops.float_mode(op, xq.scale, _per_out(wq, o), yq.scale, _float_bias(bias, o))
         return im.emit(name, [("conv", op, yq)], (x,), out, info)
     return make

@@ -13,7 +13,7 @@ from .checks import (check_accumulator, check_sizes, clamp_args, f32_scales_arg,
                      out_size, padding_arg, pair_arg, per_channel_arg, shape_arg)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FloatConv:
     """A conv onnxruntime runs in float32 (a QDQ group it does not fuse), for the NU's float mode (nu.fconv):
     DequantizeLinear's input scale, the float32 weights f32(w) * w_scale [O, C/groups, KH, KW] and bias
