@@ -249,6 +249,9 @@ class NuConv(Command):
     depthwise: bool = False
     rq: Ref | None = None
     psum: Ref | None = None
+    fmode: bool = False
+    """The float32 mode: nu.fconv (racc its (total, part) state in ABUF, read too when params f_mode = 1) or, with
+    rq, nu.fconv.rq (psum: the state it continues); float32 weights."""
 
     @property
     def queue(self) -> str:
@@ -256,6 +259,8 @@ class NuConv(Command):
 
     @property
     def mnemonic(self) -> str:
+        if self.fmode:
+            return "nu.fconv.rq" if self.rq is not None else "nu.fconv"
         if self.rq is not None:
             return "nu.conv.rq" if self.psum is None else "nu.conv.acc.rq"
         return ("nu.dwconv" if self.depthwise else "nu.conv") + (".acc" if self.acc else "")
@@ -273,14 +278,17 @@ class NuConv(Command):
         blocks = p["in_cb"] if self.depthwise else p["out_cb"]
         w_bytes = (p["in_cb"] * (4 + p["k_h"] * p["k_w"]) * c if self.depthwise
                    else p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c)
-        a_bytes = blocks * p["out_h"] * p["out_w"] * c * (1 if self.rq is not None else 4)
+        elem = 8 if self.fmode else 4       # an accumulator's bytes (the float mode's (total, part) pair)
+        a_bytes = blocks * p["out_h"] * p["out_w"] * c * (1 if self.rq is not None else elem)
         out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
-               _access(self.rw, (0, w_bytes), False),
+               _access(self.rw, (0, w_bytes * (4 if self.fmode else 1)), False),
                _access(self.racc, (0, a_bytes), True)]
         if self.rq is not None:
             out.append(_access(self.rq, (0, blocks * c * RQ_ENTRY), False))
         if self.psum is not None:
-            out.append(_access(self.psum, (0, a_bytes * 4), False))
+            out.append(_access(self.psum, (0, a_bytes * elem), False))
+        if self.fmode and self.rq is None and p.get("f_mode") == 1:
+            out.append(_access(self.racc, (0, a_bytes), False))
         if self.acc:
             out.append(_access(self.racc, (0, a_bytes), False))
         return out

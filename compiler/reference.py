@@ -325,6 +325,58 @@ def quantize_f32(x, scale, zp: int) -> np.ndarray:
     return (np.rint(v).astype(np.int64) + zp).astype(np.int8)
 
 
+MLAS_STRIDE = 128
+"""MLAS_SGEMM_STRIDEN and MLAS_SGEMM_STRIDEK: the N x K blocks of MLAS's float32 GEMM."""
+
+
+def mlas_step(n: int, k: int, m: int) -> int:
+    """The K slice of MLAS's float32 GEMM of M filters over N output positions and depth K (nu.f_step): StrideK,
+    doubled while StrideN halves above 16 and at least N when N < K, halved while StrideK / 2 >= K when N >= K;
+    0 for M = 1 (its M = 1 kernel: K in groups of 4, then 2, then 1, without FMA)."""
+    if m == 1:
+        return 0
+    sn, sk = MLAS_STRIDE, MLAS_STRIDE
+    if n >= k:
+        while sk // 2 >= k:
+            sk, sn = sk // 2, sn * 2
+    else:
+        while sn > 16 and sn // 2 >= n:
+            sk, sn = sk * 2, sn // 2
+    return sk
+
+
+def _mlas_starts(k: int, step: int) -> list[int]:
+    """The first K index of every slice (step >= 1) or M = 1 group (step = 0) of a depth-k sum."""
+    if step:
+        return list(range(0, k, step))
+    q = k - k % 4
+    return list(range(0, q, 4)) + ([q] if k > q else []) + ([q + 2] if k - q == 3 else [])
+
+
+def conv2d_mlas(x, xs, x_zp, wf, bf, stride, pad, dil, groups, ys, zp_out, lo, hi) -> np.ndarray:
+    """The NU's float32 mode (nu.fconv): onnxruntime's float Conv of a QDQ group, DequantizeLinear's
+    f32(x - x_zp) * xs against float32 weights wf [O, C / groups, KH, KW], the products of each output added in
+    MLAS's order (mlas_step of N = OH * OW, K = C / groups * KH * KW and the group's filters), then the float32
+    bias bf, QuantizeLinear by ys and the clamp [lo, hi]."""
+    xf = f32(pad_plane(np.asarray(x, np.int64), pad, x_zp) - x_zp) * F32(xs)
+    o, cg, kh, kw = wf.shape
+    win = windows(xf, (kh, kw), stride, dil)                 # N, C, OH, OW, KH, KW
+    n, _, oh, ow = win.shape[:4]
+    cols = win.reshape(n, groups, cg, oh * ow, kh, kw).transpose(0, 1, 2, 4, 5, 3).reshape(n, groups, -1, oh * ow)
+    wg = np.asarray(wf, F32).reshape(groups, o // groups, -1)
+    k, step = cg * kh * kw, mlas_step(oh * ow, cg * kh * kw, o // groups)
+    starts = _mlas_starts(k, step)
+    total = np.zeros((n, groups, o // groups, oh * ow), F32)
+    for a, b in zip(starts, starts[1:] + [k]):
+        part = np.zeros_like(total)
+        for j in range(a, b):
+            prod = wg[None, :, :, j, None], cols[:, :, None, j, :]
+            part = fma_f32(*prod, part) if step else (part + (prod[0] * prod[1]).astype(F32)).astype(F32)
+        total = (total + part).astype(F32)
+    y = (total.reshape(n, o, oh, ow) + np.asarray(bf, F32).reshape(1, -1, 1, 1)).astype(F32)
+    return np.clip(quantize_f32(y, ys, zp_out), lo, hi).astype(np.int8)
+
+
 def dequantize_f32(q, scale, zp: int) -> np.ndarray:
     """DequantizeLinear: f32(q - zp) * scale."""
     return f32(np.asarray(q, dtype=np.int64) - zp) * F32(scale)

@@ -1,6 +1,8 @@
 """What a kernel's tiling and timing depend on: kinds, shapes and structure, not values."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .ops import Op
@@ -23,4 +25,6 @@ def _structure(v):
         return "float"
     if isinstance(v, tuple):
         return tuple(_structure(x) for x in v)
+    if dataclasses.is_dataclass(v):         # a conv's float mode (ops.FloatConv): its fields likewise
+        return (type(v).__name__, tuple(_structure(getattr(v, f.name)) for f in dataclasses.fields(v)))
     return v

@@ -50,7 +50,7 @@ _ZERO_SCALE = "its float32 value is 0.0, which the VU refuses with BAD_PARAM"
 # What each command reads that can silently be wrong at its reset value (docs/isa.md).
 # vu.clip reads only lo/hi, vu.requant.pc its (M, S) from b, vu.requant.fpc its scales from b,
 # vu.divr and vu.mov no scalar at all: their scalars are fine at reset (vu.fbias resets to
-# 0.0, a legal offset).  NU parameters reset to usable values.
+# 0.0, a legal offset).  NU parameters reset to usable values, but for the float mode's input scale.
 RULES: dict[str, tuple[Rule, ...]] = {
     "vu.requant": (Scalar("vu.ma", "every element is multiplied by 0"), *_VU_DEST),
     "vu.requant.pc": _VU_DEST,
@@ -81,6 +81,8 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "vu.faffine": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fbias", _ZERO_SCALE), *_VU_DEST),
     "vu.pool.faffavg": (Scalar("vu.fscale", _ZERO_SCALE), Scalar("vu.fscale_b", _ZERO_SCALE), *_VU_DEST,
                         *_VU_WINDOW),
+    **{m: (Scalar("nu.fx_scale", "its float32 value is 0.0, which the NU refuses with BAD_PARAM"),)
+       for m in ("nu.fconv", "nu.fconv.rq", "nu.fdwconv")},
     "dma": _DMA_DEST,
 }
 

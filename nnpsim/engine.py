@@ -38,8 +38,9 @@ from .state import (K_AGENT_MASK, K_AGENTS, K_COLS, K_DDR_BURST, K_DEPTH, K_DMA,
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
                      nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq,
+from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, NU_FCONV, nu_conv, nu_conv_rq,
                        nu_dw_macs, nu_dwconv, nu_macs)
+from .units.nu_float import nu_float
 from .units.vu import vu_duration, vu_exec
 
 INF = 1 << 62
@@ -166,7 +167,13 @@ def _execute(t: int, a: int, c: int, ag: np.ndarray, cmd: np.ndarray, mem: np.nd
     f0 = cmd[c, M_FIELDS]
     f1 = cmd[c, M_FIELDS + 1]
     f2 = cmd[c, M_FIELDS + 2]
-    if a < 1 + nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
+    if a < 1 + nnu and f0 >= NU_FCONV:
+        code, dur, macs = nu_float(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0, rows, cfg[K_COLS],
+                                   cfg[K_NU_LAT], err)
+        if code == 0:
+            cmd[c, M_MACS] = macs
+            ag[a, A_END] = t + max(dur, 1)
+    elif a < 1 + nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
         code = nu_dwconv(mem, space[S_BASE], space[S_SIZE], a - 1, r0, r1, r2, p, f0 == NU_DWCONV_ACC,
                          rows, cfg[K_COLS], err)
         if code == 0:

@@ -11,7 +11,9 @@ its source and writes the whole destination box, padding included; an NU
 reads IBUF (only the pixels its windows touch) and WBUF and writes ABUF (and
 reads it for nu.conv.acc; nu.conv.rq writes VBUF instead and reads its table in WBUF, and
 nu.conv.acc.rq also reads its partial sums in ABUF; nu.dwconv reads only the first cols bytes of each IBUF pixel and
-one cols-byte weight row per block and tap); a VU reads a (every pooling window) and b (when the
+one cols-byte weight row per block and tap; the float mode's nu.fconv reads float32 weights and writes its
+(total, part) state in ABUF, reading it too when it continues, nu.fconv.rq writes VBUF, reads its table and the
+state it continues, nu.fdwconv reads nu.dwconv's lanes and float32 rows and writes VBUF); a VU reads a (every pooling window) and b (when the
 op has one; vu.lut's whole 256-byte table, vu.softmax's whole 1024-byte one; vu.lerp's n0 + n1 table
 entries, and for a the whole win_h x win_w plane at each output its table may pick from) and writes d.  Which rule an instruction follows, and its VU
 operands' widths, come from its row of nnpsim.semantics.
@@ -39,9 +41,10 @@ PATTERN_COLS = 4 + 2 * DIMS
 
 # Footprint rules, numbered in the order of semantics.FOOTPRINTS.
 (RULE_NONE, RULE_DMA, RULE_NU, RULE_NU_ACC, RULE_VU_MAP, RULE_VU_WINDOW, RULE_NU_DW,
- RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ, RULE_VU_LUT, RULE_VU_LERP) = range(len(FOOTPRINTS))
+ RULE_NU_DW_ACC, RULE_NU_RQ, RULE_NU_ACC_RQ, RULE_VU_LUT, RULE_VU_LERP, RULE_NU_F, RULE_NU_F_RQ,
+ RULE_NU_F_DW) = range(len(FOOTPRINTS))
 assert FOOTPRINTS == ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
-                      "vu_lut", "vu_lerp")
+                      "vu_lut", "vu_lerp", "nu_f", "nu_f_rq", "nu_f_dw")
 
 # Agent kinds, as named in RunLog.agents ("cu", "nu0", "vu0", "dma0", ...).
 CU, NU_AGENT, VU_AGENT, DMA_AGENT = 0, 1, 2, 3
@@ -57,7 +60,9 @@ NU_K_H, NU_K_W = offset("nu.k_h"), offset("nu.k_w")
 NU_STRIDE_H, NU_STRIDE_W = offset("nu.stride_h"), offset("nu.stride_w")
 NU_DIL_H, NU_DIL_W = offset("nu.dil_h"), offset("nu.dil_w")
 NU_RQ_TABLE, NU_RQ_PSUM = offset("nu.rq_table"), offset("nu.rq_psum")
+NU_F_MODE = offset("nu.f_mode")
 RQ_ENTRY = 12
+F_STATE = 8              # the float mode's (total, part) float32 pair an output in ABUF
 VU_N0 = offset("vu.n0")
 VU_D_STRIDE0, VU_A_STRIDE0, VU_B_STRIDE0 = offset("vu.d_stride0"), offset("vu.a_stride0"), offset("vu.b_stride0")
 VU_WIN_H, VU_WIN_W = offset("vu.win_h"), offset("vu.win_w")
@@ -190,6 +195,37 @@ def _nu_dw(pats: np.ndarray, unit: int, acc: bool, regs: np.ndarray, p: np.ndarr
 
 
 @njit(cache=True)
+def _nu_f(pats: np.ndarray, unit: int, final: bool, regs: np.ndarray, p: np.ndarray, rows: int, cols: int) -> None:
+    """nu.fconv: nu.conv's IBUF windows, float32 WBUF weights, ABUF [out_cb][out_h][out_w][cols] (total, part)
+    pairs written (and read when f_mode = 1); nu.fconv.rq (final): VBUF int8 written, its (bias, scale) table in
+    WBUF, and the state read from ABUF at rq_psum when f_mode = 1."""
+    _nu(pats, unit, False, regs, p, rows, cols)
+    outputs = p[NU_OUT_CB] * p[NU_OUT_H] * p[NU_OUT_W] * cols
+    pats[1, WIDTH] *= 4
+    pats[2, WIDTH] = outputs * F_STATE
+    _clear(pats[3])
+    if not final:
+        if p[NU_F_MODE] == 1:
+            pats[3, :] = pats[2]
+            pats[3, WRITE] = 0
+        return
+    pats[2, SPACE], pats[2, WIDTH] = VBUF + unit, outputs
+    pats[3, SPACE], pats[3, BASE], pats[3, WIDTH] = WBUF + unit, p[NU_RQ_TABLE], p[NU_OUT_CB] * cols * RQ_ENTRY
+    _clear(pats[4])
+    if p[NU_F_MODE] == 1:
+        pats[4, SPACE], pats[4, BASE], pats[4, WIDTH] = ABUF + unit, p[NU_RQ_PSUM], outputs * F_STATE
+
+
+@njit(cache=True)
+def _nu_f_dw(pats: np.ndarray, unit: int, regs: np.ndarray, p: np.ndarray, rows: int, cols: int) -> None:
+    """nu.fdwconv: nu.dwconv's IBUF lanes, WBUF per block (2 + k_h * k_w) * cols float32s, VBUF [in_cb][out_h]
+    [out_w][cols] int8 written."""
+    _nu_dw(pats, unit, False, regs, p, rows, cols)
+    pats[1, WIDTH] = p[NU_IN_CB] * (2 + p[NU_K_H] * p[NU_K_W]) * cols * 4
+    pats[2, SPACE], pats[2, WIDTH] = VBUF + unit, p[NU_IN_CB] * p[NU_OUT_H] * p[NU_OUT_W] * cols
+
+
+@njit(cache=True)
 def _vu_operand(pat: np.ndarray, space: int, write: int, base: int, width: int,
                 p: np.ndarray, stride0: int) -> None:
     _clear(pat)
@@ -250,6 +286,10 @@ def build_patterns(rules: np.ndarray, cmd_op: np.ndarray, cmd_unit: np.ndarray,
             _nu_rq(pats[c], cmd_unit[c], rule == RULE_NU_ACC_RQ, cmd_regs[c], cmd_params[c], rows, cols)
         elif rule == RULE_NU_DW or rule == RULE_NU_DW_ACC:
             _nu_dw(pats[c], cmd_unit[c], rule == RULE_NU_DW_ACC, cmd_regs[c], cmd_params[c], rows, cols)
+        elif rule == RULE_NU_F or rule == RULE_NU_F_RQ:
+            _nu_f(pats[c], cmd_unit[c], rule == RULE_NU_F_RQ, cmd_regs[c], cmd_params[c], rows, cols)
+        elif rule == RULE_NU_F_DW:
+            _nu_f_dw(pats[c], cmd_unit[c], cmd_regs[c], cmd_params[c], rows, cols)
         elif (rule == RULE_VU_MAP or rule == RULE_VU_WINDOW) and 0 <= cmd_fields[c, 0] < N_CODES:
             _vu(pats[c], rule == RULE_VU_WINDOW, cmd_unit[c], cmd_regs[c], cmd_fields[c], cmd_params[c])
         elif rule == RULE_VU_LUT and 0 <= cmd_fields[c, 0] < N_CODES:

@@ -24,14 +24,17 @@ DDT = -2    # 1 << the command's ddt field
 ELEM = -3   # the dma.elem parameter
 
 FOOTPRINTS = ("none", "dma", "nu", "nu_acc", "vu_map", "vu_window", "nu_dw", "nu_dw_acc", "nu_rq", "nu_acc_rq",
-              "vu_lut", "vu_lerp")
+              "vu_lut", "vu_lerp", "nu_f", "nu_f_rq", "nu_f_dw")
 """Footprint rules (nnpsim.footprint): none for CU instructions; a DMA box; an NU conv, reading
 ABUF too when it accumulates; a VU op element by element, or over a pooling window of a; an NU
 depthwise conv (one weight lane per column), reading ABUF too when it accumulates; an NU conv with
 its requantising output stage (int8 into VBUF, reading its (bias, M, S) table in WBUF), and reading
 partial sums from ABUF too when it accumulates; a VU table lookup (d and a element by element, b one
 table of its row's b width: vu.lut's 256 bytes, vu.softmax's 1024); vu.lerp (d element by element, a a window of win_h x win_w per output, b its table of
-n0 + n1 entries)."""
+n0 + n1 entries); the NU's float32 mode: nu.fconv (float32 weights, its (total, part) state in ABUF, read too
+when f_mode = 1), nu.fconv.rq (int8 into VBUF, its (bias, scale) table in WBUF, the state read from ABUF when
+f_mode = 1), nu.fdwconv (nu.dwconv's lanes, float32 weights and its (bias, scale) rows in WBUF, int8 into
+VBUF)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ _ROWS = (
     Semantics("nu.dwconv.acc", "NU", "dwconv_acc", "nu_dw_acc", (4, 1, 1), "nu_dwconv_cycles"),
     Semantics("nu.conv.rq", "NU", "conv_rq", "nu_rq", (1, 1, 1), "nu_conv_cycles"),
     Semantics("nu.conv.acc.rq", "NU", "conv_acc_rq", "nu_acc_rq", (1, 1, 1), "nu_conv_cycles"),
+    Semantics("nu.fconv", "NU", "fconv", "nu_f", (8, 1, 4), "nu_fconv_cycles"),
+    Semantics("nu.fconv.rq", "NU", "fconv_rq", "nu_f_rq", (1, 1, 4), "nu_fconv_cycles"),
+    Semantics("nu.fdwconv", "NU", "fdwconv", "nu_f_dw", (1, 1, 4), "nu_fdwconv_cycles"),
     _vu("vu.requant", "requant", (1, SDT, 0)),
     _vu("vu.requant.pc", "requant_pc", (1, SDT, 8)),
     _vu("vu.add", "add", (1, 1, 1)),

@@ -28,8 +28,9 @@ from .state import (K_AGENT_MASK, K_DMA_BASE, K_NU_BASE, K_P_IN_CB, K_P_K_H, K_P
 from .timing import (PORT_SPACES, cu_sync_cycles, dma_latency, dma_stream_bytes, nu_conv_cycles, port_share,
                      nu_dwconv_cycles, read_port, write_port)
 from .units.dma import dma_burst_bytes, dma_bytes, dma_copy
-from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, nu_conv, nu_conv_rq,
+from .units.nu import (NU_CONV_ACC, NU_CONV_ACC_RQ, NU_CONV_RQ, NU_DWCONV, NU_DWCONV_ACC, NU_FCONV, nu_conv, nu_conv_rq,
                        nu_dw_macs, nu_dwconv, nu_macs)
+from .units.nu_float import nu_float
 from .units.vu import vu_duration, vu_exec
 
 
@@ -156,7 +157,13 @@ class Stepper:
             r0, r1, r2 = (int(v) for v in row[M_REGS:M_REGS + 3])
             f0, f1, f2 = (int(v) for v in row[M_FIELDS:M_FIELDS + 3])
             sb, ss = mem.table[S_BASE], mem.table[S_SIZE]
-            if a < 1 + self.nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
+            if a < 1 + self.nnu and f0 >= NU_FCONV:
+                code, dur, macs = nu_float(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0, self.cfg.nu_rows,
+                                           self.cfg.nu_cols, self.cfg.nu_latency, self.err)
+                if code == 0:
+                    row[M_MACS] = macs
+                    self.end_t[a] = t + max(dur, 1)
+            elif a < 1 + self.nnu and (f0 == NU_DWCONV or f0 == NU_DWCONV_ACC):
                 code = nu_dwconv(mem.mem, sb, ss, a - 1, r0, r1, r2, p, f0 == NU_DWCONV_ACC,
                                  self.cfg.nu_rows, self.cfg.nu_cols, self.err)
                 if code == 0:

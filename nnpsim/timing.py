@@ -52,6 +52,24 @@ def nu_dwconv_cycles(in_cb: int, k_h: int, k_w: int, out_h: int, out_w: int, row
     return latency + in_cb * passes * per_pass
 
 
+NU_F32_PASSES = 4
+"""Passes the NU's float32 mode takes over each of nu.conv's (nu.dwconv's): a float32 multiply-add runs at a
+quarter of the int8 rate."""
+
+
+@njit(cache=True)
+def nu_fconv_cycles(out_cb: int, in_cb: int, k_h: int, k_w: int, out_h: int, out_w: int,
+                    rows: int, latency: int) -> int:
+    """Cycles of nu.fconv and nu.fconv.rq: nu.conv's work, NU_F32_PASSES times over."""
+    return latency + NU_F32_PASSES * (nu_conv_cycles(out_cb, in_cb, k_h, k_w, out_h, out_w, rows, latency) - latency)
+
+
+@njit(cache=True)
+def nu_fdwconv_cycles(in_cb: int, k_h: int, k_w: int, out_h: int, out_w: int, rows: int, latency: int) -> int:
+    """Cycles of nu.fdwconv: nu.dwconv's work, NU_F32_PASSES times over."""
+    return latency + NU_F32_PASSES * (nu_dwconv_cycles(in_cb, k_h, k_w, out_h, out_w, rows, latency) - latency)
+
+
 @njit(cache=True)
 def vu_cycles(n_out: int, window: int, elem_bytes: int, bytes_per_cycle: int, latency: int) -> int:
     """Cycles of a VU command: latency plus its bytes of work over the datapath width."""

@@ -128,9 +128,10 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     out = t.obt * t.th * t.tw * p.cols if t.bias == "requant" else 0
     on_nu = t.bias == "nu"
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
+        state = acc * 2 if p.view.fmode is not None else acc       # the float mode's (total, part) pairs
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
         return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
-                "abuf": d["acc"] * acc if psum_on_nu(p, t) else 0,
+                "abuf": d["acc"] * state if psum_on_nu(p, t) else 0,
                 "vbuf": d["vacc"] * acc // 4 + d["res"] * res + act_bytes(p),
                 "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
     return {"ibuf": d["in"] * blocks * ih * iw * p.rows + on_nu * t.th * t.tw * p.rows,

@@ -25,7 +25,7 @@ def uses_depthwise_mode(view: ConvView, rows: int, cols: int) -> bool:
     (channel block of IBUF = output block = cols channels)?"""
     o, cg = view.weight.shape[:2]
     return (view.groups > 1 and cg == 1 and o == view.groups and view.in_channels == o
-            and view.fold is None and rows == cols)
+            and view.fold is None and rows == cols and view.fmode is None)
 
 
 def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) -> NuWeights:

@@ -31,7 +31,9 @@ from isa_spec.layout import LayoutError, stored_shape, to_stored
 
 from ..errors import CompileError
 from ..ir import Dma
-from ..ops import Conv2d, Dense
+from ..quant import f32_bits
+from ..reference import mlas_step
+from ..ops import Conv2d, Dense, FloatConv
 from ..ops.checks import accumulator_may_wrap
 
 LAYOUTS = ("nchw", "nhwc")
@@ -254,7 +256,7 @@ class NuWeights:
     @property
     def block_bytes(self) -> int:
         """Bytes of one (ob, cb) block over the whole window."""
-        return math.prod(self.blocks.shape[2:])
+        return math.prod(self.blocks.shape[2:]) * self.blocks.itemsize
 
 
 @dataclass(frozen=True)
@@ -283,6 +285,7 @@ class ConvView:
     x_block: int = 0                           # channels per DDR block of x and y (blocked layouts; else 0)
     y_block: int = 0
     act: np.ndarray | None = None              # int8[256]: a lut run on the int8 tile before its store
+    fmode: FloatConv | None = None             # the NU's float mode (nu.fconv): no fold, block-diagonal weights
 
     @property
     def table_entry(self) -> int:
@@ -326,7 +329,7 @@ def conv_view(op: Conv2d | Dense, rows: int = 0) -> ConvView:
                     op.weight, op.bias,
                     op.stride, op.padding, op.dilation, op.groups, op.x_zp, op.multiplier, op.shift,
                     op.zp_out, op.lo, op.hi, scale=op.scale, x_block=layout_block(op.x_layout),
-                    y_block=layout_block(op.y_layout), act=op.act)
+                    y_block=layout_block(op.y_layout), act=op.act, fmode=op.fmode)
     return fold_columns(view, rows) if rows else view
 
 
@@ -340,7 +343,7 @@ def fold_columns(view: ConvView, rows: int) -> ConvView:
     spends one pass per kernel row instead of one per tap.
     """
     o, c, kh, kw = view.weight.shape
-    if view.groups != 1 or kw == 1 or c * kw > rows:
+    if view.groups != 1 or kw == 1 or c * kw > rows or view.fmode is not None:     # folds reorder MLAS's K
         return view
     w = view.weight.transpose(0, 3, 1, 2).reshape(o, kw * c, kh)[..., None]
     return replace(view, weight=w, stride=(view.stride[0], 1), dilation=(view.dilation[0], 1),
@@ -373,7 +376,8 @@ def folds_taps(view: ConvView, rows: int) -> bool:
     """Can the conv's whole window fold into the array's `rows` input rows (fold_taps): groups = 1, not
     folded yet, a window of more than one tap, and C <= rows channels?"""
     _, c, kh, kw = view.weight.shape
-    return view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
+    return (view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
+            and view.fmode is None)
 
 
 def fold_taps(view: ConvView, rows: int) -> ConvView | None:
@@ -424,14 +428,25 @@ def nu_weights(weight: np.ndarray, groups: int, in_channels: int, rows: int, col
     if spec is not None:
         raise CompileError(f"weight layout {spec!r}: a grouped conv (groups = {groups}) stores its weights "
                            "block-diagonally, which no layout spec expresses")
-    full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=np.int8)
+    return block_diagonal(weight, groups, in_channels, rows, cols, np.int8)
+
+
+def block_diagonal(weight: np.ndarray, groups: int, in_channels: int, rows: int, cols: int,
+                   dtype) -> NuWeights:
+    """[O, C/groups, KH, KW] weights as NU blocks of `dtype`, zero outside each output block's group: output
+    block ob reads the `span` input blocks from cb_start[ob] (nu_weights' grouped layout; the float mode's for
+    every conv)."""
+    o, cg, kh, kw = weight.shape
+    og = o // groups
+    n_ob, n_cb = -(-o // cols), -(-in_channels // rows)
+    full = np.zeros((n_ob * cols, n_cb * rows, kh, kw), dtype=dtype)
     for g in range(groups):
         full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = weight[g * og:(g + 1) * og]
     first = [(ob * cols // og) * cg // rows for ob in range(n_ob)]
     last = [(((min((ob + 1) * cols, o) - 1) // og + 1) * cg - 1) // rows for ob in range(n_ob)]
     span = max(b - a + 1 for a, b in zip(first, last))
     start = tuple(min(a, n_cb - span) for a in first)
-    blocks = np.zeros((n_ob, span, kh, kw, rows, cols), dtype=np.int8)
+    blocks = np.zeros((n_ob, span, kh, kw, rows, cols), dtype=dtype)
     for ob, s in enumerate(start):
         tile = full[ob * cols:(ob + 1) * cols, s * rows:(s + span) * rows]     # [cols, span*rows, kh, kw]
         blocks[ob] = tile.reshape(cols, span, rows, kh, kw).transpose(1, 3, 4, 2, 0)
@@ -481,6 +496,25 @@ def rq_table(bias: np.ndarray | None, multiplier: np.ndarray | None, shift: np.n
     ms = ms_table(multiplier, shift, scale, out_cb, cols).reshape(len(t), -1)
     t[:, 1:1 + ms.shape[1]] = ms
     return t
+
+
+def float_table(bias: np.ndarray, scale, out_cb: int, cols: int) -> np.ndarray:
+    """int32 [out_cb * cols, 3]: nu.fconv.rq's float32 (bias, output scale, 0) bits per channel; padding lanes
+    (0.0, scale), a scale the NU accepts."""
+    t = np.zeros((out_cb * cols, 3), dtype=np.float32)
+    t[:len(bias), 0] = bias
+    t[:, 1] = np.float32(scale)
+    return t.view(np.int32)
+
+
+def float_params(weight_shape: tuple[int, int, int, int], groups: int, pixels: int, x_scale, first_cb: int,
+                 first_ob: int, rows: int, cols: int) -> dict[str, int]:
+    """The nu.f_* parameters of a float-mode command whose IBUF starts at input block first_cb and whose columns
+    start at output block first_ob: where its lanes sit in MLAS's order, which depends on the whole conv (its
+    pixels = OH * OW and K = C / groups * KH * KW), never on the tile."""
+    o, cg, kh, kw = weight_shape
+    return {"fx_scale": f32_bits(x_scale), "f_step": mlas_step(pixels, cg * kh * kw, o // groups),
+            "f_c0": first_cb * rows, "f_cpg": cg, "f_o0": first_ob * cols, "f_opg": o // groups}
 
 
 def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int,

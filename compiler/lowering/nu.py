@@ -31,8 +31,8 @@ from .conv_plan import (ROLES, ConvTiling, NuPlan, block_hull, buffer_needs, chu
                         input_in_dm, psum_on_nu, role_depths, stage_bytes, staged_fold, staged_input,
                         tap_stage_bytes)
 from .double_buffer import Slots, Step
-from .layout import (ConvView, act_strides, block_at, block_stride, ddr_order, layout_block,
-                     bias_blocks, bias_table, ms_table, nu_weights, rq_table)
+from .layout import (ConvView, act_strides, block_at, block_stride, block_diagonal, ddr_order, float_params,
+                     float_table, layout_block, bias_blocks, bias_table, ms_table, nu_weights, rq_table)
 from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
                         uses_depthwise_mode)
 from .units import Part
@@ -77,8 +77,11 @@ class Residual:
 def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
     """Weights in NU order (by the layout spec `spec`, when given) plus the output geometry."""
     dw = uses_depthwise_mode(view, cfg.nu_rows, cfg.nu_cols)
-    w = (depthwise_weights(view.weight, view.bias, cfg.nu_cols) if dw
-         else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec))
+    if view.fmode is not None:       # float32 blocks, every conv block-diagonal (nu.f_* place the lanes)
+        w = block_diagonal(view.fmode.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, np.float32)
+    else:
+        w = (depthwise_weights(view.weight, view.bias, cfg.nu_cols) if dw
+             else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec))
     return NuPlan(view, w, cfg.nu_rows, cfg.nu_cols, view.y_shape[2], view.y_shape[3],
                   view.weight.shape[2], view.weight.shape[3], dw)
 
@@ -167,15 +170,20 @@ class NuLowering:
         # groups = 1: declared in its logical shape with the layout spec that blocks it, so the
         # binary records how the weights are stored; block-diagonal weights: as stored
         w_shape, w_layout = ((v.weight.shape, p.w.layout) if p.w.layout else (p.w.blocks.shape, ""))
-        self.w_ddr = Buffer(f"{name}_w", "ddr", p.w.blocks.nbytes, dtype="int8", shape=w_shape,
-                            layout=w_layout, data=p.w.blocks)
+        if v.fmode is not None:     # float32 weights, declared as their bits (a binary's dtypes are integers)
+            self.w_ddr = Buffer(f"{name}_w", "ddr", p.w.blocks.nbytes, dtype="int32", shape=(p.w.blocks.size,),
+                                data=p.w.blocks.reshape(-1).view(np.int32))
+        else:
+            self.w_ddr = Buffer(f"{name}_w", "ddr", p.w.blocks.nbytes, dtype="int8", shape=w_shape,
+                                layout=w_layout, data=p.w.blocks)
         self.bias_ddr = Buffer(f"{name}_bias", "ddr", p.n_ob * cols * 4, dtype="int32",
                                shape=(p.n_ob * cols,), data=bias_table(v.bias, p.n_ob, cols))
         ms = ms_table(v.multiplier, v.shift, v.scale, p.n_ob, cols)
         self.ms_ddr = Buffer(f"{name}_{'fs' if v.scale is not None else 'ms'}", "ddr", ms.nbytes, dtype="int32",
                              shape=ms.shape, data=ms)
         if t.drain == "nu":
-            table = rq_table(v.bias, v.multiplier, v.shift, v.scale, p.n_ob, cols)
+            table = (float_table(v.fmode.bias, v.fmode.y_scale, p.n_ob, cols) if v.fmode is not None
+                     else rq_table(v.bias, v.multiplier, v.shift, v.scale, p.n_ob, cols))
             self.rq_ddr = Buffer(f"{name}_rq", "ddr", table.nbytes, dtype="int32", shape=table.shape, data=table)
         if t.bias == "nu":
             lanes, blocks = bias_blocks(v.bias, v.x_zp, p.n_ob, p.rows, cols)
@@ -531,7 +539,10 @@ class NuLowering:
                   "k_h": p.kh, "k_w": p.kw, "stride_h": v.stride[0], "stride_w": v.stride[1],
                   "dil_h": v.dilation[0], "dil_w": v.dilation[1], "x_zp": v.x_zp}
         if rq:
-            params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi, rq_float=int(v.scale is not None))
+            params.update(rq_zp_out=v.zp_out, rq_lo=v.lo, rq_hi=v.hi)
+            if v.fmode is None:
+                params.update(rq_float=int(v.scale is not None))
+        state = 8 if v.fmode is not None else 4     # bytes an output of the accumulators (the float mode's pairs)
         groups = self._conv_groups(obs, count)
         if self.by_block:
             groups = [(k + i, ob + i, 1) for k, ob, blocks in groups for i in range(blocks)]
@@ -539,12 +550,17 @@ class NuLowering:
             rin = Ref(inp, (p.w.cb_start[ob] + first - lo) * ih * iw * p.rows)
             rw = (Ref(self.w_res, (ob * p.w.span + first) * p.w.block_bytes) if self.t.resident
                   else Ref(self.slots.current(self.role["wt"]), k * count * p.w.block_bytes))
-            racc = Ref(acc, k * th * tw * p.cols * (1 if rq else 4))
+            racc = Ref(acc, k * th * tw * p.cols * (1 if rq else state))
             many = dict(in_cb=blocks * count) if p.depthwise else dict(out_cb=blocks)
-            step.compute.append(NuConv(accumulate and not rq, racc, rin, rw, dict(params, **many),
-                                       p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
+            if v.fmode is not None:     # where the lanes sit in MLAS's order; f_mode: continue the state
+                many.update(float_params(v.fmode.weight.shape, v.groups, p.oh * p.ow, v.fmode.x_scale,
+                                         p.w.cb_start[ob] + first, ob, p.rows, p.cols),
+                            f_mode=int(accumulate if not rq else psum is not None))
+            step.compute.append(NuConv(accumulate and not rq and v.fmode is None, racc, rin, rw,
+                                       dict(params, **many), p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
                                        rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
-                                       psum=None if psum is None else Ref(psum, k * th * tw * p.cols * 4),
+                                       psum=None if psum is None else Ref(psum, k * th * tw * p.cols * state),
+                                       fmode=v.fmode is not None,
                                        comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1
                                                                                else "") + (
                                            ", depthwise" if p.depthwise

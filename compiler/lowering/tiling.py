@@ -48,7 +48,7 @@ def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
 
 def bias_modes(p: NuPlan) -> tuple[str, ...]:
     """The bias modes beside "fill" that a shallow conv's tilings are also offered in, which its values decide."""
-    if p.view.bias is None or p.w.span * p.kh * p.kw > SHALLOW or p.depthwise:
+    if p.view.bias is None or p.w.span * p.kh * p.kw > SHALLOW or p.depthwise or p.view.fmode is not None:
         return ()
     # the VU adds a bias to the accumulator in its own wide arithmetic, which does not wrap: an
     # accumulator that may wrap (as onnxruntime's does) takes its bias on the NU
@@ -68,6 +68,9 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     (and, when that leaves fewer than min_tiles tiles, the same split by rows), in every offered bias mode;
     on the NU's output stage too unless output_stage is False (parts whose NU has no VU of its number)."""
     caps = capacities(cfg)
+    if p.view.fmode is not None and not output_stage:
+        raise CompileError("a conv in the NU's float mode ends on the NU's output stage (nu.fconv.rq), which "
+                           "this part's NU, without a VU of its number, has not")
     out = []
     # several chunks end on the NU's output stage (nu.conv.acc.rq) when the conv requantises: the NU's
     # work is a fill tiling's, the rest less (no bias broadcast, drain or VU pass) and the buffers
@@ -94,6 +97,8 @@ def conv_candidates(p: NuPlan, cfg: Config, residual: bool = False,
     # one chunk on the NU's output stage (nu.conv.rq): no drain, no VU pass, beside the fill tiling
     out += [c for t in out if staged and t.bias == "fill" and t.drain == "vu" and t.cbt >= p.w.span
             for c in [replace(t, drain="nu")] if fits(buffer_needs(p, c, residual), caps)]
+    if p.view.fmode is not None:       # nu.fconv.rq quantises: the float mode has no other output path
+        out = [t for t in out if t.drain == "nu"]
     if not out:
         needs = buffer_needs(p, ConvTiling(1, 1, 1, 1), residual)
         worst = max(needs, key=lambda k: needs[k] / caps[k])

@@ -87,6 +87,9 @@ def _conv_maker(im: Importer, node, x: str, xq: QuantParams, w: np.ndarray, wq: 
             return im.emit(name, _patch_steps(x_shape, w, b, xq, yq, lo, hi, args), (x,), out, info)
         op = ops.conv2d(x_shape, w, b, stride=stride, padding=pads, dilation=dil, groups=at["group"],
                         x_zp=int(xq.zero_point), lo=lo, hi=hi, **args)
+        if in_float and not im.dynamic:     # onnxruntime's float Conv on the NU's float mode (docs/architecture.md);
+            # MLAS's order depends on the output's size, which a dynamic graph's program does not fix
+            op = ops.float_mode(op, xq.scale, _per_out(wq, o), yq.scale, _float_bias(bias, o))
         return im.emit(name, [("conv", op, yq)], (x,), out, info)
     return make
 
@@ -174,6 +177,18 @@ def _bias_input(im: Importer, node, i: int):
         return ("float", s.array)
     raise Problem(node, f"bias ({node.input[i]!r}) must be an int32 constant dequantised by a DequantizeLinear, "
                   f"or float, got {describe(s)}")
+
+
+def _float_bias(bias, o: int) -> np.ndarray | None:
+    """The float32 bias onnxruntime's float Conv adds: its DequantizeLinear's f32(b) * scale, or the float one
+    (_bias_values has checked its size and zero point)."""
+    if bias is None:
+        return None
+    a = np.asarray(bias[1]).reshape(o)
+    if bias[0] == "dq":
+        q = bias[2]
+        return (a.astype(np.float32) * np.asarray(q.scale, np.float32)).astype(np.float32)
+    return a.astype(np.float32)
 
 
 def _bias_values(node, bias, acc_scale: np.ndarray) -> np.ndarray | None:

@@ -38,7 +38,8 @@ def kernels(model, optimised_model) -> dict[str, str]:
     those types: the QDQS8ToU8 pass makes int8 groups uint8), for the nodes of KINDS it can tell.
 
     A node is unfused when the optimised graph holds a node of its op type (default domain) writing its output
-    (tensor names are unique, so unnamed nodes are told too); fused when it holds the QLinear op of KINDS under
+    (tensor names are unique, so unnamed nodes are told too), or for a Conv a FusedConv (its float Conv and the
+    activation after it) under its name; fused when it holds the QLinear op of KINDS under
     the node's name, which must be unique in the model.  Any other outcome (onnxruntime's layout pass renames
     the QLinearConvs it moves to NHWC) is left out."""
     counts: dict[str, int] = {}
@@ -47,6 +48,8 @@ def kernels(model, optimised_model) -> dict[str, str]:
     inits = {t.name: t.data_type for t in optimised_model.graph.initializer}
     unfused = {(n.op_type, n.output[0]) for n in optimised_model.graph.node
                if n.op_type in KINDS and n.domain in ("", "ai.onnx") and n.output}
+    # a float Conv whose activation onnxruntime fused after it (MLAS's conv, then the activation) keeps its name
+    activated = {n.name for n in optimised_model.graph.node if n.op_type == "FusedConv" and n.domain == "com.microsoft"}
     fused: dict[str, str] = {}
     for n in optimised_model.graph.node:
         if n.op_type in ZERO_POINTS:
@@ -56,7 +59,8 @@ def kernels(model, optimised_model) -> dict[str, str]:
     for n in model.graph.node:
         if n.op_type not in KINDS or n.domain not in ("", "ai.onnx") or not n.output:
             continue
-        if (n.op_type, n.output[0]) in unfused:
+        activation_fused = n.op_type == "Conv" and n.name and counts[n.name] == 1 and n.name in activated
+        if (n.op_type, n.output[0]) in unfused or activation_fused:
             out[n.output[0]] = "float"
         elif n.name and counts[n.name] == 1 and n.name in fused:
             out[n.output[0]] = fused[n.name]

@@ -22,7 +22,7 @@ from .elementwise import FLOAT_BINARY, Elementwise, add, clip, mul, qdq_binary, 
 from .layout import Concat, Reshape, at_values, check_dtype
 from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, ResizeLinear, Slice, Transpose, linear_axis,
                        nearest_map, resize_linear, resize_nearest, slice_op)
-from .nu import Conv2d, Dense, conv2d, dense
+from .nu import Conv2d, Dense, FloatConv, conv2d, dense, float_mode
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut, times_self
 from .softmax import Softmax, softmax
@@ -30,6 +30,7 @@ from .norm import BatchNorm, BatchNormPool, batch_norm, batch_norm_global_avg
 
 __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", "INT32", "PRODUCT_LIMIT", "Concat",
            "Conv2d", "Dense", "Elementwise", "Op", "Pool2d", "Reshape", "Tensor", "add", "at_values", "avg_pool2d",
+           "FloatConv", "float_mode",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut", "times_self",
            "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",

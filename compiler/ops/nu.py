@@ -13,6 +13,18 @@ from .checks import (check_accumulator, check_sizes, clamp_args, f32_scales_arg,
                      out_size, padding_arg, pair_arg, per_channel_arg, shape_arg)
 
 
+@dataclass(frozen=True, eq=False)
+class FloatConv:
+    """A conv onnxruntime runs in float32 (a QDQ group it does not fuse), for the NU's float mode (nu.fconv):
+    DequantizeLinear's input scale, the float32 weights f32(w) * w_scale [O, C/groups, KH, KW] and bias
+    f32(b) * b_scale [O] (zeros without one), and QuantizeLinear's output scale."""
+
+    x_scale: np.float32
+    weight: np.ndarray
+    bias: np.ndarray
+    y_scale: np.float32
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Conv2d(Op):
     """Quantised grouped 2-D convolution, NCHW int8 in and out."""
@@ -34,6 +46,7 @@ class Conv2d(Op):
     x_layout: str = "nchw"             # DDR layouts of x and of y (and a fused residual): lowering.layout
     y_layout: str = "nchw"
     act: np.ndarray | None = None      # int8[256]: a lut fused after the clamp (lowering.driver.fuse_nu_chain)
+    fmode: FloatConv | None = None     # onnxruntime's float32 arithmetic (reference.conv2d_mlas), else integer
     kind: str = field(init=False, default="conv2d")
 
     @property
@@ -73,6 +86,8 @@ class Conv2d(Op):
         input (DeepLabV3's ASPP) then reads only what it can reach.  Itself when every tap can read a
         pixel.  What the NU lowers and the roofline prices; its reference() takes no negative padding.
         """
+        if self.fmode is not None:      # MLAS's order counts the padded taps' products: keep them
+            return self
         (_, _, h, w), (kh, kw), (oh, ow) = self.x_shape, self.kernel, self.out_hw
         (t, l, b, r), (dh, dw) = self.padding, self.dilation
         rows = live_taps(oh, kh, self.stride[0], dh, t, h) or range(1)
@@ -85,6 +100,10 @@ class Conv2d(Op):
                        dilation=(dh if len(rows) > 1 else 1, dw if len(cols) > 1 else 1))
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
+        if self.fmode is not None:
+            f = self.fmode
+            return _act(self.act, sem.conv2d_mlas(x, f.x_scale, self.x_zp, f.weight, f.bias, self.stride, self.padding,
+                                                  self.dilation, self.groups, f.y_scale, self.zp_out, self.lo, self.hi))
         if self.scale is not None:
             return _act(self.act, sem.conv2d_f32(x, self.weight, self.bias, self.stride, self.padding, self.dilation,
                                                  self.groups, self.x_zp, self.scale, self.zp_out, self.lo, self.hi))
@@ -187,6 +206,17 @@ def conv2d(x_shape, weight, bias=None, *, stride=1, padding=0, dilation=1, group
     if op.scale is None:        # the float form's int32 accumulator wraps, as onnxruntime's (reference.wrap32)
         check_accumulator("conv2d", np.abs(w).sum(axis=(1, 2, 3)), bias, x_zp)
     return op
+
+
+def float_mode(op: Conv2d, x_scale, w_scale, y_scale, bias=None) -> Conv2d:
+    """op run as onnxruntime runs its QDQ group in float32 (the NU's float mode): its int8 weights dequantised as
+    DequantizeLinear does, f32(w) * w_scale per output channel (or per tensor), and the float32 bias (its
+    DequantizeLinear's values; zeros without one)."""
+    o = op.out_channels
+    ws = np.broadcast_to(np.asarray(w_scale, np.float32).reshape(-1), (o,)).reshape(o, 1, 1, 1)
+    wf = (op.weight.astype(np.float32) * ws).astype(np.float32)
+    bf = np.zeros(o, np.float32) if bias is None else np.asarray(bias, np.float32).reshape(o)
+    return replace(op, fmode=FloatConv(np.float32(x_scale), wf, bf.copy(), np.float32(y_scale)))
 
 
 def dense(x_shape, weight, bias=None, *, x_zp=0, multiplier=None, shift=None, scale=None, zp_out=0, lo=-128,

@@ -63,7 +63,7 @@ def _key(stmt) -> tuple:
         rest = (stmt.chan, stmt.size, stmt.src_stride, stmt.dst_stride, stmt.pad_lo, stmt.pad_hi,
                 stmt.pad_value, stmt.elem)
     elif isinstance(stmt, NuConv):
-        rest = (stmt.unit, stmt.acc, stmt.depthwise, tuple(stmt.params.items()), stmt.rows, stmt.cols,
+        rest = (stmt.unit, stmt.acc, stmt.depthwise, stmt.fmode, tuple(stmt.params.items()), stmt.rows, stmt.cols,
                 None if stmt.rq is None else (id(stmt.rq.buf), stmt.rq.offset),
                 None if stmt.psum is None else (id(stmt.psum.buf), stmt.psum.offset))
     elif isinstance(stmt, Vu):

@@ -29,11 +29,12 @@ from .vu_rows import requant
 from .checks import (bad_param, check_bounds, check_param_range, check_space, clamp_addr, fail,
                      load_i32, load_i8, sat_mul, span, store_i32)
 
-OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc", "conv_rq", "conv_acc_rq")
-"""The ops this kernel implements (a semantics row's `op`; the _acc ops add to ABUF, dwconv is the
-depthwise mode, conv_rq requantises in the array's output stage, conv_acc_rq adds partial sums from
-ABUF there first).  A command's op code (its fields[0]) is the op's index here."""
-NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, NU_CONV_RQ, NU_CONV_ACC_RQ = range(len(OPS))
+OPS = ("conv", "conv_acc", "dwconv", "dwconv_acc", "conv_rq", "conv_acc_rq", "fconv", "fconv_rq", "fdwconv")
+"""The ops this kernel and nnpsim.units.nu_float implement (a semantics row's `op`; the _acc ops add to ABUF,
+dwconv is the depthwise mode, conv_rq requantises in the array's output stage, conv_acc_rq adds partial sums from
+ABUF there first; the f ops are the float32 mode).  A command's op code (its fields[0]) is the op's index here."""
+(NU_CONV, NU_CONV_ACC, NU_DWCONV, NU_DWCONV_ACC, NU_CONV_RQ, NU_CONV_ACC_RQ, NU_FCONV, NU_FCONV_RQ,
+ NU_FDWCONV) = range(len(OPS))
 GROUP = GROUP_BASE["NU"]
 IN_H, IN_W, IN_CB, OUT_H, OUT_W, OUT_CB, K_H, K_W, STRIDE_H, STRIDE_W, DIL_H, DIL_W, X_ZP = offsets(
     *(f"nu.{n}" for n in ("in_h", "in_w", "in_cb", "out_h", "out_w", "out_cb", "k_h", "k_w", "stride_h",

@@ -121,7 +121,10 @@ def test_one_warning_counts_every_command_at_that_instruction():
 def test_every_command_has_its_rules():
     from isa_spec import load_isa
     commands = {i.mnemonic for i in load_isa().instructions if i.unit in ("VU", "DMA")}
-    assert set(RULES) == commands       # a new VU op needs at least its destination-stride rules
+    float_nu = {i.mnemonic for i in load_isa().instructions if i.unit == "NU" and "nu.fx_scale" in
+                {r.param for r in RULES.get(i.mnemonic, ()) if hasattr(r, "param")}}
+    assert float_nu == {"nu.fconv", "nu.fconv.rq", "nu.fdwconv"}      # the NU's float mode: its input scale
+    assert set(RULES) == commands | float_nu    # a new VU op needs at least its destination-stride rules
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 weights and a bias the quantiser clipped near 2**31 at a tiny accumulator scale, so that the int32 accumulators
 can wrap.  onnxruntime's wrap (its QGemm, and the QGemm it fuses a QDQ Gemm into at ORT_ENABLE_ALL), and so do
 the compiled network's; ORT_DISABLE_ALL runs the QDQ Gemm in float, where nothing wraps.  A QDQ Conv onnxruntime
-runs in float32 at both levels: MLAS's order of additions (tests/helpers/mlas.py), and the importer's integer conv
-a step off it only near rounding boundaries."""
+runs in float32 at both levels: MLAS's order of additions (tests/helpers/mlas.py), which the importer's conv on the
+NU's float mode (nu.fconv) follows bit for bit; a network where onnxruntime fuses one conv and runs the next in
+float takes the integer conv for the one and the float mode for the other."""
 from __future__ import annotations
 
 import numpy as np
@@ -267,8 +268,8 @@ def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group:
 ])
 def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu):
     """onnxruntime runs this conv in float32 at both levels: tests.helpers.mlas models it on every element, and the
-    importer's integer conv (bit-exact with QLinearConv, docs/runtime.md) differs from it by one step at most,
-    and only where the exact value lies within the float32 sums' error of a rounding boundary."""
+    importer lowers it to the NU's float mode (nu.fconv), whose reference and compiled network give onnxruntime's
+    codes on every element at both levels."""
     model, p = float_conv_model(c, h, w, o, k, stride, group, relu, seed=c + h + k)
     ops = {n.op_type for n in optimised(onnx, model).graph.node}
     assert "QLinearConv" not in ops and ops & {"Conv", "FusedConv"}       # FusedConv: MLAS's conv, then its Relu
@@ -284,12 +285,14 @@ def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu
     xf, wf, bf = mlas.dequantised(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"])
     y = mlas.conv_f32(xf, wf, bf, stride=p["stride"], pads=p["pads"], group=group)
     np.testing.assert_array_equal(y.view(np.int32), _ort_conv(xf, wf, bf, p).view(np.int32))   # every bit
-    ours = compiler.from_onnx(model).reference(x)[0].astype(np.int64)
-    t, margin = _exact_codes(x, p, lo, ours.shape)
-    assert np.abs(ours - theirs["default"]).max() <= 1
-    far = np.abs(t - np.floor(t) - 0.5) > margin
-    np.testing.assert_array_equal(ours[far], theirs["default"][far])
-    assert far.mean() > 0.8 and len(np.unique(ours)) > 40     # the worst-case bound (K roundings) leaves most to check
+    graph = compiler.from_onnx(model)
+    lib = compiler.build(graph)
+    assert "nu.fconv.rq" in lib.asm and "nu.conv" not in lib.asm
+    compiled = np.rint(lib.run(x, check_races=True)[0] / p["ys"]).astype(np.int64) + p["yz"]
+    for codes in theirs.values():
+        np.testing.assert_array_equal(graph.reference(x)[0], codes)
+        np.testing.assert_array_equal(compiled, codes)
+    assert len(np.unique(compiled)) > 40
 
 
 def _ort_conv(xf: np.ndarray, wf: np.ndarray, bf: np.ndarray, p: dict) -> np.ndarray:
@@ -305,19 +308,51 @@ def _ort_conv(xf: np.ndarray, wf: np.ndarray, bf: np.ndarray, p: dict) -> np.nda
     return ort_float(m, {"x": xf}, LEVELS["disable"])
 
 
-def _exact_codes(x: np.ndarray, p: dict, lo: float, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(the float conv's value over the output scale, from exact sums of the float32 dequantised products; the
-    distance within which float32 arithmetic, onnxruntime's K + 1 roundings or the importer's few, may move it)."""
-    o, cpg, kh, kw = p["w"].shape
-    xf, wf, bf = mlas.dequantised(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"])
-    wf, bf = wf.astype(np.float64).reshape(o, -1), bf.astype(np.float64)
-    opg, parts, sizes = o // p["group"], [], []
-    for gi in range(p["group"]):
-        cols = mlas.im2col(xf[0, gi * cpg:(gi + 1) * cpg], (kh, kw), p["stride"], p["pads"]).astype(np.float64)
-        parts.append(wf[gi * opg:(gi + 1) * opg] @ cols)
-        sizes.append(np.abs(wf[gi * opg:(gi + 1) * opg]) @ np.abs(cols))
-    exact = np.concatenate(parts) + bf[:, None]
-    size = np.concatenate(sizes) + np.abs(bf)[:, None]
-    t = np.maximum(exact, lo) / np.float64(p["ys"])
-    margin = (cpg * kh * kw + 8) * 2.0**-24 * size / np.float64(p["ys"])
-    return t.reshape(shape), margin.reshape(shape)
+def _qdq_conv_nodes(rng, name: str, x: str, c: int, o: int, k: int, scales: tuple[float, float]) -> tuple[list, list]:
+    """(nodes, initializers) of DQ(w) per channel and DQ(bias) -> Conv(x) -> QuantizeLinear, output name + "_q"."""
+    xs, ys = scales
+    ws = rng.uniform(0.002, 0.01, o).astype(np.float32)
+    inits = [initializer(f"{name}_w", rng.integers(-127, 128, (o, c, k, k)), np.int8),
+             initializer(f"{name}_sw", ws, np.float32), initializer(f"{name}_zw", np.zeros(o), np.int8),
+             initializer(f"{name}_b", rng.integers(-3000, 3000, o), np.int32),
+             initializer(f"{name}_sb", np.float32(xs) * ws, np.float32), initializer(f"{name}_zb", np.zeros(o), np.int32),
+             initializer(f"{name}_sy", ys, np.float32), initializer(f"{name}_zy", -4, np.int8)]
+    nodes = [helper.make_node("DequantizeLinear", [f"{name}_w", f"{name}_sw", f"{name}_zw"], [f"{name}_wf"], axis=0),
+             helper.make_node("DequantizeLinear", [f"{name}_b", f"{name}_sb", f"{name}_zb"], [f"{name}_bf"], axis=0),
+             helper.make_node("Conv", [x, f"{name}_wf", f"{name}_bf"], [f"{name}_y"], name=name, kernel_shape=[k, k],
+                              pads=[k // 2] * 4),
+             helper.make_node("QuantizeLinear", [f"{name}_y", f"{name}_sy", f"{name}_zy"], [f"{name}_q"])]
+    return nodes, inits
+
+
+def test_a_network_where_onnxruntime_fuses_one_conv_and_runs_the_next_in_float():
+    """x's int8 QuantizeLinear is also dequantised to an output, so onnxruntime runs the first conv in float (its
+    input int8, its output made uint8 by QDQS8ToU8) and fuses the second into QLinearConv: the importer takes the
+    float mode for the first (nu.fconv) and the integer conv for the second, and the compiled network gives
+    onnxruntime's default-level codes on every element, each within its two levels' difference."""
+    rng = np.random.default_rng(25)
+    c, h, w = 20, 9, 11
+    conv1, inits1 = _qdq_conv_nodes(rng, "conv1", "xf", c, 16, 3, (0.05, 0.3))
+    conv2, inits2 = _qdq_conv_nodes(rng, "conv2", "y1f", 16, 8, 3, (0.3, 0.5))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["x_again"]), *conv1,
+             helper.make_node("DequantizeLinear", ["conv1_q", "conv1_sy", "conv1_zy"], ["y1f"]), *conv2,
+             helper.make_node("DequantizeLinear", ["conv2_q", "conv2_sy", "conv2_zy"], ["out"])]
+    g = helper.make_graph(nodes, "two_convs", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
+                          [helper.make_tensor_value_info("out", F, [1, 8, h, w]),
+                           helper.make_tensor_value_info("x_again", F, [1, c, h, w])],
+                          [initializer("sx", 0.05, np.float32), initializer("zx", 3, np.int8), *inits1, *inits2])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    kinds = {n.op_type: n.name for n in optimised(onnx, model).graph.node if "Conv" in n.op_type}
+    assert kinds["Conv"] == "conv1" and kinds["QLinearConv"].startswith("conv2") and len(kinds) == 2
+    feeds = feeds_for(model, 3)
+    x = quantize_f32(feeds["x"], np.float32(0.05), 3)
+    levels = [np.rint(ort_float(model, feeds, level) / np.float32(0.5)).astype(np.int64) - 4
+              for level in (LEVELS["default"], LEVELS["disable"])]
+    lib = compiler.build(compiler.from_onnx(model))
+    assert "nu.fconv.rq" in lib.asm and "nu.conv" in lib.asm
+    ours = np.rint(lib.run(x, check_races=True)[0] / np.float32(0.5)).astype(np.int64) - 4
+    np.testing.assert_array_equal(ours, levels[0])
+    assert ((np.minimum(*levels) <= ours) & (ours <= np.maximum(*levels))).all() and len(np.unique(ours)) > 20
