@@ -217,7 +217,10 @@ def interleavable(base: Schedule, cfg: Config, than: Schedule, than_quick: list[
     rows, fit = _row_by_row(base, cfg, sum(than_quick)), _fitted(base, cfg, found)
     if fit is not None and str(fit[0]) in {str(than), str(rows[0] if rows else None)}:   # nothing new to price
         fit = None
-    return [c for c in (rows, fit) if c is not None]
+    own = _conv_then_rows(base, cfg, found)
+    if own is not None and str(own[0]) in {str(than), str(rows[0] if rows else None), str(fit[0] if fit else None)}:
+        own = None
+    return [c for c in (rows, fit, own) if c is not None]
 
 
 def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = None) -> Schedule | None:
@@ -482,6 +485,40 @@ def _row_by_row(base: Schedule, cfg: Config, than: float | None) -> tuple[Schedu
     if than is not None and sum(guesses) > SLACK * than:
         return None
     return s, guesses
+
+
+def _conv_then_rows(base: Schedule, cfg: Config, found: list) -> tuple[Schedule, list[float]] | None:
+    """A chain of one conv block and VU blocks that read its rows (the stem's conv -> max pool): the conv its
+    best row-major tiling in the whole of the local memories (im2col allowed, as _chain), each VU block a
+    row tile in the VBUF the conv leaves (None: another chain, a batch over 1, or no such tiling or tile).
+    row_by_row halves every memory for the conv, though a pool takes only VBUF: the conv's tiles come out
+    so small that the chain is not offered, and its pool, one channel slice of every row, cannot follow it."""
+    nu = [k for k, b in enumerate(base.blocks) if b.kind == "nu"]
+    rows = vu_rows(base)
+    if len(nu) != 1 or not rows or len(rows) + 1 != len(base.blocks) or base.blocks[nu[0]].ctx["plan"].view.x_shape[0] != 1:
+        return None
+    k = nu[0]
+    options = []
+    for f in _folds(base, k):
+        b = f.blocks[k]
+        p, residual = b.ctx["plan"], b.ctx["residual"] is not None
+        options += [(f, t, buffer_needs(p, t, residual)["vbuf"]) for t in conv_candidates(p, cfg, residual)
+                    if row_major(p, t)]
+    if not options:
+        return None
+    pick, guess = ranked_estimates([_auto_nu(f, t, None, 1, k) for f, t, _ in options], cfg, 1, k, found)[0]
+    f, t, vbuf = options[pick]
+    s = _auto_nu(f, t, None, 1, k)
+    if vbuf >= cfg.vbuf_bytes:
+        return None
+    left = replace(cfg, vbuf_bytes=(cfg.vbuf_bytes - vbuf) // len(rows))
+    for j in sorted(rows):
+        try:
+            tile = vu.row_tile(driver.fold_clamps(s.blocks[j].seg), left)
+        except CompileError:      # not one row in the VBUF left
+            return None
+        _vu_steps(s, s.blocks[j], tile)
+    return s, [guess]
 
 
 FIT_TOP = 4     # row-major tilings per conv block and share of the memories that fitted() combines
