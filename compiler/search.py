@@ -34,7 +34,7 @@ from .lowering import driver, vu
 from .lowering.layout import conv_view, fold_taps
 from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, psum_on_nu
 from .lowering.nu import NuLowering
-from .lowering.tiling import MIN_TILES, conv_candidates, tile_count, value_facts
+from .lowering.tiling import MIN_TILES, conv_candidates, row_tile, tile_count, value_facts
 from .lowering.units import shared_capacity
 from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
@@ -206,7 +206,7 @@ def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = Non
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     plain = [_chain(base, cfg, found, False)] if gathers else []
     more = interleavable(base, cfg, s, s_quick, found)
-    made = [(s, s_quick)] + plain + more + deeper(base, more)
+    made = [(s, s_quick)] + plain + more + grown(base, more)
     if quick is not None and s_quick:
         quick += [q[0] for _, q in made]
     return [c for c, _ in made]
@@ -246,31 +246,48 @@ def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = 
     if gathers and k == 1:
         return _chain(base, cfg, found, False)[0]
     more = interleavable(base, cfg, s, s_quick, found) if k >= 1 + gathers else []
-    more += deeper(base, more)
+    more += grown(base, more)
     return more[k - 1 - gathers][0] if k - 1 - gathers < len(more) else None
 
 
 DW_IN_DEPTH = 3
-"""IBUF slots of the input tiles of a depthwise conv that reads an intermediate in DM, in deeper()'s candidates."""
+"""IBUF slots of the input tiles of a depthwise conv that reads an intermediate in DM, in grown()'s candidates."""
 
 
-def deeper(base: Schedule, made: list[tuple[Schedule, list[float]]]) -> list[tuple[Schedule, list[float]]]:
+def grown(base: Schedule, made: list[tuple[Schedule, list[float]]]) -> list[tuple[Schedule, list[float]]]:
     """Each interleavable candidate whose conv blocks include a depthwise one reading an intermediate, again
-    with that block's input tiles in DW_IN_DEPTH IBUF slots (and its quick estimates: the per-tile model
-    does not see the slots).  A depthwise tile's NU work is short beside its VU requantisation, so its
-    next input's DMA from DM, issued behind the other kernels' tiles, is what it waits for: a third slot
-    lets it start a tile sooner (MobileNetV2's expand -> depthwise -> project at 56 x 56: 6% fewer
-    cycles).  Offered beside the two-slot candidate, never instead: the replay decides."""
+    with that block's tile the largest of every output block that fits what the other blocks leave of each
+    local memory, its input tiles in DW_IN_DEPTH IBUF slots where they fit (and the candidate's quick
+    estimates: the per-tile model, block by block, sees neither).  A depthwise block's quick estimate is
+    its VU requantisation, whatever its tile, but each nu.dwconv pays the NU's latency and at least
+    nu.rows cycles a block, in the NU the chain's other convs share: an equal share of ABUF gave
+    MobileNetV2's 28 x 28 depthwise conv one row a tile, where two fit (18% fewer cycles).  And its NU
+    work is short beside its VU's, so its next input's DMA from DM, issued behind the other kernels'
+    tiles, is what it waits for: a third slot lets it start a tile sooner (the 56 x 56 block, 6%).
+    Offered beside the candidate, never instead: the replay decides."""
     out = []
+    caps = capacities(base.config)
     for s, q in made:
         if any(b.kind != "nu" for b in s.blocks):
             continue
-        deep = {k for k, b in enumerate(s.blocks) if k > 0 and b.ctx["plan"].depthwise}
-        if not deep:
+        tilings = [b.tiling() for b in s.blocks]
+        needs = [buffer_needs(b.ctx["plan"], t, b.ctx["residual"] is not None) for b, t in zip(s.blocks, tilings)]
+        depths = [2] * len(tilings)
+        for k, b in enumerate(s.blocks):
+            p = b.ctx["plan"]
+            if k == 0 or not p.depthwise:
+                continue
+            left = {m: c - sum(n.get(m, 0) for j, n in enumerate(needs) if j != k) for m, c in caps.items()}
+            for depth in (DW_IN_DEPTH, 2):
+                t = row_tile(p, left, b.ctx["residual"] is not None, {"in": depth})
+                if t is not None and t.th * t.tw >= tilings[k].th * tilings[k].tw:
+                    tilings[k], depths[k] = replace(tilings[k], th=t.th, tw=t.tw, obt=t.obt), depth
+                    break
+        if depths == [2] * len(tilings) and tilings == [b.tiling() for b in s.blocks]:
             continue
         d = base.fork()
-        for k, b in enumerate(s.blocks):
-            d = _nu_steps(d, d.blocks[k], b.tiling(), None, 1, DW_IN_DEPTH if k in deep else 2)
+        for k, (t, depth) in enumerate(zip(tilings, depths)):
+            d = _nu_steps(d, d.blocks[k], t, None, 1, depth)
         out.append((d, q))
     return out
 
