@@ -32,7 +32,7 @@ from .errors import CompileError
 from .ir import KernelIR
 from .lowering import driver, vu
 from .lowering.layout import conv_view, fold_taps
-from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, psum_on_nu
+from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, fits, psum_on_nu
 from .lowering.nu import NuLowering
 from .lowering.tiling import MIN_TILES, conv_candidates, row_tile, tile_count, value_facts
 from .lowering.units import shared_capacity
@@ -257,7 +257,7 @@ DW_IN_DEPTH = 3
 def grown(base: Schedule, made: list[tuple[Schedule, list[float]]]) -> list[tuple[Schedule, list[float]]]:
     """Each interleavable candidate whose conv blocks include a depthwise one reading an intermediate, again
     with that block's tile the largest of every output block that fits what the other blocks leave of each
-    local memory, its input tiles in DW_IN_DEPTH IBUF slots where they fit (and the candidate's quick
+    local memory (if larger than its own), its input tiles in DW_IN_DEPTH IBUF slots where they fit (and the candidate's quick
     estimates: the per-tile model, block by block, sees neither).  A depthwise block's quick estimate is
     its VU requantisation, whatever its tile, but each nu.dwconv pays the NU's latency and at least
     nu.rows cycles a block, in the NU the chain's other convs share: an equal share of ABUF gave
@@ -278,10 +278,14 @@ def grown(base: Schedule, made: list[tuple[Schedule, list[float]]]) -> list[tupl
             if k == 0 or not p.depthwise:
                 continue
             left = {m: c - sum(n.get(m, 0) for j, n in enumerate(needs) if j != k) for m, c in caps.items()}
+            residual, pixels = b.ctx["residual"] is not None, tilings[k].th * tilings[k].tw
             for depth in (DW_IN_DEPTH, 2):
-                t = row_tile(p, left, b.ctx["residual"] is not None, {"in": depth})
-                if t is not None and t.th * t.tw >= tilings[k].th * tilings[k].tw:
+                t = row_tile(p, left, residual, {"in": depth})
+                if t is not None and t.th * t.tw > pixels:
                     tilings[k], depths[k] = replace(tilings[k], th=t.th, tw=t.tw, obt=t.obt), depth
+                    break
+                if depth > 2 and fits(buffer_needs(p, tilings[k], residual, {"in": depth}), left):
+                    depths[k] = depth       # no larger tile, the same one in more slots
                     break
         if depths == [2] * len(tilings) and tilings == [b.tiling() for b in s.blocks]:
             continue
