@@ -32,9 +32,9 @@ from .errors import CompileError
 from .ir import KernelIR
 from .lowering import driver, vu
 from .lowering.layout import conv_view, fold_taps
-from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, psum_on_nu
+from .lowering.conv_plan import DEPTHS, ConvTiling, NuPlan, buffer_needs, chunks, fits, psum_on_nu
 from .lowering.nu import NuLowering
-from .lowering.tiling import MIN_TILES, conv_candidates, tile_count, value_facts
+from .lowering.tiling import MIN_TILES, conv_candidates, row_tile, tile_count, value_facts
 from .lowering.units import shared_capacity
 from .lowering.vu import default_pool_engine
 from .ops import Conv2d, Op
@@ -80,8 +80,9 @@ def forget() -> None:
 
 # ---------------------------------------------------------------------- the automatic schedules
 
-def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) -> Schedule:
-    """The primitives that give block b the tiling t (split over `units` NUs by `by`)."""
+def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int, in_depth: int = 2) -> Schedule:
+    """The primitives that give block b the tiling t (split over `units` NUs by `by`; its input tiles in
+    `in_depth` IBUF slots)."""
     p, kw = b.ctx["plan"], {"block": b.name}
     if t.th < p.oh:
         s.split("oh", t.th, **kw)
@@ -91,7 +92,8 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int) 
         s.split("oc", t.obt * p.cols, **kw)
     if t.cbt < p.w.span and t.cbt * p.rows < b.extents["ic"]:
         s.split("ic", t.cbt * p.rows, **kw)
-    s.cache_read("x", "ibuf", "in", **kw).double_buffer("in", **kw)
+    s.cache_read("x", "ibuf", "in", **kw)
+    s.double_buffer("in", **kw) if in_depth == 2 else s.double_buffer("in", in_depth, **kw)
     if t.resident:
         s.cache_read("w", "wbuf", "wres", **kw).compute_at("wres", "root", **kw)
         if "oc.o" in b.loops and b.loops[-1] != "oc.o":
@@ -203,7 +205,8 @@ def all_candidates(ops: tuple[Op, ...], cfg: Config, segments: list | None = Non
     # a gathered window takes IBUF a ring of recomputed halos may need: the chain without it too
     gathers = any(b.kind == "nu" and b.ctx["plan"].view.taps is not None for b in s.blocks)
     plain = [_chain(base, cfg, found, False)] if gathers else []
-    made = [(s, s_quick)] + plain + interleavable(base, cfg, s, s_quick, found)
+    more = interleavable(base, cfg, s, s_quick, found)
+    made = [(s, s_quick)] + plain + more + grown(base, more)
     if quick is not None and s_quick:
         quick += [q[0] for _, q in made]
     return [c for c, _ in made]
@@ -246,7 +249,54 @@ def candidate(ops: tuple[Op, ...], cfg: Config, k: int, segments: list | None = 
     if gathers and k == 1:
         return _chain(base, cfg, found, False)[0]
     more = interleavable(base, cfg, s, s_quick, found) if k >= 1 + gathers else []
+    more += grown(base, more)
     return more[k - 1 - gathers][0] if k - 1 - gathers < len(more) else None
+
+
+DW_IN_DEPTH = 3
+"""IBUF slots of the input tiles of a depthwise conv that reads an intermediate in DM, in grown()'s candidates."""
+
+
+def grown(base: Schedule, made: list[tuple[Schedule, list[float]]]) -> list[tuple[Schedule, list[float]]]:
+    """Each interleavable candidate whose conv blocks include a depthwise one reading an intermediate, again
+    with that block's tile the largest of every output block that fits what the other blocks leave of each
+    local memory (if larger than its own), its input tiles in DW_IN_DEPTH IBUF slots where they fit (and the candidate's quick
+    estimates: the per-tile model, block by block, sees neither).  A depthwise block's quick estimate is
+    its VU requantisation, whatever its tile, but each nu.dwconv pays the NU's latency and at least
+    nu.rows cycles a block, in the NU the chain's other convs share: an equal share of ABUF gave
+    MobileNetV2's 28 x 28 depthwise conv one row a tile, where two fit (18% fewer cycles).  And its NU
+    work is short beside its VU's, so its next input's DMA from DM, issued behind the other kernels'
+    tiles, is what it waits for: a third slot lets it start a tile sooner (the 56 x 56 block, 6%).
+    Offered beside the candidate, never instead: the replay decides."""
+    out = []
+    caps = capacities(base.config)
+    for s, q in made:
+        if any(b.kind != "nu" for b in s.blocks):
+            continue
+        tilings = [b.tiling() for b in s.blocks]
+        needs = [buffer_needs(b.ctx["plan"], t, b.ctx["residual"] is not None) for b, t in zip(s.blocks, tilings)]
+        depths = [2] * len(tilings)
+        for k, b in enumerate(s.blocks):
+            p = b.ctx["plan"]
+            if k == 0 or not p.depthwise:
+                continue
+            left = {m: c - sum(n.get(m, 0) for j, n in enumerate(needs) if j != k) for m, c in caps.items()}
+            residual, pixels = b.ctx["residual"] is not None, tilings[k].th * tilings[k].tw
+            for depth in (DW_IN_DEPTH, 2):
+                t = row_tile(p, left, residual, {"in": depth})
+                if t is not None and t.th * t.tw > pixels:
+                    tilings[k], depths[k] = replace(tilings[k], th=t.th, tw=t.tw, obt=t.obt), depth
+                    break
+                if depth > 2 and fits(buffer_needs(p, tilings[k], residual, {"in": depth}), left):
+                    depths[k] = depth       # no larger tile, the same one in more slots
+                    break
+        if depths == [2] * len(tilings) and tilings == [b.tiling() for b in s.blocks]:
+            continue
+        d = base.fork()
+        for k, (t, depth) in enumerate(zip(tilings, depths)):
+            d = _nu_steps(d, d.blocks[k], t, None, 1, depth)
+        out.append((d, q))
+    return out
 
 
 def _chain(base: Schedule, cfg: Config, found: list, fold: bool) -> tuple[Schedule, list[float]]:

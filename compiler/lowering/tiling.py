@@ -34,16 +34,22 @@ def tile_count(p: NuPlan, t: ConvTiling) -> int:
 
 
 def _largest_spatial(p: NuPlan, obt: int, cbt: int, caps, residual: bool,
-                     resident: bool = False, drain: str = "vu") -> ConvTiling | None:
+                     resident: bool = False, drain: str = "vu", depths: dict[str, int] | None = None) -> ConvTiling | None:
     for tw in sorted(set([p.ow] + powers_up_to(p.ow)), reverse=True):
         best = None
         for th in powers_up_to(p.oh):
             t = ConvTiling(th, tw, obt, cbt, resident, drain=drain)
-            if fits(buffer_needs(p, t, residual), caps):
+            if fits(buffer_needs(p, t, residual, depths), caps):
                 best = t
         if best is not None:
             return best
     return None
+
+
+def row_tile(p: NuPlan, caps, residual: bool, depths: dict[str, int] | None = None) -> ConvTiling | None:
+    """The largest tile holding every output block (weights streamed, one chunk: a tiling that walks rows
+    outermost) whose buffers, `depths` slots per role, fit `caps` (None: none does)."""
+    return _largest_spatial(p, p.n_ob, p.w.span, caps, residual, depths=depths)
 
 
 def bias_modes(p: NuPlan) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """The schedule search (compiler.search): a finalist left unpriced by its lower bound changes no choice."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from compiler.schedule import Schedule
 from compiler.sizes import capacities
 from nnpsim.config import Config
 from tests.helpers.kernels import rand8
-from tests.helpers.networks import SMALL_NU, conv_conv, conv_op, conv_pool, inverted
+from tests.helpers.networks import SMALL_NU, conv_conv, conv_op, conv_pool, dw_op, inverted
 
 
 def _conv(rng: np.random.Generator):
@@ -120,6 +122,79 @@ def test_fitted_needs_a_chain_of_convs():
     pool = ops.max_pool2d(chain[0].output.shape, 2)
     for ops_ in ((chain[0],), (chain[0], pool)):
         assert search.fitted(Schedule(*ops_, config=cfg), cfg, driver.sites(ops_, cfg)[0]) is None
+
+
+# ---------------------------------------------------------------------- grown: the depthwise tile as large as fits
+
+@pytest.mark.parametrize("seed, hw, stride, small", [(5, 19, 1, False), (6, 21, 2, False), (7, 15, 1, False),
+                                                     (11, 17, 2, True)])
+def test_grown_gives_the_depthwise_conv_the_largest_tile_that_fits_beside_the_others(seed, hw, stride, small):
+    """An inverted residual at sizes no tile divides: each grown candidate differs from the interleavable one
+    it comes from only in its depthwise block, whose tile is row-major and either the largest of every
+    output block that fits (twice the rows or the columns does not) or its own in more IBUF slots; every block's
+    buffers fit side by side at their slots; the search offers it; and its kernel equals numpy's
+    reference, race-free, in the cycles predicted."""
+    cfg = Config(**SMALL_NU) if small else Config()
+    rng, chain, base = _fit_case(seed, hw, stride, cfg)
+    found = driver.sites(tuple(chain), cfg)[0]
+    made = search.interleavable(base, cfg, *search._chain(base, cfg, found, True), found)
+    grown = search.grown(base, made)
+    assert grown
+    caps = capacities(cfg)
+    offered = [str(s) for s in search.all_candidates(tuple(chain), cfg)]
+    for g, _ in grown:
+        src = next(s for s, _ in made if [b.tiling() for k, b in enumerate(s.blocks) if k != 1]
+                   == [b.tiling() for k, b in enumerate(g.blocks) if k != 1])
+        old, new = src.blocks[1].tiling(), g.blocks[1].tiling()
+        p = g.blocks[1].ctx["plan"]
+        assert p.depthwise and search.row_major(p, new) and new.obt == p.n_ob
+        depths = g.blocks[1].lowering_depths()
+        if (new.th, new.tw) == (old.th, old.tw):        # no larger tile fits: the same one in more slots
+            assert depths["in"] == search.DW_IN_DEPTH > src.blocks[1].lowering_depths()["in"]
+        assert new.th * new.tw >= old.th * old.tw
+        need = {m: 0 for m in caps}
+        for b in g.blocks:
+            for m, v in buffer_needs(b.ctx["plan"], b.tiling(), False, b.lowering_depths()).items():
+                need[m] += v
+        assert all(need[m] <= caps[m] for m in caps), need
+        for bigger in ({"th": new.th * 2}, {"tw": new.tw * 2}):
+            t = replace(new, **bigger)
+            if (new.th, new.tw) != (old.th, old.tw) and t.th <= p.oh and t.tw <= p.ow:
+                more = dict(need)
+                for m, v in buffer_needs(p, t, False, depths).items():
+                    more[m] += v - buffer_needs(p, new, False, depths)[m]
+                assert any(more[m] > caps[m] for m in caps), (new, t)
+        assert str(g) in offered
+        k = compiler.build(*chain, config=cfg, schedule=g)
+        x = rand8(rng, chain[0].x_shape)
+        want = x
+        for op in chain:
+            want = op.reference(want)
+        np.testing.assert_array_equal(k(x, check_races=True), want)
+        assert k.stats.cycles == k.predicted_cycles
+
+
+def test_the_search_takes_the_grown_depthwise_tile_where_it_is_cheaper():
+    """MobileNetV2's 32 -> 192 -> 32 block at 28 x 28: an equal share of ABUF allows the depthwise conv one
+    row a tile, two fit beside the other convs (which drain on the NU); the search's choice is the grown
+    candidate, and no candidate is cheaper by more than the search's NEAR."""
+    rng = np.random.default_rng(8)
+    cfg = Config()
+    e = conv_op(rng, (1, 32, 28, 28), 192, k=1, relu=True)
+    d = dw_op(rng, e.output.shape, lo=-2, hi=100)
+    chain = (e, d, conv_op(rng, d.output.shape, 32, k=1))
+    base = Schedule(*chain, config=cfg)
+    found = driver.sites(chain, cfg)[0]
+    made = search.interleavable(base, cfg, *search._chain(base, cfg, found, True), found)
+    grown = {str(g) for g, _ in search.grown(base, made)}
+    k = compiler.build(*chain, config=cfg)
+    assert str(k.schedule) in grown
+    for s in search.all_candidates(chain, cfg):
+        try:
+            other = compiler.build(*chain, config=cfg, schedule=s).predicted_cycles
+        except compiler.CompileError:
+            continue
+        assert k.predicted_cycles <= other * (1 + search.NEAR)
 
 
 # ---------------------------------------------------------------------- the memos of picks
