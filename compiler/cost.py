@@ -99,6 +99,9 @@ def _dma_cycles(nbytes: int, sbw: int, slat: int, dbw: int, dlat: int) -> int:
 def nu_cycles(cmd: NuConv, cfg: Config) -> int:
     """Cycles of an NU command."""
     p = cmd.params
+    if cmd.fmode and cmd.depthwise:
+        return int(timing.nu_fdwconv_cycles(p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"], cfg.nu_rows,
+                                            cfg.nu_latency))
     if cmd.fmode:
         return int(timing.nu_fconv_cycles(p["out_cb"], p["in_cb"], p["k_h"], p["k_w"], p["out_h"], p["out_w"],
                                           cfg.nu_rows, cfg.nu_latency))

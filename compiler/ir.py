@@ -251,7 +251,8 @@ class NuConv(Command):
     psum: Ref | None = None
     fmode: bool = False
     """The float32 mode: nu.fconv (racc its (total, part) state in ABUF, read too when params f_mode = 1) or, with
-    rq, nu.fconv.rq (psum: the state it continues); float32 weights."""
+    rq, nu.fconv.rq (psum: the state it continues); float32 weights.  Depthwise: nu.fdwconv, whose int8 result goes
+    to racc in VBUF and whose (bias, scale) rows lie in its weight blocks (no rq table)."""
 
     @property
     def queue(self) -> str:
@@ -260,7 +261,7 @@ class NuConv(Command):
     @property
     def mnemonic(self) -> str:
         if self.fmode:
-            return "nu.fconv.rq" if self.rq is not None else "nu.fconv"
+            return "nu.fdwconv" if self.depthwise else "nu.fconv.rq" if self.rq is not None else "nu.fconv"
         if self.rq is not None:
             return "nu.conv.rq" if self.psum is None else "nu.conv.acc.rq"
         return ("nu.dwconv" if self.depthwise else "nu.conv") + (".acc" if self.acc else "")
@@ -276,18 +277,20 @@ class NuConv(Command):
     def accesses(self) -> list[Access]:
         p, r, c = self.params, self.rows, self.cols
         blocks = p["in_cb"] if self.depthwise else p["out_cb"]
-        w_bytes = (p["in_cb"] * (4 + p["k_h"] * p["k_w"]) * c if self.depthwise
+        # nu.dwconv's blocks: 4 bytes of int32 bias a lane, then the taps; nu.fdwconv's: 2 float32 rows, then the taps
+        w_elems = (p["in_cb"] * ((2 if self.fmode else 4) + p["k_h"] * p["k_w"]) * c if self.depthwise
                    else p["out_cb"] * p["in_cb"] * p["k_h"] * p["k_w"] * r * c)
         elem = 8 if self.fmode else 4       # an accumulator's bytes (the float mode's (total, part) pair)
-        a_bytes = blocks * p["out_h"] * p["out_w"] * c * (1 if self.rq is not None else elem)
+        to_vbuf = self.rq is not None or (self.fmode and self.depthwise)        # int8 results
+        a_bytes = blocks * p["out_h"] * p["out_w"] * c * (1 if to_vbuf else elem)
         out = [_access(self.rin, (0, p["in_cb"] * p["in_h"] * p["in_w"] * r), False),
-               _access(self.rw, (0, w_bytes * (4 if self.fmode else 1)), False),
+               _access(self.rw, (0, w_elems * (4 if self.fmode else 1)), False),
                _access(self.racc, (0, a_bytes), True)]
         if self.rq is not None:
             out.append(_access(self.rq, (0, blocks * c * RQ_ENTRY), False))
         if self.psum is not None:
             out.append(_access(self.psum, (0, a_bytes * elem), False))
-        if self.fmode and self.rq is None and p.get("f_mode") == 1:
+        if self.fmode and not to_vbuf and p.get("f_mode") == 1:
             out.append(_access(self.racc, (0, a_bytes), False))
         if self.acc:
             out.append(_access(self.racc, (0, a_bytes), False))

@@ -68,6 +68,10 @@ ELEMENTWISE_CACHES = {("x", "vbuf"): "a", ("a", "vbuf"): "a", ("b", "vbuf"): "b"
 MOVEMENT_CACHES: dict = {}      # a movement block's tiles and slots are the lowering's own (lowering.movement, .softmax)
 RQ_INTRINSICS = ("nu.conv.rq", "nu.conv.acc.rq")
 """The NU's output stage: the whole sum in one command a tile, or the last chunk's adding the others'."""
+FDW_INTRINSIC = "nu.fdwconv"
+"""A float-mode depthwise conv's one command: its conv, its bias (stored with its weights) and its quantisation."""
+TO_VBUF = ("nu.conv.rq", FDW_INTRINSIC)
+"""The conv intrinsics whose int8 result goes straight to VBUF: no ABUF cache."""
 MIN_DEPTH = {"nu": {"in": 2, "wt": 2, "acc": 2, "vacc": 1, "res": 1},
              "pool": {"in": 2, "out": 2}, "elementwise": {"a": 3, "b": 2}, "movement": {}}
 WHY_DEPTH = {"in": "its loads for tile k+1 are issued before tile k's compute",
@@ -136,6 +140,11 @@ class Block:
         """Each stage that must be tensorized and the intrinsics it can go onto."""
         if self.kind == "nu":
             v = self.ctx["plan"].view
+            if self.ctx["plan"].depthwise and v.fmode is not None:
+                out = {s: (FDW_INTRINSIC,) for s in ("conv", "requant") + (("bias",) if v.bias is not None else ())}
+                if self.ctx["residual"] is not None:
+                    out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
+                return out
             if self.ctx["plan"].depthwise:
                 # the NU's depthwise mode starts its accumulators at the biases stored with the weights
                 out = {"conv": ("nu.dwconv",)}
@@ -186,8 +195,11 @@ class Block:
         return {"requantize": ("vu.requant.pc" if per_channel else "vu.requant",)}
 
     def rq_intrinsic(self) -> str:
-        """The NU's output stage for this tiling: nu.conv.rq, or nu.conv.acc.rq when ic is split."""
+        """The NU's output stage for this tiling: nu.conv.rq, or nu.conv.acc.rq when ic is split (nu.fdwconv for
+        a float-mode depthwise conv)."""
         p, f = self.ctx["plan"], self.factors
+        if p.depthwise:
+            return FDW_INTRINSIC
         return "nu.conv.acc.rq" if "ic" in f and f["ic"] // p.rows < p.w.span else "nu.conv.rq"
 
     def loop_extent(self, loop: str) -> int:
@@ -231,7 +243,7 @@ class Block:
         obt = f["oc"] // p.cols if "oc" in f else p.n_ob
         cbt = min(p.w.span, f["ic"] // p.rows) if "ic" in f else p.w.span
         w = self.role_cache("wt")
-        drain = "nu" if self.intrinsics.get("requant") in RQ_INTRINSICS else "vu"
+        drain = "nu" if self.intrinsics.get("requant") in RQ_INTRINSICS + (FDW_INTRINSIC,) else "vu"
         bias = BIAS_INTRINSICS.get(self.intrinsics.get("bias", "dma"), "fill")   # nu.dwconv, nu.conv.rq: their own
         return ConvTiling(th, tw, obt, cbt, w in self.at_root, bias, drain)
 
@@ -240,7 +252,7 @@ class Block:
         where = self.where()
         needed = {"nu": NU_CACHES, "pool": POOL_CACHES, "elementwise": ELEMENTWISE_CACHES, "movement": MOVEMENT_CACHES}[self.kind]
         roles = {c.role for c in self.caches.values()}
-        if self.kind == "nu" and self.intrinsics.get("requant") == "nu.conv.rq":
+        if self.kind == "nu" and self.intrinsics.get("requant") in TO_VBUF:
             needed = {k: r for k, r in needed.items() if r != "acc"}     # the result goes straight to VBUF
         for (tensor, scope), role in needed.items():
             if role not in roles and tensor in self.tensors():
@@ -730,7 +742,7 @@ class Schedule:
                 why = " (the bias is too large to be made by an NU pass)"
             _fail(f"{what}: {stage!r} goes onto {' or '.join(stages[stage])}{why}")
         if b.kind == "nu" and stage in ("conv",):
-            rq = intrinsic == "nu.conv.rq"       # its result goes to VBUF, not ABUF
+            rq = intrinsic in TO_VBUF       # its result goes to VBUF, not ABUF
             for (tensor, scope), role in NU_CACHES.items():
                 if role in ("in", "wt", "acc") and not (rq and role == "acc") and b.role_cache(role) is None:
                     _fail(f"{what}: {intrinsic} reads x from ibuf and w from wbuf and accumulates into abuf: "

@@ -111,7 +111,7 @@ def _nu_steps(s: Schedule, b: Block, t: ConvTiling, by: str | None, units: int, 
         s.tensorize("requant", b.rq_intrinsic(), **kw)
     s.tensorize("conv", b.stages()["conv"][0], **kw)
     if p.view.bias is not None:
-        s.tensorize("bias", "nu.dwconv" if p.depthwise else b.rq_intrinsic() if t.drain == "nu"
+        s.tensorize("bias", b.rq_intrinsic() if t.drain == "nu" else "nu.dwconv" if p.depthwise
                     else {v: k for k, v in BIAS_INTRINSICS.items()}[t.bias], **kw)
     for stage in ("requant", "add"):
         if stage in b.stages() and stage not in b.intrinsics:
@@ -441,11 +441,12 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int, 
             w_bytes += count * p.w.block_bytes * len(obs)
         if stores and last:
             ddr += sum(max(0, min(cols, channels - ob * cols)) for ob in obs) * th * tw
+        f = v.fmode is not None
         if p.depthwise:
-            nu += _nu_floor(True, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
+            nu += _nu_floor(True, f, len(obs) * count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency)
         else:
             # one command for every block of the tile (nu._conv_groups), or one per block: no less
-            nu += _nu_floor(False, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
+            nu += _nu_floor(False, f, count, p.kh, p.kw, th, tw, cfg.nu_rows, cfg.nu_latency, len(obs))
         if j == len(n_chunks) - 1 and t.drain == "vu":     # the NU's output stage needs no VU pass
             pix = th * tw
             if per_channel:
@@ -461,8 +462,11 @@ def _busy_floor(low: NuLowering, cfg: Config) -> tuple[int, int, int, int, int, 
 
 
 @lru_cache(maxsize=1 << 12)
-def _nu_floor(depthwise: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int, latency: int,
-              out_cb: int = 1) -> int:
+def _nu_floor(depthwise: bool, fmode: bool, in_cb: int, kh: int, kw: int, oh: int, ow: int, rows: int,
+              latency: int, out_cb: int = 1) -> int:
+    if fmode:       # the float mode's commands (cost.nu_cycles)
+        return int(timing.nu_fdwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency) if depthwise
+                   else timing.nu_fconv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))
     if depthwise:
         return int(timing.nu_dwconv_cycles(in_cb, kh, kw, oh, ow, rows, latency))
     return int(timing.nu_conv_cycles(out_cb, in_cb, kh, kw, oh, ow, rows, latency))

@@ -130,7 +130,7 @@ def buffer_needs(p: NuPlan, t: ConvTiling, residual: bool, depths: dict[str, int
     if t.drain == "nu":     # int8 results straight into VBUF; the (bias, M, S) table in WBUF
         state = acc * 2 if p.view.fmode is not None else acc       # the float mode's (total, part) pairs
         w = p.w.blocks.nbytes if t.resident else d["wt"] * t.obt * min(t.cbt, p.w.span) * p.w.block_bytes
-        return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + p.n_ob * p.cols * RQ_ENTRY,
+        return {"ibuf": d["in"] * blocks * ih * iw * p.rows, "wbuf": w + table_on_nu(p, t) * p.n_ob * p.cols * RQ_ENTRY,
                 "abuf": d["acc"] * state if psum_on_nu(p, t) else 0,
                 "vbuf": d["vacc"] * acc // 4 + d["res"] * res + act_bytes(p),
                 "dm": d["in"] * tap_stage_bytes(p, t) + input_in_dm(p, t) * p.view.x_shape_bytes}
@@ -154,9 +154,15 @@ def requantises_on_nu(p: NuPlan) -> bool:
 
 
 def output_stage_fits(view: ConvView, depthwise: bool) -> bool:
-    """Can the NU's output stage requantise a conv: not on nu.dwconv, with a requantisation.  (A residual
-    add still runs on the VU, on the int8 result in VBUF.)"""
-    return not depthwise and (view.scale is not None or view.multiplier is not None)
+    """Can the NU's output stage requantise a conv: with a requantisation, not on nu.dwconv (nu.fdwconv always
+    quantises).  (A residual add still runs on the VU, on the int8 result in VBUF.)"""
+    return (not depthwise or view.fmode is not None) and (view.scale is not None or view.multiplier is not None)
+
+
+def table_on_nu(p: NuPlan, t: ConvTiling) -> bool:
+    """Does the tiling's output stage read a requantiser's table from WBUF (nu.conv.rq, nu.fconv.rq)?  Not
+    nu.fdwconv's, whose (bias, scale) rows lie in its weight blocks (lowering.depthwise)."""
+    return t.drain == "nu" and not p.depthwise
 
 
 def drains_on_nu(p: NuPlan, cbt: int) -> bool:

@@ -1,4 +1,5 @@
-"""Depthwise convolutions on the NU's depthwise mode (nu.dwconv, docs/architecture.md, NU).
+"""Depthwise convolutions on the NU's depthwise mode (nu.dwconv; nu.fdwconv in the float mode; docs/architecture.md,
+NU).
 
 A depthwise conv (one input channel per group, one output channel per group)
 through nu.conv is block-diagonal: each weight block is a diagonal, so 31 of
@@ -9,23 +10,32 @@ int32 biases, with which nu.dwconv starts its accumulators (no bias broadcast
 into ABUF: at four bytes per output it would cost as much as the drain).  The
 rest of the NU lowering (tiles, input blocks, drain, requantisation) is
 unchanged: output block ob reads input block ob.
+
+In the float mode (a conv onnxruntime runs in float32) the same conv runs as
+nu.fdwconv: per block the cols float32 biases, the cols float32 output scales,
+then [KH][KW][cols] float32 weights (float_depthwise_weights).  nu.fdwconv adds
+each window's products in MLAS's M = 1 order (one filter a group) and quantises
+into VBUF itself, so it needs no accumulators, drain or requantiser's table: a
+tiling of it is one on the NU's output stage (drain "nu") whose table lies in
+its weights.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..ir import Dma, Ref
-from ..ops.nu import live_taps
+from ..ops.nu import FloatConv, live_taps
 from .conv_plan import ConvTiling, NuPlan, buffer_needs, fits, powers_up_to
 from .layout import ConvView, NuWeights, ddr_order
 
 
 def uses_depthwise_mode(view: ConvView, rows: int, cols: int) -> bool:
     """Is the conv depthwise with a channel multiplier of 1, on an array whose blocks line up
-    (channel block of IBUF = output block = cols channels)?"""
+    (channel block of IBUF = output block = cols channels)?  Then it runs on nu.dwconv, or in the float
+    mode on nu.fdwconv (ir.NuConv.mnemonic): the one decision of which command a conv takes beside nu.conv."""
     o, cg = view.weight.shape[:2]
     return (view.groups > 1 and cg == 1 and o == view.groups and view.in_channels == o
-            and view.fold is None and rows == cols and view.fmode is None)
+            and view.fold is None and rows == cols)
 
 
 def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) -> NuWeights:
@@ -42,6 +52,21 @@ def depthwise_weights(weight: np.ndarray, bias: np.ndarray | None, cols: int) ->
     w = lanes.reshape(n_b, cols, kh * kw).transpose(0, 2, 1).reshape(n_b, kh * kw * cols)
     blocks = np.concatenate([b.view(np.int8).reshape(n_b, 4 * cols), w], axis=1)
     return NuWeights(np.ascontiguousarray(blocks[:, None, :]), tuple(range(n_b)), n_b, "")
+
+
+def float_depthwise_weights(f: FloatConv, cols: int) -> NuWeights:
+    """A float-mode depthwise conv's blocks as nu.fdwconv reads them: per block of cols channels the float32
+    biases, the output scales (QuantizeLinear's, one for every lane), then [KH][KW][cols] float32 weights, as
+    float32 [blocks, 1, (2 + KH * KW) * cols]; past the last channel zero biases and weights, and the same scale
+    (which the NU checks to be a positive finite float32).  Block ob reads input block ob."""
+    c, _, kh, kw = f.weight.shape
+    n_b = -(-c // cols)
+    rows = np.zeros((n_b * cols, 2 + kh * kw), dtype=np.float32)
+    rows[:c, 0] = f.bias
+    rows[:, 1] = f.y_scale
+    rows[:c, 2:] = f.weight.reshape(c, kh * kw)
+    blocks = rows.reshape(n_b, cols, 2 + kh * kw).transpose(0, 2, 1).reshape(n_b, 1, -1)
+    return NuWeights(np.ascontiguousarray(blocks), tuple(range(n_b)), n_b, "")
 
 
 def defer_table(steps: list, table) -> None:

@@ -29,12 +29,12 @@ from ..errors import CompileError
 from ..quant import f32_bits
 from .conv_plan import (ROLES, ConvTiling, NuPlan, block_hull, buffer_needs, chunks, input_extent,
                         input_in_dm, psum_on_nu, role_depths, stage_bytes, staged_fold, staged_input,
-                        tap_stage_bytes)
+                        table_on_nu, tap_stage_bytes)
 from .double_buffer import Slots, Step
 from .layout import (ConvView, act_strides, block_at, block_stride, block_diagonal, ddr_order, float_params,
                      float_table, layout_block, bias_blocks, bias_table, ms_table, nu_weights, rq_table)
-from .depthwise import (defer_table, depthwise_weights, fill_halos, halo_prefilled, interior_load,
-                        uses_depthwise_mode)
+from .depthwise import (defer_table, depthwise_weights, fill_halos, float_depthwise_weights, halo_prefilled,
+                        interior_load, uses_depthwise_mode)
 from .units import Part
 from .vu import lut_load, lut_table, lut_vu
 
@@ -77,8 +77,9 @@ class Residual:
 def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
     """Weights in NU order (by the layout spec `spec`, when given) plus the output geometry."""
     dw = uses_depthwise_mode(view, cfg.nu_rows, cfg.nu_cols)
-    if view.fmode is not None:       # float32 blocks, every conv block-diagonal (nu.f_* place the lanes)
-        w = block_diagonal(view.fmode.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, np.float32)
+    if view.fmode is not None:       # float32 blocks: nu.fdwconv's, or block-diagonal (nu.f_* place the lanes)
+        w = (float_depthwise_weights(view.fmode, cfg.nu_cols) if dw else
+             block_diagonal(view.fmode.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, np.float32))
     else:
         w = (depthwise_weights(view.weight, view.bias, cfg.nu_cols) if dw
              else nu_weights(view.weight, view.groups, view.in_channels, cfg.nu_rows, cfg.nu_cols, spec))
@@ -115,7 +116,7 @@ class NuLowering:
         if t.bias == "nu":
             self.bias_in = Buffer(f"{self.name}_bias_in", "ibuf", t.th * t.tw * p.rows, unit=self.nu)
             self.bias_w = Buffer(f"{self.name}_bias_wbuf", "wbuf", self.bias_w_ddr.nbytes, unit=self.nu)
-        if t.drain == "nu":
+        if table_on_nu(p, t):
             self.rq_w = Buffer(f"{self.name}_rq_wbuf", "wbuf", self.rq_ddr.nbytes, unit=self.nu)
         self.bias_dm = Buffer(f"{self.name}_bias_dm", "dm", p.n_ob * cols * 4)
         if p.view.act is not None:      # a fused lut: its table in this VU's VBUF (lut_table's DDR constant shared)
@@ -160,7 +161,7 @@ class NuLowering:
         self.w_ddr, self.bias_ddr, self.ms_ddr = other.w_ddr, other.bias_ddr, other.ms_ddr
         if self.t.bias == "nu":
             self.bias_lanes_ddr, self.bias_w_ddr = other.bias_lanes_ddr, other.bias_w_ddr
-        if self.t.drain == "nu":
+        if table_on_nu(self.p, self.t):
             self.rq_ddr = other.rq_ddr
 
     def _make_constants(self, name: str) -> None:
@@ -181,7 +182,7 @@ class NuLowering:
         ms = ms_table(v.multiplier, v.shift, v.scale, p.n_ob, cols)
         self.ms_ddr = Buffer(f"{name}_{'fs' if v.scale is not None else 'ms'}", "ddr", ms.nbytes, dtype="int32",
                              shape=ms.shape, data=ms)
-        if t.drain == "nu":
+        if table_on_nu(p, t):
             table = (float_table(v.fmode.bias, v.fmode.y_scale, p.n_ob, cols) if v.fmode is not None
                      else rq_table(v.bias, v.multiplier, v.shift, v.scale, p.n_ob, cols))
             self.rq_ddr = Buffer(f"{name}_rq", "ddr", table.nbytes, dtype="int32", shape=table.shape, data=table)
@@ -207,7 +208,7 @@ class NuLowering:
         """Every buffer the lowering uses, DDR constants included."""
         out = [self.w_ddr] + ([self.act_ddr, self.act_vbuf] if self.p.view.act is not None else [])
         if self.t.drain == "nu":
-            return (out + [self.rq_ddr, self.rq_w] + ([self.w_res] if self.t.resident else [])
+            return (out + ([self.rq_ddr, self.rq_w] if table_on_nu(self.p, self.t) else []) + ([self.w_res] if self.t.resident else [])
                     + ([self.x_dm] if self.x_dm is not None else []) + self.slots.all())
         if self.fills_bias:
             out += [self.bias_ddr, self.bias_dm]
@@ -335,10 +336,10 @@ class NuLowering:
                                   (1,), comment=f"{self.name}: bias weight blocks -> wbuf"))
         if p.view.act is not None:
             step.loads.append(lut_load(ch, self.act_vbuf, self.act_ddr, self.name))
-        if self.t.drain == "nu":
+        if table_on_nu(p, self.t):
             step.loads.append(Dma(ch, Ref(self.rq_w), Ref(self.rq_ddr), (self.rq_ddr.nbytes // 4,), (4,), (4,),
                                   elem=4, comment=f"{self.name}: (bias, M, S) table -> wbuf"))
-        elif not self._bias_mode("requant"):
+        elif self.t.drain == "vu" and not self._bias_mode("requant"):
             words, what = ((n, "float32 scale") if p.view.scale is not None else (2 * n, "(M, S)"))
             step.loads.append(Dma(ch, Ref(self.ms_vbuf), Ref(self.ms_ddr), (words,), (4,), (4,), elem=4,
                                   comment=f"{self.name}: {what} table -> vbuf"))
@@ -558,7 +559,7 @@ class NuLowering:
                             f_mode=int(accumulate if not rq else psum is not None))
             step.compute.append(NuConv(accumulate and not rq and v.fmode is None, racc, rin, rw,
                                        dict(params, **many), p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,
-                                       rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq else None,
+                                       rq=Ref(self.rq_w, ob * p.cols * RQ_ENTRY) if rq and not p.depthwise else None,
                                        psum=None if psum is None else Ref(psum, k * th * tw * p.cols * state),
                                        fmode=v.fmode is not None,
                                        comment=f"{self.name}: conv ob {ob}" + (f"..{ob + blocks - 1}" if blocks > 1

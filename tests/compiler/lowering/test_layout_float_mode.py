@@ -130,14 +130,15 @@ def test_the_compilers_layout_on_the_nu_is_the_reference(c, o, group, k, stride,
     assert len(np.unique(want)) > 20
 
 
-@pytest.mark.parametrize("c, o, group, k, stride, pad, hw, cfg", [
-    (13, 9, 1, 3, 1, 1, (11, 10), {}),                  # K = 117: one FMA chain
-    (40, 6, 1, 3, 1, 1, (5, 10), {"nu_rows": 8, "nu_cols": 8, "wbuf_bytes": 6144}),   # slices of 256, chunked
-    (24, 15, 3, 3, 2, 1, (13, 13), {}),                 # three groups of five filters
-    (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 8}),   # depthwise: M = 1 groups, block-diagonal
-])
-def test_a_float_mode_conv_compiles_to_nu_fconv_bit_exact(c, o, group, k, stride, pad, hw, cfg):
-    _compiled(c, o, group, k, stride, pad, hw, cfg)
+@pytest.mark.parametrize("c, o, group, k, stride, pad, hw, cfg, command", [
+    (13, 9, 1, 3, 1, 1, (11, 10), {}, "nu.fconv.rq"),                  # K = 117: one FMA chain
+    (40, 6, 1, 3, 1, 1, (5, 10), {"nu_rows": 8, "nu_cols": 8, "wbuf_bytes": 6144}, "nu.fconv.rq"),   # chunked
+    (24, 15, 3, 3, 2, 1, (13, 13), {}, "nu.fconv.rq"),                 # three groups of five filters
+    (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 8}, "nu.fdwconv"),   # depthwise: its own command
+    (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 4}, "nu.fconv.rq"),  # blocks that do not line up:
+])                                                                     # M = 1 groups on block-diagonal weights
+def test_a_float_mode_conv_compiles_to_nu_fconv_bit_exact(c, o, group, k, stride, pad, hw, cfg, command):
+    _compiled(c, o, group, k, stride, pad, hw, cfg, command)
 
 
 def test_a_float_mode_conv_whose_input_blocks_do_not_fit_runs_in_chunks():
@@ -147,15 +148,18 @@ def test_a_float_mode_conv_whose_input_blocks_do_not_fit_runs_in_chunks():
     assert "nu.fconv " in kernel.asm and "nu.f_mode, 1" in kernel.asm
 
 
-def _compiled(c, o, group, k, stride, pad, hw, cfg):
-    """build() lowers a conv2d in float mode onto nu.fconv / nu.fconv.rq (no integer conv, no VU requantisation),
-    and the machine's outputs equal op.reference, MLAS's, on every element (the race checker on)."""
+def _compiled(c, o, group, k, stride, pad, hw, cfg, command="nu.fconv.rq"):
+    """build() lowers a conv2d in float mode onto `command` (nu.fconv.rq, after nu.fconv for chunks, or nu.fdwconv;
+    no integer conv, no VU requantisation), and the machine's outputs equal op.reference, MLAS's, on every element
+    (the race checker on)."""
     rng = np.random.default_rng(c * k)
     q, make = _conv(rng, c, o, group, k, stride, pad, False)
     x = rng.integers(-128, 128, (1, c, *hw)).astype(np.int8)
     op = make(x.shape)
     kernel = build(op, config=Config(**cfg)) if cfg else build(op)
-    assert "nu.fconv.rq" in kernel.asm and "nu.conv" not in kernel.asm and "vu.requant" not in kernel.asm
+    used = {line.split()[0] for line in kernel.asm.splitlines() if line.strip().startswith(("nu.", "vu."))}
+    assert command in used and used <= {"nu.fconv", "nu.fconv.rq", "nu.fdwconv", "vu.add", "vu.fadd"}, used
+    assert ("nu.fdwconv" in used) == (command == "nu.fdwconv")
     np.testing.assert_array_equal(kernel(x, check_races=True), _mlas(x, q, stride, pad, group, False))
     assert kernel.predicted_cycles == kernel.stats.cycles          # the cost model prices nu.fconv exactly
     return kernel

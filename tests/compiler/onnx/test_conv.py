@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 from onnx import TensorProto, helper
 
 import compiler
@@ -225,16 +225,17 @@ def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w
 
 
 def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group: int, relu: bool,
-                     seed: int) -> tuple[onnx.ModelProto, dict]:
+                     seed: int, pads: tuple[int, int, int, int] | None = None) -> tuple[onnx.ModelProto, dict]:
     """x -> Q -> DQ -> Conv(DQ(w) per channel, DQ(bias)) [-> Relu] -> Q -> DQ, the input's Q also dequantised to a
     second output: onnxruntime's QDQS8ToU8 pass leaves that int8 pair, so it runs the conv in float at both
-    levels.  The model and its parameters (as tests.helpers.mlas.qdq_conv takes them)."""
+    levels.  The model and its parameters (as tests.helpers.mlas.qdq_conv takes them); pads (top, left, bottom,
+    right) k // 2 each unless given."""
     rng = np.random.default_rng(seed)
     ws = rng.uniform(0.002, 0.01, o).astype(np.float32)
     p = {"xs": np.float32(0.05), "xz": 3, "w": rng.integers(-127, 128, (o, c // group, k, k)).astype(np.int8),
          "ws": ws, "bias": rng.integers(-3000, 3000, o).astype(np.int32), "bias_scale": np.float32(0.05) * ws,
          "ys": np.float32(0.004 * np.sqrt(c // group * k * k)), "yz": -4, "stride": (stride, stride),
-         "pads": (k // 2,) * 4, "group": group}
+         "pads": tuple(pads) if pads is not None else (k // 2,) * 4, "group": group}
     inits = [initializer("sx", p["xs"], np.float32), initializer("zx", p["xz"], np.int8),
              initializer("w", p["w"], np.int8), initializer("sw", ws, np.float32),
              initializer("zw", np.zeros(o), np.int8), initializer("bias", p["bias"], np.int32),
@@ -250,7 +251,8 @@ def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group:
                               kernel_shape=[k, k], strides=[stride, stride], pads=list(p["pads"])), *act,
              helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
-    oh, ow = (h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1
+    pt, pl, pb, pr = p["pads"]
+    oh, ow = (h + pt + pb - k) // stride + 1, (w + pl + pr - k) // stride + 1
     g = helper.make_graph(nodes, "float_conv", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
                           [helper.make_tensor_value_info("out", F, [1, o, oh, ow]),
                            helper.make_tensor_value_info("x_again", F, [1, c, h, w])], inits)
@@ -268,8 +270,8 @@ def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group:
 ])
 def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu):
     """onnxruntime runs this conv in float32 at both levels: tests.helpers.mlas models it on every element, and the
-    importer lowers it to the NU's float mode (nu.fconv), whose reference and compiled network give onnxruntime's
-    codes on every element at both levels."""
+    importer lowers it to the NU's float mode (nu.fconv; nu.fdwconv when depthwise), whose reference and compiled
+    network give onnxruntime's codes on every element at both levels."""
     model, p = float_conv_model(c, h, w, o, k, stride, group, relu, seed=c + h + k)
     ops = {n.op_type for n in optimised(onnx, model).graph.node}
     assert "QLinearConv" not in ops and ops & {"Conv", "FusedConv"}       # FusedConv: MLAS's conv, then its Relu
@@ -287,12 +289,41 @@ def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu
     np.testing.assert_array_equal(y.view(np.int32), _ort_conv(xf, wf, bf, p).view(np.int32))   # every bit
     graph = compiler.from_onnx(model)
     lib = compiler.build(graph)
-    assert "nu.fconv.rq" in lib.asm and "nu.conv" not in lib.asm
+    # a depthwise conv (one filter a group) on nu.fdwconv, any other on block-diagonal nu.fconv.rq
+    assert ("nu.fdwconv" if group == c == o else "nu.fconv.rq") in lib.asm and "nu.conv" not in lib.asm
     compiled = np.rint(lib.run(x, check_races=True)[0] / p["ys"]).astype(np.int64) + p["yz"]
     for codes in theirs.values():
         np.testing.assert_array_equal(graph.reference(x)[0], codes)
         np.testing.assert_array_equal(compiled, codes)
     assert len(np.unique(compiled)) > 40
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(45, 13, 17, 5, 2, (2, 1, 0, 2), True, 1)         # two blocks, the second partial; stride 2, uneven pads
+@example(70, 9, 30, 3, 1, (1, 1, 1, 1), False, 2)         # three blocks
+@given(st.integers(2, 80), st.integers(3, 18), st.integers(3, 18), st.sampled_from([3, 5]), st.integers(1, 2),
+       st.tuples(*[st.integers(0, 2)] * 4), st.booleans(), st.integers(0, 999))
+def test_a_qdq_depthwise_conv_onnxruntime_runs_in_float_is_nu_fdwconv(c, h, w, k, stride, pads, relu, seed):
+    """A depthwise QDQ conv onnxruntime runs in float32 at both levels (channels that need not fill the NU's
+    blocks, strides 1 and 2, any pads, 3 x 3 and 5 x 5) compiles to nu.fdwconv as its one NU command: onnxruntime's codes on every
+    element at both levels, the race checker on, and the cost model's cycles the simulator's."""
+    pads = tuple(min(q, k - 1) for q in pads)
+    assume(h + pads[0] + pads[2] >= k and w + pads[1] + pads[3] >= k)
+    model, p = float_conv_model(c, h, w, c, k, stride, c, relu, seed, pads)
+    ops = {n.op_type for n in optimised(onnx, model).graph.node}
+    assert "QLinearConv" not in ops and ops & {"Conv", "FusedConv"}
+    feeds = feeds_for(model, seed)
+    lib = compiler.build(compiler.from_onnx(model))
+    used = {line.split()[0] for line in lib.asm.splitlines() if line.strip().startswith("nu.")}
+    assert used == {"nu.fdwconv"}, used         # (x_again, the copy of the input, takes a VU command)
+    mod = compiler.GraphModule(lib)
+    mod.set_input("x", feeds["x"])
+    mod.run(check_races=True)
+    got = np.rint(mod.get_output(0) / p["ys"]).astype(np.int64) + p["yz"]
+    for level in LEVELS.values():
+        np.testing.assert_array_equal(got, np.rint(ort_float(model, feeds, level) / p["ys"]).astype(np.int64) + p["yz"])
+    assert lib.predicted_cycles == mod.stats.cycles
+    assert len(np.unique(got)) > min(20, got.size // 4)
 
 
 def _ort_conv(xf: np.ndarray, wf: np.ndarray, bf: np.ndarray, p: dict) -> np.ndarray:
