@@ -74,7 +74,7 @@ OPS: dict[str, Op] = {
                       "dilation, padding, auto_pad; " + _WEIGHTS + _PATCHES, weight=3),
     "Conv": Op(conv.conv, "conv2d", 3, constraints="2-D (NCHW); groups, depthwise, stride, dilation, padding, "
                "auto_pad; " + _WEIGHTS + "; bias int32 or float; one onnxruntime runs in float32 runs on the NU's "
-               "float mode (nu.fconv), bit for bit" + _PATCHES, weight=1),
+               "float mode (nu.fconv; a depthwise one nu.fdwconv), bit for bit" + _PATCHES, weight=1),
     "QLinearMatMul": Op(conv.qlinear_matmul, "dense", 8, constraints="A [N, K]; B a constant; " + _WEIGHTS,
                         weight=3),
     "MatMul": Op(conv.matmul, "dense", 2, constraints="A [N, K]; B a constant; " + _WEIGHTS, weight=1),
