@@ -172,9 +172,10 @@ def nu_tilings(b: Block, cfg: Config) -> list[tuple[ConvTiling, str | None, int]
     p, residual = b.ctx["plan"], b.ctx["residual"] is not None
     out = [(t, None, 1) for t in conv_candidates(p, cfg, residual)]
     k = cfg.nu_count
-    if k > 1:
-        # part j runs on NU j and VU j % vu_count, and the output stage writes VBUF j: with fewer VUs
-        # than NUs, no tiling on it (and the chunked ones drain through the VU instead)
+    # part j runs on NU j and VU j % vu_count, and the output stage writes VBUF j: with fewer VUs than
+    # NUs, no tiling on it (and the chunked ones drain through the VU instead); the float mode has no
+    # other way out of the NU, so its convs then stay on one NU
+    if k > 1 and (cfg.vu_count >= k or p.view.fmode is None):
         for t in conv_candidates(p, shared_capacity(cfg, k, "nu"), residual, MIN_TILES * k, cfg.vu_count >= k):
             ways = {"spatial": tile_count(p, t), "channel": -(-p.n_ob // t.obt)}
             out += [(t, by, k) for by, n in ways.items() if n >= k]

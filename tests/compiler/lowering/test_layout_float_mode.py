@@ -136,7 +136,10 @@ def test_the_compilers_layout_on_the_nu_is_the_reference(c, o, group, k, stride,
     (24, 15, 3, 3, 2, 1, (13, 13), {}, "nu.fconv.rq"),                 # three groups of five filters
     (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 8}, "nu.fdwconv"),   # depthwise: its own command
     (12, 12, 12, 3, 1, 1, (9, 8), {"nu_rows": 8, "nu_cols": 4}, "nu.fconv.rq"),  # blocks that do not line up:
-])                                                                     # M = 1 groups on block-diagonal weights
+    #                                                                    M = 1 groups on block-diagonal weights
+    (13, 9, 1, 3, 1, 1, (11, 10), {"nu_count": 2, "vu_count": 2}, "nu.fconv.rq"),   # split over two NUs
+    (13, 9, 1, 3, 1, 1, (11, 10), {"nu_count": 2, "vu_count": 1}, "nu.fconv.rq"),   # one NU: NU 1 has no VU 1
+])
 def test_a_float_mode_conv_compiles_to_nu_fconv_bit_exact(c, o, group, k, stride, pad, hw, cfg, command):
     _compiled(c, o, group, k, stride, pad, hw, cfg, command)
 
