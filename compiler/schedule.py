@@ -542,7 +542,8 @@ class Schedule:
             w = b.seg[0].weight.shape
             _fail(f"{what}: the window's taps cannot be folded into the NU's {self.config.nu_rows} rows "
                   f"(groups = {b.seg[0].groups}, [O, C/groups, KH, KW] = {list(w)}: it takes groups = 1, a "
-                  f"window of more than one tap and C <= {self.config.nu_rows})")
+                  f"window of more than one tap and C <= {self.config.nu_rows}; in the float mode "
+                  f"C * KH * KW <= {self.config.nu_rows})")
         folded = _block(b.name, b.seg, self.config, taps=True)
         b.extents, b.quantum, b.ctx = folded.extents, folded.quantum, folded.ctx
         self._record("im2col", (tensor,), block)

@@ -360,11 +360,24 @@ class TapFold:
     stride: tuple[int, int]
     dilation: tuple[int, int]
     channels: int
-    per_block: int              # taps per block of rows: rows // channels
+    per_block: int              # taps per block of rows: rows // channels (k_order: every tap)
+    k_order: bool = False       # the float mode's: row c * KH * KW + k, MLAS's K (one block)
 
     def place(self, k: int) -> tuple[int, int]:
-        """(block, first row) of tap k = i * kw + j: its channels fill the rows from there."""
+        """(block, first row) of tap k = i * kw + j: its channels fill the rows from there, lane_step apart."""
+        if self.k_order:
+            return 0, k
         return k // self.per_block, (k % self.per_block) * self.channels
+
+    @property
+    def lane_step(self) -> int:
+        """Rows between a tap's consecutive channels."""
+        return self.kh * self.kw if self.k_order else 1
+
+    @property
+    def tap_step(self) -> int:
+        """Rows between a channel's consecutive taps in one block."""
+        return 1 if self.k_order else self.channels
 
     @property
     def blocks(self) -> int:
@@ -374,10 +387,11 @@ class TapFold:
 
 def folds_taps(view: ConvView, rows: int) -> bool:
     """Can the conv's whole window fold into the array's `rows` input rows (fold_taps): groups = 1, not
-    folded yet, a window of more than one tap, and C <= rows channels?"""
+    folded yet, a window of more than one tap, and C <= rows channels (the float mode: C * KH * KW <= rows,
+    one block in MLAS's order)?"""
     _, c, kh, kw = view.weight.shape
     return (view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
-            and view.fmode is None)
+            and (view.fmode is None or c * kh * kw <= rows))
 
 
 def fold_taps(view: ConvView, rows: int) -> ConvView | None:
@@ -391,10 +405,20 @@ def fold_taps(view: ConvView, rows: int) -> ConvView | None:
     the rows no tap fills.  The NU then spends ceil(KH * KW / T) passes per output block,
     against KH passes (fold_columns) or KH * KW (no fold); the input loads gather the taps
     (nu.NuLowering._load_taps).  The padding stays in the view for those loads.
+
+    In the float mode the rows are in MLAS's K order instead, row c * KH * KW + k for tap k of
+    channel c, one block of exactly C * KH * KW input channels (no zero rows: they would count in
+    K): the conv is MLAS's own im2col GEMM, w'[o, c * KH * KW + k] = w[o, c, i, j], whose K and
+    products, in the order nu.fconv adds them, are the unfolded conv's (float_params).
     """
     if not folds_taps(view, rows):
         return None
     o, c, kh, kw = view.weight.shape
+    if view.fmode is not None:
+        fold = TapFold(kh, kw, view.stride, view.dilation, c, kh * kw, k_order=True)
+        w, fw = (a.reshape(o, c * kh * kw, 1, 1) for a in (view.weight, view.fmode.weight))
+        return replace(view, weight=w, fmode=replace(view.fmode, weight=np.ascontiguousarray(fw)), stride=(1, 1),
+                       dilation=(1, 1), taps=fold)
     fold = TapFold(kh, kw, view.stride, view.dilation, c, rows // c)
     taps = np.zeros((o, fold.blocks * fold.per_block, c), dtype=view.weight.dtype)
     taps[:, :kh * kw] = view.weight.transpose(0, 2, 3, 1).reshape(o, kh * kw, c)

@@ -208,7 +208,8 @@ class NuLowering:
         """Every buffer the lowering uses, DDR constants included."""
         out = [self.w_ddr] + ([self.act_ddr, self.act_vbuf] if self.p.view.act is not None else [])
         if self.t.drain == "nu":
-            return (out + ([self.rq_ddr, self.rq_w] if table_on_nu(self.p, self.t) else []) + ([self.w_res] if self.t.resident else [])
+            table = [self.rq_ddr, self.rq_w] if table_on_nu(self.p, self.t) else []
+            return (out + table + ([self.w_res] if self.t.resident else [])
                     + ([self.x_dm] if self.x_dm is not None else []) + self.slots.all())
         if self.fills_bias:
             out += [self.bias_ddr, self.bias_dm]
@@ -506,9 +507,10 @@ class NuLowering:
             step.loads.append(Dma(
                 self.ch + CH_IN, Ref(inp, (b - lo) * th * tw * rows + r),
                 Ref(stage, i * f.dilation[0] * xs + j * f.dilation[1]), (c, tw, th, run),
-                (ys * xs, f.stride[1], f.stride[0] * xs, f.dilation[1]), (1, rows, tw * rows, c),
+                (ys * xs, f.stride[1], f.stride[0] * xs, f.dilation[1]), (f.lane_step, rows, tw * rows, f.tap_step),
                 comment=f"{self.name}: input, taps ({i}, {j}..{j + run - 1}) -> block {b} rows "
-                        f"{r}..{r + run * c - 1} of {inp.name}"))
+                        + (f"{r}.. every {f.lane_step}" if f.k_order else f"{r}..{r + run * c - 1}")
+                        + f" of {inp.name}"))
             k += run
 
     def _bias_pass(self, step: Step, acc: Buffer, obs: range, th: int, tw: int) -> None:

@@ -5,14 +5,19 @@ float_table, float_params) run on the NU's float kernels gives that reference on
 conv's outputs and input channels are tiled."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler import ops
+from compiler import schedule as sm
+from compiler import search
 from compiler.build import build
-from compiler.lowering.layout import block_diagonal, float_params, float_table
+from compiler.lowering.layout import block_diagonal, conv_view, float_params, float_table, fold_taps
+from compiler.search import candidates
 from compiler.reference import mlas_step
 from nnpsim import errors
 from nnpsim.config import Config
@@ -166,3 +171,91 @@ def _compiled(c, o, group, k, stride, pad, hw, cfg, command="nu.fconv.rq"):
     np.testing.assert_array_equal(kernel(x, check_races=True), _mlas(x, q, stride, pad, group, False))
     assert kernel.predicted_cycles == kernel.stats.cycles          # the cost model prices nu.fconv exactly
     return kernel
+
+
+@st.composite
+def _float_tap_case(draw):
+    """A float-mode conv whose whole window fits one block of rows: C * KH * KW <= 32."""
+    k = (draw(st.integers(2, 5)), draw(st.integers(2, 5)))
+    c = draw(st.integers(1, 32 // (k[0] * k[1])))
+    stride, dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2))), (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pad = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(2, dil[0] * (k[0] - 1) + 2 - pad[0] - pad[2]), 19))
+    w = draw(st.integers(max(2, dil[1] * (k[1] - 1) + 2 - pad[1] - pad[3]), 19))
+    return (draw(st.integers(1, 2)), c, h, w), draw(st.integers(1, 40)), k, stride, dil, pad
+
+
+@settings(max_examples=12, deadline=None)
+@given(_float_tap_case(), st.integers(0, 999), st.booleans(),
+       st.sampled_from([{}, {"ibuf_bytes": 8192, "wbuf_bytes": 16384, "abuf_bytes": 16384},
+                        {"nu_count": 2, "vu_count": 2}]),
+       st.sampled_from(["nchw", "nhwc"]), st.data())
+def test_a_float_mode_conv_with_its_taps_folded_in_mlas_order_is_mlas(case, seed, relu, cfg, x_layout, data):
+    """im2col in the float mode (layout.fold_taps, k_order): the window in one block, row c * KH * KW + k, a 1x1
+    nu.fconv.rq over it (K and MLAS's order the unfolded conv's); any of the search's tilings of it gives
+    op.reference on every element (MLAS's where tests.helpers.mlas applies: no dilation, more than one output
+    pixel), race-checked, priced exactly."""
+    shape, o, k, stride, dil, pad = case
+    rng = np.random.default_rng(seed)
+    ws = rng.uniform(0.002, 0.01, o).astype(F32)
+    q = {"xs": F32(0.05), "xz": int(rng.integers(-20, 20)),
+         "w": rng.integers(-127, 128, (o, shape[1]) + k).astype(np.int8),
+         "ws": ws, "bias": rng.integers(-3000, 3000, o).astype(np.int32), "bias_scale": F32(0.05) * ws,
+         "ys": F32(0.04 * np.sqrt(shape[1] * k[0] * k[1])), "yz": int(rng.integers(-10, 10))}
+    op = replace(ops.float_mode(
+        ops.conv2d(shape, q["w"], q["bias"], stride=stride, padding=pad, dilation=dil, x_zp=q["xz"], scale=ws,
+                   zp_out=q["yz"], lo=q["yz"] if relu else -128),
+        q["xs"], ws, q["ys"], (q["bias"].astype(F32) * q["bias_scale"]).astype(F32)), x_layout=x_layout)
+    config = Config(**cfg)
+    s = sm.Schedule(op, config=config).im2col("x")
+    schedules = [search._auto_nu(s, t, by, u) for t, by, u in search.nu_tilings(s.blocks[0], config)]
+    kernel = build(op, config=config, schedule=data.draw(st.sampled_from(schedules)))
+    assert "every" in kernel.asm and "nu.fconv.rq" in kernel.asm          # the taps' loads, MLAS's rows
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    got = kernel(x, check_races=True)
+    np.testing.assert_array_equal(got, op.reference(x))
+    if dil == (1, 1) and got.shape[2] * got.shape[3] > 1:
+        np.testing.assert_array_equal(got, mlas.qdq_conv(x, q["xs"], q["xz"], q["w"], q["ws"], q["bias"],
+                                                         q["bias_scale"], q["ys"], q["yz"], stride=stride, pads=pad,
+                                                         group=1, lo=0.0 if relu else -np.inf))
+    assert kernel.predicted_cycles == kernel.stats.cycles
+
+
+def test_fold_taps_in_the_float_mode_is_mlas_im2col():
+    """Float mode: weight row c * KH * KW + i * KW + j is w[:, c, i, j] (int8 and float32 alike), exactly C * KH * KW
+    rows (none zero: each would count in K), so float_params' K and order are the unfolded conv's; a window that
+    does not fit one block of rows is not folded."""
+    rng = np.random.default_rng(2)
+    q, make = _conv(rng, 3, 16, 1, 3, 2, 1, False)
+    view = fold_taps(conv_view(make((1, 3, 20, 20))), 32)
+    assert view.taps.k_order and view.taps.blocks == 1
+    assert view.weight.shape == view.fmode.weight.shape == (16, 27, 1, 1)
+    original = make((1, 3, 20, 20))
+    for c in range(3):
+        for i in range(3):
+            for j in range(3):
+                assert view.taps.place(i * 3 + j) == (0, i * 3 + j) and view.taps.lane_step == 9
+                np.testing.assert_array_equal(view.fmode.weight[:, c * 9 + i * 3 + j, 0, 0],
+                                              original.fmode.weight[:, c, i, j])
+                np.testing.assert_array_equal(view.weight[:, c * 9 + i * 3 + j, 0, 0], original.weight[:, c, i, j])
+    unfolded = conv_view(make((1, 3, 20, 20)))
+    assert float_params(view.fmode.weight.shape, 1, 100, q["xs"], 0, 0, 32, 32) == float_params(
+        unfolded.fmode.weight.shape[:1] + (27, 1, 1), 1, 100, q["xs"], 0, 0, 32, 32)
+    assert float_params(view.fmode.weight.shape, 1, 100, q["xs"], 0, 0, 32, 32)["f_step"] == mlas_step(100, 27, 16)
+    _, make4 = _conv(rng, 4, 16, 1, 3, 1, 1, False)          # 36 rows > 32: stays unfolded
+    assert fold_taps(conv_view(make4((1, 4, 9, 9))), 32) is None
+
+
+def test_the_search_folds_a_float_stem_into_one_pass():
+    """MobileNetV3's and EfficientNet's float stem (3 channels, 3 x 3, stride 2): folded, one 27-row pass a pixel
+    instead of nine, at least 5 times fewer cycles than the unfolded conv's best tiling."""
+    rng = np.random.default_rng(7)
+    _, make = _conv(rng, 3, 16, 1, 3, 2, 1, False)
+    op = make((1, 3, 64, 64))
+    kernel = build(op)
+    assert "s.im2col('x')" in str(kernel.schedule)
+    unfolded = min(build(op, schedule=s).predicted_cycles for s in candidates((op,), Config())
+                   if "im2col" not in str(s))
+    assert kernel.predicted_cycles * 5 < unfolded
+    x = rng.integers(-128, 128, op.x_shape).astype(np.int8)
+    np.testing.assert_array_equal(kernel(x, check_races=True), op.reference(x))

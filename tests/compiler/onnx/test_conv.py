@@ -305,8 +305,9 @@ def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu
        st.tuples(*[st.integers(0, 2)] * 4), st.booleans(), st.integers(0, 999))
 def test_a_qdq_depthwise_conv_onnxruntime_runs_in_float_is_nu_fdwconv(c, h, w, k, stride, pads, relu, seed):
     """A depthwise QDQ conv onnxruntime runs in float32 at both levels (channels that need not fill the NU's
-    blocks, strides 1 and 2, any pads, 3 x 3 and 5 x 5) compiles to nu.fdwconv as its one NU command: onnxruntime's codes on every
-    element at both levels, the race checker on, and the cost model's cycles the simulator's."""
+    blocks, strides 1 and 2, any pads, 3 x 3 and 5 x 5) compiles to nu.fdwconv as its one NU command:
+    onnxruntime's codes on every element at both levels, the race checker on, and the cost model's cycles the
+    simulator's."""
     pads = tuple(min(q, k - 1) for q in pads)
     assume(h + pads[0] + pads[2] >= k and w + pads[1] + pads[3] >= k)
     model, p = float_conv_model(c, h, w, c, k, stride, c, relu, seed, pads)
