@@ -198,7 +198,7 @@ class Block:
         """The NU's output stage for this tiling: nu.conv.rq, or nu.conv.acc.rq when ic is split (nu.fdwconv for
         a float-mode depthwise conv)."""
         p, f = self.ctx["plan"], self.factors
-        if p.depthwise:
+        if p.depthwise and p.view.fmode is not None:
             return FDW_INTRINSIC
         return "nu.conv.acc.rq" if "ic" in f and f["ic"] // p.rows < p.w.span else "nu.conv.rq"
 
