@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from ..errors import CompileError
 from ..ir import Command, CuWait, Stmt
@@ -54,81 +55,71 @@ def _region(acc) -> tuple[tuple[str, str], int, int]:
     return (memory, ""), lo, hi
 
 
-class _Log:
-    """The accesses made so far to one memory: a list while it is short, numpy columns once it is
-    long (numpy's per-call cost is many times a short list's scan; a long one it scans faster)."""
-
-    SHORT = 48      # entries kept as a list (most logs hold under 30: the live footprints of a kernel)
-
-    def __init__(self):
-        self.rows: list[tuple[int, int, int, int, int]] | None = []     # lo, hi, write, command, queue
-        self.n = 0
-        self.cols = None
-
-    def add(self, lo: int, hi: int, write: bool, cmd: int, queue: int) -> None:
-        """Log an access, dropping the earlier ones of its queue it hides: one inside [lo, hi) that
-        it reads (or it writes) can no longer be the latest conflict of that queue for any access,
-        so a network's log stays as long as its live footprints instead of growing with every tile."""
-        rows = self.rows
-        if rows is not None:
-            if write:
-                rows = [r for r in rows if not (r[4] == queue and r[0] >= lo and r[1] <= hi)]
-            else:
-                rows = [r for r in rows if not (r[4] == queue and r[0] >= lo and r[1] <= hi and not r[2])]
-            rows.append((lo, hi, int(write), cmd, queue))
-            if len(rows) <= self.SHORT:
-                self.rows = rows
-                return
-            self.rows, self.n = None, len(rows)
-            self.cols = np.zeros((5, 2 * len(rows)), dtype=np.int64)
-            self.cols[:, :self.n] = np.array(rows, dtype=np.int64).T
-            return
-        c = self.cols[:, :self.n]
-        hidden = (c[4] == queue) & (c[0] >= lo) & (c[1] <= hi)
-        if not write:
-            hidden &= c[2] == 0
-        if hidden.any():
-            keep = c[:, ~hidden]
-            self.n = keep.shape[1]
-            self.cols[:, :self.n] = keep
-        if self.n == self.cols.shape[1]:
-            self.cols = np.concatenate([self.cols, np.zeros_like(self.cols)], axis=1)
-        self.cols[:, self.n] = (lo, hi, write, cmd, queue)
-        self.n += 1
-
-    def conflicts(self, lo: int, hi: int, write: bool, queue: int):
-        """(command, queue) of each earlier access in another queue that conflicts with this one."""
-        if self.rows is not None:
-            if write:
-                return [(r[3], r[4]) for r in self.rows if r[0] < hi and lo < r[1] and r[4] != queue]
-            return [(r[3], r[4]) for r in self.rows if r[2] and r[0] < hi and lo < r[1] and r[4] != queue]
-        c = self.cols[:, :self.n]
-        hit = (c[0] < hi) & (lo < c[1]) & (c[4] != queue)
-        if not write:
-            hit &= c[2] == 1
-        return zip(c[3][hit].tolist(), c[4][hit].tolist())
-
-
 def dependencies(cmds: list[Command]) -> list[dict[str, int]]:
     """For each command, the latest earlier conflicting command in each other queue."""
-    logs: dict[tuple[str, str], _Log] = defaultdict(_Log)
     names = sorted({c.queue for c in cmds})
     qid = {q: k for k, q in enumerate(names)}
-    deps: list[dict[str, int]] = []
-    for i, c in enumerate(cmds):
-        latest: dict[int, int] = {}
-        q = qid[c.queue]
-        regions = [_region(acc) + (acc.write,) for acc in c.accesses()]
-        for key, lo, hi, write in regions:
-            if hi > lo:
-                for who, k in logs[key].conflicts(lo, hi, write, q):
-                    if who > latest.get(k, -1):
-                        latest[k] = who
-        for key, lo, hi, write in regions:
-            if hi > lo:
-                logs[key].add(lo, hi, write, i, q)
-        deps.append({names[k]: latest[k] for k in sorted(latest)})
+    memories: dict[tuple[str, str], int] = {}
+    first, mem, lo, hi, write = [0], [], [], [], []
+    for c in cmds:
+        for acc in c.accesses():
+            key, a, b = _region(acc)
+            if b > a:
+                mem.append(memories.setdefault(key, len(memories)))
+                lo.append(a)
+                hi.append(b)
+                write.append(acc.write)
+        first.append(len(mem))
+    latest = _scan(np.array(first, np.int64), np.array(mem, np.int64), np.array(lo, np.int64),
+                   np.array(hi, np.int64), np.array(write, np.int64),
+                   np.array([qid[c.queue] for c in cmds], np.int64), len(memories), len(names))
+    deps: list[dict[str, int]] = [{} for _ in cmds]
+    rows, cols = np.nonzero(latest >= 0)        # row by row, each row's queues in order
+    for i, k, p in zip(rows.tolist(), cols.tolist(), latest[rows, cols].tolist()):
+        deps[i][names[k]] = p
     return deps
+
+
+@njit(cache=True)
+def _scan(first, mem, lo, hi, write, queue, n_mem: int, n_queues: int):  # pragma: no cover (compiled)
+    """latest[i, k]: the latest command before i in queue k (not i's) with an access conflicting with one of
+    i's (-1: none).  Command i's accesses are first[i]:first[i + 1] of (memory, lo, hi, write).
+
+    Each memory keeps a log of (lo, hi, write, command, queue); an access drops the earlier ones of its
+    queue it hides (one inside [lo, hi) that it reads, or any inside it that it writes): such an entry can
+    no longer be the latest conflict of that queue for any access, so a network's log stays as long as its
+    live footprints instead of growing with every tile.  Compiled: the sync pass runs on every finalist
+    of every search, and this scan was most of its time in Python."""
+    n = first.shape[0] - 1
+    latest = np.full((n, n_queues), -1, np.int64)
+    logs = [np.empty((8, 5), np.int64) for _ in range(n_mem)]
+    sizes = np.zeros(n_mem, np.int64)
+    for i in range(n):
+        q = queue[i]
+        for a in range(first[i], first[i + 1]):
+            m, l, h, w = mem[a], lo[a], hi[a], write[a]
+            rows = logs[m]
+            for r in range(sizes[m]):
+                if rows[r, 4] != q and rows[r, 0] < h and l < rows[r, 1] and (w != 0 or rows[r, 2] != 0):
+                    if rows[r, 3] > latest[i, rows[r, 4]]:
+                        latest[i, rows[r, 4]] = rows[r, 3]
+        for a in range(first[i], first[i + 1]):
+            m, l, h, w = mem[a], lo[a], hi[a], write[a]
+            rows = logs[m]
+            kept = 0
+            for r in range(sizes[m]):
+                if not (rows[r, 4] == q and rows[r, 0] >= l and rows[r, 1] <= h and (w != 0 or rows[r, 2] == 0)):
+                    if kept != r:
+                        rows[kept, :] = rows[r, :]
+                    kept += 1
+            if kept == rows.shape[0]:
+                bigger = np.empty((2 * kept, 5), np.int64)
+                bigger[:kept] = rows[:kept]
+                rows = bigger
+                logs[m] = rows
+            rows[kept, 0], rows[kept, 1], rows[kept, 2], rows[kept, 3], rows[kept, 4] = l, h, w, i, q
+            sizes[m] = kept + 1
+    return latest
 
 
 def _later(a: list[int], b: list[int]) -> list[int]:
