@@ -52,7 +52,7 @@ from .lowering.conv_plan import ConvTiling, buffer_needs, fits, requantises_on_n
 from .lowering.nu import plan
 from .lowering.units import shared_capacity
 from .lowering.movement import is_movement
-from .lowering.vu import _ncr, elementwise_tiles, pool_engines
+from .lowering.vu import elementwise_ncr, elementwise_tiles, pool_engines
 from .sizes import capacities
 
 PRIMITIVES = ("im2col", "split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
@@ -403,7 +403,7 @@ def _block(name: str, seg: tuple[Op, ...], cfg: Config, taps: bool = False) -> B
     if isinstance(op, Pool2d):
         n, c, _, _ = op.x_shape
         return Block(name, "pool", seg, {"n": n, "c": c, "oh": op.out_hw[0]}, {}, {})
-    n, c, r = _ncr(op.shape)
+    n, c, r = elementwise_ncr(op)
     return Block(name, "elementwise", seg, {"n": n, "c": c, "r": r}, {}, {})
 
 

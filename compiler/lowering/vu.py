@@ -63,6 +63,18 @@ def _ncr(shape: tuple[int, ...]) -> tuple[int, int, int]:
     return shape[0], shape[1], int(np.prod(shape[2:], dtype=np.int64))
 
 
+def elementwise_ncr(op: Elementwise) -> tuple[int, int, int]:
+    """The [N, C, R] an elementwise op's tiles walk.  A tensor of rank below 4 with several images, that every
+    operand holds as one run of bytes (one layout, no per-channel table, b of its shape or a single value), is
+    walked as one image of one channel: a tile never spans images, so SSDLite's box decoding on [3234, 1]
+    would take a tile, a DMA and a VU command per element."""
+    b = getattr(op, "b_shape", None)
+    if (len(op.shape) < 4 and op.shape[0] > 1 and not strided(op) and not has_channel_table(op)
+            and (b is None or all(v == 1 for v in b))):
+        return 1, 1, int(np.prod(op.shape, dtype=np.int64))
+    return _ncr(op.shape)
+
+
 def _runs(shape, layout: str, c0: int, c1: int) -> list[tuple[int, int, int, int, int, tuple[int, ...]]]:
     """layout.chan_runs of channels [c0, c1), where layout "rows" is a producer's intermediate kept row by row
     in DM (layout.row_strides: one run)."""
@@ -144,7 +156,7 @@ TRANSFORM_CHANNELS = 64     # channels a strided tile takes at least: an NHWC si
 
 def elementwise_tiles(op: Elementwise, budget: int) -> list[tuple[int, int, int, int, int]]:
     """(n, c0, c1, r0, r1) tiles of at most `budget` elements."""
-    n, c, r = _ncr(op.shape)
+    n, c, r = elementwise_ncr(op)
     out = []
     if strided(op) and r > budget:
         # channels x positions: runs of positions on the NCHW side, of channels on the NHWC side
@@ -232,7 +244,7 @@ class ElementwiseLowering:
         self.lut = op.mode == "lut"         # its 256-entry table in VBUF, loaded once like a per-channel one
         # bytes per channel: a float32 scale, or (M, S), or batch_norm's float32 (scale, offset)
         self.entry = per_channel[0].nbytes if self.per_channel else 0
-        n, c, r = _ncr(op.shape)
+        n, c, r = elementwise_ncr(op)
         table = c * self.entry if self.per_channel else (LUT_BYTES if self.lut else 0)
         b_values = 0 if self.bcast is None else int(np.prod(op.b_shape))
         if b_values > cfg.vbuf_bytes // 4:
@@ -277,7 +289,7 @@ class ElementwiseLowering:
     def steps(self) -> list[Step]:
         """The table load (per-channel requantize) or b's (a broadcast b), then one Step per tile."""
         op = self.op
-        n, c, r = _ncr(op.shape)
+        n, c, r = elementwise_ncr(op)
         steps = []
         if self.bcast:       # b's bytes are the same in every layout (broadcast_problem)
             s = Step()
@@ -328,7 +340,7 @@ class ElementwiseLowering:
         layout's full blocks, then the rest).  Walking rows, a tile is whole rows or part of one."""
         ni, c0, c1, r0, r1 = box
         nr = r1 - r0
-        shape = self.op.shape if self.walk_rows else _ncr(self.op.shape)
+        shape = self.op.shape if self.walk_rows else elementwise_ncr(self.op)
         out = []
         for ca, k, nblk, off, bs, (sn, sc, *pos) in _runs(shape, layout, c0, c1):
             if len(pos) == 1:
