@@ -1,7 +1,8 @@
 """Lowering of pooling and elementwise ops onto the VU.
 
 Elementwise ops see their tensor as [N, C, R] (R = the product of the axes
-after the channel axis) and run over tiles of whole rows of R, or of part of
+after the channel axis; elementwise_ncr: a tensor of rank below 4 that is one run
+of bytes, [1, 1, R]) and run over tiles of whole rows of R, or of part of
 one row; pooling runs over tiles of channels x output rows with the input
 rows (and the halo, filled by the DMA) in VBUF.  Every tile is loaded, computed
 and stored through double-buffered VBUF slots.
