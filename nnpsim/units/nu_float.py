@@ -314,10 +314,15 @@ def nu_float(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, un
              rw: int, p: np.ndarray, op: int, rows: int, cols: int, latency: int, err: np.ndarray
              ) -> tuple[int, int, int]:
     """Run the float-mode command of op code `op` (NU_FCONV, NU_FCONV_RQ or NU_FDWCONV): (errors code, its
-    cycles, its MACs), the engine's one entry to the float mode."""
+    cycles, its MACs), the engine's one entry to the float mode.  A refused command is not priced (0, 0): its
+    parameters may be what its checks refuse, a window of no taps among them."""
     if op == NU_FDWCONV:
         rc = nu_fdwconv(mem, space_base, space_size, unit, racc, rin, rw, p, rows, cols, err)
+        if rc != errors.OK:
+            return rc, 0, 0
         return rc, nu_fdwconv_cycles(p[IN_CB], p[K_H], p[K_W], p[OUT_H], p[OUT_W], rows, latency), nu_dw_macs(p, cols)
     rc = nu_fconv(mem, space_base, space_size, unit, racc, rin, rw, p, op == NU_FCONV_RQ, rows, cols, err)
+    if rc != errors.OK:
+        return rc, 0, 0
     return (rc, nu_fconv_cycles(p[OUT_CB], p[IN_CB], p[K_H], p[K_W], p[OUT_H], p[OUT_W], rows, latency),
             nu_macs(p, rows, cols))

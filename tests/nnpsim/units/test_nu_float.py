@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnpsim import errors
-from nnpsim.simulator import Simulator
+from nnpsim.simulator import SimError, Simulator
 from nnpsim.timing import NU_F32_PASSES, nu_conv_cycles, nu_fconv_cycles, nu_fdwconv_cycles
 from nnpsim.units.nu_float import nu_fconv, nu_fdwconv
 from tests import isa_reference as ref
@@ -286,3 +286,14 @@ def test_the_machine_runs_the_float_mode_race_free():
     cycles = nu_fconv_cycles(1, 1, 3, 3, 4, 5, 4, cfg.nu_latency)
     assert [int(e - s) for s, e in zip(log.cmd_start, log.cmd_end)] == [cycles] * 3
     assert list(log.cmd_macs) == [9 * 20 * 16] * 3
+
+
+@pytest.mark.parametrize("mnemonic", ["nu.fconv", "nu.fconv.rq", "nu.fdwconv"])
+def test_a_float_command_with_no_window_stops_on_its_parameter(mnemonic):
+    """A float command the checks refuse is not priced: a window of no taps (nu.k_h = 0), which the cycle formulas
+    would divide by, stops the run naming that parameter (the fuzzer's program)."""
+    sim = Simulator(small_config())
+    sim.load(program([ins("setpi", param=ref.load_isa().params["nu.k_h"], imm=0),
+                      ins(mnemonic, unit=0, racc=0, rin=0, rw=0), ins("halt")]))
+    with pytest.raises(SimError, match="nu.k_h = 0"):
+        sim.run()
