@@ -80,6 +80,17 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
 
 # ---------------------------------------------------------------------- fitted: tilings chosen together
 
+def _assert_exact(chain: list, cfg: Config, schedule: Schedule, rng: np.random.Generator) -> None:
+    """The chain built with `schedule` equals its ops' references in turn, race-free, priced exactly."""
+    k = compiler.build(*chain, config=cfg, schedule=schedule)
+    x = rand8(rng, chain[0].x_shape)
+    want = x
+    for op in chain:
+        want = op.reference(want)
+    np.testing.assert_array_equal(k(x, check_races=True), want)
+    assert k.stats.cycles == k.predicted_cycles
+
+
 def _fit_case(seed: int, hw: int, stride: int, cfg: Config):
     rng = np.random.default_rng(seed)
     chain = inverted(rng, int(rng.integers(3, 40)), hw, stride)
@@ -107,13 +118,7 @@ def test_fitted_tiles_every_conv_row_by_row_in_memories_shared(seed, hw, stride,
     assert all(need[m] <= caps[m] for m in need), need
     offered = [str(s) for s in search.all_candidates(tuple(chain), cfg)]
     assert str(fit) in offered
-    k = compiler.build(*chain, config=cfg, schedule=fit)
-    x = rand8(rng, chain[0].x_shape)
-    want = x
-    for op in chain:
-        want = op.reference(want)
-    np.testing.assert_array_equal(k(x, check_races=True), want)
-    assert k.stats.cycles == k.predicted_cycles
+    _assert_exact(chain, cfg, fit, rng)
 
 
 def test_fitted_needs_a_chain_of_convs():
@@ -165,13 +170,7 @@ def test_grown_gives_the_depthwise_conv_the_largest_tile_that_fits_beside_the_ot
                     more[m] += v - buffer_needs(p, new, False, depths)[m]
                 assert any(more[m] > caps[m] for m in caps), (new, t)
         assert str(g) in offered
-        k = compiler.build(*chain, config=cfg, schedule=g)
-        x = rand8(rng, chain[0].x_shape)
-        want = x
-        for op in chain:
-            want = op.reference(want)
-        np.testing.assert_array_equal(k(x, check_races=True), want)
-        assert k.stats.cycles == k.predicted_cycles
+        _assert_exact(chain, cfg, g, rng)
 
 
 def test_the_search_takes_the_grown_depthwise_tile_where_it_is_cheaper():
