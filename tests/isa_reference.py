@@ -785,14 +785,14 @@ def _faffavg_element(mem: np.ndarray, space: int, a: int, b: int, q: dict, windo
 
 
 def _faffine_element(mem: np.ndarray, space: int, x: int, b: int, q: dict) -> int:
-    """vu.faffine: fa = f32(x * sa), then f32(fa * s) and f32(+ c) with the finite float32 pair (s, c) at b,
+    """vu.faffine: fa = f32(f32(x) * sa), then f32(fa * s) and f32(+ c) with the finite float32 pair (s, c) at b,
     then QuantizeLinear as the binary float ops do.  An infinite fa (a dequantisation that overflowed)
     goes on in float: inf * 0 is nan."""
     s, c = f32_bits(_int(mem, b, 4)), f32_bits(_int(mem, b + 4, 4))
     for k, v in enumerate((s, c)):
         if not abs(v) < float("inf"):
             raise Fault("param", space=space, first=b + 4 * k, last=b + 4 * k + 3)
-    fa = round_f32(x * Fraction(f32_bits(q["fscale"])))
+    fa = round_f32(round_f32(x) * Fraction(f32_bits(q["fscale"])))
     t = fa * s if isinstance(fa, float) else round_f32(fa * Fraction(s))
     u = t + c if isinstance(t, float) else round_f32(t + Fraction(c))
     zp = q["zp_out"]
@@ -802,10 +802,11 @@ def _faffine_element(mem: np.ndarray, space: int, x: int, b: int, q: dict) -> in
 
 
 def _fbin_element(mnemonic: str, x: int, y: int, q: dict) -> int:
-    """vu.fsub / fdiv / fmax / fmin: fa = f32(x * sa), fb = f32(y * sb), f32(fa op fb), then QuantizeLinear:
-    t = f32(r / sy) clamped to [-128 - zp, 127 - zp] (nan: the low end), rounded half to even, + zp."""
-    fa = round_f32(x * Fraction(f32_bits(q["fscale"])))
-    fb = round_f32(y * Fraction(f32_bits(q["fscale_b"])))
+    """vu.fsub / fdiv / fmax / fmin: fa = f32(f32(x) * sa), fb = f32(f32(y) * sb) (DequantizeLinear: x = a - za is
+    rounded to float32 first, inexact beyond 2**24), f32(fa op fb), then QuantizeLinear: t = f32(r / sy) clamped to
+    [-128 - zp, 127 - zp] (nan: the low end), rounded half to even, + zp."""
+    fa = round_f32(round_f32(x) * Fraction(f32_bits(q["fscale"])))
+    fb = round_f32(round_f32(y) * Fraction(f32_bits(q["fscale_b"])))
     r = _exact_op(mnemonic, fa, fb)
     zp = q["zp_out"]
     t = r if r != r or isinstance(r, float) else round_f32(r / Fraction(f32_bits(q["fbias"])))
