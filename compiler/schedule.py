@@ -538,12 +538,13 @@ class Schedule:
             _fail(f"{what}: {b.where()} already gathers its taps")
         if b.factors or b.caches or b.intrinsics or b.layout or b.parallel:
             _fail(f"{what}: the fold changes the block's channels and window: call it first")
-        if fold_taps(conv_view(driver.fuse_nu_chain(b.seg)[0]), self.config.nu_rows) is None:
-            w = b.seg[0].weight.shape
+        live = driver.fuse_nu_chain(b.seg)[0]
+        if fold_taps(conv_view(live), self.config.nu_rows) is None:
             _fail(f"{what}: the window's taps cannot be folded into the NU's {self.config.nu_rows} rows "
-                  f"(groups = {b.seg[0].groups}, [O, C/groups, KH, KW] = {list(w)}: it takes groups = 1, a "
-                  f"window of more than one tap and C <= {self.config.nu_rows}; in the float mode "
-                  f"C * KH * KW <= {self.config.nu_rows})")
+                  f"(groups = {live.groups}, [O, C/groups, KH, KW] = {list(live.weight.shape)} without the taps "
+                  f"that read only padding: it takes groups = 1, a window of more than one tap and C <= "
+                  f"{self.config.nu_rows}; in the float mode C * KH * KW <= {self.config.nu_rows} and no tap "
+                  f"that reads only padding)")
         folded = _block(b.name, b.seg, self.config, taps=True)
         b.extents, b.quantum, b.ctx = folded.extents, folded.quantum, folded.ctx
         self._record("im2col", (tensor,), block)

@@ -388,10 +388,10 @@ class TapFold:
 def folds_taps(view: ConvView, rows: int) -> bool:
     """Can the conv's whole window fold into the array's `rows` input rows (fold_taps): groups = 1, not
     folded yet, a window of more than one tap, and C <= rows channels (the float mode: C * KH * KW <= rows,
-    one block in MLAS's order)?"""
+    one block in MLAS's order, and no dropped taps, whose K indices a 1x1 command cannot skip)?"""
     _, c, kh, kw = view.weight.shape
     return (view.groups == 1 and view.fold is None and view.taps is None and kh * kw > 1 and c <= rows
-            and (view.fmode is None or c * kh * kw <= rows))
+            and (view.fmode is None or (c * kh * kw <= rows and not any(view.fmode.crop))))
 
 
 def fold_taps(view: ConvView, rows: int) -> ConvView | None:
@@ -531,14 +531,16 @@ def float_table(bias: np.ndarray, scale, out_cb: int, cols: int) -> np.ndarray:
     return t.view(np.int32)
 
 
-def float_params(weight_shape: tuple[int, int, int, int], groups: int, pixels: int, x_scale, first_cb: int,
-                 first_ob: int, rows: int, cols: int) -> dict[str, int]:
+def float_params(fmode: FloatConv, groups: int, pixels: int, first_cb: int, first_ob: int, rows: int,
+                 cols: int) -> dict[str, int]:
     """The nu.f_* parameters of a float-mode command whose IBUF starts at input block first_cb and whose columns
     start at output block first_ob: where its lanes sit in MLAS's order, which depends on the whole conv (its
-    pixels = OH * OW and K = C / groups * KH * KW), never on the tile."""
-    o, cg, kh, kw = weight_shape
-    return {"fx_scale": f32_bits(x_scale), "f_step": mlas_step(pixels, cg * kh * kw, o // groups),
-            "f_c0": first_cb * rows, "f_cpg": cg, "f_o0": first_ob * cols, "f_opg": o // groups}
+    pixels = OH * OW and K = C / groups * KH * KW, the dropped taps included: fmode.crop), never on the tile."""
+    o, cg = fmode.weight.shape[:2]
+    t, l, b, r = fmode.crop
+    return {"fx_scale": f32_bits(fmode.x_scale), "f_step": mlas_step(pixels, fmode.depth, o // groups),
+            "f_c0": first_cb * rows, "f_cpg": cg, "f_o0": first_ob * cols, "f_opg": o // groups,
+            "f_top": t, "f_left": l, "f_bottom": b, "f_right": r}
 
 
 def bias_blocks(bias: np.ndarray, x_zp: int, out_cb: int, rows: int,

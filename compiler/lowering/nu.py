@@ -556,8 +556,8 @@ class NuLowering:
             racc = Ref(acc, k * th * tw * p.cols * (1 if rq else state))
             many = dict(in_cb=blocks * count) if p.depthwise else dict(out_cb=blocks)
             if v.fmode is not None:     # where the lanes sit in MLAS's order; f_mode: continue the state
-                many.update(float_params(v.fmode.weight.shape, v.groups, p.oh * p.ow, v.fmode.x_scale,
-                                         p.w.cb_start[ob] + first, ob, p.rows, p.cols),
+                many.update(float_params(v.fmode, v.groups, p.oh * p.ow, p.w.cb_start[ob] + first, ob, p.rows,
+                                         p.cols),
                             f_mode=int(accumulate if not rq else psum is not None))
             step.compute.append(NuConv(accumulate and not rq and v.fmode is None, racc, rin, rw,
                                        dict(params, **many), p.rows, p.cols, unit=self.nu, depthwise=p.depthwise,

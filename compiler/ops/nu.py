@@ -17,12 +17,21 @@ from .checks import (check_accumulator, check_sizes, clamp_args, f32_scales_arg,
 class FloatConv:
     """A conv onnxruntime runs in float32 (a QDQ group it does not fuse), for the NU's float mode (nu.fconv):
     DequantizeLinear's input scale, the float32 weights f32(w) * w_scale [O, C/groups, KH, KW] and bias
-    f32(b) * b_scale [O] (zeros without one), and QuantizeLinear's output scale."""
+    f32(b) * b_scale [O] (zeros without one), and QuantizeLinear's output scale.  crop: the (top, left, bottom,
+    right) kernel rows and columns Conv2d.live dropped from weight, whose products still count in MLAS's K."""
 
     x_scale: np.float32
     weight: np.ndarray
     bias: np.ndarray
     y_scale: np.float32
+    crop: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @property
+    def depth(self) -> int:
+        """MLAS's K: input channels per group times the taps of the whole window, the dropped ones included."""
+        _, cg, kh, kw = self.weight.shape
+        t, l, b, r = self.crop
+        return cg * (t + kh + b) * (l + kw + r)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -85,19 +94,23 @@ class Conv2d(Op):
         the input: a crop), and a single kept tap has dilation 1.  A conv whose dilated window exceeds its
         input (DeepLabV3's ASPP) then reads only what it can reach.  Itself when every tap can read a
         pixel.  What the NU lowers and the roofline prices; its reference() takes no negative padding.
+        In the float mode the dropped taps' products (exact zeros) still count in MLAS's K: fmode.crop
+        says where the kept ones lie in it (nu.f_top ...).
         """
-        if self.fmode is not None:      # MLAS's order counts the padded taps' products: keep them
-            return self
         (_, _, h, w), (kh, kw), (oh, ow) = self.x_shape, self.kernel, self.out_hw
         (t, l, b, r), (dh, dw) = self.padding, self.dilation
         rows = live_taps(oh, kh, self.stride[0], dh, t, h) or range(1)
         cols = live_taps(ow, kw, self.stride[1], dw, l, w) or range(1)
         if len(rows) == kh and len(cols) == kw:
             return self
-        return replace(self, weight=np.ascontiguousarray(self.weight[:, :, rows.start:rows.stop, cols.start:cols.stop]),
-                       padding=(t - rows.start * dh, l - cols.start * dw, b - (kh - rows.stop) * dh,
-                                r - (kw - cols.stop) * dw),
-                       dilation=(dh if len(rows) > 1 else 1, dw if len(cols) > 1 else 1))
+        cut = (rows.start, cols.start, kh - rows.stop, kw - cols.stop)
+        kept = (slice(None), slice(None), slice(rows.start, rows.stop), slice(cols.start, cols.stop))
+        fmode = None if self.fmode is None else replace(
+            self.fmode, weight=np.ascontiguousarray(self.fmode.weight[kept]),
+            crop=tuple(a + d for a, d in zip(self.fmode.crop, cut)))
+        return replace(self, weight=np.ascontiguousarray(self.weight[kept]),
+                       padding=(t - cut[0] * dh, l - cut[1] * dw, b - cut[2] * dh, r - cut[3] * dw),
+                       dilation=(dh if len(rows) > 1 else 1, dw if len(cols) > 1 else 1), fmode=fmode)
 
     def _compute(self, x: np.ndarray) -> np.ndarray:
         if self.fmode is not None:

@@ -7,10 +7,16 @@ channels per group * k_h * k_w) and not on the command, so a command is told whe
 (nu.f_c0, nu.f_cpg, nu.f_o0, nu.f_opg) and carries the (total, part) float32 state of an output between the
 commands that split its input channels:
 
-  * f_step >= 1 (MLAS's sgemm, StrideK = f_step): at each K index k > 0 with k % f_step == 0 a slice starts:
+  * f_step >= 1 (MLAS's sgemm, StrideK = f_step): a slice starts at each K index k > 0 with k % f_step == 0:
     total += part, part = 0; then part = fma(x, w, part);
   * f_step = 0 (MLAS's M = 1 kernel): groups of 4 from k = 0, then one of 2, then one of 1 at the tail; at each
     group start k > 0, total += part, part = 0; then part += f32(x * w) (no FMA).
+
+A command may hold only part of the conv's window (nu.f_top, f_left, f_bottom, f_right: the kernel rows and
+columns it skips, each of whose reads is padding): its tap (i, j) of channel rel then sits at K index
+rel * KH * KW + (f_top + i) * KW + f_left + j of the conv's KH x KW window.  A skipped product is an exact zero,
+and adding one changes at most the sign of a zero sum, which quantises alike; so a kept product starts a slice
+or group when one starts between it and the kept product before it, and the outputs are MLAS's.
 
 The last command (nu.fconv.rq; nu.fdwconv always) adds total + part, then the column's float32 bias, and
 quantises as QuantizeLinear: clip(rne(clamp(f32(y / scale), -128 - zp, 127 - zp)) + zp, lo, hi), nan to the
@@ -18,9 +24,10 @@ low end (a Relu or Clip before the QuantizeLinear is that clip, quantisation bei
 carried as float64 holding them exactly and rounded by f32.r32 / f32.fma32 after every operation.
 
 Parameter snapshot: nu.conv's group (nnpsim.units.nu) plus fx_scale, f_step, f_c0, f_cpg, f_o0, f_opg, f_mode,
-which must keep this order (the checks walk them as one run).  Check order: nu.conv's parameters, then the
-float ones (ranges, fx_scale a positive finite float32, f_step >= 0, f_c0 and f_o0 >= 0, f_cpg and f_opg >= 1,
-f_mode 0 or 1), the output stage's (rq_zp_out, rq_lo, rq_hi; nu.fconv.rq: its table), then spaces, alignment
+f_top, f_left, f_bottom, f_right, which must keep this order (the checks walk them as one run).  Check order:
+nu.conv's parameters, then the float ones (ranges, fx_scale a positive finite float32, f_step >= 0, f_c0 and
+f_o0 >= 0, f_cpg and f_opg >= 1, f_mode 0 or 1, f_top ... f_right >= 0, f_cpg * KH * KW < K_LIMIT, the
+output stage's (rq_zp_out, rq_lo, rq_hi; nu.fconv.rq: its table), then spaces, alignment
 (state and WBUF 4 bytes, IBUF rows) and bounds.
 """
 from __future__ import annotations
@@ -37,16 +44,24 @@ from .nu import (DIL_H, DIL_W, GROUP, IN_CB, IN_H, IN_W, K_H, K_W, NU_FCONV_RQ, 
                  RQ_ENTRY, RQ_HI, RQ_LO, RQ_PSUM, RQ_TABLE, RQ_ZP_OUT, STRIDE_H, STRIDE_W, X_ZP, _check_params,
                  _check_spans, nu_dw_macs, nu_macs)
 
-FX_SCALE, F_STEP, F_C0, F_CPG, F_O0, F_OPG, F_MODE = offsets(
-    *(f"nu.{n}" for n in ("fx_scale", "f_step", "f_c0", "f_cpg", "f_o0", "f_opg", "f_mode")))
+FX_SCALE, F_STEP, F_C0, F_CPG, F_O0, F_OPG, F_MODE, F_TOP, F_LEFT, F_BOTTOM, F_RIGHT = offsets(
+    *(f"nu.{n}" for n in ("fx_scale", "f_step", "f_c0", "f_cpg", "f_o0", "f_opg", "f_mode", "f_top", "f_left",
+                          "f_bottom", "f_right")))
+K_LIMIT = 1 << 40        # a conv's K (f_cpg * KH * KW) lies below it: K indices stay far inside int64
 STATE = 8                # an output's (total, part) float32 pair in ABUF
 M1_GROUP = 4             # MLAS's M = 1 kernel: K in groups of 4, then 2, then 1
 
 
 @njit(cache=True)
+def _window(p: np.ndarray) -> tuple[int, int]:
+    """The conv's window KH x KW: the command's k_h x k_w and the rows and columns it skips (ranges checked)."""
+    return p[F_TOP] + p[K_H] + p[F_BOTTOM], p[F_LEFT] + p[K_W] + p[F_RIGHT]
+
+
+@njit(cache=True)
 def _check_float(p: np.ndarray, err: np.ndarray) -> int:
     """The float mode's own parameters and the output stage's zero point and clamp."""
-    rc = check_param_range(p, GROUP, FX_SCALE, F_MODE, err)
+    rc = check_param_range(p, GROUP, FX_SCALE, F_RIGHT, err)
     if rc != errors.OK:
         return rc
     if not f32.positive_finite(p[FX_SCALE]):
@@ -59,6 +74,12 @@ def _check_float(p: np.ndarray, err: np.ndarray) -> int:
             return bad_param(err, GROUP + j, p[j], 0)
     if p[F_MODE] != 0 and p[F_MODE] != 1:
         return bad_param(err, GROUP + F_MODE, p[F_MODE], 0)
+    for j in (F_TOP, F_LEFT, F_BOTTOM, F_RIGHT):
+        if p[j] < 0:
+            return bad_param(err, GROUP + j, p[j], 0)
+    kh, kw = _window(p)
+    if sat_mul(p[F_CPG], sat_mul(kh, kw)) >= K_LIMIT:
+        return bad_param(err, GROUP + F_CPG, p[F_CPG], K_LIMIT)
     rc = check_param_range(p, GROUP, RQ_ZP_OUT, RQ_HI, err)
     if rc != errors.OK:
         return rc
@@ -142,13 +163,27 @@ def _inputs(mem: np.ndarray, ib: int, n: int, zp: int, xs: float) -> np.ndarray:
 
 
 @njit(cache=True)
-def _starts(k: int, step: int, kk: int) -> bool:
-    """Does K index k (of kk per output) start a new slice (f_step >= 1) or M = 1 group (f_step = 0)?"""
-    if k == 0:
-        return False
+def _slice(k: int, step: int, kk: int) -> int:
+    """The slice (f_step >= 1) or M = 1 group (f_step = 0) of K index k of kk per output; -1 gives 0."""
+    if k < 0:
+        return 0
     if step > 0:
-        return k % step == 0
-    return k % M1_GROUP == 0 or k - (kk - kk % M1_GROUP) == 2
+        return k // step
+    q = kk - kk % M1_GROUP
+    if k < q:
+        return k // M1_GROUP
+    return q // M1_GROUP + (1 if kk - q == 3 and k - q == 2 else 0)
+
+
+@njit(cache=True)
+def _prev(k: int, i: int, j: int, k_h: int, k_w: int, big_w: int, khw: int) -> int:
+    """The K index of the product before tap (i, j) at K index k in the same output's order, skipped taps left out:
+    the tap to its left, the last of the row above, or the last tap of the channel before (-1 before the first)."""
+    if j > 0:
+        return k - 1
+    if i > 0:
+        return k - big_w + k_w - 1
+    return k - khw + (k_h - 1) * big_w + k_w - 1
 
 
 @njit(cache=True)
@@ -164,7 +199,8 @@ def _walk(x: np.ndarray, w: np.ndarray, p: np.ndarray, rows: int, cols: int, tot
     in_h, in_w, in_cb = p[IN_H], p[IN_W], p[IN_CB]
     out_h, out_w, k_h, k_w = p[OUT_H], p[OUT_W], p[K_H], p[K_W]
     step, cpg, opg = p[F_STEP], p[F_CPG], p[F_OPG]
-    pixels, khw = out_h * out_w, k_h * k_w
+    big_h, big_w = _window(p)
+    pixels, khw = out_h * out_w, big_h * big_w
     kk = cpg * khw
     fused = step > 0
     for ob in range(p[OUT_CB]):
@@ -177,8 +213,8 @@ def _walk(x: np.ndarray, w: np.ndarray, p: np.ndarray, rows: int, cols: int, tot
                         continue
                     for i in range(k_h):
                         for j in range(k_w):
-                            k = rel * khw + i * k_w + j
-                            start = _starts(k, step, kk)
+                            k = rel * khw + (p[F_TOP] + i) * big_w + p[F_LEFT] + j
+                            start = _slice(k, step, kk) != _slice(_prev(k, i, j, k_h, k_w, big_w, khw), step, kk)
                             wv = np.float64(w[(((ob * in_cb + cb) * k_h + i) * k_w + j) * rows * cols + r * cols + c])
                             for q in range(pixels):
                                 ih = (q // out_w) * p[STRIDE_H] + i * p[DIL_H]
@@ -276,6 +312,27 @@ def _check_fdw(space_size: np.ndarray, mem: np.ndarray, space_base: np.ndarray, 
 
 
 @njit(cache=True)
+def _dw_sum(x: np.ndarray, wf: np.ndarray, w0: int, cb: int, c: int, q: int, p: np.ndarray, rows: int,
+            cols: int) -> tuple[float, float]:
+    """The (total, part) of nu.fdwconv's output pixel q of column c in block cb: its window's products of IBUF lane c
+    in MLAS's M = 1 order (K indices in the conv's whole window)."""
+    in_h, in_w, out_w, k_h, k_w = p[IN_H], p[IN_W], p[OUT_W], p[K_H], p[K_W]
+    big_h, big_w = _window(p)
+    kk = big_h * big_w
+    tot, part = 0.0, 0.0
+    for i in range(k_h):
+        for j in range(k_w):
+            ih = (q // out_w) * p[STRIDE_H] + i * p[DIL_H]
+            iw = (q % out_w) * p[STRIDE_W] + j * p[DIL_W]
+            k = (p[F_TOP] + i) * big_w + p[F_LEFT] + j
+            if _slice(k, 0, kk) != _slice(_prev(k, i, j, k_h, k_w, big_w, kk), 0, kk):
+                tot, part = f32.r32(tot + part), 0.0
+            part = _add(x[((cb * in_h + ih) * in_w + iw) * rows + c], np.float64(wf[w0 + (2 + i * k_w + j) * cols + c]),
+                        part, False)
+    return tot, part
+
+
+@njit(cache=True)
 def nu_fdwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, unit: int, racc: int, rin: int,
                rw: int, p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
     """Run nu.fdwconv: per block cb and column c, the window's products of IBUF lane c in MLAS's M = 1 order, plus
@@ -295,14 +352,7 @@ def nu_fdwconv(mem: np.ndarray, space_base: np.ndarray, space_size: np.ndarray, 
         for c in range(cols):
             bias, scale = np.float64(wf[w0 + c]), np.float64(wf[w0 + cols + c])
             for q in range(out_h * out_w):
-                tot, part = 0.0, 0.0
-                for k in range(taps):
-                    ih = (q // out_w) * p[STRIDE_H] + (k // k_w) * p[DIL_H]
-                    iw = (q % out_w) * p[STRIDE_W] + (k % k_w) * p[DIL_W]
-                    if _starts(k, 0, taps):
-                        tot, part = f32.r32(tot + part), 0.0
-                    part = _add(x[((cb * in_h + ih) * in_w + iw) * rows + c], np.float64(wf[w0 + (2 + k) * cols + c]),
-                                part, False)
+                tot, part = _dw_sum(x, wf, w0, cb, c, q, p, rows, cols)
                 y = f32.r32(f32.r32(tot + part) + bias)
                 mem[np.uint64(at + (cb * out_h * out_w + q) * cols + c)] = quantize(
                     y, scale, p[RQ_ZP_OUT], p[RQ_LO], p[RQ_HI]) & 0xFF

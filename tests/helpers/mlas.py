@@ -64,29 +64,29 @@ def sgemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return total
 
 
-def im2col(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pads: tuple[int, int, int, int]
-           ) -> np.ndarray:
+def im2col(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], pads: tuple[int, int, int, int],
+           dil: tuple[int, int] = (1, 1)) -> np.ndarray:
     """x [C, H, W] float32 -> [C * kh * kw, OH * OW], rows in (channel, kernel row, kernel column) order; padding 0."""
-    (kh, kw), (sh, sw) = kernel, stride
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dil
     xp = np.pad(x, ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
-    rows = [xp[c, i:i + sh * oh:sh, j:j + sw * ow:sw].reshape(-1)
+    oh, ow = (xp.shape[1] - (kh - 1) * dh - 1) // sh + 1, (xp.shape[2] - (kw - 1) * dw - 1) // sw + 1
+    rows = [xp[c, i * dh:i * dh + sh * oh:sh, j * dw:j * dw + sw * ow:sw].reshape(-1)
             for c in range(x.shape[0]) for i in range(kh) for j in range(kw)]
     return np.stack(rows)
 
 
 def conv_f32(x: np.ndarray, w: np.ndarray, bias: np.ndarray, *, stride=(1, 1), pads=(0, 0, 0, 0),
-             group: int = 1) -> np.ndarray:
+             group: int = 1, dil=(1, 1)) -> np.ndarray:
     """MlasConv's float32 output of x [N, C, H, W], w [O, C / group, kh, kw] and bias [O], bit for bit."""
     o, cpg, kh, kw = w.shape
     opg = o // group
     images = []
     for img in np.asarray(x, F32):
         cols = [sgemm(w[g * opg:(g + 1) * opg].reshape(opg, -1),
-                      im2col(img[g * cpg:(g + 1) * cpg], (kh, kw), stride, pads)) for g in range(group)]
+                      im2col(img[g * cpg:(g + 1) * cpg], (kh, kw), stride, pads, dil)) for g in range(group)]
         images.append((np.concatenate(cols) + np.asarray(bias, F32)[:, None]).astype(F32))
-    oh = (x.shape[2] + pads[0] + pads[2] - kh) // stride[0] + 1
-    ow = (x.shape[3] + pads[1] + pads[3] - kw) // stride[1] + 1
+    oh = (x.shape[2] + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // stride[0] + 1
+    ow = (x.shape[3] + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // stride[1] + 1
     return np.stack(images).reshape(len(images), o, oh, ow)
 
 
@@ -103,8 +103,8 @@ def dequantised(x: np.ndarray, xs, xz: int, w: np.ndarray, ws: np.ndarray, bias:
 
 def qdq_conv(x: np.ndarray, xs, xz: int, w: np.ndarray, ws: np.ndarray, bias: np.ndarray | None,
              bias_scale: np.ndarray | None, ys, yz: int, *, stride=(1, 1), pads=(0, 0, 0, 0), group: int = 1,
-             lo: float = -np.inf, hi: float = np.inf) -> np.ndarray:
+             lo: float = -np.inf, hi: float = np.inf, dil=(1, 1)) -> np.ndarray:
     """The int8 codes onnxruntime gives for DQ(x) -> Conv(DQ(w) per output channel, DQ(bias)) [-> Relu / Clip
     to [lo, hi]] -> Q(ys, yz), x int8 [N, C, H, W], w int8 [O, C / group, kh, kw]."""
-    y = conv_f32(*dequantised(x, xs, xz, w, ws, bias, bias_scale), stride=stride, pads=pads, group=group)
+    y = conv_f32(*dequantised(x, xs, xz, w, ws, bias, bias_scale), stride=stride, pads=pads, group=group, dil=dil)
     return quantize_f32(np.clip(y, F32(lo), F32(hi)).astype(F32), F32(ys), int(yz))

@@ -56,8 +56,8 @@ def test_slice_args_name_params_operands_and_sync():
     by_cmd = {e["args"]["command"]: e for e in events(log, Prog()) if e["ph"] == "X" and e["cat"] != "stall"}
     nu = by_cmd[2]["args"]
     # every nu.* parameter: nu.conv's 13, the output stage's 6 (nu.conv.rq's 5, nu.conv.acc.rq's rq_psum) and the
-    # float mode's 7
-    assert nu["params"]["nu.k_h"] == 3 and nu["params"]["nu.in_w"] == 4 and len(nu["params"]) == 26
+    # float mode's 11
+    assert nu["params"]["nu.k_h"] == 3 and nu["params"]["nu.in_w"] == 4 and len(nu["params"]) == 30
     assert nu["operands"] == {"acc": "abuf0[0x0]", "in": "ibuf0[0x0]", "w": "wbuf0[0x0]"}
     assert nu["wait"] == "s0" and nu["signal"] == "s2" and nu["source"] == "t.s:4"
     d = by_cmd[1]["args"]

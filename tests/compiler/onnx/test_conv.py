@@ -225,7 +225,8 @@ def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w
 
 
 def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group: int, relu: bool,
-                     seed: int, pads: tuple[int, int, int, int] | None = None) -> tuple[onnx.ModelProto, dict]:
+                     seed: int, pads: tuple[int, int, int, int] | None = None,
+                     dilation: int = 1) -> tuple[onnx.ModelProto, dict]:
     """x -> Q -> DQ -> Conv(DQ(w) per channel, DQ(bias)) [-> Relu] -> Q -> DQ, the input's Q also dequantised to a
     second output: onnxruntime's QDQS8ToU8 pass leaves that int8 pair, so it runs the conv in float at both
     levels.  The model and its parameters (as tests.helpers.mlas.qdq_conv takes them); pads (top, left, bottom,
@@ -235,7 +236,7 @@ def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group:
     p = {"xs": np.float32(0.05), "xz": 3, "w": rng.integers(-127, 128, (o, c // group, k, k)).astype(np.int8),
          "ws": ws, "bias": rng.integers(-3000, 3000, o).astype(np.int32), "bias_scale": np.float32(0.05) * ws,
          "ys": np.float32(0.004 * np.sqrt(c // group * k * k)), "yz": -4, "stride": (stride, stride),
-         "pads": tuple(pads) if pads is not None else (k // 2,) * 4, "group": group}
+         "pads": tuple(pads) if pads is not None else (k // 2,) * 4, "group": group, "dil": (dilation, dilation)}
     inits = [initializer("sx", p["xs"], np.float32), initializer("zx", p["xz"], np.int8),
              initializer("w", p["w"], np.int8), initializer("sw", ws, np.float32),
              initializer("zw", np.zeros(o), np.int8), initializer("bias", p["bias"], np.int32),
@@ -248,11 +249,13 @@ def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group:
              helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wf"], axis=0),
              helper.make_node("DequantizeLinear", ["bias", "sb", "zb"], ["bf"], axis=0),
              helper.make_node("Conv", ["xf", "wf", "bf"], ["yc" if relu else "yf"], name="conv", group=group,
-                              kernel_shape=[k, k], strides=[stride, stride], pads=list(p["pads"])), *act,
+                              kernel_shape=[k, k], strides=[stride, stride], pads=list(p["pads"]),
+                              dilations=[dilation, dilation]), *act,
              helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["out"])]
     pt, pl, pb, pr = p["pads"]
-    oh, ow = (h + pt + pb - k) // stride + 1, (w + pl + pr - k) // stride + 1
+    span = (k - 1) * dilation + 1
+    oh, ow = (h + pt + pb - span) // stride + 1, (w + pl + pr - span) // stride + 1
     g = helper.make_graph(nodes, "float_conv", [helper.make_tensor_value_info("x", F, [1, c, h, w])],
                           [helper.make_tensor_value_info("out", F, [1, o, oh, ow]),
                            helper.make_tensor_value_info("x_again", F, [1, c, h, w])], inits)
@@ -296,6 +299,38 @@ def test_a_qdq_conv_onnxruntime_runs_in_float(c, h, w, o, k, stride, group, relu
         np.testing.assert_array_equal(graph.reference(x)[0], codes)
         np.testing.assert_array_equal(compiled, codes)
     assert len(np.unique(compiled)) > 40
+
+
+@pytest.mark.parametrize("c, h, w, o, dil, group", [
+    (130, 3, 2, 5, 4, 1),       # only the centre tap reads a pixel; K = 1170 spans two slices of 1024
+    (24, 7, 2, 8, 3, 1),        # the outer columns read only padding, every row a pixel
+    (64, 8, 8, 16, 36, 1),      # DeepLabV3's ASPP: a 73 x 73 window over 8 x 8
+    (12, 3, 3, 12, 2, 12),      # depthwise 5 x 5 dilated 2 (M = 1 groups of the whole window)
+])
+def test_a_dilated_qdq_conv_whose_outer_taps_read_only_padding(c, h, w, o, dil, group):
+    """ASPP's dilated convs over small maps: the NU runs only the taps that read a pixel (nu.f_top ... skip the
+    others, whose zero products still count in MLAS's K), so the input tile is the map, not the dilated window;
+    onnxruntime's codes on every element at both levels, race-checked, priced exactly."""
+    k = 5 if group > 1 else 3
+    model, p = float_conv_model(c, h, w, o, k, 1, group, False, seed=c + dil, pads=(dil * (k // 2),) * 4,
+                                dilation=dil)
+    feeds = feeds_for(model, c * h)
+    x = quantize_f32(feeds["x"], p["xs"], p["xz"])
+    theirs = [np.rint(ort_float(model, feeds, level) / p["ys"]).astype(np.int64) + p["yz"]
+              for level in LEVELS.values()]
+    model_codes = mlas.qdq_conv(x, p["xs"], p["xz"], p["w"], p["ws"], p["bias"], p["bias_scale"], p["ys"], p["yz"],
+                                pads=p["pads"], group=group, dil=p["dil"])
+    lib = compiler.build(compiler.from_onnx(model))
+    assert ("nu.f_top" in lib.asm or "nu.f_left" in lib.asm) and "nu.conv" not in lib.asm
+    mod = compiler.GraphModule(lib)
+    mod.set_input("x", feeds["x"])
+    mod.run(check_races=True)
+    got = np.rint(mod.get_output(0) / p["ys"]).astype(np.int64) + p["yz"]
+    for codes in theirs:
+        np.testing.assert_array_equal(model_codes, codes)
+        np.testing.assert_array_equal(got, codes)
+    assert lib.predicted_cycles == mod.stats.cycles
+    assert len(np.unique(got)) > min(20, got.size // 4)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

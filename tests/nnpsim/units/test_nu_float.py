@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from nnpsim import errors
@@ -19,6 +19,7 @@ from tests.helpers.machine import ins, program, setp_all, small_config
 
 F32 = np.float32
 IBUF, WBUF, ABUF, VBUF = 8, 16, 24, 32
+CROPS = ("nu.f_top", "nu.f_left", "nu.f_bottom", "nu.f_right")
 
 
 def _problem(rng, c: int, o: int, group: int, k: tuple[int, int], relu: bool) -> dict:
@@ -31,15 +32,17 @@ def _problem(rng, c: int, o: int, group: int, k: tuple[int, int], relu: bool) ->
             "ys": F32(0.04 * np.sqrt(cpg * k[0] * k[1])), "yz": int(rng.integers(-10, 10)), "relu": relu}
 
 
-def _expected(x: np.ndarray, q: dict, stride, pads, group: int) -> np.ndarray:
+def _expected(x: np.ndarray, q: dict, stride, pads, group: int, dil=(1, 1)) -> np.ndarray:
     return mlas.qdq_conv(x, q["xs"], q["xz"], q["w"], q["ws"], q["bias"], q["bias_scale"], q["ys"], q["yz"],
-                         stride=stride, pads=pads, group=group, lo=0.0 if q["relu"] else -np.inf)[0]
+                         stride=stride, pads=pads, group=group, lo=0.0 if q["relu"] else -np.inf, dil=dil)[0]
 
 
-def _ibuf(rng, x: np.ndarray, zp: int, pads, rows: int, lanes) -> np.ndarray:
-    """IBUF [blocks][Hp][Wp][rows] int8 of x [C, H, W] padded with zp; lanes(cb, r) -> the channel there or -1
-    (random bytes: the kernels must not read them into a result)."""
+def _ibuf(rng, x: np.ndarray, zp: int, pads, rows: int, lanes, cut=(0, 0, 0, 0)) -> np.ndarray:
+    """IBUF [blocks][Hp][Wp][rows] int8 of x [C, H, W] padded with zp, less `cut` (top, left, bottom, right) rows and
+    columns of that padded plane; lanes(cb, r) -> the channel there or -1 (random bytes: the kernels must not read
+    them into a result)."""
     xp = np.pad(x.astype(np.int64), ((0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=zp)
+    xp = xp[:, cut[0]:xp.shape[1] - cut[2], cut[1]:xp.shape[2] - cut[3]]
     blocks = max(cb for cb, _ in lanes) + 1
     buf = rng.integers(-128, 128, (blocks, xp.shape[1], xp.shape[2], rows))
     for cb, r in lanes:
@@ -78,19 +81,29 @@ def _clamp(q: dict) -> dict:
     return {"nu.rq_zp_out": q["yz"], "nu.rq_lo": q["yz"] if q["relu"] else -128, "nu.rq_hi": 127}
 
 
-def _run_fconv(x, q, stride, pads, group, rows, cols, chunks, seed, step=None, final=True):
+def _cut(crop, dil) -> tuple[int, int, int, int]:
+    """The padded input's rows and columns a window less `crop` kernel rows and columns never reads."""
+    return crop[0] * dil[0], crop[1] * dil[1], crop[2] * dil[0], crop[3] * dil[1]
+
+
+def _run_fconv(x, q, stride, pads, group, rows, cols, chunks, seed, step=None, final=True, dil=(1, 1),
+               crop=(0, 0, 0, 0)):
     """The conv as nu.fconv commands over chunks of input blocks, the last nu.fconv.rq (f_step: MLAS's unless
-    given); its int8 outputs (final False: every command nu.fconv, and the float32 sums total + part)."""
+    given), without the `crop` (top, left, bottom, right) kernel rows and columns (nu.f_top ...); its int8
+    outputs (final False: every command nu.fconv, and the float32 sums total + part)."""
     rng = np.random.default_rng(seed)
     c, (o, cpg, kh, kw) = x.shape[0], q["w"].shape
     xf, wf, bf = mlas.dequantised(x, q["xs"], q["xz"], q["w"], q["ws"], q["bias"], q["bias_scale"])
     n_cb, o_blocks = -(-c // rows), -(-o // cols)
+    cut = _cut(crop, dil)
     ib = _ibuf(rng, x, q["xz"], pads, rows, {(cb, r): cb * rows + r if cb * rows + r < c else -1
-                                             for cb in range(n_cb) for r in range(rows)})
+                                             for cb in range(n_cb) for r in range(rows)}, cut)
     hp, wp = x.shape[1] + pads[0] + pads[2], x.shape[2] + pads[1] + pads[3]
-    oh, ow = (hp - kh) // stride[0] + 1, (wp - kw) // stride[1] + 1
+    oh, ow = (hp - (kh - 1) * dil[0] - 1) // stride[0] + 1, (wp - (kw - 1) * dil[1] - 1) // stride[1] + 1
+    ih, iw = hp - cut[0] - cut[2], wp - cut[1] - cut[3]
     edges = [0, *chunks, n_cb]
-    weights = [_fconv_weights(rng, wf, group, range(a, b), o_blocks, rows, cols) for a, b in zip(edges, edges[1:])]
+    wk = wf[:, :, crop[0]:kh - crop[2], crop[1]:kw - crop[3]]
+    weights = [_fconv_weights(rng, wk, group, range(a, b), o_blocks, rows, cols) for a, b in zip(edges, edges[1:])]
     table = _table(bf, q["ys"], o_blocks, cols)
     w_at = np.cumsum([0] + [w.size * 4 for w in weights])
     state = o_blocks * oh * ow * cols * 8
@@ -101,13 +114,14 @@ def _run_fconv(x, q, stride, pads, group, rows, cols, chunks, seed, step=None, f
     if step is None:
         step = 0 if opg == 1 else mlas.stride_k(oh * ow, cpg * kh * kw)
     for n, (a, b) in enumerate(zip(edges, edges[1:])):
-        named = {"nu.in_h": hp, "nu.in_w": wp, "nu.in_cb": b - a, "nu.out_h": oh, "nu.out_w": ow,
-                 "nu.out_cb": o_blocks, "nu.k_h": kh, "nu.k_w": kw, "nu.stride_h": stride[0],
-                 "nu.stride_w": stride[1], "nu.x_zp": q["xz"], "nu.fx_scale": int(q["xs"].view(np.int32)),
-                 "nu.f_step": step, "nu.f_c0": a * rows, "nu.f_cpg": cpg, "nu.f_o0": 0, "nu.f_opg": opg,
-                 "nu.f_mode": int(n > 0), "nu.rq_table": int(w_at[-1]), "nu.rq_psum": 0, **_clamp(q)}
+        named = {"nu.in_h": ih, "nu.in_w": iw, "nu.in_cb": b - a, "nu.out_h": oh, "nu.out_w": ow,
+                 "nu.out_cb": o_blocks, "nu.k_h": wk.shape[2], "nu.k_w": wk.shape[3], "nu.stride_h": stride[0],
+                 "nu.stride_w": stride[1], "nu.dil_h": dil[0], "nu.dil_w": dil[1], "nu.x_zp": q["xz"],
+                 "nu.fx_scale": int(q["xs"].view(np.int32)), "nu.f_step": step, "nu.f_c0": a * rows, "nu.f_cpg": cpg,
+                 "nu.f_o0": 0, "nu.f_opg": opg, "nu.f_mode": int(n > 0), "nu.rq_table": int(w_at[-1]), "nu.rq_psum": 0,
+                 **dict(zip(CROPS, crop)), **_clamp(q)}
         err = np.zeros(8, np.int64)
-        rc = nu_fconv(flat, base, size, 0, 0, a * hp * wp * rows, int(w_at[n]), ref.snapshot(named, "nu"),
+        rc = nu_fconv(flat, base, size, 0, 0, a * ih * iw * rows, int(w_at[n]), ref.snapshot(named, "nu"),
                       final and n == len(edges) - 2, rows, cols, err)
         assert rc == errors.OK, err
     if not final:
@@ -171,27 +185,31 @@ def test_fconv_long_sums_match_mlas(c, o, k, hw, rows, cols, chunks):
                     != want).any()
 
 
-def _run_fdw(x, q, stride, pads, rows, cols, seed):
-    """The depthwise conv as one nu.fdwconv (channel cb * cols + c in lane c of block cb); its int8 outputs."""
+def _run_fdw(x, q, stride, pads, rows, cols, seed, dil=(1, 1), crop=(0, 0, 0, 0)):
+    """The depthwise conv as one nu.fdwconv (channel cb * cols + c in lane c of block cb) without the `crop` kernel
+    rows and columns; its int8 outputs."""
     rng = np.random.default_rng(seed)
     c, (_, _, kh, kw) = x.shape[0], q["w"].shape
     xf, wf, bf = mlas.dequantised(x, q["xs"], q["xz"], q["w"], q["ws"], q["bias"], q["bias_scale"])
     n_cb = -(-c // cols)
+    cut = _cut(crop, dil)
     ib = _ibuf(rng, x, q["xz"], pads, rows, {(cb, r): cb * cols + r if r < cols and cb * cols + r < c else -1
-                                             for cb in range(n_cb) for r in range(rows)})
+                                             for cb in range(n_cb) for r in range(rows)}, cut)
     hp, wp = x.shape[1] + pads[0] + pads[2], x.shape[2] + pads[1] + pads[3]
-    oh, ow = (hp - kh) // stride[0] + 1, (wp - kw) // stride[1] + 1
-    blocks = rng.normal(0, 1, (n_cb, 2 + kh * kw, cols)).astype(F32)
+    oh, ow = (hp - (kh - 1) * dil[0] - 1) // stride[0] + 1, (wp - (kw - 1) * dil[1] - 1) // stride[1] + 1
+    wk = wf[:, :, crop[0]:kh - crop[2], crop[1]:kw - crop[3]]
+    blocks = rng.normal(0, 1, (n_cb, 2 + wk.shape[2] * wk.shape[3], cols)).astype(F32)
     blocks[:, 1] = q["ys"]
     for ch in range(c):
         blocks[ch // cols, 0, ch % cols] = bf[ch]
-        blocks[ch // cols, 2:, ch % cols] = wf[ch, 0].reshape(-1)
+        blocks[ch // cols, 2:, ch % cols] = wk[ch, 0].reshape(-1)
     mems = {IBUF: ib, WBUF: blocks.reshape(-1).view(np.uint8), VBUF: np.zeros(n_cb * oh * ow * cols, np.uint8),
             ABUF: np.zeros(64, np.uint8)}
     flat, base, size = ref.pack(mems)
-    named = {"nu.in_h": hp, "nu.in_w": wp, "nu.in_cb": n_cb, "nu.out_h": oh, "nu.out_w": ow, "nu.k_h": kh,
-             "nu.k_w": kw, "nu.stride_h": stride[0], "nu.stride_w": stride[1], "nu.x_zp": q["xz"],
-             "nu.fx_scale": int(q["xs"].view(np.int32)), **_clamp(q)}
+    named = {"nu.in_h": hp - cut[0] - cut[2], "nu.in_w": wp - cut[1] - cut[3], "nu.in_cb": n_cb, "nu.out_h": oh,
+             "nu.out_w": ow, "nu.k_h": wk.shape[2], "nu.k_w": wk.shape[3], "nu.stride_h": stride[0],
+             "nu.stride_w": stride[1], "nu.dil_h": dil[0], "nu.dil_w": dil[1], "nu.x_zp": q["xz"],
+             "nu.fx_scale": int(q["xs"].view(np.int32)), **dict(zip(CROPS, crop)), **_clamp(q)}
     err = np.zeros(8, np.int64)
     assert nu_fdwconv(flat, base, size, 0, 0, 0, 0, ref.snapshot(named, "nu"), rows, cols, err) == errors.OK, err
     y = flat[base[VBUF]:base[VBUF] + size[VBUF]].view(np.int8).reshape(n_cb, oh, ow, cols)
@@ -209,6 +227,88 @@ def test_fdwconv_matches_mlas(c, k, stride, pad, array, relu, seed):
     pads = (pad,) * 4
     got = _run_fdw(x, q, (stride, stride), pads, *array, seed)
     np.testing.assert_array_equal(got, _expected(x[None], q, (stride, stride), pads, c))
+
+
+def _dead(out: int, k: int, stride: int, dil: int, pad: int, size: int) -> tuple[int, int]:
+    """The taps before and after those that read an input pixel for some output along one axis (all read padding);
+    (k, 0) when none does."""
+    live = [j for j in range(k) if any(0 <= o * stride + j * dil - pad < size for o in range(out))]
+    return (live[0], k - 1 - live[-1]) if live else (k, 0)
+
+
+def _crop(x_hw, k, stride, dil, pads) -> tuple[int, int, int, int]:
+    """nu.f_top, f_left, f_bottom, f_right of a conv's window: its kernel rows and columns that read only padding."""
+    out = [(x_hw[a] + pads[a] + pads[a + 2] - (k[a] - 1) * dil[a] - 1) // stride[a] + 1 for a in (0, 1)]
+    (t, b), (l, r) = (_dead(out[a], k[a], stride[a], dil[a], pads[a], x_hw[a]) for a in (0, 1))
+    return t, l, b, r
+
+
+@st.composite
+def cropped_cases(draw):
+    """Dilated convs over small inputs, ASPP's: windows whose outer taps read only padding."""
+    k = (draw(st.sampled_from([3, 5])), draw(st.sampled_from([1, 3, 5])))
+    dil = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    pads = tuple(dil[a % 2] * (k[a % 2] // 2) + draw(st.integers(0, 1)) for a in range(4))
+    hw = (draw(st.integers(1, 4)), draw(st.integers(1, 5)))
+    stride = draw(st.integers(1, 2))
+    out = [(hw[a] + pads[a] + pads[a + 2] - (k[a] - 1) * dil[a] - 1) // stride + 1 for a in (0, 1)]
+    assume(out[0] * out[1] > 1)         # N = 1 is MLAS's transposed kernel (tests.helpers.mlas)
+    t, l, b, r = _crop(hw, k, (stride, stride), dil, pads)
+    assume(t + b < k[0] and l + r < k[1])       # some tap reads a pixel
+    return k, dil, pads, hw, stride, draw(st.integers(0, 999))
+
+
+@settings(max_examples=25, deadline=None)
+@given(cropped_cases(), st.sampled_from([(1, 6, 4), (1, 130, 3), (2, 9, 2), (1, 20, 1)]),
+       st.sampled_from([(8, 4), (16, 8)]))
+def test_fconv_without_the_taps_that_read_padding_matches_mlas(case, shape, array):
+    """A command without the kernel rows and columns that read only padding (nu.f_top ... f_right), over chunks of
+    input blocks: every output MLAS's, which counts their zero products in K (its slices and M = 1 groups)."""
+    k, dil, pads, hw, stride, seed = case
+    group, cpg, opg = shape
+    rng = np.random.default_rng(seed)
+    q = _problem(rng, cpg * group, opg * group, group, k, False)
+    x = rng.integers(-128, 128, (cpg * group, *hw)).astype(np.int8)
+    crop = _crop(hw, k, (stride, stride), dil, pads)
+    n_cb = -(-(cpg * group) // array[0])
+    chunks = [n_cb // 2] if n_cb > 1 else []
+    got = _run_fconv(x, q, (stride, stride), pads, group, *array, chunks, seed, dil=dil, crop=crop)
+    np.testing.assert_array_equal(got, _expected(x[None], q, (stride, stride), pads, group, dil))
+
+
+@pytest.mark.parametrize("c, o, k, dil, hw", [
+    (130, 3, 3, 4, 2),     # ASPP: the centre of 3x3 dilated 4 over 2x2; K = 1170 spans two slices of 1024
+    (16, 1, 5, 2, 3),      # one filter (M = 1 groups of 4): the inner 3x3 of 5x5 dilated 2, K 6-8, 11-13 ... of 25
+])
+def test_the_skipped_taps_keep_the_kept_products_place_in_k(c, o, k, dil, hw):
+    """Every bit of every sum equals the whole window's; the kept taps as a conv of their own (a smaller K) give
+    other sums."""
+    rng = np.random.default_rng(c)
+    q = _problem(rng, c, o, 1, (k, k), False)
+    x = rng.integers(-128, 128, (c, hw, hw)).astype(np.int8)
+    pads, d = (dil * (k // 2),) * 4, (dil, dil)
+    crop = _crop((hw, hw), (k, k), (1, 1), d, pads)
+    assert crop == (1, 1, 1, 1)
+    chunks = [-(-c // 8) // 2]
+    whole = _run_fconv(x, q, (1, 1), pads, 1, 8, 8, chunks, 3, final=False, dil=d)
+    skipped = _run_fconv(x, q, (1, 1), pads, 1, 8, 8, chunks, 3, final=False, dil=d, crop=crop)
+    np.testing.assert_array_equal(skipped.view(np.int32), whole.view(np.int32))
+    inner = {**q, "w": np.ascontiguousarray(q["w"][:, :, 1:k - 1, 1:k - 1])}
+    alone = _run_fconv(x, inner, (1, 1), (pads[0] - dil,) * 4, 1, 8, 8, chunks, 3, final=False, dil=d)
+    assert (alone.view(np.int32) != whole.view(np.int32)).any()
+
+
+@settings(max_examples=15, deadline=None)
+@given(cropped_cases(), st.integers(1, 12), st.sampled_from([(4, 4), (8, 4)]))
+def test_fdwconv_without_the_taps_that_read_padding_matches_mlas(case, c, array):
+    """Depthwise without the taps that read only padding: MLAS's M = 1 groups of the whole window."""
+    k, dil, pads, hw, stride, seed = case
+    rng = np.random.default_rng(seed)
+    q = _problem(rng, c, c, c, k, False)
+    x = rng.integers(-128, 128, (c, *hw)).astype(np.int8)
+    crop = _crop(hw, k, (stride, stride), dil, pads)
+    got = _run_fdw(x, q, (stride, stride), pads, *array, seed, dil=dil, crop=crop)
+    np.testing.assert_array_equal(got, _expected(x[None], q, (stride, stride), pads, c, dil))
 
 
 def test_the_float_mode_is_a_quarter_of_the_int8_rate():
@@ -231,11 +331,13 @@ def _bad(named: dict, **changes) -> tuple[int, np.ndarray]:
 
 @pytest.mark.parametrize("param, value", [("fx_scale", 0), ("fx_scale", 0x7F800000), ("fx_scale", -1),
                                           ("f_step", -1), ("f_cpg", 0), ("f_opg", 0), ("f_c0", -4),
-                                          ("f_mode", 2), ("rq_zp_out", 128), ("rq_lo", 5)])
+                                          ("f_mode", 2), ("f_top", -1), ("f_right", -2), ("f_cpg", 4),
+                                          ("rq_zp_out", 128), ("rq_lo", 5)])
 def test_bad_float_parameters_are_refused(param, value):
     """A zero, infinite or negative input scale, a negative slice or channel offset, an empty group, an unknown
-    mode, an out-of-range zero point or lo > hi: BAD_PARAM naming the parameter, nothing written."""
-    good = {"nu.fx_scale": 0x3F800000, "nu.rq_hi": 0}
+    mode, negative skipped taps, a K of 2**40 or more, an out-of-range zero point or lo > hi: BAD_PARAM naming the
+    parameter, nothing written."""
+    good = {"nu.fx_scale": 0x3F800000, "nu.rq_hi": 0, "nu.f_top": 1 << 20, "nu.f_left": 1 << 19}
     assert _bad(good)[0] == errors.OK
     rc, err = _bad(good, **{f"nu.{param}": value})
     assert rc == errors.BAD_PARAM and err[4] == ref.load_isa().params[f"nu.{param}"]
