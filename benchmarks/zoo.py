@@ -307,13 +307,14 @@ def npu_graphs(graph) -> list:
 def kernels(graph, lib) -> tuple[list[zr.Kernel], int]:
     """(every NPU kernel's MACs, constant bytes and bound, the bytes of the NPU stages' inputs and outputs).  The
     MACs and bytes are what the NPU needs, as compiler.roofline counts them: a conv's taps that read only padding
-    (DeepLabV3's dilated ASPP convs) need neither MACs nor weights."""
+    (DeepLabV3's dilated ASPP convs) need neither MACs nor weights, and the float mode's MACs count at its rate
+    (rate_macs) and its weights as float32."""
     from compiler.network.storage import nbytes
-    from compiler.roofline import constant_bytes, macs
+    from compiler.roofline import constant_bytes, rate_macs
 
     graphs = npu_graphs(graph)
     ops = {n.name: n.op for g in graphs for n in g.nodes}
-    out = [zr.Kernel(sum(macs(ops[n]) for n in layer["nodes"] if n in ops),
+    out = [zr.Kernel(sum(rate_macs(ops[n]) for n in layer["nodes"] if n in ops),
                      sum(constant_bytes(ops[n]) for n in layer["nodes"] if n in ops),
                      int(layer["bound_cycles"])) for layer in lib.layers if layer.get("ran_on", "npu") == "npu"]
     io = sum(nbytes(g.values[v]) for g in graphs for v in [*g.inputs, *g.outputs])

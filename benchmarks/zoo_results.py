@@ -74,8 +74,9 @@ def node_macs(op_type: str, x: list[int], w: list[int], y: list[int], trans_b: b
 
 @dataclass(frozen=True)
 class Kernel:
-    """What the roofline needs of one NPU kernel: its MACs and its constants' DDR bytes as the NPU needs them (a
-    conv's taps that read only padding have neither: compiler.roofline), its own bound."""
+    """What the roofline needs of one NPU kernel: its MACs (at the int8 rate: compiler.roofline.rate_macs) and its
+    constants' DDR bytes as the NPU needs them (a conv's taps that read only padding have neither), its own
+    bound."""
 
     macs: int
     constant_bytes: int

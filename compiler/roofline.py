@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from nnpsim.config import Config
+from nnpsim.timing import NU_F32_PASSES
 
 from .ops import Conv2d, Op
 
@@ -17,13 +18,25 @@ def macs(op: Op) -> int:
     return int(getattr(needed(op), "macs", 0))
 
 
+def float_mode(op: Op) -> bool:
+    """Does the op run in the NU's float32 mode (a conv onnxruntime runs in float: nu.fconv, nu.fdwconv)?"""
+    return isinstance(op, Conv2d) and op.fmode is not None
+
+
+def rate_macs(op: Op) -> int:
+    """The op's MACs at the NU's int8 rate: the float mode's count NU_F32_PASSES times, the rate it runs at."""
+    return macs(op) * (NU_F32_PASSES if float_mode(op) else 1)
+
+
 def constant_bytes(op: Op) -> int:
-    """Bytes of the op's compile-time constants in DDR: int8 weights (a conv's live taps') and int32 bias, a
-    per-channel table (batch_norm's float32 pairs), a softmax's float32 table."""
+    """Bytes of the op's compile-time constants in DDR: int8 weights (a conv's live taps'; the float mode's
+    float32) and int32 bias (float32), a per-channel table (batch_norm's float32 pairs), a softmax's float32
+    table."""
     op = needed(op)
     weight, bias = getattr(op, "weight", None), getattr(op, "bias", None)
     table = int(getattr(op, "table_bytes", 0))
-    return (weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0) + table
+    per_weight = 4 if float_mode(op) else 1
+    return (per_weight * weight.size if weight is not None else 0) + (4 * bias.size if bias is not None else 0) + table
 
 
 def min_ddr_bytes(ops: tuple[Op, ...] | list[Op], burst: int = 64) -> int:
@@ -41,8 +54,9 @@ def min_ddr_bytes(ops: tuple[Op, ...] | list[Op], burst: int = 64) -> int:
 
 
 def bound_cycles(ops: tuple[Op, ...] | list[Op], cfg: Config | None = None) -> int:
-    """max(MACs / peak MACs per cycle, least DDR bytes / DDR bytes per cycle), rounded up."""
+    """max(MACs / peak MACs per cycle, least DDR bytes / DDR bytes per cycle), rounded up; the float mode's MACs
+    at its rate (rate_macs)."""
     cfg = cfg or Config()
-    compute = -(-sum(macs(op) for op in ops) // cfg.peak_macs_per_cycle)
+    compute = -(-sum(rate_macs(op) for op in ops) // cfg.peak_macs_per_cycle)
     memory = -(-min_ddr_bytes(ops, cfg.ddr_burst_bytes) // cfg.ddr_bytes_per_cycle)
     return max(compute, memory)

@@ -101,6 +101,20 @@ def test_the_aspp_conv_is_the_1x1_conv_of_its_centre_tap_exactly_priced_alike():
     assert wide.roofline_cycles == centre.roofline_cycles
 
 
+def test_a_float_mode_conv_keeps_the_dropped_taps_place_in_mlas_k():
+    """The float mode's live conv drops the same taps as the integer one (the 73 x 73 ASPP window becomes its centre
+    tap), and its FloatConv records them (crop) so MLAS's K stays the whole window's: 64 * 9."""
+    rng = np.random.default_rng(5)
+    w = rand8(rng, (40, 64, 3, 3))
+    ws = np.full(40, 0.004, np.float32)
+    conv = ops.conv2d((1, 64, 8, 8), w, None, padding=36, dilation=36, scale=ws)
+    live = ops.float_mode(conv, np.float32(0.05), ws, np.float32(0.1)).live()
+    assert live.kernel == (1, 1) and live.padding == (0, 0, 0, 0) and live.fmode.weight.shape == (40, 64, 1, 1)
+    assert live.fmode.crop == (1, 1, 1, 1) and live.fmode.depth == 64 * 9
+    np.testing.assert_array_equal(live.fmode.weight[:, :, 0, 0], (w[:, :, 1, 1] * np.float32(0.004)).astype(F32))
+    assert live.live() is live
+
+
 @settings(max_examples=12, **SETTINGS)
 @given(wide_case(), seeds, st.booleans())
 def test_qlinearconv_with_a_dilation_larger_than_its_input_is_onnxruntimes(case, seed, per_channel):
