@@ -297,11 +297,13 @@ def avg_pool_is_global(x_shape, k, pad) -> bool:
 
 
 def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, scale_out, zp_out,
-                   uint8: bool = False) -> np.ndarray:
+                   uint8: bool = False, quantize_linear: bool = False) -> np.ndarray:
     """QLinearAveragePool: a float32 sum of sx * (x - x_zp) in window order, / count, / sy, + zp_out (uint8: the
-    uint8 zero point zp_out + 128, the result's view)."""
+    uint8 zero point zp_out + 128, the result's view).  quantize_linear: the same window average, then
+    QuantizeLinear (quantize_f32: / sy, rounded, + zp_out), as onnxruntime's float AveragePool on NCHWc blocks
+    (MLAS's SpoolKernel: from 0.0, the window's elements in order, padding skipped) and the QuantizeLinear after."""
     x = np.asarray(x, dtype=np.int64)
-    if avg_pool_is_global(x.shape, k, pad):
+    if avg_pool_is_global(x.shape, k, pad) and not quantize_linear:
         return global_avg_pool2d_f32(x, x_zp, scale_x, scale_out, zp_out)
     real = F32(scale_x) * f32(pad_plane(x, pad, x_zp) - x_zp)     # padding dequantises to +0.0
     win = windows(real, k, stride, (1, 1))
@@ -313,6 +315,8 @@ def avg_pool2d_f32(x, k, stride, pad, count_include_pad: bool, x_zp, scale_x, sc
         count = F32(k[0] * k[1])
     else:
         count = f32(real_counts(x.shape[2], x.shape[3], k, stride, pad))
+    if quantize_linear:
+        return quantize_f32(total / count, scale_out, zp_out)
     t = (total / count) / F32(scale_out) + F32(zp_out + excess(uint8))
     return cvt_int8(t, uint8).astype(np.int8)
 

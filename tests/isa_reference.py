@@ -458,7 +458,7 @@ def _vu_check_float_params(mnemonic: str, q: dict) -> None:
         raise Fault("param", param=_pnum("vu", "fbias"))
     if mnemonic in FBIN_OPS + ("vu.faffine",) and not _positive_finite(fbias):
         raise Fault("param", param=_pnum("vu", "fbias"))
-    if mnemonic in U8_OPS and q["mode"] not in (0, 1):
+    if mnemonic in U8_OPS and q["mode"] not in ((0, 1, 2) if mnemonic in ("vu.pool.favg", "vu.slide.favg") else (0, 1)):
         raise Fault("param", param=_pnum("vu", "mode"))
 
 
@@ -682,7 +682,7 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
                       q: dict, window: list) -> int:
     """One element of a float VU instruction: exact rationals, each operation rounded to float32."""
     za, zp, lo, hi = q["za"], q["zp_out"], q["lo"], q["hi"]
-    o = 128 * q["mode"] if mnemonic in U8_OPS else 0
+    o = 128 * q["mode"] if mnemonic in U8_OPS and q["mode"] == 1 else 0
     s = Fraction(f32_bits(q["fscale"])) if _positive_finite(f32_bits(q["fscale"])) else None
     if mnemonic == "vu.pool.favg":
         n = _int(mem, b, 4)
@@ -692,6 +692,8 @@ def _vu_float_element(mem: np.ndarray, space: int, mnemonic: str, a: int, b: int
         for dh, dw in window:
             total = round_f32(total + round_f32(s * round_f32(_int(mem, a + dh + dw, 1) - za)))
         t = round_f32(round_f32(total / round_f32(n)) / Fraction(f32_bits(q["fscale_b"])))
+        if q["mode"] == 2:          # QuantizeLinear: clamp, round half to even, then the zero point
+            return _clip(_round_half_even(min(max(t, -128 - zp), 127 - zp)) + zp, lo, hi)
         return _clip(_cvt8(round_f32(t + zp + o), o), lo, hi)
     x = _int(mem, a, a_bytes)
     if mnemonic in ("vu.requant.f", "vu.requant.fpc"):

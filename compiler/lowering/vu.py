@@ -24,7 +24,7 @@ import numpy as np
 
 from nnpsim.config import Config
 from nnpsim.timing import AFFINE_PAIR_BYTES as PAIR_BYTES, LUT_BYTES, slide_span
-from nnpsim.units.vu import SLIDE_LINE_BYTES, SLIDE_MAX_COLS
+from nnpsim.units.vu import FAVG_QUANTIZE_LINEAR, SLIDE_LINE_BYTES, SLIDE_MAX_COLS
 
 from ..cost import slide_steps, vu_cycles
 from ..errors import CompileError
@@ -591,9 +591,11 @@ def fmean_phase(op: Pool2d, ni: int, c0: int) -> int:
 
 
 def favg_scalars(op: Pool2d) -> dict[str, int]:
-    """vu.pool.favg's scalars: sum(sx * (x - x_zp)) / count / sy + zp_out, clamped to int8, as onnxruntime."""
+    """vu.pool.favg's scalars: sum(sx * (x - x_zp)) / count / sy + zp_out, clamped to int8, as onnxruntime (vu.mode
+    2 for a float AveragePool then QuantizeLinear: rounded, then + zp_out)."""
+    mode = {"mode": FAVG_QUANTIZE_LINEAR} if op.quantize_linear else u8_scalar(op.uint8)
     return {"za": op.x_zp, "fscale": f32_bits(op.scale_x), "fscale_b": f32_bits(op.scale_out), "zp_out": op.zp_out,
-            "lo": -128, "hi": 127, **u8_scalar(op.uint8)}
+            "lo": -128, "hi": 127, **mode}
 
 
 class PoolLowering:

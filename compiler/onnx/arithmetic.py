@@ -96,10 +96,11 @@ def mul_args(arithmetic: str, a_scale: ArrayLike, b_scale: ArrayLike, out_scale:
 def avg_pool_ops(arithmetic: str, x_shape: tuple[int, ...], kernel: tuple[int, int], stride: tuple[int, int],
                  padding: tuple[int, int, int, int], count_include_pad: bool,
                  xq: QuantParams, yq: QuantParams, lo: int, hi: int,
-                 uint8: bool = False) -> list[tuple[str, object, object]]:
+                 uint8: bool = False, quantize_linear: bool = False) -> list[tuple[str, object, object]]:
     """Average pooling as (suffix, op, quant) steps.
 
-    onnxruntime: one avg_pool2d in QLinearAveragePool's float form (uint8: its uint8 kernel).  Fixed: same scale and zero
+    onnxruntime: one avg_pool2d in QLinearAveragePool's float form (uint8: its uint8 kernel; quantize_linear: a
+    float AveragePool then QuantizeLinear, pool.quantize_linear_pool).  Fixed: same scale and zero
     point in and out (QDQ): one avg_pool2d.  No padding: sum_pool2d then requantize (one
     rounding).  Padding and different scales: avg_pool2d then requantize, two roundings, so up to
     one step more error than onnxruntime (documented in docs/runtime.md).
@@ -107,7 +108,7 @@ def avg_pool_ops(arithmetic: str, x_shape: tuple[int, ...], kernel: tuple[int, i
     xs, xz, ys, yz = float(xq.scale), int(xq.zero_point), float(yq.scale), int(yq.zero_point)
     if arithmetic == "onnxruntime":
         avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz, scale_x=np.float32(xs),
-                             scale_out=np.float32(ys), zp_out=yz, uint8=uint8)
+                             scale_out=np.float32(ys), zp_out=yz, uint8=uint8, quantize_linear=quantize_linear)
         return [("avg", avg, yq)] + _clip_step(avg.output.shape, lo, hi, yq)
     if xq.same_as(yq):
         avg = ops.avg_pool2d(x_shape, kernel, stride, padding, count_include_pad, xz)

@@ -82,10 +82,25 @@ def _avg_maker(im: Importer, node, x: str, xq: QuantParams, at: dict, x_onnx: st
         raise Problem(node, f"count_include_pad = {cip}: expected 0 or 1")
 
     def make(yq: QuantParams, lo: int, hi: int, out: str, name: str) -> str:
-        uint8 = im.uint8_kernel((x_onnx, out))
-        steps = avg_pool_ops(im.arithmetic, x_shape, k, stride, pads, bool(cip), xq, yq, lo, hi, uint8)
+        ql = quantize_linear_pool(im, node)
+        uint8 = not ql and im.uint8_kernel((x_onnx, out), node if _asks_ort(im, node) else None)
+        steps = avg_pool_ops(im.arithmetic, x_shape, k, stride, pads, bool(cip), xq, yq, lo, hi, uint8, ql)
         return im.emit(name, steps, (x,), out, {"op_type": node.op_type, "in_quant": [xq]})
     return make
+
+
+def _asks_ort(im: Importer, node: NodeProto) -> bool:
+    """Is this a QDQ AveragePool whose kernel onnxruntime's optimised graph tells (a static graph: the float
+    forms of a dynamic one are QLinearAveragePool's)?"""
+    return node.op_type == "AveragePool" and im.arithmetic == "onnxruntime" and not im.dynamic
+
+
+def quantize_linear_pool(im: Importer, node: NodeProto) -> bool:
+    """Does onnxruntime run this QDQ AveragePool unfused, a float AveragePool then QuantizeLinear, which rounds
+    before it adds the zero point (an int8 model's pool whose QuantizeLinear several DequantizeLinears read:
+    DenseNet's transitions)?  Its NCHWc kernel sums the window in order, as vu.pool.favg does; MLAS's plain
+    kernel (channels not a multiple of its block) adds each column's rows first, a float32 rounding apart."""
+    return _asks_ort(im, node) and im.ort_kernel(node) in ("nchwc", "float")
 
 
 def global_average_pool(im: Importer, node: NodeProto) -> None:

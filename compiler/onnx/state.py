@@ -320,7 +320,7 @@ class Importer:
 
     def uint8_kernel(self, tensors: tuple[str, ...], node: NodeProto | None = None) -> bool:
         """Does onnxruntime run the op reading and writing these quantised ONNX tensors on its uint8 kernel
-        (all of them uint8, or for a QDQ Add or Mul `node`, onnxruntime's optimised graph says so: its
+        (all of them uint8, or for a QDQ Add, Mul or AveragePool `node`, onnxruntime's optimised graph says so: its
         QDQS8ToU8 pass makes int8 groups uint8)?  The float forms that add a zero point before rounding
         (QLinearAdd, QLinearMul, QLinearAveragePool) round differently there than on the int8 view (as_int8),
         so they are imported with uint8=True (compiler.reference.excess); every other op computes the same on

@@ -28,6 +28,7 @@ class Pool2d(Op):
     scale_x: np.float32 | None = None      # the float form (QLinearAveragePool): input and output scales
     scale_out: np.float32 | None = None
     uint8: bool = False                    # the float form on uint8 tensors held as int8 (reference.excess)
+    quantize_linear: bool = False          # the float form of a float AveragePool then QuantizeLinear (rounds first)
     x_layout: str = "nchw"                 # DDR layouts of x and y: lowering.layout
     y_layout: str = "nchw"
     kind: str = field(init=False, default="pool2d")
@@ -42,8 +43,9 @@ class Pool2d(Op):
 
     @property
     def is_global(self) -> bool:
-        """Does onnxruntime run it as a global average pool (kernel = the plane, no padding)?"""
-        return sem.avg_pool_is_global(self.x_shape, self.kernel, self.padding)
+        """Does onnxruntime run it as a global average pool (kernel = the plane, no padding)?  Its QLinearAveragePool
+        does; a float AveragePool it runs on NCHWc blocks (quantize_linear) sums the window in order."""
+        return not self.quantize_linear and sem.avg_pool_is_global(self.x_shape, self.kernel, self.padding)
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -68,7 +70,8 @@ class Pool2d(Op):
             return sem.reduce_mean_f32(x, self.x_zp, self.scale_x, self.scale_out, self.zp_out)
         if self.is_float:
             return sem.avg_pool2d_f32(x, self.kernel, self.stride, self.padding, self.count_include_pad,
-                                      self.x_zp, self.scale_x, self.scale_out, self.zp_out, self.uint8)
+                                      self.x_zp, self.scale_x, self.scale_out, self.zp_out, self.uint8,
+                                      self.quantize_linear)
         return sem.avg_pool2d(x, self.kernel, self.stride, self.padding, self.count_include_pad, self.x_zp)
 
 
@@ -125,20 +128,25 @@ def max_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:
 
 
 def avg_pool2d(x_shape, kernel, stride=None, padding=0, count_include_pad=True, x_zp=0, *, scale_x=None,
-               scale_out=None, zp_out=None, uint8=False) -> Pool2d | DynamicOp:
+               scale_out=None, zp_out=None, uint8=False, quantize_linear=False) -> Pool2d | DynamicOp:
     """Average pooling, rounding half away from zero; with scale_x= and scale_out=, QLinearAveragePool's
-    (uint8=True: its uint8 kernel, on tensors held as their int8 view q - 128).
+    (uint8=True: its uint8 kernel, on tensors held as their int8 view q - 128; quantize_linear=True: onnxruntime's
+    float AveragePool on NCHWc blocks then QuantizeLinear, which rounds before it adds zp_out).
     A compiler.Dim in x_shape makes a DynamicOp (compiler/dims.py)."""
-    if not isinstance(uint8, (bool, np.bool_)) or (uint8 and (scale_x is None or has_dims(x_shape))):
-        raise CompileError(f"avg_pool2d: uint8 = {uint8!r}: True or False, and True only in the float form "
-                           "(scale_x=, scale_out=) of a static shape")
+    for name, flag in (("uint8", uint8), ("quantize_linear", quantize_linear)):
+        if not isinstance(flag, (bool, np.bool_)) or (flag and (scale_x is None or has_dims(x_shape))):
+            raise CompileError(f"avg_pool2d: {name} = {flag!r}: True or False, and True only in the float form "
+                               "(scale_x=, scale_out=) of a static shape")
+    if uint8 and quantize_linear:
+        raise CompileError("avg_pool2d: uint8 and quantize_linear exclude each other (QuantizeLinear rounds before "
+                           "it adds the zero point, so it computes the same on uint8 tensors and their int8 view)")
     if has_dims(x_shape):
         return dynamic_op("avg_pool2d", lambda s: avg_pool2d(s, kernel, stride, padding, count_include_pad, x_zp,
                                                               scale_x=scale_x, scale_out=scale_out, zp_out=zp_out),
                           x_shape)
     floats = _avg_floats("avg_pool2d", scale_x, scale_out, zp_out)
     return _pool("avg", x_shape, kernel, stride, padding, count_include_pad, x_zp, **floats,
-                 **({"uint8": True} if uint8 else {}))
+                 **({"uint8": True} if uint8 else {}), **({"quantize_linear": True} if quantize_linear else {}))
 
 
 def sum_pool2d(x_shape, kernel, stride=None, padding=0) -> Pool2d | DynamicOp:

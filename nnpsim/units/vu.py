@@ -84,6 +84,7 @@ FSCALE, FSCALE_B, FBIAS = offsets("vu.fscale", "vu.fscale_b", "vu.fbias")
 PHASE = offset("vu.mode")     # vu.pool.fmean's lane phase
 RELU = offset("vu.mode")      # vu.pool.faffavg's ReLU switch
 U8 = offset("vu.mode")        # the uint8 switch of vu.fadd, vu.fmul, vu.pool.favg and vu.slide.favg
+FAVG_QUANTIZE_LINEAR = 2      # vu.mode of vu.pool.favg / vu.slide.favg: QuantizeLinear's form (round, then the zero point)
 LAST = max(N0 + 3, B_STRIDE + 3, WIN_H, WIN_W, WIN_STRIDE_H, WIN_STRIDE_W, ZA, ZB, MA, MB, SHIFT, ZP_OUT, LO, HI,
            FSCALE, FSCALE_B, FBIAS, PHASE)
 MEAN_LANES = 4
@@ -219,7 +220,8 @@ def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
     if (_is_fbin(op) or op == VU_FAFFINE) and not f32.positive_finite(p[FBIAS]):       # the output scale
         return bad_param(err, GROUP + FBIAS, p[FBIAS], 0)
-    if _reads_u8(op) and p[U8] != 0 and p[U8] != 1:
+    favg_ql = _pool_form(op) == VU_POOL_FAVG and p[U8] == FAVG_QUANTIZE_LINEAR
+    if _reads_u8(op) and p[U8] != 0 and p[U8] != 1 and not favg_ql:
         return bad_param(err, GROUP + U8, p[U8], 0)
     return errors.OK
 
@@ -416,12 +418,14 @@ def faffine(x: int, sa: float, s: float, c: float, so: float, zp_out: int, lo: i
 @njit(cache=True)
 def _favg(mem: np.ndarray, at: int, p: np.ndarray, n: int, sx: float, sy: float, lo: int, hi: int) -> int:
     """Window sum of sx * f32(a - za) in float32, element by element, / n, / sy, + zp_out, cvt8, clip
-    (vu.mode: + f32(zp_out + 128), the result less 128)."""
+    (vu.mode 1: + f32(zp_out + 128), the result less 128; vu.mode 2: / n, then QuantizeLinear by sy and zp_out)."""
     total = 0.0
     for wh in range(p[WIN_H]):
         for ww in range(p[WIN_W]):
             x = load_i8(mem, at + wh * p[WIN_STRIDE_H] + ww * p[WIN_STRIDE_W])
             total = f32.r32(total + f32.r32(sx * f32.i2f(x - p[ZA])))
+    if p[U8] == FAVG_QUANTIZE_LINEAR:
+        return quantize_out(f32.r32(total / f32.i2f(n)), sy, p[ZP_OUT], lo, hi)
     o = 128 * p[U8]
     t = f32.r32(f32.r32(f32.r32(total / f32.i2f(n)) / sy) + float(p[ZP_OUT] + o))
     return _clip(f32.cvt8_excess(t, o), lo, hi)

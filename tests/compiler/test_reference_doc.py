@@ -329,8 +329,8 @@ def test_add_and_mul_f32(shape, seed):
 
 
 @settings(max_examples=80, deadline=None)
-@given(pool_cases(), st.booleans(), st.booleans())
-def test_pooling_f32(case, count_include_pad, whole_plane):
+@given(pool_cases(), st.booleans(), st.booleans(), st.booleans())
+def test_pooling_f32(case, count_include_pad, whole_plane, quantize_linear):
     shape, k, stride, pad, seed = case
     rng = np.random.default_rng(seed)
     if whole_plane:                       # onnxruntime's fallback to the global average pool
@@ -338,10 +338,10 @@ def test_pooling_f32(case, count_include_pad, whole_plane):
     x = rand8(rng, shape)
     x_zp, zp = (int(v) for v in rng.integers(-128, 128, size=2))
     sx, sy = scales(rng, 2, -6, 0)
-    u8 = bool(rng.integers(0, 2)) and not whole_plane
+    u8 = bool(rng.integers(0, 2)) and not whole_plane and not quantize_linear
     got = DOC["avg_pool2d_f32"](x, k, stride, pad, count_include_pad, x_zp=x_zp, scale_x=sx, scale_out=sy,
-                                zp_out=zp, uint8=u8)
-    same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp, u8))
+                                zp_out=zp, uint8=u8, quantize_linear=quantize_linear)
+    same(got, sem.avg_pool2d_f32(x, k, stride, pad, count_include_pad, x_zp, sx, sy, zp, u8, quantize_linear))
     same(DOC["global_avg_pool2d_f32"](x, x_zp=x_zp, scale_x=sx, scale_out=sy, zp_out=zp),
          sem.global_avg_pool2d_f32(x, x_zp, sx, sy, zp))
 

@@ -166,7 +166,7 @@ def vu_commands(draw):
     named.update(_float_params(draw, mnemonic, sdt))
     if mnemonic == "vu.pool.fmean":     # vu.mode is fmean's lane, the others' uint8 switch
         named["vu.mode"] = draw(st.one_of(st.integers(0, 3), st.sampled_from([-1, 4, 2**31 - 1])))
-    else:                               # 2 is refused where it is read
+    else:                               # 2 is refused where it is read, but by .favg (its QuantizeLinear form)
         named["vu.mode"] = draw(st.sampled_from([0, 1, 1, 2] if rare else [0, 1]))
     if mnemonic == "vu.lerp":       # its form in vu.ma (now and then an illegal one), the fixed form's shift
         named.update({"vu.ma": draw(st.sampled_from([0, 1, 2, 0, 1, 2, 3, -1])),
