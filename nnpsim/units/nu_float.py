@@ -92,6 +92,15 @@ def _check_float(p: np.ndarray, err: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def _check_group(p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
+    """The checks every float command starts with: nu.conv's parameters, then the float mode's."""
+    rc = _check_params(p, rows, cols, err)
+    if rc != errors.OK:
+        return rc
+    return _check_float(p, err)
+
+
+@njit(cache=True)
 def _check_table(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, unit: int, p: np.ndarray,
                  cols: int, err: np.ndarray) -> int:
     """nu.fconv.rq's (bias, scale, unused) table: rq_table 4-aligned, inside WBUF, each scale a positive finite
@@ -131,10 +140,7 @@ def _check_state(space_size: np.ndarray, unit: int, at: int, n_bytes: int, err: 
 def _check_fconv(space_size: np.ndarray, space_base: np.ndarray, mem: np.ndarray, unit: int, racc: int, rin: int,
                  rw: int, p: np.ndarray, rows: int, cols: int, final: bool, err: np.ndarray) -> int:
     """Every check of nu.fconv (final False) or nu.fconv.rq (True), in the module docstring's order."""
-    rc = _check_params(p, rows, cols, err)
-    if rc != errors.OK:
-        return rc
-    rc = _check_float(p, err)
+    rc = _check_group(p, rows, cols, err)
     if rc != errors.OK:
         return rc
     outputs = sat_mul(sat_mul(p[OUT_CB], p[OUT_H]), sat_mul(p[OUT_W], cols))
@@ -287,10 +293,7 @@ def _check_fdw(space_size: np.ndarray, mem: np.ndarray, space_base: np.ndarray, 
                rw: int, p: np.ndarray, rows: int, cols: int, err: np.ndarray) -> int:
     """nu.fdwconv's checks: nu.conv's parameters, the float ones, cols <= rows, spaces, alignment, bounds, then each
     block's output scales positive finite float32s (in block and column order)."""
-    rc = _check_params(p, rows, cols, err)
-    if rc != errors.OK:
-        return rc
-    rc = _check_float(p, err)
+    rc = _check_group(p, rows, cols, err)
     if rc != errors.OK:
         return rc
     if cols > rows:      # column c reads IBUF lane c of each pixel: there must be one
