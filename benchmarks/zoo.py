@@ -287,7 +287,7 @@ def onnx_macs(path: Path) -> int:
     return total
 
 
-def _ort_outputs(path: Path, x: np.ndarray, level: str) -> list[np.ndarray]:
+def ort_outputs(path: Path, x: np.ndarray, level: str) -> list[np.ndarray]:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -356,8 +356,8 @@ def evaluate(name: str, variant: str, path: Path, macs: int, repeats: int) -> zr
     m.set_input(0, x)
     stats = m.run()
     ours = [m.get_output(k) for k in range(m.num_outputs)]
-    res.ok, text = zr.judge(entry.kind, fmt, ours, _ort_outputs(path, x, "ORT_ENABLE_ALL"),
-                            _ort_outputs(path, x, "ORT_DISABLE_ALL"), entry.classes)
+    res.ok, text = zr.judge(entry.kind, fmt, ours, ort_outputs(path, x, "ORT_ENABLE_ALL"),
+                            ort_outputs(path, x, "ORT_DISABLE_ALL"), entry.classes)
     res.ok &= compiles.same
     res.agreement = text if compiles.same else f"{text}; {res.agreement}"
     npu = sum(int(layer.get("macs", 0)) for layer in lib.layers if layer.get("ran_on", "npu") == "npu")

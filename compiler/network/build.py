@@ -48,7 +48,7 @@ from . import fusion, layout_plan, parallel
 from .layout_plan import best_price, with_layout
 from .link import Layer, label, link
 from .partition import Group, partition, per_node
-from .storage import ARENA, alias, nbytes, plan_arena
+from .storage import ARENA, alias, nbytes, plan_arena, slice_views
 
 
 def _pipelining(kir) -> dict | None:
@@ -207,7 +207,7 @@ def _build_network(graph, cfg: Config, fuse: bool, layouts: bool, blocked: bool)
     if layouts:
         plan = layout_plan.plan_layouts(graph, groups, al, kernels.price, cfg.nu_cols if blocked else 0)
         graph, groups = layout_plan.apply(graph, groups, plan)
-        al = alias(graph)[0]
+        al = alias(graph, slice_views(graph, copies))[0]
     storage = plan_arena(graph, groups, al)
     ddr = {name: Buffer(name, "ddr", nbytes(graph.values[v]), dtype=graph.values[v].dtype,
                         shape=tuple(graph.values[v].shape)) for v, name in storage.named.items()}

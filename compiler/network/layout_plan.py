@@ -18,7 +18,7 @@ transforms, until none does; the lower of the two ends wins.  A transform is a k
 int8 identity clip whose input and output layouts differ: the DMA gathers one layout
 into VBUF and scatters it in the other), inserted only on a value whose stored bytes
 differ from a reader's layout (a tensor of one block is the same in NHWC and blocked).  Fixed to NCHW: the graph's inputs and outputs (the model's
-layout), tensors that share storage through a reshape or concat (their bytes are read
+layout), tensors that share storage through a reshape, concat or slice view (their bytes are read
 under another shape), int32 tensors (no transform kernel moves them) and the kernels
 that touch them.  Tensors of fewer than three dims, or of one channel or one pixel, have one layout.  Weights never
 move at run time: their layout is folded into the constants (lowering.layout).
@@ -148,7 +148,7 @@ def pinned_values(graph, al) -> dict[str, str]:
     for vs in members.values():
         if len(vs) > 1:
             for v in vs:
-                out.setdefault(v, "shares storage through a reshape or concat")
+                out.setdefault(v, "shares storage through a reshape, concat or slice view")
     for v, value in graph.values.items():
         if value.dtype != "int8":
             out.setdefault(v, f"{value.dtype}")

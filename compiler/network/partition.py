@@ -2,17 +2,21 @@
 residual add (then relu / clip), then luts (and relu / clip), as build() fuses a chain; a lut takes the
 luts and relu / clip after it; or one kernel per node (fuse=False).
 
-A lut L of the kernel's output x whose only reader is a mul of x by L(x) (SiLU as x * sigmoid(x),
-HardSwish as x * hardsigmoid(x): the two readers of x) is taken with that mul as one lut
-(ops.times_self): the product is a function of the int8 x alone, so neither x nor L(x) goes to DDR."""
+An island of per-tensor elementwise ops of one int8 value x (ops.unary.per_tensor: each reads x or the
+island's own results, with scalar constants at most) whose results but the last are read by the island
+alone is one lut (ops.unary.composed): SiLU as x * sigmoid(x), HardSwish as x * hardsigmoid(x), GELU as
+QOperator's chain of QLinear ops (x * 0.5 * (1 + erf(x / sqrt 2))).  The island's result is a function of the
+int8 x alone, so nothing between x and it goes to DDR: after a conv, dense or lut whose every reader is in it,
+the island is the kernel's epilogue; else it starts a kernel of its own."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip, times_self
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip
+from ..ops.unary import composed, per_tensor
 
-LAYOUT_KINDS = ("reshape", "concat")
+LAYOUT_KINDS = ("reshape", "concat", "slice")       # kinds that may move no data (storage.alias)
 
 
 @dataclass
@@ -59,72 +63,135 @@ def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
 
 
-def _self_product(users: list, users_of: dict, cur: str, outputs: set, taken: set) -> tuple | None:
-    """(lut node, mul node, the two as one lut) when cur's two readers are a lut L of cur and a same-shape
-    mul of cur by L(cur) that alone reads L(cur); else None."""
-    if len(users) != 2 or any(id(u) in taken for u in users):
+@dataclass
+class _Walk:
+    """What partition knows while it walks the graph: readers, graph outputs, nodes taken, graph order."""
+
+    graph: object
+    users_of: dict
+    outputs: set
+    taken: set
+    order: dict
+
+
+def _island(w: _Walk, root: str) -> tuple[list, Lut] | None:
+    """(the island's nodes in graph order, its lut) for the largest island of root (module docstring) of two
+    nodes or more that holds a binary op or a requantize (luts and clips alone a chain fuses as it is; one op
+    alone stays the op it is); else None."""
+    value = w.graph.values[root]
+    if value.dtype != "int8":
         return None
-    act, mul = users if _is_lut(users[0].op) else users[::-1]
-    if not (_is_lut(act.op) and act.inputs == (cur,) and act.output not in outputs
-            and users_of[act.output] == [mul] and isinstance(mul.op, Elementwise) and mul.op.mode == "mul"
-            and mul.op.b_shape is None and mul.op.b_const is None and set(mul.inputs) == {cur, act.output}):
+    inside, found, grew = {root}, [], True
+    while grew:
+        grew = False
+        for v in list(inside):
+            for u in w.users_of[v]:
+                if (id(u) not in w.taken and all(f is not u for f in found) and per_tensor(u.op)
+                        and tuple(u.op.shape) == tuple(value.shape) and w.graph.values[u.output].dtype == "int8"
+                        and all(i in inside for i in u.inputs)):
+                    found.append(u)
+                    inside.add(u.output)
+                    grew = True
+    found.sort(key=lambda n: w.order[id(n)])
+    best = max((_ancestors(found, sink) for sink in found if _closed(w, _ancestors(found, sink), sink)),
+               key=len, default=[])
+    if len(best) < 2 or not any(n.op.binary or n.op.mode == "requantize" for n in best):
         return None
-    return act, mul, times_self(act.op, mul.op, act_first=mul.inputs[0] == act.output)
+    at = {root: 0, **{n.output: k + 1 for k, n in enumerate(best)}}
+    return best, composed([(n.op, tuple(at[i] for i in n.inputs)) for n in best], value.shape)
+
+
+def _ancestors(found: list, sink) -> list:
+    """The nodes of `found` the sink's result depends on, the sink included, in graph order."""
+    made = {n.output: n for n in found}
+    keep, todo = {id(sink)}, [sink]
+    while todo:
+        for i in todo.pop().inputs:
+            if i in made and id(made[i]) not in keep:
+                keep.add(id(made[i]))
+                todo.append(made[i])
+    return [n for n in found if id(n) in keep]
+
+
+def _closed(w: _Walk, nodes: list, sink) -> bool:
+    """Does nothing outside `nodes` read their results but the sink's (and no graph output is among them)?"""
+    ids = {id(n) for n in nodes}
+    return all(n is sink or (n.output not in w.outputs and all(id(u) in ids for u in w.users_of[n.output]))
+               for n in nodes)
+
+
+def _epilogue_island(w: _Walk, cur: str) -> tuple[list, Lut] | None:
+    """The island of a kernel's result cur when it reads all of cur (cur then stays on chip)."""
+    isl = None if cur in w.outputs else _island(w, cur)
+    if isl is None or not all(any(u is n for n in isl[0]) for u in w.users_of[cur]):
+        return None
+    return isl
+
+
+def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
+    """Grow a kernel headed by a conv2d, dense or elementwise op along its chain (module docstring)."""
+    head = ops[0]
+    added = isinstance(head, Elementwise) and head.mode != "clip"
+    head_nu = isinstance(head, (Conv2d, Dense))
+    while True:
+        cur = members[-1].output
+        isl = _epilogue_island(w, cur) if head_nu or _is_lut(head) else None
+        if isl is not None:             # one lut, which ends the residual part too
+            members += isl[0]
+            ops.append(isl[1])
+            added = True
+            continue
+        users = w.users_of[cur]
+        if cur in w.outputs or len(users) != 1 or id(users[0]) in w.taken:
+            return
+        nxt = users[0]
+        if _is_clip(nxt.op) or (_is_lut(nxt.op) and (head_nu or _is_lut(head))):
+            members.append(nxt)         # a lut ends the residual part: no add after it
+            ops.append(nxt.op)
+            added |= _is_lut(nxt.op)
+        elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
+              and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
+              and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
+            pos = nxt.inputs.index(cur)
+            members.append(nxt)
+            ops.append(_as_first_input(nxt.op, pos))
+            inputs.append(nxt.inputs[1 - pos])
+            added = True
+        else:
+            return
+
+
+def _head(w: _Walk, node) -> tuple[list, list, list]:
+    """A new kernel's (nodes, ops, inputs): the island node starts (as its lut), or node alone."""
+    if per_tensor(node.op) and len(set(node.inputs)) == 1:
+        isl = _island(w, node.inputs[0])
+        if isl is not None and any(n is node for n in isl[0]):
+            return list(isl[0]), [isl[1]], [node.inputs[0]]
+    return [node], [node.op], list(node.inputs)
 
 
 def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     """Fuse the graph's nodes into kernels, in an order where every kernel's inputs already exist.
 
-    `copies` names reshapes that must move their data (alias() says which): each is a kernel
-    of its own, an int8 copy through the VU.
+    `copies` names the reshapes, concats and slices that must move their data (alias() says which):
+    each is a kernel of its own.
     """
-    users_of = consumers(graph)
-    outputs = set(graph.outputs)
-    order = {id(n): k for k, n in enumerate(graph.nodes)}
-    taken: set[int] = set()
+    w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)})
     groups: list[Group] = []
     for node in graph.nodes:
-        if id(node) in taken:
+        if id(node) in w.taken:
             continue
         if node.name in copies:
             groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
             continue
         if node.op.kind in LAYOUT_KINDS:
             continue
-        members, ops, inputs = [node], [node.op], list(node.inputs)
-        if isinstance(node.op, (Conv2d, Dense, Elementwise)):
-            added = isinstance(node.op, Elementwise) and node.op.mode != "clip"
-            head_nu = isinstance(node.op, (Conv2d, Dense))
-            while True:
-                cur = members[-1].output
-                users = users_of[cur]
-                both = None if cur in outputs or not (head_nu or _is_lut(node.op)) else _self_product(
-                    users, users_of, cur, outputs, taken)
-                if both is not None:            # x * lut(x): one lut, which ends the residual part too
-                    members += both[:2]
-                    ops.append(both[2])
-                    added = True
-                    continue
-                if cur in outputs or len(users) != 1 or id(users[0]) in taken:
-                    break
-                nxt = users[0]
-                if _is_clip(nxt.op) or (_is_lut(nxt.op) and (head_nu or _is_lut(node.op))):
-                    members.append(nxt)         # a lut ends the residual part: no add after it
-                    ops.append(nxt.op)
-                    added |= _is_lut(nxt.op)
-                elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
-                      and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
-                      and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
-                    pos = nxt.inputs.index(cur)
-                    members.append(nxt)
-                    ops.append(_as_first_input(nxt.op, pos))
-                    inputs.append(nxt.inputs[1 - pos])
-                    added = True
-                else:
-                    break
-        taken.update(id(m) for m in members)
+        members, ops, inputs = _head(w, node)
+        if isinstance(ops[0], (Conv2d, Dense, Elementwise)):
+            _extend(w, members, ops, inputs)
+        w.taken.update(id(m) for m in members)
         groups.append(Group(members[0].name, members, tuple(ops), inputs, members[-1].output))
-    groups.sort(key=lambda g: order[id(g.nodes[-1])])
+    groups.sort(key=lambda g: w.order[id(g.nodes[-1])])
     return groups
 
 
@@ -142,8 +209,8 @@ def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
 
 def _copy_op(graph, node) -> Op:
     """An int8 copy of a reshape's input to its output (a clip that clips nothing); a concat that cannot
-    alias its inputs is its own kernel (lowering.movement)."""
-    if node.op.kind == "concat":
+    alias its inputs, or a slice that is no view, is its own kernel (lowering.movement)."""
+    if node.op.kind in ("concat", "slice"):
         return node.op
     if graph.values[node.output].dtype != "int8":
         raise CompileError(f"{node.name}: a reshape between two graph inputs/outputs of "

@@ -47,19 +47,33 @@ class Aliases:
             return
         self.parent[rc] = (rp, op + off - oc)
 
+    def members(self, root: str) -> dict[str, int]:
+        """Every tensor living in `root`'s bytes, with its offset there."""
+        return {v: off for v in self.parent for r, off in [self.find(v)] if r == root}
 
-def alias(graph) -> tuple[Aliases, frozenset[str]]:
-    """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output.
+    def reroot(self, root: str, new: str) -> None:
+        """Make `new`, a member of `root`, the root of its tensors (offsets measured from it)."""
+        shift = self.find(new)[1]
+        for v, off in self.members(root).items():
+            self.parent[v] = (new, off - shift)
+
+
+def alias(graph, views: frozenset[str] | None = None) -> tuple[Aliases, frozenset[str]]:
+    """Reshapes share their input's bytes; a concat's inputs are consecutive slices of its output; a
+    slice that is one contiguous run of its input (Slice.view_offset) is a view of it.
 
     A reshape that would make two graph inputs/outputs share bytes copies instead, and a concat
     whose inputs are not whole slices of its output (an axis after one of size > 1) moves them
     by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes
-    or one with constant pieces (the kernel writes them at every run):
-    their names are in the returned set.
+    or one with constant pieces (the kernel writes them at every run).  A slice is a view only where
+    the tensors sharing bytes stay consistent (_view_fits); else it is a kernel.  The returned set
+    names the nodes that move data.  `views` fixes which slices are views (slice_views of a first
+    call: the graph with the layout plan's transforms keeps the choice its kernels were planned with).
     """
     al = Aliases(graph.values)
     named = set(graph.inputs) | set(graph.outputs)
     copies = set()
+    slices = []
     for node in graph.nodes:
         if node.op.kind == "reshape":
             ends = [{v for v in named if al.find(v)[0] == al.find(x)[0]} for x in (node.inputs[0], node.output)]
@@ -78,7 +92,59 @@ def alias(graph) -> tuple[Aliases, frozenset[str]]:
             for v in node.inputs:
                 al.link(v, node.output, off, node.name)
                 off += nbytes(graph.values[v])
-    return al, frozenset(copies)
+        elif node.op.kind == "slice":
+            slices.append(node)
+    derived = {n.output for n in graph.nodes if n.op.kind in ("reshape", "concat") and n.name not in copies}
+    moved: set[str] = set() if views is None else {n.name for n in slices if n.name not in views}
+    base = dict(al.parent)
+    while True:                # after every concat, so that a view never makes a concat's pieces move
+        al.parent = dict(base)
+        viewed = derived | {n.output for n in slices if n.name not in moved}
+        refused = next((n for n in slices if n.name not in moved
+                        and not _view_fits(graph, al, n, viewed, named, views is not None)), None)
+        if refused is None:
+            return al, frozenset(copies | moved)
+        moved.add(refused.name)     # it moves its data: its output is written, so every view is judged again
+
+
+def slice_views(graph, copies: frozenset[str]) -> frozenset[str]:
+    """The slices alias() made views: those not among the nodes that move data."""
+    return frozenset(n.name for n in graph.nodes if n.op.kind == "slice" and n.name not in copies)
+
+
+def _view_fits(graph, al: Aliases, node, derived: set[str], named: set[str], given: bool) -> bool:
+    """Link the slice's output into its input if the tensors sharing bytes then stay consistent: one of
+    them spans the rest (it becomes the root), the tensors kernels write (not in `derived`: views,
+    reshapes, concats) do not overlap, and a graph input/output is that whole span.  `given`: the view
+    was decided before (alias's `views`), so it must fit."""
+    off = node.op.view_offset()
+    trial = Aliases(())
+    trial.parent = dict(al.parent)
+    try:
+        if off is None:
+            raise CompileError(f"{node.name}: not one run of its input")
+        trial.link(node.output, node.inputs[0], off, node.name)
+    except CompileError:
+        if given:
+            raise
+        return False
+    root = trial.find(node.output)[0]
+    members = trial.members(root)
+    lo = min(members.values())
+    hi = max(o + nbytes(graph.values[v]) for v, o in members.items())
+    span = [v for v, o in members.items() if o == lo and nbytes(graph.values[v]) == hi - lo]
+    written = sorted((o, o + nbytes(graph.values[v])) for v, o in members.items()
+                     if v not in derived)
+    io = [v for v in members if v in named]
+    fits = span and all(a[1] <= b[0] for a, b in zip(written, written[1:])) and len(io) <= 1 and (
+        not io or io[0] in span)
+    if not fits:
+        if given:
+            raise CompileError(f"{node.name}: the slice was planned as a view of {node.inputs[0]} but cannot be one")
+        return False
+    trial.reroot(root, io[0] if io else span[0])
+    al.parent = trial.parent
+    return True
 
 
 def nbytes(value) -> int:

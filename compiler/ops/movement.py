@@ -91,6 +91,17 @@ class Slice(Op):
     def output(self) -> Tensor:
         return Tensor("y", self.counts, self.dtype)
 
+    def view_offset(self) -> int | None:
+        """The byte offset of y in x when y is one contiguous run of x's elements (a channel range of one
+        image, a band of whole rows), else None: such a slice moves nothing (network.storage.alias)."""
+        a = len(self.in_shape) - 1
+        while a >= 0 and self.counts[a] == self.in_shape[a] and (self.steps[a] == 1 or self.counts[a] == 1):
+            a -= 1
+        if a >= 0 and (any(c != 1 for c in self.counts[:a]) or (self.steps[a] != 1 and self.counts[a] != 1)):
+            return None
+        strides = [math.prod(self.in_shape[k + 1:]) for k in range(len(self.in_shape))]
+        return sum(s * st for s, st in zip(self.starts, strides)) * np.dtype(self.dtype).itemsize
+
     def min_read_bytes(self, burst: int) -> int:
         """The least DDR bytes the slice reads: its elements, or along the innermost axis, when its step
         is shorter than a DDR burst, the whole span (every burst of it holds a selected element)."""

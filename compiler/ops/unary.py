@@ -63,6 +63,36 @@ def lut(shape, table) -> Lut:
     return Lut("lut", shape_arg("shape", shape), table=table_arg("table", table))
 
 
+def per_tensor(op) -> bool:
+    """Is op an elementwise int8 op whose parameters are the tensor's (no per-channel constant, no broadcast
+    operand)?  A chain of such ops of one input is a function of each int8 code alone (composed)."""
+    if type(op) not in (Elementwise, Lut) or op.in_dtype != "int8":
+        return False
+    if op.b_shape is not None and (op.b_const is None or op.b_const.size != 1):
+        return False
+    if op.b_const is not None and op.b_const.size != 1:
+        return False
+    return all(a is None or np.size(a) == 1 for a in (op.ma, op.mb, op.shift, op.scale))
+
+
+def composed(steps: list[tuple[Elementwise, tuple[int, ...]]], shape) -> Lut:
+    """One table for per-tensor ops of one int8 input x: steps[k] = (op, args), args the indices of its operands
+    among (x, step 0's result, step 1's, ...); the last step's result is the table's.  Each op's own arithmetic
+    (its reference) runs on the 256 codes, so the table is exact: every op is elementwise with the tensor's
+    parameters, so the result is a function of the int8 x alone (SiLU's x * sigmoid(x), GELU's chain of
+    QLinear ops)."""
+    for op, _ in steps:
+        if not per_tensor(op):
+            raise CompileError(f"composed: {op.kind} of shape {tuple(op.shape)} has per-channel parameters or a "
+                               "broadcast operand: no table of one code holds it")
+    values = [np.arange(-128, 128, dtype=np.int8)]
+    for op, args in steps:
+        flat = replace(op, shape=(LUT_ENTRIES,), b_shape=None if op.b_shape is None else (1,),
+                       b_const=None if op.b_const is None else op.b_const.reshape(1))
+        values.append(flat._compute(*[values[a] for a in args]))
+    return Lut("lut", shape_arg("shape", shape), table=table_arg("table", values[-1]), y_layout=steps[-1][0].y_layout)
+
+
 def times_self(act: Lut, mul: Elementwise, act_first: bool) -> Lut:
     """x * act(x) (SiLU as x * sigmoid(x), HardSwish as x * hardsigmoid(x)) as one table: the mul's own arithmetic
     (its reference, QLinearMul's or the integer form) on every code and its image under act, then the mul's layout.
@@ -72,7 +102,5 @@ def times_self(act: Lut, mul: Elementwise, act_first: bool) -> Lut:
     if mul.mode != "mul" or mul.b_shape is not None or mul.b_const is not None or tuple(mul.shape) != tuple(act.shape):
         raise CompileError(f"times_self: {mul.kind} of shape {tuple(mul.shape)} is no same-shape mul of the "
                            f"lut's {tuple(act.shape)}")
-    codes, image = np.arange(-128, 128, dtype=np.int8), act.entries()
-    flat = replace(mul, shape=(LUT_ENTRIES,))         # the same arithmetic over the 256 codes
-    table = flat.reference(image, codes) if act_first else flat.reference(codes, image)
-    return replace(act, table=table_arg("table", table), lo=-128, hi=127, y_layout=mul.y_layout)
+    return replace(composed([(act, (0,)), (mul, (1, 0) if act_first else (0, 1))], act.shape),
+                   x_layout=act.x_layout)

@@ -1,15 +1,20 @@
-"""network.partition's x * act(x) rule: a conv's SiLU (x * sigmoid(x)) or HardSwish (x * hardsigmoid(x)),
-imported as a lut and a mul that both read the conv's output, becomes one lut in the conv's epilogue
-(ops.times_self), bit-exact with onnxruntime at both optimisation levels on shapes hypothesis draws (sizes
-that do not divide the 32x32 array), with the cost model's prediction equal to the simulated cycles."""
+"""network.partition's islands: per-tensor elementwise ops of one value as one lut.  A conv's SiLU (x * sigmoid(x))
+or HardSwish (x * hardsigmoid(x)), imported as a lut and a mul that both read the conv's output, and QOperator's
+GELU chain become one lut in the conv's epilogue (ops.unary.composed), bit-exact with onnxruntime at both
+optimisation levels on shapes hypothesis draws (sizes that do not divide the 32x32 array), with the cost model's
+prediction equal to the simulated cycles."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import TensorProto, helper
 
 import compiler
+from compiler import models, ops
+from compiler.graph import Graph
+from compiler.models import Net
 from compiler.network.partition import partition
 from tests.helpers.activations import ACTS, run_both, self_product_model
 
@@ -43,17 +48,78 @@ def test_a_conv_times_its_activation_is_one_kernel_bit_exact_with_onnxruntime(ac
 
 
 def test_the_rule_needs_the_conv_output_read_by_the_lut_and_the_mul_alone():
-    """The conv's output also a graph output: it goes to DDR anyway, the lut and the mul stay kernels of their
-    own (still exact)."""
+    """The conv's output also a graph output: it goes to DDR anyway, and the lut and the mul are one lut
+    kernel of their own that reads it (still exact)."""
     rng = np.random.default_rng(3)
     m = self_product_model((1, 5, 6, 7), 9, "silu", rng)
     m.graph.output.append(helper.make_tensor_value_info("cq", TensorProto.INT8, [1, 9, 6, 7]))
     g = compiler.from_onnx(m)
     kinds = [[o.kind for o in grp.ops] for grp in partition(g)]
-    assert ["lut"] in kinds and ["mul"] in kinds and ["conv2d"] in kinds
+    assert kinds == [["conv2d"], ["lut"]]
     lib = compiler.build(g)
     x = (rng.standard_normal((1, 5, 6, 7)) * 3).astype(np.float32)
     mod, want = run_both(m, lib, x)
     for w in want:
         np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, w))
 
+
+
+def _gelu_block(shape) -> onnx.ModelProto:
+    """conv -> GELU as torch exports it (x * 0.5 * (1 + erf(x / sqrt 2))) -> 1x1 conv, in float."""
+    n = Net("gelu", shape, 5)
+    x = n.conv(n.input, 12, 3, act=None)
+    s = n.shapes[x]
+    e = n._node("Erf", [n._node("Div", [x, n._init("sqrt2", np.array(1.4142135, np.float32))], s)], s)
+    g = n.mul(n.mul(x, n._node("Add", [e, n._init("one", np.array(1.0, np.float32))], s)),
+              n._init("half", np.array(0.5, np.float32)))
+    n.output(n.conv(g, 7, 1, act=None))
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+def test_gelus_chain_of_quantised_ops_is_one_lut_in_the_convs_epilogue(fmt):
+    """QOperator's GELU is a lut (Div, Erf), a QLinearAdd of 1, a QLinearMul by the conv's output and one by 0.5:
+    an island of the conv's output, one table after the conv; bit-exact with onnxruntime at both levels."""
+    shape = (1, 5, 9, 11)
+    m = models.quantize(_gelu_block(shape), fmt, seed=2, samples=3)
+    g = compiler.from_onnx(m)
+    groups = partition(g)
+    if fmt == "qoperator":
+        assert [o.kind for o in groups[0].ops] == ["conv2d", "lut"] and len(groups[0].nodes) >= 4
+        assert {n.op.kind for n in g.nodes} >= {"lut", "add", "mul"}
+    lib = compiler.build(g)
+    x = (np.random.default_rng(4).standard_normal(shape) * 2).astype(np.float32)
+    mod, want = run_both(m, lib, x)
+    for level, w in zip(("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"), want):
+        np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, w), err_msg=level)
+    assert lib.predicted_cycles == mod.stats.cycles
+
+
+def test_an_island_read_from_outside_before_its_end_keeps_that_result():
+    """x -> a = x * 0.5 (scalar) -> b = a + 1 (scalar); a also a graph output: the island is a alone, one op,
+    so each stays its op (a kernel of its own), and both outputs are exact."""
+    g = Graph("open")
+    x = g.input("x", (1, 3, 4, 5))
+    half = ops.mul((1, 3, 4, 5), multiplier=1 << 30, shift=31, b_shape=(1, 1, 1, 1),
+                   b_const=np.full((1, 1, 1, 1), 64, np.int8))
+    one = ops.add((1, 3, 4, 5), ma=1 << 14, mb=1 << 14, shift=14, b_shape=(1, 1, 1, 1),
+                  b_const=np.full((1, 1, 1, 1), 3, np.int8))
+    a = g.add(half, x, name="half")
+    b = g.add(one, a, name="one")
+    g.output(a, b)
+    g.validate()
+    assert [[o.kind for o in grp.ops] for grp in partition(g)] == [["mul"], ["add"]]
+    g2 = Graph("closed")
+    x = g2.input("x", (1, 3, 4, 5))
+    b = g2.add(one, g2.add(half, x, name="half"), name="one")
+    g2.output(b)
+    g2.validate()
+    assert [[o.kind for o in grp.ops] for grp in partition(g2)] == [["lut"]]
+    rng = np.random.default_rng(1)
+    for graph in (g, g2):
+        xs = rng.integers(-128, 128, (1, 3, 4, 5)).astype(np.int8)
+        mod = compiler.GraphModule(compiler.build(graph))
+        mod.set_input(0, xs)
+        mod.run(check_races=True)
+        for k, want in enumerate(graph.reference(xs)):
+            np.testing.assert_array_equal(mod.get_output(k, quantized=True), want)
