@@ -34,7 +34,7 @@ from ..errors import CompileError
 from ..graph import Node, Value
 from ..lowering.layout import LAYOUTS, canonical, layout_block, layouts_for, same_bytes
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d, clip
-from .partition import Group
+from .partition import Group, reshaped_output
 
 MAX_ROUNDS = 8          # coordinate-descent sweeps; each strictly lowers the total, so this only bounds time
 PLANNABLE = (Conv2d, Dense, Elementwise, Pool2d)
@@ -163,6 +163,8 @@ def candidates(graph, group, pinned: dict[str, str], block: int = 32) -> tuple[t
     for v in group.inputs + [group.output]:
         if v in pinned and graph.values[v].dtype != "int8":
             return ("nchw",), f"{v} is {pinned[v]}"
+    if reshaped_output(graph, group):
+        return ("nchw",), f"writes {group.output} under the shape {tuple(group.ops[-1].output.shape)}"
     return layouts_for(block), ""
 
 

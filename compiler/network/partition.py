@@ -31,6 +31,12 @@ class Group:
     parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
 
 
+def reshaped_output(graph, group: Group) -> bool:
+    """Does the kernel write its output value under another shape than its last op's (an epilogue island
+    read through a reshape, _reshaped)?  Its bytes are then the op's in NCHW order."""
+    return tuple(group.ops[-1].output.shape) != tuple(graph.values[group.output].shape)
+
+
 def consumers(graph) -> dict[str, list]:
     """The nodes reading each value of the graph."""
     out: dict[str, list] = {name: [] for name in graph.values}
@@ -72,12 +78,14 @@ class _Walk:
     outputs: set
     taken: set
     order: dict
+    copies: frozenset = frozenset()
 
 
-def _island(w: _Walk, root: str) -> tuple[list, Lut] | None:
+def _island(w: _Walk, root: str, shape: tuple[int, ...] | None = None) -> tuple[list, Lut] | None:
     """(the island's nodes in graph order, its lut) for the largest island of root (module docstring) of two
     nodes or more that holds a binary op or a requantize (luts and clips alone a chain fuses as it is; one op
-    alone stays the op it is); else None."""
+    alone stays the op it is); else None.  `shape`: the lut's (default root's; a kernel that writes root's
+    bytes under another shape)."""
     value = w.graph.values[root]
     if value.dtype != "int8":
         return None
@@ -98,7 +106,7 @@ def _island(w: _Walk, root: str) -> tuple[list, Lut] | None:
     if len(best) < 2 or not any(n.op.binary or n.op.mode == "requantize" for n in best):
         return None
     at = {root: 0, **{n.output: k + 1 for k, n in enumerate(best)}}
-    return best, composed([(n.op, tuple(at[i] for i in n.inputs)) for n in best], value.shape)
+    return best, composed([(n.op, tuple(at[i] for i in n.inputs)) for n in best], shape or value.shape)
 
 
 def _ancestors(found: list, sink) -> list:
@@ -121,11 +129,25 @@ def _closed(w: _Walk, nodes: list, sink) -> bool:
 
 
 def _epilogue_island(w: _Walk, cur: str) -> tuple[list, Lut] | None:
-    """The island of a kernel's result cur when it reads all of cur (cur then stays on chip)."""
-    isl = None if cur in w.outputs else _island(w, cur)
-    if isl is None or not all(any(u is n for n in isl[0]) for u in w.users_of[cur]):
+    """The island of a kernel's result cur when it reads all of cur (cur then stays on chip), or of the
+    reshape of cur that is cur's one reader (_reshaped): the lut then keeps cur's shape, and the kernel
+    writes the island's result in the bytes the reshape gives it."""
+    through = _reshaped(w, cur)
+    root = through[0].output if through else cur
+    isl = None if cur in w.outputs or root in w.outputs else _island(w, root, w.graph.values[cur].shape)
+    if isl is None or not all(any(u is n for n in isl[0]) for u in w.users_of[root]):
         return None
-    return isl
+    return through + isl[0], isl[1]
+
+
+def _reshaped(w: _Walk, cur: str) -> list:
+    """[the reshape] when cur's one reader is a reshape that moves no data (not a copy), else []: an
+    elementwise function of each byte is the same function under either shape (a dense's [N*H*W, C] output
+    read as [N, H, W, C] by ConvNeXt's GELU)."""
+    users = w.users_of[cur]
+    if len(users) != 1 or users[0].op.kind != "reshape" or users[0].name in w.copies or id(users[0]) in w.taken:
+        return []
+    return [users[0]]
 
 
 def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
@@ -140,6 +162,8 @@ def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
             members += isl[0]
             ops.append(isl[1])
             added = True
+            if tuple(isl[1].output.shape) != tuple(w.graph.values[members[-1].output].shape):
+                return                  # written under the reshape's shape: an op after it has another shape
             continue
         users = w.users_of[cur]
         if cur in w.outputs or len(users) != 1 or id(users[0]) in w.taken:
@@ -176,7 +200,8 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     `copies` names the reshapes, concats and slices that must move their data (alias() says which):
     each is a kernel of its own.
     """
-    w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)})
+    w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)},
+              copies)
     groups: list[Group] = []
     for node in graph.nodes:
         if id(node) in w.taken:

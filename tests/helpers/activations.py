@@ -81,11 +81,16 @@ def run_both(m: onnx.ModelProto, lib, x: np.ndarray, races: bool = True) -> tupl
     mod = compiler.GraphModule(lib)
     mod.set_input(0, x)
     mod.run(check_races=races)
+    return mod, [outs[0] for outs in ort_levels(m, x)]
+
+
+def ort_levels(m: onnx.ModelProto, x: np.ndarray) -> list[list[np.ndarray]]:
+    """onnxruntime's outputs of m on x, every output, at each of LEVELS (one thread)."""
     want = []
     for level in LEVELS:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         opts.intra_op_num_threads = 1
         sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        want.append(sess.run(None, {sess.get_inputs()[0].name: x})[0])
-    return mod, want
+        want.append(sess.run(None, {sess.get_inputs()[0].name: x}))
+    return want

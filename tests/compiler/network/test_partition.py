@@ -16,7 +16,7 @@ from compiler import models, ops
 from compiler.graph import Graph
 from compiler.models import Net
 from compiler.network.partition import partition
-from tests.helpers.activations import ACTS, run_both, self_product_model
+from tests.helpers.activations import ACTS, LEVELS, ort_levels, run_both, self_product_model
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,3 +123,46 @@ def test_an_island_read_from_outside_before_its_end_keeps_that_result():
         mod.run(check_races=True)
         for k, want in enumerate(graph.reference(xs)):
             np.testing.assert_array_equal(mod.get_output(k, quantized=True), want)
+
+
+def _mlp_block(h: int, w: int, c: int, hidden: int, conv_after: bool) -> onnx.ModelProto:
+    """ConvNeXt's MLP as quant_pre_process leaves it: [H*W, C], MatMul, reshaped to [1, H, W, D], GELU, reshaped
+    back, MatMul; with conv_after, the GELU's [1, H, W, D] read by a conv instead (H its channels)."""
+    n = Net("mlp", (h * w, c), 6)
+    y = n.reshape(n.matmul(n.input, hidden), (1, h, w, hidden))
+    s = n.shapes[y]
+    e = n._node("Erf", [n._node("Div", [y, n._init("sqrt2", np.array(1.4142135, np.float32))], s)], s)
+    g = n.mul(n.mul(y, n._node("Add", [e, n._init("one", np.array(1.0, np.float32))], s)),
+              n._init("half", np.array(0.5, np.float32)))
+    n.output(n.conv(g, 4, 3, act=None) if conv_after else n.matmul(n.reshape(g, (h * w, hidden)), 5))
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("conv_after", [False, True])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(1, 6), w=st.integers(2, 9), c=st.integers(1, 40), hidden=st.integers(2, 70),
+       seed=st.integers(0, 2**16))
+def test_a_dense_takes_the_island_of_its_output_read_through_a_reshape(fmt, conv_after, h, w, c, hidden, seed):
+    """dense -> reshape -> GELU: the island's lut is the dense's epilogue, shaped as the dense's output, and the
+    kernel writes the GELU's value in NCHW bytes (the layout plan keeps it so, a conv reading it in another
+    layout gets a transform); bit-exact with onnxruntime at both levels, the prediction equal to the run."""
+    m = models.quantize(_mlp_block(h, w, c, hidden, conv_after), fmt, seed=seed % 7, samples=2)
+    g = compiler.from_onnx(m)
+    if fmt == "qoperator":
+        first = partition(g)[0]
+        assert [o.kind for o in first.ops] == ["dense", "lut"], [o.kind for o in first.ops]
+        assert "reshape" in [n.op.kind for n in first.nodes]
+        assert tuple(first.ops[-1].output.shape) == (h * w, hidden)
+        assert g.values[first.output].shape == (1, h, w, hidden)
+    lib = compiler.build(g)
+    if fmt == "qoperator":
+        assert lib.meta["layout"]["kernels"][first.name] == "nchw"
+        assert "under the shape" in lib.meta["layout"]["fixed"][first.name]     # whatever its readers would pay
+    x = np.random.default_rng(seed).standard_normal((h * w, c)).astype(np.float32)
+    mod, _ = run_both(m, lib, x)
+    for level, outs in zip(LEVELS, ort_levels(m, x)):
+        for k, wk in enumerate(outs):
+            q = g.values[g.outputs[k]].quant.quantize(wk)
+            np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
+    assert lib.predicted_cycles == mod.stats.cycles
