@@ -45,7 +45,7 @@ from ..roofline import bound_cycles
 from ..search import best_schedule, cached_choice
 from ..structure import tiling_key
 from . import fusion, layout_plan, parallel
-from .layout_plan import best_price, with_layout
+from .layout_plan import best_price, planned
 from .link import Layer, label, link
 from .partition import Group, partition, per_node
 from .storage import ARENA, alias, nbytes, plan_arena, slice_views
@@ -104,7 +104,7 @@ class Kernels:
         the one NHWC chose (the layouts differ only in DDR strides: one build instead of the finalists)."""
         if key in self.chosen or not any(layout_block(getattr(op, "x_layout", "nchw")) for op in g.ops):
             return self.chosen.get(key)
-        return self.chosen.get(tiling_key(with_layout(g.ops, "nhwc")))
+        return self.chosen.get(tiling_key(planned(g, "nhwc").ops))
 
     def price(self, g: Group) -> int:
         """Predicted cycles of the group's kernel alone (built only if no group of its structure was, and

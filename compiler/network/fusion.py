@@ -25,7 +25,7 @@ from dataclasses import replace
 from ..errors import CompileError
 from ..library import Decision
 from ..ops import Conv2d, Dense, Elementwise, Pool2d
-from .partition import Group, reshaped_output
+from .partition import Group, reordered_io
 
 MAX_ANCHORS = 4     # anchors in one fused kernel: a bottleneck or inverted residual has three
 CHAINABLE = (Conv2d, Dense, Elementwise, Pool2d)
@@ -52,7 +52,8 @@ def links(graph, groups: list) -> dict[int, int]:
         h = groups[j]
         if h.inputs[0] != v or v in h.inputs[1:]:
             continue
-        if not all(isinstance(op, CHAINABLE) for op in g.ops + h.ops) or reshaped_output(graph, g):
+        if not all(isinstance(op, CHAINABLE) for op in g.ops + h.ops) or reordered_io(graph, g) or (
+                reordered_io(graph, h)):
             continue
         out[k] = j
     return out

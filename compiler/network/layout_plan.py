@@ -34,7 +34,7 @@ from ..errors import CompileError
 from ..graph import Node, Value
 from ..lowering.layout import LAYOUTS, canonical, layout_block, layouts_for, same_bytes
 from ..ops import Conv2d, Dense, Elementwise, Op, Pool2d, clip
-from .partition import Group, reshaped_output
+from .partition import Group, reordered_io
 
 MAX_ROUNDS = 8          # coordinate-descent sweeps; each strictly lowers the total, so this only bounds time
 PLANNABLE = (Conv2d, Dense, Elementwise, Pool2d)
@@ -43,6 +43,17 @@ PLANNABLE = (Conv2d, Dense, Elementwise, Pool2d)
 def with_layout(ops: tuple[Op, ...], layout: str) -> tuple[Op, ...]:
     """The ops with every activation they keep in DDR (and DM, between fused parts) in `layout`."""
     return tuple(replace(op, x_layout=layout, y_layout=layout) if hasattr(op, "x_layout") else op for op in ops)
+
+
+def planned(group: Group, layout: str) -> Group:
+    """The kernel with its ops in `layout` (with_layout), but for the ends a transpose folded into it fixes
+    (Group.in_layout, out_layout)."""
+    ops = list(with_layout(group.ops, layout))
+    if group.in_layout:
+        ops[0] = replace(ops[0], x_layout=group.in_layout)
+    if group.out_layout:
+        ops[-1] = replace(ops[-1], y_layout=group.out_layout)
+    return replace(group, ops=tuple(ops))
 
 
 def best_price(group, price: Callable[[object], int], layouts: tuple[str, ...] = LAYOUTS) -> int:
@@ -60,7 +71,7 @@ def _prices(group, layouts, price: Callable[[object], int]) -> dict[str, int]:
             out[lay] = out["nhwc"]
             continue
         try:
-            out[lay] = int(price(replace(group, ops=with_layout(group.ops, lay))))
+            out[lay] = int(price(planned(group, lay)))
         except CompileError as exc:
             err = exc
     if not out:
@@ -163,7 +174,9 @@ def candidates(graph, group, pinned: dict[str, str], block: int = 32) -> tuple[t
     for v in group.inputs + [group.output]:
         if v in pinned and graph.values[v].dtype != "int8":
             return ("nchw",), f"{v} is {pinned[v]}"
-    if reshaped_output(graph, group):
+    if group.in_layout or group.out_layout:
+        return ("nchw",), "a transpose folded in: reads or writes NHWC bytes as NCHW of the transposed shape"
+    if reordered_io(graph, group):
         return ("nchw",), f"writes {group.output} under the shape {tuple(group.ops[-1].output.shape)}"
     return layouts_for(block), ""
 
@@ -305,7 +318,7 @@ def apply(graph, groups: list, plan: LayoutPlan) -> tuple[object, list]:
     """
     g2 = copy.copy(graph)
     g2.values = dict(graph.values)
-    out = [replace(g, ops=with_layout(g.ops, plan.kernels[g.name])) for g in groups]
+    out = [planned(g, plan.kernels[g.name]) for g in groups]
     by_name = {g.name: k for k, g in enumerate(out)}
     after: dict[int, list] = {}
     for t in plan.transforms:

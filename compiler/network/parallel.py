@@ -27,7 +27,7 @@ from ..errors import CompileError
 from ..ops import Op
 from ..structure import tiling_key
 from . import fusion
-from .layout_plan import with_layout
+from .layout_plan import planned
 from .partition import partition, per_node
 from .storage import alias
 
@@ -52,20 +52,20 @@ def ahead(graph, cfg: Config, fuse: bool, layouts: bool) -> list[tuple[Op, ...]]
     """The chains whose unhinted search the build asks for first, one per tiling structure, largest first."""
     copies = alias(graph)[1]
     groups = partition(graph, copies) if fuse else per_node(graph, copies)
-    chains = [g.ops for g in groups]
+    chains = list(groups)
     if fuse:
         for run in fusion.chains(graph, groups):
             for i in range(len(run) - 1):
                 for j in range(i + 2, min(len(run), i + fusion.MAX_ANCHORS) + 1):
                     parts = [groups[k] for k in run[i:j]]
-                    ops = fusion.merged(parts).ops
-                    if fusion.anchors(ops) <= fusion.MAX_ANCHORS and not fusion.too_big_intermediate(parts,
-                                                                                                       cfg.dm_bytes):
-                        chains.append(ops)
+                    chain = fusion.merged(parts)
+                    if fusion.anchors(chain.ops) <= fusion.MAX_ANCHORS and not fusion.too_big_intermediate(
+                            parts, cfg.dm_bytes):
+                        chains.append(chain)
     out: dict[tuple, tuple[Op, ...]] = {}
-    for ops in chains:
+    for g in chains:
         for lay in AHEAD_LAYOUTS if layouts else ("nchw",):
-            laid = with_layout(ops, lay)
+            laid = planned(g, lay).ops
             out.setdefault(tiling_key(laid), laid)
     return sorted(out.values(), key=lambda ops: -sum(int(getattr(o, "macs", 0)) for o in ops))
 

@@ -7,13 +7,18 @@ island's own results, with scalar constants at most) whose results but the last 
 alone is one lut (ops.unary.composed): SiLU as x * sigmoid(x), HardSwish as x * hardsigmoid(x), GELU as
 QOperator's chain of QLinear ops (x * 0.5 * (1 + erf(x / sqrt 2))).  The island's result is a function of the
 int8 x alone, so nothing between x and it goes to DDR: after a conv, dense or lut whose every reader is in it,
-the island is the kernel's epilogue; else it starts a kernel of its own."""
+the island is the kernel's epilogue; else it starts a kernel of its own.  The island may be of a reshape that
+is the kernel's result's one reader (_reshaped: ConvNeXt's GELU of a dense's output).
+
+A transpose between NCHW and NHWC (LAYOUT_TRANSPOSES) next to a kernel is a layout of that kernel's DDR bytes,
+not a kernel: it folds into the kernel whose result it alone reads, which then writes NHWC, or into the conv or
+pool that alone reads it, which then reads NHWC (Group.in_layout, out_layout)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, clip
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, clip
 from ..ops.unary import composed, per_tensor
 
 LAYOUT_KINDS = ("reshape", "concat", "slice")       # kinds that may move no data (storage.alias)
@@ -29,12 +34,25 @@ class Group:
     inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
     output: str                # the graph value the kernel writes
     parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
+    # a transpose folded in (_transposed): the layout its first op reads x in / its last op writes in, whatever
+    # the layout plan chooses ('': the plan's)
+    in_layout: str = ""
+    out_layout: str = ""
 
 
-def reshaped_output(graph, group: Group) -> bool:
-    """Does the kernel write its output value under another shape than its last op's (an epilogue island
-    read through a reshape, _reshaped)?  Its bytes are then the op's in NCHW order."""
-    return tuple(group.ops[-1].output.shape) != tuple(graph.values[group.output].shape)
+LAYOUT_TRANSPOSES = {(0, 2, 3, 1): "out", (0, 3, 1, 2): "in"}
+"""The 4-d transposes that are a layout: NCHW -> NHWC writes NHWC bytes of its input, NHWC -> NCHW reads
+its output's NHWC bytes from its input's NCHW ones (ConvNeXt's around its LayerNorm)."""
+FOLDS_INTO = (Conv2d, Pool2d, Elementwise)       # last ops that write a 4-d activation in NHWC (layout_plan)
+READS_FOLDED = (Conv2d, Pool2d)                  # first ops that read one so: they always head a kernel
+
+
+def reordered_io(graph, group: Group) -> bool:
+    """Does the kernel read or write a value under another shape or order than its op's: an epilogue island
+    read through a reshape (_reshaped: the value's bytes are the last op's in NCHW order), or a transpose folded
+    in (in_layout, out_layout)?  The layout plan then keeps it NCHW, and fusion does not chain it."""
+    return bool(group.in_layout or group.out_layout) or (
+        tuple(group.ops[-1].output.shape) != tuple(graph.values[group.output].shape))
 
 
 def consumers(graph) -> dict[str, list]:
@@ -79,6 +97,7 @@ class _Walk:
     taken: set
     order: dict
     copies: frozenset = frozenset()
+    made_by: dict = field(default_factory=dict)
 
 
 def _island(w: _Walk, root: str, shape: tuple[int, ...] | None = None) -> tuple[list, Lut] | None:
@@ -185,6 +204,51 @@ def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
             return
 
 
+def _side(node) -> str | None:
+    """Which end of a kernel a node folds into as a layout ("in", "out"), if it is a LAYOUT_TRANSPOSES one."""
+    return LAYOUT_TRANSPOSES.get(tuple(node.op.perm)) if node.op.kind == "transpose" else None
+
+
+def _transposed(w: _Walk, t, reader=None) -> bool:
+    """Does transpose node t fold into a kernel as a layout (LAYOUT_TRANSPOSES): "out", into the kernel whose
+    result it alone reads, or "in", into `reader`, the node that alone reads its result, as its x?"""
+    side = _side(t)
+    if side is None or t.name in w.copies or w.graph.values[t.output].dtype != "int8":
+        return False
+    if side == "out":
+        return reader is None and t.inputs[0] not in w.outputs and len(w.users_of[t.inputs[0]]) == 1
+    users = w.users_of[t.output]
+    if reader is None:
+        reader = users[0] if len(users) == 1 else None
+    return (reader is not None and t.output not in w.outputs and len(users) == 1 and users[0] is reader
+            and isinstance(reader.op, READS_FOLDED)
+            and reader.inputs[0] == t.output and t.output not in reader.inputs[1:])
+
+
+def _fold_out(w: _Walk, members: list, ops: list) -> str:
+    """"nhwc" when the kernel's result is read by a transpose alone that folds into it ("out"): members and ops
+    then end with it and a last op that writes NHWC; else ''."""
+    users = w.users_of[members[-1].output]
+    if (len(users) != 1 or id(users[0]) in w.taken or not isinstance(ops[-1], FOLDS_INTO) or len(ops[-1].output.shape) != 4
+            or _side(users[0]) != "out" or not _transposed(w, users[0])):
+        return ""
+    members.append(users[0])
+    ops[-1] = replace(ops[-1], y_layout="nhwc")
+    return "nhwc"
+
+
+def _fold_in(w: _Walk, node, members: list, ops: list, inputs: list) -> str:
+    """"nhwc" when node's x is the result of a transpose that folds into it ("in"): the kernel then reads
+    the transpose's input in NHWC instead; else ''."""
+    t = w.made_by.get(node.inputs[0])
+    if t is None or id(t) in w.taken or not _transposed(w, t, node) or members[0] is not node:
+        return ""
+    members.insert(0, t)
+    ops[0] = replace(ops[0], x_layout="nhwc")
+    inputs[0] = t.inputs[0]
+    return "nhwc"
+
+
 def _head(w: _Walk, node) -> tuple[list, list, list]:
     """A new kernel's (nodes, ops, inputs): the island node starts (as its lut), or node alone."""
     if per_tensor(node.op) and len(set(node.inputs)) == 1:
@@ -201,7 +265,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     each is a kernel of its own.
     """
     w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)},
-              copies)
+              copies, {n.output: n for n in graph.nodes})
     groups: list[Group] = []
     for node in graph.nodes:
         if id(node) in w.taken:
@@ -209,13 +273,17 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         if node.name in copies:
             groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
             continue
-        if node.op.kind in LAYOUT_KINDS:
-            continue
+        if node.op.kind in LAYOUT_KINDS or (_side(node) == "in" and _transposed(w, node)):
+            continue                # a transpose its reader takes (_fold_in)
         members, ops, inputs = _head(w, node)
+        read = _fold_in(w, node, members, ops, inputs)
         if isinstance(ops[0], (Conv2d, Dense, Elementwise)):
             _extend(w, members, ops, inputs)
+        written = "" if reordered_io(graph, Group("", members, tuple(ops), inputs, members[-1].output)) else (
+            _fold_out(w, members, ops))
         w.taken.update(id(m) for m in members)
-        groups.append(Group(members[0].name, members, tuple(ops), inputs, members[-1].output))
+        groups.append(Group(node.name if read else members[0].name, members, tuple(ops), inputs, members[-1].output,
+                            [], read, written))
     groups.sort(key=lambda g: w.order[id(g.nodes[-1])])
     return groups
 

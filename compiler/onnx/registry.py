@@ -126,7 +126,7 @@ OPS: dict[str, Op] = {
                      "order, between DequantizeLinear and QuantizeLinear, on vu.pool.fmean (keepdims = 0: then a "
                      "reshape to [N, C])", 2, constraints="axes [2, 3] (an attribute, or an input from opset 18)"),
     "Transpose": Op(movement.transpose, "transpose (any permutation; DMA through VBUF; int8, QDQ or a folded "
-                    "constant)", 1),
+                    "constant); NCHW <-> NHWC next to a conv or pool: that kernel's DDR layout, no data moved", 1),
     "Slice": Op(movement.slice_, "slice (steps, negative and clamped starts / ends; DMA through VBUF)", 5),
     "Gather": Op(movement.gather, "slice (DMA through VBUF): a scalar index then a reshape dropping the axis, or "
                  "evenly spaced indices", 2, forms=("QDQ", "int8"), weight=1,

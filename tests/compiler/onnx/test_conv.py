@@ -224,6 +224,13 @@ def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w
     assert len(np.unique(y)) > 10
 
 
+def assert_varied(got: np.ndarray) -> None:
+    """The output is no constant the model could match by chance (a saturated scale): at least min(20, a quarter)
+    of its elements distinct, judged on outputs of 16 elements or more (a relu may zero a few all)."""
+    if got.size >= 16:
+        assert len(np.unique(got)) > min(20, got.size // 4)
+
+
 def float_conv_model(c: int, h: int, w: int, o: int, k: int, stride: int, group: int, relu: bool,
                      seed: int, pads: tuple[int, int, int, int] | None = None,
                      dilation: int = 1) -> tuple[onnx.ModelProto, dict]:
@@ -330,7 +337,7 @@ def test_a_dilated_qdq_conv_whose_outer_taps_read_only_padding(c, h, w, o, dil, 
         np.testing.assert_array_equal(model_codes, codes)
         np.testing.assert_array_equal(got, codes)
     assert lib.predicted_cycles == mod.stats.cycles
-    assert len(np.unique(got)) > min(20, got.size // 4)
+    assert_varied(got)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -359,7 +366,7 @@ def test_a_qdq_depthwise_conv_onnxruntime_runs_in_float_is_nu_fdwconv(c, h, w, k
     for level in LEVELS.values():
         np.testing.assert_array_equal(got, np.rint(ort_float(model, feeds, level) / p["ys"]).astype(np.int64) + p["yz"])
     assert lib.predicted_cycles == mod.stats.cycles
-    assert len(np.unique(got)) > min(20, got.size // 4)
+    assert_varied(got)
 
 
 def _ort_conv(xf: np.ndarray, wf: np.ndarray, bf: np.ndarray, p: dict) -> np.ndarray:

@@ -15,6 +15,7 @@ import compiler
 from compiler import models, ops
 from compiler import reference as sem
 from compiler.build import build
+from compiler.errors import CompileError
 from compiler.models import Net
 from compiler.ops.nu import live_taps
 from compiler.quant import ort_scale
@@ -75,7 +76,14 @@ def test_a_window_larger_than_its_input_compiles_and_matches_the_reference(case,
               multiplier=m, shift=s, zp_out=int(rng.integers(-20, 20)))
     op = ops.conv2d(xshape, w, bias, **kw)
     cfg = Config(**overrides).validate()
-    kernel = build(op, config=cfg)
+    try:
+        kernel = build(op, config=cfg)
+    except CompileError as exc:
+        # a tile loads its whole dilated window (docs/lowering.md): refused, with its reason, only where one
+        # output pixel's window outgrows half of the small IBUF
+        span = [(kk - 1) * d + 1 for kk, d in zip(k, dil)]
+        assert overrides and "no tile fits" in str(exc) and span[0] * span[1] * cfg.nu_rows > cfg.ibuf_bytes // 2, exc
+        return
     x = rand8(rng, xshape)
     np.testing.assert_array_equal(kernel(x, check_races=True), ref.conv2d(x, w, bias, **kw))
     assert kernel.stats.cycles >= kernel.roofline_cycles == bound_cycles([op], cfg)
