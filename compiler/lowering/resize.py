@@ -31,6 +31,9 @@ from .movement import CH_LOAD, CH_STORE, MIN_TILES, SLOT_BYTES, dma_boxes
 
 FORMS = {"float": LERP_FLOAT, "fixed": LERP_FIXED, "qdq": LERP_QUANT}
 """vu.lerp's vu.ma for each of ResizeLinear's forms."""
+SLOT_DEPTH = 3
+"""Slots per role: a tile's load, lerp and store each hold one, so all three stages run at once (two
+left the load of tile k + 2 waiting for tile k's store: LRASPP's x8 head 56,710 cycles, three 54,613)."""
 FIXED_SHIFT = 2 * (ONE_10.bit_length() - 1)
 """The fixed form's sum is in 1/1024 of 1/1024: divided by 2**20."""
 
@@ -52,7 +55,7 @@ class LerpLowering:
         self.rows, self.chunk = self._tile()
         self.bands = [(o, min(o + self.rows, op.out_shape[self.ay])) for o in range(0, op.out_shape[self.ay], self.rows)]
         self.table = self._table()
-        self.slots = Slots(depth=2)
+        self.slots = Slots(depth=SLOT_DEPTH)
         in_bytes = max(math.prod(self._in_size(b, self._chunk_box((0, 0)))) for b in self.bands)
         self.slots.declare(f"{name}_x", "vbuf", in_bytes)
         self.slots.declare(f"{name}_y", "vbuf", math.prod(self._out_size(self.bands[0], self._chunk_box((0, 0)))))
