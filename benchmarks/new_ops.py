@@ -33,7 +33,7 @@ from zoo import ZOO, cache_dir, npu_graphs, ort_outputs  # noqa: E402  benchmark
 import compiler  # noqa: E402
 from compiler.network.build import Kernels, plan_kernels  # noqa: E402
 from compiler.network.layout_plan import best_price  # noqa: E402
-from compiler.ops import Conv2d, Dense, Elementwise, Pool2d, Reshape  # noqa: E402
+from compiler.ops import Conv2d, Dense, Elementwise, Lut, Pool2d, Reshape  # noqa: E402
 from compiler.ops.norm import BatchNormPool  # noqa: E402
 from nnpsim.config import load_config  # noqa: E402
 
@@ -45,13 +45,16 @@ OLD_ELEMENTWISE = ("clip", "requantize")
 
 
 def is_new(op) -> bool:
-    """Is this an op of issue 25 (not a conv, dense, max / average pool, reshape, clip, requantize or residual add)?"""
+    """Is this an op of issue 25 (not a conv, dense, max / average pool, reshape, clip, requantize, a table of
+    requantizes or a residual add)?"""
     if isinstance(op, (Conv2d, Dense, Reshape)):
         return False
     if isinstance(op, Pool2d) and not isinstance(op, BatchNormPool):
         return op.mode == "mean"
     if isinstance(op, Elementwise) and op.mode in OLD_ELEMENTWISE:
         return False
+    if isinstance(op, Lut) and op.of and all(m in OLD_ELEMENTWISE for m in op.of):
+        return False            # a conv's requantize (QLinearConcat's of its input) as an epilogue table
     if isinstance(op, Elementwise) and op.mode == "add":
         return op.b_shape is not None or op.b_const is not None
     return True

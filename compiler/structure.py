@@ -7,7 +7,7 @@ import numpy as np
 
 from .ops import Op
 
-VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "multiplier", "name"}
+VALUE_ONLY = {"x_zp", "zp_out", "lo", "hi", "za", "zb", "ma", "mb", "shift", "multiplier", "name", "of"}
 """Op fields that change what a kernel computes but not how it is tiled."""
 
 

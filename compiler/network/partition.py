@@ -1,6 +1,7 @@
 """A graph's nodes grouped into kernels: each conv2d / dense takes the relu / clip after it and one
 residual add (then relu / clip), then luts (and relu / clip), as build() fuses a chain; a lut takes the
-luts and relu / clip after it; or one kernel per node (fuse=False).
+luts and relu / clip after it; a per-tensor requantize after those is one more lut (QLinearConcat's of its
+inputs); or one kernel per node (fuse=False).
 
 An island of per-tensor elementwise ops of one int8 value x (ops.unary.per_tensor: each reads x or the
 island's own results, with scalar constants at most) whose results but the last are read by the island
@@ -192,6 +193,10 @@ def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
             members.append(nxt)         # a lut ends the residual part: no add after it
             ops.append(nxt.op)
             added |= _is_lut(nxt.op)
+        elif (head_nu or _is_lut(head)) and _lone_requantize(w, nxt, ops[-1]):
+            members.append(nxt)         # QLinearConcat's requantize of its input: a table in the epilogue
+            ops.append(composed([(nxt.op, (0,))], ops[-1].output.shape))
+            added = True
         elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
               and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
               and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
@@ -247,6 +252,12 @@ def _fold_in(w: _Walk, node, members: list, ops: list, inputs: list) -> str:
     ops[0] = replace(ops[0], x_layout="nhwc")
     inputs[0] = t.inputs[0]
     return "nhwc"
+
+
+def _lone_requantize(w: _Walk, node, last: Op) -> bool:
+    """Is node a per-tensor int8 requantize of the kernel's result, under its shape (an epilogue lut of one op)?"""
+    return (isinstance(node.op, Elementwise) and node.op.mode == "requantize" and per_tensor(node.op)
+            and w.graph.values[node.output].dtype == "int8" and tuple(node.op.shape) == tuple(last.output.shape))
 
 
 def _head(w: _Walk, node) -> tuple[list, list, list]:

@@ -26,6 +26,7 @@ class Lut(Elementwise):
     """
 
     table: np.ndarray | None = None
+    of: tuple[str, ...] = ()         # the modes of the elementwise ops composed into it; (): a table of its own
 
     def entries(self) -> np.ndarray:
         """The int8[256] table with the op's clamp applied: what vu.lut looks up."""
@@ -34,7 +35,7 @@ class Lut(Elementwise):
     def then(self, other: "Lut") -> "Lut":
         """This table followed by other's: one lookup for both (the layouts of x and of other's y)."""
         return replace(self, table=table_arg("table", sem.lut(self.entries(), other.entries())), lo=-128, hi=127,
-                       y_layout=other.y_layout)
+                       y_layout=other.y_layout, of=self.of + other.of if self.of and other.of else ())
 
     def _compute(self, *arrays: np.ndarray) -> np.ndarray:
         return sem.lut(arrays[0], self.entries())
@@ -90,7 +91,8 @@ def composed(steps: list[tuple[Elementwise, tuple[int, ...]]], shape) -> Lut:
         flat = replace(op, shape=(LUT_ENTRIES,), b_shape=None if op.b_shape is None else (1,),
                        b_const=None if op.b_const is None else op.b_const.reshape(1))
         values.append(flat._compute(*[values[a] for a in args]))
-    return Lut("lut", shape_arg("shape", shape), table=table_arg("table", values[-1]), y_layout=steps[-1][0].y_layout)
+    return Lut("lut", shape_arg("shape", shape), table=table_arg("table", values[-1]), y_layout=steps[-1][0].y_layout,
+               of=tuple(op.mode for op, _ in steps))
 
 
 def times_self(act: Lut, mul: Elementwise, act_first: bool) -> Lut:

@@ -207,3 +207,28 @@ def test_transposes_that_are_a_layout_fold_into_the_kernels_around_them(fmt, als
             q = g.values[g.outputs[k]].quant.quantize(wk)
             np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
     assert lib.predicted_cycles == mod.stats.cycles
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(c=st.integers(1, 20), h=st.integers(1, 9), w=st.integers(1, 13), o1=st.integers(1, 40), o2=st.integers(1, 40),
+       seed=st.integers(0, 2**16))
+def test_a_convs_lone_requantize_is_a_table_in_its_epilogue(fmt, c, h, w, o1, o2, seed):
+    """SqueezeNet's fire: two convs concatenated.  QLinearConcat requantizes each input to its own scale: after a
+    conv that requantize is one table in the conv's epilogue (Lut.of names it), written straight into the concat;
+    bit-exact with onnxruntime at both levels, the prediction the run's."""
+    n = Net("fire", (1, c, h, w), seed % 11)
+    n.output(n.concat([n.conv(n.input, o1, 1), n.conv(n.input, o2, 3)]))
+    m = models.quantize(n.model(), fmt, seed=seed % 5, samples=2)
+    g = compiler.from_onnx(m)
+    requants = [nd for nd in g.nodes if nd.op.kind == "requantize"]
+    tables = [grp.ops[-1] for grp in partition(g) if [o.kind for o in grp.ops] == ["conv2d", "lut"]]
+    assert len(tables) == len(requants) and all(t.of == ("requantize",) for t in tables)
+    if fmt == "qoperator":
+        assert requants         # the two convs' output scales differ from the concat's
+    lib = compiler.build(g)
+    x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
+    mod, want = run_both(m, lib, x)
+    for level, wk in zip(LEVELS, want):
+        np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, wk), err_msg=level)
+    assert lib.predicted_cycles == mod.stats.cycles

@@ -225,11 +225,12 @@ def test_a_patch_embedding_runs_as_a_dense_over_its_patches(form, dtype, c, h, w
 
 
 def assert_varied(got: np.ndarray) -> None:
-    """The output is no constant the model could match by chance (a saturated scale): over min(20, a quarter) of
-    its elements distinct codes from 64 elements on, at least 3 from 16 (the relu's zero and the saturated code
-    leave few others in a small output), unjudged below (a relu may zero a handful all)."""
+    """The output is no constant the model could match by chance (a saturated scale): over min(20, an eighth) of
+    its elements distinct codes from 64 elements on (a relu zeroes about half), at least 3 from 16 (the relu's
+    zero and the saturated code leave few others in a small output), unjudged below (a relu may zero a handful
+    all)."""
     if got.size >= 64:
-        assert len(np.unique(got)) > min(20, got.size // 4)
+        assert len(np.unique(got)) > min(20, got.size // 8)
     elif got.size >= 16:
         assert len(np.unique(got)) >= 3
 
