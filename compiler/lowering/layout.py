@@ -41,6 +41,19 @@ LAYOUTS = ("nchw", "nhwc")
 A third, blocked_layout(b), depends on the NU array (its block is the array's columns)."""
 
 _BLOCKED = re.compile(r"nc(\d+)hw(\d+)")
+_PITCHED = re.compile(r"nchw_c(\d+)")
+
+
+def pitched_layout(pitch: int) -> str:
+    """NCHW with `pitch` channel planes from one channel to the next: a piece of a tensor whose channels
+    interleave `pitch` pieces (ShuffleNetV2's shuffle of its concat), the first plane at the piece's offset."""
+    return f"nchw_c{int(pitch)}"
+
+
+def layout_pitch(layout: str) -> int:
+    """The channel pitch of a pitched layout (pitched_layout); 1 for every other."""
+    m = _PITCHED.fullmatch(str(layout))
+    return int(m.group(1)) if m else 1
 
 
 def blocked_layout(block: int) -> str:
@@ -55,12 +68,14 @@ def layouts_for(block: int) -> tuple[str, ...]:
 
 def layout_block(layout: str) -> int:
     """Channels per block of a blocked layout; 0 for NCHW and NHWC (CompileError for no layout)."""
-    return int(_BLOCKED.fullmatch(check_layout(layout)).group(1)) if layout not in LAYOUTS else 0
+    if layout in LAYOUTS or layout_pitch(check_layout(layout)) > 1:
+        return 0
+    return int(_BLOCKED.fullmatch(layout).group(1))
 
 
 def check_layout(layout: str) -> str:
     """layout, or CompileError naming it when it is none of LAYOUTS nor a blocked layout."""
-    if layout in LAYOUTS:
+    if layout in LAYOUTS or layout_pitch(layout) > 1:
         return layout
     m = _BLOCKED.fullmatch(str(layout))
     if m is None or m.group(1) != m.group(2) or int(m.group(1)) < 1:
@@ -82,11 +97,15 @@ def act_strides(shape, layout: str) -> tuple[int, ...]:
     NHWC puts the channel innermost: (n, c, r...) lives at (n * R + r) * C + c, R the product of
     the rest.  Blocked NC/bHWb stores [N][C/b][R...][b]: these are the strides inside the first
     block (block_at gives any channel's); a tensor of at most b channels is one block, the same
-    bytes as NHWC.  A tensor of fewer than three dims has one layout.
+    bytes as NHWC.  Pitched NCHW (pitched_layout) multiplies NCHW's image and channel strides by its
+    pitch.  A tensor of fewer than three dims has one layout.
     """
     shape = tuple(int(v) for v in shape)
     rest = _plain(shape)
-    if check_layout(layout) == "nchw" or len(shape) < 3:
+    pitch = layout_pitch(check_layout(layout))
+    if pitch > 1:
+        return (rest[0] * pitch, rest[1] * pitch) + rest[2:]
+    if layout == "nchw" or len(shape) < 3:
         return rest
     c = shape[1]
     if layout != "nhwc":

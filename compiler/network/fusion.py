@@ -52,8 +52,9 @@ def links(graph, groups: list) -> dict[int, int]:
         h = groups[j]
         if h.inputs[0] != v or v in h.inputs[1:]:
             continue
-        if not all(isinstance(op, CHAINABLE) for op in g.ops + h.ops) or reordered_io(graph, g) or (
-                reordered_io(graph, h)):
+        # a fused kernel may end by writing pitched (a shuffle's piece): no other reordered end inside one
+        if not all(isinstance(op, CHAINABLE) for op in g.ops + h.ops) or reordered_io(graph, g) or h.in_layout or (
+                reordered_io(graph, replace(h, out_layout=""))):
             continue
         out[k] = j
     return out
@@ -81,7 +82,7 @@ def merged(parts: list[Group]) -> Group:
     """One kernel of several linked kernels: their ops in order, the first's inputs then the others' second ones."""
     return replace(parts[0], nodes=[n for g in parts for n in g.nodes], ops=tuple(op for g in parts for op in g.ops),
                    inputs=list(parts[0].inputs) + [v for g in parts[1:] for v in g.inputs[1:]],
-                   output=parts[-1].output, parts=list(parts))
+                   output=parts[-1].output, parts=list(parts), out_layout=parts[-1].out_layout)
 
 
 def ring_bytes(parts: list) -> int | None:

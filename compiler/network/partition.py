@@ -13,12 +13,15 @@ is the kernel's result's one reader (_reshaped: ConvNeXt's GELU of a dense's out
 
 A transpose between NCHW and NHWC (LAYOUT_TRANSPOSES) next to a kernel is a layout of that kernel's DDR bytes,
 not a kernel: it folds into the kernel whose result it alone reads, which then writes NHWC, or into the conv or
-pool that alone reads it, which then reads NHWC (Group.in_layout, out_layout)."""
+pool that alone reads it, which then reads NHWC (Group.in_layout, out_layout).  A channel shuffle whose two
+pieces end kernels (channel_shuffles) is no kernel either: each piece's kernel writes it pitched into the
+shuffled tensor."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
+from ..lowering.layout import pitched_layout
 from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, clip
 from ..ops.unary import composed, per_tensor
 
@@ -209,6 +212,53 @@ def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
             return
 
 
+SHUFFLE_PERM = (0, 2, 1, 3, 4)
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """ShuffleNetV2's channel shuffle of two pieces: Concat(a, b) on channels, Reshape [N, 2, C, H, W],
+    Transpose SHUFFLE_PERM, Reshape [N, 2C, H, W].  Channel i of piece g is plane 2i + g of the transpose's
+    output: each piece's kernel writes it there (PIECE_LAYOUT), and no node between moves data."""
+
+    transpose: str
+    concat: str
+    pieces: tuple[str, str]
+    out: str                   # the transpose's output, whose bytes the pieces are
+    plane: int                 # bytes of one channel plane (H * W)
+
+
+PIECE_LAYOUT = pitched_layout(2)
+
+
+def channel_shuffles(graph) -> dict[str, Shuffle]:
+    """Transpose node name -> its Shuffle, for each channel shuffle whose two pieces are results of ops that
+    end a kernel and can write them pitched (FOLDS_INTO), read by the concat alone, no graph input or output
+    among the values."""
+    made = {n.output: n for n in graph.nodes}
+    users = consumers(graph)
+    io = set(graph.inputs) | set(graph.outputs)
+    out = {}
+    for t in graph.nodes:
+        if t.op.kind != "transpose" or tuple(t.op.perm) != SHUFFLE_PERM or t.inputs[0] not in made:
+            continue
+        r1 = made[t.inputs[0]]
+        cat = made.get(r1.inputs[0]) if r1.op.kind == "reshape" else None
+        if cat is None or cat.op.kind != "concat" or cat.op.axis != 1 or len(cat.inputs) != 2 or cat.op.consts:
+            continue
+        shape = graph.values[cat.inputs[0]].shape
+        pieces = tuple(cat.inputs)
+        chain = [*pieces, cat.output, r1.output, t.output]
+        if (len(shape) != 4 or shape[0] != 1 or graph.values[cat.inputs[1]].shape != shape or pieces[0] == pieces[1]
+                or tuple(graph.values[r1.output].shape) != (1, 2, *shape[1:])
+                or any(v in io or graph.values[v].dtype != "int8" for v in chain)
+                or any(len(users[v]) != 1 for v in chain)
+                or not all(v in made and isinstance(made[v].op, FOLDS_INTO) for v in pieces)):
+            continue
+        out[t.name] = Shuffle(t.name, cat.name, pieces, t.output, shape[2] * shape[3])
+    return out
+
+
 def _side(node) -> str | None:
     """Which end of a kernel a node folds into as a layout ("in", "out"), if it is a LAYOUT_TRANSPOSES one."""
     return LAYOUT_TRANSPOSES.get(tuple(node.op.perm)) if node.op.kind == "transpose" else None
@@ -278,20 +328,25 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)},
               copies, {n.output: n for n in graph.nodes})
     groups: list[Group] = []
+    shuffles = channel_shuffles(graph)
+    pieces = {v for sh in shuffles.values() for v in sh.pieces}
     for node in graph.nodes:
         if id(node) in w.taken:
             continue
         if node.name in copies:
             groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
             continue
-        if node.op.kind in LAYOUT_KINDS or (_side(node) == "in" and _transposed(w, node)):
-            continue                # a transpose its reader takes (_fold_in)
+        if node.op.kind in LAYOUT_KINDS or node.name in shuffles or (_side(node) == "in" and _transposed(w, node)):
+            continue                # moves no data: storage.alias, or a transpose its reader takes (_fold_in)
         members, ops, inputs = _head(w, node)
         read = _fold_in(w, node, members, ops, inputs)
         if isinstance(ops[0], (Conv2d, Dense, Elementwise)):
             _extend(w, members, ops, inputs)
-        written = "" if reordered_io(graph, Group("", members, tuple(ops), inputs, members[-1].output)) else (
-            _fold_out(w, members, ops))
+        if members[-1].output in pieces:
+            written = _pitched(ops)
+        else:
+            written = "" if reordered_io(graph, Group("", members, tuple(ops), inputs, members[-1].output)) else (
+                _fold_out(w, members, ops))
         w.taken.update(id(m) for m in members)
         groups.append(Group(node.name if read else members[0].name, members, tuple(ops), inputs, members[-1].output,
                             [], read, written))
@@ -300,14 +355,25 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
 
 
 def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
-    """One kernel per node, in graph order (layout-only nodes move no data; copies are kernels of their own)."""
+    """One kernel per node, in graph order (layout-only nodes and channel shuffles move no data; copies are
+    kernels of their own)."""
     out = []
+    shuffles = channel_shuffles(graph)
+    pieces = {v for sh in shuffles.values() for v in sh.pieces}
     for node in graph.nodes:
         if node.name in copies:
             out.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
-        elif node.op.kind not in LAYOUT_KINDS:
-            out.append(Group(node.name, [node], (node.op,), list(node.inputs), node.output))
+        elif node.op.kind not in LAYOUT_KINDS and node.name not in shuffles:
+            ops = [node.op]
+            written = _pitched(ops) if node.output in pieces else ""
+            out.append(Group(node.name, [node], tuple(ops), list(node.inputs), node.output, [], "", written))
     return out
+
+
+def _pitched(ops: list) -> str:
+    """PIECE_LAYOUT, with the kernel's last op writing it: a piece of a channel shuffle."""
+    ops[-1] = replace(ops[-1], y_layout=PIECE_LAYOUT)
+    return PIECE_LAYOUT
 
 
 

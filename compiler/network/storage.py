@@ -11,7 +11,7 @@ from ..errors import CompileError
 from ..ir import Buffer
 from ..library import ARENA, buffer_name
 from ..passes import alloc
-from .partition import Group
+from .partition import Group, channel_shuffles
 
 ARENA_ALIGN = 64
 
@@ -64,18 +64,27 @@ def alias(graph, views: frozenset[str] | None = None) -> tuple[Aliases, frozense
 
     A reshape that would make two graph inputs/outputs share bytes copies instead, and a concat
     whose inputs are not whole slices of its output (an axis after one of size > 1) moves them
-    by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes
-    or one with constant pieces (the kernel writes them at every run).  A slice is a view only where
+    by DMA (lowering.movement), as does one that would make two graph inputs/outputs share bytes, one
+    with a graph input/output among its pieces, or one with constant pieces (the kernel writes them at
+    every run).  A slice is a view only where
     the tensors sharing bytes stay consistent (_view_fits); else it is a kernel.  The returned set
     names the nodes that move data.  `views` fixes which slices are views (slice_views of a first
     call: the graph with the layout plan's transforms keeps the choice its kernels were planned with).
+    A channel shuffle's pieces (partition.channel_shuffles) live in its transpose's output, plane 2i + g
+    for channel i of piece g: its concat, reshapes and transpose move no data.
     """
     al = Aliases(graph.values)
     named = set(graph.inputs) | set(graph.outputs)
     copies = set()
     slices = []
+    shuffles = channel_shuffles(graph)
+    shuffled = {sh.concat: sh for sh in shuffles.values()}
     for node in graph.nodes:
-        if node.op.kind == "reshape":
+        if node.name in shuffled:      # its pieces are the shuffle's planes, written pitched (partition.Shuffle)
+            sh = shuffled[node.name]
+            for g, v in enumerate(sh.pieces):
+                al.link(v, sh.out, g * sh.plane * np.dtype(graph.values[v].dtype).itemsize, node.name)
+        elif node.op.kind == "reshape":
             ends = [{v for v in named if al.find(v)[0] == al.find(x)[0]} for x in (node.inputs[0], node.output)]
             if ends[0] and ends[1] and al.find(node.inputs[0])[0] != al.find(node.output)[0]:
                 copies.add(node.name)
@@ -85,8 +94,10 @@ def alias(graph, views: frozenset[str] | None = None) -> tuple[Aliases, frozense
             shape = graph.values[node.output].shape
             roots = {al.find(v)[0] for v in (*node.inputs, node.output)}
             joined = sum(any(al.find(v)[0] == r for v in named) for r in roots)
-            if int(np.prod(shape[:node.op.axis])) != 1 or joined > 1 or node.op.consts:
-                copies.add(node.name)      # not a run of whole slices, two graph tensors, constants: moved by DMA
+            # a graph tensor among the pieces would be part of another tensor's bytes (plan_arena: its own buffer)
+            named_piece = any(al.find(u)[0] == al.find(v)[0] for v in node.inputs for u in named)
+            if int(np.prod(shape[:node.op.axis])) != 1 or joined > 1 or named_piece or node.op.consts:
+                copies.add(node.name)      # not a run of whole slices, graph tensors, constants: moved by DMA
                 continue
             off = 0
             for v in node.inputs:
@@ -94,7 +105,10 @@ def alias(graph, views: frozenset[str] | None = None) -> tuple[Aliases, frozense
                 off += nbytes(graph.values[v])
         elif node.op.kind == "slice":
             slices.append(node)
-    derived = {n.output for n in graph.nodes if n.op.kind in ("reshape", "concat") and n.name not in copies}
+    # tensors no kernel writes as themselves: a shuffle's pieces are written plane by plane, so the
+    # transpose's output stands for them in _view_fits
+    derived = {n.output for n in graph.nodes if n.op.kind in ("reshape", "concat") and n.name not in copies} | {
+        v for sh in shuffles.values() for v in sh.pieces}
     moved: set[str] = set() if views is None else {n.name for n in slices if n.name not in views}
     base = dict(al.parent)
     while True:                # after every concat, so that a view never makes a concat's pieces move

@@ -15,7 +15,7 @@ import compiler
 from compiler import models, ops
 from compiler.graph import Graph
 from compiler.models import Net
-from compiler.network.partition import partition
+from compiler.network.partition import channel_shuffles, partition
 from tests.helpers.activations import ACTS, LEVELS, ort_levels, run_both, self_product_model
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
@@ -231,4 +231,46 @@ def test_a_convs_lone_requantize_is_a_table_in_its_epilogue(fmt, c, h, w, o1, o2
     mod, want = run_both(m, lib, x)
     for level, wk in zip(LEVELS, want):
         np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, wk), err_msg=level)
+    assert lib.predicted_cycles == mod.stats.cycles
+
+
+def _shuffle_block(c: int, h: int, w: int, half: int, piece_out: bool) -> onnx.ModelProto:
+    """ShuffleNetV2's unit end: two convs concatenated, Reshape [1, 2, half, H, W], Transpose (0, 2, 1, 3, 4),
+    Reshape [1, 2 * half, H, W], then a conv; piece_out: the first conv's result is a graph output too."""
+    n = Net("shuffle", (1, c, h, w), 8)
+    a, b = n.conv(n.input, half, 1), n.conv(n.input, half, 3)
+    r = n.reshape(n.concat([a, b]), (1, 2, half, h, w))
+    t = n._node("Transpose", [r], (1, half, 2, h, w), perm=[0, 2, 1, 3, 4])
+    n.output(n.conv(n.reshape(t, (1, 2 * half, h, w)), 5, 1))
+    if piece_out:
+        n.output(a)
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("piece_out", [False, True])
+@pytest.mark.parametrize("fuse", [True, False])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(c=st.integers(1, 12), h=st.integers(1, 9), w=st.integers(1, 11), half=st.integers(1, 40),
+       seed=st.integers(0, 2**16))
+def test_a_channel_shuffles_pieces_are_written_into_its_planes(fmt, piece_out, fuse, c, h, w, half, seed):
+    """The pieces of the shuffle are written pitched, channel i of piece g at plane 2i + g of the shuffled tensor
+    (partition.channel_shuffles): no transpose kernel, one kernel per node too (fuse=False); with a piece also a
+    graph output the transpose stays a kernel and the concat copies its pieces.  Bit-exact with onnxruntime at both levels, race-checked, the
+    prediction the run's."""
+    m = models.quantize(_shuffle_block(c, h, w, half, piece_out), fmt, seed=seed % 5, samples=2)
+    g = compiler.from_onnx(m)
+    shuffles = channel_shuffles(g)
+    assert len(shuffles) == 1 or piece_out
+    # a piece that is a graph output keeps the transpose (QOperator requantizes the conv's result into the piece)
+    assert not shuffles or not set(next(iter(shuffles.values())).pieces) & set(g.outputs)
+    lib = compiler.build(g, fuse=fuse)
+    kinds = [kind for layer in lib.layers for kind in layer["ops"].split(" + ")]
+    assert ("transpose" in kinds) == (not shuffles)
+    x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
+    mod, _ = run_both(m, lib, x)
+    for level, outs in zip(LEVELS, ort_levels(m, x)):
+        for k, wk in enumerate(outs):
+            q = g.values[g.outputs[k]].quant.quantize(wk)
+            np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
     assert lib.predicted_cycles == mod.stats.cycles
