@@ -38,8 +38,8 @@ class Group:
     inputs: list[str]          # graph values bound to the kernel's inputs (x, then b ...)
     output: str                # the graph value the kernel writes
     parts: list = field(default_factory=list)    # the kernels a fused kernel was merged from
-    # a transpose folded in (_transposed): the layout its first op reads x in / its last op writes in, whatever
-    # the layout plan chooses ('': the plan's)
+    # a transpose folded in (_transposed), or a channel shuffle's piece (PIECE_LAYOUT): the layout its first op
+    # reads x in / its last op writes in, whatever the layout plan chooses ('': the plan's)
     in_layout: str = ""
     out_layout: str = ""
 
@@ -249,7 +249,8 @@ def channel_shuffles(graph) -> dict[str, Shuffle]:
         shape = graph.values[cat.inputs[0]].shape
         pieces = tuple(cat.inputs)
         chain = [*pieces, cat.output, r1.output, t.output]
-        if (len(shape) != 4 or shape[0] != 1 or graph.values[cat.inputs[1]].shape != shape or pieces[0] == pieces[1]
+        if (len(shape) != 4 or not all(type(d) is int for d in shape) or shape[0] != 1
+                or tuple(graph.values[cat.inputs[1]].shape) != tuple(shape) or pieces[0] == pieces[1]
                 or tuple(graph.values[r1.output].shape) != (1, 2, *shape[1:])
                 or any(v in io or graph.values[v].dtype != "int8" for v in chain)
                 or any(len(users[v]) != 1 for v in chain)
@@ -284,8 +285,8 @@ def _fold_out(w: _Walk, members: list, ops: list) -> str:
     """"nhwc" when the kernel's result is read by a transpose alone that folds into it ("out"): members and ops
     then end with it and a last op that writes NHWC; else ''."""
     users = w.users_of[members[-1].output]
-    if (len(users) != 1 or id(users[0]) in w.taken or not isinstance(ops[-1], FOLDS_INTO) or len(ops[-1].output.shape) != 4
-            or _side(users[0]) != "out" or not _transposed(w, users[0])):
+    if (len(users) != 1 or id(users[0]) in w.taken or not isinstance(ops[-1], FOLDS_INTO)
+            or len(ops[-1].output.shape) != 4 or _side(users[0]) != "out" or not _transposed(w, users[0])):
         return ""
     members.append(users[0])
     ops[-1] = replace(ops[-1], y_layout="nhwc")

@@ -84,6 +84,22 @@ def run_both(m: onnx.ModelProto, lib, x: np.ndarray, races: bool = True) -> tupl
     return mod, [outs[0] for outs in ort_levels(m, x)]
 
 
+def assert_as_ort(mod, g, m: onnx.ModelProto, x: np.ndarray, fmt: str) -> None:
+    """Every output of the run as onnxruntime's: QOperator bit-exact at both LEVELS; QDQ inside the range of
+    the two levels on every element (they may differ: an op in float32 at one, fused into an integer kernel
+    at the other) and bit-exact where they agree."""
+    levels = ort_levels(m, x)
+    for k in range(len(levels[0])):
+        got = mod.get_output(k, quantized=True)
+        want = [g.values[g.outputs[k]].quant.quantize(outs[k]) for outs in levels]
+        if fmt == "qoperator":
+            for level, w in zip(LEVELS, want):
+                np.testing.assert_array_equal(got, w, err_msg=f"{level} output {k}")
+            continue
+        lo, hi = np.minimum(*want), np.maximum(*want)
+        assert ((lo <= got) & (got <= hi)).all(), f"output {k}: {int(((got < lo) | (got > hi)).sum())} outside"
+
+
 def ort_levels(m: onnx.ModelProto, x: np.ndarray) -> list[list[np.ndarray]]:
     """onnxruntime's outputs of m on x, every output, at each of LEVELS (one thread)."""
     want = []

@@ -16,7 +16,7 @@ from compiler import models, ops
 from compiler.graph import Graph
 from compiler.models import Net
 from compiler.network.partition import channel_shuffles, partition
-from tests.helpers.activations import ACTS, LEVELS, ort_levels, run_both, self_product_model
+from tests.helpers.activations import ACTS, assert_as_ort, run_both, self_product_model
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -147,7 +147,7 @@ def _mlp_block(h: int, w: int, c: int, hidden: int, conv_after: bool) -> onnx.Mo
 def test_a_dense_takes_the_island_of_its_output_read_through_a_reshape(fmt, conv_after, h, w, c, hidden, seed):
     """dense -> reshape -> GELU: the island's lut is the dense's epilogue, shaped as the dense's output, and the
     kernel writes the GELU's value in NCHW bytes (the layout plan keeps it so, a conv reading it in another
-    layout gets a transform); bit-exact with onnxruntime at both levels, the prediction equal to the run."""
+    layout gets a transform); as onnxruntime (assert_as_ort), the prediction equal to the run."""
     m = models.quantize(_mlp_block(h, w, c, hidden, conv_after), fmt, seed=seed % 7, samples=2)
     g = compiler.from_onnx(m)
     if fmt == "qoperator":
@@ -162,10 +162,7 @@ def test_a_dense_takes_the_island_of_its_output_read_through_a_reshape(fmt, conv
         assert "under the shape" in lib.meta["layout"]["fixed"][first.name]     # whatever its readers would pay
     x = np.random.default_rng(seed).standard_normal((h * w, c)).astype(np.float32)
     mod, _ = run_both(m, lib, x)
-    for level, outs in zip(LEVELS, ort_levels(m, x)):
-        for k, wk in enumerate(outs):
-            q = g.values[g.outputs[k]].quant.quantize(wk)
-            np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
+    assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
 
@@ -190,7 +187,7 @@ def _transposes_block(c: int, h: int, w: int, out_ch: int, also: str) -> onnx.Mo
 def test_transposes_that_are_a_layout_fold_into_the_kernels_around_them(fmt, also, c, h, w, out_ch, seed):
     """The NCHW -> NHWC transpose of a conv's result read by it alone is that conv writing NHWC; the NHWC -> NCHW
     one read by a conv alone is that conv reading NHWC: no transpose kernel (with the first conv's result also a
-    graph output, the first stays one), bit-exact with onnxruntime at both levels, the prediction the run's."""
+    graph output, the first stays one), as onnxruntime (assert_as_ort), the prediction the run's."""
     m = models.quantize(_transposes_block(c, h, w, out_ch, also), fmt, seed=seed % 5, samples=2)
     g = compiler.from_onnx(m)
     groups = partition(g)
@@ -202,10 +199,7 @@ def test_transposes_that_are_a_layout_fold_into_the_kernels_around_them(fmt, als
     lib = compiler.build(g)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
     mod, _ = run_both(m, lib, x)
-    for level, outs in zip(LEVELS, ort_levels(m, x)):
-        for k, wk in enumerate(outs):
-            q = g.values[g.outputs[k]].quant.quantize(wk)
-            np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
+    assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
 
@@ -216,7 +210,7 @@ def test_transposes_that_are_a_layout_fold_into_the_kernels_around_them(fmt, als
 def test_a_convs_lone_requantize_is_a_table_in_its_epilogue(fmt, c, h, w, o1, o2, seed):
     """SqueezeNet's fire: two convs concatenated.  QLinearConcat requantizes each input to its own scale: after a
     conv that requantize is one table in the conv's epilogue (Lut.of names it), written straight into the concat;
-    bit-exact with onnxruntime at both levels, the prediction the run's."""
+    as onnxruntime (assert_as_ort), the prediction the run's."""
     n = Net("fire", (1, c, h, w), seed % 11)
     n.output(n.concat([n.conv(n.input, o1, 1), n.conv(n.input, o2, 3)]))
     m = models.quantize(n.model(), fmt, seed=seed % 5, samples=2)
@@ -228,9 +222,8 @@ def test_a_convs_lone_requantize_is_a_table_in_its_epilogue(fmt, c, h, w, o1, o2
         assert requants         # the two convs' output scales differ from the concat's
     lib = compiler.build(g)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
-    mod, want = run_both(m, lib, x)
-    for level, wk in zip(LEVELS, want):
-        np.testing.assert_array_equal(mod.get_output(0, quantized=True), _int8(g, wk), err_msg=level)
+    mod, _ = run_both(m, lib, x)
+    assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
 
@@ -256,8 +249,8 @@ def _shuffle_block(c: int, h: int, w: int, half: int, piece_out: bool) -> onnx.M
 def test_a_channel_shuffles_pieces_are_written_into_its_planes(fmt, piece_out, fuse, c, h, w, half, seed):
     """The pieces of the shuffle are written pitched, channel i of piece g at plane 2i + g of the shuffled tensor
     (partition.channel_shuffles): no transpose kernel, one kernel per node too (fuse=False); with a piece also a
-    graph output the transpose stays a kernel and the concat copies its pieces.  Bit-exact with onnxruntime at both levels, race-checked, the
-    prediction the run's."""
+    graph output the transpose stays a kernel and the concat copies its pieces.  As onnxruntime (assert_as_ort),
+    race-checked, the prediction the run's."""
     m = models.quantize(_shuffle_block(c, h, w, half, piece_out), fmt, seed=seed % 5, samples=2)
     g = compiler.from_onnx(m)
     shuffles = channel_shuffles(g)
@@ -269,8 +262,5 @@ def test_a_channel_shuffles_pieces_are_written_into_its_planes(fmt, piece_out, f
     assert ("transpose" in kinds) == (not shuffles)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
     mod, _ = run_both(m, lib, x)
-    for level, outs in zip(LEVELS, ort_levels(m, x)):
-        for k, wk in enumerate(outs):
-            q = g.values[g.outputs[k]].quant.quantize(wk)
-            np.testing.assert_array_equal(mod.get_output(k, quantized=True), q, err_msg=f"{level} output {k}")
+    assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
