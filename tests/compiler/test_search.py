@@ -83,7 +83,7 @@ def test_a_chains_candidates_are_ranked_by_the_estimates_their_picks_made():
 def _assert_exact(chain: list, cfg: Config, schedule: Schedule, rng: np.random.Generator) -> None:
     """The chain built with `schedule` equals its ops' references in turn, race-free, priced exactly."""
     k = compiler.build(*chain, config=cfg, schedule=schedule)
-    x = rand8(rng, chain[0].x_shape)
+    x = rand8(rng, chain[0].inputs[0].shape)
     want = x
     for op in chain:
         want = op.reference(want)
@@ -228,3 +228,32 @@ def test_a_memo_of_picks_made_for_one_chain_is_not_taken_by_another_of_its_shape
     assert k.program.to_bytes() == k_fresh.program.to_bytes()
     x = rand8(rng, big[0].x_shape)
     np.testing.assert_array_equal(k(x), big[1].reference(big[0].reference(x)))
+
+
+def _bn_conv(rng: np.random.Generator, c: int, hw: int, out: int) -> tuple:
+    """DenseNet's dense-layer head: a BatchNormalization (with its Relu) on the VU, then a 1x1 conv."""
+    bn = ops.batch_norm((1, c, hw, hw), scale=rng.uniform(0.5, 1.5, c).astype(np.float32),
+                        bias=rng.normal(0, 0.3, c).astype(np.float32), mean=rng.normal(0, 0.2, c).astype(np.float32),
+                        var=rng.uniform(0.5, 2, c).astype(np.float32), za=int(rng.integers(-5, 6)), scale_x=0.05,
+                        scale_out=0.04, zp_out=-128, lo=-128)
+    return bn, conv_op(rng, bn.output.shape, out, k=1, relu=True)
+
+
+@pytest.mark.parametrize("seed, c, hw, out", [(1, 24, 30, 40), (2, 64, 56, 128)])
+def test_a_batch_norm_prologue_is_offered_in_finer_tiles_and_each_candidate_rebuilds(seed, c, hw, out):
+    """Every candidate of a BatchNormalization -> conv chain is offered again with the prologue's tile a
+    PROLOGUE_SPLIT-th of its own; candidate(k) rebuilds each as all_candidates gives it, and the search's
+    choice is exact and priced exactly (a BN whose whole input is one tile has nothing to split)."""
+    rng = np.random.default_rng(seed)
+    cfg = Config()
+    chain = _bn_conv(rng, c, hw, out)
+    found = search.all_candidates(chain, cfg)
+    base = Schedule(*chain, config=cfg)
+    tile = driver.vu_tile(driver.fold_clamps(base.blocks[0].seg), cfg) // search.PROLOGUE_SPLIT
+    finer = [s for s in found if ("split", ("c+r", tile), {}) in s.trace]
+    assert len(finer) == (len(found) // 2 if tile < c * hw * hw else 0)
+    assert [str(search.candidate(chain, cfg, k)) for k in range(len(found))] == [str(s) for s in found]
+    assert search.candidate(chain, cfg, len(found)) is None
+    _assert_exact(list(chain), cfg, compiler.build(*chain, config=cfg).schedule, rng)
+    for s in finer:
+        _assert_exact(list(chain), cfg, s, rng)
