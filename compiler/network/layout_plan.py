@@ -175,7 +175,8 @@ def candidates(graph, group, pinned: dict[str, str], block: int = 32) -> tuple[t
         if v in pinned and graph.values[v].dtype != "int8":
             return ("nchw",), f"{v} is {pinned[v]}"
     if group.in_layout or group.out_layout:
-        return ("nchw",), "a transpose folded in: reads or writes NHWC bytes as NCHW of the transposed shape"
+        return ("nchw",), (f"an end fixed by what it holds (reads {group.in_layout or 'the plan'}'s bytes, writes "
+                           f"{group.out_layout or 'the plan'}'s): a transpose folded in, or a channel shuffle's piece")
     if reordered_io(graph, group):
         return ("nchw",), f"writes {group.output} under the shape {tuple(group.ops[-1].output.shape)}"
     return layouts_for(block), ""

@@ -260,6 +260,12 @@ def channel_shuffles(graph) -> dict[str, Shuffle]:
     return out
 
 
+def _shuffles(graph) -> tuple[dict[str, Shuffle], set[str]]:
+    """The graph's channel shuffles and the values their kernels write pitched (their pieces)."""
+    shuffles = channel_shuffles(graph)
+    return shuffles, {v for sh in shuffles.values() for v in sh.pieces}
+
+
 def _side(node) -> str | None:
     """Which end of a kernel a node folds into as a layout ("in", "out"), if it is a LAYOUT_TRANSPOSES one."""
     return LAYOUT_TRANSPOSES.get(tuple(node.op.perm)) if node.op.kind == "transpose" else None
@@ -329,8 +335,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     w = _Walk(graph, consumers(graph), set(graph.outputs), set(), {id(n): k for k, n in enumerate(graph.nodes)},
               copies, {n.output: n for n in graph.nodes})
     groups: list[Group] = []
-    shuffles = channel_shuffles(graph)
-    pieces = {v for sh in shuffles.values() for v in sh.pieces}
+    shuffles, pieces = _shuffles(graph)
     for node in graph.nodes:
         if id(node) in w.taken:
             continue
@@ -359,8 +364,7 @@ def per_node(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     """One kernel per node, in graph order (layout-only nodes and channel shuffles move no data; copies are
     kernels of their own)."""
     out = []
-    shuffles = channel_shuffles(graph)
-    pieces = {v for sh in shuffles.values() for v in sh.pieces}
+    shuffles, pieces = _shuffles(graph)
     for node in graph.nodes:
         if node.name in copies:
             out.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))

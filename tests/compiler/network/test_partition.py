@@ -17,6 +17,7 @@ from compiler.graph import Graph
 from compiler.models import Net
 from compiler.network.partition import channel_shuffles, partition
 from tests.helpers.activations import ACTS, assert_as_ort, run_both, self_product_model
+from tests.helpers.networks import run_graph
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
 SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -161,7 +162,7 @@ def test_a_dense_takes_the_island_of_its_output_read_through_a_reshape(fmt, conv
         assert lib.meta["layout"]["kernels"][first.name] == "nchw"
         assert "under the shape" in lib.meta["layout"]["fixed"][first.name]     # whatever its readers would pay
     x = np.random.default_rng(seed).standard_normal((h * w, c)).astype(np.float32)
-    mod, _ = run_both(m, lib, x)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
@@ -198,7 +199,7 @@ def test_transposes_that_are_a_layout_fold_into_the_kernels_around_them(fmt, als
         assert all(o.kind != "transpose" for grp in groups for o in grp.ops) and ends == [("", "nhwc"), ("nhwc", "")]
     lib = compiler.build(g)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
-    mod, _ = run_both(m, lib, x)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
@@ -222,7 +223,7 @@ def test_a_convs_lone_requantize_is_a_table_in_its_epilogue(fmt, c, h, w, o1, o2
         assert requants         # the two convs' output scales differ from the concat's
     lib = compiler.build(g)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
-    mod, _ = run_both(m, lib, x)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
 
@@ -261,6 +262,6 @@ def test_a_channel_shuffles_pieces_are_written_into_its_planes(fmt, piece_out, f
     kinds = [kind for layer in lib.layers for kind in layer["ops"].split(" + ")]
     assert ("transpose" in kinds) == (not shuffles)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
-    mod, _ = run_both(m, lib, x)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
