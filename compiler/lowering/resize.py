@@ -59,7 +59,11 @@ class LerpLowering:
         in_bytes = max(math.prod(self._in_size(b, self._chunk_box((0, 0)))) for b in self.bands)
         self.slots.declare(f"{name}_x", "vbuf", in_bytes)
         self.slots.declare(f"{name}_y", "vbuf", math.prod(self._out_size(self.bands[0], self._chunk_box((0, 0)))))
-        self.slots.declare(f"{name}_tab", "vbuf", LERP_ENTRY * (op.out_shape[self.ax] + self.rows), align=32)
+        tab_slot = LERP_ENTRY * (op.out_shape[self.ax] + self.rows)
+        self.tab_res = (Buffer(f"{name}_tab", "vbuf", self.table.nbytes, 32)
+                        if self.table.nbytes <= SLOT_DEPTH * tab_slot else None)
+        if self.tab_res is None:
+            self.slots.declare(f"{name}_tab", "vbuf", tab_slot, align=32)
 
     def _in_rows(self, band: tuple[int, int]) -> tuple[int, int]:
         """[first, last] input row of a band of output rows along ay."""
@@ -130,7 +134,7 @@ class LerpLowering:
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses (the table constant and the slots)."""
-        return [self.table] + self.slots.all()
+        return [self.table] + ([self.tab_res] if self.tab_res is not None else []) + self.slots.all()
 
     def note(self) -> str:
         """The kernel header's line about the tiling."""
@@ -149,8 +153,9 @@ class LerpLowering:
         in_size, out_size = self._in_size(band, box), self._out_size(band, box)
         in_lo = tuple(first if d == ay else 0 if d == ax else box[d][0] for d in range(4))
         out_lo = tuple(band[0] if d == ay else 0 if d == ax else box[d][0] for d in range(4))
-        xs, ys, ts = self.slots.next(f"{self.name}_x"), self.slots.next(f"{self.name}_y"), \
-            self.slots.next(f"{self.name}_tab")
+        xs, ys = self.slots.next(f"{self.name}_x"), self.slots.next(f"{self.name}_y")
+        b = self.bands.index(band)
+        tab = Ref(self.tab_res) + self.table_at[b] if self.tab_res is not None else Ref(self.slots.next(f"{self.name}_tab"))
         ist, ost = _strides(in_size), _strides(out_size)
         x_st, y_st = _strides(op.in_shape), _strides(op.out_shape)
         where = f"{self.name}: rows {band[0]}..{band[1] - 1}, kept {[box[d] for d in self.kept]}"
@@ -159,10 +164,11 @@ class LerpLowering:
         s.loads.append(Note(where + ": load"))
         s.loads += dma_boxes(ch, Ref(xs), 0, ist, Ref(self.x), sum(a * b for a, b in zip(in_lo, x_st)), x_st,
                              in_size, 1, None, None, where + f": {self.x.name} -> {xs.name}")
-        s.loads.append(Dma(ch, Ref(ts), Ref(self.table) + self.table_at[self.bands.index(band)], (n_tab,), (1,),
-                           (1,), elem=1, comment=where + ": its table -> " + ts.name))
+        if self.tab_res is None or k < len(self.bands):     # a resident table: each band's part once
+            s.loads.append(Dma(ch, tab, Ref(self.table) + self.table_at[b], (n_tab,), (1,), (1,), elem=1,
+                               comment=where + ": its table -> " + tab.buf.name))
         n = (out_size[ax], out_size[ay], out_size[self.kept[0]], out_size[self.kept[1]])
-        s.compute.append(Vu("vu.lerp", Ref(ys), Ref(xs), Ref(ts), "i8", "i8", n_tab, n,
+        s.compute.append(Vu("vu.lerp", Ref(ys), Ref(xs), tab, "i8", "i8", n_tab, n,
                             (ost[ax], ost[ay], ost[self.kept[0]], ost[self.kept[1]]),
                             (0, 0, ist[self.kept[0]], ist[self.kept[1]]), (0, 0, 0, 0),
                             (in_size[ay], in_size[ax]), (ist[ay], ist[ax]), self._scalars(), comment=where))

@@ -2,6 +2,8 @@
 random shapes and sizes in every form and axis assignment, with the race checker on, priced exactly."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -59,3 +61,18 @@ def test_downsampling_and_uint8_view():
     op = ops.resize_linear((2, 3, 30, 28), (2, 3, 11, 9), (1, 1, f(11) / f(30), f(9) / f(28)), "asymmetric",
                            za=-128, zp_out=-128)
     _check(op, 2)
+
+
+def test_resident_tables_cross_ddr_once():
+    """Where every band's table fits in the table slots' VBUF, each is loaded once, not once per chunk: the
+    kernel reads its tiles' input boxes (neighbouring bands share a row) and each table once from DDR."""
+    f = np.float32
+    op = ops.resize_linear((1, 21, 32, 32), (1, 21, 256, 256), (1, 1, f(8), f(8)), "half_pixel")
+    low = LerpLowering(op, [Buffer("x", "ddr", 1)], Buffer("y", "ddr", 1), Config(), "L")
+    assert low.tab_res is not None and low.n_tiles() > len(low.bands)
+    k = build(op)
+    x = np.random.default_rng(3).integers(-128, 128, op.in_shape, dtype=np.int8)
+    np.testing.assert_array_equal(k(x, check_races=True), op.reference(x))
+    boxes = sum(math.prod(low._in_size(band, low._chunk_box(at))) for band, at in low.tiles())
+    assert k.stats.memory["ddr"].read_bytes == boxes + low.table.nbytes
+    assert k.predicted_cycles == k.stats.cycles
