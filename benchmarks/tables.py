@@ -44,13 +44,15 @@ def markers(text: str) -> list[dict[str, str]]:
 
 
 def commit() -> str:
-    """The short hash of the tree being measured (`unknown` outside a git checkout)."""
+    """The short hash of the tree being measured, with ` + changes` if tracked files differ from it (`unknown`
+    outside a git checkout): a table measured on an uncommitted tree says so."""
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=ROOT, capture_output=True).returncode
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return out.stdout.strip()
+    return out.stdout.strip() + (" + changes" if dirty else "")
 
 
 def markdown(header: list[str], rows: list[list[object]]) -> str:
