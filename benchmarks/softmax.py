@@ -31,6 +31,7 @@ CASES = [("DFL, yolov8n at 320", (1, 16, 4, 2100), 1, True),
          ("DFL, yolov8n at 640", (1, 16, 4, 8400), 1, True),
          ("DFL rows last (33600 x 16)", (33600, 16), -1, True),
          ("attention-like, 8 x 12 x 64 rows of 64", (1, 8, 12, 64, 64), -1, True),
+         ("ViT-tiny attention, 3 x 197 rows of 197", (1, 3, 197, 197), -1, True),
          ("channels, 1 x 33 x 56 x 56 over axis 1", (1, 33, 56, 56), 1, True),
          ("classifier, 256 rows of 1000", (256, 1000), -1, False),
          ("classifier, one row of 1000", (1, 1000), -1, False)]

@@ -8,11 +8,14 @@ place (n0 = row at stride i, n1 = i at stride 1, n2 = o at stride row * i), one 
 exponential table (ops.softmax.exp_table, float32[256]) is a DDR constant loaded into VBUF once, before
 the tiles.  A tile takes the inner dims whole when a row of them fits its slot (the tile is then one
 dense DDR range), else whole bursts of them; three slots rotate (loaded, computed in place, stored).
+Tiles of the inner dims whole ramp: the first and the last are small (edge_tile), the VU starting on the
+first while the next loads and the last store short.
 """
 from __future__ import annotations
 
 import math
 
+from nnpsim import timing
 from nnpsim.config import Config
 from nnpsim.timing import SOFTMAX_TABLE_BYTES
 
@@ -32,11 +35,36 @@ CH_TABLE, CH_LOAD, CH_STORE = 0, (0, 1), (2, 3)
 def tile_count(total: int, row: int, cfg: Config) -> int:
     """How many tiles to cut `total` elements in rows of `row` into: each tile's command pays two stages of
     `row` cycles that overlap nothing (timing.vu_softmax_cycles), the first load and the last store
-    overlap nothing either (a tile's bytes at DDR's pace, twice): n tiles cost about
-    2 * row * n + 2 * total / (n * ddr bytes a cycle) more than the bound, least at
-    sqrt(total / (row * ddr bytes a cycle)).  Half that is taken: the first tiles' DMAs hide part of the
-    stages, and on the DFL's shapes half ran fastest (benchmarks/unary.py, the softmax table)."""
-    return max(1, math.isqrt(total // max(1, 4 * row * cfg.ddr_bytes_per_cycle)))
+    overlap nothing either: n tiles cost about 2 * row * n + 2 * total / (n * ddr bytes a cycle) more than
+    the bound, least at sqrt(total / (row * ddr bytes a cycle)).  The edge tiles (ramp) shorten that first
+    load and last store, so fewer tiles than that pay: 1/sqrt(2) of it ran fastest on ViT's, the DFL's and
+    the attention-like shapes of benchmarks/softmax.py."""
+    return max(1, math.isqrt(total // max(1, 2 * row * cfg.ddr_bytes_per_cycle)))
+
+
+def edge_tile(tile: int, group: int, row: int, inner: int, cfg: Config) -> int:
+    """The first and last tiles' outer indices: the most whole lane groups (one at least) whose command is
+    no longer than a middle tile's load at DDR's pace, so that the VU starts on a small tile while the next
+    loads (and the last store, behind the last command, is short)."""
+    load = -(-tile * row * inner // cfg.ddr_bytes_per_cycle)
+    edge = group
+    while edge + group < tile and timing.vu_softmax_cycles((edge + group) * inner, row, cfg.vu_bytes_per_cycle,
+                                                           cfg.vu_latency) <= load:
+        edge += group
+    return edge
+
+
+def ramp(outer: int, tile: int, edge: int, group: int) -> list[tuple[int, int]]:
+    """(first outer index, count) of each tile: tiles of at most `tile` between two edge tiles of `edge`,
+    when there is a middle (the middle ones in whole lane groups of `group` outer indices)."""
+    middle = outer - 2 * edge
+    if outer <= tile or edge >= tile or middle <= 0:
+        return [(o, min(tile, outer - o)) for o in range(0, outer, tile)]
+    m = -(-middle // tile)
+    even = min(tile, -(-middle // (m * group)) * group)
+    sizes = [edge] + [even] * (m - 1) + [middle - even * (m - 1), edge]
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    return [(o, n) for o, n in zip(starts, sizes) if n > 0]
 
 
 def tile_shape(op: Softmax, slot: int) -> tuple[int, int]:
@@ -52,7 +80,7 @@ class SoftmaxLowering:
     """A softmax's tiles: each a block of whole rows loaded into a VBUF slot, vu.softmax in place, stored."""
 
     def __init__(self, op: Softmax, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
-        self.op, self.x, self.y, self.name = op, ins[0], y, name
+        self.op, self.x, self.y, self.name, self.cfg = op, ins[0], y, name, cfg
         outer, row, inner = op.view
         total = outer * row * inner
         room = (cfg.vbuf_bytes - SOFTMAX_TABLE_BYTES) // 3 // 64 * 64
@@ -61,6 +89,8 @@ class SoftmaxLowering:
             raise CompileError(f"softmax: a row of {row} elements needs three VBUF slots of {slot} bytes and the "
                                f"{SOFTMAX_TABLE_BYTES}-byte table, more than VBUF's {cfg.vbuf_bytes} bytes")
         self.tile = tile_shape(op, slot)
+        lanes = max(1, cfg.vu_bytes_per_cycle // 4)
+        self.group = lanes // math.gcd(lanes, inner)
         self.slots = Slots()
         self.role = f"{name}_t"
         self.slots.declare(self.role, "vbuf", self.tile[0] * row * self.tile[1], depth=3)
@@ -69,15 +99,18 @@ class SoftmaxLowering:
                                 data=table)
         self.table_vbuf = Buffer(f"{name}_exp_vbuf", "vbuf", SOFTMAX_TABLE_BYTES, align=64)
 
-    def tiles(self) -> list[tuple[int, int]]:
-        """Each tile's first (outer, inner) index."""
-        outer, _, inner = self.op.view
-        return [(o, i) for o in range(0, outer, self.tile[0]) for i in range(0, inner, self.tile[1])]
+    def tiles(self) -> list[tuple[int, int, int, int]]:
+        """Each tile's (first outer index, outer count, first inner index, inner count)."""
+        outer, row, inner = self.op.view
+        if self.tile[1] == inner:
+            edge = edge_tile(self.tile[0], self.group, row, inner, self.cfg)
+            return [(o, n, 0, inner) for o, n in ramp(outer, self.tile[0], edge, self.group)]
+        return [(o, min(self.tile[0], outer - o), i, min(self.tile[1], inner - i))
+                for o in range(0, outer, self.tile[0]) for i in range(0, inner, self.tile[1])]
 
     def n_tiles(self) -> int:
         """How many tiles the lowering has."""
-        outer, _, inner = self.op.view
-        return -(-outer // self.tile[0]) * -(-inner // self.tile[1])
+        return len(self.tiles())
 
     def buffers(self) -> list[Buffer]:
         """Every buffer the lowering uses: the table in DDR and VBUF, the slots."""
@@ -93,11 +126,10 @@ class SoftmaxLowering:
         """The table's load, then one Step per tile (the first `limit`)."""
         first = Step(loads=[Dma(CH_TABLE, Ref(self.table_vbuf), Ref(self.table_ddr), (SOFTMAX_TABLE_BYTES // 4,),
                                 (4,), (4,), elem=4, comment=f"{self.name}: exponential table -> vbuf")])
-        return [first] + [self._tile(k, o0, i0) for k, (o0, i0) in enumerate(self.tiles()[:limit])]
+        return [first] + [self._tile(k, *t) for k, t in enumerate(self.tiles()[:limit])]
 
-    def _tile(self, k: int, o0: int, i0: int) -> Step:
+    def _tile(self, k: int, o0: int, o: int, i0: int, i: int) -> Step:
         outer, row, inner = self.op.view
-        o, i = min(self.tile[0], outer - o0), min(self.tile[1], inner - i0)
         slot = self.slots.next(self.role)
         where = f"{self.name}: tile outer {o0}..{o0 + o - 1} inner {i0}..{i0 + i - 1}"
         size, ddr_st, vbuf_st = (o, row, i), (row * inner, inner, 1), (row * i, i, 1)

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from compiler import CompileError, build, ops
+from compiler.ir import Buffer
+from compiler.lowering.softmax import SoftmaxLowering
 from compiler.quant import quantize_multipliers
+from nnpsim import timing
 from nnpsim.config import Config
 from tests.helpers.mutation import kill_all
 
@@ -52,6 +55,21 @@ def test_softmax_on_small_machines_splits_rows_over_tiles():
     kernel = check(op, Config(vbuf_bytes=4096).validate())
     assert kernel.asm.count("vu.softmax vu0") > 2
     check(op, Config(dma_channels=1).validate())
+
+
+def test_softmax_tiles_ramp_at_both_ends():
+    """ViT-tiny's attention (591 rows of 197): the first and last tiles are whole lane groups smaller than the
+    middle ones, the first command no longer than a middle tile's load; the tiles cover every row once."""
+    cfg = Config()
+    op = ops.softmax((1, 3, 197, 197), x_scale=0.06, y_scale=1 / 256, zp_out=-128, axis=-1)
+    low = SoftmaxLowering(op, [Buffer("x", "ddr", 1)], Buffer("y", "ddr", 1), cfg, "S")
+    tiles = low.tiles()
+    counts = [n for _, n, _, _ in tiles]
+    assert [o for o, *_ in tiles] == [sum(counts[:k]) for k in range(len(counts))] and sum(counts) == 591
+    assert counts[0] == counts[-1] < min(counts[1:-1]) and counts[0] % low.group == 0
+    load = -(-low.tile[0] * 197 // cfg.ddr_bytes_per_cycle)        # a middle tile at its most
+    assert timing.vu_softmax_cycles(counts[0], 197, cfg.vu_bytes_per_cycle, cfg.vu_latency) <= load
+    check(op)
 
 
 def test_softmax_row_too_long_for_vbuf_is_one_compile_error():
