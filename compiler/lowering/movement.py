@@ -1,4 +1,4 @@
-"""Lowering of the data-movement ops (Transpose, Slice, Pad, nearest Resize, Concat) onto DMA boxes.
+"""Lowering of the data-movement ops (Transpose, Slice, Pad, nearest Resize, Concat, Strided) onto DMA boxes.
 
 Every op is first described as a MovePlan: the output seen as a box of `shape` (a row-major view
 of its bytes: a nearest upsampling by s splits an axis into (n, s)), and pieces, each a sub-box of
@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from nnpsim.timing import burst_bytes
 
 from ..errors import CompileError
 from ..ir import Buffer, Dma, Note, Ref
-from ..ops import Concat, Op, Pad, Resize, ResizeLinear, Slice, Transpose
+from ..ops import Concat, Op, Pad, Resize, ResizeLinear, Slice, Strided, Transpose
 from .double_buffer import Slots, Step
 from .layout import ddr_order
 
@@ -110,6 +111,22 @@ def _transpose_plan(op: Transpose, elem: int) -> MovePlan:
     return MovePlan(out, (Piece(0, (0,) * len(out), out, 0, tuple(st[p] for p in perm)),), None, elem)
 
 
+def _strided_plan(op: Strided, elem: int) -> MovePlan:
+    """The copy's one piece, with size-1 dims dropped and a dim merged into the one outside it where that
+    one's stride steps over it whole (the DMA's runs grow)."""
+    dims: list[list[int]] = []                 # [size, stride], outer first
+    for n, st in zip(op.out_shape, op.strides):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == n * st:
+            dims[-1] = [dims[-1][0] * n, st]
+        else:
+            dims.append([n, st])
+    out = tuple(n for n, _ in dims) or (1,)
+    strides = tuple(st for _, st in dims) or (1,)
+    return MovePlan(out, (Piece(0, (0,) * len(out), out, op.base, strides),), None, elem)
+
+
 def _slice_plan(op: Slice, elem: int) -> MovePlan:
     st = _strides(op.in_shape)
     base = sum(s * t for s, t in zip(op.starts, st))
@@ -176,7 +193,7 @@ def move_plan(op: Op) -> MovePlan:
     """The op's MovePlan (CompileError for an op this lowering does not move)."""
     elem = np.dtype(op.output.dtype).itemsize
     plans = {Transpose: _transpose_plan, Slice: _slice_plan, Pad: _pad_plan, Concat: _concat_plan,
-             Resize: _resize_plan}
+             Resize: _resize_plan, Strided: _strided_plan}
     if type(op) not in plans:
         raise CompileError(f"{op.kind} is not a data-movement op")
     return plans[type(op)](op, elem)
@@ -185,7 +202,7 @@ def move_plan(op: Op) -> MovePlan:
 def is_movement(op: Op) -> bool:
     """Is the op a kernel of its own with no choices: DMA boxes alone (this module), or a linear Resize
     (lowering.resize: DMA boxes and one vu.lerp a tile)?"""
-    return isinstance(op, (Transpose, Slice, Pad, Resize, Concat, ResizeLinear))
+    return isinstance(op, (Transpose, Slice, Pad, Resize, Concat, ResizeLinear, Strided))
 
 
 def tile_shape(plan: MovePlan, budget: int) -> tuple[int, ...]:
@@ -208,6 +225,58 @@ def tile_shape(plan: MovePlan, budget: int) -> tuple[int, ...]:
         rest = math.prod(t) // t[d]
         t[d] = max(t[d], min(shape[d], budget // rest))
     return tuple(t)
+
+
+@lru_cache(maxsize=1024)
+def burst_tile(plan: MovePlan, budget: int, burst: int) -> tuple[int, ...]:
+    """The tile of at most `budget` elements whose loads and stores touch the fewest DDR bursts (then the
+    fewest tiles): tile_shape's, or one whose extents along the output's and the input's innermost dims are
+    whole or whole bursts (a plan of one piece that repeats nothing and pads nothing; else tile_shape's).
+    ViT-tiny's k, [192, 197] read at strides (1, 576): tile_shape's 137 x 138 touches 112,448 burst bytes,
+    64 x 197 the 75,648 it moves."""
+    first = tile_shape(plan, budget)
+    if len(plan.pieces) != 1 or plan.fill is not None or 0 in plan.pieces[0].strides:
+        return first
+    shape, st = plan.shape, plan.pieces[0].strides
+    big = [d for d in range(len(shape)) if shape[d] > 1]
+    if not big:
+        return first
+    oi, ii = big[-1], min(big, key=lambda d: (abs(st[d]), -d))
+    per = max(1, burst // plan.elem)
+    options = {d: sorted({first[d], shape[d], *range(per, min(shape[d], budget) + 1, per)})[-MAX_OPTIONS:]
+               for d in (oi, ii)}
+    best, key = first, (tile_bursts(plan, first, burst), math.prod(-(-n // t) for n, t in zip(shape, first)))
+    for a, b in itertools.product(options[oi], options[ii]):
+        t = [1] * len(shape)
+        t[oi], t[ii] = a, b if ii != oi else a
+        if math.prod(t) > budget:
+            continue
+        for d in big[::-1]:                    # the other dims grown, inner first
+            if d not in (oi, ii):
+                t[d] = max(1, min(shape[d], budget // (math.prod(t) // t[d])))
+        cand = tuple(t)
+        k = (tile_bursts(plan, cand, burst), math.prod(-(-n // x) for n, x in zip(shape, cand)))
+        if k < key:
+            best, key = cand, k
+    return best
+
+
+MAX_OPTIONS = 12
+"""Extents burst_tile tries along each of the two innermost dims (the largest whole-burst ones, the whole dim
+and tile_shape's): at most 144 tilings priced, each by its distinct tiles."""
+
+
+def tile_bursts(plan: MovePlan, tile: tuple[int, ...], burst: int) -> int:
+    """DDR burst bytes of every tile's load and store (one piece, from 64-byte aligned buffers)."""
+    pc, e = plan.pieces[0], plan.elem
+    out_st = _strides(plan.shape)
+    total = 0
+    for lo in itertools.product(*[range(0, n, t) for n, t in zip(plan.shape, tile)]):
+        size = tuple(min(t, n - a) for a, t, n in zip(lo, tile, plan.shape))
+        src = pc.base + sum(a * x for a, x in zip(lo, pc.strides))
+        dst = sum(a * x for a, x in zip(lo, out_st))
+        total += ddr_bytes(size, pc.strides, e, burst, src * e) + ddr_bytes(size, out_st, e, burst, dst * e)
+    return total
 
 
 class MoveLowering:
@@ -250,7 +319,7 @@ class MoveLowering:
         e = self.plan.elem
         total = math.prod(self.plan.shape) * e
         slot = min(SLOT_BYTES, cfg.vbuf_bytes // 4, max(MIN_TILE_BYTES, -(-total // least)))
-        return tile_shape(self.plan, max(1, slot // e))
+        return burst_tile(self.plan, max(1, slot // e), cfg.ddr_burst_bytes)
 
     def _staged(self, tile: tuple[int, ...]) -> bool:
         """Does a tile of this shape load a dense range (dense_range) rather than its elements?"""
@@ -368,15 +437,15 @@ class MoveLowering:
                          where + f": {src.name} -> {slot.name} on chip")
 
 
-def ddr_bytes(size, strides, elem: int, burst: int) -> int:
-    """Bytes of the DDR bursts a box of `size` read with element `strides` touches, from an aligned
-    start (nnpsim.timing.burst_bytes, the simulator's count, over its four innermost DDR dims)."""
+def ddr_bytes(size, strides, elem: int, burst: int, start: int = 0) -> int:
+    """Bytes of the DDR bursts a box of `size` read with element `strides` touches, from byte `start` of an
+    aligned buffer (nnpsim.timing.burst_bytes, the simulator's count, over its four innermost DDR dims)."""
     dims = sorted(_merge(size, strides, strides, (0,) * len(size), (0,) * len(size)), key=lambda d: abs(d[1]))
     inner, outer = dims[:4], dims[4:]
     inner += [[1, 0, 0, 0, 0]] * (4 - len(inner))
     n = [d[0] for d in inner]
     st = [d[1] * elem for d in inner]
-    return math.prod(d[0] for d in outer) * int(burst_bytes(0, *n, *st, elem, burst))
+    return math.prod(d[0] for d in outer) * int(burst_bytes(start % burst, *n, *st, elem, burst))
 
 
 def dense_range(strides, box, elem: int, burst: int, cap: int) -> tuple[int, ...] | None:

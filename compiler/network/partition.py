@@ -15,14 +15,15 @@ A transpose between NCHW and NHWC (LAYOUT_TRANSPOSES) next to a kernel is a layo
 not a kernel: it folds into the kernel whose result it alone reads, which then writes NHWC, or into the conv or
 pool that alone reads it, which then reads NHWC (Group.in_layout, out_layout).  A channel shuffle whose two
 pieces end kernels (channel_shuffles) is no kernel either: each piece's kernel writes it pitched into the
-shuffled tensor."""
+shuffled tensor.  A transpose or slice that moves data and is read, through reshapes, by another alone is one
+kernel with it, their index maps composed (_moves, ops.compose: ViT's slices of qkv and the transposes to heads)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
 from ..lowering.layout import pitched_layout
-from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, clip
+from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, clip, compose
 from ..ops.unary import composed, per_tensor
 
 LAYOUT_KINDS = ("reshape", "concat", "slice")       # kinds that may move no data (storage.alias)
@@ -311,6 +312,39 @@ def _fold_in(w: _Walk, node, members: list, ops: list, inputs: list) -> str:
     return "nhwc"
 
 
+def _moves(w: _Walk, node) -> tuple[list, Op] | None:
+    """(nodes, the one copy they make) when node is a data-moving Transpose or Slice whose result is read, through
+    reshapes that move nothing, by one more such op alone, and the two index maps compose (ops.compose): ViT's
+    slice of q out of qkv, then its transpose to heads; the chain then grows as far as it composes."""
+    if not _moving(w, node):
+        return None
+    members, op = [node], node.op
+    while True:
+        cur, through = members[-1].output, []
+        users = w.users_of[cur]
+        while (cur not in w.outputs and len(users) == 1 and users[0].op.kind == "reshape"
+               and users[0].name not in w.copies and id(users[0]) not in w.taken):
+            through.append(users[0])
+            cur = users[0].output
+            users = w.users_of[cur]
+        nxt = users[0] if cur not in w.outputs and len(users) == 1 else None
+        both = compose(op, nxt.op) if nxt is not None and _moving(w, nxt) else None
+        if both is None:
+            return (members, op) if len(members) > 1 else None
+        members += through + [nxt]
+        op = both
+
+
+def _moving(w: _Walk, node) -> bool:
+    """Is node a kernel that only moves data by an index map: a Transpose that is no layout (LAYOUT_TRANSPOSES
+    folding into its reader), or a Slice that is no view (in copies)?"""
+    if id(node) in w.taken or w.graph.values[node.output].dtype != "int8":
+        return False
+    if node.op.kind == "transpose":
+        return not (_side(node) == "in" and _transposed(w, node))
+    return node.op.kind == "slice" and node.name in w.copies
+
+
 def _lone_requantize(w: _Walk, node, last: Op) -> bool:
     """Is node a per-tensor int8 requantize of the kernel's result, under its shape (an epilogue lut of one op)?"""
     return (isinstance(node.op, Elementwise) and node.op.mode == "requantize" and per_tensor(node.op)
@@ -338,6 +372,11 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
     shuffles, pieces = _shuffles(graph)
     for node in graph.nodes:
         if id(node) in w.taken:
+            continue
+        moved = _moves(w, node)
+        if moved is not None:
+            w.taken.update(id(m) for m in moved[0])
+            groups.append(Group(node.name, moved[0], (moved[1],), [node.inputs[0]], moved[0][-1].output))
             continue
         if node.name in copies:
             groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))

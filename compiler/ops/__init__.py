@@ -12,7 +12,8 @@ global_avg_pool2d: `scale_x=`, `scale_out=`, `zp_out=`).
 
 The modules: base (Tensor, Op, value ranges), checks (argument checks), nu (conv2d, dense),
 pool (the pools, and reduce_mean: ReduceMean over the plane), elementwise (add, mul, qdq_binary, relu, clip, requantize), layout (Reshape, Concat), unary
-(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest and linear Resize), softmax
+(lut: a unary activation as its 256-entry table), movement (Transpose, Slice, Pad, nearest and linear Resize, Strided: a
+chain of them composed), softmax
 (QLinearSoftmax over one axis, on vu.softmax), norm (batch_norm: BatchNormalization as a per-channel float32
 affine; batch_norm_global_avg: it, a Relu and the float GlobalAveragePool after it as one pool).
 """
@@ -20,8 +21,8 @@ from .base import ACC_LIMIT, DTYPES, GLOBAL_SCALE_RANGE, INT8, INT32, PRODUCT_LI
 from .checks import check_accumulator
 from .elementwise import FLOAT_BINARY, Elementwise, add, clip, mul, qdq_binary, relu, requantize
 from .layout import Concat, Reshape, at_values, check_dtype
-from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, ResizeLinear, Slice, Transpose, linear_axis,
-                       nearest_map, resize_linear, resize_nearest, slice_op)
+from .movement import (LINEAR_FORMS, MOVEMENT_OPS, LinearAxis, Pad, Resize, ResizeLinear, Slice, Strided, Transpose,
+                       compose, linear_axis, nearest_map, resize_linear, resize_nearest, slice_op)
 from .nu import Conv2d, Dense, FloatConv, conv2d, dense, float_mode
 from .pool import Pool2d, avg_pool2d, global_avg_pool2d, max_pool2d, reduce_mean, sum_pool2d
 from .unary import LUT_ENTRIES, Lut, lut, times_self
@@ -33,6 +34,6 @@ __all__ = ["ACC_LIMIT", "DTYPES", "FLOAT_BINARY", "GLOBAL_SCALE_RANGE", "INT8", 
            "FloatConv", "float_mode",
            "check_accumulator", "check_dtype", "check_inputs", "clip", "conv2d", "dense", "global_avg_pool2d",
            "max_pool2d", "mul", "qdq_binary", "relu", "requantize", "sum_pool2d", "LUT_ENTRIES", "Lut", "lut", "times_self",
-           "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Transpose", "nearest_map", "resize_nearest", "slice_op",
+           "MOVEMENT_OPS", "Pad", "Resize", "Slice", "Strided", "Transpose", "compose", "nearest_map", "resize_nearest", "slice_op",
            "Softmax", "softmax", "reduce_mean", "BatchNorm", "batch_norm", "BatchNormPool", "batch_norm_global_avg", "LINEAR_FORMS", "LinearAxis",
            "ResizeLinear", "linear_axis", "resize_linear"]

@@ -1,4 +1,5 @@
-"""The data-movement ops: Transpose, Slice (Split is several), Pad with a constant, nearest and linear Resize.
+"""The data-movement ops: Transpose, Slice (Split is several), Pad with a constant, nearest and linear Resize,
+and Strided, a chain of Slice and Transpose (with reshapes between) composed into one copy (compose).
 
 Each but linear Resize moves elements without arithmetic: its reference is numpy indexing, and the
 lowering (compiler/lowering/movement.py) is DMA boxes staged through VBUF.  Concat (ops/layout.py) is
@@ -460,5 +461,90 @@ def resize_linear(in_shape, out_shape, scales, coordinate_mode: str = "half_pixe
     return ResizeLinear(in_shape, out_shape, axes, pair, coordinate_mode, form, **kw)
 
 
-MOVEMENT_OPS = (Transpose, Slice, Pad, Resize)
+@dataclass(frozen=True, eq=False, repr=False)
+class Strided(Op):
+    """y[i0, i1, ...] = x.flat[base + i0 * strides0 + i1 * strides1 + ...]: a chain of Slice, Transpose and the
+    reshapes between them as one copy (compose), which reads its input once and stores no intermediate."""
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    base: int
+    strides: tuple[int, ...]
+    dtype: str = "int8"
+    kind: str = field(init=False, default="strided")
+
+    def __post_init__(self):
+        object.__setattr__(self, "in_shape", shape_arg("in_shape", self.in_shape))
+        object.__setattr__(self, "out_shape", shape_arg("out_shape", self.out_shape))
+        check_dtype(self.dtype)
+        strides = tuple(int_arg(f"strides[{k}]", v) for k, v in enumerate(_seq("strides", self.strides)))
+        if len(strides) != len(self.out_shape):
+            raise CompileError(f"strides has {len(strides)} entries, the output {list(self.out_shape)} "
+                               f"{len(self.out_shape)} axes")
+        object.__setattr__(self, "strides", strides)
+        lo = self.base + sum(min(0, (n - 1) * st) for n, st in zip(self.out_shape, strides))
+        hi = self.base + sum(max(0, (n - 1) * st) for n, st in zip(self.out_shape, strides))
+        if lo < 0 or hi >= math.prod(self.in_shape):
+            raise CompileError(f"a strided copy at {self.base} by {list(strides)} over {list(self.out_shape)} reads "
+                               f"elements {lo}..{hi}, outside the {math.prod(self.in_shape)} of {list(self.in_shape)}")
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return (Tensor("x", self.in_shape, self.dtype),)
+
+    @property
+    def output(self) -> Tensor:
+        return Tensor("y", self.out_shape, self.dtype)
+
+    def min_read_bytes(self, burst: int) -> int:
+        """The least DDR bytes the copy reads: its elements, the dim of the shortest stride taken as the
+        innermost (its whole span when that stride is shorter than a burst)."""
+        dims = sorted(((n, st) for n, st in zip(self.out_shape, self.strides) if n > 1), key=lambda d: -abs(d[1]))
+        return _read_bytes(dims or [(1, 1)], self.dtype, burst)
+
+    def _compute(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.reshape(-1)[_offsets(self.out_shape, self.base, self.strides)])
+
+
+def _offsets(shape: tuple[int, ...], base: int, strides: tuple[int, ...]) -> np.ndarray:
+    """base + sum(i_k * strides_k) at every index i of `shape`, as an int64 array of that shape."""
+    out = np.full(shape, base, np.int64)
+    for k, (n, st) in enumerate(zip(shape, strides)):
+        out += (np.arange(n, dtype=np.int64) * st).reshape([n if j == k else 1 for j in range(len(shape))])
+    return out
+
+
+def affine(op: Op) -> tuple[int, tuple[int, ...]] | None:
+    """(base, strides): output index i of op reads its input's element base + sum(i_k * strides_k), for a
+    Transpose, a Slice or a Strided; None for another op."""
+    if isinstance(op, Strided):
+        return op.base, op.strides
+    st = [math.prod(op.in_shape[k + 1:]) for k in range(len(op.in_shape))]
+    if isinstance(op, Transpose):
+        return 0, tuple(st[p] for p in op.perm)
+    if isinstance(op, Slice):
+        return sum(a * b for a, b in zip(op.starts, st)), tuple(b * c for b, c in zip(st, op.steps))
+    return None
+
+
+def compose(first: Op, second: Op) -> Strided | None:
+    """The copy that does `second` on the result of `first` (its bytes read under second's input shape, as a
+    reshape between them gives them), when each is a Transpose, Slice or Strided and the two index maps make
+    one affine map (always, but where second's strides cut across first's axes unevenly); else None."""
+    a, b = affine(first), affine(second)
+    if a is None or b is None or first.dtype != second.dtype or first.output.size != math.prod(second.in_shape):
+        return None
+    out = tuple(second.output.shape)
+    flat = _offsets(out, *b)
+    index = np.unravel_index(flat, first.output.shape)
+    got = a[0] + sum(i.astype(np.int64) * st for i, st in zip(index, a[1]))
+    base = int(got.reshape(-1)[0])
+    strides = tuple(int(got[tuple(1 if j == k else 0 for j in range(len(out)))]) - base if n > 1 else 0
+                    for k, n in enumerate(out))
+    if not np.array_equal(got, _offsets(out, base, strides)):
+        return None
+    return Strided(first.in_shape, out, base, strides, first.dtype)
+
+
+MOVEMENT_OPS = (Transpose, Slice, Pad, Resize, Strided)
 """The ops of this module (Concat, in ops/layout.py, is lowered as they are)."""

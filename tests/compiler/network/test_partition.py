@@ -16,6 +16,7 @@ from compiler import models, ops
 from compiler.graph import Graph
 from compiler.models import Net
 from compiler.network.partition import channel_shuffles, partition
+from compiler.network.storage import alias
 from tests.helpers.activations import ACTS, assert_as_ort, run_both, self_product_model
 from tests.helpers.networks import run_graph
 
@@ -262,6 +263,42 @@ def test_a_channel_shuffles_pieces_are_written_into_its_planes(fmt, piece_out, f
     kinds = [kind for layer in lib.layers for kind in layer["ops"].split(" + ")]
     assert ("transpose" in kinds) == (not shuffles)
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
+    assert_as_ort(mod, g, m, x, fmt)
+    assert lib.predicted_cycles == mod.stats.cycles
+
+
+def _heads_block(k: int, h: int, w: int, s: int, reshape: bool, conv_after: bool) -> onnx.ModelProto:
+    """ViT's attention in miniature: a conv makes 3k channels, Reshape [1, k, 3, HW], Slice one of the three
+    (s), then (reshape: Reshape [1, k, HW] and) a Transpose putting HW first; a conv reads it, or it is the output."""
+    n = Net("heads", (1, 4, h, w), 5)
+    x = n.reshape(n.conv(n.input, 3 * k, 1, act=None), (1, k, 3, h * w))
+    sl = n._node("Slice", [x, n._init("s.starts", np.array([s], np.int64)), n._init("s.ends", np.array([s + 1], np.int64)),
+                           n._init("s.axes", np.array([2], np.int64))], (1, k, 1, h * w))
+    if reshape:
+        t = n._node("Transpose", [n.reshape(sl, (1, k, h * w))], (1, h * w, k), perm=[0, 2, 1])
+        t = n.reshape(t, (1, h * w, k, 1)) if conv_after else t
+    else:
+        t = n._node("Transpose", [sl], (1, h * w, 1, k), perm=[0, 3, 2, 1])
+    n.output(n.conv(t, 3, 1, act=None) if conv_after else t)
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("reshape", [False, True])
+@pytest.mark.parametrize("conv_after", [False, True])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(2, 40), h=st.integers(1, 7), w=st.integers(1, 9), s=st.integers(0, 2), seed=st.integers(0, 2**16))
+def test_a_slice_then_a_transpose_is_one_strided_copy(fmt, reshape, conv_after, k, h, w, s, seed):
+    """A slice that moves data read by a transpose alone (through a reshape or not) is one kernel, their index maps
+    composed (ops.Strided); as onnxruntime (assert_as_ort), the prediction the run's.  (k >= 2: one of k rows of
+    three is no view.)"""
+    m = models.quantize(_heads_block(k, h, w, s, reshape, conv_after), fmt, seed=seed % 5, samples=2)
+    g = compiler.from_onnx(m)
+    kinds = [[o.kind for o in grp.ops] for grp in partition(g, alias(g)[1])]
+    assert ["strided"] in kinds and ["slice"] not in kinds and ["transpose"] not in kinds, kinds
+    lib = compiler.build(g)
+    x = np.random.default_rng(seed).standard_normal((1, 4, h, w)).astype(np.float32)
     mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles

@@ -111,6 +111,62 @@ def test_random_slices(case, seed):
     _run(ops.Slice(shape, starts, steps, counts), _data(np.random.default_rng(seed), shape))
 
 
+def _chain_ops(draw, first):
+    """(a Slice or Transpose reading first's output, whether through a reshape to a shape hypothesis draws)."""
+    n = first.output.size
+    shape, reshaped = tuple(first.output.shape), draw(st.booleans())
+    if reshaped:
+        d = draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
+        shape = (d, n // d)
+    if draw(st.booleans()):
+        return ops.Transpose(shape, tuple(draw(st.permutations(range(len(shape)))))), reshaped
+    return ops.Slice(shape, *draw(slices_of(shape))), reshaped
+
+
+@st.composite
+def slices_of(draw, shape):
+    starts, steps, counts = [], [], []
+    for d in shape:
+        step = draw(st.sampled_from([1, 2, 3, -1]))
+        s = draw(st.integers(0, d - 1))
+        room = (d - 1 - s) // step + 1 if step > 0 else s // -step + 1
+        starts.append(s), steps.append(step), counts.append(draw(st.integers(1, room)))
+    return tuple(starts), tuple(steps), tuple(counts)
+
+
+@SETTINGS
+@given(slices(), st.data(), st.integers(0, 2 ** 31))
+def test_composed_moves_are_the_two_in_turn(case, data, seed):
+    """compose(first, second) is second on first's result read under second's input shape, and exists whenever
+    second reads it under its own shape; its kernel is exact, race-checked and priced exactly."""
+    shape, starts, steps, counts = case
+    first = ops.Slice(shape, starts, steps, counts)
+    if data.draw(st.booleans()):
+        first = ops.Transpose(shape, tuple(data.draw(st.permutations(range(len(shape))))))
+    second, reshaped = _chain_ops(data.draw, first)
+    both = ops.compose(first, second)
+    x = _data(np.random.default_rng(seed), shape)
+    want = second.reference(first.reference(x).reshape(second.in_shape))
+    assert both is not None or reshaped
+    if both is None:
+        return
+    np.testing.assert_array_equal(both.reference(x), want)
+    _run(both, x)
+
+
+def test_a_reshape_across_a_slices_rows_does_not_compose():
+    """Every third element of a 4 x 5 crop of 4 x 6, read flat: its offsets 0, 3, 7, ... are no affine map."""
+    crop = ops.Slice((4, 6), (0, 0), (1, 1), (4, 5))
+    assert ops.compose(crop, ops.Slice((20,), (0,), (3,), (7,))) is None
+    both = ops.compose(crop, ops.Transpose((4, 5), (1, 0)))
+    assert (both.base, both.strides) == (0, (1, 6))
+
+
+def test_a_strided_copy_outside_its_input_is_refused():
+    with pytest.raises(CompileError, match=r"reads elements 0\.\.13, outside the 12 "):
+        ops.Strided((3, 4), (2, 2), 0, (12, 1))
+
+
 @SETTINGS
 @given(slices(), st.integers(0, 2 ** 31))
 def test_semantics_page_agrees(case, seed):
