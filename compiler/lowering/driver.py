@@ -34,7 +34,7 @@ from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear, Sof
 from ..quant import f32_bits
 from .double_buffer import Step
 from .layout import row_strides
-from .movement import MoveLowering, is_movement
+from .movement import MoveLowering, is_movement, takes_lut
 from .resize import LerpLowering
 from .softmax import SoftmaxLowering
 from .conv_plan import ConvTiling, NuPlan
@@ -126,6 +126,10 @@ def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
             while j < len(ops) and _epilogue_op(ops[j], has_lut, adds):
                 adds += ops[j].mode == "add"
                 has_lut |= isinstance(ops[j], Lut)
+                j += 1
+        elif takes_lut(ops[i]):                    # a copy's luts (and clips): one table on its tiles
+            while j < len(ops) and (isinstance(ops[j], Lut) or (isinstance(ops[j], Elementwise)
+                                                                 and ops[j].mode == "clip")):
                 j += 1
         elif isinstance(ops[i], Elementwise):      # clips after it, luts after a lut: one table
             while j < len(ops) and isinstance(ops[j], Elementwise) and (
@@ -292,7 +296,11 @@ def lowering(site: Site, c: NuChoice | VuChoice, cfg: Config) -> tuple[Lowering,
     if is_movement(site.seg[0]) or isinstance(site.seg[0], Softmax):
         own = (SoftmaxLowering if isinstance(site.seg[0], Softmax) else
                LerpLowering if isinstance(site.seg[0], ResizeLinear) else MoveLowering)
-        low = own(site.seg[0], site.ins, site.out, cfg, site.name)
+        table = None
+        for op in site.seg[1:]:                 # a copy's luts and clips (takes_lut): one table
+            table = fused_table(table, op)
+        low = (own(site.seg[0], site.ins, site.out, cfg, site.name) if table is None else
+               MoveLowering(site.seg[0], site.ins, site.out, cfg, site.name, table))
         return low, low.note()
     return _vu_lowering(fold_clamps(site.seg), site.ins, site.out, cfg, site.name, c, site.in_rows, site.out_rows)
 

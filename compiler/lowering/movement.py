@@ -37,6 +37,7 @@ from ..ir import Buffer, Dma, Note, Ref
 from ..ops import Concat, Op, Pad, Resize, ResizeLinear, Slice, Strided, Transpose
 from .double_buffer import Slots, Step
 from .layout import ddr_order
+from .vu import lut_load, lut_table, lut_vu
 
 SLOT_BYTES = 32 * 1024      # a tile's VBUF slot; three rotate (loaded, expanded in place, stored)
 MIN_TILE_BYTES = 2048       # below this a tile's DMA latency outweighs overlapping loads and stores
@@ -205,6 +206,17 @@ def is_movement(op: Op) -> bool:
     return isinstance(op, (Transpose, Slice, Pad, Resize, Concat, ResizeLinear, Strided))
 
 
+def takes_lut(op: Op) -> bool:
+    """Can a lut follow the op in its own kernel, one vu.lut on each tile in its slot before the store: a
+    Transpose, a Slice or a Strided copy of int8 (LUT_FOLLOWS)?"""
+    return isinstance(op, LUT_FOLLOWS) and op.output.dtype == "int8"
+
+
+LUT_FOLLOWS = (Transpose, Slice, Strided)
+"""The copies whose kernel applies a lut after them (network.partition: ViT's q and k, scaled after their copy
+to heads)."""
+
+
 def tile_shape(plan: MovePlan, budget: int) -> tuple[int, ...]:
     """A tile of at most `budget` elements: the output's and the first piece's input innermost dims
     RUN long first (repeated dims whole), then grown inner dim first."""
@@ -282,8 +294,10 @@ def tile_bursts(plan: MovePlan, tile: tuple[int, ...], burst: int) -> int:
 class MoveLowering:
     """A movement op's tiles: each loaded into a VBUF slot, expanded (repeats), stored."""
 
-    def __init__(self, op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str):
+    def __init__(self, op: Op, ins: list[Buffer], y: Buffer, cfg: Config, name: str, table: np.ndarray | None = None):
         self.op, self.y, self.name = op, y, name
+        # a lut after the copy (takes_lut): its table in VBUF, one vu.lut on each tile in its slot
+        self.table = lut_table(table, name, name, 0) if table is not None else None
         self.consts = const_buffers(op, name)
         given = iter(ins)
         self.ins = [self.consts[k] if k in self.consts else next(given) for k in range(len(ins) + len(self.consts))]
@@ -344,19 +358,22 @@ class MoveLowering:
         return math.prod(-(-s // t) for s, t in zip(self.plan.shape, self.tile))
 
     def buffers(self) -> list[Buffer]:
-        """Every buffer the lowering uses (a concat's constant pieces, the slots)."""
-        return list(self.consts.values()) + self.slots.all()
+        """Every buffer the lowering uses (a concat's constant pieces, a lut's table, the slots)."""
+        return list(self.consts.values()) + list(self.table or ()) + self.slots.all()
 
     def note(self) -> str:
         """The kernel header's line about the tiling."""
         return (f"{self.name} {self.op.kind}: output as {list(self.plan.shape)}, tiles of {list(self.tile)} "
-                f"through VBUF ({len(self.plan.pieces)} piece(s){', padded' if self.plan.fill is not None else ''})")
+                f"through VBUF ({len(self.plan.pieces)} piece(s){', padded' if self.plan.fill is not None else ''}"
+                f"{', then a vu.lut in place' if self.table else ''})")
 
     def steps(self, limit: int | None = None) -> list[Step]:
         """One Step per tile (the first `limit`)."""
         out = []
         for k, lo in enumerate(self.tiles()[:limit]):
             out.append(self._tile(k, lo))
+        if self.table and out:
+            out[0].loads.insert(0, lut_load(CH_LOAD[0], self.table[1], self.table[0], self.name))
         return out
 
     def _tile(self, k: int, lo: tuple[int, ...]) -> Step:
@@ -389,6 +406,8 @@ class MoveLowering:
         if self._range or self.repeats:
             s.compute.append(Note(where + ": gather on chip"))
             s.compute += self._gather(CH_STORE[k % 2] if self.in_dm else ch, slot, size, dense, where)
+        if self.table:
+            s.compute.append(lut_vu(Ref(slot), Ref(self.table[1]), math.prod(size), 0, where + ": lut in place"))
         out_st = _strides(p.shape)
         y_off = sum(x * st for x, st in zip(lo, out_st))
         s.epilogue += dma_boxes(CH_STORE[k % 2], Ref(self.y), y_off, out_st, Ref(slot), 0, dense, size, e, None,

@@ -16,13 +16,16 @@ not a kernel: it folds into the kernel whose result it alone reads, which then w
 pool that alone reads it, which then reads NHWC (Group.in_layout, out_layout).  A channel shuffle whose two
 pieces end kernels (channel_shuffles) is no kernel either: each piece's kernel writes it pitched into the
 shuffled tensor.  A transpose or slice that moves data and is read, through reshapes, by another alone is one
-kernel with it, their index maps composed (_moves, ops.compose: ViT's slices of qkv and the transposes to heads)."""
+kernel with it, their index maps composed (_moves, ops.compose: ViT's slices of qkv and the transposes to heads);
+an island or a per-tensor op that alone reads such a copy's result is a lut on the copy's tiles (_then_lut: ViT's
+q and k times their scale)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
 from ..errors import CompileError
 from ..lowering.layout import pitched_layout
+from ..lowering.movement import takes_lut
 from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, clip, compose
 from ..ops.unary import composed, per_tensor
 
@@ -345,6 +348,28 @@ def _moving(w: _Walk, node) -> bool:
     return node.op.kind == "slice" and node.name in w.copies
 
 
+def _then_lut(w: _Walk, members: list, ops: list) -> None:
+    """A copy that takes a lut (lowering.movement.takes_lut) whose result is read by an island alone, or by one
+    per-tensor op of it alone (ViT's q and k times a constant), either through a reshape that moves nothing:
+    that island or op as a lut after the copy, which keeps the copy's shape."""
+    cur = members[-1].output
+    if len(ops) != 1 or not takes_lut(ops[0]) or cur in w.outputs:
+        return
+    isl = _epilogue_island(w, cur)
+    if isl is not None:
+        members += isl[0]
+        ops.append(isl[1])
+        return
+    through = _reshaped(w, cur)             # the op may read the copy's bytes under another shape
+    root = through[0].output if through else cur
+    users = w.users_of[root]
+    u = users[0] if len(users) == 1 and root not in w.outputs else None
+    if (u is not None and id(u) not in w.taken and per_tensor(u.op) and set(u.inputs) == {root}
+            and w.graph.values[u.output].dtype == "int8"):
+        members += through + [u]
+        ops.append(composed([(u.op, (0,))], ops[0].output.shape))
+
+
 def _lone_requantize(w: _Walk, node, last: Op) -> bool:
     """Is node a per-tensor int8 requantize of the kernel's result, under its shape (an epilogue lut of one op)?"""
     return (isinstance(node.op, Elementwise) and node.op.mode == "requantize" and per_tensor(node.op)
@@ -374,12 +399,12 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         if id(node) in w.taken:
             continue
         moved = _moves(w, node)
-        if moved is not None:
-            w.taken.update(id(m) for m in moved[0])
-            groups.append(Group(node.name, moved[0], (moved[1],), [node.inputs[0]], moved[0][-1].output))
-            continue
-        if node.name in copies:
-            groups.append(Group(node.name, [node], (_copy_op(graph, node),), list(node.inputs), node.output))
+        if moved is not None or node.name in copies:
+            members, ops = (moved[0], [moved[1]]) if moved is not None else ([node], [_copy_op(graph, node)])
+            _then_lut(w, members, ops)
+            w.taken.update(id(m) for m in members)
+            groups.append(Group(node.name, members, tuple(ops), list(node.inputs[:1] if moved else node.inputs),
+                                members[-1].output))
             continue
         if node.op.kind in LAYOUT_KINDS or node.name in shuffles or (_side(node) == "in" and _transposed(w, node)):
             continue                # moves no data: storage.alias, or a transpose its reader takes (_fold_in)
@@ -387,6 +412,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         read = _fold_in(w, node, members, ops, inputs)
         if isinstance(ops[0], (Conv2d, Dense, Elementwise)):
             _extend(w, members, ops, inputs)
+        _then_lut(w, members, ops)
         if members[-1].output in pieces:
             written = _pitched(ops)
         else:
