@@ -32,14 +32,15 @@ INNER_STEP = 64             # inner indices a split tile takes in multiples of: 
 CH_TABLE, CH_LOAD, CH_STORE = 0, (0, 1), (2, 3)
 
 
-def tile_count(total: int, row: int, cfg: Config) -> int:
+def tile_count(total: int, row: int, cfg: Config, ramped: bool) -> int:
     """How many tiles to cut `total` elements in rows of `row` into: each tile's command pays two stages of
     `row` cycles that overlap nothing (timing.vu_softmax_cycles), the first load and the last store
     overlap nothing either: n tiles cost about 2 * row * n + 2 * total / (n * ddr bytes a cycle) more than
-    the bound, least at sqrt(total / (row * ddr bytes a cycle)).  The edge tiles (ramp) shorten that first
-    load and last store, so fewer tiles than that pay: 1/sqrt(2) of it ran fastest on ViT's, the DFL's and
-    the attention-like shapes of benchmarks/softmax.py."""
-    return max(1, math.isqrt(total // max(1, 2 * row * cfg.ddr_bytes_per_cycle)))
+    the bound, least at sqrt(total / (row * ddr bytes a cycle)).  Half that is taken (the first tiles' DMAs
+    hide part of the stages: on the DFL's shapes half ran fastest), and 1/sqrt(2) of it where the tiles
+    ramp (ramp: their edge tiles shorten that first load and last store; fastest on ViT's and the
+    attention-like shapes of benchmarks/softmax.py)."""
+    return max(1, math.isqrt(total // max(1, (2 if ramped else 4) * row * cfg.ddr_bytes_per_cycle)))
 
 
 def edge_tile(tile: int, group: int, row: int, inner: int, cfg: Config) -> int:
@@ -84,7 +85,9 @@ class SoftmaxLowering:
         outer, row, inner = op.view
         total = outer * row * inner
         room = (cfg.vbuf_bytes - SOFTMAX_TABLE_BYTES) // 3 // 64 * 64
-        slot = max(row, min(room, max(MIN_TILE_BYTES, -(-total // tile_count(total, row, cfg)))))
+        slot = max(row, min(room, max(MIN_TILE_BYTES, -(-total // tile_count(total, row, cfg, True)))))
+        if row * inner > slot:          # tiles split the inner dims: they do not ramp
+            slot = max(row, min(room, max(MIN_TILE_BYTES, -(-total // tile_count(total, row, cfg, False)))))
         if 3 * slot + SOFTMAX_TABLE_BYTES > cfg.vbuf_bytes:
             raise CompileError(f"softmax: a row of {row} elements needs three VBUF slots of {slot} bytes and the "
                                f"{SOFTMAX_TABLE_BYTES}-byte table, more than VBUF's {cfg.vbuf_bytes} bytes")
