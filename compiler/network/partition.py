@@ -348,14 +348,17 @@ def _moving(w: _Walk, node) -> bool:
     return node.op.kind == "slice" and node.name in w.copies
 
 
-def _then_lut(w: _Walk, members: list, ops: list) -> None:
+def _then_lut(w: _Walk, members: list, ops: list, pieces: set[str]) -> None:
     """A copy that takes a lut (lowering.movement.takes_lut) whose result is read by an island alone, or by one
     per-tensor op of it alone (ViT's q and k times a constant), either through a reshape that moves nothing:
-    that island or op as a lut after the copy, which keeps the copy's shape."""
+    that island or op as a lut after the copy, which keeps the copy's shape and writes NCHW (never a channel
+    shuffle's piece, which its kernel writes pitched)."""
     cur = members[-1].output
     if len(ops) != 1 or not takes_lut(ops[0]) or cur in w.outputs:
         return
     isl = _epilogue_island(w, cur)
+    if isl is not None and isl[0][-1].output in pieces:
+        return
     if isl is not None:
         members += isl[0]
         ops.append(isl[1])
@@ -365,7 +368,7 @@ def _then_lut(w: _Walk, members: list, ops: list) -> None:
     users = w.users_of[root]
     u = users[0] if len(users) == 1 and root not in w.outputs else None
     if (u is not None and id(u) not in w.taken and per_tensor(u.op) and set(u.inputs) == {root}
-            and w.graph.values[u.output].dtype == "int8"):
+            and w.graph.values[u.output].dtype == "int8" and u.output not in pieces):
         members += through + [u]
         ops.append(composed([(u.op, (0,))], ops[0].output.shape))
 
@@ -401,7 +404,7 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         moved = _moves(w, node)
         if moved is not None or node.name in copies:
             members, ops = (moved[0], [moved[1]]) if moved is not None else ([node], [_copy_op(graph, node)])
-            _then_lut(w, members, ops)
+            _then_lut(w, members, ops, pieces)
             w.taken.update(id(m) for m in members)
             groups.append(Group(node.name, members, tuple(ops), list(node.inputs[:1] if moved else node.inputs),
                                 members[-1].output))
@@ -412,8 +415,10 @@ def partition(graph, copies: frozenset[str] = frozenset()) -> list[Group]:
         read = _fold_in(w, node, members, ops, inputs)
         if isinstance(ops[0], (Conv2d, Dense, Elementwise)):
             _extend(w, members, ops, inputs)
-        _then_lut(w, members, ops)
-        if members[-1].output in pieces:
+        if takes_lut(ops[0]):           # a copy writes as its plan says, NCHW: nothing folds into its end
+            _then_lut(w, members, ops, pieces)
+            written = ""
+        elif members[-1].output in pieces:
             written = _pitched(ops)
         else:
             written = "" if reordered_io(graph, Group("", members, tuple(ops), inputs, members[-1].output)) else (

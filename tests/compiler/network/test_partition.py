@@ -326,3 +326,33 @@ def test_a_copy_then_a_per_tensor_op_is_one_kernel_with_a_lut(fmt, reshape, k, h
     mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
     assert lib.predicted_cycles == mod.stats.cycles
+
+
+def _swap_then_sigmoid(c: int, h: int, w: int, nhwc_after: bool) -> onnx.ModelProto:
+    """A conv, Transpose (0, 1, 3, 2) (no layout: H and W swap), Sigmoid, then (nhwc_after) the NCHW -> NHWC
+    Transpose that folds into a kernel which can write NHWC."""
+    n = Net("swap", (1, c, h, w), 3)
+    t = n._node("Transpose", [n.conv(n.input, c, 1, act=None)], (1, c, w, h), perm=[0, 1, 3, 2])
+    y = n._node("Sigmoid", [t], (1, c, w, h))
+    n.output(n._node("Transpose", [y], (1, w, h, c), perm=[0, 2, 3, 1]) if nhwc_after else y)
+    return n.model()
+
+
+@pytest.mark.parametrize("fmt", ["qoperator", "qdq"])
+@pytest.mark.parametrize("nhwc_after", [False, True])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(c=st.integers(1, 20), h=st.integers(1, 7), w=st.integers(2, 9), seed=st.integers(0, 2**16))
+def test_a_copys_lut_ends_its_kernel_in_its_own_layout(fmt, nhwc_after, c, h, w, seed):
+    """A copy that took a lut writes the lut's result as the copy writes, in NCHW: an NCHW -> NHWC transpose after
+    it stays a kernel of its own (a copy's kernel cannot write NHWC); as onnxruntime, the prediction the run's."""
+    m = models.quantize(_swap_then_sigmoid(c, h, w, nhwc_after), fmt, seed=seed % 5, samples=2)
+    g = compiler.from_onnx(m)
+    groups = partition(g, alias(g)[1])
+    copy = [grp for grp in groups if grp.ops[0].kind == "transpose" and grp.ops[0].perm == (0, 1, 3, 2)]
+    assert len(copy) == 1 and [o.kind for o in copy[0].ops] == ["transpose", "lut"] and not copy[0].out_layout
+    assert all(getattr(o, "y_layout", "nchw") == "nchw" for o in copy[0].ops)
+    lib = compiler.build(g)
+    x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
+    mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
+    assert_as_ort(mod, g, m, x, fmt)
+    assert lib.predicted_cycles == mod.stats.cycles
