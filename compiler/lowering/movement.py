@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -279,16 +280,18 @@ and tile_shape's): at most 144 tilings priced, each by its distinct tiles."""
 
 
 def tile_bursts(plan: MovePlan, tile: tuple[int, ...], burst: int) -> int:
-    """DDR burst bytes of every tile's load and store (one piece, from 64-byte aligned buffers)."""
+    """DDR burst bytes of every tile's load and store (one piece, from 64-byte aligned buffers): each distinct
+    (tile size, start residues modulo the burst) priced once, times the tiles that share it."""
     pc, e = plan.pieces[0], plan.elem
     out_st = _strides(plan.shape)
-    total = 0
+    kinds = Counter()
     for lo in itertools.product(*[range(0, n, t) for n, t in zip(plan.shape, tile)]):
         size = tuple(min(t, n - a) for a, t, n in zip(lo, tile, plan.shape))
         src = pc.base + sum(a * x for a, x in zip(lo, pc.strides))
         dst = sum(a * x for a, x in zip(lo, out_st))
-        total += ddr_bytes(size, pc.strides, e, burst, src * e) + ddr_bytes(size, out_st, e, burst, dst * e)
-    return total
+        kinds[size, src * e % burst, dst * e % burst] += 1
+    return sum(n * (ddr_bytes(size, pc.strides, e, burst, src) + ddr_bytes(size, out_st, e, burst, dst))
+               for (size, src, dst), n in kinds.items())
 
 
 class MoveLowering:
