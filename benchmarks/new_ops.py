@@ -55,7 +55,7 @@ def is_new(op) -> bool:
         return False
     if isinstance(op, Lut) and op.of and all(m in OLD_ELEMENTWISE for m in op.of):
         return False            # a conv's requantize (QLinearConcat's of its input) as an epilogue table
-    if isinstance(op, Elementwise) and op.mode == "add":
+    if isinstance(op, Elementwise) and op.is_add:
         return op.b_shape is not None or op.b_const is not None
     return True
 

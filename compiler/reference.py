@@ -266,15 +266,19 @@ def mul_f32(a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi, uint8: bo
     return np.clip(cvt_int8(t, uint8), lo, hi).astype(np.int8)
 
 
-QDQ_BINARY = ("sub", "div", "max", "min")
-"""The float32 binary ops onnxruntime runs between DequantizeLinear and QuantizeLinear (vu.fsub ... vu.fmin)."""
+QDQ_BINARY = ("qdq_add", "sub", "div", "max", "min")
+"""The float32 binary ops onnxruntime runs between DequantizeLinear and QuantizeLinear (vu.fsub ... vu.fmin);
+qdq_add is its float Add (an Add it does not fuse into QLinearAdd)."""
+
+
+_QDQ_UFUNC = {"qdq_add": np.add, "sub": np.subtract, "div": np.divide, "max": np.maximum, "min": np.minimum}
 
 
 def qdq_binary_f32(mode: str, a, b, za, zb, scale_a, scale_b, scale_out, zp_out, lo, hi) -> np.ndarray:
-    """DequantizeLinear a and b (f32(x - z) * s), one float32 sub / div / max / min, QuantizeLinear."""
+    """DequantizeLinear a and b (f32(x - z) * s), one float32 add / sub / div / max / min, QuantizeLinear."""
     fa, fb = dequantize_f32(a, scale_a, za), dequantize_f32(b, scale_b, zb)
     with np.errstate(all="ignore"):
-        r = {"sub": np.subtract, "div": np.divide, "max": np.maximum, "min": np.minimum}[mode](fa, fb)
+        r = _QDQ_UFUNC[mode](fa, fb)
         return np.clip(quantize_f32(r, scale_out, zp_out), lo, hi).astype(np.int8)
 
 

@@ -45,14 +45,14 @@ from isa_spec.layout import LayoutError, from_stored, parse_layout, stored_shape
 from nnpsim.config import Config
 
 from .errors import CompileError
-from .ops import FLOAT_BINARY, Conv2d, Dense, Op, Pool2d, Softmax
+from .ops import Conv2d, Dense, Op, Pool2d, Softmax
 from .lowering import driver
 from .lowering.layout import bias_blocks, conv_view, fold_taps
 from .lowering.conv_plan import ConvTiling, buffer_needs, fits, requantises_on_nu
 from .lowering.nu import plan
 from .lowering.units import shared_capacity
 from .lowering.movement import is_movement
-from .lowering.vu import elementwise_ncr, elementwise_tiles, pool_engines
+from .lowering.vu import binary_command, elementwise_ncr, elementwise_tiles, pool_engines
 from .sizes import capacities
 
 PRIMITIVES = ("im2col", "split", "reorder", "fuse", "cache_read", "cache_write", "compute_at", "double_buffer",
@@ -143,7 +143,7 @@ class Block:
             if self.ctx["plan"].depthwise and v.fmode is not None:
                 out = {s: (FDW_INTRINSIC,) for s in ("conv", "requant") + (("bias",) if v.bias is not None else ())}
                 if self.ctx["residual"] is not None:
-                    out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
+                    out["add"] = (self.ctx["residual"].mnemonic,)
                 return out
             if self.ctx["plan"].depthwise:
                 # the NU's depthwise mode starts its accumulators at the biases stored with the weights
@@ -171,7 +171,7 @@ class Block:
                 elif not per_channel:
                     out["requant"] += RQ_INTRINSICS
             if self.ctx["residual"] is not None:
-                out["add"] = ("vu.fadd" if self.ctx["residual"].fbits is not None else "vu.add",)
+                out["add"] = (self.ctx["residual"].mnemonic,)
             return out
         if self.kind == "movement":
             return {}
@@ -185,8 +185,8 @@ class Block:
             return {"clip": ("vu.clip",)}
         if op.mode == "lut":
             return {"lut": ("vu.lut",)}
-        if op.mode in ("add", "mul") + FLOAT_BINARY:
-            return {op.mode: (f"vu.f{op.mode}" if op.fscales is not None else f"vu.{op.mode}",)}
+        if op.binary:
+            return {op.mode: (binary_command(op)[0],)}
         if op.mode == "batch_norm":
             return {"batch_norm": ("vu.faffine",)}
         per_channel = np.ndim(op.scale if op.scale is not None else op.ma) > 0

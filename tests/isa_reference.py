@@ -441,13 +441,17 @@ def _vu_check_slide_params(q: dict) -> None:
 
 
 def _vu_check_float_params(mnemonic: str, q: dict) -> None:
-    """zp_out an int8; fscale (and fscale_b) positive finite float32s; fbias finite."""
+    """zp_out an int8; fscale (and fscale_b, but vu.fsub's: nonzero finite) positive finite float32s; fbias finite."""
     if mnemonic != "vu.fadd" and not -128 <= q["zp_out"] <= 127:
         raise Fault("param", param=_pnum("vu", "zp_out"))
     if mnemonic != "vu.requant.fpc" and not _positive_finite(f32_bits(q["fscale"])):
         raise Fault("param", param=_pnum("vu", "fscale"))
-    if mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean", "vu.pool.faffavg") + FBIN_OPS and \
-            not _positive_finite(f32_bits(q["fscale_b"])):
+    sb = f32_bits(q["fscale_b"])
+    if mnemonic == "vu.fsub":       # any nonzero finite b scale: a negative one makes it the float add
+        if not (0 < abs(sb) < float("inf")):
+            raise Fault("param", param=_pnum("vu", "fscale_b"))
+    elif mnemonic in ("vu.fadd", "vu.pool.favg", "vu.slide.favg", "vu.pool.fmean", "vu.pool.faffavg") + FBIN_OPS \
+            and not _positive_finite(sb):
         raise Fault("param", param=_pnum("vu", "fscale_b"))
     if mnemonic == "vu.pool.fmean" and not 0 <= q["mode"] < MEAN_LANES:
         raise Fault("param", param=_pnum("vu", "mode"))

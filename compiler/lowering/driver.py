@@ -31,7 +31,6 @@ from ..errors import CompileError
 from ..ir import Buffer, KernelIR
 from .. import reference as sem
 from ..ops import Conv2d, Dense, Elementwise, Lut, Op, Pool2d, ResizeLinear, Softmax
-from ..quant import f32_bits
 from .double_buffer import Step
 from .layout import row_strides
 from .movement import MoveLowering, is_movement, takes_lut
@@ -40,7 +39,7 @@ from .softmax import SoftmaxLowering
 from .conv_plan import ConvTiling, NuPlan
 from .nu import NuLowering, Residual
 from .units import SplitLowering, parts
-from .vu import ElementwiseLowering, PoolLowering, row_walk
+from .vu import ElementwiseLowering, PoolLowering, binary_command, row_walk
 
 
 ESTIMATE_TILES = 24    # tiles lowered to estimate a tiling's cycles
@@ -79,9 +78,9 @@ def fuse_nu_chain(ops: tuple[Op, ...]) -> tuple[Conv2d | Dense, Residual | None,
             else:
                 residual = replace(residual, **dict(zip(("lo", "hi"), compose_clamp(residual.lo, residual.hi,
                                                                                     op.lo, op.hi))))
-        elif isinstance(op, Elementwise) and op.mode == "add" and residual is None:
-            residual, add_op = Residual(op.za, op.zb, op.ma, op.mb, op.shift, op.zp_out, op.lo, op.hi,
-                                        _fadd_bits(op), op.x_layout, op.uint8), op
+        elif isinstance(op, Elementwise) and op.is_add and residual is None:
+            mnemonic, scalars = binary_command(op)
+            residual, add_op = Residual(mnemonic, tuple(scalars.items()), op.lo, op.hi, op.x_layout), op
         else:
             raise CompileError(f"cannot fuse {op.kind} after {prev.kind}: a conv2d or dense kernel takes "
                                "relu / clip and one residual add (then relu / clip), then luts, after it")
@@ -103,15 +102,8 @@ def _epilogue_op(op: Op, has_lut: bool, adds: int) -> bool:
     if isinstance(op, Lut):
         return True
     return isinstance(op, Elementwise) and (op.mode == "clip" or (
-        op.mode == "add" and op.b_shape is None and op.b_const is None and not op.reverse and adds == 0
+        op.is_add and op.b_shape is None and op.b_const is None and not op.reverse and adds == 0
         and not has_lut))
-
-
-def _fadd_bits(op: Elementwise) -> tuple[int, int, int] | None:
-    """vu.fadd's (fscale, fscale_b, fbias) bits of a float-form add, else None."""
-    if op.fscales is None:
-        return None
-    return tuple(f32_bits(v) for v in op.add_params()[:3])
 
 
 def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
@@ -124,7 +116,7 @@ def segments(ops: tuple[Op, ...]) -> list[tuple[Op, ...]]:
         if isinstance(ops[i], (Conv2d, Dense)):
             adds, has_lut = 0, False
             while j < len(ops) and _epilogue_op(ops[j], has_lut, adds):
-                adds += ops[j].mode == "add"
+                adds += ops[j].is_add
                 has_lut |= isinstance(ops[j], Lut)
                 j += 1
         elif takes_lut(ops[i]):                    # a copy's luts (and clips): one table on its tiles
@@ -209,7 +201,7 @@ def _by_rows(seg: tuple[Op, ...], nxt: tuple[Op, ...], out: Buffer) -> bool:
     if out.space == "dm" and isinstance(nxt[0], Conv2d) and gate_mul(seg[0]):
         return True
     return (out.space == "dm" and isinstance(seg[0], Conv2d) and (isinstance(nxt[0], Conv2d) or row_walk(nxt[0]))
-            and not any(isinstance(o, Elementwise) and o.mode == "add" for o in seg))
+            and not any(isinstance(o, Elementwise) and o.is_add for o in seg))
 
 
 def gate_mul(op: Op) -> bool:

@@ -24,7 +24,7 @@ import numpy as np
 
 from nnpsim.config import Config
 
-from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu, u8_scalar
+from ..ir import RQ_ENTRY, Buffer, Dma, NuConv, Note, Ref, Vu
 from ..errors import CompileError
 from ..quant import f32_bits
 from .conv_plan import (ROLES, ConvTiling, NuPlan, block_hull, buffer_needs, chunks, input_extent,
@@ -55,23 +55,17 @@ latency (100 cycles) then costs at most about as much as the transfer's 128 cycl
 
 @dataclass(frozen=True)
 class Residual:
-    """A fused residual add: y = add(conv(x), b) with the add's quantisation.
+    """A fused residual add: y = add(conv(x), b), the conv's output the add's a (QLinearAdd's A role).
 
-    fbits: the float form's (fscale, fscale_b, fbias) bits of vu.fadd (QLinearAdd), else None; uint8: that
-    float form on uint8 tensors held as int8 (vu.mode).
+    mnemonic and scalars: the add's VU command and its scalars but lo, hi (lowering.vu.binary_command),
+    as (name, value) pairs; lo and hi: its clamp, with the relu / clip after it composed in.
     """
 
-    za: int
-    zb: int
-    ma: int
-    mb: int
-    shift: int
-    zp_out: int
+    mnemonic: str
+    scalars: tuple[tuple[str, int], ...]
     lo: int
     hi: int
-    fbits: tuple[int, int, int] | None = None
     layout: str = "nchw"        # b's DDR layout (lowering.layout)
-    uint8: bool = False
 
 
 def plan(view: ConvView, cfg: Config, spec: str | None = None) -> NuPlan:
@@ -677,12 +671,8 @@ class NuLowering:
                 (1, cols, tw * cols, pix * cols), (0, 0, 0, 0), (cols - real, 0, 0, 0),
                 comment=f"{self.name}: residual -> {res.name}")))
         n_el = nob * pix * cols
-        if r.fbits is not None:
-            m, sc = "vu.fadd", {**dict(zip(("fscale", "fscale_b", "fbias"), r.fbits)), **u8_scalar(r.uint8)}
-        else:
-            m, sc = "vu.add", {"za": r.za, "zb": r.zb, "ma": r.ma, "mb": r.mb, "shift": r.shift, "zp_out": r.zp_out}
-        step.epilogue.append(Vu(m, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
-                                scalars={**sc, "lo": r.lo, "hi": r.hi},
+        step.epilogue.append(Vu(r.mnemonic, Ref(vacc), Ref(vacc), Ref(res), "i8", "i8", 1, (n_el,), (1,), (1,), (1,),
+                                scalars={**dict(r.scalars), "lo": r.lo, "hi": r.hi},
                                 unit=self.vu, comment=f"{self.name}: residual add in {vacc.name}"))
 
 

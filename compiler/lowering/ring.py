@@ -71,7 +71,7 @@ def ring_able(ops, choices: list) -> str:
             return "split over units"
         if seg[0].x_shape[0] != 1:
             return "batch above 1"
-        if k + 1 < len(segs) and any(isinstance(o, Elementwise) and o.mode == "add" for o in seg):
+        if k + 1 < len(segs) and any(isinstance(o, Elementwise) and o.is_add for o in seg):
             return "residual add before the last conv"
         if k > 0 and c.plan.view.taps is not None:     # its plan's kernel is the gathered one, 1 x 1
             return "a conv after the first gathers its windows (im2col)"

@@ -427,15 +427,8 @@ def elementwise_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]] | Non
         return lut_vu(a, table, nr * nc, unit, f"{name}: table lookup in place")
     if isinstance(op, BatchNorm):
         return _batch_norm_vu(op, a, table, nc, nr, unit, name)
-    if op.mode in FLOAT_BINARY:
-        return _qdq_binary(op, a, b, nc, nr, unit, name)
-    if op.fscales is not None:
-        return _binary_f32(op, a, b, nc, nr, unit, name)
-    if op.mode in ("add", "mul"):
-        sc = {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift, **lohi}
-        b_ref, b_st = b
-        return Vu(f"vu.{op.mode}", a, a, b_ref, "i8", "i8", 1, (nr, nc), d1, d1, b_st,
-                  scalars=sc, unit=unit, comment=f"{name}: {op.mode} in place")
+    if op.binary:
+        return _binary_vu(op, a, b, nc, nr, unit, name)
     esz = 4 if op.in_dtype == "int32" else 1
     a1 = (esz, nr * esz)
     if op.scale is not None:
@@ -467,43 +460,43 @@ def lut_vu(a: Ref, table: Ref, n: int, unit: int, comment: str) -> Vu:
     return Vu("vu.lut", a, a, table, "i8", "i8", LUT_BYTES, (n,), (1,), (1,), (0,), unit=unit, comment=comment)
 
 
-def _binary_f32(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
-                name: str) -> Vu:
-    """vu.fadd (QLinearAdd: zero points folded into fbias; reversed, b is the command's first source, in
-    QLinearAdd's A role) or vu.fmul (QLinearMul), in place at a."""
-    d1 = (1, nr)
-    b_ref, b_st = b
-    src = (a, d1, b_ref, b_st)
-    if op.mode == "add":
+FBIN_MNEMONIC = {"qdq_add": "vu.fsub", "sub": "vu.fsub", "div": "vu.fdiv", "max": "vu.fmax", "min": "vu.fmin"}
+"""The VU instruction of each QDQ float binary op: the float Add is vu.fsub with b's scale negated (exact)."""
+
+
+def binary_command(op: Elementwise) -> tuple[str, dict]:
+    """The mnemonic and scalars (but lo, hi) of a binary op's VU command, its first source the op's a (b when
+    op.reverse: QLinearAdd's A role, or the first operand of b op a)."""
+    if op.mode in FLOAT_BINARY:
+        (za, zb), (sa, sb, sy) = op.roles((op.za, op.zb)), op.fscales
+        sa, sb = op.roles((sa, sb))
+        sb = -sb if op.mode == "qdq_add" else sb
+        return FBIN_MNEMONIC[op.mode], {"za": za, "zb": zb, "fscale": f32_bits(sa), "fscale_b": f32_bits(sb),
+                                        "fbias": f32_bits(sy), "zp_out": op.zp_out}
+    if op.fscales is not None and op.mode == "add":
         ra, rb, c = op.add_params()[:3]
-        sc = {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c), "lo": op.lo, "hi": op.hi}
-        src = op.roles((src[:2], src[2:]))
-        src = src[0] + src[1]
-    else:
-        sc = {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)), "zp_out": op.zp_out,
-              "lo": op.lo, "hi": op.hi}
-    sc.update(u8_scalar(op.uint8))
-    first, first_st, second, second_st = src
-    return Vu(f"vu.f{op.mode}", a, first, second, "i8", "i8", 1, (nr, nc), d1, first_st, second_st,
-              scalars=sc, unit=unit, comment=f"{name}: float32 {op.mode}{' (reversed)' if op.reverse else ''} "
-                                             "in place")
+        return "vu.fadd", {"fscale": f32_bits(ra), "fscale_b": f32_bits(rb), "fbias": f32_bits(c),
+                           **u8_scalar(op.uint8)}
+    if op.fscales is not None:
+        return "vu.fmul", {"za": op.za, "zb": op.zb, "fscale": f32_bits(mul_f32_ratio(*op.fscales)),
+                           "zp_out": op.zp_out, **u8_scalar(op.uint8)}
+    return f"vu.{op.mode}", {"za": op.za, "zb": op.zb, "ma": op.ma, "mb": op.mb, "shift": op.shift,
+                             "zp_out": op.zp_out}
 
 
-def _qdq_binary(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
-                name: str) -> Vu:
-    """vu.fsub / fdiv / fmax / fmin in place at a; reversed (b op a), b is the command's first source."""
+def _binary_vu(op: Elementwise, a: Ref, b: tuple[Ref, tuple[int, int]], nc: int, nr: int, unit: int,
+               name: str) -> Vu:
+    """A binary op's VU command in place at a; reversed, b is the command's first source."""
     d1 = (1, nr)
-    b_ref, b_st = b
-    (za, zb), (sa, sb, sy) = (op.za, op.zb), op.fscales
-    src = (a, d1, b_ref, b_st)
-    if op.reverse:
-        src, za, zb, sa, sb = (b_ref, b_st, a, d1), zb, za, sb, sa
-    sc = {"za": za, "zb": zb, "fscale": f32_bits(sa), "fscale_b": f32_bits(sb), "fbias": f32_bits(sy),
-          "zp_out": op.zp_out, "lo": op.lo, "hi": op.hi}
-    ra, a_st, rb, rb_st = src
-    return Vu(f"vu.f{op.mode}", a, ra, rb, "i8", "i8", 1, (nr, nc), d1, a_st, rb_st, scalars=sc, unit=unit,
-              comment=f"{name}: DequantizeLinear, float32 {op.mode}{' (reversed)' if op.reverse else ''}, "
-                      f"QuantizeLinear in place")
+    (first, first_st), (second, second_st) = op.roles(((a, d1), b))
+    mnemonic, sc = binary_command(op)
+    what = op.mode + (" (reversed)" if op.reverse else "")
+    if op.mode in FLOAT_BINARY:
+        what = f"DequantizeLinear, float32 {what}, QuantizeLinear"
+    elif op.fscales is not None:
+        what = f"float32 {what}"
+    return Vu(mnemonic, a, first, second, "i8", "i8", 1, (nr, nc), d1, first_st, second_st,
+              scalars={**sc, "lo": op.lo, "hi": op.hi}, unit=unit, comment=f"{name}: {what} in place")
 
 
 def _batch_norm_vu(op: BatchNorm, a: Ref, table: Ref, nc: int, nr: int, unit: int, name: str) -> Vu:

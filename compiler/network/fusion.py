@@ -91,7 +91,7 @@ def ring_bytes(parts: list) -> int | None:
     above 1, a residual add before the last)."""
     heads = [g.ops[0] for g in parts]
     if not all(isinstance(h, Conv2d) and h.x_shape[0] == 1 for h in heads) or any(
-            isinstance(o, Elementwise) and o.mode == "add" for g in parts[:-1] for o in g.ops):
+            isinstance(o, Elementwise) and o.is_add for g in parts[:-1] for o in g.ops):
         return None
     total = 0
     for g, h in zip(parts, heads[1:]):

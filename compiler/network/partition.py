@@ -83,13 +83,17 @@ def _is_lut(op) -> bool:
 def _as_first_input(add: Elementwise, position: int) -> Elementwise | None:
     """The add with its operands swapped when the chain value is its second input (None: cannot be).
 
-    The integer add is symmetric; onnxruntime's float add rounds a and b differently, so its
-    operands stay where they are (the add then runs as a kernel of its own, as a broadcasting one does).
+    The integer add and onnxruntime's float Add (qdq_add: fa + fb, one rounding) are symmetric;
+    QLinearAdd rounds a and b differently, so its operands stay where they are (the add then runs as a
+    kernel of its own, as a broadcasting one does).
     """
     if add.b_shape is not None or add.reverse:   # a broadcast b, or b in the A role: no residual, a kernel of its own
         return None
     if position == 0:
         return add
+    if add.mode == "qdq_add":
+        sa, sb, sy = add.fscales
+        return replace(add, za=add.zb, zb=add.za, fscales=(sb, sa, sy))
     if add.is_float:
         return None
     return replace(add, za=add.zb, zb=add.za, ma=add.mb, mb=add.ma)
@@ -204,7 +208,7 @@ def _extend(w: _Walk, members: list, ops: list, inputs: list) -> None:
             members.append(nxt)         # QLinearConcat's requantize of its input: a table in the epilogue
             ops.append(composed([(nxt.op, (0,))], ops[-1].output.shape))
             added = True
-        elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.mode == "add"
+        elif (head_nu and not added and isinstance(nxt.op, Elementwise) and nxt.op.is_add
               and len(nxt.inputs) == 2 and nxt.inputs[0] != nxt.inputs[1]   # not a constant b
               and _as_first_input(nxt.op, nxt.inputs.index(cur)) is not None):
             pos = nxt.inputs.index(cur)

@@ -2,9 +2,10 @@
 
 Either input may broadcast to the other (any numpy broadcast lowering.vu.broadcast_view merges into three
 axes; QLinearAdd's roles as onnxruntime gives them: arithmetic.add_roles_swapped), and either may be a constant
-(an int8 or uint8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min are onnxruntime's
-float ops between DequantizeLinear and QuantizeLinear (ops.qdq_binary).  A Relu or Clip after a pending op
-narrows that op's output range; on a dequantised or int8 tensor it is a clip.
+(an int8 or uint8 initializer, a dequantised one, or in QDQ a float scalar).  Sub, Div, Max and Min, and an Add
+onnxruntime leaves unfused (qdq_add), are its float ops between DequantizeLinear and QuantizeLinear
+(ops.qdq_binary).  A Relu or Clip after a pending op narrows that op's output range; on a dequantised or int8
+tensor it is a clip.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ class Operand:
     const: np.ndarray | None = None
 
 
-COMMUTATIVE = ("add", "mul", "max", "min")
+COMMUTATIVE = ("add", "qdq_add", "mul", "max", "min")
 
 
 def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
@@ -47,15 +48,11 @@ def binary(kind: str) -> Callable[[Importer, NodeProto], None]:
             raise Problem(node, f"has {len(node.input)} inputs: {node.op_type} is imported with two")
         a, b = (_qdq_operand(im, node, i, what) for i, what in ((0, "A"), (1, "B")))
         op_kind = kind
-        # onnxruntime's float add, as a - (-b): exact; a dynamic graph keeps QLinearAdd's arithmetic, since the
-        # float island (qdq_binary) and the table lookup have a static lowering only
-        if kind == "add" and a.q is not None and b.q is not None and im.arithmetic == "onnxruntime" \
-                and not im.dynamic and im.ort_kernel(node) == "float":
-            op_kind, b = "sub", _negated_int8(im, node, b)
-        elif kind == "add" and (a.q is None or b.q is None):
-            op_kind = "sub"         # x + c = x - (-c) exactly in float32: onnxruntime runs it unfused, in float
-            a, b = (b, a) if a.q is None else (a, b)
-            b = _negated(b)
+        # onnxruntime runs an Add with a float constant, or one it leaves unfused, in float: qdq_add; a dynamic
+        # graph keeps QLinearAdd's arithmetic, since the float island (qdq_binary) has a static lowering only
+        if kind == "add" and (a.q is None or b.q is None or (
+                im.arithmetic == "onnxruntime" and not im.dynamic and im.ort_kernel(node) == "float")):
+            op_kind = "qdq_add"
         a, b = (_float_scalar(node, op_kind, o) for o in (a, b))
         im.set(node, Pending(node, _binary_maker(im, node, op_kind, a, b, tuple(node.input[:2]))))
     return handler
@@ -95,23 +92,6 @@ def _qlinear_operand(im: Importer, node, i: int, q: QuantParams, what: str) -> O
         return Operand(None, q, tuple(s.array.shape), as_int8(s.array) if s.array.dtype == np.uint8 else s.array)
     v = im.int8(node, i, what)
     return Operand(v, q, im.shape(v))
-
-
-def _negated(o: Operand) -> Operand:
-    """A float constant negated (exact), anything else as it is."""
-    return o if o.q is not None else Operand(None, None, o.shape, -o.const)
-
-
-def _negated_int8(im: Importer, node, o: Operand) -> Operand:
-    """-B exactly: the int8 code -1 - b at zero point -1 - zb (its real value -(b - zb) * s, each code in range);
-    a constant is negated here, an activation by a table lookup."""
-    q = QuantParams(o.q.scale, np.int64(-1 - int(o.q.zero_point)))
-    if o.value is None:
-        return Operand(None, q, o.shape, (-1 - o.const.astype(np.int16)).astype(np.int8))
-    table = (127 - np.arange(256)).astype(np.int8)          # entry k: the code for input k - 128
-    v = im.emit(f"{im.name(node)}/negate", [("negate", ops.lut(o.shape, table), q)], (o.value,),
-                f"{node.output[0]}/negated_b", {"op_type": node.op_type, "onnx_node": node.name}, int8_in_onnx=False)
-    return Operand(v, q, o.shape)
 
 
 def _float_scalar(node, kind: str, o: Operand) -> Operand:

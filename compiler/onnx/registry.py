@@ -82,8 +82,9 @@ OPS: dict[str, Op] = {
     "Gemm": Op(conv.gemm, "dense", 3, constraints="transA 0, alpha and beta 1; " + _WEIGHTS, weight=1),
     "QLinearAdd": _ms(elementwise.qlinear_binary("add"), "add", 8,
                       constraints=_BROADCAST + "; onnxruntime's roles of A and B kept (add_roles_swapped)"),
-    "Add": Op(elementwise.binary("add"), "add", 2, constraints=_BROADCAST + " (dequantised); QLinearAdd's roles "
-              "of A and B kept; a float scalar constant: sub of its negation, in float32"),
+    "Add": Op(elementwise.binary("add"), "add, or qdq_binary qdq_add", 2, constraints=_BROADCAST + " (dequantised); "
+              "QLinearAdd's roles of A and B kept where onnxruntime fuses it; where it runs the Add in float32 (a "
+              "float scalar constant, or unfused): qdq_add, on vu.fsub with b's scale negated"),
     "QLinearMul": _ms(elementwise.qlinear_binary("mul"), "mul", 8,
                       constraints=_BROADCAST + "; two activations (x * sigmoid(x))"),
     "Mul": Op(elementwise.binary("mul"), "mul", 2, constraints=_BROADCAST + " (dequantised)"),

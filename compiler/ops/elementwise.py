@@ -1,5 +1,5 @@
-"""The elementwise ops: add, mul, and the QDQ float ops sub, div, max, min (with broadcasting, b an input or a
-constant), relu, clip and requantize."""
+"""The elementwise ops: add, mul, and the QDQ float ops qdq_add, sub, div, max, min (with broadcasting, b an
+input or a constant), relu, clip and requantize."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,7 +48,13 @@ class Elementwise(Op):
         return self.scale is not None or self.fscales is not None
 
     @property
+    def is_add(self) -> bool:
+        """An add: QLinearAdd's (or the integer) add, or onnxruntime's float Add (qdq_add)?"""
+        return self.mode in ("add", "qdq_add")
+
+    @property
     def binary(self) -> bool:
+        """A binary op (a and b)?"""
         return self.mode in ("add", "mul") + FLOAT_BINARY
 
     @property
@@ -122,7 +128,7 @@ def _b_const(b_const, b_shape: tuple | None, shape: tuple) -> np.ndarray | None:
 def qdq_binary(mode: str, shape, *, za=0, zb=0, scale_a, scale_b, scale_out, zp_out=0, lo=-128, hi=127,
                b_shape=None, b_const=None, reverse=False) -> Elementwise:
     """onnxruntime's QDQ float island: QuantizeLinear(DequantizeLinear(a) op DequantizeLinear(b)), op one of
-    "sub", "div", "max", "min", in float32 (compiler.reference.qdq_binary_f32).
+    "qdq_add", "sub", "div", "max", "min", in float32 (compiler.reference.qdq_binary_f32).
 
     b_shape: b's shape when it broadcasts to `shape`; b_const: b as an int8 constant instead of an input;
     reverse: compute b op a instead (a keeps the output's shape, b still broadcasts).

@@ -536,7 +536,8 @@ def compose(first: Op, second: Op) -> Strided | None:
         return None
     out = tuple(second.output.shape)
     flat = _offsets(out, *b)
-    index = np.unravel_index(flat, first.output.shape)
+    # a flat array: numpy 2.4's unravel_index misreads some multi-dimensional ones (a (7, 31, 38, 1) array)
+    index = [i.reshape(out) for i in np.unravel_index(flat.reshape(-1), first.output.shape)]
     got = a[0] + sum(i.astype(np.int64) * st for i, st in zip(index, a[1]))
     base = int(got.reshape(-1)[0])
     strides = tuple(int(got[tuple(1 if j == k else 0 for j in range(len(out)))]) - base if n > 1 else 0

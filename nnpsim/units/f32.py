@@ -40,6 +40,12 @@ def positive_finite(bits: int) -> bool:
 
 
 @njit(cache=True)
+def nonzero_finite(bits: int) -> bool:
+    """Are the low 32 bits of `bits` a finite float32 other than +0.0 and -0.0, of either sign?"""
+    return finite(bits) and (bits & 0x7FFFFFFF) != 0
+
+
+@njit(cache=True)
 def finite(bits: int) -> bool:
     """Are the low 32 bits of `bits` a finite float32 (not inf, not nan)?"""
     return ((bits & 0xFFFFFFFF) & EXP_MASK) != EXP_MASK

@@ -204,12 +204,16 @@ def _check_slide(p: np.ndarray, err: np.ndarray) -> int:
 
 @njit(cache=True)
 def _check_float_scalars(op: int, p: np.ndarray, err: np.ndarray) -> int:
-    """zp_out in int8; fscale (fscale_b) a positive finite float32, fbias finite, where the op reads them."""
+    """zp_out in int8; fscale (fscale_b) a positive finite float32 (vu.fsub's fscale_b nonzero finite), fbias
+    finite, where the op reads them."""
     if op != VU_FADD and (p[ZP_OUT] < -128 or p[ZP_OUT] > 127):      # fadd's zero points are in fbias
         return bad_param(err, GROUP + ZP_OUT, p[ZP_OUT], 0)
     if op != VU_REQUANT_FPC and not f32.positive_finite(p[FSCALE]):
         return bad_param(err, GROUP + FSCALE, p[FSCALE], 0)
-    if (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_POOL_FMEAN
+    if op == VU_FSUB:       # a negative b scale makes vu.fsub onnxruntime's float Add: fa - (-fb) = fa + fb
+        if not f32.nonzero_finite(p[FSCALE_B]):
+            return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
+    elif (op == VU_FADD or op == VU_POOL_FAVG or op == VU_SLIDE_FAVG or _is_fbin(op) or op == VU_POOL_FMEAN
             or op == VU_POOL_FAFFAVG) and not f32.positive_finite(p[FSCALE_B]):
         return bad_param(err, GROUP + FSCALE_B, p[FSCALE_B], 0)
     if op == VU_POOL_FMEAN and (p[PHASE] < 0 or p[PHASE] >= MEAN_LANES):

@@ -17,7 +17,7 @@ from compiler.graph import Graph
 from compiler.models import Net
 from compiler.network.partition import channel_shuffles, partition
 from compiler.network.storage import alias
-from tests.helpers.activations import ACTS, assert_as_ort, run_both, self_product_model
+from tests.helpers.activations import ACTS, assert_as_ort, ort_levels, run_both, self_product_model
 from tests.helpers.networks import run_graph
 
 pytestmark = pytest.mark.usefixtures("warm_engine")
@@ -25,7 +25,11 @@ SETTINGS = settings(max_examples=3, deadline=None, suppress_health_check=[Health
 
 
 def _int8(g, want: np.ndarray) -> np.ndarray:
-    return g.values[g.outputs[0]].quant.quantize(want)
+    return _int8_of(g, 0, want)
+
+
+def _int8_of(g, k: int, want: np.ndarray) -> np.ndarray:
+    return g.values[g.outputs[k]].quant.quantize(want)
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -355,4 +359,63 @@ def test_a_copys_lut_ends_its_kernel_in_its_own_layout(fmt, nhwc_after, c, h, w,
     x = np.random.default_rng(seed).standard_normal((1, c, h, w)).astype(np.float32)
     mod = run_graph(lib, x)          # race-checked; assert_as_ort runs onnxruntime
     assert_as_ort(mod, g, m, x, fmt)
+    assert lib.predicted_cycles == mod.stats.cycles
+
+
+def _conv_plus_shortcut(c: int, h: int, w: int, conv_first: bool, rng: np.random.Generator) -> onnx.ModelProto:
+    """QDQ: x -> 3x3 conv (pad 1, c channels) -> + x, the conv's output Add's first operand (conv_first) or its
+    second; x's codes also dequantised to a second graph output, so onnxruntime runs the Add in float32 at
+    every level (its Q has two DequantizeLinear readers besides the conv's)."""
+    f = {"sx": 0.05, "sw": 0.01, "sc": float(rng.uniform(0.03, 0.09)), "sy": float(rng.uniform(0.05, 0.12)),
+         "sbias": 0.05 * 0.01}
+    z = {"zx": int(rng.integers(-10, 10)), "zc": int(rng.integers(-20, 20)), "zy": int(rng.integers(-20, 20))}
+    inits = [helper.make_tensor(k, TensorProto.FLOAT, [], [v]) for k, v in f.items()]
+    inits += [helper.make_tensor(k, TensorProto.INT8, [], [v]) for k, v in z.items()]
+    inits += [helper.make_tensor("zw", TensorProto.INT8, [], [0]),
+              helper.make_tensor("zbias", TensorProto.INT32, [], [0]),
+              onnx.numpy_helper.from_array(rng.integers(-90, 90, (c, c, 3, 3)).astype(np.int8), "wq"),
+              onnx.numpy_helper.from_array(rng.integers(-800, 800, c).astype(np.int32), "bq")]
+    add_in = ["cf", "xf2"] if conv_first else ["xf2", "cf"]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xf2"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["x_again"]),
+             helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"]),
+             helper.make_node("DequantizeLinear", ["bq", "sbias", "zbias"], ["bf"]),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("QuantizeLinear", ["c", "sc", "zc"], ["cq"]),
+             helper.make_node("DequantizeLinear", ["cq", "sc", "zc"], ["cf"]),
+             helper.make_node("Add", add_in, ["r"], name="add"),
+             helper.make_node("QuantizeLinear", ["r", "sy", "zy"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "sy", "zy"], ["y"])]
+    shape = [1, c, h, w]
+    g = helper.make_graph(nodes, "conv_shortcut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in ("y", "x_again")],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("conv_first", [True, False])
+@SETTINGS
+@given(c=st.integers(1, 45), h=st.integers(1, 12), w=st.integers(1, 30), seed=st.integers(0, 2**16))
+def test_onnxruntimes_float_add_of_a_residual_is_the_convs_epilogue(conv_first, c, h, w, seed):
+    """An Add onnxruntime runs in float32 (qdq_add, vu.fsub with b's scale negated) after a conv, the conv's output
+    either operand: the conv's residual add, one kernel, bit-exact with onnxruntime at both levels; the prediction
+    equal to the run."""
+    rng = np.random.default_rng(seed)
+    m = _conv_plus_shortcut(c, h, w, conv_first, rng)
+    g = compiler.from_onnx(m)
+    assert "qdq_add" in [n.op.kind for n in g.nodes]
+    [conv] = [grp for grp in partition(g) if grp.ops[0].kind == "conv2d"]
+    assert [o.kind for o in conv.ops] == ["conv2d", "qdq_add"]
+    lib = compiler.build(g)
+    assert "vu.fsub" in lib.asm and "vu.lut" not in lib.asm
+    x = (rng.standard_normal((1, c, h, w)) * 2).astype(np.float32)
+    mod = run_graph(lib, x)
+    for level, outs in zip(("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"), ort_levels(m, x)):
+        for k, want in enumerate(outs):
+            np.testing.assert_array_equal(mod.get_output(k, quantized=True), _int8_of(g, k, want), err_msg=level)
     assert lib.predicted_cycles == mod.stats.cycles

@@ -149,4 +149,4 @@ def test_float_add_with_broadcast_and_constant_b_is_bit_exact(form, const, seed,
     if not const:
         feeds["b"] = (rng.standard_normal(b_shape) * 3).astype(np.float32)
     g = check_both_levels(add_model((1, c, h, w), b_shape, scales, shared=True, b_const=b_const), feeds)
-    assert any(n.op.kind == "sub" for n in g.nodes)       # the float add, as a - (-b)
+    assert any(n.op.kind == "qdq_add" for n in g.nodes)       # the float add (vu.fsub with b's scale negated)

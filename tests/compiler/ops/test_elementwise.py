@@ -1,4 +1,4 @@
-"""ops.qdq_binary (sub, div, max, min) and constant b operands (b_const) of every binary op, compiled.
+"""ops.qdq_binary (qdq_add, sub, div, max, min) and constant b operands (b_const) of every binary op, compiled.
 
 The numpy model (compiler.reference.qdq_binary_f32) is held to tests/isa_reference.py's exact-rational
 float32 model; compiled kernels on random shapes that divide nothing (b same shape, per channel, per plane,
@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import compiler
 from compiler import CompileError, ops
+from compiler.lowering.vu import FBIN_MNEMONIC
 from compiler.reference import add_f32, qdq_binary_f32
 from tests import isa_reference as ref
 from tests.helpers.mutation import kill_all
@@ -38,8 +39,9 @@ def test_the_numpy_model_is_the_exact_float32_one(mode, seed, exps):
     za, zb, zp = (int(v) for v in rng.integers(-128, 128, 3))
     sa, sb, sy = (F32(2.0 ** e) for e in exps)
     got = qdq_binary_f32(mode, a, b, za, zb, sa, sb, sy, zp, -128, 127)
-    q = {"fscale": _bits(sa), "fscale_b": _bits(sb), "fbias": _bits(sy), "zp_out": zp, "lo": -128, "hi": 127}
-    want = [ref._fbin_element(f"vu.f{mode}", int(x) - za, int(y) - zb, q) for x, y in zip(a, b)]
+    sign = -1 if mode == "qdq_add" else 1        # the float add is vu.fsub with b's scale negated
+    q = {"fscale": _bits(sa), "fscale_b": _bits(sign * sb), "fbias": _bits(sy), "zp_out": zp, "lo": -128, "hi": 127}
+    want = [ref._fbin_element(FBIN_MNEMONIC[mode], int(x) - za, int(y) - zb, q) for x, y in zip(a, b)]
     np.testing.assert_array_equal(got, want)
 
 
@@ -83,7 +85,7 @@ def test_compiled_binary_ops_equal_the_model_at_the_predicted_cycle(mode, form, 
                                                        b_const=op.b_const).reference(*ins)) or a.size < 8
 
 
-@pytest.mark.parametrize("mode, const", [("sub", True), ("div", False), ("max", False)])
+@pytest.mark.parametrize("mode, const", [("sub", True), ("div", False), ("max", False), ("qdq_add", False)])
 def test_removing_any_wait_of_a_qdq_binary_kernel_is_caught(mode, const):
     rng = np.random.default_rng(3)
     shape = (1, 37, 9, 13)
@@ -96,7 +98,7 @@ def test_removing_any_wait_of_a_qdq_binary_kernel_is_caught(mode, const):
 
 
 def test_bad_arguments_are_refused_naming_them():
-    with pytest.raises(CompileError, match="mode must be one of sub, div, max, min, got 'pow'"):
+    with pytest.raises(CompileError, match="mode must be one of qdq_add, sub, div, max, min, got 'pow'"):
         ops.qdq_binary("pow", (1, 2, 3, 4), scale_a=0.1, scale_b=0.1, scale_out=0.1)
     with pytest.raises(CompileError, match=r"b_const must be an int8 array of shape \(1, 2, 1, 1\), got int8 \(2,\)"):
         ops.qdq_binary("sub", (1, 2, 3, 4), scale_a=0.1, scale_b=0.1, scale_out=0.1, b_shape=(1, 2, 1, 1),

@@ -154,6 +154,17 @@ def test_composed_moves_are_the_two_in_turn(case, data, seed):
     _run(both, x)
 
 
+def test_two_transposes_that_swap_a_unit_axis_compose():
+    """The identity, then (0, 1, 3, 2) of a (7, 31, 1, 38) tensor: one copy (numpy 2.4's unravel_index of the
+    (7, 31, 38, 1) offsets, unflattened, gives wrong indices from element 7068 on)."""
+    first = ops.Transpose((7, 31, 1, 38), (0, 1, 2, 3))
+    second = ops.Transpose((7, 31, 1, 38), (0, 1, 3, 2))
+    both = ops.compose(first, second)
+    assert both is not None
+    x = _data(np.random.default_rng(1), (7, 31, 1, 38))
+    np.testing.assert_array_equal(both.reference(x), second.reference(first.reference(x)))
+
+
 def test_a_reshape_across_a_slices_rows_does_not_compose():
     """Every third element of a 4 x 5 crop of 4 x 6, read flat: its offsets 0, 3, 7, ... are no affine map."""
     crop = ops.Slice((4, 6), (0, 0), (1, 1), (4, 5))

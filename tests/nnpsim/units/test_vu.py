@@ -102,8 +102,10 @@ def _float_params(draw, mnemonic: str, sdt: int) -> dict:
         return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": 0, "vu.fbias": _float_param(draw, -7, -1)}
     if mnemonic in ref.FBIN_OPS:      # three tensor scales; a quotient's output scale near 1
         out = (-1, 3) if mnemonic == "vu.fdiv" else (-7, -2)
-        return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": _float_param(draw, -8, -2),
-                "vu.fbias": _float_param(draw, *out)}
+        sb = _float_param(draw, -8, -2)
+        if mnemonic == "vu.fsub" and draw(st.booleans()):     # the float add: b's scale negated
+            sb |= 0x80000000
+        return {"vu.fscale": _float_param(draw, -8, -2), "vu.fscale_b": sb, "vu.fbias": _float_param(draw, *out)}
     c = draw(st.one_of(st.floats(-300, 300, width=32), st.integers(-300, 300).map(lambda v: v + 0.5),
                        st.sampled_from(BAD_FLOATS[3:])))
     return {"vu.fscale": _float_param(draw, -6, 1), "vu.fscale_b": _float_param(draw, -6, 1), "vu.fbias": bits(c)}
@@ -734,6 +736,23 @@ def test_vu_fbin_on_every_int8_pair(mnemonic, sa, sb, sy, za, zb, zp):
     assert len(np.unique(want)) > 50
 
 
+@pytest.mark.parametrize("sa, sb, sy, za, zb, zp", SCALE_SETS[:3])
+def test_vu_fsub_with_a_negative_b_scale_is_the_float_add(sa, sb, sy, za, zb, zp):
+    """All 65536 (a, b) pairs: vu.fsub with fscale_b = -sb equals qdq_binary_f32's float add with sb (fa + fb
+    rounded once; tests/compiler/test_reference_ort.py holds it to onnxruntime's unfused Add)."""
+    from compiler.reference import qdq_binary_f32
+    a, b = PAIRS
+    named = {"vu.n0": 256, "vu.n1": 256, "vu.a_stride0": 1, "vu.a_stride1": 256, "vu.b_stride0": 1,
+             "vu.b_stride1": 256, "vu.d_stride0": 1, "vu.d_stride1": 256, "vu.fscale": bits(sa),
+             "vu.fscale_b": bits(-F32(sb)), "vu.fbias": bits(sy), "vu.za": za, "vu.zb": zb, "vu.zp_out": zp,
+             "vu.lo": -120, "vu.hi": 125}
+    out = _run_vu("vu.fsub", named, _pairs_mem(), 131072, 0, 65536)
+    want = qdq_binary_f32("qdq_add", a, b, za, zb, F32(sa), F32(sb), F32(sy), zp, -120, 125)
+    np.testing.assert_array_equal(out[131072:].view(np.int8), want)
+    assert len(np.unique(want)) > 50
+    assert not np.array_equal(want, qdq_binary_f32("sub", a, b, za, zb, F32(sa), F32(sb), F32(sy), zp, -120, 125))
+
+
 def test_vu_fdiv_by_zero_and_overflow():
     """0 / 0 is nan: the low end (-128, then lo); x / 0 and an overflowed dequantisation are +-inf: clamped."""
     mem = np.zeros(64, np.uint8)
@@ -879,6 +898,8 @@ def test_vu_pool_faffavg_matches_semantics(h, w, relu):
     ("vu.fadd", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.mode": 2}, {4: 95, 5: 2}),
     ("vu.fmul", {"vu.fscale": bits(1.0), "vu.mode": -1}, {4: 95, 5: -1}),
     ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(1.0), "vu.fbias": 0}, {4: 94}),
+    ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(-0.0), "vu.fbias": bits(1.0)}, {4: 93}),
+    ("vu.fsub", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(float("-inf")), "vu.fbias": bits(1.0)}, {4: 93}),
     ("vu.faffine", {"vu.fscale": bits(1.0), "vu.fbias": bits(-2.0)}, {4: 94}),
     ("vu.faffine", {"vu.fscale": bits(float("nan")), "vu.fbias": bits(1.0)}, {4: 92}),
     ("vu.fdiv", {"vu.fscale": bits(1.0), "vu.fscale_b": bits(-1.0), "vu.fbias": bits(1.0)}, {4: 93}),
