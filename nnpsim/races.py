@@ -19,7 +19,8 @@ access covers whole granules and their bytes share one history (a page of
 whole 64-byte rows costs 64 entries, not 4096), with the same verdict and
 the same first byte as a byte-by-byte check.  A pattern is walked as runs of bytes (a run that
 starts inside or at the end of the one before it is merged into it: a byte one pattern touches again
-cannot race anew, since only the command's own accesses came between), and each shadow page keeps
+cannot race anew, since only the command's own accesses came between), kept as entries of evenly
+spaced runs (a tile's rows are one entry: marking pages costs an entry, not a row), and each shadow page keeps
 the latest write and read clock of every agent: when all of them happen before the command, no
 granule can race and the page's granules are filled without being checked one by one.
 
@@ -163,27 +164,32 @@ def _low_bit(off: int) -> int:
 
 @njit(cache=True, inline="always")
 def _grown(a: np.ndarray, used: int) -> np.ndarray:
-    """`a`, doubled when it is full."""
+    """`a` (rows), doubled when it is full."""
     if used < a.shape[0]:
         return a
-    bigger = np.empty(2 * a.shape[0], a.dtype)
+    bigger = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
     bigger[:used] = a[:used]
     return bigger
 
 
-@njit(cache=True)
-def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every pattern's runs clipped to their memory, once: (first run of pattern [i, j] of the i-th command in
-    start order, flattened with one more entry at the end; each run's lo; its hi), empty runs dropped.
+RUN_LO, RUN_HI, RUN_N, RUN_STEP = 0, 1, 2, 3
+"""Columns of a run entry: RUN_N runs, the k-th the bytes [lo + k * step, hi + k * step)."""
 
-    Runs are visited in run_at's order (an odometer over walked_dims), and a run that starts inside or at
-    the end of the one before it is merged into it: the bytes first seen in the same order, so the same
-    first race (module doc), in fewer runs (a box of whole rows is one run, not one per row; a row of
-    overlapping pooling windows one, not one per window)."""
+
+@njit(cache=True)
+def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pattern's runs clipped to their memory, once: (first entry of pattern [i, j] of the i-th command
+    in start order, flattened with one more entry at the end; the entries [lo, hi, n, step], RUN_*).
+
+    Runs are visited in run_at's order (an odometer over walked_dims).  A run that starts inside or at the
+    end of the one before it is merged into it: the bytes first seen in the same order, so the same first
+    race (module doc), in fewer runs (a box of whole rows is one run, not one per row; a row of overlapping
+    pooling windows one, not one per window).  The fastest dim left whose runs lie apart, in rising order,
+    is one entry of n runs where all of them lie inside the memory (a tile's rows: one entry, not one per
+    row); those runs never touch, so none would merge."""
     n_pat = pats.shape[1]
     first = np.zeros(order.shape[0] * n_pat + 1, np.int64)
-    lo = np.empty(1024, np.int64)
-    hi = np.empty(1024, np.int64)
+    out = np.empty((1024, 4), np.int64)
     dim_n = np.empty(DIMS, np.int64)
     dim_s = np.empty(DIMS, np.int64)
     idx = np.zeros(DIMS, np.int64)
@@ -195,70 +201,102 @@ def _runs(pats: np.ndarray, order: np.ndarray, size: np.ndarray) -> tuple[np.nda
             sp = pat[SPACE]
             if run_count(pat) == 0 or sp < 0 or sp >= size.shape[0]:
                 continue
-            nw, addr, length = walked_dims(pat, dim_n, dim_s)
-            fold = 0        # the fastest dims whose runs continue or overlap the one before: one run, no steps
-            while fold < nw and 0 < dim_s[fold] <= length:
-                length += (dim_n[fold] - 1) * dim_s[fold]
-                fold += 1
-            nw -= fold
-            dim_n[:nw], dim_s[:nw] = dim_n[fold:fold + nw].copy(), dim_s[fold:fold + nw].copy()
-            idx[:nw] = 0
-            start = n
-            while True:
-                a, b = max(addr, 0), min(addr + length, size[sp])
-                if b > a:
-                    if n > start and lo[n - 1] <= a <= hi[n - 1]:
-                        hi[n - 1] = max(hi[n - 1], b)   # bytes seen again: nothing new (module doc)
-                    else:
-                        lo = _grown(lo, n)
-                        hi = _grown(hi, n)
-                        lo[n], hi[n] = a, b
-                        n += 1
-                w = 0
-                while w < nw:           # the odometer: dim w steps, the faster ones wrap
-                    idx[w] += 1
-                    addr += dim_s[w]
-                    if idx[w] < dim_n[w]:
-                        break
-                    addr -= dim_n[w] * dim_s[w]
-                    idx[w] = 0
-                    w += 1
-                if w == nw:
-                    break
+            out, n = _pattern_runs(pat, size[sp], dim_n, dim_s, idx, out, n)
     first[-1] = n
-    return first, lo[:n], hi[:n]
+    return first, out[:n]
 
 
 @njit(cache=True)
-def _mark_pages(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, first: np.ndarray, run_lo: np.ndarray,
-                run_hi: np.ndarray, page_base: np.ndarray, total_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pattern_runs(pat: np.ndarray, size: int, dim_n: np.ndarray, dim_s: np.ndarray, idx: np.ndarray,
+                  out: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    """One pattern's entries appended to out from row n (_runs); (out, its new count)."""
+    nw, addr, length = walked_dims(pat, dim_n, dim_s)
+    fold = 0        # the fastest dims whose runs continue or overlap the one before: one run, no steps
+    while fold < nw and 0 < dim_s[fold] <= length:
+        length += (dim_n[fold] - 1) * dim_s[fold]
+        fold += 1
+    cnt, step = 1, 0
+    if fold < nw and dim_s[fold] > length:      # runs apart, in rising order: an entry's n runs
+        cnt, step = dim_n[fold], dim_s[fold]
+        fold += 1
+    nw -= fold
+    dim_n[:nw], dim_s[:nw] = dim_n[fold:fold + nw].copy(), dim_s[fold:fold + nw].copy()
+    idx[:nw] = 0
+    start = n
+    while True:
+        if cnt > 1 and addr >= 0 and addr + (cnt - 1) * step + length <= size:
+            out = _grown(out, n)
+            out[n, RUN_LO], out[n, RUN_HI], out[n, RUN_N], out[n, RUN_STEP] = addr, addr + length, cnt, step
+            n += 1
+        else:
+            for k in range(cnt):        # clipped one by one
+                a, b = max(addr + k * step, 0), min(addr + k * step + length, size)
+                if b <= a:
+                    continue
+                if n > start and out[n - 1, RUN_N] == 1 and out[n - 1, RUN_LO] <= a <= out[n - 1, RUN_HI]:
+                    out[n - 1, RUN_HI] = max(out[n - 1, RUN_HI], b)   # bytes seen again: nothing new
+                else:
+                    out = _grown(out, n)
+                    out[n, RUN_LO], out[n, RUN_HI], out[n, RUN_N], out[n, RUN_STEP] = a, b, 1, 0
+                    n += 1
+        w = 0
+        while w < nw:           # the odometer: dim w steps, the faster ones wrap
+            idx[w] += 1
+            addr += dim_s[w]
+            if idx[w] < dim_n[w]:
+                break
+            addr -= dim_n[w] * dim_s[w]
+            idx[w] = 0
+            w += 1
+        if w == nw:
+            return out, n
+
+
+@njit(cache=True)
+def _mark_pages(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, first: np.ndarray, runs: np.ndarray,
+                page_base: np.ndarray, total_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per global page: a bit mask of the agents that write it, of those that read it, and its granule.
 
     The granule is the largest power of two dividing every offset inside the page where an access
     starts or ends: every access covers whole granules, so the bytes of a granule share their whole
-    history and one shadow entry per granule checks exactly what one per byte would.
+    history and one shadow entry per granule checks exactly what one per byte would.  An entry of runs
+    less than a page apart marks every page from its first byte to its last (none lies between two runs)
+    with the granule of its first run's ends and its step, which divides every run's ends (a finer
+    granule than the least one is as exact).
     """
     writers = np.zeros(total_pages, np.int32)
     readers = np.zeros(total_pages, np.int32)
     gran = np.full(total_pages, PAGE_BITS, np.int8)
     n_pat = pats.shape[1]
     for i in range(order.shape[0]):
-        c = order[i]
-        bit = 1 << cmd_agent[c]
+        bit = np.int32(1 << cmd_agent[order[i]])
         for j in range(n_pat):
-            pat = pats[c, j]
-            sp = pat[SPACE]
+            pat = pats[order[i], j]
+            base, masks = page_base[pat[SPACE]], writers if pat[WRITE] else readers
             for r in range(first[i * n_pat + j], first[i * n_pat + j + 1]):
-                lo, hi = run_lo[r], run_hi[r]
-                first_page, last = page_base[sp] + (lo >> PAGE_BITS), page_base[sp] + ((hi - 1) >> PAGE_BITS)
-                gran[first_page] = min(gran[first_page], _low_bit(lo & (PAGE - 1)))
-                gran[last] = min(gran[last], _low_bit(hi & (PAGE - 1)))
-                for g in range(first_page, last + 1):
-                    if pat[WRITE]:
-                        writers[g] |= bit
-                    else:
-                        readers[g] |= bit
+                lo, hi, cnt, step = runs[r, RUN_LO], runs[r, RUN_HI], runs[r, RUN_N], runs[r, RUN_STEP]
+                if cnt > 1 and step < PAGE:
+                    g = min(_low_bit(lo & (PAGE - 1)), _low_bit(hi & (PAGE - 1)), _low_bit(step & (PAGE - 1)))
+                    _mark(masks, gran, base + (lo >> PAGE_BITS), base + ((hi + (cnt - 1) * step - 1) >> PAGE_BITS),
+                          g, g, g, bit)
+                    continue
+                for k in range(cnt):
+                    a, b = lo + k * step, hi + k * step
+                    _mark(masks, gran, base + (a >> PAGE_BITS), base + ((b - 1) >> PAGE_BITS),
+                          _low_bit(a & (PAGE - 1)), PAGE_BITS, _low_bit(b & (PAGE - 1)), bit)
     return writers, readers, gran
+
+
+@njit(cache=True, inline="always")
+def _mark(masks: np.ndarray, gran: np.ndarray, first_page: int, last_page: int, g_first: int, g_mid: int,
+          g_last: int, bit: np.int32) -> None:
+    """Pages first_page..last_page touched by the agent `bit`; the access's granule in its first page, in
+    the pages between and in its last."""
+    gran[first_page] = min(gran[first_page], g_first)
+    gran[last_page] = min(gran[last_page], g_last)
+    for g in range(first_page, last_page + 1):
+        masks[g] |= bit
+        gran[g] = min(gran[g], g_mid)
 
 
 @njit(cache=True, inline="always")
@@ -314,9 +352,8 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
     page_base = np.zeros(size.shape[0] + 1, np.int64)
     for sp in range(size.shape[0]):
         page_base[sp + 1] = page_base[sp] + (size[sp] + PAGE - 1) // PAGE
-    total = page_base[-1]
-    first, run_lo, run_hi = _runs(pats, order, size)
-    writers, readers_of, gran = _mark_pages(pats, order, cmd_agent, first, run_lo, run_hi, page_base, total)
+    first, runs = _runs(pats, order, size)
+    writers, readers_of, gran = _mark_pages(pats, order, cmd_agent, first, runs, page_base, page_base[-1])
     wblk, nw, read_page, rblk, nr = _shadow_blocks(writers, readers_of, n_agents)
     w_agent = np.zeros((nw, PAGE), np.int16)
     w_clock = np.zeros((nw, PAGE), np.int32)
@@ -332,52 +369,52 @@ def _find_race(pats: np.ndarray, order: np.ndarray, cmd_agent: np.ndarray, cmd_c
         for j in range(n_pat):
             sp, is_write = pats[c, j, SPACE], pats[c, j, WRITE]
             for r in range(first[ci * n_pat + j], first[ci * n_pat + j + 1]):
-                lo, hi = run_lo[r], run_hi[r]
-                addr = lo
-                while addr < hi:
-                    g = page_base[sp] + (addr >> PAGE_BITS)
-                    off0 = addr & (PAGE - 1)
-                    off1 = min(PAGE, off0 + hi - addr)
-                    wb = wblk[g]
-                    if wb < 0:              # no race can touch this page
-                        addr += off1 - off0
-                        continue
-                    rp = read_page[g]
-                    rb = rblk[rp, me] if rp >= 0 else -1
-                    sh = gran[g]
-                    k0, k1 = off0 >> sh, off1 >> sh
-                    if _page_ordered(w_max[wb], r_max[wb], vc, me, is_write):
-                        # every access the page has seen is ordered before this one: no granule can race
-                        if is_write:
-                            w_agent[wb, k0:k1] = me
-                            w_clock[wb, k0:k1] = clock
-                        else:
-                            r_clock[rb, k0:k1] = clock
-                    else:
-                        n_readers = 0
-                        if is_write and rp >= 0:
-                            for o in range(n_agents):
-                                if o != me and rblk[rp, o] >= 0:
-                                    readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
-                                    n_readers += 1
-                        for k in range(k0, k1):     # one shadow entry per granule
-                            wa, wc = w_agent[wb, k], w_clock[wb, k]
-                            if wc > 0 and wa != me and wc > vc[wa]:
-                                return _hit(found, c, is_write, wa, wc, 1, sp, addr + (k << sh) - off0)
+                for kk in range(runs[r, RUN_N]):
+                    lo, hi = runs[r, RUN_LO] + kk * runs[r, RUN_STEP], runs[r, RUN_HI] + kk * runs[r, RUN_STEP]
+                    addr = lo
+                    while addr < hi:
+                        g = page_base[sp] + (addr >> PAGE_BITS)
+                        off0 = addr & (PAGE - 1)
+                        off1 = min(PAGE, off0 + hi - addr)
+                        wb = wblk[g]
+                        if wb < 0:              # no race can touch this page
+                            addr += off1 - off0
+                            continue
+                        rp = read_page[g]
+                        rb = rblk[rp, me] if rp >= 0 else -1
+                        sh = gran[g]
+                        k0, k1 = off0 >> sh, off1 >> sh
+                        if _page_ordered(w_max[wb], r_max[wb], vc, me, is_write):
                             if is_write:
-                                for i in range(n_readers):
-                                    o = readers[i]
-                                    if r_clock[reader_blk[i], k] > vc[o]:
-                                        return _hit(found, c, 1, o, r_clock[reader_blk[i], k], 0, sp,
-                                                    addr + (k << sh) - off0)
-                                w_agent[wb, k], w_clock[wb, k] = me, clock
+                                w_agent[wb, k0:k1] = me
+                                w_clock[wb, k0:k1] = clock
                             else:
-                                r_clock[rb, k] = clock
-                    if is_write:
-                        w_max[wb, me] = max(w_max[wb, me], clock)
-                    else:
-                        r_max[wb, me] = max(r_max[wb, me], clock)
-                    addr += off1 - off0
+                                r_clock[rb, k0:k1] = clock
+                        else:
+                            n_readers = 0
+                            if is_write and rp >= 0:
+                                for o in range(n_agents):
+                                    if o != me and rblk[rp, o] >= 0:
+                                        readers[n_readers], reader_blk[n_readers] = o, rblk[rp, o]
+                                        n_readers += 1
+                            for k in range(k0, k1):     # one shadow entry per granule
+                                wa, wc = w_agent[wb, k], w_clock[wb, k]
+                                if wc > 0 and wa != me and wc > vc[wa]:
+                                    return _hit(found, c, is_write, wa, wc, 1, sp, addr + (k << sh) - off0)
+                                if is_write:
+                                    for i in range(n_readers):
+                                        o = readers[i]
+                                        if r_clock[reader_blk[i], k] > vc[o]:
+                                            return _hit(found, c, 1, o, r_clock[reader_blk[i], k], 0, sp,
+                                                        addr + (k << sh) - off0)
+                                    w_agent[wb, k], w_clock[wb, k] = me, clock
+                                else:
+                                    r_clock[rb, k] = clock
+                        if is_write:
+                            w_max[wb, me] = max(w_max[wb, me], clock)
+                        else:
+                            r_max[wb, me] = max(r_max[wb, me], clock)
+                        addr += off1 - off0
     return found
 
 

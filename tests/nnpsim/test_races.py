@@ -467,14 +467,17 @@ def patterns(draw) -> np.ndarray:
 @settings(max_examples=150, deadline=None)
 @given(patterns(), st.integers(64, 400))
 def test_merged_runs_see_bytes_first_in_run_at_order(pats, size):
-    """_runs folds and merges a pattern's runs; the bytes it walks, each at its first appearance, are run_at's
-    clipped to the memory in the same order, so the first conflicting byte, and the race found, are the same."""
-    first, lo, hi = _runs(pats, np.zeros(1, np.int64), np.array([size], np.int64))
+    """_runs folds and merges a pattern's runs and keeps runs apart as entries of n runs; the bytes it walks,
+    each at its first appearance, are run_at's clipped to the memory in the same order, so the first
+    conflicting byte, and the race found, are the same.  An entry's runs lie inside the memory, apart."""
+    first, runs = _runs(pats, np.zeros(1, np.int64), np.array([size], np.int64))
     pat = pats[0, 0]
     plain = [range(max(a, 0), min(a + n, size)) for a, n in (run_at(pat, r) for r in range(run_count(pat)))]
-    merged = [range(a, b) for a, b in zip(lo[first[0]:first[1]], hi[first[0]:first[1]])]
-    assert all(b > a for a, b in zip(lo, hi)) and len(merged) <= len(plain)
-    assert _first_seen(merged) == _first_seen(plain)
+    entries = runs[first[0]:first[1]]
+    walked = [range(lo + k * step, hi + k * step) for lo, hi, n, step in entries for k in range(n)]
+    assert all(len(r) > 0 for r in walked) and len(entries) <= len(plain)
+    assert all(n == 1 or (step > hi - lo and lo >= 0 and hi + (n - 1) * step <= size) for lo, hi, n, step in entries)
+    assert _first_seen(walked) == _first_seen(plain)
 
 
 def test_accesses_meeting_at_a_page_edge():
