@@ -1,7 +1,8 @@
 """The VU's element loops for the float ops whole networks spend their time in, one tight loop a row.
 
-nnpsim.units.vu walks a command's four counts; for vu.requant.f, vu.requant.fpc, vu.fadd, vu.fmul and
-vu.fsub / vu.fdiv / vu.fmax / vu.fmin it hands each row of n0 elements to one of these loops.  Each takes
+For vu.requant.f, vu.requant.fpc, vu.fadd and vu.fmul nnpsim.units.vu hands the whole command to a
+`*_block` function, which walks its outer counts and runs each row of n0 elements through one of these
+loops (a function of its own per op: in one shared loop LLVM vectorised none of the rows).  Each takes
 every parameter as a scalar (a parameter array read inside the loop is reloaded at every element, since
 LLVM cannot prove the stores to `out` leave it alone), advances its addresses by their strides, and reads
 int32 and float32 operands through int32 and float32 views of the memory (`words`, `floats`: the same
@@ -84,6 +85,23 @@ def requant_fpc_words(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: 
     return ok
 
 
+@njit(cache=True)
+def requant_fpc_block(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: tuple, sa: tuple, sb: tuple, za: int,
+                      zp_out: int, lo: int, hi: int, out: np.ndarray) -> bool:
+    """vu.requant.fpc on a whole command of int32 rows whose n[0] words and scales are consecutive (words from
+    a and b, the row strides sa, sb in words): requant_fpc_words a row, in a function of its own with only
+    scalars around it, so that LLVM vectorises the row (inside vu._compute_rows it does not)."""
+    ok = True
+    e = 0
+    for i3 in range(n[3]):
+        for i2 in range(n[2]):
+            for i1 in range(n[1]):
+                ok &= requant_fpc_words(words, floats, a + i3 * sa[2] + i2 * sa[1] + i1 * sa[0],
+                                        b + i3 * sb[2] + i2 * sb[1] + i1 * sb[0], n[0], za, zp_out, lo, hi, out, e)
+                e += n[0]
+    return ok
+
+
 @njit(cache=True, inline="always")
 def fmul(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, za: int, zb: int, fx: float, o: int,
          zp_out: int, lo: int, hi: int, out: np.ndarray, e: int) -> None:
@@ -106,3 +124,47 @@ def fadd(mem: np.ndarray, a: int, sa: int, b: int, sb: int, n: int, fx: float, f
         out[e + i] = _clip(f32.cvt8_excess(t, o), lo, hi)
         a += sa
         b += sb
+
+
+@njit(cache=True)
+def fmul_block(mem: np.ndarray, a: int, b: int, n: tuple, sa: tuple, sb: tuple, za: int, zb: int, fx: float, o: int,
+               zp_out: int, lo: int, hi: int, out: np.ndarray) -> None:
+    """vu.fmul on a whole command (byte addresses a, b; strides sa, sb, dim 0 first): fmul a row, in a function
+    of its own (as requant_fpc_block)."""
+    e = 0
+    for i3 in range(n[3]):
+        for i2 in range(n[2]):
+            for i1 in range(n[1]):
+                fmul(mem, a + i3 * sa[3] + i2 * sa[2] + i1 * sa[1], sa[0], b + i3 * sb[3] + i2 * sb[2] + i1 * sb[1],
+                     sb[0], n[0], za, zb, fx, o, zp_out, lo, hi, out, e)
+                e += n[0]
+
+
+@njit(cache=True)
+def fadd_block(mem: np.ndarray, a: int, b: int, n: tuple, sa: tuple, sb: tuple, fx: float, fy: float, fc: float,
+               o: int, lo: int, hi: int, out: np.ndarray) -> None:
+    """vu.fadd on a whole command (as fmul_block)."""
+    e = 0
+    for i3 in range(n[3]):
+        for i2 in range(n[2]):
+            for i1 in range(n[1]):
+                fadd(mem, a + i3 * sa[3] + i2 * sa[2] + i1 * sa[1], sa[0], b + i3 * sb[3] + i2 * sb[2] + i1 * sb[1],
+                     sb[0], n[0], fx, fy, fc, o, lo, hi, out, e)
+                e += n[0]
+
+
+@njit(cache=True)
+def requant_f_block(mem: np.ndarray, words: np.ndarray, floats: np.ndarray, a: int, b: int, n: tuple, sa: tuple,
+                    sb: tuple, a4: bool, per_channel: bool, za: int, s: float, zp_out: int, lo: int, hi: int,
+                    out: np.ndarray) -> bool:
+    """vu.requant.f (or .fpc with its scales strided) on a whole command (as fmul_block)."""
+    ok = True
+    e = 0
+    for i3 in range(n[3]):
+        for i2 in range(n[2]):
+            for i1 in range(n[1]):
+                ok &= requant_f(mem, words, floats, a + i3 * sa[3] + i2 * sa[2] + i1 * sa[1], sa[0], a4,
+                                b + i3 * sb[3] + i2 * sb[2] + i1 * sb[1], sb[0], per_channel, n[0], za, s, zp_out,
+                                lo, hi, out, e)
+                e += n[0]
+    return ok
