@@ -723,8 +723,8 @@ def _compute_rows(mem: np.ndarray, base: int, op: int, ra: int, rb: int, a_bytes
     if op == VU_REQUANT_FPC and a_bytes == 4 and (sa[0] == 4 or n[0] == 1) and (sb[0] == 4 or n[0] == 1):
         # every operand checked 4-byte aligned: the row strides are whole words
         return vu_rows.requant_fpc_block(words, floats, (base + ra) >> 2, (base + rb) >> 2, n,
-                                         (sa[1] >> 2, sa[2] >> 2, sa[3] >> 2), (sb[1] >> 2, sb[2] >> 2, sb[3] >> 2),
-                                         za, zp_out, lo, hi, out)
+                                         (sa[0] >> 2, sa[1] >> 2, sa[2] >> 2, sa[3] >> 2),
+                                         (sb[0] >> 2, sb[1] >> 2, sb[2] >> 2, sb[3] >> 2), za, zp_out, lo, hi, out)
     return vu_rows.requant_f_block(mem, words, floats, base + ra, base + rb, n, sa, sb, a_bytes == 4,
                                    op == VU_REQUANT_FPC, za, fx, zp_out, lo, hi, out)
 

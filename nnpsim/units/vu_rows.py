@@ -88,16 +88,16 @@ def requant_fpc_words(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: 
 @njit(cache=True)
 def requant_fpc_block(words: np.ndarray, floats: np.ndarray, a: int, b: int, n: tuple, sa: tuple, sb: tuple, za: int,
                       zp_out: int, lo: int, hi: int, out: np.ndarray) -> bool:
-    """vu.requant.fpc on a whole command of int32 rows whose n[0] words and scales are consecutive (words from
-    a and b, the row strides sa, sb in words): requant_fpc_words a row, in a function of its own with only
-    scalars around it, so that LLVM vectorises the row (inside vu._compute_rows it does not)."""
+    """vu.requant.fpc on a whole command of int32 rows whose n[0] words and scales are consecutive (word
+    indices a, b; strides sa, sb in words, dim 0 first): requant_fpc_words a row, in a function of its own
+    with only scalars around it, so that LLVM vectorises the row (inside vu._compute_rows it does not)."""
     ok = True
     e = 0
     for i3 in range(n[3]):
         for i2 in range(n[2]):
             for i1 in range(n[1]):
-                ok &= requant_fpc_words(words, floats, a + i3 * sa[2] + i2 * sa[1] + i1 * sa[0],
-                                        b + i3 * sb[2] + i2 * sb[1] + i1 * sb[0], n[0], za, zp_out, lo, hi, out, e)
+                ok &= requant_fpc_words(words, floats, a + i3 * sa[3] + i2 * sa[2] + i1 * sa[1],
+                                        b + i3 * sb[3] + i2 * sb[2] + i1 * sb[1], n[0], za, zp_out, lo, hi, out, e)
                 e += n[0]
     return ok
 
